@@ -1,0 +1,42 @@
+# ckpt_test(NAME SOURCES a_test.cc ... [LIBS lib ...] [LABELS l ...]
+#           [TIMEOUT seconds])
+#
+# Builds a GoogleTest binary and registers it with CTest. Every *_test.cc in
+# the tree must be registered through this helper: the configure step fails
+# otherwise (ckpt_check_all_tests_registered), so no test file silently never
+# runs.
+set_property(GLOBAL PROPERTY CKPT_REGISTERED_TESTS "")
+
+function(ckpt_test name)
+  if(NOT CKPT_BUILD_TESTS)
+    return()
+  endif()
+  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gtest
+                                        GTest::gtest_main)
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src)
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 600)
+  endif()
+  add_test(NAME ${name} COMMAND ${name})
+  set_tests_properties(${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT}
+                                          LABELS "${ARG_LABELS}")
+  foreach(src ${ARG_SOURCES})
+    get_filename_component(abs ${src} ABSOLUTE)
+    set_property(GLOBAL APPEND PROPERTY CKPT_REGISTERED_TESTS ${abs})
+  endforeach()
+endfunction()
+
+function(ckpt_check_all_tests_registered)
+  file(GLOB_RECURSE all_tests CONFIGURE_DEPENDS
+       ${PROJECT_SOURCE_DIR}/src/*_test.cc
+       ${PROJECT_SOURCE_DIR}/tools/*_test.cc
+       ${PROJECT_SOURCE_DIR}/tests/*_test.cc)
+  get_property(registered GLOBAL PROPERTY CKPT_REGISTERED_TESTS)
+  foreach(t ${all_tests})
+    if(NOT t IN_LIST registered)
+      message(FATAL_ERROR "${t} is not registered with ckpt_test(): it would never run")
+    endif()
+  endforeach()
+endfunction()

@@ -1,0 +1,221 @@
+// CheckpointManager: the user's entry point. Open a root, Save a State under a
+// step, Load the newest complete one back, bit for bit.
+//
+//   auto mgr = ckpt::CheckpointManager::Open("file:///data/run42").value();
+//   ckpt::State state;
+//   state.AddTensor("weights", ckpt::View(weights));
+//   if (auto last = mgr->Latest(); last.ok() && *last) mgr->Load(**last, state);
+//   ... train ...
+//   mgr->Save(step, state, {.epoch = epoch});
+//
+// Promises. A Save either commits the whole step or leaves storage as it was
+// (plus garbage that GarbageCollect removes): the manifest, written last with
+// create-if-absent, is the commit. Load checks every chunk it reads against
+// its xxh3-128 checksum and fails with DataLoss rather than return a wrong
+// byte. Nothing a manager deletes is anything it did not write.
+//
+// Threads. A manager serializes its own calls (one Save or Load at a time);
+// use one manager per root per process. Many processes may read one root;
+// one job (its coordinator) writes it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ckpt/communicator.h"
+#include "ckpt/state.h"
+#include "ckpt/status.h"
+#include "ckpt/storage.h"
+
+namespace ckpt {
+
+// Which committed checkpoints to keep. Every rule is off by default, and then
+// nothing is ever deleted. When any rule is on, a checkpoint is deleted once
+// no rule keeps it; the newest committed checkpoint is always kept.
+struct RetentionPolicy {
+  // Keep the newest N checkpoints (0: rule off).
+  int keep_last = 0;
+  // Keep every checkpoint whose step is a multiple of K (0: rule off).
+  int64_t keep_every_n_steps = 0;
+  // Keep the first checkpoint of every window of S seconds (0: rule off),
+  // like "keep one checkpoint every H hours".
+  int64_t keep_every_seconds = 0;
+  // Keep the M best checkpoints by the metric `best_metric` (0: rule off).
+  // Checkpoints without the metric are never "best".
+  int keep_best = 0;
+  std::string best_metric;
+  bool best_higher_is_better = false;  // default: lower is better (a loss)
+
+  bool enabled() const {
+    return keep_last > 0 || keep_every_n_steps > 0 || keep_every_seconds > 0 ||
+           keep_best > 0;
+  }
+};
+
+struct Options {
+  // --- What happens ---------------------------------------------------------
+  // Identifies the job in manifests (and the catalog). Default: the root URL.
+  std::string job_id;
+  // Applied by the coordinator after every successful Save.
+  RetentionPolicy retention;
+  // A Save less than this many seconds after the previous committed one is
+  // skipped (SaveResult::skipped); 0 saves every time.
+  double min_seconds_between_saves = 0;
+  // Remove dead attempts' objects after every successful Save.
+  bool gc_after_save = true;
+  // Objects of an unfinished attempt younger than this are left alone by
+  // GarbageCollect, unless their step is at or below the newest committed
+  // one (such an attempt can no longer commit).
+  int64_t gc_grace_seconds = 3600;
+  // Create the root if it does not exist (read-only tools pass false).
+  bool create = true;
+  // The ranks of the job; null means a single process. Not owned.
+  Communicator* communicator = nullptr;
+
+  // --- How fast -------------------------------------------------------------
+  // Bytes per checksummed chunk (at least 4096). Smaller chunks localize
+  // damage and let incremental saves skip more; larger ones shrink manifests.
+  uint64_t chunk_size = uint64_t{4} << 20;
+
+  // --- Tests ----------------------------------------------------------------
+  // The clock, in milliseconds since 1970; default the system clock.
+  std::function<int64_t()> now_unix_ms;
+};
+
+// Per-save information, stored in the manifest.
+struct SaveOptions {
+  int64_t epoch = -1;                           // -1: not given
+  std::map<std::string, double> metrics;        // e.g. {"loss", 0.31}
+  std::map<std::string, std::string> metadata;  // free-form
+};
+
+struct LoadOptions {
+  // Fail when the checkpoint holds entries the State does not ask for.
+  bool strict = false;
+};
+
+// A committed checkpoint, as `ckpt ls` shows it.
+struct CheckpointInfo {
+  int64_t step = 0;
+  int64_t epoch = -1;
+  int64_t created_unix_ms = 0;
+  std::string job_id;
+  int world_size = 1;
+  std::vector<std::string> hosts;
+  uint64_t bytes = 0;                  // data objects this checkpoint wrote
+  std::vector<int64_t> depends_on;     // steps it references
+  std::map<std::string, double> metrics;
+  std::map<std::string, std::string> metadata;
+  size_t num_entries = 0;
+};
+
+struct EntryInfo {
+  std::string name;
+  EntryKind kind = EntryKind::kTensor;
+  DType dtype = DType::kU8;
+  std::vector<int64_t> shape;
+  size_t num_pieces = 0;
+  uint64_t bytes = 0;
+  std::string json;    // metadata entries
+  std::string digest;  // hash of the entry's chunk checksums (for diff)
+};
+
+struct CheckpointDescription {
+  CheckpointInfo info;
+  std::vector<EntryInfo> entries;
+  std::vector<ObjectInfo> objects;  // the data objects, with their sizes
+};
+
+struct SaveResult {
+  bool skipped = false;               // min_seconds_between_saves said no
+  CheckpointInfo info;                // what was committed
+  std::vector<int64_t> deleted_steps;  // removed by retention
+};
+
+struct LoadedCheckpoint {
+  CheckpointInfo info;
+  State state;  // owns its buffers
+};
+
+struct GcOptions {
+  bool dry_run = false;  // report, delete nothing
+  // Retention to apply; unset: the manager's Options::retention.
+  std::optional<RetentionPolicy> retention;
+};
+
+struct GcReport {
+  std::vector<int64_t> deleted_steps;        // checkpoints retention removed
+  std::vector<std::string> deleted_objects;  // every key removed
+  uint64_t bytes_freed = 0;
+};
+
+struct VerifyReport {
+  int64_t step = 0;
+  uint64_t chunks_checked = 0;
+  uint64_t bytes_checked = 0;
+  // One line per problem: the object, the entry and what is wrong.
+  std::vector<std::string> problems;
+  bool ok() const { return problems.empty(); }
+};
+
+// Progress of long operations (bytes done, bytes total).
+using ProgressFn = std::function<void(uint64_t done, uint64_t total)>;
+
+class CheckpointManager {
+ public:
+  // Opens the root at `url` (file://, mem://, or a plain path).
+  static Result<std::unique_ptr<CheckpointManager>> Open(std::string_view url,
+                                                         Options options = {});
+  // Opens a root on a storage the caller built (a wrapper, a custom backend).
+  static Result<std::unique_ptr<CheckpointManager>> Open(
+      std::unique_ptr<Storage> storage, Options options = {});
+
+  ~CheckpointManager();
+  CheckpointManager(const CheckpointManager&) = delete;
+  CheckpointManager& operator=(const CheckpointManager&) = delete;
+
+  // Saves `state` as `step`, on every rank together. AlreadyExists if the
+  // step is committed. Every rank returns the same result.
+  Result<SaveResult> Save(int64_t step, const State& state,
+                          const SaveOptions& options = {});
+
+  // Fills the entries of `state` from `step` (nullopt: the newest committed)
+  // in place: tensors must match dtype and shape; blobs and metadata are
+  // replaced. NotFound names an entry the checkpoint lacks.
+  Result<CheckpointInfo> Load(std::optional<int64_t> step, State& state,
+                              const LoadOptions& options = {});
+  // Loads every entry (or just `names`) into a State that owns the buffers.
+  Result<LoadedCheckpoint> LoadAll(std::optional<int64_t> step,
+                                   const std::vector<std::string>& names = {});
+
+  // The newest committed step whose manifest validates; nullopt if none.
+  Result<std::optional<int64_t>> Latest();
+  // Every committed checkpoint, oldest first. Damaged manifests are skipped
+  // (with a warning); `Verify` reports them.
+  Result<std::vector<CheckpointInfo>> List();
+  Result<CheckpointDescription> Describe(std::optional<int64_t> step);
+  // Re-reads every byte of `step` and checks every checksum and the data
+  // files' safetensors headers.
+  Result<VerifyReport> Verify(int64_t step, const ProgressFn& progress = {});
+  // Deletes a committed checkpoint (manifest first, so a crash leaves
+  // garbage, never a half-deleted checkpoint that looks complete).
+  Status Delete(int64_t step);
+  // Applies retention and removes dead attempts' objects.
+  Result<GcReport> GarbageCollect(const GcOptions& options = {});
+
+  Storage& storage();
+  const Options& options() const;
+
+ private:
+  class Impl;
+  explicit CheckpointManager(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ckpt

@@ -1,0 +1,9 @@
+// Everything a user of ckpt needs: #include "ckpt/ckpt.h".
+#pragma once
+
+#include "ckpt/checkpoint_manager.h"
+#include "ckpt/communicator.h"
+#include "ckpt/dtype.h"
+#include "ckpt/state.h"
+#include "ckpt/status.h"
+#include "ckpt/storage.h"

@@ -1,0 +1,205 @@
+// The one narrow interface that carries every byte ckpt stores.
+//
+// A Storage is rooted at a URL (`file:///data/run42`, `mem://test`); keys are
+// '/'-separated names relative to that root, validated so that none escapes
+// it. Backends declare what they can do (StorageCapabilities) and the commit
+// protocol branches on the declaration, never on the scheme.
+//
+// Thread safety: every method of a Storage may be called from many threads at
+// once. A WritableObject is used by one thread at a time.
+//
+// Durability: Put and WritableObject::Close return only once the object is
+// durable (on `file://`: data fsynced, renamed into place, directory fsynced).
+// An error from either means the object may or may not exist afterwards, but
+// never with partial contents under its key.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ckpt/status.h"
+
+namespace ckpt {
+
+struct StorageCapabilities {
+  // Put(kCreateIfAbsent) is atomic: of two racing writers exactly one wins
+  // and the other gets AlreadyExists. Without it, the commit protocol checks
+  // for the object first and accepts the (documented) race.
+  bool atomic_create_if_absent = false;
+  // ReadRange costs only the bytes asked for.
+  bool range_reads = false;
+  // The backend can copy an object without the bytes passing through us.
+  bool server_side_copy = false;
+  // The backend can link one object under a second key.
+  bool hard_links = false;
+};
+
+struct ObjectInfo {
+  std::string key;            // relative to the root
+  uint64_t size = 0;          // bytes
+  int64_t mtime_unix_ms = 0;  // last modification, milliseconds since 1970
+};
+
+enum class PutMode {
+  kOverwrite,       // replace any existing object atomically
+  kCreateIfAbsent,  // fail with AlreadyExists if the key exists
+};
+
+// An object written as a stream of parts. Nothing is visible under the key
+// until Close succeeds; destroying it without Close discards what was written.
+class WritableObject {
+ public:
+  virtual ~WritableObject() = default;
+  WritableObject(const WritableObject&) = delete;
+  WritableObject& operator=(const WritableObject&) = delete;
+
+  virtual Status Append(std::span<const std::byte> data) = 0;
+  // Makes the object durable and publishes it under its key (replacing any
+  // object there). After an error the object is not published.
+  virtual Status Close() = 0;
+  // Bytes appended so far.
+  virtual uint64_t size() const = 0;
+
+ protected:
+  WritableObject() = default;
+};
+
+class Storage {
+ public:
+  virtual ~Storage() = default;
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  // The URL this storage is rooted at, as given to OpenStorage.
+  virtual const std::string& url() const = 0;
+  virtual StorageCapabilities capabilities() const = 0;
+
+  // Starts a streamed write of `key`.
+  virtual Result<std::unique_ptr<WritableObject>> NewWritable(
+      std::string_view key) = 0;
+  // Writes a whole object durably.
+  virtual Status Put(std::string_view key, std::span<const std::byte> data,
+                     PutMode mode = PutMode::kOverwrite) = 0;
+  // Reads exactly out.size() bytes starting at `offset`. NotFound if the
+  // object is missing; DataLoss if the range runs past its end.
+  virtual Status ReadRange(std::string_view key, uint64_t offset,
+                           std::span<std::byte> out) = 0;
+  // Reads a whole object.
+  virtual Result<std::string> ReadAll(std::string_view key);
+  virtual Result<ObjectInfo> Stat(std::string_view key) = 0;
+  // Every object whose key starts with `prefix`, at any depth, sorted by key.
+  virtual Result<std::vector<ObjectInfo>> List(std::string_view prefix) = 0;
+  // Removes an object; NotFound if there was none.
+  virtual Status Delete(std::string_view key) = 0;
+
+  // Convenience: Put of a string.
+  Status PutString(std::string_view key, std::string_view data,
+                   PutMode mode = PutMode::kOverwrite) {
+    return Put(key,
+               std::span<const std::byte>(
+                   reinterpret_cast<const std::byte*>(data.data()),
+                   data.size()),
+               mode);
+  }
+
+ protected:
+  Storage() = default;
+};
+
+// Forwards every call to a target, so a test (or a feature) overrides just the
+// calls it cares about. Does not own the target unless given ownership.
+class StorageWrapper : public Storage {
+ public:
+  explicit StorageWrapper(Storage* target) : target_(target) {}
+  explicit StorageWrapper(std::unique_ptr<Storage> target)
+      : owned_(std::move(target)), target_(owned_.get()) {}
+
+  Storage* target() const { return target_; }
+
+  const std::string& url() const override { return target_->url(); }
+  StorageCapabilities capabilities() const override {
+    return target_->capabilities();
+  }
+  Result<std::unique_ptr<WritableObject>> NewWritable(
+      std::string_view key) override {
+    return target_->NewWritable(key);
+  }
+  Status Put(std::string_view key, std::span<const std::byte> data,
+             PutMode mode) override {
+    return target_->Put(key, data, mode);
+  }
+  Status ReadRange(std::string_view key, uint64_t offset,
+                   std::span<std::byte> out) override {
+    return target_->ReadRange(key, offset, out);
+  }
+  Result<std::string> ReadAll(std::string_view key) override {
+    return target_->ReadAll(key);
+  }
+  Result<ObjectInfo> Stat(std::string_view key) override {
+    return target_->Stat(key);
+  }
+  Result<std::vector<ObjectInfo>> List(std::string_view prefix) override {
+    return target_->List(prefix);
+  }
+  Status Delete(std::string_view key) override { return target_->Delete(key); }
+
+ private:
+  std::unique_ptr<Storage> owned_;
+  Storage* target_;
+};
+
+// Options every backend understands; a backend ignores what does not apply.
+struct StorageOptions {
+  // Create the root (a directory, a memory namespace) if it does not exist.
+  // Read-only tools pass false so that a typo is an error, not a new folder.
+  bool create = true;
+};
+
+// A parsed root URL: "file:///data/run42" -> {"file", "", "/data/run42"}.
+struct ParsedUrl {
+  std::string url;     // as given
+  std::string scheme;  // lower case
+  std::string host;    // authority (bucket for s3, name for mem)
+  std::string path;    // after the authority
+};
+
+// Parses `url`. A string without "://" is a local path and becomes a file URL
+// (relative paths are made absolute). Errors are InvalidArgument and quote it.
+Result<ParsedUrl> ParseUrl(std::string_view url);
+
+using StorageFactory = std::function<Result<std::unique_ptr<Storage>>(
+    const ParsedUrl& url, const StorageOptions& options)>;
+
+// Maps URL schemes to backends. Thread-safe.
+class StorageRegistry {
+ public:
+  // The process-wide registry, with the built-in backends registered.
+  static StorageRegistry& Default();
+
+  // Registers (or replaces) the backend for `scheme`.
+  void Register(std::string scheme, StorageFactory factory);
+  Result<std::unique_ptr<Storage>> Open(std::string_view url,
+                                        const StorageOptions& options = {});
+  std::vector<std::string> Schemes() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, StorageFactory> factories_;
+};
+
+// Registers mem:// and file:// (and whatever else is built in).
+void RegisterBuiltinBackends(StorageRegistry& registry);
+
+// StorageRegistry::Default().Open(url, options).
+Result<std::unique_ptr<Storage>> OpenStorage(std::string_view url,
+                                             const StorageOptions& options = {});
+
+}  // namespace ckpt

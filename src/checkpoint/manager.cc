@@ -1,0 +1,1068 @@
+// CheckpointManager: the save and load protocols of DESIGN.md.
+//
+// Save, on every rank together (rank 0 is the coordinator):
+//   1. The coordinator decides: the step must not be committed yet, and
+//      min_seconds_between_saves may skip it. It draws the attempt id. The
+//      decision is broadcast, so every rank acts on the same one.
+//   2. Every rank offers what it holds; the offers are all-gathered and every
+//      rank computes the same plan (planner.h): who writes which piece.
+//   3. Every rank writes its pieces to "step-N/rRRRRR-<attempt>.safetensors",
+//      checksumming chunks as they stream out, and makes the object durable.
+//   4. Every rank's result (its chunks, or its error) is all-gathered.
+//   5. If any rank failed, nobody commits; every rank returns that error and
+//      the attempt's objects are garbage.
+//   6. Otherwise the coordinator writes step-N/MANIFEST.json with
+//      create-if-absent. That write is the commit.
+//   7. The coordinator updates the LATEST hint, applies retention and removes
+//      dead attempts, then broadcasts the outcome; every rank returns it.
+// A crash anywhere leaves the earlier checkpoints as they were, plus either
+// nothing or the complete new one: without its manifest a step does not exist.
+//
+// Load: find the newest step whose manifest validates (or the one asked for),
+// check that every needed object exists with the size the manifest records,
+// and only then read, checking each chunk's checksum.
+#include "ckpt/checkpoint_manager.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+
+#include "checkpoint/planner.h"
+#include "checkpoint/reader.h"
+#include "checkpoint/retention.h"
+#include "checkpoint/writer.h"
+#include "format/constants.h"
+#include "format/manifest.h"
+#include "format/safetensors.h"
+#include "storage/file/file_storage.h"
+#include "util/bytes.h"
+#include "util/log.h"
+#include "util/names.h"
+
+namespace ckpt {
+
+using format::Manifest;
+using nlohmann::json;
+
+namespace {
+
+std::string NewAttemptId() {
+  std::random_device rd;
+  std::mt19937_64 gen((uint64_t{rd()} << 32) ^ rd() ^
+                      std::chrono::steady_clock::now().time_since_epoch().count());
+  static const char* kHex = "0123456789abcdef";
+  const uint64_t v = gen();
+  std::string out(format::kAttemptHexDigits, '0');
+  for (int i = 0; i < format::kAttemptHexDigits; ++i) out[i] = kHex[(v >> (4 * i)) & 15];
+  return out;
+}
+
+// Statuses cross ranks as JSON.
+json StatusToJson(const Status& s) {
+  return {{"code", static_cast<int>(s.code())}, {"message", s.message()}};
+}
+
+Status StatusFromJson(const json& j) {
+  if (!j.is_object() || !j.contains("code") || !j["code"].is_number_integer()) {
+    return AbortedError("a rank sent an unreadable status");
+  }
+  const auto code = static_cast<ErrorCode>(j["code"].get<int>());
+  if (code == ErrorCode::kOk) return Status();
+  return Status(code, j.value("message", std::string()));
+}
+
+CheckpointInfo InfoFromManifest(const Manifest& m) {
+  CheckpointInfo info;
+  info.step = m.step;
+  info.epoch = m.epoch;
+  info.created_unix_ms = m.created_unix_ms;
+  info.job_id = m.job_id;
+  info.world_size = m.world_size;
+  info.hosts = m.hosts;
+  const std::string own_prefix = format::StepDirName(m.step) + "/";
+  for (const auto& o : m.objects) {
+    if (o.key.starts_with(own_prefix)) info.bytes += o.size;
+  }
+  info.depends_on = m.depends_on;
+  info.metrics = m.metrics;
+  info.metadata = m.metadata;
+  info.num_entries = m.entries.size();
+  return info;
+}
+
+// Runs `f`, turning an escaping exception into an error: no exception crosses
+// the library boundary.
+template <typename F>
+auto Guard(std::string_view op, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    return IOError(std::string(op) + ": out of memory");
+  } catch (const std::exception& e) {
+    return IOError(std::string(op) + ": " + e.what());
+  }
+}
+
+// Splits "step-000000000042/file" into its step and file name.
+bool SplitStepKey(std::string_view key, int64_t* step, std::string_view* file) {
+  const size_t slash = key.find('/');
+  if (slash == std::string_view::npos) return false;
+  *step = format::ParseStepDirName(key.substr(0, slash));
+  *file = key.substr(slash + 1);
+  return *step >= 0 && file->find('/') == std::string_view::npos;
+}
+
+}  // namespace
+
+class CheckpointManager::Impl {
+ public:
+  Impl(std::unique_ptr<Storage> storage, Options options)
+      : storage_(std::move(storage)), options_(std::move(options)) {
+    if (options_.communicator == nullptr) {
+      local_ = NewLocalCommunicator();
+      options_.communicator = local_.get();
+    }
+    if (options_.job_id.empty()) options_.job_id = storage_->url();
+    if (!options_.now_unix_ms) {
+      options_.now_unix_ms = [] {
+        return std::chrono::duration_cast<std::chrono::milliseconds>(
+                   std::chrono::system_clock::now().time_since_epoch())
+            .count();
+      };
+    }
+  }
+
+  Storage& storage() { return *storage_; }
+  const Options& options() const { return options_; }
+  Communicator& comm() { return *options_.communicator; }
+  std::mutex& mu() { return mu_; }
+
+  Result<SaveResult> Save(int64_t step, const State& state,
+                          const SaveOptions& save);
+  Result<CheckpointInfo> Load(std::optional<int64_t> step, State& state,
+                              const LoadOptions& load);
+  Result<LoadedCheckpoint> LoadAll(std::optional<int64_t> step,
+                                   const std::vector<std::string>& names);
+  Result<std::optional<int64_t>> Latest();
+  Result<std::vector<CheckpointInfo>> List();
+  Result<CheckpointDescription> Describe(std::optional<int64_t> step);
+  Result<VerifyReport> Verify(int64_t step, const ProgressFn& progress);
+  Status Delete(int64_t step, std::vector<std::string>* deleted,
+                uint64_t* bytes, bool dry_run);
+  Result<GcReport> GarbageCollect(const GcOptions& gc);
+
+ private:
+  // Steps with a MANIFEST.json object, newest first, with the object's info.
+  Result<std::vector<std::pair<int64_t, ObjectInfo>>> ManifestObjects();
+  // Reads and validates a manifest (cached: committed manifests never change
+  // under the same size and mtime).
+  Result<std::shared_ptr<const Manifest>> ReadManifest(int64_t step);
+  Result<std::shared_ptr<const Manifest>> ReadManifest(int64_t step,
+                                                       const ObjectInfo& info);
+  // The asked-for step, or the newest valid one; agreed across ranks.
+  Result<std::shared_ptr<const Manifest>> Resolve(std::optional<int64_t> step);
+  Result<std::shared_ptr<const Manifest>> NewestValid();
+  // Checks that the objects `m` names for `entries` exist with the recorded
+  // sizes, before a single byte is read into the caller's buffers.
+  Status CheckObjects(const Manifest& m,
+                      const std::vector<const format::EntryRecord*>& entries);
+  std::string DecideSave(int64_t step, const SaveOptions& save);
+  std::string Commit(int64_t step, const SaveOptions& save,
+                     const std::string& attempt, const SavePlan& plan,
+                     const std::vector<json>& results);
+  void UpdateLatestHint();
+  std::string Where() const { return storage_->url(); }
+
+  std::unique_ptr<Storage> storage_;
+  Options options_;
+  std::unique_ptr<Communicator> local_;
+  std::mutex mu_;  // serializes the public calls
+  std::map<int64_t, std::pair<ObjectInfo, std::shared_ptr<const Manifest>>>
+      cache_;
+};
+
+// --- Manifests ----------------------------------------------------------------
+
+Result<std::vector<std::pair<int64_t, ObjectInfo>>>
+CheckpointManager::Impl::ManifestObjects() {
+  CKPT_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects,
+                        storage_->List(format::kStepPrefix));
+  std::vector<std::pair<int64_t, ObjectInfo>> out;
+  for (ObjectInfo& o : objects) {
+    int64_t step;
+    std::string_view file;
+    if (SplitStepKey(o.key, &step, &file) && file == format::kManifestName) {
+      out.emplace_back(step, std::move(o));
+    }
+  }
+  std::sort(out.begin(), out.end(),
+            [](const auto& a, const auto& b) { return a.first > b.first; });
+  return out;
+}
+
+Result<std::shared_ptr<const Manifest>> CheckpointManager::Impl::ReadManifest(
+    int64_t step, const ObjectInfo& info) {
+  auto it = cache_.find(step);
+  if (it != cache_.end() && it->second.first.size == info.size &&
+      it->second.first.mtime_unix_ms == info.mtime_unix_ms) {
+    return it->second.second;
+  }
+  const std::string key = format::ManifestKey(step);
+  const std::string what = "manifest " + key + " in " + Where();
+  if (info.size > format::kMaxManifestBytes) {
+    return DataLossError(what + ": " + std::to_string(info.size) +
+                         " bytes is beyond the manifest size limit");
+  }
+  CKPT_ASSIGN_OR_RETURN(std::string bytes, storage_->ReadAll(key));
+  CKPT_ASSIGN_OR_RETURN(Manifest m, format::DecodeManifest(bytes, what));
+  if (m.step != step) {
+    return DataLossError(what + ": records step " + std::to_string(m.step));
+  }
+  auto shared = std::make_shared<const Manifest>(std::move(m));
+  cache_[step] = {info, shared};
+  return shared;
+}
+
+Result<std::shared_ptr<const Manifest>> CheckpointManager::Impl::ReadManifest(
+    int64_t step) {
+  if (step < 0) {
+    return InvalidArgumentError("step " + std::to_string(step) +
+                                " is negative");
+  }
+  Result<ObjectInfo> info = storage_->Stat(format::ManifestKey(step));
+  if (!info.ok()) {
+    if (info.status().code() == ErrorCode::kNotFound) {
+      return NotFoundError("step " + std::to_string(step) +
+                           " is not a committed checkpoint in " + Where());
+    }
+    return info.status();
+  }
+  return ReadManifest(step, *info);
+}
+
+Result<std::shared_ptr<const Manifest>> CheckpointManager::Impl::NewestValid() {
+  CKPT_ASSIGN_OR_RETURN(auto manifests, ManifestObjects());
+  for (const auto& [step, info] : manifests) {
+    Result<std::shared_ptr<const Manifest>> m = ReadManifest(step, info);
+    if (m.ok()) return m;
+    // A damaged manifest is not a checkpoint; the one before it may be.
+    LogWarning("skipping step " + std::to_string(step) + ": " +
+               m.status().ToString());
+  }
+  return NotFoundError("no committed checkpoint in " + Where());
+}
+
+Result<std::shared_ptr<const Manifest>> CheckpointManager::Impl::Resolve(
+    std::optional<int64_t> step) {
+  if (step) return ReadManifest(*step);
+  if (comm().size() == 1) return NewestValid();
+  // Rank 0 decides which step is newest, so that ranks racing a concurrent
+  // commit never load different steps.
+  std::string mine;
+  if (comm().rank() == 0) {
+    Result<std::shared_ptr<const Manifest>> m = NewestValid();
+    mine = m.ok() ? json{{"step", (*m)->step}}.dump()
+                  : json{{"status", StatusToJson(m.status())}}.dump();
+  }
+  CKPT_ASSIGN_OR_RETURN(std::string agreed, comm().Broadcast(mine, 0));
+  json j = json::parse(agreed, nullptr, false);
+  if (j.is_object() && j.contains("step") && j["step"].is_number_integer()) {
+    return ReadManifest(j["step"].get<int64_t>());
+  }
+  Status s = j.is_object() && j.contains("status")
+                 ? StatusFromJson(j["status"])
+                 : AbortedError("rank 0 sent an unreadable step");
+  return s.ok() ? AbortedError("rank 0 sent no step") : s;
+}
+
+Status CheckpointManager::Impl::CheckObjects(
+    const Manifest& m, const std::vector<const format::EntryRecord*>& entries) {
+  std::set<uint32_t> needed;
+  for (const auto* e : entries) {
+    for (const auto& p : e->pieces) {
+      for (const auto& c : p.chunks) needed.insert(c.object);
+    }
+  }
+  for (uint32_t i : needed) {
+    const format::ObjectRecord& o = m.objects[i];
+    Result<ObjectInfo> info = storage_->Stat(o.key);
+    if (!info.ok()) {
+      if (info.status().code() == ErrorCode::kNotFound) {
+        return DataLossError("step " + std::to_string(m.step) + " in " +
+                             Where() + ": data object " + o.key +
+                             " is missing");
+      }
+      return info.status().WithContext("stat " + o.key);
+    }
+    if (info->size != o.size) {
+      return DataLossError("step " + std::to_string(m.step) + " in " +
+                           Where() + ": data object " + o.key + " is " +
+                           std::to_string(info->size) +
+                           " bytes but the manifest records " +
+                           std::to_string(o.size) + " (truncated or replaced)");
+    }
+  }
+  return Status();
+}
+
+// --- Save ---------------------------------------------------------------------
+
+std::string CheckpointManager::Impl::DecideSave(int64_t step,
+                                                const SaveOptions& save) {
+  auto fail = [](const Status& s) { return json{{"status", StatusToJson(s)}}.dump(); };
+  if (step < 0) {
+    return fail(InvalidArgumentError("step " + std::to_string(step) + " is negative"));
+  }
+  if (step > 999'999'999'999) {
+    return fail(InvalidArgumentError("step " + std::to_string(step) +
+                                     " does not fit in 12 digits"));
+  }
+  for (const auto& [k, v] : save.metrics) {
+    if (!std::isfinite(v)) {
+      return fail(InvalidArgumentError("metric " + Quote(k) + " is not finite"));
+    }
+  }
+  Result<ObjectInfo> existing = storage_->Stat(format::ManifestKey(step));
+  if (existing.ok()) {
+    return fail(AlreadyExistsError("step " + std::to_string(step) +
+                                   " is already committed in " + Where()));
+  }
+  if (existing.status().code() != ErrorCode::kNotFound) {
+    return fail(existing.status().WithContext("save step " + std::to_string(step)));
+  }
+  if (options_.min_seconds_between_saves > 0) {
+    Result<std::shared_ptr<const Manifest>> newest = NewestValid();
+    if (newest.ok()) {
+      const double since =
+          (options_.now_unix_ms() - (*newest)->created_unix_ms) / 1000.0;
+      if (since < options_.min_seconds_between_saves) {
+        return json{{"skip", true}}.dump();
+      }
+    }
+  }
+  return json{{"attempt", NewAttemptId()}}.dump();
+}
+
+Result<SaveResult> CheckpointManager::Impl::Save(int64_t step,
+                                                 const State& state,
+                                                 const SaveOptions& save) {
+  const std::string op = "save step " + std::to_string(step) + " in " + Where();
+  Communicator& c = comm();
+  // 1. The coordinator decides.
+  std::string decision;
+  if (c.rank() == 0) decision = DecideSave(step, save);
+  CKPT_ASSIGN_OR_RETURN(decision, c.Broadcast(decision, 0));
+  json d = json::parse(decision, nullptr, false);
+  if (!d.is_object()) return AbortedError(op + ": unreadable decision from rank 0");
+  if (d.contains("status")) return StatusFromJson(d["status"]);
+  if (d.value("skip", false)) {
+    SaveResult skipped;
+    skipped.skipped = true;
+    return skipped;
+  }
+  const std::string attempt = d.value("attempt", std::string());
+
+  // 2. Plan.
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> offers,
+                        c.AllGather(EncodeOffer(MakeOffer(state, c.host_name()))));
+  std::vector<Offer> decoded;
+  for (const std::string& o : offers) {
+    CKPT_ASSIGN_OR_RETURN(Offer offer, DecodeOffer(o));
+    decoded.push_back(std::move(offer));
+  }
+  Result<SavePlan> planned = MakePlan(decoded);
+  if (!planned.ok()) return planned.status().WithContext(op);
+  const SavePlan& plan = *planned;
+
+  // 3. Write this rank's pieces.
+  std::vector<size_t> mine;
+  std::vector<PieceToWrite> pieces;
+  for (size_t i = 0; i < plan.pieces.size(); ++i) {
+    const PlannedPiece& p = plan.pieces[i];
+    if (p.writer != c.rank()) continue;
+    const PlannedEntry& e = plan.entries[p.entry];
+    const Entry* local = state.Find(e.name);
+    mine.push_back(i);
+    PieceToWrite w;
+    w.tensor_name = e.name;
+    w.dtype = e.dtype;
+    w.lengths = p.lengths;
+    w.bytes = std::span<const std::byte>(local->tensor.data, p.bytes);
+    pieces.push_back(std::move(w));
+  }
+  json result;
+  if (!mine.empty()) {
+    const std::string key = format::DataObjectKey(step, c.rank(), attempt);
+    Result<WrittenObject> written = Guard("write " + key, [&] {
+      return WriteDataObject(*storage_, key, pieces, options_.chunk_size);
+    });
+    if (written.ok()) {
+      json chunks = json::array();
+      for (size_t k = 0; k < mine.size(); ++k) {
+        json list = json::array();
+        for (const auto& ch : written->chunks[k]) {
+          list.push_back({ch.offset, ch.length, ch.checksum.Hex()});
+        }
+        chunks.push_back({{"piece", mine[k]}, {"chunks", std::move(list)}});
+      }
+      result = {{"key", key}, {"size", written->size}, {"pieces", std::move(chunks)}};
+    } else {
+      result = {{"status", StatusToJson(written.status())}};
+    }
+  } else {
+    result = json::object();
+  }
+
+  // 4. Gather the results; 5. any failure fails every rank.
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> gathered, c.AllGather(result.dump()));
+  std::vector<json> results;
+  for (size_t r = 0; r < gathered.size(); ++r) {
+    json j = json::parse(gathered[r], nullptr, false);
+    if (!j.is_object()) {
+      return AbortedError(op + ": rank " + std::to_string(r) + " sent an unreadable result");
+    }
+    if (j.contains("status")) {
+      Status s = StatusFromJson(j["status"]);
+      if (c.size() > 1) s = s.WithContext("rank " + std::to_string(r));
+      return s.WithContext(op);
+    }
+    results.push_back(std::move(j));
+  }
+
+  // 6-7. The coordinator commits; everyone returns its outcome.
+  std::string outcome;
+  if (c.rank() == 0) {
+    Result<std::string> committed = Guard("commit", [&]() -> Result<std::string> {
+      return Commit(step, save, attempt, plan, results);
+    });
+    outcome = committed.ok()
+                  ? *committed
+                  : json{{"status", StatusToJson(committed.status())}}.dump();
+  }
+  CKPT_ASSIGN_OR_RETURN(outcome, c.Broadcast(outcome, 0));
+  json o = json::parse(outcome, nullptr, false);
+  if (!o.is_object()) return AbortedError(op + ": unreadable outcome from rank 0");
+  if (o.contains("status")) return StatusFromJson(o["status"]);
+  // Every rank reads the committed manifest's facts the same way.
+  SaveResult out;
+  Result<std::shared_ptr<const Manifest>> committed = ReadManifest(step);
+  if (!committed.ok()) return committed.status().WithContext(op + ": after commit");
+  out.info = InfoFromManifest(**committed);
+  out.deleted_steps = o.value("deleted_steps", std::vector<int64_t>());
+  return out;
+}
+
+std::string CheckpointManager::Impl::Commit(int64_t step,
+                                            const SaveOptions& save,
+                                            const std::string& attempt,
+                                            const SavePlan& plan,
+                                            const std::vector<json>& results) {
+  auto fail = [](const Status& s) { return json{{"status", StatusToJson(s)}}.dump(); };
+  const std::string op = "commit step " + std::to_string(step) + " in " + Where();
+  Manifest m;
+  m.version = format::kManifestVersion;
+  m.job_id = options_.job_id;
+  m.step = step;
+  m.epoch = save.epoch;
+  m.created_unix_ms = options_.now_unix_ms();
+  m.attempt = attempt;
+  m.world_size = static_cast<int32_t>(plan.hosts.size());
+  m.hosts = plan.hosts;
+  m.chunk_size = options_.chunk_size;
+  m.metadata = save.metadata;
+  m.metrics = save.metrics;
+  // Chunks of each planned piece, gathered from the rank that wrote it.
+  std::vector<std::vector<format::ChunkRecord>> chunks(plan.pieces.size());
+  for (size_t r = 0; r < results.size(); ++r) {
+    const json& res = results[r];
+    if (!res.contains("key")) continue;
+    const uint32_t object = static_cast<uint32_t>(m.objects.size());
+    m.objects.push_back(format::ObjectRecord{res["key"].get<std::string>(),
+                                             res["size"].get<uint64_t>(),
+                                             static_cast<int32_t>(r)});
+    for (const json& p : res["pieces"]) {
+      const size_t piece = p["piece"].get<size_t>();
+      if (piece >= chunks.size()) return fail(AbortedError(op + ": bad piece index"));
+      for (const json& ch : p["chunks"]) {
+        auto sum = Checksum128::FromHex(ch[2].get<std::string>());
+        if (!sum) return fail(AbortedError(op + ": bad checksum from a rank"));
+        chunks[piece].push_back(format::ChunkRecord{
+            object, ch[0].get<uint64_t>(), ch[1].get<uint64_t>(), *sum});
+      }
+    }
+  }
+  for (const PlannedEntry& e : plan.entries) {
+    format::EntryRecord rec;
+    rec.name = e.name;
+    rec.kind = e.kind;
+    rec.dtype = e.dtype;
+    rec.shape = e.shape;
+    rec.json = e.json;
+    for (size_t pi : e.pieces) {
+      const PlannedPiece& p = plan.pieces[pi];
+      rec.pieces.push_back(format::PieceRecord{p.offsets, p.lengths, p.writer,
+                                               std::move(chunks[pi])});
+    }
+    m.entries.push_back(std::move(rec));
+  }
+  if (Status s = format::ValidateManifest(m); !s.ok()) {
+    return fail(s.WithContext(op + ": the manifest would be inconsistent"));
+  }
+  const std::string bytes = format::EncodeManifest(m);
+  const std::string key = format::ManifestKey(step);
+  if (!storage_->capabilities().atomic_create_if_absent) {
+    // Best effort where the store cannot refuse an existing object: check
+    // first. Only one job writes a root, so the race is between its own
+    // retries, which use distinct steps.
+    if (storage_->Stat(key).ok()) {
+      return fail(AlreadyExistsError(op + ": step is already committed"));
+    }
+  }
+  // THE COMMIT.
+  if (Status s = storage_->PutString(key, bytes, PutMode::kCreateIfAbsent); !s.ok()) {
+    if (s.code() == ErrorCode::kAlreadyExists) {
+      return fail(AlreadyExistsError(op + ": another save committed this step first"));
+    }
+    return fail(s.WithContext(op));
+  }
+  cache_.erase(step);
+  UpdateLatestHint();
+  json deleted = json::array();
+  if (options_.retention.enabled() || options_.gc_after_save) {
+    GcOptions gc;
+    gc.retention = options_.retention;
+    Result<GcReport> report = GarbageCollect(gc);
+    if (report.ok()) {
+      deleted = report->deleted_steps;
+    } else {
+      // The checkpoint is committed; a failed clean-up only leaves garbage
+      // that the next GarbageCollect removes.
+      LogWarning("after " + op + ": garbage collection failed: " +
+                 report.status().ToString());
+    }
+  }
+  return json{{"deleted_steps", deleted}}.dump();
+}
+
+void CheckpointManager::Impl::UpdateLatestHint() {
+  // LATEST is a hint for humans and other tools; readers never trust it, so
+  // a failure to write it does not fail anything.
+  Result<std::vector<std::pair<int64_t, ObjectInfo>>> manifests = ManifestObjects();
+  Status s;
+  if (!manifests.ok()) {
+    s = manifests.status();
+  } else if (manifests->empty()) {
+    s = storage_->Delete(format::kLatestName);
+    if (s.code() == ErrorCode::kNotFound) s = Status();
+  } else {
+    s = storage_->PutString(format::kLatestName,
+                            std::to_string(manifests->front().first) + "\n");
+  }
+  if (!s.ok()) LogWarning("could not update the LATEST hint: " + s.ToString());
+}
+
+// --- Load ---------------------------------------------------------------------
+
+Result<CheckpointInfo> CheckpointManager::Impl::Load(std::optional<int64_t> step,
+                                                     State& state,
+                                                     const LoadOptions& load) {
+  CKPT_RETURN_IF_ERROR(state.status());
+  CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> m, Resolve(step));
+  const std::string op =
+      "load step " + std::to_string(m->step) + " from " + Where();
+  // Everything that can be checked without reading data is checked before the
+  // first byte lands in the caller's buffers.
+  std::vector<const format::EntryRecord*> records;
+  for (const Entry& e : state.entries()) {
+    const format::EntryRecord* rec = m->Find(e.name);
+    if (rec == nullptr) {
+      return NotFoundError(op + ": the checkpoint has no entry " + Quote(e.name));
+    }
+    if (rec->kind != e.kind) {
+      return InvalidArgumentError(op + ": entry " + Quote(e.name) + " is a " +
+                                  std::string(EntryKindName(rec->kind)) +
+                                  " in the checkpoint but a " +
+                                  std::string(EntryKindName(e.kind)) +
+                                  " in the state");
+    }
+    if (e.kind == EntryKind::kTensor) {
+      if (rec->dtype != e.tensor.dtype || rec->shape != e.tensor.shape) {
+        auto describe = [](DType dt, const std::vector<int64_t>& shape) {
+          std::string s(DTypeName(dt));
+          s += " [";
+          for (size_t i = 0; i < shape.size(); ++i) {
+            s += (i ? ", " : "") + std::to_string(shape[i]);
+          }
+          return s + "]";
+        };
+        return InvalidArgumentError(op + ": entry " + Quote(e.name) + " is " +
+                                    describe(rec->dtype, rec->shape) +
+                                    " in the checkpoint but " +
+                                    describe(e.tensor.dtype, e.tensor.shape) +
+                                    " in the state");
+      }
+      if (!e.tensor.writable) {
+        return InvalidArgumentError(op + ": entry " + Quote(e.name) +
+                                    " is a read-only view; Load needs a "
+                                    "writable one");
+      }
+    }
+    records.push_back(rec);
+  }
+  if (load.strict) {
+    for (const auto& rec : m->entries) {
+      if (state.Find(rec.name) == nullptr) {
+        return InvalidArgumentError(op + ": strict load: the state has no entry " +
+                                    Quote(rec.name));
+      }
+    }
+  }
+  CKPT_RETURN_IF_ERROR(CheckObjects(*m, records));
+  for (size_t i = 0; i < records.size(); ++i) {
+    const format::EntryRecord& rec = *records[i];
+    Entry* e = state.Find(rec.name);
+    switch (rec.kind) {
+      case EntryKind::kTensor: {
+        const uint64_t size = *e->tensor.ByteSize();
+        CKPT_RETURN_IF_ERROR_CTX(
+            ReadEntry(*storage_, *m, rec, std::span<std::byte>(e->tensor.data, size)),
+            op);
+        break;
+      }
+      case EntryKind::kBlob: {
+        std::string bytes(static_cast<size_t>(rec.shape[0]), '\0');
+        CKPT_RETURN_IF_ERROR_CTX(
+            ReadEntry(*storage_, *m, rec,
+                      std::span<std::byte>(reinterpret_cast<std::byte*>(bytes.data()),
+                                           bytes.size())),
+            op);
+        CKPT_RETURN_IF_ERROR(state.SetBlob(rec.name, std::move(bytes)));
+        break;
+      }
+      case EntryKind::kMetadata:
+        CKPT_RETURN_IF_ERROR(state.SetMetadataJson(rec.name, rec.json));
+        break;
+    }
+  }
+  return InfoFromManifest(*m);
+}
+
+Result<LoadedCheckpoint> CheckpointManager::Impl::LoadAll(
+    std::optional<int64_t> step, const std::vector<std::string>& names) {
+  CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> m, Resolve(step));
+  const std::string op =
+      "load step " + std::to_string(m->step) + " from " + Where();
+  std::vector<const format::EntryRecord*> records;
+  if (names.empty()) {
+    for (const auto& rec : m->entries) records.push_back(&rec);
+  } else {
+    for (const std::string& n : names) {
+      const format::EntryRecord* rec = m->Find(n);
+      if (rec == nullptr) {
+        return NotFoundError(op + ": the checkpoint has no entry " + Quote(n));
+      }
+      records.push_back(rec);
+    }
+  }
+  // The objects must really hold the bytes the manifest claims before any
+  // buffer is sized from the manifest's shapes.
+  CKPT_RETURN_IF_ERROR(CheckObjects(*m, records));
+  LoadedCheckpoint out;
+  out.info = InfoFromManifest(*m);
+  for (const format::EntryRecord* rec : records) {
+    switch (rec->kind) {
+      case EntryKind::kTensor: {
+        CKPT_ASSIGN_OR_RETURN(TensorView view,
+                              out.state.AllocateTensor(rec->name, rec->dtype, rec->shape));
+        CKPT_RETURN_IF_ERROR_CTX(
+            ReadEntry(*storage_, *m, *rec,
+                      std::span<std::byte>(view.data, *view.ByteSize())),
+            op);
+        break;
+      }
+      case EntryKind::kBlob: {
+        std::string bytes(static_cast<size_t>(rec->shape[0]), '\0');
+        CKPT_RETURN_IF_ERROR_CTX(
+            ReadEntry(*storage_, *m, *rec,
+                      std::span<std::byte>(reinterpret_cast<std::byte*>(bytes.data()),
+                                           bytes.size())),
+            op);
+        out.state.AddBlob(rec->name, std::move(bytes));
+        break;
+      }
+      case EntryKind::kMetadata:
+        out.state.AddMetadataJson(rec->name, rec->json);
+        break;
+    }
+  }
+  CKPT_RETURN_IF_ERROR(out.state.status());
+  return out;
+}
+
+// --- Inspection -----------------------------------------------------------------
+
+Result<std::optional<int64_t>> CheckpointManager::Impl::Latest() {
+  Result<std::shared_ptr<const Manifest>> m = NewestValid();
+  if (!m.ok()) {
+    if (m.status().code() == ErrorCode::kNotFound) return std::optional<int64_t>();
+    return m.status();
+  }
+  return std::optional<int64_t>((*m)->step);
+}
+
+Result<std::vector<CheckpointInfo>> CheckpointManager::Impl::List() {
+  CKPT_ASSIGN_OR_RETURN(auto manifests, ManifestObjects());
+  std::vector<CheckpointInfo> out;
+  for (auto it = manifests.rbegin(); it != manifests.rend(); ++it) {
+    Result<std::shared_ptr<const Manifest>> m = ReadManifest(it->first, it->second);
+    if (!m.ok()) {
+      LogWarning("skipping step " + std::to_string(it->first) + ": " +
+                 m.status().ToString());
+      continue;
+    }
+    out.push_back(InfoFromManifest(**m));
+  }
+  return out;
+}
+
+Result<CheckpointDescription> CheckpointManager::Impl::Describe(
+    std::optional<int64_t> step) {
+  CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> m, Resolve(step));
+  CheckpointDescription d;
+  d.info = InfoFromManifest(*m);
+  for (const auto& rec : m->entries) {
+    EntryInfo e;
+    e.name = rec.name;
+    e.kind = rec.kind;
+    e.dtype = rec.dtype;
+    e.shape = rec.shape;
+    e.num_pieces = rec.pieces.size();
+    e.json = rec.json;
+    Xxh3Hasher digest;
+    auto feed = [&](std::string_view s) {
+      digest.Update(std::span<const std::byte>(
+          reinterpret_cast<const std::byte*>(s.data()), s.size()));
+    };
+    feed(rec.kind == EntryKind::kMetadata ? rec.json : "");
+    for (const auto& p : rec.pieces) {
+      for (size_t i = 0; i < p.offsets.size(); ++i) {
+        feed(std::to_string(p.offsets[i]) + ":" + std::to_string(p.lengths[i]) + ",");
+      }
+      for (const auto& c : p.chunks) {
+        e.bytes += c.length;
+        feed(c.checksum.Hex());
+      }
+    }
+    e.digest = digest.Digest().Hex();
+    d.entries.push_back(std::move(e));
+  }
+  for (const auto& o : m->objects) {
+    d.objects.push_back(ObjectInfo{o.key, o.size, 0});
+  }
+  return d;
+}
+
+Result<VerifyReport> CheckpointManager::Impl::Verify(int64_t step,
+                                                     const ProgressFn& progress) {
+  CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> m, ReadManifest(step));
+  VerifyReport report;
+  report.step = step;
+  uint64_t total = 0;
+  for (const auto& e : m->entries) {
+    for (const auto& p : e.pieces) {
+      for (const auto& c : p.chunks) total += c.length;
+    }
+  }
+  // Objects: present, the recorded size, and a valid safetensors header.
+  std::vector<uint64_t> actual(m->objects.size(), 0);
+  std::vector<bool> readable(m->objects.size(), false);
+  for (size_t i = 0; i < m->objects.size(); ++i) {
+    const format::ObjectRecord& o = m->objects[i];
+    Result<ObjectInfo> info = storage_->Stat(o.key);
+    if (!info.ok()) {
+      report.problems.push_back(o.key + ": " + info.status().ToString());
+      continue;
+    }
+    actual[i] = info->size;
+    readable[i] = true;
+    if (info->size != o.size) {
+      report.problems.push_back(o.key + ": is " + std::to_string(info->size) +
+                                " bytes, the manifest records " +
+                                std::to_string(o.size) + " (truncated or replaced)");
+    }
+    std::byte prefix[8];
+    Status s = info->size >= 8 ? storage_->ReadRange(o.key, 0, prefix)
+                               : DataLossError("shorter than 8 bytes");
+    if (s.ok()) {
+      Result<uint64_t> n = format::DecodeSafetensorsHeaderLength(prefix, info->size, o.key);
+      if (!n.ok()) {
+        s = n.status();
+      } else {
+        std::string header(*n, '\0');
+        s = storage_->ReadRange(
+            o.key, 8,
+            std::span<std::byte>(reinterpret_cast<std::byte*>(header.data()), header.size()));
+        if (s.ok()) s = format::ParseSafetensorsHeader(header, info->size, o.key).status();
+      }
+    }
+    if (!s.ok()) report.problems.push_back(o.key + ": safetensors header: " + s.ToString());
+  }
+  // Every chunk, re-read and re-hashed.
+  std::vector<std::byte> buf;
+  uint64_t done = 0;
+  for (const auto& e : m->entries) {
+    for (const auto& p : e.pieces) {
+      for (const auto& c : p.chunks) {
+        const std::string& key = m->objects[c.object].key;
+        if (!readable[c.object]) continue;  // already reported
+        if (c.offset > actual[c.object] || c.length > actual[c.object] - c.offset) {
+          report.problems.push_back(key + ": entry " + Quote(e.name) + " bytes [" +
+                                    std::to_string(c.offset) + ", " +
+                                    std::to_string(c.offset + c.length) +
+                                    ") lie past the end of the object");
+          continue;
+        }
+        buf.resize(c.length);
+        Status s = ReadChunk(*storage_, *m, e, c, buf);
+        if (!s.ok()) {
+          report.problems.push_back(s.ToString());
+        } else {
+          ++report.chunks_checked;
+          report.bytes_checked += c.length;
+        }
+        done += c.length;
+        if (progress) progress(done, total);
+      }
+    }
+  }
+  return report;
+}
+
+// --- Deleting -------------------------------------------------------------------
+
+Status CheckpointManager::Impl::Delete(int64_t step,
+                                       std::vector<std::string>* deleted,
+                                       uint64_t* bytes, bool dry_run) {
+  const std::string op = "delete step " + std::to_string(step) + " in " + Where();
+  const std::string manifest_key = format::ManifestKey(step);
+  Result<ObjectInfo> info = storage_->Stat(manifest_key);
+  if (!info.ok()) {
+    if (info.status().code() == ErrorCode::kNotFound) {
+      return NotFoundError(op + ": step is not a committed checkpoint");
+    }
+    return info.status().WithContext(op);
+  }
+  // Refuse to break a checkpoint that references this one.
+  CKPT_ASSIGN_OR_RETURN(auto manifests, ManifestObjects());
+  std::vector<int64_t> dependants;
+  for (const auto& [s, oi] : manifests) {
+    if (s == step) continue;
+    Result<std::shared_ptr<const Manifest>> m = ReadManifest(s, oi);
+    if (!m.ok()) continue;
+    const auto& deps = (*m)->depends_on;
+    if (std::find(deps.begin(), deps.end(), step) != deps.end()) dependants.push_back(s);
+  }
+  if (!dependants.empty()) {
+    std::string list;
+    for (int64_t s : dependants) list += (list.empty() ? "" : ", ") + std::to_string(s);
+    return FailedPreconditionError(op + ": steps " + list +
+                                   " depend on it; delete them first");
+  }
+  // The manifest goes first: from then on the step is not a checkpoint, and
+  // a crash leaves only garbage.
+  const std::string prefix = format::StepDirName(step) + "/";
+  CKPT_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, storage_->List(prefix));
+  std::vector<ObjectInfo> doomed;
+  for (const ObjectInfo& o : objects) {
+    std::string_view file = std::string_view(o.key).substr(prefix.size());
+    if (o.key == manifest_key) continue;
+    if (format::ParseDataObjectKey(o.key, nullptr, nullptr, nullptr) ||
+        file.find(kTempMarker) != std::string_view::npos) {
+      doomed.push_back(o);  // ckpt's own; anything else is left alone
+    }
+  }
+  if (!dry_run) {
+    CKPT_RETURN_IF_ERROR_CTX(storage_->Delete(manifest_key), op);
+    cache_.erase(step);
+  }
+  if (deleted) deleted->push_back(manifest_key);
+  if (bytes) *bytes += info->size;
+  for (const ObjectInfo& o : doomed) {
+    if (!dry_run) {
+      Status s = storage_->Delete(o.key);
+      if (!s.ok() && s.code() != ErrorCode::kNotFound) return s.WithContext(op);
+    }
+    if (deleted) deleted->push_back(o.key);
+    if (bytes) *bytes += o.size;
+  }
+  if (!dry_run) UpdateLatestHint();
+  return Status();
+}
+
+Result<GcReport> CheckpointManager::Impl::GarbageCollect(const GcOptions& gc) {
+  GcReport report;
+  const RetentionPolicy policy = gc.retention ? *gc.retention : options_.retention;
+  CKPT_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> infos, List());
+  for (int64_t step : StepsToDelete(infos, policy)) {
+    CKPT_RETURN_IF_ERROR(
+        Delete(step, &report.deleted_objects, &report.bytes_freed, gc.dry_run));
+    report.deleted_steps.push_back(step);
+  }
+  // Dead attempts: ckpt-named objects that no committed manifest names.
+  CKPT_ASSIGN_OR_RETURN(auto manifests, ManifestObjects());
+  std::set<std::string> referenced;
+  std::set<int64_t> committed;
+  std::set<int64_t> damaged;  // left untouched: someone should look at them
+  int64_t newest = -1;
+  for (const auto& [step, info] : manifests) {
+    if (gc.dry_run && std::find(report.deleted_steps.begin(), report.deleted_steps.end(),
+                                step) != report.deleted_steps.end()) {
+      continue;
+    }
+    Result<std::shared_ptr<const Manifest>> m = ReadManifest(step, info);
+    if (!m.ok()) {
+      damaged.insert(step);
+      continue;
+    }
+    committed.insert(step);
+    newest = std::max(newest, step);
+    for (const auto& o : (*m)->objects) referenced.insert(o.key);
+  }
+  CKPT_ASSIGN_OR_RETURN(std::vector<ObjectInfo> all, storage_->List(""));
+  const int64_t now = options_.now_unix_ms();
+  const int64_t grace_ms = options_.gc_grace_seconds * 1000;
+  const std::set<std::string> already(report.deleted_objects.begin(),
+                                      report.deleted_objects.end());
+  for (const ObjectInfo& o : all) {
+    if (referenced.count(o.key) || already.count(o.key)) continue;
+    const bool old = now - o.mtime_unix_ms > grace_ms;
+    int64_t step;
+    std::string_view file;
+    bool dead = false;
+    if (SplitStepKey(o.key, &step, &file)) {
+      if (damaged.count(step) || file == format::kManifestName) continue;
+      const bool ours = format::ParseDataObjectKey(o.key, nullptr, nullptr, nullptr) ||
+                        file.find(kTempMarker) != std::string_view::npos;
+      // An attempt at a step at or below the newest committed one can no
+      // longer commit; a newer one may still be running elsewhere.
+      dead = ours && (step <= newest || old);
+    } else {
+      // Root-level temporaries (of the LATEST hint).
+      dead = o.key.starts_with(std::string(format::kLatestName) + std::string(kTempMarker)) &&
+             old;
+    }
+    if (!dead) continue;
+    if (!gc.dry_run) {
+      Status s = storage_->Delete(o.key);
+      if (!s.ok() && s.code() != ErrorCode::kNotFound) {
+        return s.WithContext("garbage collection in " + Where());
+      }
+    }
+    report.deleted_objects.push_back(o.key);
+    report.bytes_freed += o.size;
+  }
+  return report;
+}
+
+// --- The public face -------------------------------------------------------------
+
+CheckpointManager::CheckpointManager(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)) {}
+CheckpointManager::~CheckpointManager() = default;
+
+Result<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
+    std::string_view url, Options options) {
+  return Guard("open " + std::string(url),
+               [&]() -> Result<std::unique_ptr<CheckpointManager>> {
+                 StorageOptions so;
+                 so.create = options.create;
+                 CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Storage> storage,
+                                       OpenStorage(url, so));
+                 return Open(std::move(storage), std::move(options));
+               });
+}
+
+Result<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
+    std::unique_ptr<Storage> storage, Options options) {
+  if (storage == nullptr) return InvalidArgumentError("open: no storage given");
+  if (options.chunk_size < format::kMinChunkSize) {
+    return InvalidArgumentError("open " + storage->url() + ": chunk_size " +
+                                std::to_string(options.chunk_size) +
+                                " is below the minimum of " +
+                                std::to_string(format::kMinChunkSize));
+  }
+  if (options.min_seconds_between_saves < 0 || options.gc_grace_seconds < 0 ||
+      options.retention.keep_last < 0 || options.retention.keep_best < 0 ||
+      options.retention.keep_every_n_steps < 0 ||
+      options.retention.keep_every_seconds < 0) {
+    return InvalidArgumentError("open " + storage->url() +
+                                ": retention and timing options must not be negative");
+  }
+  if (options.retention.keep_best > 0 && options.retention.best_metric.empty()) {
+    return InvalidArgumentError("open " + storage->url() +
+                                ": keep_best needs best_metric");
+  }
+  return std::unique_ptr<CheckpointManager>(new CheckpointManager(
+      std::make_unique<Impl>(std::move(storage), std::move(options))));
+}
+
+Result<SaveResult> CheckpointManager::Save(int64_t step, const State& state,
+                                           const SaveOptions& options) {
+  std::lock_guard<std::mutex> lock(impl_->mu());
+  return Guard("save", [&] { return impl_->Save(step, state, options); });
+}
+
+Result<CheckpointInfo> CheckpointManager::Load(std::optional<int64_t> step,
+                                               State& state,
+                                               const LoadOptions& options) {
+  std::lock_guard<std::mutex> lock(impl_->mu());
+  return Guard("load", [&] { return impl_->Load(step, state, options); });
+}
+
+Result<LoadedCheckpoint> CheckpointManager::LoadAll(
+    std::optional<int64_t> step, const std::vector<std::string>& names) {
+  std::lock_guard<std::mutex> lock(impl_->mu());
+  return Guard("load", [&] { return impl_->LoadAll(step, names); });
+}
+
+Result<std::optional<int64_t>> CheckpointManager::Latest() {
+  std::lock_guard<std::mutex> lock(impl_->mu());
+  return Guard("latest", [&] { return impl_->Latest(); });
+}
+
+Result<std::vector<CheckpointInfo>> CheckpointManager::List() {
+  std::lock_guard<std::mutex> lock(impl_->mu());
+  return Guard("list", [&] { return impl_->List(); });
+}
+
+Result<CheckpointDescription> CheckpointManager::Describe(
+    std::optional<int64_t> step) {
+  std::lock_guard<std::mutex> lock(impl_->mu());
+  return Guard("describe", [&] { return impl_->Describe(step); });
+}
+
+Result<VerifyReport> CheckpointManager::Verify(int64_t step,
+                                               const ProgressFn& progress) {
+  std::lock_guard<std::mutex> lock(impl_->mu());
+  return Guard("verify", [&] { return impl_->Verify(step, progress); });
+}
+
+Status CheckpointManager::Delete(int64_t step) {
+  std::lock_guard<std::mutex> lock(impl_->mu());
+  return Guard("delete", [&] { return impl_->Delete(step, nullptr, nullptr, false); });
+}
+
+Result<GcReport> CheckpointManager::GarbageCollect(const GcOptions& options) {
+  std::lock_guard<std::mutex> lock(impl_->mu());
+  return Guard("gc", [&] { return impl_->GarbageCollect(options); });
+}
+
+Storage& CheckpointManager::storage() { return impl_->storage(); }
+const Options& CheckpointManager::options() const { return impl_->options(); }
+
+}  // namespace ckpt

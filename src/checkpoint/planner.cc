@@ -1,0 +1,205 @@
+#include "checkpoint/planner.h"
+
+#include <algorithm>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <tuple>
+
+#include "util/names.h"
+
+namespace ckpt {
+
+using nlohmann::json;
+
+Offer MakeOffer(const State& state, std::string host) {
+  Offer offer;
+  offer.host = std::move(host);
+  if (!state.status().ok()) {
+    offer.error_code = state.status().code();
+    offer.error_message = state.status().message();
+    return offer;
+  }
+  for (const Entry& e : state.entries()) {
+    PieceOffer p;
+    p.name = e.name;
+    p.kind = e.kind;
+    if (e.kind == EntryKind::kMetadata) {
+      p.json = e.json;
+    } else {
+      p.dtype = e.tensor.dtype;
+      p.shape = e.tensor.shape;
+      p.offsets.assign(p.shape.size(), 0);
+      p.lengths = p.shape;
+    }
+    offer.pieces.push_back(std::move(p));
+  }
+  return offer;
+}
+
+std::string EncodeOffer(const Offer& offer) {
+  json j;
+  j["host"] = offer.host;
+  j["code"] = static_cast<int>(offer.error_code);
+  j["message"] = offer.error_message;
+  json pieces = json::array();
+  for (const PieceOffer& p : offer.pieces) {
+    pieces.push_back({{"name", p.name},
+                      {"kind", static_cast<int>(p.kind)},
+                      {"dtype", static_cast<int>(p.dtype)},
+                      {"shape", p.shape},
+                      {"offsets", p.offsets},
+                      {"lengths", p.lengths},
+                      {"json", p.json}});
+  }
+  j["pieces"] = std::move(pieces);
+  return j.dump();
+}
+
+Result<Offer> DecodeOffer(std::string_view bytes) {
+  // Offers come from our own ranks, but a corrupt message must still not
+  // crash: any mismatch is DataLoss.
+  json j = json::parse(bytes, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    return DataLossError("save plan: a rank sent an unreadable offer");
+  }
+  try {
+    Offer o;
+    o.host = j.at("host").get<std::string>();
+    o.error_code = static_cast<ErrorCode>(j.at("code").get<int>());
+    o.error_message = j.at("message").get<std::string>();
+    for (const json& jp : j.at("pieces")) {
+      PieceOffer p;
+      p.name = jp.at("name").get<std::string>();
+      p.kind = static_cast<EntryKind>(jp.at("kind").get<int>());
+      p.dtype = static_cast<DType>(jp.at("dtype").get<int>());
+      p.shape = jp.at("shape").get<std::vector<int64_t>>();
+      p.offsets = jp.at("offsets").get<std::vector<int64_t>>();
+      p.lengths = jp.at("lengths").get<std::vector<int64_t>>();
+      p.json = jp.at("json").get<std::string>();
+      o.pieces.push_back(std::move(p));
+    }
+    return o;
+  } catch (const json::exception& e) {
+    return DataLossError(std::string("save plan: malformed offer: ") + e.what());
+  }
+}
+
+namespace {
+
+std::string DescribeShape(DType dtype, const std::vector<int64_t>& shape) {
+  std::string s(DTypeName(dtype));
+  s += " [";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    s += (i ? ", " : "") + std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+bool Overlap(const PlannedPiece& a, const PlannedPiece& b) {
+  for (size_t d = 0; d < a.offsets.size(); ++d) {
+    if (a.offsets[d] + a.lengths[d] <= b.offsets[d] ||
+        b.offsets[d] + b.lengths[d] <= a.offsets[d]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+Result<SavePlan> MakePlan(const std::vector<Offer>& offers) {
+  SavePlan plan;
+  for (size_t r = 0; r < offers.size(); ++r) {
+    if (offers[r].error_code != ErrorCode::kOk) {
+      return Status(offers[r].error_code,
+                    (offers.size() > 1 ? "rank " + std::to_string(r) + ": " : "") +
+                        offers[r].error_message);
+    }
+    plan.hosts.push_back(offers[r].host);
+  }
+  std::map<std::string, size_t> entry_index;
+  using BoxKey = std::tuple<size_t, std::vector<int64_t>, std::vector<int64_t>>;
+  std::map<BoxKey, size_t> piece_index;
+  std::vector<std::vector<int>> holders;  // by piece
+  for (size_t r = 0; r < offers.size(); ++r) {
+    for (const PieceOffer& p : offers[r].pieces) {
+      auto [it, inserted] = entry_index.emplace(p.name, plan.entries.size());
+      if (inserted) {
+        PlannedEntry e;
+        e.name = p.name;
+        e.kind = p.kind;
+        e.dtype = p.dtype;
+        e.shape = p.shape;
+        e.json = p.json;
+        plan.entries.push_back(std::move(e));
+      }
+      PlannedEntry& e = plan.entries[it->second];
+      if (e.kind != p.kind ||
+          (e.kind != EntryKind::kMetadata &&
+           (e.dtype != p.dtype || e.shape != p.shape))) {
+        return InvalidArgumentError(
+            "entry " + Quote(p.name) + " differs between ranks: " +
+            std::string(EntryKindName(e.kind)) + " " +
+            DescribeShape(e.dtype, e.shape) + " vs " +
+            std::string(EntryKindName(p.kind)) + " " +
+            DescribeShape(p.dtype, p.shape) + " on rank " + std::to_string(r));
+      }
+      if (e.kind == EntryKind::kMetadata) continue;
+      auto [pit, pinserted] = piece_index.emplace(
+          BoxKey{it->second, p.offsets, p.lengths}, plan.pieces.size());
+      if (pinserted) {
+        PlannedPiece piece;
+        piece.entry = it->second;
+        piece.offsets = p.offsets;
+        piece.lengths = p.lengths;
+        TensorView box{p.dtype, p.lengths, nullptr, false};
+        CKPT_ASSIGN_OR_RETURN(piece.bytes, box.ByteSize());
+        plan.pieces.push_back(std::move(piece));
+        e.pieces.push_back(pit->second);
+        holders.emplace_back();
+      }
+      holders[pit->second].push_back(static_cast<int>(r));
+    }
+  }
+  // Every tensor must be covered exactly once by its distinct pieces.
+  for (const PlannedEntry& e : plan.entries) {
+    if (e.kind == EntryKind::kMetadata) continue;
+    TensorView whole{e.dtype, e.shape, nullptr, false};
+    CKPT_ASSIGN_OR_RETURN(uint64_t total, whole.NumElements());
+    uint64_t covered = 0;
+    for (size_t i = 0; i < e.pieces.size(); ++i) {
+      const PlannedPiece& p = plan.pieces[e.pieces[i]];
+      covered += *TensorView{e.dtype, p.lengths, nullptr, false}.NumElements();
+      for (size_t k = 0; k < i; ++k) {
+        if (Overlap(p, plan.pieces[e.pieces[k]])) {
+          return InvalidArgumentError("entry " + Quote(e.name) +
+                                      ": two ranks hold overlapping pieces");
+        }
+      }
+    }
+    if (covered != total) {
+      return InvalidArgumentError(
+          "entry " + Quote(e.name) + ": the ranks' pieces cover " +
+          std::to_string(covered) + " of " + std::to_string(total) + " elements");
+    }
+  }
+  // Largest first to the least-loaded holder (ties: lowest rank).
+  std::vector<size_t> order(plan.pieces.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return plan.pieces[a].bytes > plan.pieces[b].bytes;
+  });
+  plan.bytes_per_rank.assign(offers.size(), 0);
+  for (size_t i : order) {
+    int best = holders[i].front();
+    for (int r : holders[i]) {
+      if (plan.bytes_per_rank[r] < plan.bytes_per_rank[best]) best = r;
+    }
+    plan.pieces[i].writer = best;
+    plan.bytes_per_rank[best] += plan.pieces[i].bytes;
+  }
+  return plan;
+}
+
+}  // namespace ckpt

@@ -1,0 +1,71 @@
+// Save planning: which rank writes which piece.
+//
+// Every rank describes what it holds (an Offer); the offers are all-gathered
+// and every rank runs the same deterministic MakePlan on them, so the plan is
+// agreed without another round trip. A piece held by several ranks (a
+// replicated tensor) is written by one of them only; pieces are handed out
+// largest first to the least-loaded holder, which balances bytes across ranks.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ckpt/state.h"
+#include "ckpt/status.h"
+
+namespace ckpt {
+
+struct PieceOffer {
+  std::string name;
+  EntryKind kind = EntryKind::kTensor;
+  DType dtype = DType::kU8;
+  std::vector<int64_t> shape;  // global
+  std::vector<int64_t> offsets;
+  std::vector<int64_t> lengths;
+  std::string json;  // metadata entries
+};
+
+struct Offer {
+  std::string host;
+  // A rank whose State is invalid says so here, so every rank fails together.
+  ErrorCode error_code = ErrorCode::kOk;
+  std::string error_message;
+  std::vector<PieceOffer> pieces;
+};
+
+struct PlannedPiece {
+  size_t entry = 0;  // index into SavePlan::entries
+  std::vector<int64_t> offsets;
+  std::vector<int64_t> lengths;
+  uint64_t bytes = 0;
+  int writer = 0;  // the rank that writes it
+};
+
+struct PlannedEntry {
+  std::string name;
+  EntryKind kind = EntryKind::kTensor;
+  DType dtype = DType::kU8;
+  std::vector<int64_t> shape;
+  std::string json;
+  std::vector<size_t> pieces;  // indices into SavePlan::pieces
+};
+
+struct SavePlan {
+  std::vector<PlannedEntry> entries;
+  std::vector<PlannedPiece> pieces;
+  std::vector<std::string> hosts;  // by rank
+  std::vector<uint64_t> bytes_per_rank;
+};
+
+// What this rank holds. Invalid states become an Offer carrying the error.
+Offer MakeOffer(const State& state, std::string host);
+
+std::string EncodeOffer(const Offer& offer);
+Result<Offer> DecodeOffer(std::string_view bytes);
+
+// The agreed plan. Fails (the same way on every rank) if any offer carries an
+// error or the offers disagree about an entry.
+Result<SavePlan> MakePlan(const std::vector<Offer>& offers);
+
+}  // namespace ckpt

@@ -1,0 +1,43 @@
+// Format constants, in one place. docs/format.md describes the formats in
+// prose; a change here is a format change and must be reflected there.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace ckpt::format {
+
+// --- Manifest -------------------------------------------------------------
+inline constexpr std::string_view kManifestName = "MANIFEST.json";
+inline constexpr std::string_view kManifestMagic = "ckpt-manifest";
+inline constexpr int kManifestVersion = 1;
+// Envelope: the manifest file is exactly
+//   {"xxh3_128":"<32 hex digits>","manifest":<body>}\n
+// where the checksum covers the body's bytes. It stays valid JSON for any tool
+// and a reader checks the checksum before it trusts a single field.
+inline constexpr std::string_view kEnvelopePrefix = "{\"xxh3_128\":\"";
+inline constexpr std::string_view kEnvelopeMiddle = "\",\"manifest\":";
+inline constexpr std::string_view kEnvelopeSuffix = "}\n";
+// A manifest larger than this is refused before it is read.
+inline constexpr uint64_t kMaxManifestBytes = uint64_t{1} << 30;
+
+// --- Layout under a root --------------------------------------------------
+inline constexpr std::string_view kStepPrefix = "step-";
+inline constexpr int kStepDigits = 12;
+inline constexpr std::string_view kLatestName = "LATEST";
+inline constexpr int kRankDigits = 5;
+inline constexpr int kAttemptHexDigits = 16;
+inline constexpr std::string_view kDataSuffix = ".safetensors";
+
+// --- Data files (safetensors) ----------------------------------------------
+// safetensors' own cap on the JSON header.
+inline constexpr uint64_t kMaxSafetensorsHeader = 100'000'000;
+// The data section starts at a multiple of this (the header is padded with
+// spaces), so tensors can be mapped and read aligned.
+inline constexpr uint64_t kSafetensorsAlignment = 8;
+
+// --- Chunks ------------------------------------------------------------------
+inline constexpr uint64_t kDefaultChunkSize = uint64_t{4} << 20;
+inline constexpr uint64_t kMinChunkSize = 4096;
+
+}  // namespace ckpt::format

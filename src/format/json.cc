@@ -1,0 +1,60 @@
+#include "format/json.h"
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "util/names.h"
+
+namespace ckpt::format {
+
+Result<nlohmann::json> ParseJsonStrict(std::string_view text,
+                                       std::string_view what) {
+  constexpr size_t kMaxDepth = 64;
+  std::vector<std::set<std::string>> keys;  // one set per open object
+  std::string problem;
+  auto callback = [&](int depth, nlohmann::json::parse_event_t event,
+                      nlohmann::json& parsed) -> bool {
+    using E = nlohmann::json::parse_event_t;
+    if (!problem.empty()) return false;
+    if (static_cast<size_t>(depth) > kMaxDepth) {
+      problem = "JSON nested deeper than 64 levels";
+      return false;
+    }
+    switch (event) {
+      case E::object_start:
+        keys.emplace_back();
+        break;
+      case E::object_end:
+        if (!keys.empty()) keys.pop_back();
+        break;
+      case E::key: {
+        const std::string& k = parsed.get_ref<const std::string&>();
+        if (!keys.empty() && !keys.back().insert(k).second) {
+          problem = "duplicate key " + Quote(k);
+          return false;
+        }
+        break;
+      }
+      default:
+        break;
+    }
+    return true;
+  };
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text.begin(), text.end(), callback,
+                              /*allow_exceptions=*/true);
+  } catch (const nlohmann::json::exception& e) {
+    if (problem.empty()) problem = std::string("not valid JSON: ") + e.what();
+  }
+  if (!problem.empty()) {
+    return DataLossError(std::string(what) + ": " + problem);
+  }
+  if (j.is_discarded()) {
+    return DataLossError(std::string(what) + ": not valid JSON");
+  }
+  return j;
+}
+
+}  // namespace ckpt::format

@@ -1,0 +1,489 @@
+#include "format/manifest.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <set>
+#include <tuple>
+
+#include "format/constants.h"
+#include "format/json.h"
+#include "util/names.h"
+
+namespace ckpt::format {
+
+using nlohmann::json;
+
+const EntryRecord* Manifest::Find(std::string_view name) const {
+  for (const EntryRecord& e : entries) {
+    if (e.name == name) return &e;
+  }
+  return nullptr;
+}
+
+uint64_t Manifest::TotalObjectBytes() const {
+  uint64_t total = 0;
+  for (const ObjectRecord& o : objects) total += o.size;
+  return total;
+}
+
+std::string StepDirName(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "step-%012lld", static_cast<long long>(step));
+  return buf;
+}
+
+int64_t ParseStepDirName(std::string_view name) {
+  if (name.size() != kStepPrefix.size() + kStepDigits ||
+      !name.starts_with(kStepPrefix)) {
+    return -1;
+  }
+  int64_t v = 0;
+  for (char c : name.substr(kStepPrefix.size())) {
+    if (c < '0' || c > '9') return -1;
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
+std::string ManifestKey(int64_t step) {
+  return StepDirName(step) + "/" + std::string(kManifestName);
+}
+
+std::string DataObjectKey(int64_t step, int rank, std::string_view attempt) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "/r%05d-", rank);
+  return StepDirName(step) + buf + std::string(attempt) +
+         std::string(kDataSuffix);
+}
+
+bool ParseDataObjectKey(std::string_view key, int64_t* step, int* rank,
+                        std::string* attempt) {
+  const size_t slash = key.find('/');
+  if (slash == std::string_view::npos) return false;
+  const int64_t s = ParseStepDirName(key.substr(0, slash));
+  if (s < 0) return false;
+  std::string_view file = key.substr(slash + 1);
+  // r<5 digits>-<16 hex>.safetensors
+  if (file.size() != 1 + kRankDigits + 1 + kAttemptHexDigits + kDataSuffix.size() ||
+      file[0] != 'r' || file[1 + kRankDigits] != '-' ||
+      !file.ends_with(kDataSuffix)) {
+    return false;
+  }
+  int r = 0;
+  for (char c : file.substr(1, kRankDigits)) {
+    if (c < '0' || c > '9') return false;
+    r = r * 10 + (c - '0');
+  }
+  std::string_view a = file.substr(2 + kRankDigits, kAttemptHexDigits);
+  for (char c : a) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  if (step) *step = s;
+  if (rank) *rank = r;
+  if (attempt) *attempt = std::string(a);
+  return true;
+}
+
+namespace {
+
+json EncodeBody(const Manifest& m) {
+  json j = json::object();
+  j["format"] = kManifestMagic;
+  j["version"] = m.version;
+  j["job_id"] = m.job_id;
+  j["step"] = m.step;
+  j["epoch"] = m.epoch;
+  j["created_unix_ms"] = m.created_unix_ms;
+  j["attempt"] = m.attempt;
+  j["world_size"] = m.world_size;
+  j["hosts"] = m.hosts;
+  j["chunk_size"] = m.chunk_size;
+  json objects = json::array();
+  for (const ObjectRecord& o : m.objects) {
+    objects.push_back({{"key", o.key}, {"size", o.size}, {"rank", o.rank}});
+  }
+  j["objects"] = std::move(objects);
+  j["depends_on"] = m.depends_on;
+  json entries = json::array();
+  for (const EntryRecord& e : m.entries) {
+    json je = {{"name", e.name}, {"kind", EntryKindName(e.kind)}};
+    if (e.kind == EntryKind::kMetadata) {
+      je["json"] = json::parse(e.json, nullptr, false);
+    } else {
+      je["dtype"] = DTypeName(e.dtype);
+      je["shape"] = e.shape;
+      json pieces = json::array();
+      for (const PieceRecord& p : e.pieces) {
+        json chunks = json::array();
+        for (const ChunkRecord& c : p.chunks) {
+          // Compact rows: a large checkpoint has millions of chunks.
+          chunks.push_back({c.object, c.offset, c.length, c.checksum.Hex()});
+        }
+        pieces.push_back({{"offsets", p.offsets},
+                          {"lengths", p.lengths},
+                          {"rank", p.rank},
+                          {"chunks", std::move(chunks)}});
+      }
+      je["pieces"] = std::move(pieces);
+    }
+    entries.push_back(std::move(je));
+  }
+  j["entries"] = std::move(entries);
+  j["metadata"] = m.metadata;
+  json metrics = json::object();
+  for (const auto& [k, v] : m.metrics) metrics[k] = v;
+  j["metrics"] = std::move(metrics);
+  return j;
+}
+
+// Field readers that turn a missing or mistyped field into DataLoss.
+class Reader {
+ public:
+  explicit Reader(std::string what) : what_(std::move(what)) {}
+
+  Status Fail(const std::string& why) const {
+    return DataLossError(what_ + ": " + why);
+  }
+
+  Result<const json*> Field(const json& obj, const char* name,
+                            const std::string& where) const {
+    auto it = obj.find(name);
+    if (it == obj.end()) {
+      return Fail(where + " has no field \"" + std::string(name) + "\"");
+    }
+    return &*it;
+  }
+
+  Result<int64_t> Int(const json& obj, const char* name,
+                      const std::string& where) const {
+    CKPT_ASSIGN_OR_RETURN(const json* v, Field(obj, name, where));
+    if (!v->is_number_integer()) {
+      return Fail(where + " field \"" + name + "\" is not an integer");
+    }
+    if (v->is_number_unsigned() &&
+        v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+      return Fail(where + " field \"" + name + "\" is out of range");
+    }
+    return v->get<int64_t>();
+  }
+
+  Result<uint64_t> UInt(const json& v, const std::string& where) const {
+    if (!v.is_number_unsigned()) {
+      return Fail(where + " is not a non-negative integer");
+    }
+    return v.get<uint64_t>();
+  }
+
+  Result<std::string> Str(const json& obj, const char* name,
+                          const std::string& where) const {
+    CKPT_ASSIGN_OR_RETURN(const json* v, Field(obj, name, where));
+    if (!v->is_string()) {
+      return Fail(where + " field \"" + name + "\" is not a string");
+    }
+    return v->get<std::string>();
+  }
+
+  Result<std::vector<int64_t>> IntArray(const json& obj, const char* name,
+                                        const std::string& where) const {
+    CKPT_ASSIGN_OR_RETURN(const json* v, Field(obj, name, where));
+    if (!v->is_array() || v->size() > 64) {
+      return Fail(where + " field \"" + name + "\" is not a short array");
+    }
+    std::vector<int64_t> out;
+    for (const json& x : *v) {
+      if (!x.is_number_unsigned() ||
+          x.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+        return Fail(where + " field \"" + name +
+                    "\" holds something other than a non-negative integer");
+      }
+      out.push_back(x.get<int64_t>());
+    }
+    return out;
+  }
+
+ private:
+  std::string what_;
+};
+
+Result<Manifest> DecodeBody(const json& j, const Reader& r) {
+  if (!j.is_object()) return r.Fail("manifest is not a JSON object");
+  Manifest m;
+  CKPT_ASSIGN_OR_RETURN(std::string magic, r.Str(j, "format", "manifest"));
+  if (magic != kManifestMagic) {
+    return r.Fail("format is " + Quote(magic) + ", not \"ckpt-manifest\"");
+  }
+  CKPT_ASSIGN_OR_RETURN(int64_t version, r.Int(j, "version", "manifest"));
+  if (version != kManifestVersion) {
+    return r.Fail("manifest version " + std::to_string(version) +
+                  " is not supported (this build reads version " +
+                  std::to_string(kManifestVersion) + ")");
+  }
+  m.version = static_cast<int>(version);
+  CKPT_ASSIGN_OR_RETURN(m.job_id, r.Str(j, "job_id", "manifest"));
+  CKPT_ASSIGN_OR_RETURN(m.step, r.Int(j, "step", "manifest"));
+  CKPT_ASSIGN_OR_RETURN(m.epoch, r.Int(j, "epoch", "manifest"));
+  CKPT_ASSIGN_OR_RETURN(m.created_unix_ms,
+                        r.Int(j, "created_unix_ms", "manifest"));
+  CKPT_ASSIGN_OR_RETURN(m.attempt, r.Str(j, "attempt", "manifest"));
+  CKPT_ASSIGN_OR_RETURN(int64_t world, r.Int(j, "world_size", "manifest"));
+  if (world < 1 || world > (1 << 24)) return r.Fail("world_size out of range");
+  m.world_size = static_cast<int32_t>(world);
+  CKPT_ASSIGN_OR_RETURN(const json* hosts, r.Field(j, "hosts", "manifest"));
+  if (!hosts->is_array()) return r.Fail("hosts is not an array");
+  for (const json& h : *hosts) {
+    if (!h.is_string()) return r.Fail("hosts holds a non-string");
+    m.hosts.push_back(h.get<std::string>());
+  }
+  CKPT_ASSIGN_OR_RETURN(int64_t chunk_size, r.Int(j, "chunk_size", "manifest"));
+  m.chunk_size = static_cast<uint64_t>(chunk_size);
+
+  CKPT_ASSIGN_OR_RETURN(const json* objects, r.Field(j, "objects", "manifest"));
+  if (!objects->is_array()) return r.Fail("objects is not an array");
+  for (const json& o : *objects) {
+    const std::string where = "object #" + std::to_string(m.objects.size());
+    if (!o.is_object()) return r.Fail(where + " is not an object");
+    ObjectRecord rec;
+    CKPT_ASSIGN_OR_RETURN(rec.key, r.Str(o, "key", where));
+    CKPT_ASSIGN_OR_RETURN(const json* size, r.Field(o, "size", where));
+    CKPT_ASSIGN_OR_RETURN(rec.size, r.UInt(*size, where + " size"));
+    CKPT_ASSIGN_OR_RETURN(int64_t rank, r.Int(o, "rank", where));
+    if (rank < 0 || rank >= m.world_size) return r.Fail(where + " rank out of range");
+    rec.rank = static_cast<int32_t>(rank);
+    m.objects.push_back(std::move(rec));
+  }
+  CKPT_ASSIGN_OR_RETURN(m.depends_on, r.IntArray(j, "depends_on", "manifest"));
+
+  CKPT_ASSIGN_OR_RETURN(const json* entries, r.Field(j, "entries", "manifest"));
+  if (!entries->is_array()) return r.Fail("entries is not an array");
+  for (const json& je : *entries) {
+    const std::string pos = "entry #" + std::to_string(m.entries.size());
+    if (!je.is_object()) return r.Fail(pos + " is not an object");
+    EntryRecord e;
+    CKPT_ASSIGN_OR_RETURN(e.name, r.Str(je, "name", pos));
+    const std::string where = "entry " + Quote(e.name);
+    CKPT_ASSIGN_OR_RETURN(std::string kind, r.Str(je, "kind", where));
+    if (kind == "tensor") {
+      e.kind = EntryKind::kTensor;
+    } else if (kind == "blob") {
+      e.kind = EntryKind::kBlob;
+    } else if (kind == "metadata") {
+      e.kind = EntryKind::kMetadata;
+    } else {
+      return r.Fail(where + " has unknown kind " + Quote(kind));
+    }
+    if (e.kind == EntryKind::kMetadata) {
+      CKPT_ASSIGN_OR_RETURN(const json* v, r.Field(je, "json", where));
+      if (!v->is_object()) return r.Fail(where + " json is not an object");
+      e.json = v->dump();
+      m.entries.push_back(std::move(e));
+      continue;
+    }
+    CKPT_ASSIGN_OR_RETURN(std::string dtype, r.Str(je, "dtype", where));
+    std::optional<DType> dt = ParseDType(dtype);
+    if (!dt) return r.Fail(where + " has unknown dtype " + Quote(dtype));
+    e.dtype = *dt;
+    CKPT_ASSIGN_OR_RETURN(e.shape, r.IntArray(je, "shape", where));
+    CKPT_ASSIGN_OR_RETURN(const json* pieces, r.Field(je, "pieces", where));
+    if (!pieces->is_array()) return r.Fail(where + " pieces is not an array");
+    for (const json& jp : *pieces) {
+      const std::string pw =
+          where + " piece #" + std::to_string(e.pieces.size());
+      if (!jp.is_object()) return r.Fail(pw + " is not an object");
+      PieceRecord p;
+      CKPT_ASSIGN_OR_RETURN(p.offsets, r.IntArray(jp, "offsets", pw));
+      CKPT_ASSIGN_OR_RETURN(p.lengths, r.IntArray(jp, "lengths", pw));
+      CKPT_ASSIGN_OR_RETURN(int64_t rank, r.Int(jp, "rank", pw));
+      if (rank < 0 || rank >= m.world_size) return r.Fail(pw + " rank out of range");
+      p.rank = static_cast<int32_t>(rank);
+      CKPT_ASSIGN_OR_RETURN(const json* chunks, r.Field(jp, "chunks", pw));
+      if (!chunks->is_array()) return r.Fail(pw + " chunks is not an array");
+      for (const json& jc : *chunks) {
+        const std::string cw = pw + " chunk #" + std::to_string(p.chunks.size());
+        if (!jc.is_array() || jc.size() != 4 || !jc[3].is_string()) {
+          return r.Fail(cw + " is not [object, offset, length, checksum]");
+        }
+        ChunkRecord c;
+        CKPT_ASSIGN_OR_RETURN(uint64_t object, r.UInt(jc[0], cw + " object"));
+        if (object >= m.objects.size()) return r.Fail(cw + " names no object");
+        c.object = static_cast<uint32_t>(object);
+        CKPT_ASSIGN_OR_RETURN(c.offset, r.UInt(jc[1], cw + " offset"));
+        CKPT_ASSIGN_OR_RETURN(c.length, r.UInt(jc[2], cw + " length"));
+        std::optional<Checksum128> sum =
+            Checksum128::FromHex(jc[3].get<std::string>());
+        if (!sum) return r.Fail(cw + " checksum is not 32 hex digits");
+        c.checksum = *sum;
+        p.chunks.push_back(c);
+      }
+      e.pieces.push_back(std::move(p));
+    }
+    m.entries.push_back(std::move(e));
+  }
+  CKPT_ASSIGN_OR_RETURN(const json* meta, r.Field(j, "metadata", "manifest"));
+  if (!meta->is_object()) return r.Fail("metadata is not an object");
+  for (auto& [k, v] : meta->items()) {
+    if (!v.is_string()) return r.Fail("metadata " + Quote(k) + " is not a string");
+    m.metadata[k] = v.get<std::string>();
+  }
+  CKPT_ASSIGN_OR_RETURN(const json* metrics, r.Field(j, "metrics", "manifest"));
+  if (!metrics->is_object()) return r.Fail("metrics is not an object");
+  for (auto& [k, v] : metrics->items()) {
+    if (!v.is_number()) return r.Fail("metric " + Quote(k) + " is not a number");
+    m.metrics[k] = v.get<double>();
+  }
+  return m;
+}
+
+bool BoxesOverlap(const PieceRecord& a, const PieceRecord& b) {
+  for (size_t d = 0; d < a.offsets.size(); ++d) {
+    if (a.offsets[d] + a.lengths[d] <= b.offsets[d] ||
+        b.offsets[d] + b.lengths[d] <= a.offsets[d]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+Status ValidateManifest(const Manifest& m) {
+  auto bad = [](const std::string& why) { return DataLossError(why); };
+  if (m.version != kManifestVersion) return bad("unsupported manifest version");
+  if (m.step < 0) return bad("negative step");
+  if (m.world_size < 1) return bad("world_size below 1");
+  if (m.hosts.size() != static_cast<size_t>(m.world_size)) {
+    return bad("hosts lists " + std::to_string(m.hosts.size()) +
+               " names for world_size " + std::to_string(m.world_size));
+  }
+  if (m.chunk_size == 0) return bad("chunk_size is 0");
+  std::set<std::string_view> keys;
+  for (const ObjectRecord& o : m.objects) {
+    if (Status s = ValidateKey(o.key); !s.ok()) return bad("object " + s.message());
+    if (!keys.insert(o.key).second) return bad("object " + Quote(o.key) + " listed twice");
+  }
+  std::set<int64_t> deps;
+  for (int64_t d : m.depends_on) {
+    if (d < 0 || d >= m.step) return bad("depends_on step out of range");
+    if (!deps.insert(d).second) return bad("depends_on lists a step twice");
+  }
+  for (const auto& [k, v] : m.metrics) {
+    if (!std::isfinite(v)) return bad("metric " + Quote(k) + " is not finite");
+  }
+  // (object, offset, length, entry) of every chunk, to find overlaps.
+  std::vector<std::tuple<uint32_t, uint64_t, uint64_t, const std::string*>> spans;
+  std::set<std::string_view> names;
+  for (const EntryRecord& e : m.entries) {
+    const std::string where = "entry " + Quote(e.name);
+    if (Status s = ValidateEntryName(e.name); !s.ok()) return bad(s.message());
+    if (!names.insert(e.name).second) return bad("duplicate " + where);
+    if (e.kind == EntryKind::kMetadata) {
+      if (!e.pieces.empty()) return bad(where + ": metadata with pieces");
+      continue;
+    }
+    if (e.kind == EntryKind::kBlob &&
+        (e.dtype != DType::kU8 || e.shape.size() != 1)) {
+      return bad(where + ": a blob must be U8 with one dimension");
+    }
+    TensorView shape_only{e.dtype, e.shape, nullptr, false};
+    Result<uint64_t> total = shape_only.NumElements();
+    if (!total.ok() || !shape_only.ByteSize().ok()) {
+      return bad(where + ": shape byte count overflows");
+    }
+    uint64_t covered = 0;
+    for (size_t pi = 0; pi < e.pieces.size(); ++pi) {
+      const PieceRecord& p = e.pieces[pi];
+      const std::string pw = where + " piece #" + std::to_string(pi);
+      if (p.offsets.size() != e.shape.size() ||
+          p.lengths.size() != e.shape.size()) {
+        return bad(pw + ": box rank differs from the shape's");
+      }
+      for (size_t d = 0; d < e.shape.size(); ++d) {
+        if (p.offsets[d] < 0 || p.lengths[d] < 0 ||
+            p.offsets[d] > e.shape[d] || p.lengths[d] > e.shape[d] - p.offsets[d]) {
+          return bad(pw + ": box lies outside the shape");
+        }
+      }
+      if (p.rank < 0 || p.rank >= m.world_size) return bad(pw + ": rank out of range");
+      TensorView box{e.dtype, p.lengths, nullptr, false};
+      // Inside the shape, so neither can overflow.
+      const uint64_t elements = *box.NumElements();
+      const uint64_t bytes = *box.ByteSize();
+      covered += elements;
+      uint64_t chunk_bytes = 0;
+      for (const ChunkRecord& c : p.chunks) {
+        if (c.object >= m.objects.size()) return bad(pw + ": chunk names no object");
+        const ObjectRecord& o = m.objects[c.object];
+        if (c.length == 0) return bad(pw + ": empty chunk");
+        if (c.offset > o.size || c.length > o.size - c.offset) {
+          return bad(pw + ": chunk [" + std::to_string(c.offset) + ", +" +
+                     std::to_string(c.length) + ") runs past the end of " +
+                     Quote(o.key));
+        }
+        chunk_bytes += c.length;
+        spans.emplace_back(c.object, c.offset, c.length, &e.name);
+      }
+      if (chunk_bytes != bytes) {
+        return bad(pw + ": chunks hold " + std::to_string(chunk_bytes) +
+                   " bytes, the box needs " + std::to_string(bytes));
+      }
+      for (size_t qi = 0; qi < pi; ++qi) {
+        if (BoxesOverlap(p, e.pieces[qi])) {
+          return bad(pw + " overlaps piece #" + std::to_string(qi));
+        }
+      }
+    }
+    if (covered != *total) {
+      return bad(where + ": pieces cover " + std::to_string(covered) + " of " +
+                 std::to_string(*total) + " elements");
+    }
+  }
+  std::sort(spans.begin(), spans.end());
+  for (size_t i = 1; i < spans.size(); ++i) {
+    const auto& [o0, off0, len0, n0] = spans[i - 1];
+    const auto& [o1, off1, len1, n1] = spans[i];
+    if (o0 == o1 && off0 + len0 > off1) {
+      return bad("chunks of entries " + Quote(*n0) + " and " + Quote(*n1) +
+                 " overlap in " + Quote(m.objects[o0].key));
+    }
+  }
+  return Status();
+}
+
+std::string EncodeManifest(const Manifest& manifest) {
+  const std::string body = EncodeBody(manifest).dump();
+  std::string out;
+  out.reserve(body.size() + 64);
+  out += kEnvelopePrefix;
+  out += Xxh3_128(body).Hex();
+  out += kEnvelopeMiddle;
+  out += body;
+  out += kEnvelopeSuffix;
+  return out;
+}
+
+Result<Manifest> DecodeManifest(std::string_view bytes, std::string_view what) {
+  const std::string w(what);
+  const size_t head = kEnvelopePrefix.size() + 32 + kEnvelopeMiddle.size();
+  if (bytes.size() < head + kEnvelopeSuffix.size() ||
+      !bytes.starts_with(kEnvelopePrefix) ||
+      bytes.substr(kEnvelopePrefix.size() + 32, kEnvelopeMiddle.size()) !=
+          kEnvelopeMiddle ||
+      !bytes.ends_with(kEnvelopeSuffix)) {
+    return DataLossError(w + ": not a ckpt manifest (truncated or damaged envelope)");
+  }
+  std::optional<Checksum128> expect =
+      Checksum128::FromHex(bytes.substr(kEnvelopePrefix.size(), 32));
+  if (!expect) return DataLossError(w + ": manifest checksum is not 32 hex digits");
+  std::string_view body =
+      bytes.substr(head, bytes.size() - head - kEnvelopeSuffix.size());
+  if (Xxh3_128(body) != *expect) {
+    return DataLossError(w + ": manifest checksum mismatch (the file is damaged)");
+  }
+  CKPT_ASSIGN_OR_RETURN(json j, ParseJsonStrict(body, what));
+  Reader reader(w);
+  CKPT_ASSIGN_OR_RETURN(Manifest m, DecodeBody(j, reader));
+  CKPT_RETURN_IF_ERROR_CTX(ValidateManifest(m), w);
+  return m;
+}
+
+}  // namespace ckpt::format

@@ -1,0 +1,102 @@
+// The manifest: the one file that says what a checkpoint holds and where
+// every byte is. Writing it (create-if-absent) is the commit. docs/format.md
+// describes the JSON in prose.
+//
+// It is shaped for many ranks: every entry is a list of pieces (boxes of the
+// global shape), each piece names the rank that wrote it and the chunks that
+// hold its bytes, and a chunk names its object by index into `objects`, so an
+// incremental checkpoint can point at an earlier checkpoint's data file.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ckpt/dtype.h"
+#include "ckpt/state.h"
+#include "ckpt/status.h"
+#include "util/checksum.h"
+
+namespace ckpt::format {
+
+struct ChunkRecord {
+  uint32_t object = 0;  // index into Manifest::objects
+  uint64_t offset = 0;  // byte offset inside that object
+  uint64_t length = 0;
+  Checksum128 checksum;  // xxh3-128 of the chunk's bytes
+};
+
+struct PieceRecord {
+  // The box of the global shape this piece covers (both empty for 0-d).
+  std::vector<int64_t> offsets;
+  std::vector<int64_t> lengths;
+  int32_t rank = 0;  // the rank that wrote it
+  // The piece's bytes, in row-major order of the box, in chunk order.
+  std::vector<ChunkRecord> chunks;
+};
+
+struct EntryRecord {
+  std::string name;
+  EntryKind kind = EntryKind::kTensor;
+  DType dtype = DType::kU8;    // tensors and blobs (U8)
+  std::vector<int64_t> shape;  // the global shape
+  std::vector<PieceRecord> pieces;
+  std::string json;  // metadata entries: a JSON object, as text
+};
+
+struct ObjectRecord {
+  std::string key;  // relative to the root, e.g. "step-.../r00000-....safetensors"
+  uint64_t size = 0;
+  int32_t rank = 0;
+};
+
+struct Manifest {
+  int version = 0;
+  std::string job_id;
+  int64_t step = 0;
+  int64_t epoch = -1;  // -1: not given
+  int64_t created_unix_ms = 0;
+  std::string attempt;
+  int32_t world_size = 1;
+  std::vector<std::string> hosts;  // one per rank
+  uint64_t chunk_size = 0;
+  std::vector<ObjectRecord> objects;
+  std::vector<int64_t> depends_on;  // steps whose objects chunks point into
+  std::vector<EntryRecord> entries;
+  std::map<std::string, std::string> metadata;  // the user's, per checkpoint
+  std::map<std::string, double> metrics;        // for keep-best retention
+
+  const EntryRecord* Find(std::string_view name) const;
+  // Total bytes of the data objects this checkpoint names.
+  uint64_t TotalObjectBytes() const;
+};
+
+// The manifest file's bytes: the checksum envelope around the JSON body.
+std::string EncodeManifest(const Manifest& manifest);
+
+// Parses and validates a manifest file; `what` names it in errors. A
+// checksum mismatch, bad JSON, an unknown version or any inconsistency is
+// DataLoss, and nothing of the manifest is returned.
+Result<Manifest> DecodeManifest(std::string_view bytes, std::string_view what);
+
+// The consistency checks DecodeManifest applies (also used before writing):
+// names valid and unique, dtypes known, shapes without overflow, pieces inside
+// the shape and their bytes equal to their chunks' lengths, chunks inside
+// their objects and not overlapping, hosts match the world size.
+Status ValidateManifest(const Manifest& manifest);
+
+// "step-000000000042"
+std::string StepDirName(int64_t step);
+// Parses "step-000000000042" (exactly); -1 if it is not one.
+int64_t ParseStepDirName(std::string_view name);
+// "step-000000000042/MANIFEST.json"
+std::string ManifestKey(int64_t step);
+// "step-000000000042/r00003-0123456789abcdef.safetensors"
+std::string DataObjectKey(int64_t step, int rank, std::string_view attempt);
+// True for a key of the form DataObjectKey produces; fills what it names.
+bool ParseDataObjectKey(std::string_view key, int64_t* step, int* rank,
+                        std::string* attempt);
+
+}  // namespace ckpt::format

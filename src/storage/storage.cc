@@ -1,0 +1,107 @@
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+
+#include "ckpt/storage.h"
+#include "util/names.h"
+
+namespace ckpt {
+
+Result<std::string> Storage::ReadAll(std::string_view key) {
+  CKPT_ASSIGN_OR_RETURN(ObjectInfo info, Stat(key));
+  std::string out(info.size, '\0');
+  CKPT_RETURN_IF_ERROR(ReadRange(
+      key, 0,
+      std::span<std::byte>(reinterpret_cast<std::byte*>(out.data()),
+                           out.size())));
+  return out;
+}
+
+Result<ParsedUrl> ParseUrl(std::string_view url) {
+  auto bad = [&](std::string_view why) {
+    return InvalidArgumentError("URL " + Quote(url) + ": " + std::string(why));
+  };
+  if (url.empty()) return bad("is empty");
+  for (unsigned char c : url) {
+    if (c < 0x20 || c == 0x7f) return bad("contains a control character");
+  }
+  ParsedUrl out;
+  out.url = std::string(url);
+  const size_t sep = url.find("://");
+  if (sep == std::string_view::npos) {
+    // A plain local path.
+    std::error_code ec;
+    std::filesystem::path p = std::filesystem::absolute(std::string(url), ec);
+    if (ec) return bad("cannot be made absolute: " + ec.message());
+    out.scheme = "file";
+    out.path = p.lexically_normal().string();
+    if (out.path.size() > 1 && out.path.back() == '/') out.path.pop_back();
+    return out;
+  }
+  std::string_view scheme = url.substr(0, sep);
+  if (scheme.empty()) return bad("has an empty scheme");
+  for (char c : scheme) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '+' && c != '-' &&
+        c != '.') {
+      return bad("has a malformed scheme");
+    }
+    out.scheme += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  std::string_view rest = url.substr(sep + 3);
+  const size_t slash = rest.find('/');
+  out.host = std::string(rest.substr(0, slash));
+  out.path = slash == std::string_view::npos ? "" : std::string(rest.substr(slash));
+  if (rest.find_first_of("?#") != std::string_view::npos) {
+    return bad("query strings and fragments are not supported");
+  }
+  return out;
+}
+
+StorageRegistry& StorageRegistry::Default() {
+  static StorageRegistry* registry = [] {
+    auto* r = new StorageRegistry();
+    RegisterBuiltinBackends(*r);
+    return r;
+  }();
+  return *registry;
+}
+
+void StorageRegistry::Register(std::string scheme, StorageFactory factory) {
+  std::lock_guard<std::mutex> lock(mu_);
+  factories_[std::move(scheme)] = std::move(factory);
+}
+
+std::vector<std::string> StorageRegistry::Schemes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> out;
+  for (const auto& [k, v] : factories_) out.push_back(k);
+  return out;
+}
+
+Result<std::unique_ptr<Storage>> StorageRegistry::Open(
+    std::string_view url, const StorageOptions& options) {
+  CKPT_ASSIGN_OR_RETURN(ParsedUrl parsed, ParseUrl(url));
+  StorageFactory factory;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = factories_.find(parsed.scheme);
+    if (it == factories_.end()) {
+      std::string known;
+      for (const auto& [k, v] : factories_) {
+        known += known.empty() ? "" : ", ";
+        known += k + "://";
+      }
+      return InvalidArgumentError("URL " + Quote(url) + ": unknown scheme \"" +
+                                  parsed.scheme + "\" (known: " + known + ")");
+    }
+    factory = it->second;
+  }
+  return factory(parsed, options);
+}
+
+Result<std::unique_ptr<Storage>> OpenStorage(std::string_view url,
+                                             const StorageOptions& options) {
+  return StorageRegistry::Default().Open(url, options);
+}
+
+}  // namespace ckpt

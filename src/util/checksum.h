@@ -1,0 +1,44 @@
+// xxh3-128 checksums of chunks and manifests (libxxhash).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace ckpt {
+
+struct Checksum128 {
+  uint64_t high = 0;
+  uint64_t low = 0;
+
+  // 32 lower-case hex digits, high half first (XXH128's canonical order).
+  std::string Hex() const;
+  // Parses exactly 32 hex digits; nullopt otherwise.
+  static std::optional<Checksum128> FromHex(std::string_view hex);
+
+  friend bool operator==(const Checksum128&, const Checksum128&) = default;
+};
+
+Checksum128 Xxh3_128(std::span<const std::byte> data);
+Checksum128 Xxh3_128(std::string_view data);
+
+// Streaming form, for checksumming a chunk while it is being written.
+class Xxh3Hasher {
+ public:
+  Xxh3Hasher();
+  ~Xxh3Hasher();
+  Xxh3Hasher(const Xxh3Hasher&) = delete;
+  Xxh3Hasher& operator=(const Xxh3Hasher&) = delete;
+
+  void Reset();
+  void Update(std::span<const std::byte> data);
+  Checksum128 Digest() const;
+
+ private:
+  void* state_;  // XXH3_state_t, kept out of the header
+};
+
+}  // namespace ckpt

@@ -1,0 +1,27 @@
+// Validation of the names users and files give us: entry names and storage
+// keys. Nothing named here may escape a root or smuggle path syntax.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "ckpt/status.h"
+
+namespace ckpt {
+
+// `s` in double quotes for an error message, control bytes escaped and long
+// names shortened, so a hostile name cannot garble a terminal or a log.
+std::string Quote(std::string_view s);
+
+// Longest entry name or storage key accepted.
+inline constexpr size_t kMaxNameLength = 4096;
+
+// An entry name: non-empty, at most kMaxNameLength bytes, no NUL or other
+// control characters, no backslash, not absolute, and no empty, "." or ".."
+// component between slashes. "__metadata__" is reserved by safetensors.
+Status ValidateEntryName(std::string_view name);
+
+// A storage key (relative to a root): the same rules as an entry name.
+Status ValidateKey(std::string_view key);
+
+}  // namespace ckpt
