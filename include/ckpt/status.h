@@ -64,8 +64,9 @@ Status AbortedError(std::string message);
 Status FailedPreconditionError(std::string message);
 
 // Status from an errno value: ENOENT becomes NotFound, EEXIST AlreadyExists,
-// EACCES/ENOTDIR/EISDIR/ELOOP InvalidArgument-or-IOError as documented in the
-// .cc; everything else IOError. The message is "<what>: <strerror>".
+// ENOTDIR/EISDIR/ELOOP/ENAMETOOLONG/EINVAL InvalidArgument, EINTR/EAGAIN
+// Unavailable, everything else (EACCES, ENOSPC, EIO, ...) IOError. The
+// message is "<what>: <strerror>".
 Status ErrnoError(int err, std::string_view what);
 
 // A value or the error that prevented it.

@@ -63,7 +63,8 @@ class WritableObject {
 
   virtual Status Append(std::span<const std::byte> data) = 0;
   // Makes the object durable and publishes it under its key (replacing any
-  // object there). After an error the object is not published.
+  // object there). After an error the object may or may not be published
+  // (a failed directory fsync comes after the rename), but never partially.
   virtual Status Close() = 0;
   // Bytes appended so far.
   virtual uint64_t size() const = 0;

@@ -125,6 +125,19 @@ class MemoryStorage : public Storage {
     return Status();
   }
 
+  // One lookup under the lock, so a concurrent overwrite cannot make the
+  // size and the bytes disagree.
+  Result<std::string> ReadAll(std::string_view key) override {
+    CKPT_RETURN_IF_ERROR(ValidateKey(key));
+    std::lock_guard<std::mutex> lock(store_->mu);
+    auto it = store_->objects.find(key);
+    if (it == store_->objects.end()) {
+      return NotFoundError("read " + Quote(key) + " in " + url_ +
+                           ": no such object");
+    }
+    return *it->second.bytes;
+  }
+
   Result<ObjectInfo> Stat(std::string_view key) override {
     CKPT_RETURN_IF_ERROR(ValidateKey(key));
     std::lock_guard<std::mutex> lock(store_->mu);

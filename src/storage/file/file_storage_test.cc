@@ -1,0 +1,529 @@
+#include "storage/file/file_storage.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <gtest/gtest.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ckpt/storage.h"
+#include "testing/storage_conformance.h"
+
+namespace ckpt {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A new empty directory under the system temp directory.
+std::string MakeTempDir() {
+  std::string pattern =
+      (fs::temp_directory_path() / "ckpt-file-test-XXXXXX").string();
+  if (::mkdtemp(pattern.data()) == nullptr) return "";
+  return pattern;
+}
+
+std::unique_ptr<Storage> OpenOrNull(const std::string& url,
+                                    const StorageOptions& options) {
+  Result<std::unique_ptr<Storage>> storage = OpenStorage(url, options);
+  if (!storage.ok()) {
+    ADD_FAILURE() << storage.status().ToString();
+    return nullptr;
+  }
+  return std::move(storage).value();
+}
+
+StorageConformanceParams FileParams() {
+  StorageConformanceParams params;
+  params.name = "File";
+  params.open = []() -> std::unique_ptr<Storage> {
+    const std::string dir = MakeTempDir();
+    if (dir.empty()) return nullptr;
+    return OpenOrNull("file://" + dir, {});
+  };
+  params.reopen = [](const std::string& url) {
+    StorageOptions options;
+    options.create = false;
+    return OpenOrNull(url, options);
+  };
+  params.cleanup = [](const std::string& url) {
+    Result<ParsedUrl> parsed = ParseUrl(url);
+    std::error_code ignored;
+    if (parsed.ok()) fs::remove_all(parsed->path, ignored);
+  };
+  return params;
+}
+
+INSTANTIATE_TEST_SUITE_P(File, StorageConformanceTest,
+                         testing::Values(FileParams()),
+                         StorageConformanceTestName);
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+void WriteFile(const std::string& path, const std::string& data) {
+  std::ofstream(path, std::ios::binary) << data;
+}
+
+bool Contains(const std::string& haystack, std::string_view needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+std::vector<std::string> ListKeys(Storage& storage, std::string_view prefix) {
+  std::vector<std::string> out;
+  Result<std::vector<ObjectInfo>> listed = storage.List(prefix);
+  if (!listed.ok()) {
+    ADD_FAILURE() << listed.status().ToString();
+    return out;
+  }
+  for (const ObjectInfo& info : *listed) out.push_back(info.key);
+  return out;
+}
+
+// Every path under `dir` whose name has the temp marker.
+std::vector<std::string> TempFilesUnder(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+    if (Contains(entry.path().filename().string(), kTempMarker)) {
+      out.push_back(entry.path().string());
+    }
+  }
+  return out;
+}
+
+// A refusal caused by a symlink: the key is named, and it is not mistaken
+// for a missing object.
+testing::AssertionResult RefusedForSymlink(const Status& status,
+                                           std::string_view key) {
+  if (status.ok()) return testing::AssertionFailure() << "succeeded";
+  if (status.code() != ErrorCode::kInvalidArgument &&
+      status.code() != ErrorCode::kIOError) {
+    return testing::AssertionFailure()
+           << "expected InvalidArgument or IOError: " << status.ToString();
+  }
+  if (!Contains(status.message(), key)) {
+    return testing::AssertionFailure()
+           << "message does not name " << key << ": " << status.ToString();
+  }
+  return testing::AssertionSuccess();
+}
+
+std::span<const std::byte> Bytes(std::string_view s) {
+  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
+}
+
+class FileStorageTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = MakeTempDir();
+    ASSERT_FALSE(dir_.empty()) << std::strerror(errno);
+    root_ = dir_ + "/root";
+    outside_ = dir_ + "/outside";
+    ASSERT_EQ(::mkdir(root_.c_str(), 0755), 0);
+    ASSERT_EQ(::mkdir(outside_.c_str(), 0755), 0);
+    WriteFile(outside_ + "/secret", "secret");
+  }
+
+  void TearDown() override {
+    if (!mounted_.empty()) ::umount2(mounted_.c_str(), MNT_DETACH);
+    std::error_code ignored;
+    fs::remove_all(dir_, ignored);
+  }
+
+  std::unique_ptr<Storage> OpenRoot() {
+    return OpenOrNull("file://" + root_, {});
+  }
+
+  // The names in `outside_`: a test checks nothing there was touched.
+  std::vector<std::string> OutsideNames() {
+    std::vector<std::string> out;
+    for (const auto& entry : fs::recursive_directory_iterator(outside_)) {
+      out.push_back(fs::relative(entry.path(), outside_).string());
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  std::string dir_;      // everything the test makes is under here
+  std::string root_;     // the storage root
+  std::string outside_;  // a sibling of the root with one file, "secret"
+  std::string mounted_;  // a tmpfs to unmount, if any
+};
+
+TEST_F(FileStorageTest, RootThatIsARegularFileIsInvalid) {
+  const std::string file = dir_ + "/plain";
+  WriteFile(file, "x");
+  Result<std::unique_ptr<Storage>> storage = OpenStorage("file://" + file);
+  ASSERT_FALSE(storage.ok());
+  EXPECT_EQ(storage.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(storage.status().message(), file))
+      << storage.status().ToString();
+}
+
+TEST_F(FileStorageTest, MissingRootWithoutCreateIsNotFound) {
+  const std::string missing = dir_ + "/missing/deeper";
+  StorageOptions options;
+  options.create = false;
+  Result<std::unique_ptr<Storage>> storage =
+      OpenStorage("file://" + missing, options);
+  ASSERT_FALSE(storage.ok());
+  EXPECT_EQ(storage.status().code(), ErrorCode::kNotFound);
+  EXPECT_TRUE(Contains(storage.status().message(), missing))
+      << storage.status().ToString();
+  EXPECT_FALSE(fs::exists(dir_ + "/missing"));
+}
+
+TEST_F(FileStorageTest, MissingRootIsCreatedWithItsParents) {
+  const std::string missing = dir_ + "/a/b/c";
+  std::unique_ptr<Storage> storage = OpenOrNull("file://" + missing + "/", {});
+  ASSERT_NE(storage, nullptr);
+  EXPECT_TRUE(fs::is_directory(missing));
+  ASSERT_TRUE(storage->PutString("k", "v").ok());
+  EXPECT_EQ(ReadFile(missing + "/k"), "v");
+}
+
+TEST_F(FileStorageTest, BarePathAndFileUrlOpenTheSameDirectory) {
+  std::unique_ptr<Storage> by_url = OpenRoot();
+  std::unique_ptr<Storage> by_path = OpenOrNull(root_, {});
+  ASSERT_NE(by_url, nullptr);
+  ASSERT_NE(by_path, nullptr);
+  EXPECT_EQ(by_path->url(), root_);
+  ASSERT_TRUE(by_url->PutString("k", "v").ok());
+  Result<std::string> read = by_path->ReadAll("k");
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(*read, "v");
+}
+
+TEST_F(FileStorageTest, FileUrlWithAHostIsInvalid) {
+  Result<std::unique_ptr<Storage>> storage =
+      OpenStorage("file://otherhost" + root_);
+  ASSERT_FALSE(storage.ok());
+  EXPECT_EQ(storage.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(storage.status().message(), "otherhost"))
+      << storage.status().ToString();
+}
+
+TEST_F(FileStorageTest, ObjectsArePlainFilesUnderTheRoot) {
+  std::unique_ptr<Storage> storage = OpenRoot();
+  ASSERT_NE(storage, nullptr);
+  ASSERT_TRUE(storage->PutString("step-000000000001/MANIFEST.json", "{}").ok());
+  EXPECT_EQ(ReadFile(root_ + "/step-000000000001/MANIFEST.json"), "{}");
+  EXPECT_TRUE(storage->capabilities().atomic_create_if_absent);
+  EXPECT_TRUE(storage->capabilities().range_reads);
+  EXPECT_TRUE(storage->capabilities().hard_links);
+}
+
+TEST_F(FileStorageTest, RootMayItselfBeASymlink) {
+  const std::string link = dir_ + "/root-link";
+  ASSERT_EQ(::symlink(root_.c_str(), link.c_str()), 0);
+  std::unique_ptr<Storage> storage = OpenOrNull("file://" + link, {});
+  ASSERT_NE(storage, nullptr);
+  ASSERT_TRUE(storage->PutString("k", "v").ok());
+  EXPECT_EQ(ReadFile(root_ + "/k"), "v");
+}
+
+TEST_F(FileStorageTest, SymlinkedDirectoryInsideTheRootIsNeverFollowed) {
+  ASSERT_EQ(::symlink(outside_.c_str(), (root_ + "/link").c_str()), 0);
+  std::unique_ptr<Storage> storage = OpenRoot();
+  ASSERT_NE(storage, nullptr);
+  std::string one(1, '\0');
+  std::span<std::byte> out(reinterpret_cast<std::byte*>(one.data()), 1);
+
+  EXPECT_TRUE(
+      RefusedForSymlink(storage->PutString("link/new", "x"), "link/new"));
+  EXPECT_TRUE(RefusedForSymlink(
+      storage->PutString("link/new", "x", PutMode::kCreateIfAbsent),
+      "link/new"));
+  EXPECT_TRUE(RefusedForSymlink(storage->PutString("link/deeper/new", "x"),
+                                "link/deeper/new"));
+  EXPECT_TRUE(
+      RefusedForSymlink(storage->NewWritable("link/new").status(), "link/new"));
+  EXPECT_TRUE(RefusedForSymlink(storage->ReadAll("link/secret").status(),
+                                "link/secret"));
+  EXPECT_TRUE(RefusedForSymlink(storage->ReadRange("link/secret", 0, out),
+                                "link/secret"));
+  EXPECT_TRUE(
+      RefusedForSymlink(storage->Stat("link/secret").status(), "link/secret"));
+  EXPECT_TRUE(RefusedForSymlink(storage->Delete("link/secret"), "link/secret"));
+  EXPECT_EQ(ListKeys(*storage, ""), std::vector<std::string>{});
+  EXPECT_EQ(ListKeys(*storage, "link/"), std::vector<std::string>{});
+
+  EXPECT_EQ(OutsideNames(), std::vector<std::string>{"secret"});
+  EXPECT_EQ(ReadFile(outside_ + "/secret"), "secret");
+  EXPECT_TRUE(fs::is_symlink(root_ + "/link"));
+}
+
+TEST_F(FileStorageTest, SymlinkedFileInsideTheRootIsNeverFollowed) {
+  ASSERT_EQ(::symlink((outside_ + "/secret").c_str(), (root_ + "/f").c_str()),
+            0);
+  ASSERT_EQ(::mkdir((root_ + "/d").c_str(), 0755), 0);
+  ASSERT_EQ(::symlink((outside_ + "/secret").c_str(), (root_ + "/d/f").c_str()),
+            0);
+  std::unique_ptr<Storage> storage = OpenRoot();
+  ASSERT_NE(storage, nullptr);
+  std::string one(1, '\0');
+  std::span<std::byte> out(reinterpret_cast<std::byte*>(one.data()), 1);
+
+  for (const std::string key : {"f", "d/f"}) {
+    SCOPED_TRACE(key);
+    EXPECT_TRUE(RefusedForSymlink(storage->PutString(key, "x"), key));
+    EXPECT_TRUE(RefusedForSymlink(
+        storage->PutString(key, "x", PutMode::kCreateIfAbsent), key));
+    EXPECT_TRUE(RefusedForSymlink(storage->NewWritable(key).status(), key));
+    EXPECT_TRUE(RefusedForSymlink(storage->ReadAll(key).status(), key));
+    EXPECT_TRUE(RefusedForSymlink(storage->ReadRange(key, 0, out), key));
+    EXPECT_TRUE(RefusedForSymlink(storage->Stat(key).status(), key));
+    EXPECT_TRUE(RefusedForSymlink(storage->Delete(key), key));
+  }
+  EXPECT_EQ(ListKeys(*storage, ""), std::vector<std::string>{});
+  EXPECT_EQ(OutsideNames(), std::vector<std::string>{"secret"});
+  EXPECT_EQ(ReadFile(outside_ + "/secret"), "secret");
+  EXPECT_TRUE(fs::is_symlink(root_ + "/f"));
+  EXPECT_TRUE(fs::is_symlink(root_ + "/d/f"));
+  EXPECT_EQ(TempFilesUnder(root_), std::vector<std::string>{});
+}
+
+TEST_F(FileStorageTest, ADirectoryIsNotAnObject) {
+  std::unique_ptr<Storage> storage = OpenRoot();
+  ASSERT_NE(storage, nullptr);
+  ASSERT_TRUE(storage->PutString("d/sub/x", "1").ok());
+  EXPECT_EQ(storage->Stat("d/sub").status().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(storage->ReadAll("d/sub").status().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(storage->Delete("d/sub").code(), ErrorCode::kNotFound);
+  EXPECT_EQ(storage->PutString("d/sub", "2").code(),
+            ErrorCode::kInvalidArgument);
+  // An object where a directory of the key would have to be.
+  EXPECT_EQ(storage->PutString("d/sub/x/y", "3").code(),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(storage->Stat("d/sub/x/y").status().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(ListKeys(*storage, ""), std::vector<std::string>{"d/sub/x"});
+  EXPECT_EQ(TempFilesUnder(root_), std::vector<std::string>{});
+}
+
+TEST_F(FileStorageTest, AFifoIsNotAnObjectAndDoesNotBlock) {
+  ASSERT_EQ(::mkfifo((root_ + "/fifo").c_str(), 0644), 0);
+  std::unique_ptr<Storage> storage = OpenRoot();
+  ASSERT_NE(storage, nullptr);
+  EXPECT_EQ(storage->ReadAll("fifo").status().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(storage->Stat("fifo").status().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(ListKeys(*storage, ""), std::vector<std::string>{});
+}
+
+TEST_F(FileStorageTest, TempFilesOfACrashedWriterAreListed) {
+  ASSERT_EQ(::mkdir((root_ + "/d").c_str(), 0755), 0);
+  WriteFile(root_ + "/x.ckpt-tmp-abc", "partial");
+  WriteFile(root_ + "/d/y.ckpt-tmp-def", "partial");
+  std::unique_ptr<Storage> storage = OpenRoot();
+  ASSERT_NE(storage, nullptr);
+  EXPECT_EQ(ListKeys(*storage, ""),
+            (std::vector<std::string>{"d/y.ckpt-tmp-def", "x.ckpt-tmp-abc"}));
+  EXPECT_EQ(ListKeys(*storage, "x"),
+            (std::vector<std::string>{"x.ckpt-tmp-abc"}));
+  ASSERT_TRUE(storage->Delete("d/y.ckpt-tmp-def").ok());
+  ASSERT_TRUE(storage->Delete("x.ckpt-tmp-abc").ok());
+  EXPECT_TRUE(fs::is_empty(root_));
+}
+
+TEST_F(FileStorageTest, DurableWritesLeaveNoTempFiles) {
+  std::unique_ptr<Storage> storage = OpenRoot();
+  ASSERT_NE(storage, nullptr);
+  ASSERT_TRUE(storage->PutString("a", "1").ok());
+  ASSERT_TRUE(storage->PutString("a", "2").ok());
+  ASSERT_TRUE(storage->PutString("s/m", "3", PutMode::kCreateIfAbsent).ok());
+  EXPECT_EQ(storage->PutString("s/m", "4", PutMode::kCreateIfAbsent).code(),
+            ErrorCode::kAlreadyExists);
+  {
+    Result<std::unique_ptr<WritableObject>> w = storage->NewWritable("s/w");
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE((*w)->Append(Bytes("5")).ok());
+    ASSERT_TRUE((*w)->Close().ok());
+  }
+  {
+    Result<std::unique_ptr<WritableObject>> w = storage->NewWritable("s/x");
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE((*w)->Append(Bytes("6")).ok());
+  }
+  EXPECT_EQ(TempFilesUnder(root_), std::vector<std::string>{});
+  EXPECT_EQ(ListKeys(*storage, ""),
+            (std::vector<std::string>{"a", "s/m", "s/w"}));
+}
+
+TEST_F(FileStorageTest, DeleteRemovesEmptyParentsButNotTheRoot) {
+  std::unique_ptr<Storage> storage = OpenRoot();
+  ASSERT_NE(storage, nullptr);
+  ASSERT_TRUE(storage->PutString("a/b/c/d", "1").ok());
+  ASSERT_TRUE(storage->PutString("a/x", "2").ok());
+  ASSERT_TRUE(storage->Delete("a/b/c/d").ok());
+  EXPECT_FALSE(fs::exists(root_ + "/a/b"));
+  EXPECT_TRUE(fs::exists(root_ + "/a/x"));
+  ASSERT_TRUE(storage->Delete("a/x").ok());
+  EXPECT_FALSE(fs::exists(root_ + "/a"));
+  ASSERT_TRUE(storage->PutString("top", "3").ok());
+  ASSERT_TRUE(storage->Delete("top").ok());
+  EXPECT_TRUE(fs::is_directory(root_));
+  EXPECT_TRUE(fs::is_empty(root_));
+}
+
+TEST_F(FileStorageTest, WritableOutlivesItsStorage) {
+  Result<std::unique_ptr<WritableObject>> w = [&] {
+    std::unique_ptr<Storage> storage = OpenRoot();
+    return storage->NewWritable("late/object");
+  }();
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  ASSERT_TRUE((*w)->Append(Bytes("bytes")).ok());
+  ASSERT_TRUE((*w)->Close().ok());
+  EXPECT_EQ(ReadFile(root_ + "/late/object"), "bytes");
+}
+
+// Runs `fn` without the privilege to bypass permission checks: as root, in
+// a child process that drops to uid/gid 65534 and reports the Status it got
+// (its code as the exit status, its message through a pipe).
+Status RunUnprivileged(const std::function<Status()>& fn) {
+  if (::geteuid() != 0) return fn();
+  int fds[2];
+  if (::pipe(fds) != 0) return ErrnoError(errno, "pipe");
+  const pid_t pid = ::fork();
+  if (pid < 0) return ErrnoError(errno, "fork");
+  if (pid == 0) {
+    ::close(fds[0]);
+    constexpr int kCannotDrop = 100;
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(65534, 65534, 65534) != 0 ||
+        ::setresuid(65534, 65534, 65534) != 0) {
+      ::_exit(kCannotDrop);
+    }
+    const Status status = fn();
+    const std::string& m = status.message();
+    for (size_t done = 0; done < m.size();) {
+      const ssize_t n = ::write(fds[1], m.data() + done, m.size() - done);
+      if (n <= 0) break;
+      done += static_cast<size_t>(n);
+    }
+    ::_exit(static_cast<int>(status.code()));
+  }
+  ::close(fds[1]);
+  std::string message;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof(buf))) != 0;) {
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    message.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fds[0]);
+  int wstatus = 0;
+  while (::waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(wstatus)) return AbortedError("the child process died");
+  const int code = WEXITSTATUS(wstatus);
+  if (code > static_cast<int>(ErrorCode::kFailedPrecondition)) {
+    return AbortedError("the child could not drop to uid 65534");
+  }
+  return Status(static_cast<ErrorCode>(code), message);
+}
+
+TEST_F(FileStorageTest, PermissionDeniedIsAnIOErrorNamingThePath) {
+  // uid 65534 must reach dir_ to be refused by `locked` itself.
+  ASSERT_EQ(::chmod(dir_.c_str(), 0755), 0);
+  const std::string locked = dir_ + "/locked";
+  ASSERT_EQ(::mkdir(locked.c_str(), 0700), 0);
+  if (::geteuid() != 0) {
+    ASSERT_EQ(::chmod(locked.c_str(), 0), 0);
+  }
+
+  const Status open_root =
+      RunUnprivileged([&] { return OpenStorage("file://" + locked).status(); });
+  EXPECT_EQ(open_root.code(), ErrorCode::kIOError) << open_root.ToString();
+  EXPECT_TRUE(Contains(open_root.message(), locked)) << open_root.ToString();
+  EXPECT_TRUE(Contains(open_root.message(), "Permission denied"))
+      << open_root.ToString();
+
+  const Status create_under = RunUnprivileged(
+      [&] { return OpenStorage("file://" + locked + "/sub").status(); });
+  EXPECT_EQ(create_under.code(), ErrorCode::kIOError)
+      << create_under.ToString();
+  EXPECT_TRUE(Contains(create_under.message(), locked + "/sub"))
+      << create_under.ToString();
+  ::chmod(locked.c_str(), 0700);
+}
+
+TEST_F(FileStorageTest, UnwritableDirectoryInsideTheRootIsAnIOError) {
+  ASSERT_EQ(::chmod(dir_.c_str(), 0755), 0);
+  ASSERT_EQ(::chmod(root_.c_str(), 0777), 0);
+  ASSERT_EQ(::mkdir((root_ + "/ro").c_str(), 0555), 0);
+  const Status put = RunUnprivileged([&] {
+    Result<std::unique_ptr<Storage>> storage = OpenStorage("file://" + root_);
+    if (!storage.ok()) return storage.status();
+    return (*storage)->PutString("ro/x", "data");
+  });
+  if (::geteuid() != 0) {
+    ::chmod((root_ + "/ro").c_str(), 0755);
+  }
+  EXPECT_EQ(put.code(), ErrorCode::kIOError) << put.ToString();
+  EXPECT_TRUE(Contains(put.message(), "ro/x")) << put.ToString();
+  EXPECT_TRUE(Contains(put.message(), root_)) << put.ToString();
+  EXPECT_TRUE(Contains(put.message(), "Permission denied")) << put.ToString();
+  EXPECT_EQ(TempFilesUnder(root_), std::vector<std::string>{});
+}
+
+TEST_F(FileStorageTest, FullDiskFailsWithoutHarm) {
+  const std::string small = dir_ + "/small";
+  ASSERT_EQ(::mkdir(small.c_str(), 0755), 0);
+  if (::mount("tmpfs", small.c_str(), "tmpfs", 0, "size=1m") != 0) {
+    if (errno == EPERM) {
+      GTEST_SKIP() << "cannot mount a 1 MiB tmpfs to fill (mount(2): "
+                   << std::strerror(errno) << "; it needs CAP_SYS_ADMIN)";
+    }
+    FAIL() << "mount(2) of a tmpfs: " << std::strerror(errno);
+  }
+  mounted_ = small;
+  std::unique_ptr<Storage> storage = OpenOrNull("file://" + small, {});
+  ASSERT_NE(storage, nullptr);
+  ASSERT_TRUE(storage->PutString("keep", "precious").ok());
+
+  const std::string big(2 << 20, 'x');
+  for (const char* key : {"keep", "big"}) {
+    SCOPED_TRACE(key);
+    const Status put = storage->PutString(key, big);
+    EXPECT_EQ(put.code(), ErrorCode::kIOError) << put.ToString();
+    EXPECT_TRUE(Contains(put.message(), "No space left")) << put.ToString();
+    EXPECT_TRUE(Contains(put.message(), key)) << put.ToString();
+  }
+  {
+    Result<std::unique_ptr<WritableObject>> w = storage->NewWritable("stream");
+    ASSERT_TRUE(w.ok());
+    Status status;
+    for (int i = 0; i < 32 && status.ok(); ++i) {
+      status = (*w)->Append(Bytes(std::string_view(big).substr(0, 64 << 10)));
+    }
+    if (status.ok()) status = (*w)->Close();
+    EXPECT_EQ(status.code(), ErrorCode::kIOError) << status.ToString();
+    EXPECT_TRUE(Contains(status.message(), "No space left"))
+        << status.ToString();
+  }
+
+  Result<std::string> kept = storage->ReadAll("keep");
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  EXPECT_EQ(*kept, "precious");
+  EXPECT_EQ(ListKeys(*storage, ""), std::vector<std::string>{"keep"});
+  EXPECT_EQ(TempFilesUnder(small), std::vector<std::string>{});
+  // The failed writes gave their space back.
+  EXPECT_TRUE(storage->PutString("after", std::string(512 << 10, 'y')).ok());
+}
+
+}  // namespace
+}  // namespace ckpt

@@ -1,0 +1,60 @@
+// One conformance suite for every Storage backend: the same cases run on
+// mem://, file:// and s3://, so the commit protocol can rely on the
+// interface rather than on a backend. A backend's test fills in
+// StorageConformanceParams and instantiates the suite:
+//
+//   INSTANTIATE_TEST_SUITE_P(Memory, StorageConformanceTest,
+//                            testing::Values(MemoryParams()),
+//                            StorageConformanceTestName);
+//
+// PrintTo and StorageConformanceTestName live in storage_conformance.cc, next
+// to the cases: instantiating the suite references them, and that is what
+// makes the linker take the cases out of the ckpt_testing archive (it drops
+// object files that nothing references).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <memory>
+#include <ostream>
+#include <string>
+
+#include "ckpt/storage.h"
+
+namespace ckpt {
+
+struct StorageConformanceParams {
+  // Names the instantiation in test names: letters, digits and '_' only.
+  std::string name;
+  // Returns a fresh, empty storage; called once at the start of every test.
+  // nullptr fails the test.
+  std::function<std::unique_ptr<Storage>()> open;
+  // Returns another handle on the data of the storage at `url` (what a
+  // restarted process opens); the first handle may be gone by then.
+  std::function<std::unique_ptr<Storage>(const std::string& url)> reopen;
+  // Removes what `open` made (a temp directory, a named store); may be empty.
+  std::function<void(const std::string& url)> cleanup;
+};
+
+// Keeps GoogleTest from dumping the struct's bytes in messages.
+void PrintTo(const StorageConformanceParams& params, std::ostream* os);
+
+std::string StorageConformanceTestName(
+    const testing::TestParamInfo<StorageConformanceParams>& info);
+
+class StorageConformanceTest
+    : public testing::TestWithParam<StorageConformanceParams> {
+ protected:
+  void SetUp() override;
+  void TearDown() override;
+
+  Storage& storage() { return *storage_; }
+  // A second handle on the same data, via params.reopen.
+  std::unique_ptr<Storage> Reopen();
+
+  std::unique_ptr<Storage> storage_;
+  std::string url_;
+};
+
+}  // namespace ckpt
