@@ -60,8 +60,8 @@ int Fail(const ckpt::Status& s) {
 // Trains to kEpochs, resuming from `root` if it holds a checkpoint. With
 // `crash`, kills itself halfway through kCrashEpoch.
 int Train(const std::string& root, bool crash, Model& model) {
-  auto mgr = ckpt::CheckpointManager::Open(
-      root, {.retention = {.keep_last = 3}});
+  auto mgr =
+      ckpt::CheckpointManager::Open(root, {.retention = {.keep_last = 3}});
   if (!mgr.ok()) return Fail(mgr.status());
   ckpt::State state = model.MakeState();
   auto latest = (*mgr)->Latest();
@@ -120,7 +120,8 @@ int main(int argc, char** argv) {
   int status = 0;
   waitpid(child, &status, 0);
   if (!(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)) {
-    std::fprintf(stderr, "quickstart: the first run did not crash as planned\n");
+    std::fprintf(stderr,
+                 "quickstart: the first run did not crash as planned\n");
     return 1;
   }
 

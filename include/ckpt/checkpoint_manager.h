@@ -4,7 +4,8 @@
 //   auto mgr = ckpt::CheckpointManager::Open("file:///data/run42").value();
 //   ckpt::State state;
 //   state.AddTensor("weights", ckpt::View(weights));
-//   if (auto last = mgr->Latest(); last.ok() && *last) mgr->Load(**last, state);
+//   if (auto last = mgr->Latest(); last.ok() && *last) mgr->Load(**last,
+//   state);
 //   ... train ...
 //   mgr->Save(step, state, {.epoch = epoch});
 //
@@ -49,7 +50,7 @@ struct RetentionPolicy {
   // Keep the M best checkpoints by the metric `best_metric` (0: rule off).
   // Checkpoints without the metric are never "best".
   int keep_best = 0;
-  std::string best_metric;
+  std::string best_metric = {};
   bool best_higher_is_better = false;  // default: lower is better (a loss)
 
   bool enabled() const {
@@ -61,9 +62,9 @@ struct RetentionPolicy {
 struct Options {
   // --- What happens ---------------------------------------------------------
   // Identifies the job in manifests (and the catalog). Default: the root URL.
-  std::string job_id;
+  std::string job_id = {};
   // Applied by the coordinator after every successful Save.
-  RetentionPolicy retention;
+  RetentionPolicy retention = {};
   // A Save less than this many seconds after the previous committed one is
   // skipped (SaveResult::skipped); 0 saves every time.
   double min_seconds_between_saves = 0;
@@ -85,14 +86,14 @@ struct Options {
 
   // --- Tests ----------------------------------------------------------------
   // The clock, in milliseconds since 1970; default the system clock.
-  std::function<int64_t()> now_unix_ms;
+  std::function<int64_t()> now_unix_ms = {};
 };
 
 // Per-save information, stored in the manifest.
 struct SaveOptions {
-  int64_t epoch = -1;                           // -1: not given
-  std::map<std::string, double> metrics;        // e.g. {"loss", 0.31}
-  std::map<std::string, std::string> metadata;  // free-form
+  int64_t epoch = -1;                                // -1: not given
+  std::map<std::string, double> metrics = {};        // e.g. {"loss", 0.31}
+  std::map<std::string, std::string> metadata = {};  // free-form
 };
 
 struct LoadOptions {
@@ -108,8 +109,8 @@ struct CheckpointInfo {
   std::string job_id;
   int world_size = 1;
   std::vector<std::string> hosts;
-  uint64_t bytes = 0;                  // data objects this checkpoint wrote
-  std::vector<int64_t> depends_on;     // steps it references
+  uint64_t bytes = 0;               // data objects this checkpoint wrote
+  std::vector<int64_t> depends_on;  // steps it references
   std::map<std::string, double> metrics;
   std::map<std::string, std::string> metadata;
   size_t num_entries = 0;
@@ -122,8 +123,12 @@ struct EntryInfo {
   std::vector<int64_t> shape;
   size_t num_pieces = 0;
   uint64_t bytes = 0;
-  std::string json;    // metadata entries
-  std::string digest;  // hash of the entry's chunk checksums (for diff)
+  std::string json;  // metadata entries
+  // Never empty: a hash of the entry's boxes and chunk checksums (tensors,
+  // blobs) or of its JSON (metadata). Equal digests mean equal contents;
+  // different digests may still hide equal contents saved with another
+  // chunk size.
+  std::string digest;
 };
 
 struct CheckpointDescription {
@@ -133,8 +138,8 @@ struct CheckpointDescription {
 };
 
 struct SaveResult {
-  bool skipped = false;               // min_seconds_between_saves said no
-  CheckpointInfo info;                // what was committed
+  bool skipped = false;                // min_seconds_between_saves said no
+  CheckpointInfo info;                 // what was committed
   std::vector<int64_t> deleted_steps;  // removed by retention
 };
 
@@ -146,7 +151,7 @@ struct LoadedCheckpoint {
 struct GcOptions {
   bool dry_run = false;  // report, delete nothing
   // Retention to apply; unset: the manager's Options::retention.
-  std::optional<RetentionPolicy> retention;
+  std::optional<RetentionPolicy> retention = {};
 };
 
 struct GcReport {
@@ -164,7 +169,8 @@ struct VerifyReport {
   bool ok() const { return problems.empty(); }
 };
 
-// Progress of long operations (bytes done, bytes total).
+// Progress of long operations (bytes done, bytes total). Called from the
+// thread that called the operation, never from two threads at once.
 using ProgressFn = std::function<void(uint64_t done, uint64_t total)>;
 
 class CheckpointManager {
@@ -187,7 +193,11 @@ class CheckpointManager {
 
   // Fills the entries of `state` from `step` (nullopt: the newest committed)
   // in place: tensors must match dtype and shape; blobs and metadata are
-  // replaced. NotFound names an entry the checkpoint lacks.
+  // replaced. NotFound names an entry the checkpoint lacks. Every check that
+  // needs no data (entries, dtypes, shapes, object sizes) runs before the
+  // first byte is written into the caller's buffers; a checksum mismatch
+  // found while reading returns DataLoss with the buffers partly written
+  // (staging a second copy of the model to avoid that would double memory).
   Result<CheckpointInfo> Load(std::optional<int64_t> step, State& state,
                               const LoadOptions& options = {});
   // Loads every entry (or just `names`) into a State that owns the buffers.

@@ -45,19 +45,53 @@ struct TensorView {
 // and F8 data kept in uint16_t / uint8_t buffers.
 template <typename T>
 constexpr DType DTypeOf();
-template <> constexpr DType DTypeOf<bool>() { return DType::kBool; }
-template <> constexpr DType DTypeOf<uint8_t>() { return DType::kU8; }
-template <> constexpr DType DTypeOf<int8_t>() { return DType::kI8; }
-template <> constexpr DType DTypeOf<uint16_t>() { return DType::kU16; }
-template <> constexpr DType DTypeOf<int16_t>() { return DType::kI16; }
-template <> constexpr DType DTypeOf<uint32_t>() { return DType::kU32; }
-template <> constexpr DType DTypeOf<int32_t>() { return DType::kI32; }
-template <> constexpr DType DTypeOf<float>() { return DType::kF32; }
-template <> constexpr DType DTypeOf<uint64_t>() { return DType::kU64; }
-template <> constexpr DType DTypeOf<int64_t>() { return DType::kI64; }
-template <> constexpr DType DTypeOf<double>() { return DType::kF64; }
+template <>
+constexpr DType DTypeOf<bool>() {
+  return DType::kBool;
+}
+template <>
+constexpr DType DTypeOf<uint8_t>() {
+  return DType::kU8;
+}
+template <>
+constexpr DType DTypeOf<int8_t>() {
+  return DType::kI8;
+}
+template <>
+constexpr DType DTypeOf<uint16_t>() {
+  return DType::kU16;
+}
+template <>
+constexpr DType DTypeOf<int16_t>() {
+  return DType::kI16;
+}
+template <>
+constexpr DType DTypeOf<uint32_t>() {
+  return DType::kU32;
+}
+template <>
+constexpr DType DTypeOf<int32_t>() {
+  return DType::kI32;
+}
+template <>
+constexpr DType DTypeOf<float>() {
+  return DType::kF32;
+}
+template <>
+constexpr DType DTypeOf<uint64_t>() {
+  return DType::kU64;
+}
+template <>
+constexpr DType DTypeOf<int64_t>() {
+  return DType::kI64;
+}
+template <>
+constexpr DType DTypeOf<double>() {
+  return DType::kF64;
+}
 
-// A writable view of `data` with the given shape (Save reads it, Load fills it).
+// A writable view of `data` with the given shape (Save reads it, Load fills
+// it).
 template <typename T>
 TensorView View(std::span<T> data, std::vector<int64_t> shape) {
   using U = std::remove_const_t<T>;

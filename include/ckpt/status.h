@@ -14,13 +14,13 @@ namespace ckpt {
 
 enum class ErrorCode {
   kOk = 0,
-  kInvalidArgument,  // the caller asked for something malformed
-  kNotFound,         // the object, step or entry does not exist
-  kAlreadyExists,    // create-if-absent lost, or the step is committed
-  kDataLoss,         // stored bytes are corrupt, truncated or inconsistent
-  kIOError,          // the operating system or the store failed
-  kUnavailable,      // a transient failure; retrying may help
-  kAborted,          // the operation was stopped (another rank failed, ...)
+  kInvalidArgument,     // the caller asked for something malformed
+  kNotFound,            // the object, step or entry does not exist
+  kAlreadyExists,       // create-if-absent lost, or the step is committed
+  kDataLoss,            // stored bytes are corrupt, truncated or inconsistent
+  kIOError,             // the operating system or the store failed
+  kUnavailable,         // a transient failure; retrying may help
+  kAborted,             // the operation was stopped (another rank failed, ...)
   kFailedPrecondition,  // the operation is refused in the current state
 };
 
@@ -73,7 +73,7 @@ Status ErrnoError(int err, std::string_view what);
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}        // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) {  // NOLINT
     assert(!std::get<Status>(v_).ok() && "Result built from an Ok status");
   }
@@ -101,17 +101,17 @@ class [[nodiscard]] Result {
 #define CKPT_CONCAT_(a, b) CKPT_CONCAT_INNER_(a, b)
 
 // Returns the status from the enclosing function when it is an error.
-#define CKPT_RETURN_IF_ERROR(expr)                   \
-  do {                                               \
-    ::ckpt::Status ckpt_status_ = (expr);            \
-    if (!ckpt_status_.ok()) return ckpt_status_;     \
+#define CKPT_RETURN_IF_ERROR(expr)               \
+  do {                                           \
+    ::ckpt::Status ckpt_status_ = (expr);        \
+    if (!ckpt_status_.ok()) return ckpt_status_; \
   } while (0)
 
 // Like CKPT_RETURN_IF_ERROR, with `context` prefixed to the message.
-#define CKPT_RETURN_IF_ERROR_CTX(expr, context)                        \
-  do {                                                                 \
-    ::ckpt::Status ckpt_status_ = (expr);                              \
-    if (!ckpt_status_.ok()) return ckpt_status_.WithContext(context);  \
+#define CKPT_RETURN_IF_ERROR_CTX(expr, context)                       \
+  do {                                                                \
+    ::ckpt::Status ckpt_status_ = (expr);                             \
+    if (!ckpt_status_.ok()) return ckpt_status_.WithContext(context); \
   } while (0)
 
 // `CKPT_ASSIGN_OR_RETURN(auto x, F())` declares x from F()'s value, or returns

@@ -104,11 +104,11 @@ class Storage {
   // Convenience: Put of a string.
   Status PutString(std::string_view key, std::string_view data,
                    PutMode mode = PutMode::kOverwrite) {
-    return Put(key,
-               std::span<const std::byte>(
-                   reinterpret_cast<const std::byte*>(data.data()),
-                   data.size()),
-               mode);
+    return Put(
+        key,
+        std::span<const std::byte>(
+            reinterpret_cast<const std::byte*>(data.data()), data.size()),
+        mode);
   }
 
  protected:
@@ -200,7 +200,7 @@ class StorageRegistry {
 void RegisterBuiltinBackends(StorageRegistry& registry);
 
 // StorageRegistry::Default().Open(url, options).
-Result<std::unique_ptr<Storage>> OpenStorage(std::string_view url,
-                                             const StorageOptions& options = {});
+Result<std::unique_ptr<Storage>> OpenStorage(
+    std::string_view url, const StorageOptions& options = {});
 
 }  // namespace ckpt

@@ -21,14 +21,13 @@
 // Load: find the newest step whose manifest validates (or the one asked for),
 // check that every needed object exists with the size the manifest records,
 // and only then read, checking each chunk's checksum.
-#include "ckpt/checkpoint_manager.h"
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -36,6 +35,7 @@
 #include "checkpoint/reader.h"
 #include "checkpoint/retention.h"
 #include "checkpoint/writer.h"
+#include "ckpt/checkpoint_manager.h"
 #include "format/constants.h"
 #include "format/manifest.h"
 #include "format/safetensors.h"
@@ -53,12 +53,14 @@ namespace {
 
 std::string NewAttemptId() {
   std::random_device rd;
-  std::mt19937_64 gen((uint64_t{rd()} << 32) ^ rd() ^
-                      std::chrono::steady_clock::now().time_since_epoch().count());
+  std::mt19937_64 gen(
+      (uint64_t{rd()} << 32) ^ rd() ^
+      std::chrono::steady_clock::now().time_since_epoch().count());
   static const char* kHex = "0123456789abcdef";
   const uint64_t v = gen();
   std::string out(format::kAttemptHexDigits, '0');
-  for (int i = 0; i < format::kAttemptHexDigits; ++i) out[i] = kHex[(v >> (4 * i)) & 15];
+  for (int i = 0; i < format::kAttemptHexDigits; ++i)
+    out[i] = kHex[(v >> (4 * i)) & 15];
   return out;
 }
 
@@ -152,8 +154,11 @@ class CheckpointManager::Impl {
   Result<std::vector<CheckpointInfo>> List();
   Result<CheckpointDescription> Describe(std::optional<int64_t> step);
   Result<VerifyReport> Verify(int64_t step, const ProgressFn& progress);
-  Status Delete(int64_t step, std::vector<std::string>* deleted,
-                uint64_t* bytes, bool dry_run);
+  // `going`: steps deleted in the same run, whose dependence on `step` does
+  // not hold it back (may be null).
+  Status Delete(int64_t step, const std::set<int64_t>* going,
+                std::vector<std::string>* deleted, uint64_t* bytes,
+                bool dry_run);
   Result<GcReport> GarbageCollect(const GcOptions& gc);
 
  private:
@@ -186,7 +191,8 @@ class CheckpointManager::Impl {
       cache_;
 };
 
-// --- Manifests ----------------------------------------------------------------
+// --- Manifests
+// ----------------------------------------------------------------
 
 Result<std::vector<std::pair<int64_t, ObjectInfo>>>
 CheckpointManager::Impl::ManifestObjects() {
@@ -300,8 +306,8 @@ Status CheckpointManager::Impl::CheckObjects(
       return info.status().WithContext("stat " + o.key);
     }
     if (info->size != o.size) {
-      return DataLossError("step " + std::to_string(m.step) + " in " +
-                           Where() + ": data object " + o.key + " is " +
+      return DataLossError("step " + std::to_string(m.step) + " in " + Where() +
+                           ": data object " + o.key + " is " +
                            std::to_string(info->size) +
                            " bytes but the manifest records " +
                            std::to_string(o.size) + " (truncated or replaced)");
@@ -310,21 +316,26 @@ Status CheckpointManager::Impl::CheckObjects(
   return Status();
 }
 
-// --- Save ---------------------------------------------------------------------
+// --- Save
+// ---------------------------------------------------------------------
 
 std::string CheckpointManager::Impl::DecideSave(int64_t step,
                                                 const SaveOptions& save) {
-  auto fail = [](const Status& s) { return json{{"status", StatusToJson(s)}}.dump(); };
+  auto fail = [](const Status& s) {
+    return json{{"status", StatusToJson(s)}}.dump();
+  };
   if (step < 0) {
-    return fail(InvalidArgumentError("step " + std::to_string(step) + " is negative"));
+    return fail(
+        InvalidArgumentError("step " + std::to_string(step) + " is negative"));
   }
-  if (step > 999'999'999'999) {
+  if (step > format::kMaxStep) {
     return fail(InvalidArgumentError("step " + std::to_string(step) +
                                      " does not fit in 12 digits"));
   }
   for (const auto& [k, v] : save.metrics) {
     if (!std::isfinite(v)) {
-      return fail(InvalidArgumentError("metric " + Quote(k) + " is not finite"));
+      return fail(
+          InvalidArgumentError("metric " + Quote(k) + " is not finite"));
     }
   }
   Result<ObjectInfo> existing = storage_->Stat(format::ManifestKey(step));
@@ -333,7 +344,8 @@ std::string CheckpointManager::Impl::DecideSave(int64_t step,
                                    " is already committed in " + Where()));
   }
   if (existing.status().code() != ErrorCode::kNotFound) {
-    return fail(existing.status().WithContext("save step " + std::to_string(step)));
+    return fail(
+        existing.status().WithContext("save step " + std::to_string(step)));
   }
   if (options_.min_seconds_between_saves > 0) {
     Result<std::shared_ptr<const Manifest>> newest = NewestValid();
@@ -358,7 +370,8 @@ Result<SaveResult> CheckpointManager::Impl::Save(int64_t step,
   if (c.rank() == 0) decision = DecideSave(step, save);
   CKPT_ASSIGN_OR_RETURN(decision, c.Broadcast(decision, 0));
   json d = json::parse(decision, nullptr, false);
-  if (!d.is_object()) return AbortedError(op + ": unreadable decision from rank 0");
+  if (!d.is_object())
+    return AbortedError(op + ": unreadable decision from rank 0");
   if (d.contains("status")) return StatusFromJson(d["status"]);
   if (d.value("skip", false)) {
     SaveResult skipped;
@@ -368,8 +381,9 @@ Result<SaveResult> CheckpointManager::Impl::Save(int64_t step,
   const std::string attempt = d.value("attempt", std::string());
 
   // 2. Plan.
-  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> offers,
-                        c.AllGather(EncodeOffer(MakeOffer(state, c.host_name()))));
+  CKPT_ASSIGN_OR_RETURN(
+      std::vector<std::string> offers,
+      c.AllGather(EncodeOffer(MakeOffer(state, c.host_name()))));
   std::vector<Offer> decoded;
   for (const std::string& o : offers) {
     CKPT_ASSIGN_OR_RETURN(Offer offer, DecodeOffer(o));
@@ -410,7 +424,8 @@ Result<SaveResult> CheckpointManager::Impl::Save(int64_t step,
         }
         chunks.push_back({{"piece", mine[k]}, {"chunks", std::move(list)}});
       }
-      result = {{"key", key}, {"size", written->size}, {"pieces", std::move(chunks)}};
+      result = {
+          {"key", key}, {"size", written->size}, {"pieces", std::move(chunks)}};
     } else {
       result = {{"status", StatusToJson(written.status())}};
     }
@@ -419,12 +434,14 @@ Result<SaveResult> CheckpointManager::Impl::Save(int64_t step,
   }
 
   // 4. Gather the results; 5. any failure fails every rank.
-  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> gathered, c.AllGather(result.dump()));
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> gathered,
+                        c.AllGather(result.dump()));
   std::vector<json> results;
   for (size_t r = 0; r < gathered.size(); ++r) {
     json j = json::parse(gathered[r], nullptr, false);
     if (!j.is_object()) {
-      return AbortedError(op + ": rank " + std::to_string(r) + " sent an unreadable result");
+      return AbortedError(op + ": rank " + std::to_string(r) +
+                          " sent an unreadable result");
     }
     if (j.contains("status")) {
       Status s = StatusFromJson(j["status"]);
@@ -437,21 +454,24 @@ Result<SaveResult> CheckpointManager::Impl::Save(int64_t step,
   // 6-7. The coordinator commits; everyone returns its outcome.
   std::string outcome;
   if (c.rank() == 0) {
-    Result<std::string> committed = Guard("commit", [&]() -> Result<std::string> {
-      return Commit(step, save, attempt, plan, results);
-    });
+    Result<std::string> committed =
+        Guard("commit", [&]() -> Result<std::string> {
+          return Commit(step, save, attempt, plan, results);
+        });
     outcome = committed.ok()
                   ? *committed
                   : json{{"status", StatusToJson(committed.status())}}.dump();
   }
   CKPT_ASSIGN_OR_RETURN(outcome, c.Broadcast(outcome, 0));
   json o = json::parse(outcome, nullptr, false);
-  if (!o.is_object()) return AbortedError(op + ": unreadable outcome from rank 0");
+  if (!o.is_object())
+    return AbortedError(op + ": unreadable outcome from rank 0");
   if (o.contains("status")) return StatusFromJson(o["status"]);
   // Every rank reads the committed manifest's facts the same way.
   SaveResult out;
   Result<std::shared_ptr<const Manifest>> committed = ReadManifest(step);
-  if (!committed.ok()) return committed.status().WithContext(op + ": after commit");
+  if (!committed.ok())
+    return committed.status().WithContext(op + ": after commit");
   out.info = InfoFromManifest(**committed);
   out.deleted_steps = o.value("deleted_steps", std::vector<int64_t>());
   return out;
@@ -462,8 +482,11 @@ std::string CheckpointManager::Impl::Commit(int64_t step,
                                             const std::string& attempt,
                                             const SavePlan& plan,
                                             const std::vector<json>& results) {
-  auto fail = [](const Status& s) { return json{{"status", StatusToJson(s)}}.dump(); };
-  const std::string op = "commit step " + std::to_string(step) + " in " + Where();
+  auto fail = [](const Status& s) {
+    return json{{"status", StatusToJson(s)}}.dump();
+  };
+  const std::string op =
+      "commit step " + std::to_string(step) + " in " + Where();
   Manifest m;
   m.version = format::kManifestVersion;
   m.job_id = options_.job_id;
@@ -487,7 +510,8 @@ std::string CheckpointManager::Impl::Commit(int64_t step,
                                              static_cast<int32_t>(r)});
     for (const json& p : res["pieces"]) {
       const size_t piece = p["piece"].get<size_t>();
-      if (piece >= chunks.size()) return fail(AbortedError(op + ": bad piece index"));
+      if (piece >= chunks.size())
+        return fail(AbortedError(op + ": bad piece index"));
       for (const json& ch : p["chunks"]) {
         auto sum = Checksum128::FromHex(ch[2].get<std::string>());
         if (!sum) return fail(AbortedError(op + ": bad checksum from a rank"));
@@ -524,9 +548,11 @@ std::string CheckpointManager::Impl::Commit(int64_t step,
     }
   }
   // THE COMMIT.
-  if (Status s = storage_->PutString(key, bytes, PutMode::kCreateIfAbsent); !s.ok()) {
+  if (Status s = storage_->PutString(key, bytes, PutMode::kCreateIfAbsent);
+      !s.ok()) {
     if (s.code() == ErrorCode::kAlreadyExists) {
-      return fail(AlreadyExistsError(op + ": another save committed this step first"));
+      return fail(
+          AlreadyExistsError(op + ": another save committed this step first"));
     }
     return fail(s.WithContext(op));
   }
@@ -542,8 +568,8 @@ std::string CheckpointManager::Impl::Commit(int64_t step,
     } else {
       // The checkpoint is committed; a failed clean-up only leaves garbage
       // that the next GarbageCollect removes.
-      LogWarning("after " + op + ": garbage collection failed: " +
-                 report.status().ToString());
+      LogWarning("after " + op +
+                 ": garbage collection failed: " + report.status().ToString());
     }
   }
   return json{{"deleted_steps", deleted}}.dump();
@@ -551,26 +577,27 @@ std::string CheckpointManager::Impl::Commit(int64_t step,
 
 void CheckpointManager::Impl::UpdateLatestHint() {
   // LATEST is a hint for humans and other tools; readers never trust it, so
-  // a failure to write it does not fail anything.
-  Result<std::vector<std::pair<int64_t, ObjectInfo>>> manifests = ManifestObjects();
+  // a failure to write it does not fail anything. It names the newest step
+  // whose manifest validates, never a damaged one.
+  Result<std::shared_ptr<const Manifest>> newest = NewestValid();
   Status s;
-  if (!manifests.ok()) {
-    s = manifests.status();
-  } else if (manifests->empty()) {
+  if (newest.ok()) {
+    s = storage_->PutString(format::kLatestName,
+                            std::to_string((*newest)->step) + "\n");
+  } else if (newest.status().code() == ErrorCode::kNotFound) {
     s = storage_->Delete(format::kLatestName);
     if (s.code() == ErrorCode::kNotFound) s = Status();
   } else {
-    s = storage_->PutString(format::kLatestName,
-                            std::to_string(manifests->front().first) + "\n");
+    s = newest.status();
   }
   if (!s.ok()) LogWarning("could not update the LATEST hint: " + s.ToString());
 }
 
-// --- Load ---------------------------------------------------------------------
+// --- Load
+// ---------------------------------------------------------------------
 
-Result<CheckpointInfo> CheckpointManager::Impl::Load(std::optional<int64_t> step,
-                                                     State& state,
-                                                     const LoadOptions& load) {
+Result<CheckpointInfo> CheckpointManager::Impl::Load(
+    std::optional<int64_t> step, State& state, const LoadOptions& load) {
   CKPT_RETURN_IF_ERROR(state.status());
   CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> m, Resolve(step));
   const std::string op =
@@ -581,14 +608,14 @@ Result<CheckpointInfo> CheckpointManager::Impl::Load(std::optional<int64_t> step
   for (const Entry& e : state.entries()) {
     const format::EntryRecord* rec = m->Find(e.name);
     if (rec == nullptr) {
-      return NotFoundError(op + ": the checkpoint has no entry " + Quote(e.name));
+      return NotFoundError(op + ": the checkpoint has no entry " +
+                           Quote(e.name));
     }
     if (rec->kind != e.kind) {
-      return InvalidArgumentError(op + ": entry " + Quote(e.name) + " is a " +
-                                  std::string(EntryKindName(rec->kind)) +
-                                  " in the checkpoint but a " +
-                                  std::string(EntryKindName(e.kind)) +
-                                  " in the state");
+      return InvalidArgumentError(
+          op + ": entry " + Quote(e.name) + " is a " +
+          std::string(EntryKindName(rec->kind)) + " in the checkpoint but a " +
+          std::string(EntryKindName(e.kind)) + " in the state");
     }
     if (e.kind == EntryKind::kTensor) {
       if (rec->dtype != e.tensor.dtype || rec->shape != e.tensor.shape) {
@@ -600,11 +627,10 @@ Result<CheckpointInfo> CheckpointManager::Impl::Load(std::optional<int64_t> step
           }
           return s + "]";
         };
-        return InvalidArgumentError(op + ": entry " + Quote(e.name) + " is " +
-                                    describe(rec->dtype, rec->shape) +
-                                    " in the checkpoint but " +
-                                    describe(e.tensor.dtype, e.tensor.shape) +
-                                    " in the state");
+        return InvalidArgumentError(
+            op + ": entry " + Quote(e.name) + " is " +
+            describe(rec->dtype, rec->shape) + " in the checkpoint but " +
+            describe(e.tensor.dtype, e.tensor.shape) + " in the state");
       }
       if (!e.tensor.writable) {
         return InvalidArgumentError(op + ": entry " + Quote(e.name) +
@@ -617,8 +643,8 @@ Result<CheckpointInfo> CheckpointManager::Impl::Load(std::optional<int64_t> step
   if (load.strict) {
     for (const auto& rec : m->entries) {
       if (state.Find(rec.name) == nullptr) {
-        return InvalidArgumentError(op + ": strict load: the state has no entry " +
-                                    Quote(rec.name));
+        return InvalidArgumentError(
+            op + ": strict load: the state has no entry " + Quote(rec.name));
       }
     }
   }
@@ -630,16 +656,18 @@ Result<CheckpointInfo> CheckpointManager::Impl::Load(std::optional<int64_t> step
       case EntryKind::kTensor: {
         const uint64_t size = *e->tensor.ByteSize();
         CKPT_RETURN_IF_ERROR_CTX(
-            ReadEntry(*storage_, *m, rec, std::span<std::byte>(e->tensor.data, size)),
+            ReadEntry(*storage_, *m, rec,
+                      std::span<std::byte>(e->tensor.data, size)),
             op);
         break;
       }
       case EntryKind::kBlob: {
         std::string bytes(static_cast<size_t>(rec.shape[0]), '\0');
         CKPT_RETURN_IF_ERROR_CTX(
-            ReadEntry(*storage_, *m, rec,
-                      std::span<std::byte>(reinterpret_cast<std::byte*>(bytes.data()),
-                                           bytes.size())),
+            ReadEntry(
+                *storage_, *m, rec,
+                std::span<std::byte>(reinterpret_cast<std::byte*>(bytes.data()),
+                                     bytes.size())),
             op);
         CKPT_RETURN_IF_ERROR(state.SetBlob(rec.name, std::move(bytes)));
         break;
@@ -677,8 +705,9 @@ Result<LoadedCheckpoint> CheckpointManager::Impl::LoadAll(
   for (const format::EntryRecord* rec : records) {
     switch (rec->kind) {
       case EntryKind::kTensor: {
-        CKPT_ASSIGN_OR_RETURN(TensorView view,
-                              out.state.AllocateTensor(rec->name, rec->dtype, rec->shape));
+        CKPT_ASSIGN_OR_RETURN(
+            TensorView view,
+            out.state.AllocateTensor(rec->name, rec->dtype, rec->shape));
         CKPT_RETURN_IF_ERROR_CTX(
             ReadEntry(*storage_, *m, *rec,
                       std::span<std::byte>(view.data, *view.ByteSize())),
@@ -688,9 +717,10 @@ Result<LoadedCheckpoint> CheckpointManager::Impl::LoadAll(
       case EntryKind::kBlob: {
         std::string bytes(static_cast<size_t>(rec->shape[0]), '\0');
         CKPT_RETURN_IF_ERROR_CTX(
-            ReadEntry(*storage_, *m, *rec,
-                      std::span<std::byte>(reinterpret_cast<std::byte*>(bytes.data()),
-                                           bytes.size())),
+            ReadEntry(
+                *storage_, *m, *rec,
+                std::span<std::byte>(reinterpret_cast<std::byte*>(bytes.data()),
+                                     bytes.size())),
             op);
         out.state.AddBlob(rec->name, std::move(bytes));
         break;
@@ -704,12 +734,14 @@ Result<LoadedCheckpoint> CheckpointManager::Impl::LoadAll(
   return out;
 }
 
-// --- Inspection -----------------------------------------------------------------
+// --- Inspection
+// -----------------------------------------------------------------
 
 Result<std::optional<int64_t>> CheckpointManager::Impl::Latest() {
   Result<std::shared_ptr<const Manifest>> m = NewestValid();
   if (!m.ok()) {
-    if (m.status().code() == ErrorCode::kNotFound) return std::optional<int64_t>();
+    if (m.status().code() == ErrorCode::kNotFound)
+      return std::optional<int64_t>();
     return m.status();
   }
   return std::optional<int64_t>((*m)->step);
@@ -719,7 +751,8 @@ Result<std::vector<CheckpointInfo>> CheckpointManager::Impl::List() {
   CKPT_ASSIGN_OR_RETURN(auto manifests, ManifestObjects());
   std::vector<CheckpointInfo> out;
   for (auto it = manifests.rbegin(); it != manifests.rend(); ++it) {
-    Result<std::shared_ptr<const Manifest>> m = ReadManifest(it->first, it->second);
+    Result<std::shared_ptr<const Manifest>> m =
+        ReadManifest(it->first, it->second);
     if (!m.ok()) {
       LogWarning("skipping step " + std::to_string(it->first) + ": " +
                  m.status().ToString());
@@ -751,7 +784,8 @@ Result<CheckpointDescription> CheckpointManager::Impl::Describe(
     feed(rec.kind == EntryKind::kMetadata ? rec.json : "");
     for (const auto& p : rec.pieces) {
       for (size_t i = 0; i < p.offsets.size(); ++i) {
-        feed(std::to_string(p.offsets[i]) + ":" + std::to_string(p.lengths[i]) + ",");
+        feed(std::to_string(p.offsets[i]) + ":" + std::to_string(p.lengths[i]) +
+             ",");
       }
       for (const auto& c : p.chunks) {
         e.bytes += c.length;
@@ -767,8 +801,11 @@ Result<CheckpointDescription> CheckpointManager::Impl::Describe(
   return d;
 }
 
-Result<VerifyReport> CheckpointManager::Impl::Verify(int64_t step,
-                                                     const ProgressFn& progress) {
+Result<VerifyReport> CheckpointManager::Impl::Verify(
+    int64_t step, const ProgressFn& progress) {
+  // Verify re-reads every byte, the manifest's too: damage that kept its size
+  // and mtime would otherwise hide behind the cache.
+  cache_.erase(step);
   CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> m, ReadManifest(step));
   VerifyReport report;
   report.step = step;
@@ -781,6 +818,8 @@ Result<VerifyReport> CheckpointManager::Impl::Verify(int64_t step,
   // Objects: present, the recorded size, and a valid safetensors header.
   std::vector<uint64_t> actual(m->objects.size(), 0);
   std::vector<bool> readable(m->objects.size(), false);
+  std::vector<std::optional<format::SafetensorsHeader>> headers(
+      m->objects.size());
   for (size_t i = 0; i < m->objects.size(); ++i) {
     const format::ObjectRecord& o = m->objects[i];
     Result<ObjectInfo> info = storage_->Stat(o.key);
@@ -793,24 +832,37 @@ Result<VerifyReport> CheckpointManager::Impl::Verify(int64_t step,
     if (info->size != o.size) {
       report.problems.push_back(o.key + ": is " + std::to_string(info->size) +
                                 " bytes, the manifest records " +
-                                std::to_string(o.size) + " (truncated or replaced)");
+                                std::to_string(o.size) +
+                                " (truncated or replaced)");
     }
     std::byte prefix[8];
     Status s = info->size >= 8 ? storage_->ReadRange(o.key, 0, prefix)
                                : DataLossError("shorter than 8 bytes");
     if (s.ok()) {
-      Result<uint64_t> n = format::DecodeSafetensorsHeaderLength(prefix, info->size, o.key);
+      Result<uint64_t> n =
+          format::DecodeSafetensorsHeaderLength(prefix, info->size, o.key);
       if (!n.ok()) {
         s = n.status();
       } else {
         std::string header(*n, '\0');
         s = storage_->ReadRange(
             o.key, 8,
-            std::span<std::byte>(reinterpret_cast<std::byte*>(header.data()), header.size()));
-        if (s.ok()) s = format::ParseSafetensorsHeader(header, info->size, o.key).status();
+            std::span<std::byte>(reinterpret_cast<std::byte*>(header.data()),
+                                 header.size()));
+        if (s.ok()) {
+          Result<format::SafetensorsHeader> h =
+              format::ParseSafetensorsHeader(header, info->size, o.key);
+          if (h.ok()) {
+            headers[i] = std::move(h).value();
+          } else {
+            s = h.status();
+          }
+        }
       }
     }
-    if (!s.ok()) report.problems.push_back(o.key + ": safetensors header: " + s.ToString());
+    if (!s.ok())
+      report.problems.push_back(o.key +
+                                ": safetensors header: " + s.ToString());
   }
   // Every chunk, re-read and re-hashed.
   std::vector<std::byte> buf;
@@ -820,12 +872,30 @@ Result<VerifyReport> CheckpointManager::Impl::Verify(int64_t step,
       for (const auto& c : p.chunks) {
         const std::string& key = m->objects[c.object].key;
         if (!readable[c.object]) continue;  // already reported
-        if (c.offset > actual[c.object] || c.length > actual[c.object] - c.offset) {
-          report.problems.push_back(key + ": entry " + Quote(e.name) + " bytes [" +
-                                    std::to_string(c.offset) + ", " +
-                                    std::to_string(c.offset + c.length) +
+        if (c.offset > actual[c.object] ||
+            c.length > actual[c.object] - c.offset) {
+          report.problems.push_back(key + ": entry " + Quote(e.name) +
+                                    " bytes [" + std::to_string(c.offset) +
+                                    ", " + std::to_string(c.offset + c.length) +
                                     ") lie past the end of the object");
           continue;
+        }
+        // The header must place the chunk inside the entry's own tensor: a
+        // damaged name or offset there is damage that no chunk checksum sees.
+        if (const auto& h = headers[c.object]) {
+          const bool inside = std::any_of(
+              h->tensors.begin(), h->tensors.end(), [&](const auto& t) {
+                return t.name == e.name &&
+                       c.offset >= h->data_start + t.begin &&
+                       c.offset + c.length <= h->data_start + t.end;
+              });
+          if (!inside) {
+            report.problems.push_back(key + ": safetensors header: no tensor " +
+                                      Quote(e.name) + " holds bytes [" +
+                                      std::to_string(c.offset) + ", " +
+                                      std::to_string(c.offset + c.length) +
+                                      ") of entry " + Quote(e.name));
+          }
         }
         buf.resize(c.length);
         Status s = ReadChunk(*storage_, *m, e, c, buf);
@@ -843,12 +913,16 @@ Result<VerifyReport> CheckpointManager::Impl::Verify(int64_t step,
   return report;
 }
 
-// --- Deleting -------------------------------------------------------------------
+// --- Deleting
+// -------------------------------------------------------------------
 
 Status CheckpointManager::Impl::Delete(int64_t step,
+                                       const std::set<int64_t>* going,
                                        std::vector<std::string>* deleted,
                                        uint64_t* bytes, bool dry_run) {
-  const std::string op = "delete step " + std::to_string(step) + " in " + Where();
+  const std::string op =
+      "delete step " + std::to_string(step) + " in " + Where();
+  if (step < 0) return InvalidArgumentError(op + ": the step is negative");
   const std::string manifest_key = format::ManifestKey(step);
   Result<ObjectInfo> info = storage_->Stat(manifest_key);
   if (!info.ok()) {
@@ -861,22 +935,25 @@ Status CheckpointManager::Impl::Delete(int64_t step,
   CKPT_ASSIGN_OR_RETURN(auto manifests, ManifestObjects());
   std::vector<int64_t> dependants;
   for (const auto& [s, oi] : manifests) {
-    if (s == step) continue;
+    if (s == step || (going && going->count(s))) continue;
     Result<std::shared_ptr<const Manifest>> m = ReadManifest(s, oi);
     if (!m.ok()) continue;
     const auto& deps = (*m)->depends_on;
-    if (std::find(deps.begin(), deps.end(), step) != deps.end()) dependants.push_back(s);
+    if (std::find(deps.begin(), deps.end(), step) != deps.end())
+      dependants.push_back(s);
   }
   if (!dependants.empty()) {
     std::string list;
-    for (int64_t s : dependants) list += (list.empty() ? "" : ", ") + std::to_string(s);
+    for (int64_t s : dependants)
+      list += (list.empty() ? "" : ", ") + std::to_string(s);
     return FailedPreconditionError(op + ": steps " + list +
                                    " depend on it; delete them first");
   }
   // The manifest goes first: from then on the step is not a checkpoint, and
   // a crash leaves only garbage.
   const std::string prefix = format::StepDirName(step) + "/";
-  CKPT_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, storage_->List(prefix));
+  CKPT_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects,
+                        storage_->List(prefix));
   std::vector<ObjectInfo> doomed;
   for (const ObjectInfo& o : objects) {
     std::string_view file = std::string_view(o.key).substr(prefix.size());
@@ -906,13 +983,20 @@ Status CheckpointManager::Impl::Delete(int64_t step,
 
 Result<GcReport> CheckpointManager::Impl::GarbageCollect(const GcOptions& gc) {
   GcReport report;
-  const RetentionPolicy policy = gc.retention ? *gc.retention : options_.retention;
+  const RetentionPolicy policy =
+      gc.retention ? *gc.retention : options_.retention;
   CKPT_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> infos, List());
-  for (int64_t step : StepsToDelete(infos, policy)) {
-    CKPT_RETURN_IF_ERROR(
-        Delete(step, &report.deleted_objects, &report.bytes_freed, gc.dry_run));
-    report.deleted_steps.push_back(step);
+  // Newest first, so that a dependant always goes before what it depends on
+  // (a crash part-way never leaves a checkpoint without its dependency), and
+  // a step that only doomed steps depend on may go (in a dry run those
+  // dependants are still there).
+  const std::vector<int64_t> doomed = StepsToDelete(infos, policy);
+  const std::set<int64_t> going(doomed.begin(), doomed.end());
+  for (auto it = doomed.rbegin(); it != doomed.rend(); ++it) {
+    CKPT_RETURN_IF_ERROR(Delete(*it, &going, &report.deleted_objects,
+                                &report.bytes_freed, gc.dry_run));
   }
+  report.deleted_steps = doomed;
   // Dead attempts: ckpt-named objects that no committed manifest names.
   CKPT_ASSIGN_OR_RETURN(auto manifests, ManifestObjects());
   std::set<std::string> referenced;
@@ -920,8 +1004,9 @@ Result<GcReport> CheckpointManager::Impl::GarbageCollect(const GcOptions& gc) {
   std::set<int64_t> damaged;  // left untouched: someone should look at them
   int64_t newest = -1;
   for (const auto& [step, info] : manifests) {
-    if (gc.dry_run && std::find(report.deleted_steps.begin(), report.deleted_steps.end(),
-                                step) != report.deleted_steps.end()) {
+    if (gc.dry_run &&
+        std::find(report.deleted_steps.begin(), report.deleted_steps.end(),
+                  step) != report.deleted_steps.end()) {
       continue;
     }
     Result<std::shared_ptr<const Manifest>> m = ReadManifest(step, info);
@@ -946,14 +1031,16 @@ Result<GcReport> CheckpointManager::Impl::GarbageCollect(const GcOptions& gc) {
     bool dead = false;
     if (SplitStepKey(o.key, &step, &file)) {
       if (damaged.count(step) || file == format::kManifestName) continue;
-      const bool ours = format::ParseDataObjectKey(o.key, nullptr, nullptr, nullptr) ||
-                        file.find(kTempMarker) != std::string_view::npos;
+      const bool ours =
+          format::ParseDataObjectKey(o.key, nullptr, nullptr, nullptr) ||
+          file.find(kTempMarker) != std::string_view::npos;
       // An attempt at a step at or below the newest committed one can no
       // longer commit; a newer one may still be running elsewhere.
       dead = ours && (step <= newest || old);
     } else {
       // Root-level temporaries (of the LATEST hint).
-      dead = o.key.starts_with(std::string(format::kLatestName) + std::string(kTempMarker)) &&
+      dead = o.key.starts_with(std::string(format::kLatestName) +
+                               std::string(kTempMarker)) &&
              old;
     }
     if (!dead) continue;
@@ -969,7 +1056,8 @@ Result<GcReport> CheckpointManager::Impl::GarbageCollect(const GcOptions& gc) {
   return report;
 }
 
-// --- The public face -------------------------------------------------------------
+// --- The public face
+// -------------------------------------------------------------
 
 CheckpointManager::CheckpointManager(std::unique_ptr<Impl> impl)
     : impl_(std::move(impl)) {}
@@ -1000,10 +1088,12 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
       options.retention.keep_last < 0 || options.retention.keep_best < 0 ||
       options.retention.keep_every_n_steps < 0 ||
       options.retention.keep_every_seconds < 0) {
-    return InvalidArgumentError("open " + storage->url() +
-                                ": retention and timing options must not be negative");
+    return InvalidArgumentError(
+        "open " + storage->url() +
+        ": retention and timing options must not be negative");
   }
-  if (options.retention.keep_best > 0 && options.retention.best_metric.empty()) {
+  if (options.retention.keep_best > 0 &&
+      options.retention.best_metric.empty()) {
     return InvalidArgumentError("open " + storage->url() +
                                 ": keep_best needs best_metric");
   }
@@ -1054,7 +1144,9 @@ Result<VerifyReport> CheckpointManager::Verify(int64_t step,
 
 Status CheckpointManager::Delete(int64_t step) {
   std::lock_guard<std::mutex> lock(impl_->mu());
-  return Guard("delete", [&] { return impl_->Delete(step, nullptr, nullptr, false); });
+  return Guard("delete", [&] {
+    return impl_->Delete(step, nullptr, nullptr, nullptr, false);
+  });
 }
 
 Result<GcReport> CheckpointManager::GarbageCollect(const GcOptions& options) {

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <tuple>
 
+#include "format/constants.h"
 #include "util/names.h"
 
 namespace ckpt {
@@ -81,7 +82,8 @@ Result<Offer> DecodeOffer(std::string_view bytes) {
     }
     return o;
   } catch (const json::exception& e) {
-    return DataLossError(std::string("save plan: malformed offer: ") + e.what());
+    return DataLossError(std::string("save plan: malformed offer: ") +
+                         e.what());
   }
 }
 
@@ -110,11 +112,18 @@ bool Overlap(const PlannedPiece& a, const PlannedPiece& b) {
 
 Result<SavePlan> MakePlan(const std::vector<Offer>& offers) {
   SavePlan plan;
+  if (offers.empty() ||
+      offers.size() > static_cast<size_t>(format::kMaxWorldSize)) {
+    return InvalidArgumentError("save plan: " + std::to_string(offers.size()) +
+                                " ranks; ckpt supports 1 to " +
+                                std::to_string(format::kMaxWorldSize));
+  }
   for (size_t r = 0; r < offers.size(); ++r) {
     if (offers[r].error_code != ErrorCode::kOk) {
-      return Status(offers[r].error_code,
-                    (offers.size() > 1 ? "rank " + std::to_string(r) + ": " : "") +
-                        offers[r].error_message);
+      return Status(
+          offers[r].error_code,
+          (offers.size() > 1 ? "rank " + std::to_string(r) + ": " : "") +
+              offers[r].error_message);
     }
     plan.hosts.push_back(offers[r].host);
   }
@@ -135,13 +144,12 @@ Result<SavePlan> MakePlan(const std::vector<Offer>& offers) {
         plan.entries.push_back(std::move(e));
       }
       PlannedEntry& e = plan.entries[it->second];
-      if (e.kind != p.kind ||
-          (e.kind != EntryKind::kMetadata &&
-           (e.dtype != p.dtype || e.shape != p.shape))) {
+      if (e.kind != p.kind || (e.kind != EntryKind::kMetadata &&
+                               (e.dtype != p.dtype || e.shape != p.shape))) {
         return InvalidArgumentError(
-            "entry " + Quote(p.name) + " differs between ranks: " +
-            std::string(EntryKindName(e.kind)) + " " +
-            DescribeShape(e.dtype, e.shape) + " vs " +
+            "entry " + Quote(p.name) +
+            " differs between ranks: " + std::string(EntryKindName(e.kind)) +
+            " " + DescribeShape(e.dtype, e.shape) + " vs " +
             std::string(EntryKindName(p.kind)) + " " +
             DescribeShape(p.dtype, p.shape) + " on rank " + std::to_string(r));
       }
@@ -179,9 +187,10 @@ Result<SavePlan> MakePlan(const std::vector<Offer>& offers) {
       }
     }
     if (covered != total) {
-      return InvalidArgumentError(
-          "entry " + Quote(e.name) + ": the ranks' pieces cover " +
-          std::to_string(covered) + " of " + std::to_string(total) + " elements");
+      return InvalidArgumentError("entry " + Quote(e.name) +
+                                  ": the ranks' pieces cover " +
+                                  std::to_string(covered) + " of " +
+                                  std::to_string(total) + " elements");
     }
   }
   // Largest first to the least-loaded holder (ties: lowest rank).

@@ -41,7 +41,7 @@ void CopyBoxInto(const std::vector<int64_t>& shape,
   stride[rank - 1] = elem_size;
   for (size_t d = rank - 1; d > 0; --d) stride[d - 1] = stride[d] * shape[d];
   const size_t run = lengths[rank - 1] * elem_size;  // contiguous bytes
-  std::vector<int64_t> idx(rank, 0);  // position inside the box
+  std::vector<int64_t> idx(rank, 0);                 // position inside the box
   size_t src = 0;
   while (true) {
     size_t off = 0;
@@ -76,12 +76,13 @@ Status ReadEntry(Storage& storage, const format::Manifest& manifest,
     }
     uint64_t pos = 0;
     for (const format::ChunkRecord& c : piece.chunks) {
-      CKPT_RETURN_IF_ERROR(
-          ReadChunk(storage, manifest, entry, c, target.subspan(pos, c.length)));
+      CKPT_RETURN_IF_ERROR(ReadChunk(storage, manifest, entry, c,
+                                     target.subspan(pos, c.length)));
       pos += c.length;
     }
     if (!whole) {
-      CopyBoxInto(entry.shape, piece.offsets, piece.lengths, elem, target, dest);
+      CopyBoxInto(entry.shape, piece.offsets, piece.lengths, elem, target,
+                  dest);
     }
   }
   return Status();

@@ -55,7 +55,8 @@ std::vector<int64_t> StepsToDelete(
       }
       return a.second->step > b.second->step;  // ties: the newer wins
     });
-    for (size_t i = 0; i < scored.size() && i < static_cast<size_t>(policy.keep_best); ++i) {
+    for (size_t i = 0;
+         i < scored.size() && i < static_cast<size_t>(policy.keep_best); ++i) {
       keep.insert(scored[i].second->step);
     }
   }

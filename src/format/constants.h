@@ -26,6 +26,10 @@ inline constexpr std::string_view kStepPrefix = "step-";
 inline constexpr int kStepDigits = 12;
 inline constexpr std::string_view kLatestName = "LATEST";
 inline constexpr int kRankDigits = 5;
+// Ranks are named with kRankDigits digits, so a job has at most 10^5 ranks.
+inline constexpr int kMaxWorldSize = 100'000;
+// Steps are named with kStepDigits digits.
+inline constexpr int64_t kMaxStep = 999'999'999'999;
 inline constexpr int kAttemptHexDigits = 16;
 inline constexpr std::string_view kDataSuffix = ".safetensors";
 

@@ -46,7 +46,13 @@ Result<nlohmann::json> ParseJsonStrict(std::string_view text,
     j = nlohmann::json::parse(text.begin(), text.end(), callback,
                               /*allow_exceptions=*/true);
   } catch (const nlohmann::json::exception& e) {
-    if (problem.empty()) problem = std::string("not valid JSON: ") + e.what();
+    if (problem.empty()) {
+      // nlohmann quotes the offending input, which may hold bytes that are
+      // not UTF-8; escape them (and shorten) as Quote does, so the message
+      // is safe to print and to put into JSON.
+      const std::string quoted = Quote(e.what());
+      problem = "not valid JSON: " + quoted.substr(1, quoted.size() - 2);
+    }
   }
   if (!problem.empty()) {
     return DataLossError(std::string(what) + ": " + problem);

@@ -14,7 +14,19 @@ namespace ckpt::format {
 
 using nlohmann::json;
 
+void Manifest::Reindex() {
+  entry_index.clear();
+  for (size_t i = 0; i < entries.size(); ++i) entry_index[entries[i].name] = i;
+}
+
 const EntryRecord* Manifest::Find(std::string_view name) const {
+  if (entry_index.size() == entries.size()) {
+    auto it = entry_index.find(std::string(name));
+    if (it != entry_index.end() && it->second < entries.size() &&
+        entries[it->second].name == name) {
+      return &entries[it->second];
+    }
+  }
   for (const EntryRecord& e : entries) {
     if (e.name == name) return &e;
   }
@@ -65,7 +77,8 @@ bool ParseDataObjectKey(std::string_view key, int64_t* step, int* rank,
   if (s < 0) return false;
   std::string_view file = key.substr(slash + 1);
   // r<5 digits>-<16 hex>.safetensors
-  if (file.size() != 1 + kRankDigits + 1 + kAttemptHexDigits + kDataSuffix.size() ||
+  if (file.size() !=
+          1 + kRankDigits + 1 + kAttemptHexDigits + kDataSuffix.size() ||
       file[0] != 'r' || file[1 + kRankDigits] != '-' ||
       !file.ends_with(kDataSuffix)) {
     return false;
@@ -227,7 +240,8 @@ Result<Manifest> DecodeBody(const json& j, const Reader& r) {
                         r.Int(j, "created_unix_ms", "manifest"));
   CKPT_ASSIGN_OR_RETURN(m.attempt, r.Str(j, "attempt", "manifest"));
   CKPT_ASSIGN_OR_RETURN(int64_t world, r.Int(j, "world_size", "manifest"));
-  if (world < 1 || world > (1 << 24)) return r.Fail("world_size out of range");
+  if (world < 1 || world > kMaxWorldSize)
+    return r.Fail("world_size out of range");
   m.world_size = static_cast<int32_t>(world);
   CKPT_ASSIGN_OR_RETURN(const json* hosts, r.Field(j, "hosts", "manifest"));
   if (!hosts->is_array()) return r.Fail("hosts is not an array");
@@ -235,8 +249,9 @@ Result<Manifest> DecodeBody(const json& j, const Reader& r) {
     if (!h.is_string()) return r.Fail("hosts holds a non-string");
     m.hosts.push_back(h.get<std::string>());
   }
-  CKPT_ASSIGN_OR_RETURN(int64_t chunk_size, r.Int(j, "chunk_size", "manifest"));
-  m.chunk_size = static_cast<uint64_t>(chunk_size);
+  CKPT_ASSIGN_OR_RETURN(const json* chunk_size,
+                        r.Field(j, "chunk_size", "manifest"));
+  CKPT_ASSIGN_OR_RETURN(m.chunk_size, r.UInt(*chunk_size, "chunk_size"));
 
   CKPT_ASSIGN_OR_RETURN(const json* objects, r.Field(j, "objects", "manifest"));
   if (!objects->is_array()) return r.Fail("objects is not an array");
@@ -248,7 +263,8 @@ Result<Manifest> DecodeBody(const json& j, const Reader& r) {
     CKPT_ASSIGN_OR_RETURN(const json* size, r.Field(o, "size", where));
     CKPT_ASSIGN_OR_RETURN(rec.size, r.UInt(*size, where + " size"));
     CKPT_ASSIGN_OR_RETURN(int64_t rank, r.Int(o, "rank", where));
-    if (rank < 0 || rank >= m.world_size) return r.Fail(where + " rank out of range");
+    if (rank < 0 || rank >= m.world_size)
+      return r.Fail(where + " rank out of range");
     rec.rank = static_cast<int32_t>(rank);
     m.objects.push_back(std::move(rec));
   }
@@ -294,12 +310,14 @@ Result<Manifest> DecodeBody(const json& j, const Reader& r) {
       CKPT_ASSIGN_OR_RETURN(p.offsets, r.IntArray(jp, "offsets", pw));
       CKPT_ASSIGN_OR_RETURN(p.lengths, r.IntArray(jp, "lengths", pw));
       CKPT_ASSIGN_OR_RETURN(int64_t rank, r.Int(jp, "rank", pw));
-      if (rank < 0 || rank >= m.world_size) return r.Fail(pw + " rank out of range");
+      if (rank < 0 || rank >= m.world_size)
+        return r.Fail(pw + " rank out of range");
       p.rank = static_cast<int32_t>(rank);
       CKPT_ASSIGN_OR_RETURN(const json* chunks, r.Field(jp, "chunks", pw));
       if (!chunks->is_array()) return r.Fail(pw + " chunks is not an array");
       for (const json& jc : *chunks) {
-        const std::string cw = pw + " chunk #" + std::to_string(p.chunks.size());
+        const std::string cw =
+            pw + " chunk #" + std::to_string(p.chunks.size());
         if (!jc.is_array() || jc.size() != 4 || !jc[3].is_string()) {
           return r.Fail(cw + " is not [object, offset, length, checksum]");
         }
@@ -322,16 +340,33 @@ Result<Manifest> DecodeBody(const json& j, const Reader& r) {
   CKPT_ASSIGN_OR_RETURN(const json* meta, r.Field(j, "metadata", "manifest"));
   if (!meta->is_object()) return r.Fail("metadata is not an object");
   for (auto& [k, v] : meta->items()) {
-    if (!v.is_string()) return r.Fail("metadata " + Quote(k) + " is not a string");
+    if (!v.is_string())
+      return r.Fail("metadata " + Quote(k) + " is not a string");
     m.metadata[k] = v.get<std::string>();
   }
   CKPT_ASSIGN_OR_RETURN(const json* metrics, r.Field(j, "metrics", "manifest"));
   if (!metrics->is_object()) return r.Fail("metrics is not an object");
   for (auto& [k, v] : metrics->items()) {
-    if (!v.is_number()) return r.Fail("metric " + Quote(k) + " is not a number");
+    if (!v.is_number())
+      return r.Fail("metric " + Quote(k) + " is not a number");
     m.metrics[k] = v.get<double>();
   }
   return m;
+}
+
+// A metadata entry's JSON sits three levels down in the manifest body
+// (body, "entries", the entry), and ParseJsonStrict reads 64 levels.
+constexpr int kMaxMetadataDepth = 64 - 3;
+
+// Whether `s` can go into JSON: nlohmann::json::dump() throws on text that is
+// not UTF-8, and EncodeManifest has no way to report an error.
+bool IsUtf8(const std::string& s) {
+  try {
+    json(s).dump();
+    return true;
+  } catch (const json::exception&) {
+    return false;
+  }
 }
 
 bool BoxesOverlap(const PieceRecord& a, const PieceRecord& b) {
@@ -350,16 +385,34 @@ Status ValidateManifest(const Manifest& m) {
   auto bad = [](const std::string& why) { return DataLossError(why); };
   if (m.version != kManifestVersion) return bad("unsupported manifest version");
   if (m.step < 0) return bad("negative step");
-  if (m.world_size < 1) return bad("world_size below 1");
+  if (m.world_size < 1 || m.world_size > kMaxWorldSize) {
+    return bad("world_size out of range");
+  }
+  if (m.step > kMaxStep) return bad("step out of range");
   if (m.hosts.size() != static_cast<size_t>(m.world_size)) {
     return bad("hosts lists " + std::to_string(m.hosts.size()) +
                " names for world_size " + std::to_string(m.world_size));
   }
   if (m.chunk_size == 0) return bad("chunk_size is 0");
+  if (!IsUtf8(m.job_id)) return bad("job_id is not UTF-8");
+  if (!IsUtf8(m.attempt)) return bad("attempt is not UTF-8");
+  for (const std::string& h : m.hosts) {
+    if (!IsUtf8(h)) return bad("host name " + Quote(h) + " is not UTF-8");
+  }
+  for (const auto& [k, v] : m.metadata) {
+    if (!IsUtf8(k) || !IsUtf8(v)) {
+      return bad("metadata " + Quote(k) + " is not UTF-8");
+    }
+  }
   std::set<std::string_view> keys;
   for (const ObjectRecord& o : m.objects) {
-    if (Status s = ValidateKey(o.key); !s.ok()) return bad("object " + s.message());
-    if (!keys.insert(o.key).second) return bad("object " + Quote(o.key) + " listed twice");
+    if (Status s = ValidateKey(o.key); !s.ok())
+      return bad("object " + s.message());
+    if (!keys.insert(o.key).second)
+      return bad("object " + Quote(o.key) + " listed twice");
+    if (o.rank < 0 || o.rank >= m.world_size) {
+      return bad("object " + Quote(o.key) + " rank out of range");
+    }
   }
   std::set<int64_t> deps;
   for (int64_t d : m.depends_on) {
@@ -367,10 +420,12 @@ Status ValidateManifest(const Manifest& m) {
     if (!deps.insert(d).second) return bad("depends_on lists a step twice");
   }
   for (const auto& [k, v] : m.metrics) {
+    if (!IsUtf8(k)) return bad("metric " + Quote(k) + " is not UTF-8");
     if (!std::isfinite(v)) return bad("metric " + Quote(k) + " is not finite");
   }
   // (object, offset, length, entry) of every chunk, to find overlaps.
-  std::vector<std::tuple<uint32_t, uint64_t, uint64_t, const std::string*>> spans;
+  std::vector<std::tuple<uint32_t, uint64_t, uint64_t, const std::string*>>
+      spans;
   std::set<std::string_view> names;
   for (const EntryRecord& e : m.entries) {
     const std::string where = "entry " + Quote(e.name);
@@ -378,6 +433,24 @@ Status ValidateManifest(const Manifest& m) {
     if (!names.insert(e.name).second) return bad("duplicate " + where);
     if (e.kind == EntryKind::kMetadata) {
       if (!e.pieces.empty()) return bad(where + ": metadata with pieces");
+      // EncodeManifest embeds the JSON as it is: text that does not parse,
+      // or nests deeper than DecodeManifest reads, would make the whole
+      // manifest unreadable.
+      int depth = 0;
+      const json j = json::parse(
+          e.json,
+          [&depth](int d, json::parse_event_t, json&) {
+            depth = std::max(depth, d);
+            return true;
+          },
+          /*allow_exceptions=*/false);
+      if (j.is_discarded() || !j.is_object()) {
+        return bad(where + ": metadata is not a JSON object");
+      }
+      if (depth > kMaxMetadataDepth) {
+        return bad(where + ": metadata nests deeper than " +
+                   std::to_string(kMaxMetadataDepth) + " levels");
+      }
       continue;
     }
     if (e.kind == EntryKind::kBlob &&
@@ -398,12 +471,13 @@ Status ValidateManifest(const Manifest& m) {
         return bad(pw + ": box rank differs from the shape's");
       }
       for (size_t d = 0; d < e.shape.size(); ++d) {
-        if (p.offsets[d] < 0 || p.lengths[d] < 0 ||
-            p.offsets[d] > e.shape[d] || p.lengths[d] > e.shape[d] - p.offsets[d]) {
+        if (p.offsets[d] < 0 || p.lengths[d] < 0 || p.offsets[d] > e.shape[d] ||
+            p.lengths[d] > e.shape[d] - p.offsets[d]) {
           return bad(pw + ": box lies outside the shape");
         }
       }
-      if (p.rank < 0 || p.rank >= m.world_size) return bad(pw + ": rank out of range");
+      if (p.rank < 0 || p.rank >= m.world_size)
+        return bad(pw + ": rank out of range");
       TensorView box{e.dtype, p.lengths, nullptr, false};
       // Inside the shape, so neither can overflow.
       const uint64_t elements = *box.NumElements();
@@ -411,7 +485,8 @@ Status ValidateManifest(const Manifest& m) {
       covered += elements;
       uint64_t chunk_bytes = 0;
       for (const ChunkRecord& c : p.chunks) {
-        if (c.object >= m.objects.size()) return bad(pw + ": chunk names no object");
+        if (c.object >= m.objects.size())
+          return bad(pw + ": chunk names no object");
         const ObjectRecord& o = m.objects[c.object];
         if (c.length == 0) return bad(pw + ": empty chunk");
         if (c.offset > o.size || c.length > o.size - c.offset) {
@@ -450,7 +525,11 @@ Status ValidateManifest(const Manifest& m) {
 }
 
 std::string EncodeManifest(const Manifest& manifest) {
-  const std::string body = EncodeBody(manifest).dump();
+  // ValidateManifest rejects text that is not UTF-8; should an unvalidated
+  // manifest hold some, it is replaced rather than thrown about (no
+  // exception leaves ckpt, and the checksum covers what is written).
+  const std::string body = EncodeBody(manifest).dump(
+      -1, ' ', /*ensure_ascii=*/false, json::error_handler_t::replace);
   std::string out;
   out.reserve(body.size() + 64);
   out += kEnvelopePrefix;
@@ -469,20 +548,24 @@ Result<Manifest> DecodeManifest(std::string_view bytes, std::string_view what) {
       bytes.substr(kEnvelopePrefix.size() + 32, kEnvelopeMiddle.size()) !=
           kEnvelopeMiddle ||
       !bytes.ends_with(kEnvelopeSuffix)) {
-    return DataLossError(w + ": not a ckpt manifest (truncated or damaged envelope)");
+    return DataLossError(
+        w + ": not a ckpt manifest (truncated or damaged envelope)");
   }
   std::optional<Checksum128> expect =
       Checksum128::FromHex(bytes.substr(kEnvelopePrefix.size(), 32));
-  if (!expect) return DataLossError(w + ": manifest checksum is not 32 hex digits");
+  if (!expect)
+    return DataLossError(w + ": manifest checksum is not 32 hex digits");
   std::string_view body =
       bytes.substr(head, bytes.size() - head - kEnvelopeSuffix.size());
   if (Xxh3_128(body) != *expect) {
-    return DataLossError(w + ": manifest checksum mismatch (the file is damaged)");
+    return DataLossError(w +
+                         ": manifest checksum mismatch (the file is damaged)");
   }
   CKPT_ASSIGN_OR_RETURN(json j, ParseJsonStrict(body, what));
   Reader reader(w);
   CKPT_ASSIGN_OR_RETURN(Manifest m, DecodeBody(j, reader));
   CKPT_RETURN_IF_ERROR_CTX(ValidateManifest(m), w);
+  m.Reindex();
   return m;
 }
 

@@ -12,6 +12,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "ckpt/dtype.h"
@@ -47,7 +48,8 @@ struct EntryRecord {
 };
 
 struct ObjectRecord {
-  std::string key;  // relative to the root, e.g. "step-.../r00000-....safetensors"
+  std::string
+      key;  // relative to the root, e.g. "step-.../r00000-....safetensors"
   uint64_t size = 0;
   int32_t rank = 0;
 };
@@ -67,8 +69,14 @@ struct Manifest {
   std::vector<EntryRecord> entries;
   std::map<std::string, std::string> metadata;  // the user's, per checkpoint
   std::map<std::string, double> metrics;        // for keep-best retention
+  // Entry name -> index into `entries`, built by Reindex(). A stale index
+  // (entries changed since) is detected by Find, which then scans.
+  std::unordered_map<std::string, size_t> entry_index;
 
+  // The entry named `name`, or null. Constant time once Reindex() has run
+  // (DecodeManifest runs it); a linear scan otherwise.
   const EntryRecord* Find(std::string_view name) const;
+  void Reindex();
   // Total bytes of the data objects this checkpoint names.
   uint64_t TotalObjectBytes() const;
 };

@@ -16,6 +16,11 @@ Result<uint64_t> ShapeBytes(DType dtype, const std::vector<int64_t>& shape) {
   uint64_t n = DTypeSize(dtype);
   for (int64_t d : shape) {
     if (d < 0) return InvalidArgumentError("negative dimension");
+  }
+  // A zero anywhere makes the tensor empty, whatever the other dimensions.
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end())
+    return uint64_t{0};
+  for (int64_t d : shape) {
     if (d != 0 && n > UINT64_MAX / static_cast<uint64_t>(d)) {
       return InvalidArgumentError("shape byte count overflows 64 bits");
     }
@@ -38,7 +43,8 @@ Result<std::string> EncodeSafetensorsHeader(
       return InvalidArgumentError("duplicate tensor name " + Quote(t.name));
     }
     Result<uint64_t> bytes = ShapeBytes(t.dtype, t.shape);
-    if (!bytes.ok()) return bytes.status().WithContext("tensor " + Quote(t.name));
+    if (!bytes.ok())
+      return bytes.status().WithContext("tensor " + Quote(t.name));
     if (*bytes > UINT64_MAX - offset) {
       return InvalidArgumentError("data section overflows 64 bits");
     }
@@ -49,7 +55,15 @@ Result<std::string> EncodeSafetensorsHeader(
                       {"shape", t.shape},
                       {"data_offsets", {t.begin, t.end}}};
   }
-  std::string json = header.dump();
+  std::string json;
+  try {
+    json = header.dump();
+  } catch (const nlohmann::json::exception&) {
+    // Names are checked to be UTF-8 above; metadata is the user's bytes, and
+    // dump() throws on any that are not UTF-8. No exception leaves ckpt.
+    return InvalidArgumentError(
+        "safetensors metadata holds a key or value that is not UTF-8");
+  }
   const size_t total = 8 + json.size();
   const size_t padded = (total + kSafetensorsAlignment - 1) /
                         kSafetensorsAlignment * kSafetensorsAlignment;
@@ -66,9 +80,9 @@ Result<std::string> EncodeSafetensorsHeader(
   return out;
 }
 
-Result<uint64_t> DecodeSafetensorsHeaderLength(std::span<const std::byte> prefix,
-                                               uint64_t file_size,
-                                               std::string_view what) {
+Result<uint64_t> DecodeSafetensorsHeaderLength(
+    std::span<const std::byte> prefix, uint64_t file_size,
+    std::string_view what) {
   if (prefix.size() < 8 || file_size < 8) {
     return DataLossError(std::string(what) +
                          ": shorter than the 8-byte safetensors header length");
@@ -81,7 +95,8 @@ Result<uint64_t> DecodeSafetensorsHeaderLength(std::span<const std::byte> prefix
   }
   if (n > file_size - 8) {
     return DataLossError(std::string(what) + ": header length " +
-                         std::to_string(n) + " runs past the end of the file (" +
+                         std::to_string(n) +
+                         " runs past the end of the file (" +
                          std::to_string(file_size) + " bytes)");
   }
   return n;
@@ -91,7 +106,9 @@ Result<SafetensorsHeader> ParseSafetensorsHeader(std::string_view json,
                                                  uint64_t file_size,
                                                  std::string_view what) {
   const std::string w(what);
-  auto bad = [&](const std::string& why) { return DataLossError(w + ": " + why); };
+  auto bad = [&](const std::string& why) {
+    return DataLossError(w + ": " + why);
+  };
   if (json.size() > file_size || file_size - json.size() < 8) {
     return bad("header does not fit in the file");
   }
@@ -130,7 +147,8 @@ Result<SafetensorsHeader> ParseSafetensorsHeader(std::string_view json,
     }
     std::optional<DType> dtype = ParseDType(dt->get<std::string>());
     if (!dtype) {
-      return bad(tensor + " has unknown dtype " + Quote(dt->get<std::string>()));
+      return bad(tensor + " has unknown dtype " +
+                 Quote(dt->get<std::string>()));
     }
     t.dtype = *dtype;
     auto shape = value.find("shape");
@@ -161,8 +179,8 @@ Result<SafetensorsHeader> ParseSafetensorsHeader(std::string_view json,
     if (t.end - t.begin != *bytes) {
       return bad(tensor + " has data_offsets [" + std::to_string(t.begin) +
                  ", " + std::to_string(t.end) + ") of " +
-                 std::to_string(t.end - t.begin) + " bytes but its shape needs " +
-                 std::to_string(*bytes));
+                 std::to_string(t.end - t.begin) +
+                 " bytes but its shape needs " + std::to_string(*bytes));
     }
     out.tensors.push_back(std::move(t));
   }
@@ -194,13 +212,12 @@ Result<SafetensorsHeader> ParseSafetensorsHeader(std::string_view json,
 
 Result<SafetensorsHeader> ParseSafetensorsFile(std::string_view file,
                                                std::string_view what) {
-  CKPT_ASSIGN_OR_RETURN(
-      uint64_t n,
-      DecodeSafetensorsHeaderLength(
-          std::span<const std::byte>(
-              reinterpret_cast<const std::byte*>(file.data()),
-              std::min<size_t>(file.size(), 8)),
-          file.size(), what));
+  CKPT_ASSIGN_OR_RETURN(uint64_t n,
+                        DecodeSafetensorsHeaderLength(
+                            std::span<const std::byte>(
+                                reinterpret_cast<const std::byte*>(file.data()),
+                                std::min<size_t>(file.size(), 8)),
+                            file.size(), what));
   return ParseSafetensorsHeader(file.substr(8, n), file.size(), what);
 }
 

@@ -49,9 +49,9 @@ Result<std::string> EncodeSafetensorsHeader(
 // Decodes the 8-byte length prefix of a file of `file_size` bytes and checks
 // that the header fits (at most kMaxSafetensorsHeader and inside the file).
 // `what` names the file in errors.
-Result<uint64_t> DecodeSafetensorsHeaderLength(std::span<const std::byte> prefix,
-                                               uint64_t file_size,
-                                               std::string_view what);
+Result<uint64_t> DecodeSafetensorsHeaderLength(
+    std::span<const std::byte> prefix, uint64_t file_size,
+    std::string_view what);
 
 // Parses and validates the JSON header of a file of `file_size` bytes whose
 // header is `json` (exactly the header-length bytes after the prefix).

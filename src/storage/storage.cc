@@ -1,8 +1,9 @@
+#include "ckpt/storage.h"
+
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
 
-#include "ckpt/storage.h"
 #include "util/names.h"
 
 namespace ckpt {
@@ -10,10 +11,10 @@ namespace ckpt {
 Result<std::string> Storage::ReadAll(std::string_view key) {
   CKPT_ASSIGN_OR_RETURN(ObjectInfo info, Stat(key));
   std::string out(info.size, '\0');
-  CKPT_RETURN_IF_ERROR(ReadRange(
-      key, 0,
-      std::span<std::byte>(reinterpret_cast<std::byte*>(out.data()),
-                           out.size())));
+  CKPT_RETURN_IF_ERROR(
+      ReadRange(key, 0,
+                std::span<std::byte>(reinterpret_cast<std::byte*>(out.data()),
+                                     out.size())));
   return out;
 }
 
@@ -45,12 +46,14 @@ Result<ParsedUrl> ParseUrl(std::string_view url) {
         c != '.') {
       return bad("has a malformed scheme");
     }
-    out.scheme += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    out.scheme +=
+        static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   }
   std::string_view rest = url.substr(sep + 3);
   const size_t slash = rest.find('/');
   out.host = std::string(rest.substr(0, slash));
-  out.path = slash == std::string_view::npos ? "" : std::string(rest.substr(slash));
+  out.path =
+      slash == std::string_view::npos ? "" : std::string(rest.substr(slash));
   if (rest.find_first_of("?#") != std::string_view::npos) {
     return bad("query strings and fragments are not supported");
   }

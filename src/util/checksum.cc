@@ -44,7 +44,9 @@ Checksum128 Xxh3_128(std::string_view data) {
 }
 
 Xxh3Hasher::Xxh3Hasher() : state_(XXH3_createState()) { Reset(); }
-Xxh3Hasher::~Xxh3Hasher() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
+Xxh3Hasher::~Xxh3Hasher() {
+  XXH3_freeState(static_cast<XXH3_state_t*>(state_));
+}
 
 void Xxh3Hasher::Reset() {
   XXH3_128bits_reset(static_cast<XXH3_state_t*>(state_));

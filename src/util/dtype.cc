@@ -41,9 +41,7 @@ constexpr std::array<DType, kInfo.size()> kAll = MakeAll();
 
 std::span<const DType> AllDTypes() { return kAll; }
 
-size_t DTypeSize(DType dtype) {
-  return kInfo[static_cast<size_t>(dtype)].size;
-}
+size_t DTypeSize(DType dtype) { return kInfo[static_cast<size_t>(dtype)].size; }
 
 std::string_view DTypeName(DType dtype) {
   return kInfo[static_cast<size_t>(dtype)].name;

@@ -92,9 +92,9 @@ Status ValidatePathLike(std::string_view name, std::string_view what) {
   size_t start = 0;
   while (true) {
     size_t end = name.find('/', start);
-    std::string_view part = name.substr(
-        start, end == std::string_view::npos ? std::string_view::npos
-                                             : end - start);
+    std::string_view part = name.substr(start, end == std::string_view::npos
+                                                   ? std::string_view::npos
+                                                   : end - start);
     if (part.empty()) return bad("has an empty path component");
     if (part == "." || part == "..") return bad("has a '.' or '..' component");
     if (end == std::string_view::npos) break;

@@ -9,14 +9,16 @@
 
 namespace ckpt {
 
-// `s` in double quotes for an error message, control bytes escaped and long
-// names shortened, so a hostile name cannot garble a terminal or a log.
+// `s` in double quotes for an error message, control bytes and bytes that are
+// not UTF-8 escaped as \xNN, and long names shortened, so a hostile name cannot
+// garble a terminal or a log.
 std::string Quote(std::string_view s);
 
 // Longest entry name or storage key accepted.
 inline constexpr size_t kMaxNameLength = 4096;
 
-// An entry name: non-empty, at most kMaxNameLength bytes, no NUL or other
+// An entry name: valid UTF-8, non-empty, at most kMaxNameLength bytes, no NUL
+// or other
 // control characters, no backslash, not absolute, and no empty, "." or ".."
 // component between slashes. "__metadata__" is reserved by safetensors.
 Status ValidateEntryName(std::string_view name);

@@ -1,7 +1,7 @@
 #include "ckpt/state.h"
 
+#include <algorithm>
 #include <cstring>
-
 #include <nlohmann/json.hpp>
 
 #include "util/names.h"
@@ -14,6 +14,11 @@ Result<uint64_t> TensorView::NumElements() const {
     if (d < 0) {
       return InvalidArgumentError("negative dimension " + std::to_string(d));
     }
+  }
+  // A zero anywhere makes the tensor empty, whatever the other dimensions.
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end())
+    return uint64_t{0};
+  for (int64_t d : shape) {
     if (d != 0 && n > UINT64_MAX / static_cast<uint64_t>(d)) {
       return InvalidArgumentError("shape element count overflows 64 bits");
     }
@@ -62,7 +67,8 @@ Entry* State::Add(std::string name, EntryKind kind) {
 
 std::span<std::byte> State::Own(size_t bytes) {
   // make_unique_for_overwrite: no zeroing, the bytes are written right away.
-  owned_.push_back(std::make_unique_for_overwrite<std::byte[]>(bytes ? bytes : 1));
+  owned_.push_back(
+      std::make_unique_for_overwrite<std::byte[]>(bytes ? bytes : 1));
   return {owned_.back().get(), bytes};
 }
 
@@ -101,10 +107,8 @@ State& State::AddBlob(std::string name, std::string bytes) {
   if (Entry* e = Add(std::move(name), EntryKind::kBlob)) {
     std::span<std::byte> buf = Own(bytes.size());
     std::memcpy(buf.data(), bytes.data(), bytes.size());
-    e->tensor = TensorView{DType::kU8,
-                           {static_cast<int64_t>(bytes.size())},
-                           buf.data(),
-                           true};
+    e->tensor = TensorView{
+        DType::kU8, {static_cast<int64_t>(bytes.size())}, buf.data(), true};
   }
   return *this;
 }
@@ -177,8 +181,7 @@ Result<std::span<const std::byte>> State::Blob(std::string_view name) const {
 
 Result<std::string> State::BlobString(std::string_view name) const {
   CKPT_ASSIGN_OR_RETURN(auto bytes, Blob(name));
-  return std::string(reinterpret_cast<const char*>(bytes.data()),
-                     bytes.size());
+  return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
 }
 
 Result<std::map<std::string, std::string>> State::Metadata(

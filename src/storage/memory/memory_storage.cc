@@ -121,7 +121,8 @@ class MemoryStorage : public Storage {
                            ") runs past the end of the object (" +
                            std::to_string(bytes->size()) + " bytes)");
     }
-    if (!out.empty()) std::memcpy(out.data(), bytes->data() + offset, out.size());
+    if (!out.empty())
+      std::memcpy(out.data(), bytes->data() + offset, out.size());
     return Status();
   }
 

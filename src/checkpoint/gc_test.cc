@@ -1,0 +1,648 @@
+// Retention on Save, min_seconds_between_saves, GarbageCollect and Delete,
+// through CheckpointManager on mem:// and file://.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "ckpt/checkpoint_manager.h"
+#include "format/manifest.h"
+#include "storage/memory/memory_storage.h"
+
+namespace ckpt {
+namespace {
+
+using Steps = std::vector<int64_t>;
+using Keys = std::vector<std::string>;
+
+// A small training state whose bytes depend on `seed`.
+struct Model {
+  explicit Model(int seed) : seed(seed), weights(3000), counters(17) {
+    std::mt19937_64 gen(seed);
+    std::uniform_real_distribution<float> u(-1, 1);
+    for (float& w : weights) w = u(gen);
+    for (int64_t& c : counters) c = static_cast<int64_t>(gen());
+    rng.resize(100);
+    for (char& ch : rng) ch = static_cast<char>(gen());
+  }
+
+  State ToState() {
+    State s;
+    s.AddTensor("weights", View(weights));
+    s.AddTensor("counters", View(counters));
+    s.AddBlob("rng", rng);
+    s.AddMetadata("info", {{"seed", std::to_string(seed)}});
+    return s;
+  }
+
+  int seed;
+  std::vector<float> weights;
+  std::vector<int64_t> counters;
+  std::string rng;
+};
+
+// Loads `step` in full and compares every byte with `want`.
+void ExpectLoads(CheckpointManager& mgr, int64_t step, const Model& want) {
+  SCOPED_TRACE("loading step " + std::to_string(step));
+  Result<LoadedCheckpoint> got = mgr.LoadAll(step);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->info.step, step);
+  const Entry* w = got->state.Find("weights");
+  const Entry* c = got->state.Find("counters");
+  ASSERT_NE(w, nullptr);
+  ASSERT_NE(c, nullptr);
+  ASSERT_EQ(w->tensor.shape, (Steps{3000}));
+  ASSERT_EQ(c->tensor.shape, (Steps{17}));
+  EXPECT_EQ(std::memcmp(w->tensor.data, want.weights.data(),
+                        want.weights.size() * sizeof(float)),
+            0);
+  EXPECT_EQ(std::memcmp(c->tensor.data, want.counters.data(),
+                        want.counters.size() * sizeof(int64_t)),
+            0);
+  Result<std::string> rng = got->state.BlobString("rng");
+  ASSERT_TRUE(rng.ok()) << rng.status().ToString();
+  EXPECT_EQ(*rng, want.rng);
+  Result<std::map<std::string, std::string>> info = got->state.Metadata("info");
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_EQ(info->at("seed"), std::to_string(want.seed));
+}
+
+Keys AllKeys(Storage& storage, std::string_view prefix = "") {
+  Result<std::vector<ObjectInfo>> objects = storage.List(prefix);
+  EXPECT_TRUE(objects.ok()) << objects.status().ToString();
+  Keys out;
+  if (objects.ok()) {
+    for (const ObjectInfo& o : *objects) out.push_back(o.key);
+  }
+  return out;
+}
+
+// Key, size and modification time of every object: "nothing changed".
+std::vector<std::tuple<std::string, uint64_t, int64_t>> Snapshot(
+    Storage& storage) {
+  std::vector<std::tuple<std::string, uint64_t, int64_t>> out;
+  Result<std::vector<ObjectInfo>> objects = storage.List("");
+  EXPECT_TRUE(objects.ok()) << objects.status().ToString();
+  if (objects.ok()) {
+    for (const ObjectInfo& o : *objects) {
+      out.emplace_back(o.key, o.size, o.mtime_unix_ms);
+    }
+  }
+  return out;
+}
+
+Steps ListedSteps(CheckpointManager& mgr) {
+  Result<std::vector<CheckpointInfo>> infos = mgr.List();
+  EXPECT_TRUE(infos.ok()) << infos.status().ToString();
+  Steps out;
+  if (infos.ok()) {
+    for (const CheckpointInfo& i : *infos) out.push_back(i.step);
+  }
+  return out;
+}
+
+Keys Sorted(Keys keys) {
+  std::sort(keys.begin(), keys.end());
+  return keys;
+}
+
+bool Contains(const Keys& keys, const std::string& key) {
+  return std::find(keys.begin(), keys.end(), key) != keys.end();
+}
+
+// The data object a single-process save of `step` wrote.
+std::string DataKeyOf(Storage& storage, int64_t step) {
+  for (const std::string& k :
+       AllKeys(storage, format::StepDirName(step) + "/")) {
+    if (format::ParseDataObjectKey(k, nullptr, nullptr, nullptr)) return k;
+  }
+  ADD_FAILURE() << "no data object for step " << step;
+  return "";
+}
+
+int64_t SystemNowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+enum class Backend { kMemory, kFile };
+
+// A fresh root per test, and a clock the test moves.
+class ManagerTest : public ::testing::Test {
+ protected:
+  virtual Backend backend() const { return Backend::kMemory; }
+
+  void SetUp() override {
+    // Objects carry the real time as their mtime; the fake clock starts there
+    // so that "younger than the grace period" means something.
+    now_ms_ = SystemNowMs();
+    const ::testing::TestInfo* info =
+        ::testing::UnitTest::GetInstance()->current_test_info();
+    std::string name =
+        std::string("gc_test-") + info->test_suite_name() + "-" + info->name();
+    for (char& c : name) {
+      if (!std::isalnum(static_cast<unsigned char>(c))) c = '-';
+    }
+    if (backend() == Backend::kMemory) {
+      mem_name_ = name;
+      DropMemoryStore(mem_name_);
+      url_ = "mem://" + mem_name_;
+    } else {
+      std::string pattern = ::testing::TempDir() + "ckpt-gc-XXXXXX";
+      ASSERT_NE(::mkdtemp(pattern.data()), nullptr) << std::strerror(errno);
+      dir_ = pattern;
+      url_ = "file://" + dir_ + "/root";
+    }
+  }
+
+  void TearDown() override {
+    if (!mem_name_.empty()) DropMemoryStore(mem_name_);
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+
+  Options MakeOptions() {
+    Options o;
+    o.now_unix_ms = [this] { return now_ms_; };
+    return o;
+  }
+
+  std::unique_ptr<CheckpointManager> OpenManager(Options o) {
+    Result<std::unique_ptr<CheckpointManager>> mgr =
+        CheckpointManager::Open(url_, std::move(o));
+    EXPECT_TRUE(mgr.ok()) << mgr.status().ToString();
+    return mgr.ok() ? std::move(mgr).value() : nullptr;
+  }
+
+  // Saves Model(step) as `step`; returns the result.
+  SaveResult SaveModel(CheckpointManager& mgr, int64_t step,
+                       const SaveOptions& save = {}) {
+    Model m(static_cast<int>(step));
+    State state = m.ToState();
+    Result<SaveResult> r = mgr.Save(step, state, save);
+    EXPECT_TRUE(r.ok()) << "save " << step << ": " << r.status().ToString();
+    now_ms_ += 1000;
+    return r.ok() ? *r : SaveResult{};
+  }
+
+  void Put(CheckpointManager& mgr, const std::string& key,
+           std::string_view bytes) {
+    Status s = mgr.storage().PutString(key, bytes);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+
+  std::string Read(CheckpointManager& mgr, const std::string& key) {
+    Result<std::string> bytes = mgr.storage().ReadAll(key);
+    EXPECT_TRUE(bytes.ok()) << bytes.status().ToString();
+    return bytes.ok() ? *bytes : "";
+  }
+
+  // Writes a manifest for `step` that reuses `base`'s data objects and
+  // depends on `depends_on`: an incremental checkpoint, made by hand.
+  void WriteDependentManifest(CheckpointManager& mgr, int64_t base,
+                              int64_t step, Steps depends_on) {
+    Result<format::Manifest> m = format::DecodeManifest(
+        Read(mgr, format::ManifestKey(base)), "base manifest");
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    m->step = step;
+    m->depends_on = std::move(depends_on);
+    ASSERT_TRUE(format::ValidateManifest(*m).ok());
+    Put(mgr, format::ManifestKey(step), format::EncodeManifest(*m));
+  }
+
+  int64_t now_ms_ = 0;
+  std::string url_;
+  std::string mem_name_;
+  std::string dir_;
+};
+
+// The same cases on every backend.
+class GcTest : public ManagerTest,
+               public ::testing::WithParamInterface<Backend> {
+ protected:
+  Backend backend() const override { return GetParam(); }
+};
+
+INSTANTIATE_TEST_SUITE_P(Backends, GcTest,
+                         ::testing::Values(Backend::kMemory, Backend::kFile),
+                         [](const auto& info) {
+                           return info.param == Backend::kMemory ? "Memory"
+                                                                 : "File";
+                         });
+
+TEST_P(GcTest, KeepLastOnSaveLeavesTheNewestTwo) {
+  Options o = MakeOptions();
+  o.retention.keep_last = 2;
+  auto mgr = OpenManager(o);
+  ASSERT_NE(mgr, nullptr);
+  Steps deleted;
+  for (int64_t step = 1; step <= 5; ++step) {
+    if (step == 2) Put(*mgr, "step-000000000001/notes.txt", "mine");
+    SaveResult r = SaveModel(*mgr, step);
+    EXPECT_FALSE(r.skipped);
+    EXPECT_EQ(r.info.step, step);
+    deleted.insert(deleted.end(), r.deleted_steps.begin(),
+                   r.deleted_steps.end());
+  }
+  EXPECT_EQ(deleted, (Steps{1, 2, 3}));
+  EXPECT_EQ(ListedSteps(*mgr), (Steps{4, 5}));
+  for (int64_t step = 1; step <= 3; ++step) {
+    // Only what ckpt wrote goes; the user's note stays.
+    const Keys left = AllKeys(mgr->storage(), format::StepDirName(step));
+    EXPECT_EQ(left, step == 1 ? Keys{"step-000000000001/notes.txt"} : Keys{});
+    EXPECT_EQ(mgr->LoadAll(step).status().code(), ErrorCode::kNotFound);
+  }
+  ExpectLoads(*mgr, 4, Model(4));
+  ExpectLoads(*mgr, 5, Model(5));
+  EXPECT_EQ(Read(*mgr, "LATEST"), "5\n");
+}
+
+TEST_P(GcTest, RemovesDeadAttemptsAndNothingElse) {
+  Options o = MakeOptions();
+  o.gc_grace_seconds = 3600;
+  auto mgr = OpenManager(o);
+  ASSERT_NE(mgr, nullptr);
+  for (int64_t step = 1; step <= 5; ++step) SaveModel(*mgr, step);
+  Storage& st = mgr->storage();
+
+  // Step 2's manifest is damaged: its objects are evidence, left alone.
+  const std::string damaged_data = DataKeyOf(st, 2);
+  Put(*mgr, format::ManifestKey(2), "{\"xxh3_128\": garbage");
+  const std::string damaged_extra =
+      format::DataObjectKey(2, 1, "00000000deadbeef");
+  Put(*mgr, damaged_extra, "an attempt under a damaged step");
+
+  // Dead: attempts at or below the newest committed step (5) can never
+  // commit, and temp files there are over.
+  const Keys dead_now = {
+      format::DataObjectKey(3, 0, "0123456789abcdef"),
+      format::DataObjectKey(5, 1, "0123456789abcdef"),
+      "step-000000000003/x.ckpt-tmp-abc",
+  };
+  // Possibly running: above the newest, dead only after the grace period.
+  const Keys dead_later = {
+      format::DataObjectKey(9, 0, "fedcba9876543210"),
+      "step-000000000010/y.ckpt-tmp-abc",
+      "LATEST.ckpt-tmp-abc",
+  };
+  // Not ckpt's: must survive every collection.
+  const Keys foreign = {
+      "step-000000000001/notes.txt",
+      "step-000000000001/MANIFEST.json.bak",
+      "step-000000000003/r00000-0123456789ABCDEF.safetensors",
+      "step-000000000004/sub/r00000-0123456789abcdef.safetensors",
+      "step-000000000009/notes.txt",
+      "step-12/r00000-0123456789abcdef.safetensors",
+      "user/data.bin",
+      "README",
+      "LATEST.bak",
+  };
+  for (const std::string& k : dead_now) Put(*mgr, k, "dead attempt bytes");
+  for (const std::string& k : dead_later) Put(*mgr, k, "pending bytes");
+  for (const std::string& k : foreign) Put(*mgr, k, "the user's bytes");
+
+  // A dry run deletes nothing and reports what a real run then deletes.
+  const auto before = Snapshot(st);
+  GcOptions dry;
+  dry.dry_run = true;
+  Result<GcReport> planned = mgr->GarbageCollect(dry);
+  ASSERT_TRUE(planned.ok()) << planned.status().ToString();
+  EXPECT_EQ(Snapshot(st), before);
+  EXPECT_EQ(Sorted(planned->deleted_objects), Sorted(dead_now));
+  EXPECT_TRUE(planned->deleted_steps.empty());
+  EXPECT_EQ(planned->bytes_freed, dead_now.size() * 18);
+
+  Result<GcReport> done = mgr->GarbageCollect();
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->deleted_objects, planned->deleted_objects);
+  EXPECT_EQ(done->bytes_freed, planned->bytes_freed);
+  Keys keys = AllKeys(st);
+  for (const std::string& k : dead_now) EXPECT_FALSE(Contains(keys, k)) << k;
+  for (const std::string& k : dead_later) EXPECT_TRUE(Contains(keys, k)) << k;
+  for (const std::string& k : foreign) EXPECT_TRUE(Contains(keys, k)) << k;
+  EXPECT_TRUE(Contains(keys, damaged_data));
+  EXPECT_TRUE(Contains(keys, damaged_extra));
+  EXPECT_TRUE(Contains(keys, format::ManifestKey(2)));
+
+  // A second collection inside the grace period finds nothing.
+  Result<GcReport> again = mgr->GarbageCollect();
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(again->deleted_objects.empty());
+
+  // Past the grace period the unfinished attempts are dead too.
+  now_ms_ += (3600 + 60) * 1000;
+  planned = mgr->GarbageCollect(dry);
+  ASSERT_TRUE(planned.ok()) << planned.status().ToString();
+  EXPECT_EQ(Sorted(planned->deleted_objects), Sorted(dead_later));
+  done = mgr->GarbageCollect();
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->deleted_objects, planned->deleted_objects);
+  keys = AllKeys(st);
+  for (const std::string& k : dead_later) EXPECT_FALSE(Contains(keys, k)) << k;
+  for (const std::string& k : foreign) EXPECT_TRUE(Contains(keys, k)) << k;
+  EXPECT_TRUE(Contains(keys, damaged_data));
+  EXPECT_TRUE(Contains(keys, damaged_extra));
+
+  // Every committed checkpoint is whole.
+  EXPECT_EQ(ListedSteps(*mgr), (Steps{1, 3, 4, 5}));
+  for (int64_t step : {1, 3, 4, 5}) ExpectLoads(*mgr, step, Model(step));
+  for (int64_t step : {1, 3, 4, 5}) {
+    Result<VerifyReport> v = mgr->Verify(step);
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    EXPECT_TRUE(v->ok()) << v->problems.front();
+  }
+}
+
+TEST_P(GcTest, DryRunWithRetentionDeletesNothingAndMatchesARealRun) {
+  auto mgr = OpenManager(MakeOptions());
+  ASSERT_NE(mgr, nullptr);
+  for (int64_t step = 1; step <= 5; ++step) SaveModel(*mgr, step);
+  Put(*mgr, format::DataObjectKey(4, 0, "0123456789abcdef"), "dead");
+  Put(*mgr, "step-000000000002/notes.txt", "mine");
+
+  GcOptions gc;
+  gc.dry_run = true;
+  gc.retention = RetentionPolicy{};
+  gc.retention->keep_last = 2;
+  const auto before = Snapshot(mgr->storage());
+  Result<GcReport> planned = mgr->GarbageCollect(gc);
+  ASSERT_TRUE(planned.ok()) << planned.status().ToString();
+  EXPECT_EQ(Snapshot(mgr->storage()), before);
+  EXPECT_EQ(planned->deleted_steps, (Steps{1, 2, 3}));
+  EXPECT_EQ(ListedSteps(*mgr), (Steps{1, 2, 3, 4, 5}));
+  for (int64_t step = 1; step <= 3; ++step) {
+    EXPECT_TRUE(Contains(planned->deleted_objects, format::ManifestKey(step)));
+    EXPECT_TRUE(
+        Contains(planned->deleted_objects, DataKeyOf(mgr->storage(), step)));
+  }
+  EXPECT_TRUE(Contains(planned->deleted_objects,
+                       format::DataObjectKey(4, 0, "0123456789abcdef")));
+  EXPECT_FALSE(
+      Contains(planned->deleted_objects, "step-000000000002/notes.txt"));
+
+  gc.dry_run = false;
+  Result<GcReport> done = mgr->GarbageCollect(gc);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->deleted_steps, planned->deleted_steps);
+  EXPECT_EQ(Sorted(done->deleted_objects), Sorted(planned->deleted_objects));
+  EXPECT_EQ(done->bytes_freed, planned->bytes_freed);
+  EXPECT_EQ(ListedSteps(*mgr), (Steps{4, 5}));
+  EXPECT_EQ(AllKeys(mgr->storage(), "step-000000000002"),
+            Keys{"step-000000000002/notes.txt"});
+  ExpectLoads(*mgr, 4, Model(4));
+  ExpectLoads(*mgr, 5, Model(5));
+}
+
+TEST_P(GcTest, DeleteRemovesTheManifestAndTheData) {
+  auto mgr = OpenManager(MakeOptions());
+  ASSERT_NE(mgr, nullptr);
+  for (int64_t step = 1; step <= 3; ++step) SaveModel(*mgr, step);
+  Put(*mgr, "step-000000000002/notes.txt", "mine");
+
+  ASSERT_TRUE(mgr->Delete(2).ok());
+  EXPECT_EQ(AllKeys(mgr->storage(), "step-000000000002/"),
+            Keys{"step-000000000002/notes.txt"});
+  EXPECT_EQ(ListedSteps(*mgr), (Steps{1, 3}));
+  EXPECT_EQ(mgr->LoadAll(2).status().code(), ErrorCode::kNotFound);
+  ExpectLoads(*mgr, 1, Model(1));
+  ExpectLoads(*mgr, 3, Model(3));
+
+  Status again = mgr->Delete(2);
+  EXPECT_EQ(again.code(), ErrorCode::kNotFound) << again.ToString();
+  Status missing = mgr->Delete(99);
+  EXPECT_EQ(missing.code(), ErrorCode::kNotFound) << missing.ToString();
+  EXPECT_NE(missing.message().find("99"), std::string::npos)
+      << missing.ToString();
+}
+
+TEST_P(GcTest, DeleteRefusesWhileAnotherCheckpointDependsOnIt) {
+  auto mgr = OpenManager(MakeOptions());
+  ASSERT_NE(mgr, nullptr);
+  SaveModel(*mgr, 1);
+  SaveModel(*mgr, 2);
+  WriteDependentManifest(*mgr, 1, 5, {1});
+  ExpectLoads(*mgr, 5, Model(1));  // its objects are step 1's
+
+  const auto before = Snapshot(mgr->storage());
+  Status refused = mgr->Delete(1);
+  EXPECT_EQ(refused.code(), ErrorCode::kFailedPrecondition)
+      << refused.ToString();
+  EXPECT_NE(refused.message().find("5"), std::string::npos)
+      << refused.ToString();
+  EXPECT_EQ(Snapshot(mgr->storage()), before);
+  ExpectLoads(*mgr, 1, Model(1));
+
+  // Once the dependant is gone, so may its dependency go; deleting the
+  // dependant leaves the data it borrowed alone.
+  ASSERT_TRUE(mgr->Delete(5).ok());
+  ExpectLoads(*mgr, 1, Model(1));
+  ASSERT_TRUE(mgr->Delete(1).ok());
+  EXPECT_EQ(ListedSteps(*mgr), (Steps{2}));
+  ExpectLoads(*mgr, 2, Model(2));
+}
+
+TEST_P(GcTest, LatestFollowsSavesAndDeletes) {
+  auto mgr = OpenManager(MakeOptions());
+  ASSERT_NE(mgr, nullptr);
+  for (int64_t step = 1; step <= 3; ++step) {
+    SaveModel(*mgr, step);
+    EXPECT_EQ(Read(*mgr, "LATEST"), std::to_string(step) + "\n");
+  }
+  ASSERT_TRUE(mgr->Delete(3).ok());
+  EXPECT_EQ(Read(*mgr, "LATEST"), "2\n");
+  ASSERT_TRUE(mgr->Delete(1).ok());
+  EXPECT_EQ(Read(*mgr, "LATEST"), "2\n");
+  ASSERT_TRUE(mgr->Delete(2).ok());
+  EXPECT_EQ(mgr->storage().Stat("LATEST").status().code(),
+            ErrorCode::kNotFound);
+  Result<std::optional<int64_t>> latest = mgr->Latest();
+  ASSERT_TRUE(latest.ok()) << latest.status().ToString();
+  EXPECT_FALSE(latest->has_value());
+  SaveModel(*mgr, 7);
+  EXPECT_EQ(Read(*mgr, "LATEST"), "7\n");
+}
+
+// --- mem:// only ---------------------------------------------------------
+
+using GcMemTest = ManagerTest;
+
+TEST_F(GcMemTest, KeepBestOnSaveUsesTheSavedMetrics) {
+  Options o = MakeOptions();
+  o.retention.keep_best = 1;
+  o.retention.best_metric = "loss";
+  auto mgr = OpenManager(o);
+  ASSERT_NE(mgr, nullptr);
+  const std::vector<std::pair<int64_t, double>> losses = {
+      {1, 0.5}, {2, 0.1}, {3, 0.3}, {4, 0.4}};
+  const std::vector<Steps> expect_deleted = {{}, {1}, {}, {3}};
+  for (size_t i = 0; i < losses.size(); ++i) {
+    SaveOptions save;
+    save.metrics = {{"loss", losses[i].second}};
+    SaveResult r = SaveModel(*mgr, losses[i].first, save);
+    EXPECT_EQ(r.info.metrics.at("loss"), losses[i].second);
+    EXPECT_EQ(r.deleted_steps, expect_deleted[i]) << "save " << i + 1;
+  }
+  EXPECT_EQ(ListedSteps(*mgr), (Steps{2, 4}));
+  // A checkpoint without the metric is never best, but the newest stays.
+  SaveResult r = SaveModel(*mgr, 5);
+  EXPECT_EQ(r.deleted_steps, (Steps{4}));
+  EXPECT_EQ(ListedSteps(*mgr), (Steps{2, 5}));
+  ExpectLoads(*mgr, 2, Model(2));
+  ExpectLoads(*mgr, 5, Model(5));
+}
+
+TEST_F(GcMemTest, KeepEveryNStepsOnSave) {
+  Options o = MakeOptions();
+  o.retention.keep_every_n_steps = 3;
+  auto mgr = OpenManager(o);
+  ASSERT_NE(mgr, nullptr);
+  Steps deleted;
+  for (int64_t step = 1; step <= 7; ++step) {
+    SaveResult r = SaveModel(*mgr, step);
+    deleted.insert(deleted.end(), r.deleted_steps.begin(),
+                   r.deleted_steps.end());
+  }
+  EXPECT_EQ(deleted, (Steps{1, 2, 4, 5}));
+  EXPECT_EQ(ListedSteps(*mgr), (Steps{3, 6, 7}));
+  for (int64_t step : {3, 6, 7}) ExpectLoads(*mgr, step, Model(step));
+}
+
+TEST_F(GcMemTest, MinSecondsBetweenSavesSkipsAndThenSaves) {
+  Options o = MakeOptions();
+  o.min_seconds_between_saves = 60;
+  auto mgr = OpenManager(o);
+  ASSERT_NE(mgr, nullptr);
+  const int64_t t0 = now_ms_;
+  Model m1(1), m2(2);
+  State s1 = m1.ToState(), s2 = m2.ToState();
+  Result<SaveResult> first = mgr->Save(1, s1);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_FALSE(first->skipped);
+
+  for (int64_t later : {int64_t{0}, int64_t{30'000}, int64_t{59'999}}) {
+    now_ms_ = t0 + later;
+    const auto before = Snapshot(mgr->storage());
+    Result<SaveResult> skipped = mgr->Save(2, s2);
+    ASSERT_TRUE(skipped.ok()) << skipped.status().ToString();
+    EXPECT_TRUE(skipped->skipped) << later << " ms later";
+    EXPECT_TRUE(skipped->deleted_steps.empty());
+    EXPECT_EQ(Snapshot(mgr->storage()), before) << later << " ms later";
+    EXPECT_EQ(ListedSteps(*mgr), (Steps{1}));
+    EXPECT_EQ(mgr->LoadAll(2).status().code(), ErrorCode::kNotFound);
+  }
+
+  now_ms_ = t0 + 60'000;
+  Result<SaveResult> second = mgr->Save(2, s2);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_FALSE(second->skipped);
+  EXPECT_EQ(second->info.created_unix_ms, t0 + 60'000);
+  EXPECT_EQ(ListedSteps(*mgr), (Steps{1, 2}));
+  ExpectLoads(*mgr, 2, Model(2));
+
+  // The window counts from the newest committed checkpoint.
+  now_ms_ = t0 + 61'000;
+  Result<SaveResult> third = mgr->Save(3, s1);
+  ASSERT_TRUE(third.ok()) << third.status().ToString();
+  EXPECT_TRUE(third->skipped);
+}
+
+TEST_F(GcMemTest, RetentionRemovesAnIncrementalChainTogether) {
+  auto mgr = OpenManager(MakeOptions());
+  ASSERT_NE(mgr, nullptr);
+  SaveModel(*mgr, 1);
+  // 3 -> 2 -> 1, all reading step 1's data; 4 is a full checkpoint.
+  WriteDependentManifest(*mgr, 1, 2, {1});
+  WriteDependentManifest(*mgr, 1, 3, {2});
+  SaveModel(*mgr, 4);
+
+  GcOptions gc;
+  gc.retention = RetentionPolicy{};
+  gc.retention->keep_last = 1;
+  gc.dry_run = true;
+  Result<GcReport> planned = mgr->GarbageCollect(gc);
+  ASSERT_TRUE(planned.ok()) << planned.status().ToString();
+  EXPECT_EQ(planned->deleted_steps, (Steps{1, 2, 3}));
+  EXPECT_EQ(ListedSteps(*mgr), (Steps{1, 2, 3, 4}));
+
+  gc.dry_run = false;
+  Result<GcReport> done = mgr->GarbageCollect(gc);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->deleted_steps, (Steps{1, 2, 3}));
+  EXPECT_EQ(Sorted(done->deleted_objects), Sorted(planned->deleted_objects));
+  EXPECT_EQ(ListedSteps(*mgr), (Steps{4}));
+  EXPECT_EQ(AllKeys(mgr->storage(), "step-000000000001"), Keys{});
+  ExpectLoads(*mgr, 4, Model(4));
+}
+
+TEST_F(GcMemTest, RetentionOnSaveRemovesAnIncrementalChainTogether) {
+  Options o = MakeOptions();
+  o.retention.keep_last = 1;
+  auto mgr = OpenManager(o);
+  ASSERT_NE(mgr, nullptr);
+  SaveModel(*mgr, 1);
+  WriteDependentManifest(*mgr, 1, 2, {1});
+  WriteDependentManifest(*mgr, 1, 3, {1, 2});
+  SaveResult r = SaveModel(*mgr, 4);
+  EXPECT_EQ(r.deleted_steps, (Steps{1, 2, 3}));
+  EXPECT_EQ(ListedSteps(*mgr), (Steps{4}));
+}
+
+TEST_F(GcMemTest, DependencyOfTheNewestIsKeptByRetention) {
+  auto mgr = OpenManager(MakeOptions());
+  ASSERT_NE(mgr, nullptr);
+  SaveModel(*mgr, 1);
+  SaveModel(*mgr, 2);
+  WriteDependentManifest(*mgr, 1, 3, {1});
+  GcOptions gc;
+  gc.retention = RetentionPolicy{};
+  gc.retention->keep_last = 1;
+  Result<GcReport> done = mgr->GarbageCollect(gc);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->deleted_steps, (Steps{2}));
+  EXPECT_EQ(ListedSteps(*mgr), (Steps{1, 3}));
+  ExpectLoads(*mgr, 3, Model(1));
+}
+
+TEST_F(GcMemTest, WithoutGcAfterSaveGarbageWaitsForGarbageCollect) {
+  Options o = MakeOptions();
+  o.gc_after_save = false;
+  auto mgr = OpenManager(o);
+  ASSERT_NE(mgr, nullptr);
+  SaveModel(*mgr, 1);
+  const std::string dead = format::DataObjectKey(1, 0, "0123456789abcdef");
+  Put(*mgr, dead, "dead");
+  SaveModel(*mgr, 2);
+  EXPECT_TRUE(Contains(AllKeys(mgr->storage()), dead));
+  Result<GcReport> done = mgr->GarbageCollect();
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->deleted_objects, Keys{dead});
+  EXPECT_FALSE(Contains(AllKeys(mgr->storage()), dead));
+}
+
+TEST_F(GcMemTest, GcAfterSaveRemovesDeadAttempts) {
+  auto mgr = OpenManager(MakeOptions());
+  ASSERT_NE(mgr, nullptr);
+  SaveModel(*mgr, 1);
+  const std::string dead = format::DataObjectKey(1, 0, "0123456789abcdef");
+  Put(*mgr, dead, "dead");
+  Put(*mgr, "README", "mine");
+  SaveModel(*mgr, 2);
+  const Keys keys = AllKeys(mgr->storage());
+  EXPECT_FALSE(Contains(keys, dead));
+  EXPECT_TRUE(Contains(keys, "README"));
+}
+
+}  // namespace
+}  // namespace ckpt
