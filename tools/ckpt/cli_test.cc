@@ -1,0 +1,781 @@
+// Runs the built `ckpt` binary as a user would, on roots made with the C++
+// API, and checks its exit codes, its output and what it leaves on disk.
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ckpt/checkpoint_manager.h"
+#include "format/safetensors.h"
+#include "gtest/gtest.h"
+#include "util/bytes.h"
+
+extern char** environ;
+
+namespace ckpt {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Whether `part` occurs in `text`; on failure, shows both.
+::testing::AssertionResult Contains(const std::string& text,
+                                    std::string_view part) {
+  if (text.find(part) != std::string::npos) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure() << "\"" << part << "\" is not in:\n"
+                                       << text;
+}
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string ReadFile(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void WriteFile(const fs::path& path, std::string_view data) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(data.data(), static_cast<std::streamsize>(data.size()));
+  ASSERT_TRUE(out.good()) << path;
+}
+
+// The 8-byte little-endian header length, the header, the data: a
+// safetensors file built by hand, with no help from the code under test.
+std::string RawSafetensors(std::string_view header, std::string_view data) {
+  std::string out(8, '\0');
+  EncodeU64LE(header.size(), out.data());
+  out += header;
+  out += data;
+  return out;
+}
+
+struct RawTensor {
+  std::string name;
+  std::string dtype;
+  std::vector<int64_t> shape;
+  std::string bytes;
+};
+
+// A valid file holding `tensors` back to back in the given order.
+std::string BuildSafetensors(const std::vector<RawTensor>& tensors,
+                             const std::map<std::string, std::string>& meta) {
+  nlohmann::json header = nlohmann::json::object();
+  if (!meta.empty()) header["__metadata__"] = meta;
+  std::string data;
+  for (const RawTensor& t : tensors) {
+    header[t.name] = {
+        {"dtype", t.dtype},
+        {"shape", t.shape},
+        {"data_offsets", {data.size(), data.size() + t.bytes.size()}}};
+    data += t.bytes;
+  }
+  return RawSafetensors(header.dump(), data);
+}
+
+std::string Bytes(size_t n, unsigned seed) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>(seed * 31 + i * 7);
+  return s;
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern =
+        std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
+        "/ckpt_cli_test.XXXXXX";
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+    root_ = (dir_ / "root").string();
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Runs `program` with `args`; stdout and stderr go to files in the test's
+  // directory (pipes could fill up and deadlock on large output).
+  RunResult RunProgram(const std::string& program,
+                       const std::vector<std::string>& args) {
+    const std::string out_path = (dir_ / ".stdout").string();
+    const std::string err_path = (dir_ / ".stderr").string();
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    std::vector<char*> argv;
+    argv.push_back(const_cast<char*>(program.c_str()));
+    for (const std::string& a : args)
+      argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    const int rc = posix_spawn(&pid, program.c_str(), &actions, nullptr,
+                               argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    RunResult result;
+    if (rc != 0) {
+      ADD_FAILURE() << "posix_spawn " << program << ": " << rc;
+      return result;
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0) {
+      if (errno != EINTR) {
+        ADD_FAILURE() << "waitpid failed";
+        return result;
+      }
+    }
+    // A signal (a crash) shows as 128 + signal, never as 0, 1 or 2.
+    result.exit_code =
+        WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    result.out = ReadFile(out_path);
+    result.err = ReadFile(err_path);
+    return result;
+  }
+
+  RunResult Ckpt(const std::vector<std::string>& args) {
+    return RunProgram(CKPT_CLI_PATH, args);
+  }
+
+  // The independent reader's JSON for `file`, or its stderr on failure.
+  RunResult PyRead(const fs::path& file) {
+    return RunProgram("/usr/bin/python3", {std::string(CKPT_SOURCE_DIR) +
+                                               "/tests/safetensors_read.py",
+                                           file.string()});
+  }
+
+  std::string Path(std::string_view name) const {
+    return (dir_ / name).string();
+  }
+
+  std::unique_ptr<CheckpointManager> OpenManager(const std::string& root,
+                                                 uint64_t chunk_size = 0) {
+    Options options;
+    if (chunk_size > 0) options.chunk_size = chunk_size;
+    auto manager = CheckpointManager::Open(root, std::move(options));
+    EXPECT_TRUE(manager.ok()) << manager.status().ToString();
+    return manager.ok() ? std::move(*manager) : nullptr;
+  }
+
+  // Saves `steps` under root_, each with a tensor, a 0-d tensor, a blob and
+  // a metadata entry whose contents depend on the step.
+  void SaveSteps(const std::vector<int64_t>& steps) {
+    auto manager = OpenManager(root_);
+    ASSERT_NE(manager, nullptr);
+    for (int64_t step : steps) {
+      std::vector<float> weights(6);
+      for (size_t i = 0; i < weights.size(); ++i) weights[i] = step + i * 0.5f;
+      int64_t count = step * 100;
+      State state;
+      state.AddTensor("weights", View(std::span<float>(weights), {2, 3}))
+          .AddTensor("step_count", View(std::span<int64_t>(&count, 1), {}))
+          .AddBlob("rng", "rng-" + std::to_string(step))
+          .AddMetadata("config", {{"lr", "0.1"}});
+      SaveOptions options;
+      options.epoch = step / 10;
+      options.metrics["loss"] = 1.0 / static_cast<double>(step + 1);
+      options.metadata["note"] = "step " + std::to_string(step);
+      auto saved = manager->Save(step, state, options);
+      ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+    }
+  }
+
+  std::vector<int64_t> CommittedSteps(const std::string& root) {
+    if (!fs::exists(root)) return {};
+    Options options;
+    options.create = false;
+    auto manager = CheckpointManager::Open(root, std::move(options));
+    EXPECT_TRUE(manager.ok()) << manager.status().ToString();
+    if (!manager.ok()) return {};
+    auto infos = (*manager)->List();
+    EXPECT_TRUE(infos.ok()) << infos.status().ToString();
+    std::vector<int64_t> steps;
+    if (infos.ok()) {
+      for (const CheckpointInfo& info : *infos) steps.push_back(info.step);
+    }
+    return steps;
+  }
+
+  std::vector<fs::path> DataFiles(const std::string& root) {
+    std::vector<fs::path> files;
+    for (const auto& e : fs::recursive_directory_iterator(root)) {
+      if (e.is_regular_file() && e.path().extension() == ".safetensors") {
+        files.push_back(e.path());
+      }
+    }
+    std::sort(files.begin(), files.end());
+    return files;
+  }
+
+  fs::path dir_;
+  std::string root_;
+};
+
+nlohmann::json ParseJson(const std::string& text) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  EXPECT_FALSE(j.is_discarded()) << "not JSON: " << text;
+  return j;
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// --- Usage ------------------------------------------------------------------
+
+TEST_F(CliTest, HelpExitsZeroEverywhere) {
+  RunResult top = Ckpt({"--help"});
+  EXPECT_EQ(top.exit_code, 0) << top.err;
+  EXPECT_TRUE(Contains(top.out, "Examples:"));
+  for (const char* command :
+       {"ls", "show", "verify", "import", "export", "diff", "gc"}) {
+    EXPECT_TRUE(Contains(top.out, command));
+    RunResult r = Ckpt({command, "--help"});
+    EXPECT_EQ(r.exit_code, 0) << command << ": " << r.err;
+    EXPECT_TRUE(Contains(r.out, "Usage:")) << command;
+    EXPECT_TRUE(Contains(r.out, "Examples:")) << command;
+    EXPECT_TRUE(Contains(r.out, std::string("ckpt ") + command)) << command;
+  }
+}
+
+TEST_F(CliTest, UsageErrorsExitTwo) {
+  const std::vector<std::vector<std::string>> cases = {
+      {},
+      {"frobnicate"},
+      {"ls"},
+      {"ls", root_, "extra"},
+      {"ls", root_, "--bogus"},
+      {"show", root_, "--step", "abc"},
+      {"show", root_, "--step", "-1"},
+      {"show", root_, "--step", "99999999999999999999"},
+      {"verify", root_, "--step", "1", "--all"},
+      {"import", Path("f.safetensors"), root_},
+      {"export", root_},
+      {"diff", root_, "--step", "1"},
+      {"diff", root_, "--step", "1", "2", "3"},
+      {"gc", root_, "--keep-best", "2"},
+      {"gc", root_, "--max"},
+  };
+  for (const auto& args : cases) {
+    RunResult r = Ckpt(args);
+    std::string joined;
+    for (const auto& a : args) joined += a + " ";
+    EXPECT_EQ(r.exit_code, 2) << joined << "\n" << r.err;
+    EXPECT_TRUE(Contains(r.err, "--help")) << joined;
+  }
+  EXPECT_TRUE(Contains(Ckpt({"frobnicate"}).err, "\"frobnicate\""));
+  // None of them may have created the root.
+  EXPECT_FALSE(fs::exists(root_));
+}
+
+// --- ls, show, verify on a good root ---------------------------------------
+
+TEST_F(CliTest, LsListsCommittedSteps) {
+  SaveSteps({10, 20});
+  RunResult r = Ckpt({"ls", root_});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<std::string> lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), 3u) << r.out;  // heading + two steps
+  EXPECT_TRUE(Contains(lines[0], "STEP"));
+  EXPECT_EQ(lines[1].rfind("10 ", 0), 0u) << lines[1];
+  EXPECT_EQ(lines[2].rfind("20 ", 0), 0u) << lines[2];
+  EXPECT_TRUE(Contains(lines[1], "Z"));  // an ISO-8601 UTC time
+
+  r = Ckpt({"ls", root_, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = ParseJson(r.out);
+  ASSERT_TRUE(j.is_array());
+  ASSERT_EQ(j.size(), 2u);
+  EXPECT_EQ(j[0]["step"], 10);
+  EXPECT_EQ(j[0]["epoch"], 1);
+  EXPECT_EQ(j[1]["step"], 20);
+  EXPECT_EQ(j[1]["epoch"], 2);
+  EXPECT_EQ(j[1]["world_size"], 1);
+  EXPECT_EQ(j[1]["num_entries"], 4);
+  EXPECT_EQ(j[1]["metadata"]["note"], "step 20");
+  EXPECT_TRUE(j[1]["metrics"].contains("loss"));
+  for (const char* field : {"created_unix_ms", "created", "job_id", "hosts",
+                            "bytes", "depends_on"}) {
+    EXPECT_TRUE(j[1].contains(field)) << field;
+  }
+}
+
+TEST_F(CliTest, LsOfAnEmptyRoot) {
+  fs::create_directory(root_);
+  RunResult r = Ckpt({"ls", root_, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(ParseJson(r.out), nlohmann::json::array());
+}
+
+TEST_F(CliTest, ShowDescribesEntries) {
+  SaveSteps({1, 2});
+  RunResult r = Ckpt({"show", root_});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.out, "weights"));
+  EXPECT_TRUE(Contains(r.out, "F32"));
+  EXPECT_TRUE(Contains(r.out, "[2, 3]"));
+  EXPECT_TRUE(Contains(r.out, "\"lr\""));
+  EXPECT_TRUE(Contains(r.out, "step 2"));  // the user metadata
+
+  r = Ckpt({"show", root_, "--step", "1", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = ParseJson(r.out);
+  EXPECT_EQ(j["info"]["step"], 1);
+  EXPECT_EQ(j["info"]["epoch"], 0);
+  std::map<std::string, nlohmann::json> entries;
+  for (const auto& e : j["entries"]) entries[e["name"]] = e;
+  ASSERT_EQ(entries.size(), 4u) << j.dump();
+  EXPECT_EQ(entries["weights"]["kind"], "tensor");
+  EXPECT_EQ(entries["weights"]["dtype"], "F32");
+  EXPECT_EQ(entries["weights"]["shape"], nlohmann::json({2, 3}));
+  EXPECT_EQ(entries["weights"]["bytes"], 24);
+  EXPECT_EQ(entries["step_count"]["dtype"], "I64");
+  EXPECT_EQ(entries["step_count"]["shape"], nlohmann::json::array());
+  EXPECT_EQ(entries["rng"]["kind"], "blob");
+  EXPECT_EQ(entries["config"]["kind"], "metadata");
+  EXPECT_EQ(entries["config"]["value"]["lr"], "0.1");
+}
+
+TEST_F(CliTest, VerifyGoodRoot) {
+  SaveSteps({1, 2});
+  RunResult r = Ckpt({"verify", root_});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.out, "ok: step 2,"));
+  // Not a terminal: no progress bar.
+  EXPECT_EQ(r.err, "");
+
+  r = Ckpt({"verify", root_, "--all", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = ParseJson(r.out);
+  ASSERT_EQ(j.size(), 2u);
+  EXPECT_EQ(j[0]["step"], 1);
+  EXPECT_EQ(j[1]["step"], 2);
+  EXPECT_EQ(j[1]["ok"], true);
+  EXPECT_GT(j[1]["chunks_checked"].get<int>(), 0);
+}
+
+// --- Bad roots and steps -----------------------------------------------------
+
+TEST_F(CliTest, MissingRootIsAnErrorAndIsNotCreated) {
+  const std::string missing = Path("no-such-root");
+  const std::vector<std::vector<std::string>> cases = {
+      {"ls", missing},
+      {"show", missing},
+      {"verify", missing},
+      {"verify", missing, "--all"},
+      {"export", missing, Path("out.safetensors")},
+      {"diff", missing, "--step", "1", "--step", "2"},
+      {"gc", missing, "--keep-last", "1"},
+  };
+  for (const auto& args : cases) {
+    RunResult r = Ckpt(args);
+    EXPECT_EQ(r.exit_code, 1) << args[0] << ": " << r.err;
+    EXPECT_TRUE(Contains(r.err, "ckpt " + args[0] + ": "));
+    EXPECT_TRUE(Contains(r.err, missing)) << args[0];
+    EXPECT_FALSE(fs::exists(missing)) << args[0];
+  }
+  EXPECT_FALSE(fs::exists(Path("out.safetensors")));
+}
+
+TEST_F(CliTest, RootThatIsAFileIsAnError) {
+  WriteFile(root_, "not a directory");
+  for (const char* command : {"ls", "show", "verify"}) {
+    RunResult r = Ckpt({command, root_});
+    EXPECT_EQ(r.exit_code, 1) << command << ": " << r.err;
+    EXPECT_TRUE(Contains(r.err, root_)) << command;
+  }
+  EXPECT_EQ(ReadFile(root_), "not a directory");
+}
+
+TEST_F(CliTest, UnknownSchemeIsQuoted) {
+  RunResult r = Ckpt({"ls", "bogus://bucket/run"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(Contains(r.err, "\"bogus://bucket/run\""));
+}
+
+TEST_F(CliTest, MissingStepIsAnError) {
+  SaveSteps({1});
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{
+           {"show", root_, "--step", "99"},
+           {"verify", root_, "--step", "99"},
+           {"export", root_, "--step", "99", Path("out.safetensors")},
+           {"diff", root_, "--step", "1", "--step", "99"}}) {
+    RunResult r = Ckpt(args);
+    EXPECT_EQ(r.exit_code, 1) << args[0] << ": " << r.err;
+    EXPECT_TRUE(Contains(r.err, "99")) << args[0];
+  }
+  EXPECT_FALSE(fs::exists(Path("out.safetensors")));
+}
+
+// --- Damage ------------------------------------------------------------------
+
+TEST_F(CliTest, VerifyNamesAFlippedBit) {
+  {
+    auto manager = OpenManager(root_);
+    ASSERT_NE(manager, nullptr);
+    std::vector<float> weights(4096, 1.5f);
+    State state;
+    state.AddTensor("weights", View(weights));
+    ASSERT_TRUE(manager->Save(5, state).ok());
+  }
+  std::vector<fs::path> files = DataFiles(root_);
+  ASSERT_EQ(files.size(), 1u);
+  std::string bytes = ReadFile(files[0]);
+  auto header = format::ParseSafetensorsFile(bytes, files[0].string());
+  ASSERT_TRUE(header.ok()) << header.status().ToString();
+  ASSERT_GT(header->data_size, 16u);
+  bytes[bytes.size() - 9] ^= 0x10;  // in the data, near the end
+  WriteFile(files[0], bytes);
+
+  RunResult r = Ckpt({"verify", root_});
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_TRUE(Contains(r.err, files[0].filename().string()));
+  EXPECT_TRUE(Contains(r.err, "weights"));
+  EXPECT_FALSE(Contains(r.out, "ok:"));
+
+  r = Ckpt({"verify", root_, "--all", "--json"});
+  EXPECT_EQ(r.exit_code, 1);
+  nlohmann::json j = ParseJson(r.out);
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0]["ok"], false);
+  EXPECT_FALSE(j[0]["problems"].empty());
+}
+
+TEST_F(CliTest, VerifyFailsOnATruncatedFile) {
+  SaveSteps({1});
+  std::vector<fs::path> files = DataFiles(root_);
+  ASSERT_FALSE(files.empty());
+  fs::resize_file(files[0], fs::file_size(files[0]) - 10);
+  RunResult r = Ckpt({"verify", root_, "--step", "1"});
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_TRUE(Contains(r.err, "ckpt verify: "));
+}
+
+TEST_F(CliTest, VerifyAllCountsADamagedManifest) {
+  SaveSteps({1, 2});
+  fs::path manifest;
+  for (const auto& e : fs::recursive_directory_iterator(root_)) {
+    if (e.path().filename() == "MANIFEST.json" &&
+        e.path().parent_path().filename().string().ends_with("1")) {
+      manifest = e.path();
+    }
+  }
+  ASSERT_FALSE(manifest.empty());
+  std::string bytes = ReadFile(manifest);
+  bytes[bytes.size() / 2] ^= 0x01;
+  WriteFile(manifest, bytes);
+
+  EXPECT_EQ(CommittedSteps(root_), std::vector<int64_t>{2});
+  RunResult r = Ckpt({"verify", root_, "--all"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(Contains(r.out, "ok: step 2,"));
+  EXPECT_TRUE(Contains(r.err, "step 1: manifest does not load"));
+}
+
+// --- import and export
+// ---------------------------------------------------------
+
+TEST_F(CliTest, ImportThenExportRoundTrips) {
+  const std::vector<RawTensor> tensors = {
+      {"layer/weight", "F32", {2, 3}, Bytes(24, 1)},
+      {"layer/bias", "F64", {3}, Bytes(24, 2)},
+      {"ids", "I64", {2}, Bytes(16, 3)},
+      {"half", "BF16", {5}, Bytes(10, 4)},
+      {"mask", "BOOL", {3}, std::string("\x01\x00\x01", 3)},
+      {"small", "I8", {7}, Bytes(7, 5)},
+      {"scalar", "F64", {}, Bytes(8, 6)},
+      {"empty", "F32", {0, 4}, ""},
+  };
+  const std::string original = Path("original.safetensors");
+  WriteFile(original, BuildSafetensors(tensors, {{"source", "hand"}}));
+
+  RunResult r =
+      Ckpt({"import", original, root_, "--step", "7", "--epoch", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = Ckpt({"ls", root_, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json listed = ParseJson(r.out);
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0]["step"], 7);
+  EXPECT_EQ(listed[0]["epoch"], 2);
+  EXPECT_EQ(listed[0]["metadata"]["source"], "hand");
+  EXPECT_EQ(Ckpt({"verify", root_}).exit_code, 0);
+
+  const std::string exported = Path("exported.safetensors");
+  r = Ckpt({"export", root_, exported});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+
+  // ckpt's own parser sees the same tensors...
+  const std::string bytes = ReadFile(exported);
+  auto header = format::ParseSafetensorsFile(bytes, exported);
+  ASSERT_TRUE(header.ok()) << header.status().ToString();
+  EXPECT_EQ(header->metadata.at("source"), "hand");
+  ASSERT_EQ(header->tensors.size(), tensors.size());
+  std::map<std::string, const format::TensorLayout*> by_name;
+  for (const auto& t : header->tensors) by_name[t.name] = &t;
+  for (const RawTensor& t : tensors) {
+    ASSERT_TRUE(by_name.contains(t.name)) << t.name;
+    const format::TensorLayout& got = *by_name[t.name];
+    EXPECT_EQ(DTypeName(got.dtype), t.dtype) << t.name;
+    EXPECT_EQ(got.shape, t.shape) << t.name;
+    EXPECT_EQ(bytes.substr(header->data_start + got.begin, got.end - got.begin),
+              t.bytes)
+        << t.name;
+  }
+
+  // ...and so does a reader that shares no code with ckpt.
+  RunResult py_original = PyRead(original);
+  RunResult py_exported = PyRead(exported);
+  ASSERT_EQ(py_original.exit_code, 0) << py_original.err;
+  ASSERT_EQ(py_exported.exit_code, 0) << py_exported.err;
+  EXPECT_EQ(ParseJson(py_original.out), ParseJson(py_exported.out));
+  EXPECT_EQ(ParseJson(py_exported.out).size(), tensors.size());
+  for (const fs::path& file : DataFiles(root_)) {
+    RunResult py = PyRead(file);
+    EXPECT_EQ(py.exit_code, 0) << file << ": " << py.err;
+  }
+
+  // An existing file is kept unless --force.
+  WriteFile(exported, "precious");
+  r = Ckpt({"export", root_, exported});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(Contains(r.err, "--force"));
+  EXPECT_EQ(ReadFile(exported), "precious");
+  r = Ckpt({"export", root_, exported, "--force"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(ReadFile(exported), bytes);
+  // No temporary file is left behind.
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir_)) {
+    names.insert(e.path().filename().string());
+  }
+  EXPECT_EQ(names,
+            (std::set<std::string>{".stderr", ".stdout", "exported.safetensors",
+                                   "original.safetensors", "root"}));
+}
+
+TEST_F(CliTest, ExportThenImportKeepsBlobsAndMetadata) {
+  SaveSteps({3});
+  const std::string file = Path("out.safetensors");
+  RunResult r = Ckpt({"export", root_, file, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(ParseJson(r.out)["step"], 3);
+  EXPECT_EQ(PyRead(file).exit_code, 0);
+
+  const std::string copy = Path("copy");
+  r = Ckpt({"import", file, copy, "--step", "3"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+
+  auto a = OpenManager(root_)->LoadAll(3);
+  auto b = OpenManager(copy)->LoadAll(3);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(b->info.metadata, a->info.metadata);
+  ASSERT_EQ(b->state.size(), a->state.size());
+  for (const Entry& ea : a->state.entries()) {
+    const Entry* eb = b->state.Find(ea.name);
+    ASSERT_NE(eb, nullptr) << ea.name;
+    EXPECT_EQ(eb->kind, ea.kind) << ea.name;
+    if (ea.kind == EntryKind::kMetadata) {
+      EXPECT_EQ(nlohmann::json::parse(eb->json),
+                nlohmann::json::parse(ea.json));
+      continue;
+    }
+    EXPECT_EQ(eb->tensor.dtype, ea.tensor.dtype) << ea.name;
+    EXPECT_EQ(eb->tensor.shape, ea.tensor.shape) << ea.name;
+    const uint64_t size = *ea.tensor.ByteSize();
+    EXPECT_EQ(
+        std::string_view(reinterpret_cast<const char*>(eb->tensor.data), size),
+        std::string_view(reinterpret_cast<const char*>(ea.tensor.data), size))
+        << ea.name;
+  }
+}
+
+TEST_F(CliTest, BadImportFilesAreRefused) {
+  const std::string u8x4 = R"({"dtype":"U8","shape":[4],"data_offsets":)";
+  std::string huge_length(8, '\0');
+  EncodeU64LE(1000, huge_length.data());
+  huge_length += "{}";
+  const std::map<std::string, std::string> cases = {
+      {"header_too_long", huge_length},
+      {"overlap",
+       RawSafetensors(R"({"a":)" + u8x4 + R"([0,4]},"b":)" + u8x4 + "[2,6]}}",
+                      Bytes(6, 1))},
+      {"hole",
+       RawSafetensors(R"({"a":)" + u8x4 + R"([0,4]},"b":)" + u8x4 + "[6,10]}}",
+                      Bytes(10, 1))},
+      {"past_end", RawSafetensors(R"({"a":)" + u8x4 + "[0,4]}}", Bytes(2, 1))},
+      {"duplicate",
+       RawSafetensors(R"({"a":)" + u8x4 + R"([0,4]},"a":)" + u8x4 + "[4,8]}}",
+                      Bytes(8, 1))},
+      {"unknown_dtype",
+       RawSafetensors(
+           R"({"a":{"dtype":"F7","shape":[4],"data_offsets":[0,4]}})",
+           Bytes(4, 1))},
+      {"dotdot",
+       RawSafetensors(R"({"a/../b":)" + u8x4 + "[0,4]}}", Bytes(4, 1))},
+      {"absolute",
+       RawSafetensors(R"({"/etc/passwd":)" + u8x4 + "[0,4]}}", Bytes(4, 1))},
+      {"overflow",
+       RawSafetensors(R"({"a":{"dtype":"F32","shape":[4611686018427387904,8],)"
+                      R"("data_offsets":[0,0]}})",
+                      "")},
+      {"not_json", RawSafetensors("{not json", "")},
+      {"empty", ""},
+      {"bad_blobs", BuildSafetensors({{"a", "F32", {1}, Bytes(4, 1)}},
+                                     {{"ckpt.blobs", R"(["a"])"}})},
+  };
+  for (const auto& [name, bytes] : cases) {
+    const std::string file = Path(name + ".safetensors");
+    WriteFile(file, bytes);
+    RunResult r = Ckpt({"import", file, root_, "--step", "1"});
+    EXPECT_EQ(r.exit_code, 1) << name << ": " << r.err;
+    EXPECT_TRUE(Contains(r.err, "ckpt import: ")) << name;
+    EXPECT_TRUE(Contains(r.err, file)) << name;
+    EXPECT_TRUE(CommittedSteps(root_).empty()) << name;
+    // The independent reader agrees these files are bad (except the ones
+    // whose problem is a name ckpt refuses or ckpt's own metadata).
+    if (name != "dotdot" && name != "absolute" && name != "bad_blobs") {
+      EXPECT_EQ(PyRead(file).exit_code, 1) << name;
+    }
+  }
+  for (const std::string& file : {Path("no-such.safetensors"), dir_.string()}) {
+    RunResult r = Ckpt({"import", file, root_, "--step", "1"});
+    EXPECT_EQ(r.exit_code, 1) << file << ": " << r.err;
+    EXPECT_TRUE(Contains(r.err, file));
+  }
+  EXPECT_TRUE(CommittedSteps(root_).empty());
+}
+
+TEST_F(CliTest, ImportRefusesACommittedStep) {
+  SaveSteps({1});
+  const std::string file = Path("a.safetensors");
+  WriteFile(file, BuildSafetensors({{"a", "U8", {2}, "xy"}}, {}));
+  RunResult r = Ckpt({"import", file, root_, "--step", "1"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(Ckpt({"import", file, root_, "--step", "2"}).exit_code, 0);
+  EXPECT_EQ(CommittedSteps(root_), (std::vector<int64_t>{1, 2}));
+}
+
+// --- diff
+// ----------------------------------------------------------------------
+
+TEST_F(CliTest, DiffReportsAddedRemovedChanged) {
+  std::vector<float> a1 = {1, 2, 3, 4}, a2 = {1, 2, 3, 5};
+  std::vector<int32_t> b = {7, 8};
+  std::vector<uint8_t> c = {1, 2, 3};
+  std::vector<double> d = {0.5};
+  std::vector<int16_t> e1 = {1, 2, 3, 4}, e2 = {1, 2, 3, 4};
+  {
+    auto manager = OpenManager(root_);
+    ASSERT_NE(manager, nullptr);
+    State s1;
+    s1.AddTensor("a", View(a1)).AddTensor("b", View(b)).AddTensor("c", View(c));
+    s1.AddTensor("e", View(e1));
+    ASSERT_TRUE(manager->Save(1, s1).ok());
+    State s2;
+    s2.AddTensor("a", View(a2)).AddTensor("b", View(b)).AddTensor("d", View(d));
+    s2.AddTensor("e", View(std::span<int16_t>(e2), {2, 2}));
+    ASSERT_TRUE(manager->Save(2, s2).ok());
+  }
+  RunResult r = Ckpt({"diff", root_, "--step", "1", "--step", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(Lines(r.out),
+            (std::vector<std::string>{"+ d", "- c", "~ a (contents)",
+                                      "~ e (shape [4] -> [2, 2])"}));
+
+  r = Ckpt({"diff", root_, "--step", "2", "1", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = ParseJson(r.out);
+  EXPECT_EQ(j["added"], nlohmann::json({"c"}));
+  EXPECT_EQ(j["removed"], nlohmann::json({"d"}));
+  ASSERT_EQ(j["changed"].size(), 2u);
+  EXPECT_EQ(j["changed"][0]["name"], "a");
+  EXPECT_EQ(j["changed"][0]["why"], "contents");
+
+  r = Ckpt({"diff", root_, "--step", "2", "--step", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+}
+
+TEST_F(CliTest, DiffIgnoresAChunkSizeChange) {
+  std::vector<float> weights(5000);
+  for (size_t i = 0; i < weights.size(); ++i) weights[i] = i * 0.25f;
+  for (auto [step, chunk] :
+       {std::pair<int64_t, uint64_t>{1, 4096}, {2, 8192}}) {
+    auto manager = OpenManager(root_, chunk);
+    ASSERT_NE(manager, nullptr);
+    State state;
+    state.AddTensor("weights", View(weights));
+    ASSERT_TRUE(manager->Save(step, state).ok());
+  }
+  RunResult r = Ckpt({"diff", root_, "--step", "1", "--step", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+}
+
+// --- gc
+// --------------------------------------------------------------------------
+
+TEST_F(CliTest, GcKeepLast) {
+  SaveSteps({1, 2, 3});
+  RunResult r = Ckpt({"gc", root_, "--keep-last", "1", "--dry-run"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.out, "would delete step 1"));
+  EXPECT_TRUE(Contains(r.out, "would delete step 2"));
+  EXPECT_EQ(CommittedSteps(root_), (std::vector<int64_t>{1, 2, 3}));
+
+  r = Ckpt({"gc", root_, "--keep-last", "1", "--dry-run", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(ParseJson(r.out)["deleted_steps"], nlohmann::json({1, 2}));
+  EXPECT_EQ(CommittedSteps(root_), (std::vector<int64_t>{1, 2, 3}));
+
+  // Without a retention flag only dead attempts go.
+  r = Ckpt({"gc", root_});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(CommittedSteps(root_), (std::vector<int64_t>{1, 2, 3}));
+
+  r = Ckpt({"gc", root_, "--keep-last", "1", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = ParseJson(r.out);
+  EXPECT_EQ(j["deleted_steps"], nlohmann::json({1, 2}));
+  EXPECT_GT(j["bytes_freed"].get<uint64_t>(), 0u);
+  EXPECT_EQ(CommittedSteps(root_), std::vector<int64_t>{3});
+  EXPECT_EQ(Ckpt({"verify", root_, "--all"}).exit_code, 0);
+}
+
+TEST_F(CliTest, GcKeepBestByMetric) {
+  SaveSteps({1, 2, 3});  // loss 1/2, 1/3, 1/4
+  RunResult r =
+      Ckpt({"gc", root_, "--keep-best", "1", "--metric", "loss", "--max"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // With --max the highest value (step 1) is the best; the newest is always
+  // kept.
+  EXPECT_EQ(CommittedSteps(root_), (std::vector<int64_t>{1, 3}));
+}
+
+}  // namespace
+}  // namespace ckpt

@@ -1,0 +1,178 @@
+#include "common.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <charconv>
+#include <ctime>
+#include <sstream>
+
+#include "util/names.h"
+
+namespace ckpt::cli {
+namespace {
+
+constexpr size_t kHelpWidth = 78;
+
+// Lists subcommands by the first line of their description (the summary);
+// the rest of the description is for the subcommand's own --help.
+class SummaryFormatter : public CLI::Formatter {
+ public:
+  std::string make_subcommand(const CLI::App* sub) const override {
+    const std::string& description = sub->get_description();
+    std::stringstream out;
+    CLI::detail::format_help(out, sub->get_name(),
+                             description.substr(0, description.find('\n')),
+                             get_column_width());
+    return out.str();
+  }
+};
+
+std::string Wrap(std::string_view text, size_t width) {
+  std::string out;
+  size_t line = 0;
+  std::istringstream words{std::string(text)};
+  std::string word;
+  while (words >> word) {
+    if (line > 0 && line + 1 + word.size() > width) {
+      out += '\n';
+      line = 0;
+    } else if (line > 0) {
+      out += ' ';
+      ++line;
+    }
+    out += word;
+    line += word.size();
+  }
+  return out;
+}
+
+}  // namespace
+
+void UseSummaryFormatter(CLI::App& app) {
+  app.formatter(std::make_shared<SummaryFormatter>());
+}
+
+CLI::App* AddSubcommand(CLI::App& app, std::string name,
+                        std::string_view summary, std::string_view paragraph,
+                        std::string_view examples) {
+  CLI::App* sub = app.add_subcommand(std::move(name));
+  sub->description(std::string(summary) + "\n\n" + Wrap(paragraph, kHelpWidth) +
+                   "\n");
+  sub->footer("Examples:\n" + std::string(examples));
+  return sub;
+}
+
+Result<std::unique_ptr<CheckpointManager>> OpenRoot(const std::string& root,
+                                                    bool create) {
+  Options options;
+  options.create = create;
+  return CheckpointManager::Open(root, std::move(options));
+}
+
+CLI::Validator NonNegativeInteger(int64_t max) {
+  return CLI::Validator(
+      [max](std::string& text) -> std::string {
+        int64_t value = 0;
+        const char* end = text.data() + text.size();
+        auto [ptr, ec] = std::from_chars(text.data(), end, value);
+        if (text.empty() || ec != std::errc() || ptr != end || value < 0 ||
+            value > max) {
+          return Quote(text) + " is not an integer from 0 to " +
+                 std::to_string(max);
+        }
+        return "";
+      },
+      // No extra text in the help: it would print as "INT:<text>".
+      "");
+}
+
+CLI::Option* AddRootArg(CLI::App& app, std::string& root) {
+  return app
+      .add_option("ROOT", root,
+                  "where the checkpoints live: a URL (file:///data/run42) or "
+                  "a plain path")
+      ->required();
+}
+
+CLI::Option* AddStepOption(CLI::App& app, std::optional<int64_t>& step) {
+  return app
+      .add_option("--step", step,
+                  "the checkpoint's step (default: the newest committed)")
+      ->check(NonNegativeInteger(INT64_MAX));
+}
+
+CLI::Option* AddJsonFlag(CLI::App& app, bool& json) {
+  return app.add_flag("--json", json, "print JSON for scripts");
+}
+
+std::string StepLabel(std::optional<int64_t> step) {
+  return step ? "step " + std::to_string(*step) : "the newest step";
+}
+
+std::string FormatTime(int64_t unix_ms) {
+  // Floor division, so times before 1970 still print the right second.
+  const std::time_t seconds =
+      static_cast<std::time_t>(unix_ms / 1000 - (unix_ms % 1000 < 0 ? 1 : 0));
+  std::tm tm{};
+  if (gmtime_r(&seconds, &tm) == nullptr) return std::to_string(unix_ms);
+  char buf[64];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string FormatShape(const std::vector<int64_t>& shape) {
+  std::vector<std::string> dims;
+  for (int64_t d : shape) dims.push_back(std::to_string(d));
+  return "[" + Join(dims, ", ") + "]";
+}
+
+std::string Join(const std::vector<std::string>& parts, std::string_view sep) {
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (i > 0) out += sep;
+    out += parts[i];
+  }
+  return out;
+}
+
+nlohmann::json InfoToJson(const CheckpointInfo& info) {
+  return {{"step", info.step},
+          {"epoch", info.epoch},
+          {"created_unix_ms", info.created_unix_ms},
+          {"created", FormatTime(info.created_unix_ms)},
+          {"job_id", info.job_id},
+          {"world_size", info.world_size},
+          {"hosts", info.hosts},
+          {"bytes", info.bytes},
+          {"depends_on", info.depends_on},
+          {"metrics", info.metrics},
+          {"metadata", info.metadata},
+          {"num_entries", info.num_entries}};
+}
+
+void PrintJson(const nlohmann::json& j) {
+  fmt::print("{}\n",
+             j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+void PrintTable(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
+    widths.resize(std::max(widths.size(), row.size()));
+    for (size_t i = 0; i < row.size(); ++i) {
+      widths[i] = std::max(widths[i], row[i].size());
+    }
+  }
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      // No padding after the last column: no trailing blanks.
+      if (i + 1 < row.size()) line.append(widths[i] - row[i].size() + 2, ' ');
+    }
+    fmt::print("{}\n", line);
+  }
+}
+
+}  // namespace ckpt::cli

@@ -1,0 +1,64 @@
+// Helpers shared by the `ckpt` subcommands: opening a root, the common
+// options, and formatting for people (tables, times, shapes) and for
+// scripts (JSON).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ckpt/checkpoint_manager.h"
+
+namespace ckpt::cli {
+
+// Opens the checkpoints under `root` (a URL or a plain path). Read-only
+// commands pass create = false, so a mistyped root is an error and not a new
+// empty folder.
+Result<std::unique_ptr<CheckpointManager>> OpenRoot(const std::string& root,
+                                                    bool create);
+
+// Accepts a decimal integer in [0, max] and nothing else. CLI11's own
+// integer conversion silently clamps values that overflow, and a checkpoint
+// step must never be silently replaced by another one.
+CLI::Validator NonNegativeInteger(int64_t max);
+
+// Makes `app`'s help list each subcommand by its summary alone; each
+// subcommand's own --help shows the summary, a paragraph and examples.
+// Call before adding subcommands (they copy the parent's formatter).
+void UseSummaryFormatter(CLI::App& app);
+
+// Adds subcommand `name`. Its --help shows `summary`, then `paragraph`
+// wrapped to the terminal's usual width, then `examples` (one per line).
+CLI::App* AddSubcommand(CLI::App& app, std::string name,
+                        std::string_view summary, std::string_view paragraph,
+                        std::string_view examples);
+
+// The options most commands share.
+CLI::Option* AddRootArg(CLI::App& app, std::string& root);
+CLI::Option* AddStepOption(CLI::App& app, std::optional<int64_t>& step);
+CLI::Option* AddJsonFlag(CLI::App& app, bool& json);
+
+// "step 42", or "the newest step" for nullopt.
+std::string StepLabel(std::optional<int64_t> step);
+// UTC ISO-8601 with seconds: "2024-05-01T12:34:56Z".
+std::string FormatTime(int64_t unix_ms);
+// "[2, 3]"; a 0-d tensor is "[]".
+std::string FormatShape(const std::vector<int64_t>& shape);
+// "a, b, c".
+std::string Join(const std::vector<std::string>& parts, std::string_view sep);
+
+// Every field of a CheckpointInfo, plus the creation time as text.
+nlohmann::json InfoToJson(const CheckpointInfo& info);
+// Indented JSON on stdout. Names and metadata come from files and may be
+// invalid UTF-8; such bytes are replaced rather than failing the output.
+void PrintJson(const nlohmann::json& j);
+
+// Prints rows as left-aligned columns on stdout; the first row is the
+// heading.
+void PrintTable(const std::vector<std::vector<std::string>>& rows);
+
+}  // namespace ckpt::cli

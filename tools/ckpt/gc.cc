@@ -1,0 +1,102 @@
+// `ckpt gc`: apply a retention policy and remove dead attempts' objects.
+
+#include <fmt/core.h>
+
+#include <climits>
+#include <memory>
+
+#include "ckpt/checkpoint_manager.h"
+#include "commands.h"
+#include "common.h"
+#include "format/constants.h"
+#include "format/manifest.h"
+#include "util/progress.h"
+
+namespace ckpt::cli {
+namespace {
+
+struct GcArgs {
+  std::string root;
+  RetentionPolicy retention;
+  bool dry_run = false;
+  bool json = false;
+};
+
+Status RunGc(const GcArgs& args) {
+  CKPT_ASSIGN_OR_RETURN(auto manager, OpenRoot(args.root, /*create=*/false));
+  // Always pass the policy: with no retention flag it is all-off, and GC
+  // removes only dead attempts, whatever the manager's default would be.
+  CKPT_ASSIGN_OR_RETURN(GcReport report,
+                        manager->GarbageCollect({.dry_run = args.dry_run,
+                                                 .retention = args.retention}));
+  if (args.json) {
+    PrintJson({{"dry_run", args.dry_run},
+               {"deleted_steps", report.deleted_steps},
+               {"deleted_objects", report.deleted_objects},
+               {"bytes_freed", report.bytes_freed}});
+    return Status();
+  }
+  const char* verb = args.dry_run ? "would delete" : "deleted";
+  for (int64_t step : report.deleted_steps) {
+    fmt::print("{} step {}\n", verb, step);
+  }
+  // A deleted step's own objects are implied by its line above; list only
+  // the rest (dead attempts, leftovers of crashed writes).
+  for (const std::string& key : report.deleted_objects) {
+    bool in_deleted_step = false;
+    for (int64_t step : report.deleted_steps) {
+      in_deleted_step =
+          in_deleted_step || key.starts_with(format::StepDirName(step) + "/");
+    }
+    if (!in_deleted_step) fmt::print("{} {}\n", verb, key);
+  }
+  fmt::print("{} {} objects ({})\n", verb, report.deleted_objects.size(),
+             FormatBytes(report.bytes_freed));
+  return Status();
+}
+
+}  // namespace
+
+void AddGcCommand(CLI::App& app, Command& selected) {
+  auto args = std::make_shared<GcArgs>();
+  RetentionPolicy& r = args->retention;
+  CLI::App* sub = AddSubcommand(
+      app, "gc", "Apply retention and delete garbage.",
+      "Delete the checkpoints that no retention rule keeps, and the objects "
+      "of save attempts that died. A checkpoint is kept if any given rule "
+      "keeps it, if a kept incremental checkpoint depends on it, or if it is "
+      "the newest. Without a retention flag only dead attempts are removed. "
+      "Nothing ckpt did not write is ever deleted. --dry-run prints what "
+      "would be deleted and deletes nothing.",
+      "  ckpt gc /data/run42 --dry-run\n"
+      "  ckpt gc /data/run42 --keep-last 3 --keep-every-steps 10000\n"
+      "  ckpt gc /data/run42 --keep-last 2 --keep-best 1 --metric loss\n"
+      "  ckpt gc /data/run42 --keep-best 3 --metric accuracy --max --json\n");
+  AddRootArg(*sub, args->root);
+  sub->add_option("--keep-last", r.keep_last, "keep the newest N checkpoints")
+      ->check(NonNegativeInteger(INT_MAX));
+  sub->add_option("--keep-every-steps", r.keep_every_n_steps,
+                  "keep every checkpoint whose step is a multiple of K")
+      ->check(NonNegativeInteger(INT64_MAX));
+  sub->add_option("--keep-every-seconds", r.keep_every_seconds,
+                  "keep the first checkpoint of every window of S seconds")
+      ->check(NonNegativeInteger(INT64_MAX));
+  CLI::Option* best = sub->add_option("--keep-best", r.keep_best,
+                                      "keep the M best checkpoints by --metric")
+                          ->check(NonNegativeInteger(INT_MAX));
+  CLI::Option* metric =
+      sub->add_option("--metric", r.best_metric,
+                      "the metric --keep-best ranks by (lower is better)");
+  best->needs(metric);
+  metric->needs(best);
+  sub->add_flag("--max", r.best_higher_is_better,
+                "higher --metric values are better (an accuracy)")
+      ->needs(metric);
+  sub->add_flag("--dry-run", args->dry_run, "print, delete nothing");
+  AddJsonFlag(*sub, args->json);
+  sub->callback([args, &selected] {
+    selected = {"gc", [args] { return RunGc(*args); }};
+  });
+}
+
+}  // namespace ckpt::cli

@@ -1,0 +1,355 @@
+// `ckpt import` and `ckpt export`: a checkpoint to and from one safetensors
+// file, the format most tools read.
+//
+// An exported file carries what safetensors has no place for in its
+// `__metadata__` string map, so that import restores the same entries:
+//   "ckpt.blobs"            a JSON array naming the U8 1-d tensors that are
+//                           blobs;
+//   "ckpt.metadata.NAME"    the JSON text of metadata entry NAME;
+// every other key is the checkpoint's user metadata.
+
+#include <fcntl.h>
+#include <fmt/core.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <set>
+
+#include "ckpt/checkpoint_manager.h"
+#include "commands.h"
+#include "common.h"
+#include "format/json.h"
+#include "format/safetensors.h"
+#include "util/names.h"
+#include "util/progress.h"
+
+namespace ckpt::cli {
+namespace {
+
+constexpr std::string_view kBlobsKey = "ckpt.blobs";
+constexpr std::string_view kMetadataKeyPrefix = "ckpt.metadata.";
+
+// A whole file mapped read-only. The mapping is private, so the State's views
+// into it never see another process's later writes to the pages we read.
+class MappedFile {
+ public:
+  static Result<std::unique_ptr<MappedFile>> Open(const std::string& path) {
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ErrnoError(errno, "open " + Quote(path));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+      const int err = errno;
+      close(fd);
+      return ErrnoError(err, "stat " + Quote(path));
+    }
+    if (!S_ISREG(st.st_mode)) {
+      close(fd);
+      return InvalidArgumentError(Quote(path) + " is not a regular file");
+    }
+    auto file = std::unique_ptr<MappedFile>(new MappedFile());
+    file->size_ = static_cast<size_t>(st.st_size);
+    // mmap refuses length 0; an empty file parses (and fails) as "".
+    if (file->size_ > 0) {
+      void* p = mmap(nullptr, file->size_, PROT_READ, MAP_PRIVATE, fd, 0);
+      if (p == MAP_FAILED) {
+        const int err = errno;
+        close(fd);
+        return ErrnoError(err, "mmap " + Quote(path));
+      }
+      file->data_ = static_cast<char*>(p);
+    }
+    close(fd);
+    return file;
+  }
+
+  ~MappedFile() {
+    if (data_ != nullptr) munmap(data_, size_);
+  }
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  std::string_view bytes() const { return {data_, size_}; }
+
+ private:
+  MappedFile() = default;
+  char* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+struct ImportArgs {
+  std::string file;
+  std::string root;
+  int64_t step = 0;
+  int64_t epoch = -1;
+  bool json = false;
+};
+
+// The names listed under "ckpt.blobs", each of which must be a U8 1-d tensor
+// of the file.
+Result<std::set<std::string>> BlobNames(const format::SafetensorsHeader& header,
+                                        const std::string& what) {
+  std::set<std::string> names;
+  auto it = header.metadata.find(std::string(kBlobsKey));
+  if (it == header.metadata.end()) return names;
+  CKPT_ASSIGN_OR_RETURN(nlohmann::json list,
+                        format::ParseJsonStrict(it->second, what));
+  auto bad = [&](std::string why) {
+    return DataLossError(what + ": __metadata__ " + Quote(kBlobsKey) + " " +
+                         why);
+  };
+  if (!list.is_array()) return bad("is not a JSON array");
+  for (const nlohmann::json& name : list) {
+    if (!name.is_string()) return bad("holds something other than names");
+    names.insert(name.get<std::string>());
+  }
+  std::set<std::string> missing = names;
+  for (const format::TensorLayout& t : header.tensors) {
+    if (!names.contains(t.name)) continue;
+    if (t.dtype != DType::kU8 || t.shape.size() != 1) {
+      return bad("names " + Quote(t.name) + ", which is not a 1-d U8 tensor");
+    }
+    missing.erase(t.name);
+  }
+  if (!missing.empty()) {
+    return bad("names a missing tensor " + Quote(*missing.begin()));
+  }
+  return names;
+}
+
+Status RunImport(const ImportArgs& args) {
+  const std::string what = Quote(args.file);
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file,
+                        MappedFile::Open(args.file));
+  CKPT_ASSIGN_OR_RETURN(format::SafetensorsHeader header,
+                        format::ParseSafetensorsFile(file->bytes(), what));
+  CKPT_ASSIGN_OR_RETURN(std::set<std::string> blobs, BlobNames(header, what));
+
+  State state;
+  auto* base =
+      reinterpret_cast<std::byte*>(const_cast<char*>(file->bytes().data()));
+  for (const format::TensorLayout& t : header.tensors) {
+    std::byte* data = base + header.data_start + t.begin;
+    if (blobs.contains(t.name)) {
+      state.AddBlob(t.name, std::span<const std::byte>(data, t.end - t.begin));
+    } else {
+      state.AddTensor(t.name, TensorView{.dtype = t.dtype,
+                                         .shape = t.shape,
+                                         .data = data,
+                                         .writable = false});
+    }
+  }
+  SaveOptions options;
+  options.epoch = args.epoch;
+  for (const auto& [key, value] : header.metadata) {
+    if (key == kBlobsKey) continue;
+    if (key.starts_with(kMetadataKeyPrefix)) {
+      state.AddMetadataJson(key.substr(kMetadataKeyPrefix.size()), value);
+    } else {
+      options.metadata[key] = value;
+    }
+  }
+  CKPT_RETURN_IF_ERROR_CTX(state.status(), "import " + what);
+
+  // The file is checked before the root is touched: a bad file must not leave
+  // even an empty new root behind.
+  CKPT_ASSIGN_OR_RETURN(auto manager, OpenRoot(args.root, /*create=*/true));
+  CKPT_ASSIGN_OR_RETURN(SaveResult saved,
+                        manager->Save(args.step, state, options));
+  if (args.json) {
+    PrintJson(InfoToJson(saved.info));
+  } else {
+    fmt::print("imported {} entries ({}) from {} as step {}\n", state.size(),
+               FormatBytes(header.data_size), args.file, args.step);
+  }
+  return Status();
+}
+
+struct ExportArgs {
+  std::string root;
+  std::optional<int64_t> step;
+  std::string out;
+  bool force = false;
+  bool json = false;
+};
+
+Status WriteAll(int fd, std::string_view data, const std::string& what) {
+  while (!data.empty()) {
+    const ssize_t n = write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError(errno, "write " + what);
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return Status();
+}
+
+Status SyncDirectoryOf(const std::string& path) {
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError(errno, "open directory " + Quote(dir.string()));
+  const int rc = fsync(fd);
+  const int err = errno;
+  close(fd);
+  if (rc != 0) return ErrnoError(err, "fsync directory " + Quote(dir.string()));
+  return Status();
+}
+
+// Writes `parts` to `path` so that a reader sees either no file or the whole
+// one: into a temporary file beside it, fsynced, then moved into place.
+// Without `force` the move is link(2), which fails if `path` appeared in the
+// meantime rather than replacing it.
+Status WriteFileAtomically(const std::string& path,
+                           const std::vector<std::string_view>& parts,
+                           bool force) {
+  const std::string tmp = path + ".tmp-" + std::to_string(getpid());
+  const std::string what = Quote(tmp);
+  const int fd =
+      open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError(errno, "create " + what);
+  Status status;
+  for (std::string_view part : parts) {
+    status = WriteAll(fd, part, what);
+    if (!status.ok()) break;
+  }
+  if (status.ok() && fsync(fd) != 0)
+    status = ErrnoError(errno, "fsync " + what);
+  if (close(fd) != 0 && status.ok())
+    status = ErrnoError(errno, "close " + what);
+  if (status.ok()) {
+    if (force) {
+      if (rename(tmp.c_str(), path.c_str()) != 0) {
+        status = ErrnoError(errno, "rename " + what + " to " + Quote(path));
+      }
+    } else if (link(tmp.c_str(), path.c_str()) != 0) {
+      status = errno == EEXIST
+                   ? AlreadyExistsError(Quote(path) +
+                                        " exists (use --force to overwrite)")
+                   : ErrnoError(errno, "link " + what + " to " + Quote(path));
+    }
+  }
+  // After a rename there is nothing left to remove; after a link (or a
+  // failure) the temporary name goes.
+  if (!(status.ok() && force)) unlink(tmp.c_str());
+  CKPT_RETURN_IF_ERROR(status);
+  return SyncDirectoryOf(path);
+}
+
+Status RunExport(const ExportArgs& args) {
+  // Fail before loading what may be many gigabytes.
+  struct stat st;
+  if (!args.force && lstat(args.out.c_str(), &st) == 0) {
+    return AlreadyExistsError(Quote(args.out) +
+                              " exists (use --force to overwrite)");
+  }
+  CKPT_ASSIGN_OR_RETURN(auto manager, OpenRoot(args.root, /*create=*/false));
+  CKPT_ASSIGN_OR_RETURN(LoadedCheckpoint loaded, manager->LoadAll(args.step));
+
+  std::map<std::string, std::string> metadata;
+  for (const auto& [key, value] : loaded.info.metadata) {
+    if (key == kBlobsKey || key.starts_with(kMetadataKeyPrefix)) {
+      return InvalidArgumentError(
+          "user metadata key " + Quote(key) +
+          " is reserved in exported files for ckpt's own entries");
+    }
+    metadata[key] = value;
+  }
+  std::vector<format::TensorLayout> layouts;
+  std::vector<std::string_view> parts = {""};  // [0]: the header, below
+  nlohmann::json blob_names = nlohmann::json::array();
+  for (const Entry& e : loaded.state.entries()) {
+    if (e.kind == EntryKind::kMetadata) {
+      metadata[std::string(kMetadataKeyPrefix) + e.name] = e.json;
+      continue;
+    }
+    CKPT_ASSIGN_OR_RETURN(uint64_t size, e.tensor.ByteSize());
+    if (e.kind == EntryKind::kBlob) {
+      blob_names.push_back(e.name);
+      layouts.push_back({.name = e.name,
+                         .dtype = DType::kU8,
+                         .shape = {static_cast<int64_t>(size)}});
+    } else {
+      layouts.push_back(
+          {.name = e.name, .dtype = e.tensor.dtype, .shape = e.tensor.shape});
+    }
+    parts.emplace_back(reinterpret_cast<const char*>(e.tensor.data), size);
+  }
+  if (!blob_names.empty()) metadata[std::string(kBlobsKey)] = blob_names.dump();
+  CKPT_ASSIGN_OR_RETURN(std::string header,
+                        format::EncodeSafetensorsHeader(layouts, metadata));
+  parts[0] = header;
+  CKPT_RETURN_IF_ERROR(WriteFileAtomically(args.out, parts, args.force));
+
+  uint64_t bytes = 0;
+  for (std::string_view part : parts) bytes += part.size();
+  if (args.json) {
+    PrintJson({{"step", loaded.info.step},
+               {"file", args.out},
+               {"tensors", layouts.size()},
+               {"bytes", bytes}});
+  } else {
+    fmt::print("exported step {} ({} tensors, {}) to {}\n", loaded.info.step,
+               layouts.size(), FormatBytes(bytes), args.out);
+  }
+  return Status();
+}
+
+}  // namespace
+
+void AddImportCommand(CLI::App& app, Command& selected) {
+  auto args = std::make_shared<ImportArgs>();
+  CLI::App* sub = AddSubcommand(
+      app, "import", "Make a checkpoint from a safetensors file.",
+      "Read FILE (a safetensors file; every offset, shape and name is "
+      "checked before anything is written) and save its tensors as "
+      "checkpoint --step N under ROOT, creating ROOT if needed. The file's "
+      "__metadata__ becomes the checkpoint's user metadata; the blobs and "
+      "metadata entries of a file written by `ckpt export` are restored as "
+      "such. A bad file leaves ROOT as it was.",
+      "  ckpt import model.safetensors /data/run42 --step 0\n"
+      "  ckpt import model.safetensors file:///data/run42 --step 100 "
+      "--epoch 3\n");
+  sub->add_option("FILE", args->file, "the safetensors file to read")
+      ->required();
+  AddRootArg(*sub, args->root);
+  sub->add_option("--step", args->step, "the step to save it as")
+      ->required()
+      ->check(NonNegativeInteger(INT64_MAX));
+  sub->add_option("--epoch", args->epoch, "the epoch to record")
+      ->check(NonNegativeInteger(INT64_MAX));
+  AddJsonFlag(*sub, args->json);
+  sub->callback([args, &selected] {
+    selected = {"import", [args] { return RunImport(*args); }};
+  });
+}
+
+void AddExportCommand(CLI::App& app, Command& selected) {
+  auto args = std::make_shared<ExportArgs>();
+  CLI::App* sub = AddSubcommand(
+      app, "export", "Write a checkpoint as one safetensors file.",
+      "Load a checkpoint (the newest, or --step N), whatever world size "
+      "saved it, and write it as one safetensors file that any safetensors "
+      "reader opens: tensors as they are, blobs as 1-d U8 tensors, and "
+      "metadata entries and the user metadata in __metadata__. The file "
+      "appears whole or not at all; an existing OUT is kept unless --force "
+      "is given.",
+      "  ckpt export /data/run42 model.safetensors\n"
+      "  ckpt export /data/run42 --step 1200 model.safetensors --force\n");
+  AddRootArg(*sub, args->root);
+  sub->add_option("OUT", args->out, "the safetensors file to write")
+      ->required();
+  AddStepOption(*sub, args->step);
+  sub->add_flag("--force", args->force, "replace OUT if it exists");
+  AddJsonFlag(*sub, args->json);
+  sub->callback([args, &selected] {
+    selected = {"export", [args] { return RunExport(*args); }};
+  });
+}
+
+}  // namespace ckpt::cli

@@ -1,0 +1,177 @@
+// `ckpt ls` and `ckpt show`: what a root holds, and what one checkpoint holds.
+
+#include <fmt/core.h>
+
+#include <memory>
+
+#include "ckpt/checkpoint_manager.h"
+#include "commands.h"
+#include "common.h"
+#include "util/progress.h"
+
+namespace ckpt::cli {
+namespace {
+
+std::string EpochText(int64_t epoch) {
+  return epoch < 0 ? "-" : std::to_string(epoch);
+}
+
+std::string StepsText(const std::vector<int64_t>& steps) {
+  if (steps.empty()) return "-";
+  std::vector<std::string> parts;
+  for (int64_t s : steps) parts.push_back(std::to_string(s));
+  return Join(parts, ",");
+}
+
+struct LsArgs {
+  std::string root;
+  bool json = false;
+};
+
+Status RunLs(const LsArgs& args) {
+  CKPT_ASSIGN_OR_RETURN(auto manager, OpenRoot(args.root, /*create=*/false));
+  CKPT_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> infos, manager->List());
+  if (args.json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const CheckpointInfo& info : infos) out.push_back(InfoToJson(info));
+    PrintJson(out);
+    return Status();
+  }
+  if (infos.empty()) {
+    fmt::print("no committed checkpoints\n");
+    return Status();
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"STEP", "EPOCH", "CREATED (UTC)", "SIZE", "WORLD", "DEPENDS_ON"}};
+  for (const CheckpointInfo& info : infos) {
+    rows.push_back({std::to_string(info.step), EpochText(info.epoch),
+                    FormatTime(info.created_unix_ms), FormatBytes(info.bytes),
+                    std::to_string(info.world_size),
+                    StepsText(info.depends_on)});
+  }
+  PrintTable(rows);
+  return Status();
+}
+
+struct ShowArgs {
+  std::string root;
+  std::optional<int64_t> step;
+  bool json = false;
+};
+
+// A metadata entry's value: its JSON, or the raw text if it does not parse.
+nlohmann::json MetadataValue(const std::string& text) {
+  nlohmann::json value = nlohmann::json::parse(text, nullptr,
+                                               /*allow_exceptions=*/false);
+  return value.is_discarded() ? nlohmann::json(text) : value;
+}
+
+nlohmann::json DescriptionToJson(const CheckpointDescription& d) {
+  nlohmann::json entries = nlohmann::json::array();
+  for (const EntryInfo& e : d.entries) {
+    nlohmann::json j = {{"name", e.name},
+                        {"kind", EntryKindName(e.kind)},
+                        {"pieces", e.num_pieces},
+                        {"bytes", e.bytes},
+                        {"digest", e.digest}};
+    if (e.kind == EntryKind::kMetadata) {
+      j["value"] = MetadataValue(e.json);
+    } else {
+      j["dtype"] = DTypeName(e.dtype);
+      j["shape"] = e.shape;
+    }
+    entries.push_back(std::move(j));
+  }
+  nlohmann::json objects = nlohmann::json::array();
+  for (const ObjectInfo& o : d.objects) {
+    objects.push_back({{"key", o.key}, {"size", o.size}});
+  }
+  return {{"info", InfoToJson(d.info)},
+          {"entries", std::move(entries)},
+          {"objects", std::move(objects)}};
+}
+
+void PrintDescription(const CheckpointDescription& d) {
+  const CheckpointInfo& info = d.info;
+  fmt::print("step        {}\n", info.step);
+  fmt::print("epoch       {}\n", EpochText(info.epoch));
+  fmt::print("created     {}\n", FormatTime(info.created_unix_ms));
+  fmt::print("job         {}\n", info.job_id);
+  fmt::print("world size  {} ({})\n", info.world_size, Join(info.hosts, ", "));
+  fmt::print("bytes       {} in {} objects\n", FormatBytes(info.bytes),
+             d.objects.size());
+  fmt::print("depends on  {}\n", StepsText(info.depends_on));
+  for (const auto& [name, value] : info.metrics) {
+    fmt::print("metric      {} = {}\n", name, value);
+  }
+  for (const auto& [key, value] : info.metadata) {
+    fmt::print("metadata    {} = {}\n", key, value);
+  }
+  fmt::print("\n");
+  std::vector<std::vector<std::string>> rows = {
+      {"NAME", "KIND", "DTYPE", "SHAPE", "PIECES", "BYTES"}};
+  for (const EntryInfo& e : d.entries) {
+    const bool data = e.kind != EntryKind::kMetadata;
+    rows.push_back({e.name, std::string(EntryKindName(e.kind)),
+                    data ? std::string(DTypeName(e.dtype)) : "-",
+                    data ? FormatShape(e.shape) : "-",
+                    std::to_string(e.num_pieces), FormatBytes(e.bytes)});
+  }
+  PrintTable(rows);
+  for (const EntryInfo& e : d.entries) {
+    if (e.kind == EntryKind::kMetadata) {
+      fmt::print("\n{} = {}\n", e.name, e.json);
+    }
+  }
+}
+
+Status RunShow(const ShowArgs& args) {
+  CKPT_ASSIGN_OR_RETURN(auto manager, OpenRoot(args.root, /*create=*/false));
+  CKPT_ASSIGN_OR_RETURN(CheckpointDescription d, manager->Describe(args.step));
+  if (args.json) {
+    PrintJson(DescriptionToJson(d));
+  } else {
+    PrintDescription(d);
+  }
+  return Status();
+}
+
+}  // namespace
+
+void AddLsCommand(CLI::App& app, Command& selected) {
+  auto args = std::make_shared<LsArgs>();
+  CLI::App* sub = AddSubcommand(
+      app, "ls", "List the committed checkpoints.",
+      "List the committed checkpoints under ROOT, oldest first: step, epoch, "
+      "creation time (UTC), bytes written, world size and the earlier steps "
+      "an incremental checkpoint depends on. A step directory without a "
+      "valid manifest is not a checkpoint and is not listed (`ckpt verify "
+      "--all` reports damaged ones).",
+      "  ckpt ls /data/run42\n"
+      "  ckpt ls file:///data/run42 --json\n");
+  AddRootArg(*sub, args->root);
+  AddJsonFlag(*sub, args->json);
+  sub->callback([args, &selected] {
+    selected = {"ls", [args] { return RunLs(*args); }};
+  });
+}
+
+void AddShowCommand(CLI::App& app, Command& selected) {
+  auto args = std::make_shared<ShowArgs>();
+  CLI::App* sub = AddSubcommand(
+      app, "show", "Show one checkpoint's entries and metadata.",
+      "Show one checkpoint: its step, epoch, time, job, ranks, metrics and "
+      "user metadata, then every entry with its kind (tensor, blob or "
+      "metadata), dtype, global shape, number of pieces and bytes, and the "
+      "values of its metadata entries.",
+      "  ckpt show /data/run42\n"
+      "  ckpt show /data/run42 --step 1200 --json\n");
+  AddRootArg(*sub, args->root);
+  AddStepOption(*sub, args->step);
+  AddJsonFlag(*sub, args->json);
+  sub->callback([args, &selected] {
+    selected = {"show", [args] { return RunShow(*args); }};
+  });
+}
+
+}  // namespace ckpt::cli

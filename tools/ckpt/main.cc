@@ -1,0 +1,98 @@
+// `ckpt`: inspect, verify, convert and clean up checkpoints from the shell.
+//
+// Exit status: 0 on success, 1 on failure (one message on stderr, prefixed
+// "ckpt <command>: "), 2 on a usage error (CLI11's message and a hint).
+
+#include <fmt/core.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include "commands.h"
+#include "common.h"
+#include "util/names.h"
+
+namespace {
+
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+
+int UsageError(CLI::App& app, const CLI::ParseError& e, int argc, char** argv) {
+  const std::vector<CLI::App*> selected = app.get_subcommands();
+  if (selected.empty()) {
+    // CLI11 reports an unknown command as "A subcommand is required"; name
+    // what was typed instead.
+    if (argc > 1 && argv[1][0] != '-') {
+      fmt::print(stderr, "ckpt: unknown command {}\n", ckpt::Quote(argv[1]));
+    } else {
+      fmt::print(stderr, "ckpt: {}\n", e.what());
+    }
+    fmt::print(stderr, "Run 'ckpt --help' for the commands.\n");
+  } else {
+    const std::string name = selected.front()->get_name();
+    fmt::print(stderr, "ckpt {}: {}\n", name, e.what());
+    fmt::print(stderr, "Run 'ckpt {} --help' for usage.\n", name);
+  }
+  return kExitUsage;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app("", "ckpt");
+  ckpt::cli::UseSummaryFormatter(app);
+  app.description(
+      "ckpt - inspect, verify, convert and clean up checkpoints.\n\n"
+      "A checkpoint is named by its ROOT (a URL such as file:///data/run42 or\n"
+      "s3://bucket/run42, or a plain path) and --step N (default: the newest\n"
+      "committed step). Every command prints for people, or JSON with --json.\n"
+      "Exit status: 0 success, 1 failure, 2 usage error.\n");
+  app.footer(
+      "Examples:\n"
+      "  ckpt ls /data/run42\n"
+      "  ckpt show /data/run42 --step 1200\n"
+      "  ckpt verify /data/run42 --all\n"
+      "  ckpt export /data/run42 model.safetensors\n"
+      "  ckpt gc /data/run42 --keep-last 3 --dry-run\n"
+      "Run 'ckpt <command> --help' for a command's options.\n");
+  app.require_subcommand(1);
+
+  ckpt::cli::Command command;
+  ckpt::cli::AddLsCommand(app, command);
+  ckpt::cli::AddShowCommand(app, command);
+  ckpt::cli::AddVerifyCommand(app, command);
+  ckpt::cli::AddImportCommand(app, command);
+  ckpt::cli::AddExportCommand(app, command);
+  ckpt::cli::AddDiffCommand(app, command);
+  ckpt::cli::AddGcCommand(app, command);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help is reported as a "parse error" with exit code 0.
+    if (e.get_exit_code() == 0) return app.exit(e);
+    return UsageError(app, e, argc, argv);
+  }
+
+  ckpt::Status status;
+  try {
+    status = command.run();
+  } catch (const std::exception& e) {
+    // The library returns errors as values; this is a bug or out of memory,
+    // and still deserves a message rather than an abort.
+    status = ckpt::Status(ckpt::ErrorCode::kAborted,
+                          std::string("internal error: ") + e.what());
+  }
+  // Output that did not reach its file (a full disk, a closed pipe) is a
+  // failure too.
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    if (status.ok()) status = ckpt::IOError("write standard output failed");
+  }
+  if (!status.ok()) {
+    fmt::print(stderr, "ckpt {}: {}\n", command.name, status.ToString());
+    return kExitFailure;
+  }
+  return 0;
+}

@@ -1,0 +1,173 @@
+// `ckpt verify`: re-read every byte of one checkpoint, or of all of them, and
+// check every checksum.
+
+#include <fmt/core.h>
+
+#include <memory>
+#include <mutex>
+#include <set>
+
+#include "ckpt/checkpoint_manager.h"
+#include "commands.h"
+#include "common.h"
+#include "format/constants.h"
+#include "format/manifest.h"
+#include "util/names.h"
+#include "util/progress.h"
+
+namespace ckpt::cli {
+namespace {
+
+struct VerifyArgs {
+  std::string root;
+  std::optional<int64_t> step;
+  bool all = false;
+  bool json = false;
+};
+
+// The steps whose directory holds a manifest object, whether or not it loads:
+// List() skips damaged manifests, and `verify --all` must not.
+Result<std::set<int64_t>> StepsWithManifest(Storage& storage) {
+  CKPT_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects,
+                        storage.List(format::kStepPrefix));
+  const std::string suffix = "/" + std::string(format::kManifestName);
+  std::set<int64_t> steps;
+  for (const ObjectInfo& o : objects) {
+    std::string_view key = o.key;
+    if (!key.ends_with(suffix)) continue;
+    key.remove_suffix(suffix.size());
+    // Anything else under "step-" is not a step directory ckpt wrote.
+    if (const int64_t step = format::ParseStepDirName(key); step >= 0) {
+      steps.insert(step);
+    }
+  }
+  return steps;
+}
+
+// Runs Verify with a progress bar. The bar is made on the first report,
+// when the total is known; the lock keeps the bar whole should the manager
+// report from several threads.
+Result<VerifyReport> VerifyWithProgress(CheckpointManager& manager,
+                                        int64_t step) {
+  std::mutex mu;
+  std::unique_ptr<ProgressBar> bar;
+  Result<VerifyReport> report =
+      manager.Verify(step, [&](uint64_t done, uint64_t total) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!bar) {
+          bar = std::make_unique<ProgressBar>(
+              "verify step " + std::to_string(step), total);
+        }
+        bar->Update(done);
+      });
+  if (bar && report.ok()) bar->Finish();
+  return report;
+}
+
+Status RunVerify(const VerifyArgs& args) {
+  CKPT_ASSIGN_OR_RETURN(auto manager, OpenRoot(args.root, /*create=*/false));
+  std::vector<VerifyReport> reports;
+  if (args.all) {
+    CKPT_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> infos, manager->List());
+    CKPT_ASSIGN_OR_RETURN(std::set<int64_t> steps,
+                          StepsWithManifest(manager->storage()));
+    std::set<int64_t> listed;
+    for (const CheckpointInfo& info : infos) listed.insert(info.step);
+    steps.insert(listed.begin(), listed.end());
+    for (int64_t step : steps) {
+      if (!listed.contains(step)) {
+        // List() skipped this manifest; Describe says what is wrong with it
+        // (or it was committed after List() ran, and is verified below).
+        Result<CheckpointDescription> d = manager->Describe(step);
+        if (!d.ok()) {
+          reports.push_back({.step = step,
+                             .problems = {"manifest does not load: " +
+                                          d.status().ToString()}});
+          continue;
+        }
+      }
+      Result<VerifyReport> report = VerifyWithProgress(*manager, step);
+      if (report.ok()) {
+        reports.push_back(std::move(*report));
+      } else {
+        reports.push_back(
+            {.step = step, .problems = {report.status().ToString()}});
+      }
+    }
+  } else {
+    int64_t step = 0;
+    if (args.step) {
+      step = *args.step;
+    } else {
+      CKPT_ASSIGN_OR_RETURN(std::optional<int64_t> latest, manager->Latest());
+      if (!latest) {
+        return NotFoundError("no committed checkpoint under " +
+                             Quote(args.root));
+      }
+      step = *latest;
+    }
+    CKPT_ASSIGN_OR_RETURN(VerifyReport report,
+                          VerifyWithProgress(*manager, step));
+    reports.push_back(std::move(report));
+  }
+
+  size_t problems = 0;
+  size_t damaged = 0;
+  nlohmann::json out = nlohmann::json::array();
+  for (const VerifyReport& r : reports) {
+    problems += r.problems.size();
+    if (!r.ok()) ++damaged;
+    if (args.json) {
+      out.push_back({{"step", r.step},
+                     {"ok", r.ok()},
+                     {"chunks_checked", r.chunks_checked},
+                     {"bytes_checked", r.bytes_checked},
+                     {"problems", r.problems}});
+    } else if (r.ok()) {
+      fmt::print("ok: step {}, {} chunks, {} bytes\n", r.step, r.chunks_checked,
+                 r.bytes_checked);
+    } else {
+      for (const std::string& p : r.problems) {
+        fmt::print(stderr, "ckpt verify: step {}: {}\n", r.step, p);
+      }
+    }
+  }
+  if (args.json) PrintJson(out);
+  if (args.all && reports.empty() && !args.json) {
+    fmt::print("no checkpoints under {}\n", args.root);
+  }
+  if (problems > 0) {
+    return DataLossError(std::to_string(problems) + " problem(s) in " +
+                         std::to_string(damaged) + " of " +
+                         std::to_string(reports.size()) + " checkpoint(s)");
+  }
+  return Status();
+}
+
+}  // namespace
+
+void AddVerifyCommand(CLI::App& app, Command& selected) {
+  auto args = std::make_shared<VerifyArgs>();
+  CLI::App* sub = AddSubcommand(
+      app, "verify", "Re-read a checkpoint and check every checksum.",
+      "Re-read every byte of a checkpoint (the newest, the one given by "
+      "--step, or with --all every step that has a manifest) and check each "
+      "chunk's xxh3-128 checksum and each data file's safetensors header. "
+      "Prints one \"ok\" line per sound checkpoint; prints every problem, "
+      "naming the object and the entry, and exits with status 1 if there is "
+      "any. With --all a manifest that does not load is a problem too.",
+      "  ckpt verify /data/run42\n"
+      "  ckpt verify /data/run42 --step 1200\n"
+      "  ckpt verify s3://bucket/run42 --all --json\n");
+  AddRootArg(*sub, args->root);
+  CLI::Option* step = AddStepOption(*sub, args->step);
+  sub->add_flag("--all", args->all,
+                "every step with a manifest, including damaged ones")
+      ->excludes(step);
+  AddJsonFlag(*sub, args->json);
+  sub->callback([args, &selected] {
+    selected = {"verify", [args] { return RunVerify(*args); }};
+  });
+}
+
+}  // namespace ckpt::cli
