@@ -1,9 +1,9 @@
 // How the ranks of a job talk to each other during a save or a load.
 //
 // ckpt needs little: rank and size, each rank's host name, a barrier, an
-// all-gather and a broadcast of bytes. `NewLocalCommunicator()` is the
-// one-process implementation; many-rank implementations (threads for tests,
-// MPI for real jobs) implement the same interface.
+// all-gather and a broadcast of bytes. Implementations: one process
+// (NewLocalCommunicator), ranks as threads (NewThreadCommunicators, for tests)
+// and MPI (ckpt/mpi_communicator.h, built when MPI is found).
 //
 // Every rank must make the same sequence of collective calls. A call that
 // fails on one rank fails (or aborts) on every rank.
@@ -35,11 +35,21 @@ class Communicator {
   // Every rank receives `root`'s `data` (other ranks' `data` is ignored).
   virtual Result<std::string> Broadcast(std::string_view data, int root) = 0;
 
+  // Gives up on the group: collectives waiting on any rank (and later ones)
+  // fail with `why`. For a rank that cannot take part any more (it threw);
+  // the MPI implementation aborts the job, as MPI offers nothing gentler.
+  virtual void Abort(Status why) {}
+
  protected:
   Communicator() = default;
 };
 
 // A single process: rank 0 of 1.
 std::unique_ptr<Communicator> NewLocalCommunicator();
+
+// `size` ranks as threads of one process (for tests and single-node use):
+// communicator r is used by the thread that plays rank r. Thread-safe across
+// the group; each communicator is used by one thread at a time.
+std::vector<std::unique_ptr<Communicator>> NewThreadCommunicators(int size);
 
 }  // namespace ckpt

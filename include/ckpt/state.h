@@ -115,10 +115,24 @@ std::string_view EntryKindName(EntryKind kind);
 struct Entry {
   std::string name;
   EntryKind kind = EntryKind::kTensor;
-  // kTensor: the tensor. kBlob: U8 bytes, shape {n}. kMetadata: unused.
+  // kTensor: the tensor (or this rank's piece of it). kBlob: U8 bytes, shape
+  // {n}. kMetadata: unused.
   TensorView tensor;
   // kMetadata: a JSON object, as text.
   std::string json;
+  // A piece of a sharded tensor: the global shape, and where the box
+  // `tensor` holds starts in it. Both empty for a whole tensor.
+  std::vector<int64_t> global_shape;
+  std::vector<int64_t> offsets;
+  // Belongs to this rank alone (a data-loader position, an RNG state): saved
+  // per rank and restored to the same rank.
+  bool rank_local = false;
+
+  bool is_piece() const { return !global_shape.empty() || !offsets.empty(); }
+  // The global shape, whether this is a piece or the whole tensor.
+  const std::vector<int64_t>& full_shape() const {
+    return is_piece() ? global_shape : tensor.shape;
+  }
 };
 
 class State {
@@ -129,8 +143,22 @@ class State {
   State(const State&) = delete;
   State& operator=(const State&) = delete;
 
-  // Borrows `view`; it must stay valid until Save or Load returns.
+  // Borrows `view`; it must stay valid until Save or Load returns. With many
+  // ranks, a whole tensor added on several ranks is replicated: it is
+  // written once, by one of them.
   State& AddTensor(std::string name, TensorView view);
+  // This rank's piece of a tensor sharded across ranks: `view` holds the box
+  // of the global tensor (of `global_shape`) that starts at `offsets`; its
+  // shape is the box's lengths. Across the ranks the distinct boxes must tile
+  // the global shape. Load fills the box from whatever pieces were saved,
+  // with any world size and any split.
+  State& AddTensorPiece(std::string name, std::vector<int64_t> global_shape,
+                        std::vector<int64_t> offsets, TensorView view);
+  // Entries that belong to this rank alone. Every rank may add its own value
+  // under the same name; at the same world size Load gives each rank its
+  // own value back, at another world size LoadRankLocal hands over all.
+  State& AddRankLocalTensor(std::string name, TensorView view);
+  State& AddRankLocalBlob(std::string name, std::string bytes);
   // A blob borrowed from the caller.
   State& AddBlob(std::string name, std::span<const std::byte> bytes);
   // A blob the State owns (a copy or a moved string).

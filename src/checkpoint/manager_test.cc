@@ -4,7 +4,6 @@
 #include <set>
 
 #include "checkpoint/planner.h"
-#include "checkpoint/reader.h"
 #include "checkpoint/test_util.h"
 #include "ckpt/checkpoint_manager.h"
 #include "format/manifest.h"
@@ -319,32 +318,6 @@ TEST(PlannerTest, OffersSurviveEncoding) {
   EXPECT_EQ(back->pieces[0].offsets, o.pieces[0].offsets);
   EXPECT_EQ(DecodeOffer("not json").status().code(), ErrorCode::kDataLoss);
   EXPECT_EQ(DecodeOffer("{\"host\": 1}").status().code(), ErrorCode::kDataLoss);
-}
-
-// --- Reader
-// -------------------------------------------------------------------
-
-TEST(ReaderTest, CopyBoxIntoPlacesEveryElement) {
-  // A 3x4x5 tensor of int32 assembled from two boxes along dimension 1.
-  const std::vector<int64_t> shape = {3, 4, 5};
-  std::vector<int32_t> whole(60), got(60, -1);
-  for (int i = 0; i < 60; ++i) whole[i] = i;
-  auto box = [&](int64_t off1, int64_t len1) {
-    std::vector<int32_t> out;
-    for (int a = 0; a < 3; ++a) {
-      for (int b = off1; b < off1 + len1; ++b) {
-        for (int c = 0; c < 5; ++c) out.push_back(whole[a * 20 + b * 5 + c]);
-      }
-    }
-    return out;
-  };
-  auto as_bytes = [](auto& v) {
-    return std::as_writable_bytes(std::span(v.data(), v.size()));
-  };
-  std::vector<int32_t> first = box(0, 1), second = box(1, 3);
-  CopyBoxInto(shape, {0, 0, 0}, {3, 1, 5}, 4, as_bytes(first), as_bytes(got));
-  CopyBoxInto(shape, {0, 1, 0}, {3, 3, 5}, 4, as_bytes(second), as_bytes(got));
-  EXPECT_EQ(got, whole);
 }
 
 }  // namespace

@@ -25,13 +25,15 @@ Offer MakeOffer(const State& state, std::string host) {
     PieceOffer p;
     p.name = e.name;
     p.kind = e.kind;
+    p.rank_local = e.rank_local;
     if (e.kind == EntryKind::kMetadata) {
       p.json = e.json;
     } else {
       p.dtype = e.tensor.dtype;
-      p.shape = e.tensor.shape;
-      p.offsets.assign(p.shape.size(), 0);
-      p.lengths = p.shape;
+      p.shape = e.full_shape();
+      p.offsets = e.is_piece() ? e.offsets
+                               : std::vector<int64_t>(e.tensor.shape.size(), 0);
+      p.lengths = e.tensor.shape;
     }
     offer.pieces.push_back(std::move(p));
   }
@@ -51,7 +53,8 @@ std::string EncodeOffer(const Offer& offer) {
                       {"shape", p.shape},
                       {"offsets", p.offsets},
                       {"lengths", p.lengths},
-                      {"json", p.json}});
+                      {"json", p.json},
+                      {"local", p.rank_local}});
   }
   j["pieces"] = std::move(pieces);
   return j.dump();
@@ -78,6 +81,7 @@ Result<Offer> DecodeOffer(std::string_view bytes) {
       p.offsets = jp.at("offsets").get<std::vector<int64_t>>();
       p.lengths = jp.at("lengths").get<std::vector<int64_t>>();
       p.json = jp.at("json").get<std::string>();
+      p.rank_local = jp.at("local").get<bool>();
       o.pieces.push_back(std::move(p));
     }
     return o;
@@ -127,16 +131,20 @@ Result<SavePlan> MakePlan(const std::vector<Offer>& offers) {
     }
     plan.hosts.push_back(offers[r].host);
   }
-  std::map<std::string, size_t> entry_index;
+  // By (name, owner): a rank-local entry is a separate entry per rank.
+  std::map<std::pair<std::string, int>, size_t> entry_index;
   using BoxKey = std::tuple<size_t, std::vector<int64_t>, std::vector<int64_t>>;
   std::map<BoxKey, size_t> piece_index;
   std::vector<std::vector<int>> holders;  // by piece
   for (size_t r = 0; r < offers.size(); ++r) {
     for (const PieceOffer& p : offers[r].pieces) {
-      auto [it, inserted] = entry_index.emplace(p.name, plan.entries.size());
+      const int owner = p.rank_local ? static_cast<int>(r) : -1;
+      auto [it, inserted] =
+          entry_index.emplace(std::pair(p.name, owner), plan.entries.size());
       if (inserted) {
         PlannedEntry e;
         e.name = p.name;
+        e.owner = owner;
         e.kind = p.kind;
         e.dtype = p.dtype;
         e.shape = p.shape;
@@ -168,6 +176,14 @@ Result<SavePlan> MakePlan(const std::vector<Offer>& offers) {
         holders.emplace_back();
       }
       holders[pit->second].push_back(static_cast<int>(r));
+    }
+  }
+  // A name is either the job's or every rank's own, never both.
+  for (const auto& [key, index] : entry_index) {
+    if (key.second >= 0 && entry_index.count({key.first, -1})) {
+      return InvalidArgumentError(
+          "entry " + Quote(key.first) + " is rank-local on rank " +
+          std::to_string(key.second) + " but global on another rank");
     }
   }
   // Every tensor must be covered exactly once by its distinct pieces.

@@ -23,7 +23,8 @@ struct PieceOffer {
   std::vector<int64_t> shape;  // global
   std::vector<int64_t> offsets;
   std::vector<int64_t> lengths;
-  std::string json;  // metadata entries
+  std::string json;         // metadata entries
+  bool rank_local = false;  // belongs to the offering rank alone
 };
 
 struct Offer {
@@ -44,6 +45,7 @@ struct PlannedPiece {
 
 struct PlannedEntry {
   std::string name;
+  int owner = -1;  // the rank of a rank-local entry; -1 for the whole job
   EntryKind kind = EntryKind::kTensor;
   DType dtype = DType::kU8;
   std::vector<int64_t> shape;

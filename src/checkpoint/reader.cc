@@ -1,5 +1,6 @@
 #include "checkpoint/reader.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 
@@ -7,6 +8,75 @@
 #include "util/names.h"
 
 namespace ckpt {
+namespace {
+
+// A contiguous stretch of bytes to copy from a stored piece (at `src`, in
+// the piece's own row-major bytes) to the destination box (at `dst`).
+struct Run {
+  uint64_t src = 0;
+  uint64_t dst = 0;
+  uint64_t len = 0;
+};
+
+// Row-major byte strides of a box of `lengths`.
+std::vector<uint64_t> Strides(const std::vector<int64_t>& lengths,
+                              size_t elem) {
+  std::vector<uint64_t> s(lengths.size());
+  uint64_t acc = elem;
+  for (size_t d = lengths.size(); d-- > 0;) {
+    s[d] = acc;
+    acc *= static_cast<uint64_t>(lengths[d]);
+  }
+  return s;
+}
+
+// The runs that move the intersection of stored piece (po, pl) and target
+// box (to, tl) into the target, in increasing source order, merged where
+// both sides are contiguous. Empty if they do not intersect.
+std::vector<Run> IntersectionRuns(const std::vector<int64_t>& po,
+                                  const std::vector<int64_t>& pl,
+                                  const std::vector<int64_t>& to,
+                                  const std::vector<int64_t>& tl, size_t elem) {
+  const size_t rank = po.size();
+  std::vector<Run> runs;
+  if (rank == 0) {
+    runs.push_back({0, 0, elem});
+    return runs;
+  }
+  std::vector<int64_t> lo(rank), hi(rank);
+  for (size_t d = 0; d < rank; ++d) {
+    lo[d] = std::max(po[d], to[d]);
+    hi[d] = std::min(po[d] + pl[d], to[d] + tl[d]);
+    if (lo[d] >= hi[d]) return runs;
+  }
+  const std::vector<uint64_t> ps = Strides(pl, elem), ts = Strides(tl, elem);
+  const uint64_t len =
+      static_cast<uint64_t>(hi[rank - 1] - lo[rank - 1]) * elem;
+  std::vector<int64_t> idx(lo);  // odometer over all but the last dimension
+  while (true) {
+    uint64_t src = 0, dst = 0;
+    for (size_t d = 0; d < rank; ++d) {
+      src += static_cast<uint64_t>(idx[d] - po[d]) * ps[d];
+      dst += static_cast<uint64_t>(idx[d] - to[d]) * ts[d];
+    }
+    if (!runs.empty() && runs.back().src + runs.back().len == src &&
+        runs.back().dst + runs.back().len == dst) {
+      runs.back().len += len;
+    } else {
+      runs.push_back({src, dst, len});
+    }
+    size_t d = rank - 1;
+    while (d > 0) {
+      --d;
+      if (++idx[d] < hi[d]) break;
+      idx[d] = lo[d];
+      if (d == 0) return runs;
+    }
+    if (rank == 1) return runs;
+  }
+}
+
+}  // namespace
 
 Status ReadChunk(Storage& storage, const format::Manifest& manifest,
                  const format::EntryRecord& entry,
@@ -23,69 +93,77 @@ Status ReadChunk(Storage& storage, const format::Manifest& manifest,
   return Status();
 }
 
-void CopyBoxInto(const std::vector<int64_t>& shape,
-                 const std::vector<int64_t>& offsets,
-                 const std::vector<int64_t>& lengths, size_t elem_size,
-                 std::span<const std::byte> box_bytes,
-                 std::span<std::byte> dest) {
-  const size_t rank = shape.size();
-  if (rank == 0) {
-    std::memcpy(dest.data(), box_bytes.data(), elem_size);
-    return;
-  }
-  for (int64_t l : lengths) {
-    if (l == 0) return;
-  }
-  // Row-major strides of the whole tensor, in bytes.
-  std::vector<size_t> stride(rank);
-  stride[rank - 1] = elem_size;
-  for (size_t d = rank - 1; d > 0; --d) stride[d - 1] = stride[d] * shape[d];
-  const size_t run = lengths[rank - 1] * elem_size;  // contiguous bytes
-  std::vector<int64_t> idx(rank, 0);                 // position inside the box
-  size_t src = 0;
-  while (true) {
-    size_t off = 0;
-    for (size_t d = 0; d < rank; ++d) off += (offsets[d] + idx[d]) * stride[d];
-    std::memcpy(dest.data() + off, box_bytes.data() + src, run);
-    src += run;
-    // Advance every dimension but the last, like an odometer.
-    size_t d = rank - 1;
-    while (d > 0) {
-      --d;
-      if (++idx[d] < lengths[d]) break;
-      idx[d] = 0;
-      if (d == 0) return;
-    }
-    if (rank == 1) return;
-  }
-}
-
-Status ReadEntry(Storage& storage, const format::Manifest& manifest,
-                 const format::EntryRecord& entry, std::span<std::byte> dest) {
+Status ReadBox(Storage& storage, const format::Manifest& manifest,
+               const format::EntryRecord& entry,
+               const std::vector<int64_t>& offsets,
+               const std::vector<int64_t>& lengths, std::span<std::byte> dest,
+               ReadStats* stats) {
   const size_t elem = DTypeSize(entry.dtype);
+  std::unique_ptr<std::byte[]> staging;
+  uint64_t staging_size = 0;
   for (const format::PieceRecord& piece : entry.pieces) {
-    const bool whole = piece.lengths == entry.shape;
-    std::unique_ptr<std::byte[]> staging;
-    std::span<std::byte> target = dest;
-    if (!whole) {
-      // Inside the shape (the manifest was validated), so no overflow.
-      const uint64_t bytes =
-          *TensorView{entry.dtype, piece.lengths, nullptr, false}.ByteSize();
-      staging = std::make_unique_for_overwrite<std::byte[]>(bytes ? bytes : 1);
-      target = std::span<std::byte>(staging.get(), bytes);
-    }
-    uint64_t pos = 0;
-    for (const format::ChunkRecord& c : piece.chunks) {
-      CKPT_RETURN_IF_ERROR(ReadChunk(storage, manifest, entry, c,
-                                     target.subspan(pos, c.length)));
-      pos += c.length;
-    }
-    if (!whole) {
-      CopyBoxInto(entry.shape, piece.offsets, piece.lengths, elem, target,
-                  dest);
+    const std::vector<Run> runs =
+        IntersectionRuns(piece.offsets, piece.lengths, offsets, lengths, elem);
+    if (runs.empty()) continue;
+    // Chunks cover the piece's bytes in order; walk them alongside the runs.
+    size_t k = 0;
+    uint64_t chunk_start = 0;
+    size_t staged = SIZE_MAX;  // the chunk now in `staging`
+    for (const Run& run : runs) {
+      uint64_t pos = run.src;
+      const uint64_t end = run.src + run.len;
+      while (pos < end) {
+        while (k < piece.chunks.size() &&
+               chunk_start + piece.chunks[k].length <= pos) {
+          chunk_start += piece.chunks[k].length;
+          ++k;
+        }
+        if (k == piece.chunks.size()) {
+          return DataLossError("read entry " + Quote(entry.name) +
+                               ": its chunks end before its piece does");
+        }
+        const format::ChunkRecord& c = piece.chunks[k];
+        const uint64_t chunk_end = chunk_start + c.length;
+        const uint64_t take = std::min(end, chunk_end) - pos;
+        std::byte* out = dest.data() + run.dst + (pos - run.src);
+        if (pos == chunk_start && chunk_end <= end) {
+          // The whole chunk is wanted: read it in place.
+          CKPT_RETURN_IF_ERROR(ReadChunk(storage, manifest, entry, c,
+                                         std::span<std::byte>(out, c.length)));
+          if (stats) {
+            ++stats->chunks_read;
+            stats->bytes_read += c.length;
+          }
+        } else {
+          if (staged != k) {
+            if (staging_size < c.length) {
+              staging = std::make_unique_for_overwrite<std::byte[]>(c.length);
+              staging_size = c.length;
+            }
+            CKPT_RETURN_IF_ERROR(
+                ReadChunk(storage, manifest, entry, c,
+                          std::span<std::byte>(staging.get(), c.length)));
+            if (stats) {
+              ++stats->chunks_read;
+              stats->bytes_read += c.length;
+            }
+            staged = k;
+          }
+          std::memcpy(out, staging.get() + (pos - chunk_start), take);
+        }
+        pos += take;
+      }
     }
   }
   return Status();
+}
+
+Status ReadEntry(Storage& storage, const format::Manifest& manifest,
+                 const format::EntryRecord& entry, std::span<std::byte> dest,
+                 ReadStats* stats) {
+  return ReadBox(storage, manifest, entry,
+                 std::vector<int64_t>(entry.shape.size(), 0), entry.shape, dest,
+                 stats);
 }
 
 }  // namespace ckpt

@@ -1,31 +1,46 @@
 // Reads entries of a committed checkpoint, checking every chunk it reads
 // against the manifest's checksum. A mismatch is DataLoss that names the
 // object, the entry and the byte range.
+//
+// Reads are by box: a rank asks for the part of a tensor it now holds (any
+// world size, any split), and only the chunks that intersect that box are
+// read — a checksum covers a whole chunk, so the chunk is the unit of reading.
+// A chunk that lies wholly inside what the caller wants is read straight
+// into the caller's buffer; only a chunk that straddles the edge of the box
+// passes through a staging buffer of one chunk.
 #pragma once
 
+#include <cstdint>
 #include <span>
+#include <vector>
 
 #include "ckpt/storage.h"
 #include "format/manifest.h"
 
 namespace ckpt {
 
-// Reads tensor or blob entry `entry` of `manifest` into `dest`, which holds
-// the whole tensor in row-major order (exactly its byte size).
+struct ReadStats {
+  uint64_t chunks_read = 0;
+  uint64_t bytes_read = 0;  // from storage
+};
+
+// Reads the box (`offsets`, `lengths`) of tensor or blob entry `entry` into
+// `dest`, which holds exactly the box in row-major order. The box must lie
+// inside the entry's shape.
+Status ReadBox(Storage& storage, const format::Manifest& manifest,
+               const format::EntryRecord& entry,
+               const std::vector<int64_t>& offsets,
+               const std::vector<int64_t>& lengths, std::span<std::byte> dest,
+               ReadStats* stats = nullptr);
+
+// The whole entry (ReadBox of its full shape).
 Status ReadEntry(Storage& storage, const format::Manifest& manifest,
-                 const format::EntryRecord& entry, std::span<std::byte> dest);
+                 const format::EntryRecord& entry, std::span<std::byte> dest,
+                 ReadStats* stats = nullptr);
 
 // Reads one chunk into `dest` (its length) and checks its checksum.
 Status ReadChunk(Storage& storage, const format::Manifest& manifest,
                  const format::EntryRecord& entry,
                  const format::ChunkRecord& chunk, std::span<std::byte> dest);
-
-// Copies the box (`offsets`, `lengths`) of a row-major tensor of `shape` from
-// `box_bytes` (the box's own row-major bytes) into `dest` (the whole tensor).
-void CopyBoxInto(const std::vector<int64_t>& shape,
-                 const std::vector<int64_t>& offsets,
-                 const std::vector<int64_t>& lengths, size_t elem_size,
-                 std::span<const std::byte> box_bytes,
-                 std::span<std::byte> dest);
 
 }  // namespace ckpt

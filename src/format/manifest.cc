@@ -14,23 +14,46 @@ namespace ckpt::format {
 
 using nlohmann::json;
 
-void Manifest::Reindex() {
-  entry_index.clear();
-  for (size_t i = 0; i < entries.size(); ++i) entry_index[entries[i].name] = i;
+namespace {
+
+// The index key of an entry: its name, and for a rank-local one its owner
+// after a NUL (which no name contains).
+std::string IndexKey(std::string_view name, int32_t owner) {
+  std::string key(name);
+  if (owner >= 0) {
+    key += '\0';
+    key += std::to_string(owner);
+  }
+  return key;
 }
 
-const EntryRecord* Manifest::Find(std::string_view name) const {
+}  // namespace
+
+void Manifest::Reindex() {
+  entry_index.clear();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    entry_index[IndexKey(entries[i].name, entries[i].owner)] = i;
+  }
+}
+
+const EntryRecord* Manifest::FindLocal(std::string_view name,
+                                       int32_t owner) const {
   if (entry_index.size() == entries.size()) {
-    auto it = entry_index.find(std::string(name));
+    auto it = entry_index.find(IndexKey(name, owner));
     if (it != entry_index.end() && it->second < entries.size() &&
-        entries[it->second].name == name) {
+        entries[it->second].name == name &&
+        entries[it->second].owner == owner) {
       return &entries[it->second];
     }
   }
   for (const EntryRecord& e : entries) {
-    if (e.name == name) return &e;
+    if (e.name == name && e.owner == owner) return &e;
   }
   return nullptr;
+}
+
+const EntryRecord* Manifest::Find(std::string_view name) const {
+  return FindLocal(name, -1);
 }
 
 uint64_t Manifest::TotalObjectBytes() const {
@@ -121,6 +144,7 @@ json EncodeBody(const Manifest& m) {
   json entries = json::array();
   for (const EntryRecord& e : m.entries) {
     json je = {{"name", e.name}, {"kind", EntryKindName(e.kind)}};
+    if (e.owner >= 0) je["owner"] = e.owner;
     if (e.kind == EntryKind::kMetadata) {
       je["json"] = json::parse(e.json, nullptr, false);
     } else {
@@ -288,6 +312,13 @@ Result<Manifest> DecodeBody(const json& j, const Reader& r) {
     } else {
       return r.Fail(where + " has unknown kind " + Quote(kind));
     }
+    if (je.contains("owner")) {
+      CKPT_ASSIGN_OR_RETURN(int64_t owner, r.Int(je, "owner", where));
+      if (owner < 0 || owner >= m.world_size) {
+        return r.Fail(where + " owner rank out of range");
+      }
+      e.owner = static_cast<int32_t>(owner);
+    }
     if (e.kind == EntryKind::kMetadata) {
       CKPT_ASSIGN_OR_RETURN(const json* v, r.Field(je, "json", where));
       if (!v->is_object()) return r.Fail(where + " json is not an object");
@@ -426,11 +457,18 @@ Status ValidateManifest(const Manifest& m) {
   // (object, offset, length, entry) of every chunk, to find overlaps.
   std::vector<std::tuple<uint32_t, uint64_t, uint64_t, const std::string*>>
       spans;
-  std::set<std::string_view> names;
+  std::set<std::pair<std::string_view, int32_t>> names;
   for (const EntryRecord& e : m.entries) {
-    const std::string where = "entry " + Quote(e.name);
+    const std::string where =
+        "entry " + Quote(e.name) +
+        (e.owner >= 0 ? " of rank " + std::to_string(e.owner) : "");
     if (Status s = ValidateEntryName(e.name); !s.ok()) return bad(s.message());
-    if (!names.insert(e.name).second) return bad("duplicate " + where);
+    if (e.owner < -1 || e.owner >= m.world_size) {
+      return bad(where + ": owner rank out of range");
+    }
+    if (!names.insert({e.name, e.owner}).second) {
+      return bad("duplicate " + where);
+    }
     if (e.kind == EntryKind::kMetadata) {
       if (!e.pieces.empty()) return bad(where + ": metadata with pieces");
       // EncodeManifest embeds the JSON as it is: text that does not parse,

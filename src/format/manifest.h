@@ -45,6 +45,9 @@ struct EntryRecord {
   std::vector<int64_t> shape;  // the global shape
   std::vector<PieceRecord> pieces;
   std::string json;  // metadata entries: a JSON object, as text
+  // A rank-local entry's rank; -1 for an entry of the whole job. Names are
+  // unique per owner, so every rank can save its own "loader".
+  int32_t owner = -1;
 };
 
 struct ObjectRecord {
@@ -76,6 +79,8 @@ struct Manifest {
   // The entry named `name`, or null. Constant time once Reindex() has run
   // (DecodeManifest runs it); a linear scan otherwise.
   const EntryRecord* Find(std::string_view name) const;
+  // The rank-local entry `name` of rank `owner`, or null.
+  const EntryRecord* FindLocal(std::string_view name, int32_t owner) const;
   void Reindex();
   // Total bytes of the data objects this checkpoint names.
   uint64_t TotalObjectBytes() const;

@@ -93,6 +93,57 @@ State& State::AddTensor(std::string name, TensorView view) {
   return *this;
 }
 
+State& State::AddTensorPiece(std::string name,
+                             std::vector<int64_t> global_shape,
+                             std::vector<int64_t> offsets, TensorView view) {
+  if (!status_.ok()) return *this;
+  const std::string quoted = Quote(name);
+  auto fail = [&](const std::string& why) -> State& {
+    status_ = InvalidArgumentError("tensor piece " + quoted + ": " + why);
+    return *this;
+  };
+  if (global_shape.size() != view.shape.size() ||
+      offsets.size() != view.shape.size()) {
+    return fail("global shape, offsets and the view's shape differ in rank");
+  }
+  if (global_shape.empty()) return fail("a 0-d tensor cannot be split");
+  TensorView whole{view.dtype, global_shape, nullptr, false};
+  if (Result<uint64_t> n = whole.ByteSize(); !n.ok()) {
+    return fail(n.status().message());
+  }
+  for (size_t d = 0; d < offsets.size(); ++d) {
+    if (offsets[d] < 0 || view.shape[d] < 0 || offsets[d] > global_shape[d] ||
+        view.shape[d] > global_shape[d] - offsets[d]) {
+      return fail("the box lies outside the global shape");
+    }
+  }
+  const size_t index = entries_.size();
+  AddTensor(std::move(name), std::move(view));
+  if (status_.ok() && entries_.size() == index + 1) {
+    entries_[index].global_shape = std::move(global_shape);
+    entries_[index].offsets = std::move(offsets);
+  }
+  return *this;
+}
+
+State& State::AddRankLocalTensor(std::string name, TensorView view) {
+  const size_t index = entries_.size();
+  AddTensor(std::move(name), std::move(view));
+  if (status_.ok() && entries_.size() == index + 1) {
+    entries_[index].rank_local = true;
+  }
+  return *this;
+}
+
+State& State::AddRankLocalBlob(std::string name, std::string bytes) {
+  const size_t index = entries_.size();
+  AddBlob(std::move(name), std::move(bytes));
+  if (status_.ok() && entries_.size() == index + 1) {
+    entries_[index].rank_local = true;
+  }
+  return *this;
+}
+
 State& State::AddBlob(std::string name, std::span<const std::byte> bytes) {
   if (Entry* e = Add(std::move(name), EntryKind::kBlob)) {
     e->tensor = TensorView{DType::kU8,

@@ -1,0 +1,106 @@
+// N ranks as threads of one process: the many-rank protocol, deterministic
+// and fast, without MPI. Every collective is a rendezvous of all N threads
+// on a shared slot table; the last thread to arrive publishes the results
+// and starts the next round.
+#include <condition_variable>
+#include <mutex>
+
+#include "ckpt/communicator.h"
+
+namespace ckpt {
+namespace {
+
+class Group {
+ public:
+  explicit Group(int size) : size_(size), slots_(size) {}
+
+  // Deposits `mine` for `rank` and returns every rank's deposit of the same
+  // round. An aborted group fails every waiting and later call.
+  Result<std::vector<std::string>> Exchange(int rank, std::string mine) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!aborted_.ok()) return aborted_;
+    const uint64_t round = round_;
+    slots_[rank] = std::move(mine);
+    if (++arrived_ == size_) {
+      result_ = std::move(slots_);
+      slots_.assign(size_, std::string());
+      arrived_ = 0;
+      ++round_;
+      cv_.notify_all();
+    } else {
+      cv_.wait(lock, [&] { return round_ != round || !aborted_.ok(); });
+      if (round_ == round) return aborted_;
+    }
+    // result_ stays valid until the next round completes, which needs this
+    // thread to arrive again.
+    return result_;
+  }
+
+  void Abort(Status why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (aborted_.ok()) aborted_ = std::move(why);
+    cv_.notify_all();
+  }
+
+  int size() const { return size_; }
+
+ private:
+  const int size_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::string> slots_;   // guarded by mu_
+  std::vector<std::string> result_;  // guarded by mu_
+  int arrived_ = 0;                  // guarded by mu_
+  uint64_t round_ = 0;               // guarded by mu_
+  Status aborted_;                   // guarded by mu_
+};
+
+class ThreadCommunicator : public Communicator {
+ public:
+  ThreadCommunicator(std::shared_ptr<Group> group, int rank)
+      : group_(std::move(group)), rank_(rank) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return group_->size(); }
+  // Distinct per rank, so tests can see every rank's host in a manifest.
+  std::string host_name() const override {
+    return Communicator::host_name() + "/thread" + std::to_string(rank_);
+  }
+
+  Status Barrier() override { return group_->Exchange(rank_, {}).status(); }
+
+  Result<std::vector<std::string>> AllGather(std::string_view mine) override {
+    return group_->Exchange(rank_, std::string(mine));
+  }
+
+  Result<std::string> Broadcast(std::string_view data, int root) override {
+    if (root < 0 || root >= size()) {
+      return InvalidArgumentError("broadcast root " + std::to_string(root) +
+                                  " out of range");
+    }
+    // Only the root's bytes travel.
+    CKPT_ASSIGN_OR_RETURN(
+        std::vector<std::string> all,
+        group_->Exchange(rank_, rank_ == root ? std::string(data) : ""));
+    return std::move(all[root]);
+  }
+
+  void Abort(Status why) override { group_->Abort(std::move(why)); }
+
+ private:
+  std::shared_ptr<Group> group_;
+  const int rank_;
+};
+
+}  // namespace
+
+std::vector<std::unique_ptr<Communicator>> NewThreadCommunicators(int size) {
+  auto group = std::make_shared<Group>(size);
+  std::vector<std::unique_ptr<Communicator>> out;
+  for (int r = 0; r < size; ++r) {
+    out.push_back(std::make_unique<ThreadCommunicator>(group, r));
+  }
+  return out;
+}
+
+}  // namespace ckpt

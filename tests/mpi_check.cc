@@ -1,0 +1,197 @@
+// The save and load protocols across real processes under mpirun.
+//
+//   mpi_check save DIR       every rank saves its row piece of "weights",
+//                            a replicated "bias" and a rank-local "loader"
+//   mpi_check load DIR N     every rank loads a different split of what N
+//                            ranks saved, and the rank-local entries
+//   mpi_check fail DIR       rank 1's storage fails: every rank must get the
+//                            same error and nothing may be committed
+//
+// Exits 0 when every check on every rank held; prints what failed otherwise.
+#include <mpi.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "ckpt/ckpt.h"
+#include "ckpt/mpi_communicator.h"
+
+namespace {
+
+constexpr int64_t kRows = 24;  // divisible by 1, 2, 3, 4, 6, 8
+constexpr int64_t kCols = 6;
+
+double Value(int64_t i, int64_t j) { return i * 1000.0 + j; }
+
+std::vector<double> Box(int64_t r0, int64_t nr, int64_t c0, int64_t nc) {
+  std::vector<double> out;
+  for (int64_t i = r0; i < r0 + nr; ++i) {
+    for (int64_t j = c0; j < c0 + nc; ++j) out.push_back(Value(i, j));
+  }
+  return out;
+}
+
+int rank = 0, size = 1;
+int failures = 0;
+
+void Check(bool ok, const std::string& what) {
+  if (!ok) {
+    std::fprintf(stderr, "rank %d of %d: FAILED: %s\n", rank, size,
+                 what.c_str());
+    ++failures;
+  }
+}
+
+std::string Loader(int r) {
+  return "loader-position-of-rank-" + std::to_string(r);
+}
+
+int Save(const std::string& dir, ckpt::Communicator& comm) {
+  if (rank == 0) std::filesystem::remove_all(dir);
+  MPI_Barrier(MPI_COMM_WORLD);
+  auto mgr = ckpt::CheckpointManager::Open(dir, {.communicator = &comm});
+  Check(mgr.ok(), "open: " + mgr.status().ToString());
+  if (!mgr.ok()) return 1;
+  const int64_t rows = kRows / size;
+  std::vector<double> piece = Box(rank * rows, rows, 0, kCols);
+  std::vector<float> bias(kCols, 0.5f);
+  ckpt::State state;
+  state
+      .AddTensorPiece("weights", {kRows, kCols}, {rank * rows, 0},
+                      ckpt::View(std::span<double>(piece), {rows, kCols}))
+      .AddTensor("bias", ckpt::View(bias))
+      .AddRankLocalBlob("loader", Loader(rank));
+  auto saved = (*mgr)->Save(1, state, {.epoch = 0});
+  Check(saved.ok(), "save: " + saved.status().ToString());
+  if (saved.ok()) {
+    Check(saved->info.world_size == size, "world size in the manifest");
+    Check(saved->info.hosts.size() == static_cast<size_t>(size),
+          "one host name per rank");
+  }
+  return 0;
+}
+
+int Load(const std::string& dir, int saved_ranks, ckpt::Communicator& comm) {
+  auto mgr = ckpt::CheckpointManager::Open(
+      dir, {.create = false, .communicator = &comm});
+  Check(mgr.ok(), "open: " + mgr.status().ToString());
+  if (!mgr.ok()) return 1;
+  // A split unlike the saver's: by columns when that divides, else by rows
+  // in the opposite order.
+  int64_t r0 = 0, nr = kRows, c0 = 0, nc = kCols;
+  if (kCols % size == 0) {
+    nc = kCols / size;
+    c0 = rank * nc;
+  } else {
+    nr = kRows / size;
+    r0 = (size - 1 - rank) * nr;
+  }
+  std::vector<double> mine(nr * nc, -1);
+  std::vector<float> bias(kCols, 0);
+  ckpt::State state;
+  state
+      .AddTensorPiece("weights", {kRows, kCols}, {r0, c0},
+                      ckpt::View(std::span<double>(mine), {nr, nc}))
+      .AddTensor("bias", ckpt::View(bias));
+  auto info = (*mgr)->Load(std::nullopt, state);
+  Check(info.ok(), "load: " + info.status().ToString());
+  Check(mine == Box(r0, nr, c0, nc), "resharded weights");
+  Check(bias == std::vector<float>(kCols, 0.5f), "replicated bias");
+
+  ckpt::State local;
+  local.AddRankLocalBlob("loader", "");
+  auto own = (*mgr)->Load(std::nullopt, local);
+  if (saved_ranks == size) {
+    Check(own.ok(), "rank-local load: " + own.status().ToString());
+    Check(local.BlobString("loader").value_or("") == Loader(rank),
+          "own rank-local value");
+  } else {
+    Check(own.status().code() == ckpt::ErrorCode::kFailedPrecondition,
+          "rank-local load at another world size must be refused");
+    auto all = (*mgr)->LoadRankLocal(std::nullopt, "loader");
+    Check(all.ok(), "LoadRankLocal: " + all.status().ToString());
+    if (all.ok()) {
+      Check(all->state.size() == static_cast<size_t>(saved_ranks),
+            "one rank-local value per saving rank");
+      for (int r = 0; r < saved_ranks; ++r) {
+        Check(
+            all->state.BlobString(std::to_string(r)).value_or("") == Loader(r),
+            "rank-local value of rank " + std::to_string(r));
+      }
+    }
+  }
+  return 0;
+}
+
+// Fails every write of rank 1.
+class BrokenStorage : public ckpt::StorageWrapper {
+ public:
+  using ckpt::StorageWrapper::StorageWrapper;
+  ckpt::Result<std::unique_ptr<ckpt::WritableObject>> NewWritable(
+      std::string_view key) override {
+    return ckpt::IOError("write " + std::string(key) + ": device unplugged");
+  }
+};
+
+int Fail(const std::string& dir, ckpt::Communicator& comm) {
+  if (rank == 0) std::filesystem::remove_all(dir);
+  MPI_Barrier(MPI_COMM_WORLD);
+  auto storage = ckpt::OpenStorage(dir);
+  Check(storage.ok(), "open storage");
+  if (!storage.ok()) return 1;
+  std::unique_ptr<ckpt::Storage> s = std::move(*storage);
+  if (rank == 1) s = std::make_unique<BrokenStorage>(std::move(s));
+  auto mgr =
+      ckpt::CheckpointManager::Open(std::move(s), {.communicator = &comm});
+  const int64_t rows = kRows / size;
+  std::vector<double> piece = Box(rank * rows, rows, 0, kCols);
+  ckpt::State state;
+  state.AddTensorPiece("weights", {kRows, kCols}, {rank * rows, 0},
+                       ckpt::View(std::span<double>(piece), {rows, kCols}));
+  auto saved = (*mgr)->Save(9, state);
+  Check(!saved.ok(), "a save with a broken rank must fail");
+  const std::string message = saved.status().ToString();
+  Check(message.find("rank 1") != std::string::npos &&
+            message.find("device unplugged") != std::string::npos,
+        "the error names the rank and the cause: " + message);
+  // Every rank got the same error.
+  auto all = comm.AllGather(message);
+  for (const std::string& m : all.value()) {
+    Check(m == message, "ranks disagree: " + m + " vs " + message);
+  }
+  auto latest = (*mgr)->Latest();
+  Check(latest.ok() && !latest->has_value(), "nothing was committed");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  auto comm = ckpt::NewMpiCommunicator(MPI_COMM_WORLD);
+  const std::string mode = argc > 2 ? argv[1] : "";
+  int rc = 2;
+  if (mode == "save") {
+    rc = Save(argv[2], *comm);
+  } else if (mode == "load" && argc > 3) {
+    rc = Load(argv[2], std::atoi(argv[3]), *comm);
+  } else if (mode == "fail") {
+    rc = Fail(argv[2], *comm);
+  } else if (rank == 0) {
+    std::fprintf(stderr, "usage: mpi_check save|load N|fail DIR\n");
+  }
+  if (rc == 0 && failures > 0) rc = 1;
+  // Any rank's failure fails the run.
+  int worst = rc;
+  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (rank == 0 && worst == 0) {
+    std::printf("mpi_check %s on %d ranks: ok\n", mode.c_str(), size);
+  }
+  MPI_Finalize();
+  return worst;
+}
