@@ -1,9 +1,10 @@
 // The one narrow interface that carries every byte ckpt stores.
 //
-// A Storage is rooted at a URL (`file:///data/run42`, `mem://test`); keys are
-// '/'-separated names relative to that root, validated so that none escapes
-// it. Backends declare what they can do (StorageCapabilities) and the commit
-// protocol branches on the declaration, never on the scheme.
+// A Storage is rooted at a URL (`file:///data/run42`, `mem://test`,
+// `s3://bucket/run42`); keys are '/'-separated names relative to that root,
+// validated so that none escapes it. Backends declare what they can do
+// (StorageCapabilities) and the commit protocol branches on the declaration,
+// never on the scheme.
 //
 // Thread safety: every method of a Storage may be called from many threads at
 // once. A WritableObject is used by one thread at a time.
@@ -20,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -101,6 +103,19 @@ class Storage {
   // Removes an object; NotFound if there was none.
   virtual Status Delete(std::string_view key) = 0;
 
+  // Writes that were started and never finished may leave state behind that
+  // List does not show (on s3://: incomplete multipart uploads, which the
+  // store keeps, and bills, until they are aborted). Offers each such write
+  // under `prefix` to `dead` as an ObjectInfo (its key; size 0; when it
+  // started) and abandons those for which `dead` returns true; returns their
+  // keys. A backend that leaves no such state has nothing to do (the
+  // default).
+  virtual Result<std::vector<std::string>> AbortIncompleteWrites(
+      std::string_view prefix,
+      const std::function<bool(const ObjectInfo&)>& dead) {
+    return std::vector<std::string>();
+  }
+
   // Convenience: Put of a string.
   Status PutString(std::string_view key, std::string_view data,
                    PutMode mode = PutMode::kOverwrite) {
@@ -151,17 +166,81 @@ class StorageWrapper : public Storage {
     return target_->List(prefix);
   }
   Status Delete(std::string_view key) override { return target_->Delete(key); }
+  Result<std::vector<std::string>> AbortIncompleteWrites(
+      std::string_view prefix,
+      const std::function<bool(const ObjectInfo&)>& dead) override {
+    return target_->AbortIncompleteWrites(prefix, dead);
+  }
 
  private:
   std::unique_ptr<Storage> owned_;
   Storage* target_;
 };
 
+// How an `s3://bucket/prefix` root reaches its store (docs/s3.md). A field
+// left empty takes its value from the environment, then a default; options
+// always win over the environment.
+struct S3Options {
+  // --- Where, and as whom.
+  // "https://s3.eu-west-1.amazonaws.com", "http://127.0.0.1:9000". Empty:
+  // $AWS_ENDPOINT_URL_S3, then $AWS_ENDPOINT_URL, then AWS's endpoint for
+  // the region.
+  std::string endpoint;
+  // Empty: $AWS_REGION, then $AWS_DEFAULT_REGION, then "us-east-1".
+  std::string region;
+  // Empty: $AWS_ACCESS_KEY_ID, $AWS_SECRET_ACCESS_KEY, $AWS_SESSION_TOKEN.
+  // Without an access key id requests are sent unsigned (anonymous).
+  std::string access_key_id;
+  std::string secret_access_key;
+  std::string session_token;
+  enum class Addressing {
+    kAuto,           // $CKPT_S3_ADDRESSING_STYLE ("path", "virtual"), else
+                     // path style for an IP address or localhost endpoint or
+                     // a bucket name with dots, virtual-hosted otherwise
+    kVirtualHosted,  // https://bucket.endpoint/key
+    kPath,           // https://endpoint/bucket/key
+  };
+  Addressing addressing = Addressing::kAuto;
+
+  // --- What it does.
+  // Create-if-absent sends `If-None-Match: *` and the backend declares
+  // atomic_create_if_absent. Turn it off for stores that ignore the header
+  // (s3rver, some S3-compatible servers): create-if-absent then checks with
+  // HEAD first, which is not atomic, and the backend says so. Unset:
+  // $CKPT_S3_CONDITIONAL_WRITES ("0" turns it off), else on.
+  std::optional<bool> conditional_writes;
+  // Tries per request: a 5xx, a 429 or a failed connection is retried with
+  // exponential backoff (and jitter); any other 4xx never is.
+  int max_attempts = 6;
+  int64_t initial_backoff_ms = 100;
+  int64_t max_backoff_ms = 5000;
+  // Limits of one HTTP exchange (a part of 16 MiB must fit in it).
+  int64_t request_timeout_ms = 120'000;
+  int64_t connect_timeout_ms = 10'000;
+
+  // --- How fast, and with how much memory.
+  // A Put of more bytes than this, and a streamed write that outgrows one
+  // part, is uploaded in parts (multipart upload).
+  uint64_t multipart_threshold = uint64_t{16} << 20;
+  // Bytes per part (S3's minimum is 5 MiB). A streamed write holds at most
+  // max_concurrency part buffers, reused.
+  uint64_t part_size = uint64_t{16} << 20;
+  // Parts of one object uploaded at once; also the ranged GETs a large read
+  // is split into.
+  int max_concurrency = 4;
+  // Sign each body's SHA-256, so the store rejects a corrupted upload. Off:
+  // "UNSIGNED-PAYLOAD" (saves the hashing; use over https only).
+  bool sign_payload = true;
+};
+
 // Options every backend understands; a backend ignores what does not apply.
 struct StorageOptions {
   // Create the root (a directory, a memory namespace) if it does not exist.
-  // Read-only tools pass false so that a typo is an error, not a new folder.
+  // Read-only tools pass false so that a typo is an error, not a new folder
+  // (on s3://, which has no folders: the prefix must hold an object).
   bool create = true;
+  // For s3:// roots.
+  S3Options s3;
 };
 
 // A parsed root URL: "file:///data/run42" -> {"file", "", "/data/run42"}.
@@ -196,7 +275,7 @@ class StorageRegistry {
   std::map<std::string, StorageFactory> factories_;
 };
 
-// Registers mem:// and file:// (and whatever else is built in).
+// Registers mem://, file:// and s3://.
 void RegisterBuiltinBackends(StorageRegistry& registry);
 
 // StorageRegistry::Default().Open(url, options).

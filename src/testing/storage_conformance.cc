@@ -1,5 +1,6 @@
 #include "testing/storage_conformance.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -199,10 +200,13 @@ TEST_P(StorageConformanceTest, CreateIfAbsentKeepsTheFirst) {
   EXPECT_EQ(ListKeys(storage(), "commit"), (Strings{"commit"}));
 }
 
+// With atomic_create_if_absent, exactly one of racing writers wins. Without
+// it (a store that cannot refuse an existing object: create-if-absent is a
+// check and then a write) the race is documented, and what is checked is
+// that it stays benign: someone wins, every loser is told AlreadyExists, and
+// the object holds one winner's bytes, whole.
 TEST_P(StorageConformanceTest, CreateIfAbsentRaceHasOneWinner) {
-  if (!storage().capabilities().atomic_create_if_absent) {
-    GTEST_SKIP() << "the backend does not declare atomic_create_if_absent";
-  }
+  const bool atomic = storage().capabilities().atomic_create_if_absent;
   constexpr int kThreads = 8;
   for (int round = 0; round < 5; ++round) {
     const std::string key = "step-" + std::to_string(round) + "/MANIFEST.json";
@@ -218,17 +222,19 @@ TEST_P(StorageConformanceTest, CreateIfAbsentRaceHasOneWinner) {
       });
     }
     for (std::thread& t : threads) t.join();
-    int winner = -1;
+    std::vector<std::string> winners;
     for (int t = 0; t < kThreads; ++t) {
       if (results[t].ok()) {
-        EXPECT_EQ(winner, -1) << "two writers won " << key;
-        winner = t;
+        winners.push_back("writer " + std::to_string(t));
       } else {
         EXPECT_TRUE(HasCode(results[t], ErrorCode::kAlreadyExists));
       }
     }
-    ASSERT_NE(winner, -1) << "no writer won " << key;
-    EXPECT_EQ(Read(storage(), key), "writer " + std::to_string(winner));
+    ASSERT_FALSE(winners.empty()) << "no writer won " << key;
+    if (atomic) EXPECT_EQ(winners.size(), 1u) << "two writers won " << key;
+    const std::string stored = Read(storage(), key);
+    EXPECT_NE(std::find(winners.begin(), winners.end(), stored), winners.end())
+        << key << " holds \"" << stored << "\", which no winner wrote";
   }
 }
 
@@ -431,7 +437,8 @@ TEST_P(StorageConformanceTest, HostilePrefixesListNothing) {
 }
 
 TEST_P(StorageConformanceTest, LongKeyComponent) {
-  const std::string key = "dir/" + std::string(255, 'n');
+  const std::string key =
+      "dir/" + std::string(GetParam().longest_key_component, 'n');
   ASSERT_TRUE(IsOk(storage().PutString(key, "long")));
   ASSERT_TRUE(IsOk(storage().PutString(key, "longer")));
   EXPECT_EQ(Read(storage(), key), "longer");

@@ -35,16 +35,20 @@ struct StorageConformanceParams {
   std::function<std::unique_ptr<Storage>(const std::string& url)> reopen;
   // Removes what `open` made (a temp directory, a named store); may be empty.
   std::function<void(const std::string& url)> cleanup;
+  // The longest key component the store keeps: 255 (NAME_MAX) where a file
+  // system holds each component. A test server may keep less (s3rver stores
+  // "<name>._S3rver_metadata.json" files, so 233).
+  size_t longest_key_component = 255;
 };
 
 // Keeps GoogleTest from dumping the struct's bytes in messages.
 void PrintTo(const StorageConformanceParams& params, std::ostream* os);
 
 std::string StorageConformanceTestName(
-    const testing::TestParamInfo<StorageConformanceParams>& info);
+    const ::testing::TestParamInfo<StorageConformanceParams>& info);
 
 class StorageConformanceTest
-    : public testing::TestWithParam<StorageConformanceParams> {
+    : public ::testing::TestWithParam<StorageConformanceParams> {
  protected:
   void SetUp() override;
   void TearDown() override;

@@ -1,0 +1,245 @@
+// Starting s3rver:
+//   1. Find node and the installed s3rver.js (CKPT_S3RVER_JS: set by CMake
+//      to the repository's .deps/npm; the environment variable of the same
+//      name overrides it).
+//   2. Pick a free port: bind port 0 on 127.0.0.1, read it, close.
+//   3. fork; the child asks for SIGKILL when its parent dies (so a crashed
+//      test leaves no server behind) and execs node on s3rver.js with the
+//      port, a fresh directory and the bucket, its output into a log file.
+//   4. Poll until the server answers a ListObjectsV2 on the bucket, or the
+//      child exits (then its log says why; another port is tried).
+#include "testing/s3rver.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+namespace ckpt::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr auto kStartTimeout = std::chrono::seconds(30);
+constexpr int kStartTries = 3;
+
+std::string S3rverJs() {
+  const char* env = std::getenv("CKPT_S3RVER_JS");
+  return env != nullptr && *env != '\0' ? env : CKPT_S3RVER_JS;
+}
+
+Result<int> FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return ErrnoError(errno, "socket");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return ErrnoError(err, "bind a free port on 127.0.0.1");
+  }
+  ::close(fd);
+  return static_cast<int>(ntohs(addr.sin_port));
+}
+
+std::string Tail(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  std::string text = s.str();
+  if (text.size() > 2000) text = "..." + text.substr(text.size() - 2000);
+  return text;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<S3rver>> S3rver::Start(std::string bucket) {
+  const std::string js = S3rverJs();
+  if (!fs::exists(js)) {
+    return FailedPreconditionError(
+        "s3rver is not installed (no " + js +
+        "): run scripts/install-deps.sh, which installs it from the npm "
+        "registry into .deps/npm");
+  }
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern =
+      std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
+      "/ckpt-s3rver-XXXXXX";
+  if (::mkdtemp(pattern.data()) == nullptr) {
+    return ErrnoError(errno, "make a directory for s3rver");
+  }
+  std::unique_ptr<S3rver> server(new S3rver());
+  server->dir_ = pattern;
+  server->bucket_ = std::move(bucket);
+  const std::string data = server->dir_ + "/data";
+  const std::string log = server->dir_ + "/s3rver.log";
+  fs::create_directory(data);
+
+  Status last;
+  for (int attempt = 0; attempt < kStartTries; ++attempt) {
+    CKPT_ASSIGN_OR_RETURN(int port, FreePort());
+    const std::string port_s = std::to_string(port);
+    // s3rver's continuation tokens use DES, which OpenSSL 3 (Node 17 and
+    // later) has only in its legacy provider: without it every truncated
+    // listing fails with InternalError.
+    std::vector<std::string> args = {"node",
+                                     "--openssl-legacy-provider",
+                                     js,
+                                     "-d",
+                                     data,
+                                     "-a",
+                                     "127.0.0.1",
+                                     "-p",
+                                     port_s,
+                                     "--configure-bucket",
+                                     server->bucket_,
+                                     "-s"};
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const pid_t parent = ::getpid();
+    const pid_t pid = ::fork();
+    if (pid < 0) return ErrnoError(errno, "fork for s3rver");
+    if (pid == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(127);
+      const int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      const int in = ::open("/dev/null", O_RDONLY);
+      if (out >= 0) {
+        ::dup2(out, 1);
+        ::dup2(out, 2);
+      }
+      if (in >= 0) ::dup2(in, 0);
+      ::execvp("node", argv.data());
+      ::_exit(127);
+    }
+    server->pid_ = pid;
+    server->endpoint_ = "http://127.0.0.1:" + port_s;
+
+    StorageOptions options = server->MakeStorageOptions();
+    options.create = false;
+    options.s3.max_attempts = 1;
+    options.s3.connect_timeout_ms = 1000;
+    const auto deadline = std::chrono::steady_clock::now() + kStartTimeout;
+    bool exited = false;
+    while (std::chrono::steady_clock::now() < deadline) {
+      int wstatus = 0;
+      if (::waitpid(pid, &wstatus, WNOHANG) == pid) {
+        exited = true;
+        server->pid_ = -1;
+        last =
+            UnavailableError("s3rver (node " + js + ") exited at start" +
+                             (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 127
+                                  ? " (is node on PATH?)"
+                                  : "") +
+                             "; its log:\n" + Tail(log));
+        break;
+      }
+      Result<std::unique_ptr<Storage>> probe =
+          OpenStorage("s3://" + server->bucket_, options);
+      if (probe.ok()) return server;
+      last = probe.status();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (!exited) {
+      return UnavailableError("s3rver did not answer on " + server->endpoint_ +
+                              " within 30 s: " + last.ToString() +
+                              "; its log:\n" + Tail(log));
+    }
+  }
+  return last;
+}
+
+Result<S3rver*> S3rver::Shared() {
+  static std::mutex mu;
+  static std::unique_ptr<S3rver> server;
+  static Status failed;
+  std::lock_guard<std::mutex> lock(mu);
+  if (server) return server.get();
+  if (!failed.ok()) return failed;
+  Result<std::unique_ptr<S3rver>> started = Start("ckpt-test");
+  if (!started.ok()) {
+    failed = started.status();
+    return failed;
+  }
+  server = std::move(started).value();
+  return server.get();
+}
+
+S3rver::~S3rver() {
+  if (pid_ > 0) {
+    int early = 0;
+    if (::waitpid(pid_, &early, WNOHANG) == pid_) {
+      // It died under the tests: say why, or every later failure is a
+      // mystery.
+      std::fprintf(stderr,
+                   "s3rver on %s exited during the tests; its log:\n%s\n",
+                   endpoint_.c_str(), Tail(dir_ + "/s3rver.log").c_str());
+      pid_ = -1;
+    }
+  }
+  if (pid_ > 0) {
+    ::kill(pid_, SIGTERM);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    int wstatus = 0;
+    while (::waitpid(pid_, &wstatus, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        ::kill(pid_, SIGKILL);
+        ::waitpid(pid_, &wstatus, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  std::error_code ec;
+  if (!dir_.empty()) fs::remove_all(dir_, ec);
+}
+
+S3Options S3rver::Options() const {
+  S3Options o;
+  o.endpoint = endpoint_;
+  o.region = "us-east-1";
+  o.access_key_id = "S3RVER";
+  o.secret_access_key = "S3RVER";
+  o.addressing = S3Options::Addressing::kPath;
+  o.conditional_writes = false;
+  return o;
+}
+
+std::string S3rver::NewRoot(std::string_view name) {
+  static std::atomic<int> counter{0};
+  return "s3://" + bucket_ + "/" + std::string(name) + "-" +
+         std::to_string(::getpid()) + "-" +
+         std::to_string(counter.fetch_add(1));
+}
+
+void S3rver::ExportEnvironment() const {
+  ::setenv("AWS_ENDPOINT_URL", endpoint_.c_str(), 1);
+  ::setenv("AWS_ACCESS_KEY_ID", "S3RVER", 1);
+  ::setenv("AWS_SECRET_ACCESS_KEY", "S3RVER", 1);
+  ::setenv("AWS_REGION", "us-east-1", 1);
+  ::unsetenv("AWS_SESSION_TOKEN");
+  ::setenv("CKPT_S3_ADDRESSING_STYLE", "path", 1);
+  ::setenv("CKPT_S3_CONDITIONAL_WRITES", "0", 1);
+}
+
+}  // namespace ckpt::testing

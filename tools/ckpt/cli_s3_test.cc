@@ -1,0 +1,212 @@
+// `ckpt ls`, `show`, `verify`, `export` and `gc` on an s3:// root, run as a
+// user would: the binary reaches s3rver (started by the test) through the
+// AWS_* environment variables alone.
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ckpt/checkpoint_manager.h"
+#include "format/safetensors.h"
+#include "gtest/gtest.h"
+#include "testing/s3rver.h"
+
+extern char** environ;
+
+namespace ckpt {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string ReadFile(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+::testing::AssertionResult Contains(const std::string& text,
+                                    std::string_view part) {
+  if (text.find(part) != std::string::npos) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure() << "\"" << part << "\" is not in:\n"
+                                       << text;
+}
+
+class CliS3Test : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Result<testing::S3rver*> server = testing::S3rver::Shared();
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    server_ = *server;
+    server_->ExportEnvironment();  // for this process and the ckpt it runs
+    root_ = server_->NewRoot("cli");
+    char tmpl[] = "/tmp/ckpt-cli-s3-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+
+  RunResult Ckpt(const std::vector<std::string>& args) {
+    const std::string out_path = (dir_ / ".stdout").string();
+    const std::string err_path = (dir_ / ".stderr").string();
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    std::vector<std::string> all = {CKPT_CLI_PATH};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& a : all) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    RunResult result;
+    const int rc = posix_spawn(&pid, CKPT_CLI_PATH, &actions, nullptr,
+                               argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    if (rc != 0) {
+      ADD_FAILURE() << "posix_spawn " << CKPT_CLI_PATH << ": " << rc;
+      return result;
+    }
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    result.exit_code =
+        WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    result.out = ReadFile(out_path);
+    result.err = ReadFile(err_path);
+    return result;
+  }
+
+  // Saves `steps`, each with a tensor whose values depend on the step.
+  void SaveSteps(const std::vector<int64_t>& steps) {
+    auto mgr = CheckpointManager::Open(root_);
+    ASSERT_TRUE(mgr.ok()) << mgr.status().ToString();
+    for (int64_t step : steps) {
+      std::vector<float> weights(6);
+      for (size_t i = 0; i < weights.size(); ++i) weights[i] = step + i * 0.5f;
+      State state;
+      state.AddTensor("weights", View(std::span<float>(weights), {2, 3}))
+          .AddBlob("rng", "rng-" + std::to_string(step));
+      ASSERT_TRUE((*mgr)->Save(step, state, {.epoch = step}).ok());
+    }
+  }
+
+  testing::S3rver* server_ = nullptr;
+  std::string root_;
+  fs::path dir_;
+};
+
+TEST_F(CliS3Test, LsShowVerifyExportAndGcOnAnS3Root) {
+  SaveSteps({1, 2, 3});
+
+  RunResult r = Ckpt({"ls", root_, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json ls = nlohmann::json::parse(r.out);
+  ASSERT_EQ(ls.size(), 3u);
+  EXPECT_EQ(ls[0]["step"], 1);
+  EXPECT_EQ(ls[2]["step"], 3);
+  EXPECT_EQ(ls[2]["epoch"], 3);
+
+  r = Ckpt({"show", root_, "--step", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.out, "weights"));
+  EXPECT_TRUE(Contains(r.out, "[2, 3]"));
+
+  r = Ckpt({"verify", root_, "--all"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.out, "ok: step 3,"));
+
+  const std::string out = (dir_ / "step3.safetensors").string();
+  r = Ckpt({"export", root_, "--step", "3", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string exported = ReadFile(out);
+  auto header = format::ParseSafetensorsFile(exported, out);
+  ASSERT_TRUE(header.ok()) << header.status().ToString();
+  bool found = false;
+  for (const auto& t : header->tensors) {
+    if (t.name != "weights") continue;
+    found = true;
+    const std::vector<float> want = {3, 3.5, 4, 4.5, 5, 5.5};
+    ASSERT_EQ(t.end - t.begin, want.size() * sizeof(float));
+    EXPECT_EQ(std::memcmp(exported.data() + header->data_start + t.begin,
+                          want.data(), t.end - t.begin),
+              0);
+  }
+  EXPECT_TRUE(found);
+
+  r = Ckpt({"gc", root_, "--keep-last", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = Ckpt({"ls", root_, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ls = nlohmann::json::parse(r.out);
+  ASSERT_EQ(ls.size(), 1u);
+  EXPECT_EQ(ls[0]["step"], 3);
+  auto storage = OpenStorage(root_);
+  ASSERT_TRUE(storage.ok());
+  auto objects = (*storage)->List("");
+  ASSERT_TRUE(objects.ok());
+  for (const ObjectInfo& o : *objects) {
+    EXPECT_TRUE(o.key == "LATEST" || o.key.starts_with("step-000000000003/"))
+        << o.key;
+  }
+}
+
+TEST_F(CliS3Test, VerifyNamesADamagedObject) {
+  SaveSteps({1});
+  auto storage = OpenStorage(root_);
+  ASSERT_TRUE(storage.ok());
+  auto objects = (*storage)->List("step-000000000001/r");
+  ASSERT_TRUE(objects.ok());
+  ASSERT_EQ(objects->size(), 1u);
+  const std::string key = (*objects)[0].key;
+  auto bytes = (*storage)->ReadAll(key);
+  ASSERT_TRUE(bytes.ok());
+  std::string damaged = *bytes;
+  damaged.back() ^= 0x40;  // the last data byte: same size, other contents
+  ASSERT_TRUE((*storage)->PutString(key, damaged).ok());
+  RunResult r = Ckpt({"verify", root_});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_TRUE(Contains(r.out + r.err, key));
+}
+
+TEST_F(CliS3Test, MissingAndMalformedRootsAreErrorsQuotingTheUrl) {
+  const std::string missing = root_ + "-never-written";
+  for (const char* command : {"ls", "show", "verify"}) {
+    RunResult r = Ckpt({command, missing});
+    EXPECT_EQ(r.exit_code, 1) << command << ": " << r.err;
+    EXPECT_TRUE(Contains(r.err, missing)) << command;
+  }
+  RunResult bad = Ckpt({"ls", "s3://Not_A_Bucket/x"});
+  EXPECT_EQ(bad.exit_code, 1) << bad.err;
+  EXPECT_TRUE(Contains(bad.err, "\"s3://Not_A_Bucket/x\""));
+  // Nothing was created by the failed reads.
+  auto storage = OpenStorage("s3://" + server_->bucket());
+  ASSERT_TRUE(storage.ok());
+  auto objects = (*storage)->List(missing.substr(missing.rfind('/') + 1));
+  ASSERT_TRUE(objects.ok());
+  EXPECT_TRUE(objects->empty());
+}
+
+}  // namespace
+}  // namespace ckpt
