@@ -1,0 +1,156 @@
+// Catalog: a database of committed checkpoints across jobs, so that a
+// scheduler can ask "what is this job's newest complete checkpoint?" without
+// listing buckets.
+//
+//   auto catalog = ckpt::OpenCatalog(ckpt::DefaultCatalogUrl()).value();
+//   auto last = catalog->Latest("run42");  // root and step to resume from
+//
+// Two databases: SQLite (a file; the default) and PostgreSQL (a
+// `postgresql://` URL, when several machines share one catalog). Both hold
+// the same schema, versioned and migrated on open; docs/catalog.md describes
+// it. A checkpoint's row is keyed by its root and step.
+//
+// Storage stays the truth. A row says that a checkpoint was committed, not
+// that it still is: a load always reads and checks the manifest, and
+// SyncCatalog (ckpt/catalog_sync.h) reconciles a catalog with a root.
+//
+// Promises. Every value reaches the database as a bound parameter, never as
+// SQL text. Many processes may write one catalog at once without losing a
+// row (SQLite: WAL and a busy timeout; PostgreSQL: transactions). A catalog
+// written by a newer ckpt (a newer schema) is refused at open.
+//
+// Threads. A Catalog may be called from many threads; it serializes its
+// calls on one connection. It must not be used in a child after fork():
+// open another there.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ckpt/status.h"
+
+namespace ckpt {
+
+enum class CheckpointState {
+  kCommitted,  // committed, and not known to be gone
+  kDeleted,    // deleted by retention or Delete, or found gone by a sync
+};
+
+// "committed" / "deleted", as stored in the database.
+std::string_view CheckpointStateName(CheckpointState state);
+
+// One checkpoint's row.
+struct CatalogCheckpoint {
+  std::string job_id;
+  std::string root;  // the root's URL (file:///data/run42)
+  int64_t step = 0;
+  int64_t epoch = -1;  // -1: not given
+  std::string scheme;  // the root's storage scheme: "file", "mem", "s3"
+  int world_size = 1;  // ranks that saved it
+  std::vector<std::string> hosts;  // one host name per rank
+  uint64_t bytes = 0;              // data objects the checkpoint wrote
+  // The xxh3-128 hex digits of the manifest's envelope: a row and a manifest
+  // with equal checksums describe the same commit.
+  std::string manifest_checksum;
+  std::map<std::string, double> metrics;  // the user's (SaveOptions::metrics)
+  int64_t created_unix_ms = 0;            // when the checkpoint was committed
+  CheckpointState state = CheckpointState::kCommitted;
+  // Set by the catalog: when the row was last recorded or marked.
+  int64_t updated_unix_ms = 0;
+};
+
+// One job's row. A job is seen through its checkpoints: first and last seen
+// are the creation times of its oldest and newest recorded checkpoints.
+struct CatalogJob {
+  std::string job_id;
+  std::string root;  // the root of its most recently seen checkpoint
+  int64_t first_seen_unix_ms = 0;
+  int64_t last_seen_unix_ms = 0;
+  int64_t committed = 0;               // committed checkpoints
+  std::optional<int64_t> latest_step;  // the newest committed step, if any
+};
+
+// Which rows List returns. Every field narrows; the defaults return every
+// committed checkpoint of every job.
+struct CatalogFilter {
+  std::string job_id = {};  // empty: every job
+  std::string root = {};    // empty: every root
+  // nullopt: every state.
+  std::optional<CheckpointState> state = CheckpointState::kCommitted;
+  std::optional<int64_t> min_step = {};
+  std::optional<int64_t> max_step = {};
+  // At most this many rows, the newest steps (0: no limit).
+  int64_t limit = 0;
+};
+
+enum class MetricGoal {
+  kMin,  // lower is better (a loss)
+  kMax,  // higher is better (an accuracy)
+};
+
+struct CatalogOptions {
+  // SQLite: how long a writer waits for another process's transaction.
+  int busy_timeout_ms = 30'000;
+  // PostgreSQL: how long to wait for a connection (a URL's own
+  // connect_timeout wins).
+  int connect_timeout_seconds = 10;
+};
+
+class Catalog {
+ public:
+  virtual ~Catalog() = default;
+  Catalog(const Catalog&) = delete;
+  Catalog& operator=(const Catalog&) = delete;
+
+  // The catalog's URL, with any password replaced by "***"; it names the
+  // database in every error message.
+  virtual const std::string& url() const = 0;
+
+  // Records a committed checkpoint: inserts its row, or replaces the row of
+  // the same root and step (state committed again), and updates its job.
+  virtual Status Record(const CatalogCheckpoint& checkpoint) = 0;
+  // Marks the checkpoint at `root` and `step` deleted. False when there was
+  // no committed row to mark.
+  virtual Result<bool> MarkDeleted(std::string_view root, int64_t step) = 0;
+
+  // The job's newest committed checkpoint (highest step); nullopt if none.
+  virtual Result<std::optional<CatalogCheckpoint>> Latest(
+      std::string_view job_id) = 0;
+  // Rows matching `filter`, oldest step first.
+  virtual Result<std::vector<CatalogCheckpoint>> List(
+      const CatalogFilter& filter) = 0;
+  // The job's committed checkpoint with the lowest (kMin) or highest (kMax)
+  // value of `metric`; ties go to the newest step. nullopt if no committed
+  // checkpoint of the job has the metric.
+  virtual Result<std::optional<CatalogCheckpoint>> Best(std::string_view job_id,
+                                                        std::string_view metric,
+                                                        MetricGoal goal) = 0;
+  // Every job, by id.
+  virtual Result<std::vector<CatalogJob>> Jobs() = 0;
+
+ protected:
+  Catalog() = default;
+};
+
+// The catalog the `ckpt` tool (and the job runner) use when none is given:
+// $CKPT_CATALOG if set and not empty, else
+// ${XDG_STATE_HOME:-~/.local/state}/ckpt/catalog.sqlite.
+std::string DefaultCatalogUrl();
+
+// Opens (creating if needed, and migrating) the catalog at `url`:
+//   /path/catalog.sqlite, sqlite:///path/catalog.sqlite   SQLite
+//   postgresql://user:password@host:port/db?...           PostgreSQL (also
+//                                                         postgres://)
+//   none                                                  no catalog: null
+// An unreachable server, a refused password or a schema newer than this
+// build are errors that name the database; a SQLite file's missing folders
+// are created.
+Result<std::unique_ptr<Catalog>> OpenCatalog(
+    std::string_view url, const CatalogOptions& options = {});
+
+}  // namespace ckpt

@@ -1,0 +1,45 @@
+// Keeping a catalog (ckpt/catalog.h) true to storage. Storage is the truth:
+// a catalog row says a checkpoint was committed, and these functions check
+// that it still is, or repair the catalog where it is not.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ckpt/catalog.h"
+#include "ckpt/checkpoint_manager.h"
+#include "ckpt/status.h"
+
+namespace ckpt {
+
+struct CatalogSyncReport {
+  std::string root;  // the root as the catalog names it
+  // Committed on storage but missing from the catalog, or marked deleted
+  // there: recorded.
+  std::vector<int64_t> added;
+  // In the catalog as another commit (another manifest checksum or job):
+  // recorded again.
+  std::vector<int64_t> updated;
+  // Committed in the catalog but gone from storage (or their manifest no
+  // longer validates): marked deleted.
+  std::vector<int64_t> marked_deleted;
+  size_t unchanged = 0;
+};
+
+// Reconciles `catalog` with the committed checkpoints under `manager`'s
+// root. Nothing on storage changes. Safe to run at any time, and again.
+Result<CatalogSyncReport> SyncCatalog(CheckpointManager& manager,
+                                      Catalog& catalog);
+
+// Whether the checkpoint a catalog row names is committed on storage as the
+// same commit: its manifest exists, validates, and carries the row's
+// checksum. NotFound when it is gone, DataLoss when its manifest is
+// damaged, FailedPrecondition when it is another commit; each message says
+// to run `ckpt catalog sync`.
+Status CheckAgainstStorage(const CatalogCheckpoint& row);
+
+// How a root URL is written in the catalog: a plain path or a file:// URL
+// becomes file:// and the absolute, normalized path; other URLs are kept.
+std::string CatalogRootUrl(std::string_view root);
+
+}  // namespace ckpt

@@ -1,0 +1,179 @@
+// The catalog as the checkpoint layer sees it: the rows the coordinator
+// records, and the reconciliation of a catalog with storage.
+//
+// Sync, for one root:
+//   1. List the committed checkpoints on storage (manifests that validate)
+//      and read each manifest's envelope checksum.
+//   2. List the catalog's rows of the root, in every state.
+//   3. A checkpoint without a row, with a deleted row, or with a row of
+//      another commit (checksum or job differ) is recorded.
+//   4. A committed row whose checkpoint is not on storage is marked deleted.
+// Storage is only read, so a sync can run at any time, while the job saves.
+
+#include "ckpt/catalog_sync.h"
+
+#include <filesystem>
+#include <map>
+
+#include "checkpoint/catalog_record.h"
+#include "ckpt/storage.h"
+#include "format/constants.h"
+#include "format/manifest.h"
+#include "util/log.h"
+
+namespace ckpt {
+
+std::string ManifestChecksum(std::string_view manifest_bytes) {
+  constexpr size_t kHexDigits = 32;
+  const std::string_view prefix = format::kEnvelopePrefix;
+  if (!manifest_bytes.starts_with(prefix) ||
+      manifest_bytes.size() < prefix.size() + kHexDigits) {
+    return "";
+  }
+  return std::string(manifest_bytes.substr(prefix.size(), kHexDigits));
+}
+
+std::string CatalogRootUrl(std::string_view root) {
+  Result<ParsedUrl> parsed = ParseUrl(root);
+  if (!parsed.ok() || parsed->scheme != "file" || !parsed->host.empty()) {
+    return std::string(root);
+  }
+  std::string path = parsed->path;
+  if (path.empty() || path[0] != '/') return std::string(root);
+  path = std::filesystem::path(path).lexically_normal().string();
+  if (path.size() > 1 && path.back() == '/') path.pop_back();
+  return "file://" + path;
+}
+
+CatalogCheckpoint CatalogRecordFor(const CheckpointInfo& info,
+                                   std::string_view root,
+                                   std::string manifest_checksum) {
+  CatalogCheckpoint c;
+  c.job_id = info.job_id;
+  c.root = CatalogRootUrl(root);
+  c.step = info.step;
+  c.epoch = info.epoch;
+  const size_t sep = c.root.find("://");
+  c.scheme = sep == std::string::npos ? "file" : c.root.substr(0, sep);
+  c.world_size = info.world_size;
+  c.hosts = info.hosts;
+  c.bytes = info.bytes;
+  c.manifest_checksum = std::move(manifest_checksum);
+  c.metrics = info.metrics;
+  c.created_unix_ms = info.created_unix_ms;
+  return c;
+}
+
+void RecordCommitted(Catalog& catalog, const CheckpointInfo& info,
+                     std::string_view root, std::string_view manifest_bytes) {
+  Status s = catalog.Record(
+      CatalogRecordFor(info, root, ManifestChecksum(manifest_bytes)));
+  if (!s.ok()) {
+    LogWarning("step " + std::to_string(info.step) + " is committed in " +
+               std::string(root) +
+               ", but the catalog does not know: " + s.ToString() +
+               " (run: ckpt catalog sync " + std::string(root) + ")");
+  }
+}
+
+void RecordDeleted(Catalog& catalog, std::string_view root, int64_t step) {
+  Result<bool> marked = catalog.MarkDeleted(CatalogRootUrl(root), step);
+  if (!marked.ok()) {
+    LogWarning("step " + std::to_string(step) + " is deleted from " +
+               std::string(root) + ", but the catalog still lists it: " +
+               marked.status().ToString() + " (run: ckpt catalog sync " +
+               std::string(root) + ")");
+  }
+}
+
+Result<CatalogSyncReport> SyncCatalog(CheckpointManager& manager,
+                                      Catalog& catalog) {
+  Storage& storage = manager.storage();
+  CatalogSyncReport report;
+  report.root = CatalogRootUrl(storage.url());
+  const std::string op =
+      "sync catalog " + catalog.url() + " with " + report.root;
+  // 1. What storage holds.
+  CKPT_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> infos, manager.List());
+  std::map<int64_t, CatalogCheckpoint> on_storage;
+  for (const CheckpointInfo& info : infos) {
+    Result<std::string> bytes = storage.ReadAll(format::ManifestKey(info.step));
+    if (!bytes.ok()) {
+      // Deleted since the listing: gone, like any other missing step.
+      if (bytes.status().code() == ErrorCode::kNotFound) continue;
+      return bytes.status().WithContext(op);
+    }
+    on_storage.emplace(info.step, CatalogRecordFor(info, storage.url(),
+                                                   ManifestChecksum(*bytes)));
+  }
+  // 2. What the catalog says.
+  CKPT_ASSIGN_OR_RETURN(
+      std::vector<CatalogCheckpoint> rows,
+      catalog.List({.root = report.root, .state = std::nullopt}));
+  std::map<int64_t, const CatalogCheckpoint*> in_catalog;
+  for (const CatalogCheckpoint& row : rows) in_catalog[row.step] = &row;
+  // 3. Record what the catalog lacks or holds differently.
+  for (const auto& [step, want] : on_storage) {
+    auto it = in_catalog.find(step);
+    std::vector<int64_t>* list = nullptr;
+    if (it == in_catalog.end() ||
+        it->second->state != CheckpointState::kCommitted) {
+      list = &report.added;
+    } else if (it->second->manifest_checksum != want.manifest_checksum ||
+               it->second->job_id != want.job_id) {
+      list = &report.updated;
+    } else {
+      ++report.unchanged;
+      continue;
+    }
+    CKPT_RETURN_IF_ERROR_CTX(catalog.Record(want), op);
+    list->push_back(step);
+  }
+  // 4. Mark what storage no longer holds.
+  for (const CatalogCheckpoint& row : rows) {
+    if (row.state != CheckpointState::kCommitted ||
+        on_storage.count(row.step)) {
+      continue;
+    }
+    CKPT_ASSIGN_OR_RETURN(bool marked,
+                          catalog.MarkDeleted(report.root, row.step));
+    if (marked) report.marked_deleted.push_back(row.step);
+  }
+  return report;
+}
+
+Status CheckAgainstStorage(const CatalogCheckpoint& row) {
+  const std::string what = "step " + std::to_string(row.step) + " of job " +
+                           row.job_id + " in " + row.root;
+  const std::string hint =
+      " (the catalog is stale: run ckpt catalog sync " + row.root + ")";
+  StorageOptions options;
+  options.create = false;
+  Result<std::unique_ptr<Storage>> storage = OpenStorage(row.root, options);
+  if (!storage.ok()) return storage.status().WithContext("check " + what);
+  const std::string key = format::ManifestKey(row.step);
+  Result<std::string> bytes = (*storage)->ReadAll(key);
+  if (!bytes.ok()) {
+    if (bytes.status().code() == ErrorCode::kNotFound) {
+      return NotFoundError(what + " is not committed on storage: " + key +
+                           " is missing" + hint);
+    }
+    return bytes.status().WithContext("check " + what);
+  }
+  Result<format::Manifest> manifest =
+      format::DecodeManifest(*bytes, key + " in " + row.root);
+  if (!manifest.ok()) {
+    return Status(manifest.status().code(), manifest.status().message() + hint);
+  }
+  if (ManifestChecksum(*bytes) != row.manifest_checksum) {
+    return FailedPreconditionError(
+        what +
+        " on storage is another commit than the catalog's (manifest "
+        "checksum " +
+        ManifestChecksum(*bytes) + ", catalog " + row.manifest_checksum + ")" +
+        hint);
+  }
+  return Status();
+}
+
+}  // namespace ckpt

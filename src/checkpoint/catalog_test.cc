@@ -1,0 +1,351 @@
+// The manager with a catalog: what a save records and when, what deletes
+// mark, that a catalog failure never undoes a commit, and that SyncCatalog
+// repairs a catalog from storage. Each case runs on SQLite and on a
+// PostgreSQL server this binary starts.
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "catalog/sql_catalog.h"
+#include "checkpoint/catalog_record.h"
+#include "checkpoint/test_util.h"
+#include "ckpt/catalog_sync.h"
+#include "ckpt/checkpoint_manager.h"
+#include "format/manifest.h"
+#include "gtest/gtest.h"
+#include "testing/postgres_server.h"
+
+namespace ckpt {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::TestModel;
+
+class CatalogManagerTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/ckpt-catalog-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    root_ = "file://" + dir_ + "/root";
+    if (GetParam() == "Sqlite") {
+      catalog_url_ = dir_ + "/catalog.sqlite";
+    } else {
+      Result<ckpt::testing::PostgresServer*> server =
+          ckpt::testing::SharedPostgresServer();
+      ASSERT_TRUE(server.ok()) << server.status().ToString();
+      Result<std::string> url = (*server)->NewDatabase();
+      ASSERT_TRUE(url.ok()) << url.status().ToString();
+      catalog_url_ = *url;
+    }
+    auto catalog = OpenCatalog(catalog_url_);
+    ASSERT_TRUE(catalog.ok()) << catalog.status().ToString();
+    catalog_ = std::move(catalog).value();
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::unique_ptr<CheckpointManager> Open(Options options = {}) {
+    if (!options.catalog) options.catalog = catalog_;
+    options.job_id = "job";
+    auto mgr = CheckpointManager::Open(root_, std::move(options));
+    EXPECT_TRUE(mgr.ok()) << mgr.status().ToString();
+    return mgr.ok() ? std::move(mgr).value() : nullptr;
+  }
+
+  // Saves steps [first, last], each with a loss metric.
+  void SaveSteps(CheckpointManager& mgr, int64_t first, int64_t last) {
+    for (int64_t step = first; step <= last; ++step) {
+      TestModel model(step, 256);
+      auto saved =
+          mgr.Save(step, model.MakeState(),
+                   {.epoch = step - 1, .metrics = {{"loss", 1.0 / step}}});
+      ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+    }
+  }
+
+  std::vector<int64_t> CommittedSteps() {
+    auto rows = catalog_->List({.job_id = "job"});
+    EXPECT_TRUE(rows.ok()) << rows.status().ToString();
+    std::vector<int64_t> out;
+    if (rows.ok()) {
+      for (const auto& r : *rows) out.push_back(r.step);
+    }
+    return out;
+  }
+
+  // Runs SQL on the catalog's database behind its back.
+  void RawSql(const std::string& sql, const std::vector<catalog::SqlValue>& p) {
+    auto conn = catalog::ConnectSql(catalog_url_);
+    ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+    auto done = (*conn)->Query(sql, p);
+    ASSERT_TRUE(done.ok()) << done.status().ToString();
+  }
+
+  std::string dir_;
+  std::string root_;
+  std::string catalog_url_;
+  std::shared_ptr<Catalog> catalog_;
+};
+
+INSTANTIATE_TEST_SUITE_P(Databases, CatalogManagerTest,
+                         ::testing::Values("Sqlite", "Postgres"),
+                         [](const auto& info) { return info.param; });
+
+TEST_P(CatalogManagerTest, EverySaveIsRecordedAfterItsCommit) {
+  auto mgr = Open();
+  ASSERT_NE(mgr, nullptr);
+  SaveSteps(*mgr, 1, 3);
+  auto latest = catalog_->Latest("job");
+  ASSERT_TRUE(latest.ok()) << latest.status().ToString();
+  ASSERT_TRUE(latest->has_value());
+  const CatalogCheckpoint& row = **latest;
+  EXPECT_EQ(row.step, 3);
+  EXPECT_EQ(row.epoch, 2);
+  EXPECT_EQ(row.root, root_);
+  EXPECT_EQ(row.scheme, "file");
+  EXPECT_EQ(row.state, CheckpointState::kCommitted);
+  EXPECT_EQ(row.metrics, (std::map<std::string, double>{{"loss", 1.0 / 3}}));
+  // The row describes exactly the committed manifest.
+  auto info = mgr->Describe(3);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(row.bytes, info->info.bytes);
+  EXPECT_EQ(row.world_size, info->info.world_size);
+  EXPECT_EQ(row.hosts, info->info.hosts);
+  EXPECT_EQ(row.created_unix_ms, info->info.created_unix_ms);
+  auto manifest = mgr->storage().ReadAll(format::ManifestKey(3));
+  ASSERT_TRUE(manifest.ok());
+  EXPECT_EQ(row.manifest_checksum, ManifestChecksum(*manifest));
+  EXPECT_EQ(row.manifest_checksum.size(), 32u);
+  EXPECT_TRUE(CheckAgainstStorage(row).ok());
+  EXPECT_EQ(CommittedSteps(), (std::vector<int64_t>{1, 2, 3}));
+}
+
+TEST_P(CatalogManagerTest, APlainPathRootIsRecordedAsAFileUrl) {
+  Options options;
+  options.catalog = catalog_;
+  options.job_id = "plain";
+  auto mgr = CheckpointManager::Open(dir_ + "/./plain/", options);
+  ASSERT_TRUE(mgr.ok()) << mgr.status().ToString();
+  TestModel model(1, 64);
+  ASSERT_TRUE((*mgr)->Save(1, model.MakeState()).ok());
+  auto latest = catalog_->Latest("plain");
+  ASSERT_TRUE(latest.ok() && latest->has_value());
+  EXPECT_EQ((*latest)->root, "file://" + dir_ + "/plain");
+}
+
+// Storage on which every manifest write fails: no save can commit.
+class NoManifestStorage : public StorageWrapper {
+ public:
+  using StorageWrapper::StorageWrapper;
+  Status Put(std::string_view key, std::span<const std::byte> data,
+             PutMode mode) override {
+    if (key.ends_with("MANIFEST.json")) return IOError("disk full");
+    return StorageWrapper::Put(key, data, mode);
+  }
+};
+
+TEST_P(CatalogManagerTest, NothingIsRecordedWithoutACommit) {
+  auto mgr = Open();
+  ASSERT_NE(mgr, nullptr);
+  SaveSteps(*mgr, 1, 1);
+  TestModel model(9, 64);
+  // The step exists: the save fails before any commit.
+  EXPECT_FALSE(mgr->Save(1, model.MakeState()).ok());
+  // Skipped by min_seconds_between_saves.
+  auto throttled = Open({.min_seconds_between_saves = 3600});
+  auto skipped = throttled->Save(2, model.MakeState());
+  ASSERT_TRUE(skipped.ok()) << skipped.status().ToString();
+  EXPECT_TRUE(skipped->skipped);
+  // A manifest write that fails is no commit.
+  auto storage = OpenStorage(root_);
+  ASSERT_TRUE(storage.ok());
+  Options options;
+  options.job_id = "job";
+  options.catalog = catalog_;
+  auto failing = CheckpointManager::Open(
+      std::make_unique<NoManifestStorage>(std::move(storage).value()), options);
+  ASSERT_TRUE(failing.ok()) << failing.status().ToString();
+  auto failed = (*failing)->Save(3, model.MakeState());
+  EXPECT_FALSE(failed.ok());
+  EXPECT_NE(failed.status().message().find("disk full"), std::string::npos)
+      << failed.status().ToString();
+  EXPECT_EQ(CommittedSteps(), (std::vector<int64_t>{1}));
+}
+
+TEST_P(CatalogManagerTest, RetentionAndDeleteMarkRowsDeleted) {
+  auto mgr = Open({.retention = {.keep_last = 2}});
+  ASSERT_NE(mgr, nullptr);
+  SaveSteps(*mgr, 1, 4);
+  EXPECT_EQ(CommittedSteps(), (std::vector<int64_t>{3, 4}));
+  ASSERT_TRUE(mgr->Delete(3).ok());
+  EXPECT_EQ(CommittedSteps(), (std::vector<int64_t>{4}));
+  auto deleted =
+      catalog_->List({.job_id = "job", .state = CheckpointState::kDeleted});
+  ASSERT_TRUE(deleted.ok());
+  std::vector<int64_t> steps;
+  for (const auto& r : *deleted) steps.push_back(r.step);
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3}));
+  // A dry run deletes nothing and marks nothing.
+  auto report = mgr->GarbageCollect(
+      {.dry_run = true, .retention = RetentionPolicy{.keep_last = 0}});
+  ASSERT_TRUE(report.ok());
+  EXPECT_EQ(CommittedSteps(), (std::vector<int64_t>{4}));
+}
+
+// A catalog that fails every write, as a database that went away would.
+class BrokenCatalog : public Catalog {
+ public:
+  const std::string& url() const override { return url_; }
+  Status Record(const CatalogCheckpoint&) override {
+    return UnavailableError("catalog " + url_ + ": the server went away");
+  }
+  Result<bool> MarkDeleted(std::string_view, int64_t) override {
+    return UnavailableError("catalog " + url_ + ": the server went away");
+  }
+  Result<std::optional<CatalogCheckpoint>> Latest(std::string_view) override {
+    return UnavailableError("down");
+  }
+  Result<std::vector<CatalogCheckpoint>> List(const CatalogFilter&) override {
+    return UnavailableError("down");
+  }
+  Result<std::optional<CatalogCheckpoint>> Best(std::string_view,
+                                                std::string_view,
+                                                MetricGoal) override {
+    return UnavailableError("down");
+  }
+  Result<std::vector<CatalogJob>> Jobs() override {
+    return UnavailableError("down");
+  }
+
+ private:
+  std::string url_ = "postgresql://gone.example/ckpt";
+};
+
+TEST_P(CatalogManagerTest, ACatalogFailureAfterTheCommitIsOnlyAWarning) {
+  auto mgr = Open({.retention = {.keep_last = 1},
+                   .catalog = std::make_shared<BrokenCatalog>()});
+  ASSERT_NE(mgr, nullptr);
+  TestModel model(1, 256);
+  ::testing::internal::CaptureStderr();
+  auto first = mgr->Save(1, model.MakeState());
+  auto second = mgr->Save(2, model.MakeState());  // retention deletes 1
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_NE(log.find("step 2 is committed in " + root_), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("the server went away"), std::string::npos) << log;
+  EXPECT_NE(log.find("ckpt catalog sync " + root_), std::string::npos) << log;
+  EXPECT_NE(log.find("step 1 is deleted from " + root_), std::string::npos)
+      << log;
+  auto latest = mgr->Latest();
+  ASSERT_TRUE(latest.ok() && latest->has_value());
+  EXPECT_EQ(**latest, 2);
+
+  // The real catalog never heard of step 2; a sync repairs that.
+  EXPECT_TRUE(CommittedSteps().empty());
+  auto report = SyncCatalog(*mgr, *catalog_);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->added, (std::vector<int64_t>{2}));
+  EXPECT_EQ(CommittedSteps(), (std::vector<int64_t>{2}));
+}
+
+TEST_P(CatalogManagerTest, SyncRestoresRowsDeletedByHand) {
+  auto mgr = Open();
+  ASSERT_NE(mgr, nullptr);
+  SaveSteps(*mgr, 1, 4);
+  auto before = catalog_->List({.job_id = "job"});
+  ASSERT_TRUE(before.ok());
+  RawSql("DELETE FROM ckpt_checkpoints WHERE root = $1 AND step IN (2, 3)",
+         {root_});
+  // And a row that no longer matches its manifest (another commit).
+  RawSql("UPDATE ckpt_checkpoints SET manifest_checksum = $1 WHERE step = 4",
+         {std::string(32, '0')});
+  EXPECT_EQ(CommittedSteps(), (std::vector<int64_t>{1, 4}));
+
+  auto report = SyncCatalog(*mgr, *catalog_);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->root, root_);
+  EXPECT_EQ(report->added, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(report->updated, (std::vector<int64_t>{4}));
+  EXPECT_TRUE(report->marked_deleted.empty());
+  EXPECT_EQ(report->unchanged, 1u);
+
+  auto after = catalog_->List({.job_id = "job"});
+  ASSERT_TRUE(after.ok());
+  ASSERT_EQ(after->size(), before->size());
+  for (size_t i = 0; i < after->size(); ++i) {
+    const auto& a = after->at(i);
+    const auto& b = before->at(i);
+    EXPECT_EQ(a.step, b.step);
+    EXPECT_EQ(a.epoch, b.epoch);
+    EXPECT_EQ(a.manifest_checksum, b.manifest_checksum);
+    EXPECT_EQ(a.metrics, b.metrics);
+    EXPECT_EQ(a.bytes, b.bytes);
+    EXPECT_EQ(a.hosts, b.hosts);
+    EXPECT_EQ(a.created_unix_ms, b.created_unix_ms);
+  }
+  // Again: nothing left to do.
+  report = SyncCatalog(*mgr, *catalog_);
+  ASSERT_TRUE(report.ok());
+  EXPECT_TRUE(report->added.empty() && report->updated.empty() &&
+              report->marked_deleted.empty());
+  EXPECT_EQ(report->unchanged, 4u);
+}
+
+TEST_P(CatalogManagerTest, SyncMarksRowsWhoseCheckpointsAreGone) {
+  auto mgr = Open();
+  ASSERT_NE(mgr, nullptr);
+  SaveSteps(*mgr, 1, 4);
+  // Removed behind ckpt's back, and a manifest damaged.
+  fs::remove_all(dir_ + "/root/step-000000000002");
+  fs::remove_all(dir_ + "/root/step-000000000004");
+  fs::resize_file(dir_ + "/root/step-000000000003/MANIFEST.json", 10);
+  auto report = SyncCatalog(*mgr, *catalog_);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->marked_deleted, (std::vector<int64_t>{2, 3, 4}));
+  EXPECT_TRUE(report->added.empty());
+  EXPECT_EQ(CommittedSteps(), (std::vector<int64_t>{1}));
+  auto latest = catalog_->Latest("job");
+  ASSERT_TRUE(latest.ok() && latest->has_value());
+  EXPECT_EQ((*latest)->step, 1);
+}
+
+TEST_P(CatalogManagerTest, ARowNeverMakesALoadTrustACheckpoint) {
+  auto mgr = Open();
+  ASSERT_NE(mgr, nullptr);
+  SaveSteps(*mgr, 1, 2);
+  // A row for a step that was never committed on storage.
+  auto real = catalog_->Latest("job");
+  ASSERT_TRUE(real.ok() && real->has_value());
+  CatalogCheckpoint ghost = **real;
+  ghost.step = 9;
+  ASSERT_TRUE(catalog_->Record(ghost).ok());
+  auto latest = mgr->Latest();
+  ASSERT_TRUE(latest.ok() && latest->has_value());
+  EXPECT_EQ(**latest, 2);  // storage says so
+  TestModel loaded(0, 256);
+  State state = loaded.MakeState();
+  auto info = mgr->Load(std::nullopt, state);
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_EQ(info->step, 2);
+  EXPECT_EQ(mgr->Load(9, state).status().code(), ErrorCode::kNotFound);
+
+  Status ghost_check = CheckAgainstStorage(ghost);
+  EXPECT_EQ(ghost_check.code(), ErrorCode::kNotFound) << ghost_check.ToString();
+  EXPECT_NE(ghost_check.message().find("ckpt catalog sync " + root_),
+            std::string::npos)
+      << ghost_check.ToString();
+  // A damaged manifest, and a row of another commit, are caught too.
+  CatalogCheckpoint other = **real;
+  other.manifest_checksum = std::string(32, 'f');
+  EXPECT_EQ(CheckAgainstStorage(other).code(), ErrorCode::kFailedPrecondition);
+  fs::resize_file(dir_ + "/root/step-000000000002/MANIFEST.json", 10);
+  EXPECT_EQ(CheckAgainstStorage(**real).code(), ErrorCode::kDataLoss);
+}
+
+}  // namespace
+}  // namespace ckpt

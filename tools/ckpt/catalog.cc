@@ -1,0 +1,393 @@
+// `ckpt catalog`: the database of committed checkpoints across jobs
+// (ckpt/catalog.h), for schedulers and people: which jobs there are, their
+// checkpoints, the one to resume from, the best by a metric, and repairing
+// the catalog from storage.
+
+#include "ckpt/catalog.h"
+
+#include <fmt/core.h>
+
+#include <climits>
+#include <memory>
+
+#include "ckpt/catalog_sync.h"
+#include "commands.h"
+#include "common.h"
+#include "util/names.h"
+#include "util/progress.h"
+
+namespace ckpt::cli {
+namespace {
+
+// Opens the catalog the user named (or the default); "none" is an error
+// here, since every catalog command needs one.
+Result<std::unique_ptr<Catalog>> OpenNamedCatalog(const std::string& url) {
+  const std::string chosen = url.empty() ? DefaultCatalogUrl() : url;
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Catalog> catalog, OpenCatalog(chosen));
+  if (catalog == nullptr) {
+    return FailedPreconditionError(
+        std::string("the catalog is turned off (") +
+        (url.empty() ? "CKPT_CATALOG=none" : "--catalog none") +
+        "); name one with --catalog URL");
+  }
+  return catalog;
+}
+
+std::string EpochText(int64_t epoch) {
+  return epoch < 0 ? "-" : std::to_string(epoch);
+}
+
+std::string MetricsText(const std::map<std::string, double>& metrics) {
+  std::vector<std::string> parts;
+  for (const auto& [name, value] : metrics) {
+    parts.push_back(name + "=" + fmt::format("{}", value));
+  }
+  return parts.empty() ? "-" : Join(parts, " ");
+}
+
+nlohmann::json RowToJson(const CatalogCheckpoint& c) {
+  return {{"job_id", c.job_id},
+          {"root", c.root},
+          {"step", c.step},
+          {"epoch", c.epoch},
+          {"scheme", c.scheme},
+          {"world_size", c.world_size},
+          {"hosts", c.hosts},
+          {"bytes", c.bytes},
+          {"manifest_checksum", c.manifest_checksum},
+          {"metrics", c.metrics},
+          {"created_unix_ms", c.created_unix_ms},
+          {"created", FormatTime(c.created_unix_ms)},
+          {"state", std::string(CheckpointStateName(c.state))},
+          {"updated_unix_ms", c.updated_unix_ms}};
+}
+
+// --- jobs
+// ---------------------------------------------------------------------
+
+struct JobsArgs {
+  std::string catalog;
+  bool json = false;
+};
+
+Status RunJobs(const JobsArgs& args) {
+  CKPT_ASSIGN_OR_RETURN(auto catalog, OpenNamedCatalog(args.catalog));
+  CKPT_ASSIGN_OR_RETURN(std::vector<CatalogJob> jobs, catalog->Jobs());
+  if (args.json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const CatalogJob& j : jobs) {
+      out.push_back(
+          {{"job_id", j.job_id},
+           {"root", j.root},
+           {"committed", j.committed},
+           {"latest_step", j.latest_step ? nlohmann::json(*j.latest_step)
+                                         : nlohmann::json(nullptr)},
+           {"first_seen_unix_ms", j.first_seen_unix_ms},
+           {"first_seen", FormatTime(j.first_seen_unix_ms)},
+           {"last_seen_unix_ms", j.last_seen_unix_ms},
+           {"last_seen", FormatTime(j.last_seen_unix_ms)}});
+    }
+    PrintJson(out);
+    return Status();
+  }
+  if (jobs.empty()) {
+    fmt::print("no jobs in catalog {}\n", catalog->url());
+    return Status();
+  }
+  std::vector<std::vector<std::string>> rows = {{"JOB", "CHECKPOINTS", "LATEST",
+                                                 "FIRST SEEN (UTC)",
+                                                 "LAST SEEN (UTC)", "ROOT"}};
+  for (const CatalogJob& j : jobs) {
+    rows.push_back({j.job_id, std::to_string(j.committed),
+                    j.latest_step ? std::to_string(*j.latest_step) : "-",
+                    FormatTime(j.first_seen_unix_ms),
+                    FormatTime(j.last_seen_unix_ms), j.root});
+  }
+  PrintTable(rows);
+  return Status();
+}
+
+// --- list
+// ---------------------------------------------------------------------
+
+struct ListArgs {
+  std::string job;
+  std::string root;
+  bool all = false;
+  bool deleted = false;
+  std::optional<int64_t> min_step;
+  std::optional<int64_t> max_step;
+  int64_t limit = 0;
+  std::string catalog;
+  bool json = false;
+};
+
+Status RunList(const ListArgs& args) {
+  CKPT_ASSIGN_OR_RETURN(auto catalog, OpenNamedCatalog(args.catalog));
+  CatalogFilter filter;
+  filter.job_id = args.job;
+  filter.root = args.root.empty() ? "" : CatalogRootUrl(args.root);
+  if (args.all) filter.state = std::nullopt;
+  if (args.deleted) filter.state = CheckpointState::kDeleted;
+  filter.min_step = args.min_step;
+  filter.max_step = args.max_step;
+  filter.limit = args.limit;
+  CKPT_ASSIGN_OR_RETURN(std::vector<CatalogCheckpoint> list,
+                        catalog->List(filter));
+  if (args.json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const CatalogCheckpoint& c : list) out.push_back(RowToJson(c));
+    PrintJson(out);
+    return Status();
+  }
+  if (list.empty()) {
+    fmt::print("no checkpoints in catalog {}\n", catalog->url());
+    return Status();
+  }
+  std::vector<std::vector<std::string>> rows;
+  rows.push_back({"STEP", "EPOCH", "STATE", "CREATED (UTC)", "SIZE", "WORLD",
+                  "METRICS", "ROOT"});
+  if (args.job.empty()) rows[0].insert(rows[0].begin(), "JOB");
+  for (const CatalogCheckpoint& c : list) {
+    std::vector<std::string> row = {std::to_string(c.step),
+                                    EpochText(c.epoch),
+                                    std::string(CheckpointStateName(c.state)),
+                                    FormatTime(c.created_unix_ms),
+                                    FormatBytes(c.bytes),
+                                    std::to_string(c.world_size),
+                                    MetricsText(c.metrics),
+                                    c.root};
+    if (args.job.empty()) row.insert(row.begin(), c.job_id);
+    rows.push_back(std::move(row));
+  }
+  PrintTable(rows);
+  return Status();
+}
+
+// --- latest
+// -------------------------------------------------------------------
+
+struct LatestArgs {
+  std::string job;
+  bool no_check = false;
+  std::string catalog;
+  bool json = false;
+};
+
+Status RunLatest(const LatestArgs& args) {
+  CKPT_ASSIGN_OR_RETURN(auto catalog, OpenNamedCatalog(args.catalog));
+  // Newest first. Each row is checked against storage (the truth); one
+  // that does not check out is skipped for the next older.
+  CKPT_ASSIGN_OR_RETURN(std::vector<CatalogCheckpoint> list,
+                        catalog->List({.job_id = args.job}));
+  size_t stale = 0;
+  for (auto it = list.rbegin(); it != list.rend(); ++it) {
+    if (!args.no_check) {
+      if (Status s = CheckAgainstStorage(*it); !s.ok()) {
+        fmt::print(stderr, "ckpt catalog latest: skipping step {}: {}\n",
+                   it->step, s.ToString());
+        ++stale;
+        continue;
+      }
+    }
+    if (args.json) {
+      PrintJson(RowToJson(*it));
+    } else {
+      fmt::print("{}\t{}\n", it->root, it->step);
+    }
+    return Status();
+  }
+  return NotFoundError("no committed checkpoint of job " + Quote(args.job) +
+                       " in catalog " + catalog->url() +
+                       (stale ? " (" + std::to_string(stale) +
+                                    " rows did not check out against storage)"
+                              : ""));
+}
+
+// --- best
+// ---------------------------------------------------------------------
+
+struct BestArgs {
+  std::string job;
+  std::string metric;
+  bool min = false;
+  bool max = false;
+  bool no_check = false;
+  std::string catalog;
+  bool json = false;
+};
+
+Status RunBest(const BestArgs& args) {
+  CKPT_ASSIGN_OR_RETURN(auto catalog, OpenNamedCatalog(args.catalog));
+  const MetricGoal goal = args.max ? MetricGoal::kMax : MetricGoal::kMin;
+  CKPT_ASSIGN_OR_RETURN(std::optional<CatalogCheckpoint> best,
+                        catalog->Best(args.job, args.metric, goal));
+  if (!best) {
+    return NotFoundError("no committed checkpoint of job " + Quote(args.job) +
+                         " with metric " + Quote(args.metric) + " in catalog " +
+                         catalog->url());
+  }
+  if (!args.no_check) CKPT_RETURN_IF_ERROR(CheckAgainstStorage(*best));
+  if (args.json) {
+    PrintJson(RowToJson(*best));
+  } else {
+    fmt::print("{}\t{}\t{}\n", best->root, best->step,
+               fmt::format("{}", best->metrics.at(args.metric)));
+  }
+  return Status();
+}
+
+// --- sync
+// ---------------------------------------------------------------------
+
+struct SyncArgs {
+  std::string root;
+  std::string catalog;
+  bool json = false;
+};
+
+Status RunSync(const SyncArgs& args) {
+  CKPT_ASSIGN_OR_RETURN(auto catalog, OpenNamedCatalog(args.catalog));
+  CKPT_ASSIGN_OR_RETURN(auto manager, OpenRoot(args.root, /*create=*/false));
+  CKPT_ASSIGN_OR_RETURN(CatalogSyncReport report,
+                        SyncCatalog(*manager, *catalog));
+  if (args.json) {
+    PrintJson({{"catalog", catalog->url()},
+               {"root", report.root},
+               {"added", report.added},
+               {"updated", report.updated},
+               {"marked_deleted", report.marked_deleted},
+               {"unchanged", report.unchanged}});
+    return Status();
+  }
+  for (int64_t step : report.added) fmt::print("added step {}\n", step);
+  for (int64_t step : report.updated) fmt::print("updated step {}\n", step);
+  for (int64_t step : report.marked_deleted) {
+    fmt::print("marked step {} deleted (gone from storage)\n", step);
+  }
+  fmt::print("{}: {} added, {} updated, {} marked deleted, {} unchanged\n",
+             report.root, report.added.size(), report.updated.size(),
+             report.marked_deleted.size(), report.unchanged);
+  return Status();
+}
+
+}  // namespace
+
+void AddCatalogCommand(CLI::App& app, Command& selected) {
+  CLI::App* catalog = AddSubcommand(
+      app, "catalog", "Query and repair the catalog of checkpoints.",
+      "The catalog records every committed checkpoint of every job that "
+      "saves with one: SQLite by default, PostgreSQL when shared. Storage "
+      "stays the truth: latest and best check the catalog's answer against "
+      "the checkpoint's manifest, and sync repairs the catalog from a root.",
+      "  ckpt catalog jobs\n"
+      "  ckpt catalog list run42\n"
+      "  ckpt catalog latest run42\n"
+      "  ckpt catalog best run42 --metric loss --min\n"
+      "  ckpt catalog sync /data/run42\n");
+  catalog->require_subcommand(1);
+
+  auto jobs = std::make_shared<JobsArgs>();
+  CLI::App* sub = AddSubcommand(
+      *catalog, "jobs", "List the jobs the catalog knows.",
+      "One line per job: its committed checkpoints, the newest step, when it "
+      "was first and last seen (the creation times of its oldest and newest "
+      "checkpoints) and its root.",
+      "  ckpt catalog jobs\n"
+      "  ckpt catalog jobs --catalog postgresql://ckpt@db/ckpt --json\n");
+  AddCatalogOption(*sub, jobs->catalog);
+  AddJsonFlag(*sub, jobs->json);
+  sub->callback([jobs, &selected] {
+    selected = {"catalog jobs", [jobs] { return RunJobs(*jobs); }};
+  });
+
+  auto list = std::make_shared<ListArgs>();
+  sub = AddSubcommand(
+      *catalog, "list", "List a job's checkpoints.",
+      "The committed checkpoints of JOB (of every job without one), oldest "
+      "first: step, epoch, state, creation time, size, world size, metrics "
+      "and root. --all adds deleted ones, --deleted shows only those; "
+      "--limit N keeps the newest N.",
+      "  ckpt catalog list run42\n"
+      "  ckpt catalog list run42 --all --min-step 1000\n"
+      "  ckpt catalog list --root /data/run42 --json\n");
+  sub->add_option("JOB", list->job, "the job's id (default: every job)");
+  sub->add_option("--root", list->root, "only checkpoints under this root");
+  CLI::Option* all =
+      sub->add_flag("--all", list->all, "deleted checkpoints too");
+  sub->add_flag("--deleted", list->deleted, "only deleted checkpoints")
+      ->excludes(all);
+  sub->add_option("--min-step", list->min_step, "only steps from N")
+      ->check(NonNegativeInteger(INT64_MAX));
+  sub->add_option("--max-step", list->max_step, "only steps up to N")
+      ->check(NonNegativeInteger(INT64_MAX));
+  sub->add_option("--limit", list->limit, "only the newest N")
+      ->check(NonNegativeInteger(INT64_MAX));
+  AddCatalogOption(*sub, list->catalog);
+  AddJsonFlag(*sub, list->json);
+  sub->callback([list, &selected] {
+    selected = {"catalog list", [list] { return RunList(*list); }};
+  });
+
+  auto latest = std::make_shared<LatestArgs>();
+  sub = AddSubcommand(
+      *catalog, "latest", "Print where to resume a job: its root and step.",
+      "Prints ROOT, a tab and STEP of JOB's newest committed checkpoint (with "
+      "--json, its whole row). The checkpoint's manifest is read and checked "
+      "first; a row that does not check out is reported on stderr and the "
+      "next older one is tried (--no-check trusts the catalog). Exit status "
+      "1 when the job has no committed checkpoint.",
+      "  ckpt catalog latest run42\n"
+      "  IFS=$'\\t' read -r root step < <(ckpt catalog latest run42)\n"
+      "  ckpt catalog latest run42 --json\n");
+  sub->add_option("JOB", latest->job, "the job's id")->required();
+  sub->add_flag("--no-check", latest->no_check,
+                "do not read the manifest: trust the catalog");
+  AddCatalogOption(*sub, latest->catalog);
+  AddJsonFlag(*sub, latest->json);
+  sub->callback([latest, &selected] {
+    selected = {"catalog latest", [latest] { return RunLatest(*latest); }};
+  });
+
+  auto best = std::make_shared<BestArgs>();
+  sub = AddSubcommand(
+      *catalog, "best", "Print a job's best checkpoint by a metric.",
+      "Prints ROOT, STEP and the metric's value (tab-separated) of JOB's "
+      "committed checkpoint with the lowest (--min, the default) or highest "
+      "(--max) value of the metric given at save (SaveOptions::metrics). "
+      "Ties go to the newest step. The manifest is checked as by latest. "
+      "Exit status 1 when no checkpoint has the metric.",
+      "  ckpt catalog best run42 --metric loss --min\n"
+      "  ckpt catalog best run42 --metric accuracy --max --json\n");
+  sub->add_option("JOB", best->job, "the job's id")->required();
+  sub->add_option("--metric", best->metric, "the metric to rank by")
+      ->required();
+  CLI::Option* min = sub->add_flag("--min", best->min, "lower is better");
+  sub->add_flag("--max", best->max, "higher is better")->excludes(min);
+  sub->add_flag("--no-check", best->no_check,
+                "do not read the manifest: trust the catalog");
+  AddCatalogOption(*sub, best->catalog);
+  AddJsonFlag(*sub, best->json);
+  sub->callback([best, &selected] {
+    selected = {"catalog best", [best] { return RunBest(*best); }};
+  });
+
+  auto sync = std::make_shared<SyncArgs>();
+  sub = AddSubcommand(
+      *catalog, "sync", "Repair the catalog from a root.",
+      "Records every committed checkpoint under ROOT that the catalog lacks "
+      "(or holds as another commit), and marks deleted the catalog's "
+      "checkpoints of ROOT that are gone from storage or whose manifest no "
+      "longer validates. Storage is only read.",
+      "  ckpt catalog sync /data/run42\n"
+      "  ckpt catalog sync s3://bucket/run42 --catalog "
+      "postgresql://ckpt@db/ckpt\n");
+  AddRootArg(*sub, sync->root);
+  AddCatalogOption(*sub, sync->catalog);
+  AddJsonFlag(*sub, sync->json);
+  sub->callback([sync, &selected] {
+    selected = {"catalog sync", [sync] { return RunSync(*sync); }};
+  });
+}
+
+}  // namespace ckpt::cli

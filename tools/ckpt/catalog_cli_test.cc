@@ -1,0 +1,432 @@
+// `ckpt catalog` as a scheduler and a person use it, on SQLite and on a
+// PostgreSQL server this binary starts: jobs killed after each of their
+// checkpoints are resumed from exactly that checkpoint by asking
+// `ckpt catalog latest`, and `ckpt catalog sync` repairs a catalog.
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "catalog/sql_catalog.h"
+#include "checkpoint/test_util.h"
+#include "ckpt/catalog.h"
+#include "ckpt/checkpoint_manager.h"
+#include "gtest/gtest.h"
+#include "testing/postgres_server.h"
+
+extern char** environ;
+
+namespace ckpt {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using testing::TestModel;
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string ReadFile(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+::testing::AssertionResult Contains(const std::string& text,
+                                    std::string_view part) {
+  if (text.find(part) != std::string::npos) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure() << "\"" << part << "\" is not in:\n"
+                                       << text;
+}
+
+class CatalogCliTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/ckpt-catalog-cli-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    if (GetParam() == "Sqlite") {
+      catalog_url_ = "sqlite://" + dir_ + "/catalog.sqlite";
+    } else {
+      auto server = ckpt::testing::SharedPostgresServer();
+      ASSERT_TRUE(server.ok()) << server.status().ToString();
+      auto url = (*server)->NewDatabase();
+      ASSERT_TRUE(url.ok()) << url.status().ToString();
+      catalog_url_ = *url;
+    }
+    // Commands run without --catalog must not touch the user's catalog.
+    setenv("CKPT_CATALOG", catalog_url_.c_str(), 1);
+  }
+  void TearDown() override {
+    unsetenv("CKPT_CATALOG");
+    fs::remove_all(dir_);
+  }
+
+  std::string Root(const std::string& name) const {
+    return "file://" + dir_ + "/" + name;
+  }
+
+  RunResult Ckpt(const std::vector<std::string>& args) {
+    const std::string out_path = dir_ + "/.stdout";
+    const std::string err_path = dir_ + "/.stderr";
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    std::string program = CKPT_CLI_PATH;
+    std::vector<char*> argv = {program.data()};
+    std::vector<std::string> copy = args;
+    for (std::string& a : copy) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    const int rc = posix_spawn(&pid, program.c_str(), &actions, nullptr,
+                               argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    RunResult result;
+    if (rc != 0) {
+      ADD_FAILURE() << "posix_spawn " << program << ": " << rc;
+      return result;
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    result.out = ReadFile(out_path);
+    result.err = ReadFile(err_path);
+    return result;
+  }
+
+  // `ckpt catalog ARGS... --catalog URL`.
+  RunResult Catalog(std::vector<std::string> args) {
+    args.insert(args.begin(), "catalog");
+    args.push_back("--catalog");
+    args.push_back(catalog_url_);
+    return Ckpt(args);
+  }
+
+  std::unique_ptr<CheckpointManager> Open(const std::string& root,
+                                          const std::string& job,
+                                          Options options = {}) {
+    auto catalog = OpenCatalog(catalog_url_);
+    EXPECT_TRUE(catalog.ok()) << catalog.status().ToString();
+    if (!catalog.ok()) return nullptr;
+    options.job_id = job;
+    options.catalog = std::move(catalog).value();
+    auto mgr = CheckpointManager::Open(root, std::move(options));
+    EXPECT_TRUE(mgr.ok()) << mgr.status().ToString();
+    return mgr.ok() ? std::move(mgr).value() : nullptr;
+  }
+
+  void Save(CheckpointManager& mgr, int64_t step, double loss) {
+    TestModel model(step, 256);
+    auto saved = mgr.Save(step, model.MakeState(),
+                          {.epoch = step - 1, .metrics = {{"loss", loss}}});
+    ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+  }
+
+  std::string dir_;
+  std::string catalog_url_;
+};
+
+INSTANTIATE_TEST_SUITE_P(Databases, CatalogCliTest,
+                         ::testing::Values("Sqlite", "Postgres"),
+                         [](const auto& info) { return info.param; });
+
+// The model a job holds after its step `step`.
+TestModel ModelAt(int64_t job, int64_t step) {
+  return TestModel(static_cast<uint64_t>(job * 1000 + step), 512);
+}
+
+TEST_P(CatalogCliTest, AKilledJobResumesFromExactlyItsLastCheckpoint) {
+  constexpr int64_t kSteps = 4;
+  for (int64_t k = 1; k <= kSteps; ++k) {
+    const std::string job = "train-" + std::to_string(k);
+    const std::string root = Root(job);
+    std::fflush(nullptr);
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      // The job: saves after every step, and is killed after step k.
+      auto catalog = OpenCatalog(catalog_url_);
+      if (!catalog.ok() || *catalog == nullptr) _exit(3);
+      Options options;
+      options.job_id = job;
+      options.catalog = std::move(catalog).value();
+      auto mgr = CheckpointManager::Open(root, options);
+      if (!mgr.ok()) _exit(4);
+      for (int64_t step = 1; step <= kSteps; ++step) {
+        TestModel model = ModelAt(k, step);
+        if (!(*mgr)->Save(step, model.MakeState(), {.epoch = step - 1}).ok()) {
+          _exit(5);
+        }
+        if (step == k) raise(SIGKILL);
+      }
+      _exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+        << "job " << job << " ended with status " << status;
+
+    // The scheduler asks the catalog where to resume...
+    RunResult r = Catalog({"latest", job});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, root + "\t" + std::to_string(k) + "\n");
+    r = Catalog({"latest", job, "--json"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const json row = json::parse(r.out);
+    ASSERT_EQ(row["root"], root);
+    ASSERT_EQ(row["step"], k);
+
+    // ...and the job resumes from exactly that checkpoint.
+    auto mgr = Open(row["root"].get<std::string>(), job);
+    ASSERT_NE(mgr, nullptr);
+    TestModel resumed(0, 512);
+    State state = resumed.MakeState();
+    auto loaded = mgr->Load(row["step"].get<int64_t>(), state);
+    ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+    EXPECT_EQ(loaded->step, k);
+    EXPECT_EQ(loaded->epoch, k - 1);
+    const TestModel expected = ModelAt(k, k);
+    EXPECT_EQ(resumed.weights, expected.weights) << "after step " << k;
+    EXPECT_EQ(resumed.moments, expected.moments);
+    EXPECT_EQ(resumed.counters, expected.counters);
+    // It goes on, and the catalog follows.
+    TestModel next = ModelAt(k, k + 1);
+    ASSERT_TRUE(mgr->Save(k + 1, next.MakeState()).ok());
+    r = Catalog({"latest", job});
+    EXPECT_EQ(r.out, root + "\t" + std::to_string(k + 1) + "\n") << r.err;
+  }
+}
+
+TEST_P(CatalogCliTest, SyncRepairsRowsDeletedByHandAndMarksRemovedOnes) {
+  const std::string root = Root("run");
+  auto mgr = Open(root, "run");
+  ASSERT_NE(mgr, nullptr);
+  for (int64_t step = 1; step <= 4; ++step) Save(*mgr, step, 1.0 / step);
+  {
+    // Rows deleted by hand...
+    auto conn = catalog::ConnectSql(catalog_url_);
+    ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+    ASSERT_TRUE((*conn)
+                    ->Query("DELETE FROM ckpt_checkpoints WHERE root = $1 AND "
+                            "step IN (1, 3)",
+                            {root})
+                    .ok());
+  }
+  // ...and a checkpoint removed from storage behind ckpt's back.
+  fs::remove_all(dir_ + "/run/step-000000000004");
+  RunResult r = Catalog({"latest", "run", "--no-check"});
+  EXPECT_EQ(r.out, root + "\t4\n");  // the stale row
+
+  r = Catalog({"sync", root, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json report = json::parse(r.out);
+  EXPECT_EQ(report["root"], root);
+  EXPECT_EQ(report["added"], json({1, 3}));
+  EXPECT_EQ(report["updated"], json::array());
+  EXPECT_EQ(report["marked_deleted"], json({4}));
+  EXPECT_EQ(report["unchanged"], 1);
+
+  r = Catalog({"list", "run", "--all", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json rows = json::parse(r.out);
+  ASSERT_EQ(rows.size(), 4u) << r.out;
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(rows[i]["step"], i + 1);
+    EXPECT_EQ(rows[i]["state"], i == 3 ? "deleted" : "committed") << r.out;
+    EXPECT_EQ(rows[i]["job_id"], "run");
+  }
+  EXPECT_EQ(rows[0]["metrics"]["loss"], 1.0);
+  EXPECT_EQ(rows[2]["metrics"]["loss"], 1.0 / 3);
+  r = Catalog({"latest", "run"});
+  EXPECT_EQ(r.out, root + "\t3\n") << r.err;
+
+  // Once repaired, a sync finds nothing to do.
+  r = Catalog({"sync", root});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out,
+            root + ": 0 added, 0 updated, 0 marked deleted, 3 unchanged\n");
+}
+
+TEST_P(CatalogCliTest, LatestSkipsARowWhoseCheckpointIsGone) {
+  const std::string root = Root("gone");
+  auto mgr = Open(root, "gone");
+  ASSERT_NE(mgr, nullptr);
+  Save(*mgr, 1, 0.5);
+  Save(*mgr, 2, 0.4);
+  fs::remove_all(dir_ + "/gone/step-000000000002");
+  RunResult r = Catalog({"latest", "gone"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, root + "\t1\n");
+  EXPECT_TRUE(Contains(r.err, "skipping step 2"));
+  EXPECT_TRUE(Contains(r.err, "ckpt catalog sync " + root));
+  fs::remove_all(dir_ + "/gone/step-000000000001");
+  r = Catalog({"latest", "gone"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(Contains(r.err, "2 rows did not check out"));
+}
+
+TEST_P(CatalogCliTest, JobsListAndBest) {
+  auto a = Open(Root("a"), "alpha");
+  auto b = Open(Root("b"), "beta");
+  ASSERT_TRUE(a && b);
+  Save(*a, 1, 0.9);
+  Save(*a, 2, 0.2);
+  Save(*a, 3, 0.5);
+  Save(*b, 10, 0.1);
+
+  RunResult r = Catalog({"jobs"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.out, "JOB"));
+  EXPECT_TRUE(Contains(r.out, "alpha"));
+  EXPECT_TRUE(Contains(r.out, Root("b")));
+  r = Catalog({"jobs", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  json jobs = json::parse(r.out);
+  ASSERT_EQ(jobs.size(), 2u);
+  EXPECT_EQ(jobs[0]["job_id"], "alpha");
+  EXPECT_EQ(jobs[0]["committed"], 3);
+  EXPECT_EQ(jobs[0]["latest_step"], 3);
+  EXPECT_EQ(jobs[1]["root"], Root("b"));
+
+  r = Catalog({"list", "alpha"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.out, "loss=0.2"));
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 4) << r.out;
+  r = Catalog({"list", "--json", "--limit", "1", "alpha"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out).size(), 1u);
+  EXPECT_EQ(json::parse(r.out)[0]["step"], 3);
+  r = Catalog({"list", "--root", dir_ + "/b"});  // a plain path works too
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.out, "beta"));
+  EXPECT_FALSE(Contains(r.out, "alpha"));
+
+  r = Catalog({"best", "alpha", "--metric", "loss", "--min"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, Root("a") + "\t2\t0.2\n");
+  r = Catalog({"best", "alpha", "--metric", "loss", "--max", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["step"], 1);
+  r = Catalog({"best", "alpha", "--metric", "accuracy"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(Contains(r.err, "metric \"accuracy\""));
+}
+
+TEST_P(CatalogCliTest, GcAndImportKeepTheCatalogCurrent) {
+  const std::string root = Root("kept");
+  auto mgr = Open(root, "kept");
+  ASSERT_NE(mgr, nullptr);
+  for (int64_t step = 1; step <= 3; ++step) Save(*mgr, step, 1.0);
+  // The default catalog ($CKPT_CATALOG here) records what gc deletes...
+  RunResult r = Ckpt({"gc", root, "--keep-last", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = Catalog({"list", "kept", "--deleted", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out).size(), 2u) << r.out;
+  // ...and what import commits.
+  const std::string file = dir_ + "/model.safetensors";
+  r = Ckpt({"export", root, file});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string other = Root("imported");
+  r = Ckpt({"import", file, other, "--step", "7", "--catalog", catalog_url_});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = Catalog({"latest", other});  // the job id defaults to the root
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, other + "\t7\n");
+}
+
+TEST_P(CatalogCliTest, NothingToReportIsExitOne) {
+  RunResult r = Catalog({"latest", "nobody"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(Contains(r.err, "ckpt catalog latest: NotFound"));
+  EXPECT_TRUE(Contains(r.err, "\"nobody\""));
+  r = Catalog({"jobs"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.out, "no jobs"));
+  r = Ckpt({"catalog", "jobs", "--catalog", "none"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(Contains(r.err, "turned off"));
+}
+
+TEST(CatalogCliUsageTest, HelpAndUsageErrors) {
+  const std::string program = CKPT_CLI_PATH;
+  auto run = [&](std::vector<std::string> args) {
+    std::string command = program;
+    for (const auto& a : args) command += " '" + a + "'";
+    command += " 2>&1";
+    FILE* pipe = popen(command.c_str(), "r");
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
+    const int status = pclose(pipe);
+    return std::make_pair(WEXITSTATUS(status), out);
+  };
+  auto [code, top] = run({"catalog", "--help"});
+  EXPECT_EQ(code, 0) << top;
+  for (const char* sub : {"jobs", "list", "latest", "best", "sync"}) {
+    EXPECT_TRUE(Contains(top, sub));
+    auto [c, help] = run({"catalog", sub, "--help"});
+    EXPECT_EQ(c, 0) << help;
+    EXPECT_TRUE(Contains(help, "--json")) << sub;
+    EXPECT_TRUE(Contains(help, "--catalog")) << sub;
+    EXPECT_TRUE(Contains(help, "Examples:")) << sub;
+  }
+  const std::vector<std::vector<std::string>> usage = {
+      {"catalog"},
+      {"catalog", "latest"},
+      {"catalog", "best", "job"},
+      {"catalog", "best", "job", "--metric", "x", "--min", "--max"},
+      {"catalog", "list", "--all", "--deleted"},
+      {"catalog", "sync"},
+  };
+  for (const auto& args : usage) {
+    auto [c, out] = run(args);
+    EXPECT_EQ(c, 2) << out;
+    EXPECT_TRUE(Contains(out, "--help"));
+  }
+}
+
+TEST(CatalogCliPostgresTest, AWrongPasswordIsAClearError) {
+  auto server = ckpt::testing::SharedPostgresServer();
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const std::string url = (*server)->PasswordUrl("wrong-secret");
+  const std::string command =
+      std::string(CKPT_CLI_PATH) + " catalog jobs --catalog '" + url + "' 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
+  EXPECT_EQ(WEXITSTATUS(pclose(pipe)), 1) << out;
+  EXPECT_TRUE(Contains(out,
+                       "ckpt catalog jobs: InvalidArgument: open catalog "
+                       "postgresql://ckpt_pw:***@127.0.0.1"));
+  EXPECT_TRUE(Contains(out, "password authentication failed"));
+  EXPECT_FALSE(Contains(out, "wrong-secret"));
+}
+
+}  // namespace
+}  // namespace ckpt
