@@ -1,0 +1,47 @@
+"""ckpt: durable, atomic checkpoints of NumPy arrays and PyTorch tensors.
+
+    import ckpt
+    mgr = ckpt.open("file:///data/run42", keep_last=3)
+    mgr.save(step, {"model": model.state_dict(), "epoch": epoch})
+    state = mgr.load(as_torch=True)        # the newest committed step
+
+A state is a dict; its values may be NumPy arrays (bool, int8..int64,
+uint8..uint64, float16, float32, float64), CPU torch tensors (those dtypes
+and bfloat16), bytes (blobs), int, float, str, bool and None (metadata
+entries that load as the same Python type), ckpt.Metadata (a JSON object
+kept as one entry), and dicts, lists and tuples of these. Nested containers
+become dotted entry names ("model.fc.weight") and are rebuilt on load.
+
+Arrays and tensors are neither copied on save (the library reads their
+buffers) nor on load (it reads into the arrays it returns, or, with
+load_into, into yours), except that a non-contiguous or big-endian array is
+first copied into a C-contiguous one.
+
+Every error is a ckpt.Error: InvalidArgument (also a ValueError), NotFound,
+AlreadyExists, DataLoss, IOError, Unavailable, Aborted, FailedPrecondition.
+"""
+
+from ckpt._ckpt import (
+    Aborted,
+    AlreadyExists,
+    AsyncSave,
+    CheckpointInfo,
+    DataLoss,
+    EntryInfo,
+    Error,
+    FailedPrecondition,
+    InvalidArgument,
+    IOError,
+    NotFound,
+    SaveResult,
+    Unavailable,
+)
+from ckpt._manager import CheckpointManager, open
+from ckpt._tree import Metadata
+
+__all__ = [
+    "Aborted", "AlreadyExists", "AsyncSave", "CheckpointInfo",
+    "CheckpointManager", "DataLoss", "EntryInfo", "Error",
+    "FailedPrecondition", "IOError", "InvalidArgument", "Metadata",
+    "NotFound", "SaveResult", "Unavailable", "open",
+]

@@ -1,0 +1,213 @@
+"""CheckpointManager: the Python face of ckpt::CheckpointManager."""
+
+import json
+import os
+from collections.abc import Mapping
+
+from ckpt import _ckpt, _tree, _values
+
+
+class CheckpointManager:
+    """Saves and loads the checkpoints under one root.
+
+    `url` is a file:// URL, a plain path, or mem://NAME (in-process, for
+    tests). Retention (every rule is off by default, and then nothing is ever
+    deleted; with any rule on, a checkpoint is deleted once no rule keeps it,
+    and the newest is always kept):
+
+      keep_last              keep the newest N
+      keep_every_n_steps     keep every step that is a multiple of K
+      keep_every_seconds     keep the first checkpoint of each S-second window
+      keep_best, best_metric, best_higher_is_better
+                             keep the M best by a metric passed to save()
+                             (lower is better unless best_higher_is_better)
+
+    Other options: min_seconds_between_saves (a save sooner than that after
+    the previous one is skipped: SaveResult.skipped), job_id (recorded in
+    manifests; default the URL), gc_after_save (remove dead attempts'
+    objects after every save), gc_grace_seconds, create (create the root if
+    it does not exist), chunk_size (bytes per checksummed chunk).
+
+    One process, one rank: the C++ library has no multi-rank communicator
+    yet, so there is none to pass; there is no catalog yet either.
+
+    Errors raise ckpt.Error subclasses (ckpt.NotFound, ckpt.DataLoss, ...)
+    with the library's message. The GIL is released while the library reads
+    and writes. Calls on one manager are serialized.
+    """
+
+    def __init__(self, url, *, keep_last=0, keep_every_n_steps=0,
+                 keep_every_seconds=0, keep_best=0, best_metric="",
+                 best_higher_is_better=False, min_seconds_between_saves=0.0,
+                 job_id="", gc_after_save=True, gc_grace_seconds=3600,
+                 create=True, chunk_size=4 << 20):
+        self._m = _ckpt.Manager(
+            os.fspath(url), keep_last=keep_last,
+            keep_every_n_steps=keep_every_n_steps,
+            keep_every_seconds=keep_every_seconds, keep_best=keep_best,
+            best_metric=best_metric,
+            best_higher_is_better=best_higher_is_better,
+            min_seconds_between_saves=min_seconds_between_saves,
+            job_id=job_id, gc_after_save=gc_after_save,
+            gc_grace_seconds=gc_grace_seconds, create=create,
+            chunk_size=chunk_size)
+
+    @property
+    def url(self):
+        return self._m.url
+
+    def __repr__(self):
+        return f"ckpt.CheckpointManager({self.url!r})"
+
+    def save(self, step, state, metadata=None, epoch=None, metrics=None):
+        """Saves `state` as `step` and returns a SaveResult.
+
+        `state` is a dict of NumPy arrays, CPU torch tensors, bytes, int,
+        float, str, bool, None, ckpt.Metadata, and dicts, lists and tuples
+        of these (see the package docstring). Arrays are read in place, not
+        copied. `metadata` (str -> str), `epoch` and `metrics` (str ->
+        float, used by keep_best) go into the manifest. Raises
+        ckpt.AlreadyExists if `step` is committed.
+        """
+        return self._m.save(step, self._entries(state),
+                            *self._save_options(metadata, epoch, metrics))
+
+    def save_async(self, step, state, metadata=None, epoch=None,
+                   metrics=None):
+        """Starts saving `state` as `step` on a background thread.
+
+        Returns a handle: handle.wait() blocks until the save has ended and
+        returns its SaveResult (or raises its error); handle.done() says
+        whether it has. The arrays are NOT copied: the thread reads them
+        while it writes, so the caller must not modify them until wait()
+        returns, or the checkpoint may hold a mix of old and new values.
+        That lets the write overlap work that leaves the state alone
+        (evaluation, logging, loading the next data); to overlap training
+        itself, pass copies (e.g. {k: v.clone() for ...}). Saves of one
+        manager commit in the order they were started, and save() waits for
+        pending ones. A dropped handle waits for its save.
+        """
+        return self._m.save_async(step, self._entries(state),
+                                  *self._save_options(metadata, epoch,
+                                                      metrics))
+
+    def load(self, step=None, *, as_torch=False):
+        """Loads `step` (default: the newest committed) and returns its state.
+
+        Tensors come back as NumPy arrays that own their memory (the bytes
+        are read straight into them), or as torch tensors sharing that
+        memory with as_torch=True (uint16/32/64 stay NumPy arrays: torch
+        1.13 has no such dtypes). bfloat16 entries come back as
+        torch.bfloat16 tensors whenever torch is importable, else as uint16
+        arrays of their bits, with a warning. Containers, scalars and bytes
+        come back as they were saved. A checkpoint written from C++ comes
+        back as nested dicts split at the dots of its entry names, its
+        metadata maps as ckpt.Metadata.
+        """
+        _, entries = self._m.load(step)
+        tree, values = None, {}
+        for name, kind, dtype, value in entries:
+            if name == _tree.TREE_ENTRY and kind == "metadata":
+                tree = json.loads(value)
+            elif kind == "tensor":
+                values[name] = _values.decode_tensor(name, value, dtype,
+                                                     as_torch)
+            elif kind == "blob":
+                values[name] = value
+            else:
+                values[name] = _values.decode_metadata(value)
+        if tree is None:
+            return _tree.unflatten_dotted(values)
+        return _tree.unflatten(tree, values)
+
+    def load_into(self, state, step=None, *, strict=False):
+        """Fills `state` in place from `step` (default: the newest).
+
+        Every array and tensor in `state` receives the bytes of the entry
+        of the same name, written straight into its memory (no new array is
+        made, so a model's parameters are updated through its state_dict());
+        dtype and shape must match. A non-contiguous target is filled
+        through a contiguous staging copy. Other values (bytes, int, str,
+        ...) are replaced in their dict or list. Entries of the checkpoint
+        that `state` lacks are ignored, unless strict=True. Returns the
+        CheckpointInfo of the step loaded.
+
+        A checksum mismatch raises ckpt.DataLoss and may leave the arrays
+        partly written.
+        """
+        desc = self._m.describe(step)
+        stored = {e.name: e for e in desc.entries}
+        leaves, _ = _tree.flatten(state)
+        if strict:
+            wanted = {name for name, _, _ in leaves}
+            extra = [n for n in stored
+                     if n not in wanted and n != _tree.TREE_ENTRY]
+            if extra:
+                raise _ckpt.InvalidArgument(
+                    f"strict load of step {desc.info.step}: the state has no "
+                    f"entry {extra[0]!r} ({len(extra)} missing)")
+        entries, finishers, paths = [], [], {}
+        for name, path, value in leaves:
+            e = stored.get(name)
+            target = _values.fill_target(
+                name, value, e.dtype if e is not None and e.kind == "tensor"
+                else None)
+            if target is None:
+                entries.append((name, _values.blob_kind(value), None, None))
+                paths[name] = path
+                continue
+            array, dtype, finish = target
+            entries.append((name, "tensor", array, dtype))
+            if finish is not None:
+                finishers.append(finish)
+        info, values = self._m.load_into(desc.info.step, entries, False)
+        for finish in finishers:
+            finish()
+        for name, kind, value in values:
+            if kind == "metadata":
+                value = _values.decode_metadata(value)
+            _tree.assign(state, paths[name], value)
+        return info
+
+    def latest(self):
+        """The newest committed step, or None."""
+        return self._m.latest()
+
+    def list(self):
+        """Every committed checkpoint (CheckpointInfo), oldest first."""
+        return self._m.list()
+
+    def describe(self, step=None):
+        """The entries of `step` (default: the newest): name, kind, dtype,
+        shape, bytes."""
+        return self._m.describe(step)
+
+    def delete(self, step):
+        """Deletes the committed checkpoint `step`."""
+        self._m.delete(step)
+
+    def _entries(self, state):
+        leaves, tree = _tree.flatten(state)
+        entries = [(name, *_values.encode(name, value))
+                   for name, _, value in leaves]
+        entries.append((_tree.TREE_ENTRY, "metadata", json.dumps(tree), None))
+        return entries
+
+    @staticmethod
+    def _save_options(metadata, epoch, metrics):
+        metadata = {} if metadata is None else metadata
+        metrics = {} if metrics is None else metrics
+        if not isinstance(metadata, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str)
+                for k, v in metadata.items()):
+            raise _ckpt.InvalidArgument("metadata must map str to str")
+        if not isinstance(metrics, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, (int, float))
+                for k, v in metrics.items()):
+            raise _ckpt.InvalidArgument("metrics must map str to numbers")
+        return (-1 if epoch is None else epoch, dict(metrics), dict(metadata))
+
+
+def open(url, **options):  # noqa: A001 - ckpt.open, like io.open
+    """CheckpointManager(url, **options)."""
+    return CheckpointManager(url, **options)

@@ -1,0 +1,235 @@
+"""Leaves of a state: how one Python value becomes one checkpoint entry.
+
+  NumPy array or scalar  tensor, its own dtype (bool, int8..int64,
+                         uint8..uint64, float16, float32, float64)
+  torch.Tensor (CPU)     tensor; bfloat16 is stored as BF16
+  bytes, bytearray       blob
+  int, float, str, bool, metadata entry {"python_type": T, "value": V}, so
+  None                   that load returns the same Python type
+  ckpt.Metadata          metadata entry holding that JSON object
+
+Saving borrows the memory of C-contiguous, little-endian arrays and tensors:
+no copy is made. Any other array (a transposed view, a big-endian dtype) is
+first copied into a C-contiguous one.
+"""
+
+import json
+import math
+import sys
+import warnings
+
+import numpy as np
+
+from ckpt import _ckpt
+from ckpt._tree import Metadata
+
+TYPE_KEY = "python_type"
+
+# NumPy kinds with a safetensors dtype, and their allowed widths in bytes.
+_SAVEABLE = {"b": (1,), "i": (1, 2, 4, 8), "u": (1, 2, 4, 8), "f": (2, 4, 8)}
+
+# Checkpoint dtypes NumPy has no type for; they load as integers this wide.
+_RAW_DTYPES = {"BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1}
+
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _loaded_torch():
+    """torch, if the program imported it: only then can a value be a tensor."""
+    return sys.modules.get("torch")
+
+
+def _saveable(dtype):
+    return dtype.itemsize in _SAVEABLE.get(dtype.kind, ())
+
+
+def _unsupported(name, what):
+    return _ckpt.InvalidArgument(
+        f"entry {name!r}: {what} has no safetensors dtype (ckpt stores bool, "
+        f"int8..int64, uint8..uint64, float16, bfloat16, float32, float64)")
+
+
+def _saveable_array(name, array):
+    if not _saveable(array.dtype):
+        raise _unsupported(name, f"NumPy dtype {array.dtype}")
+    if array.dtype.byteorder == ">":
+        array = array.astype(array.dtype.newbyteorder("<"))
+    if not array.flags.c_contiguous:
+        array = np.ascontiguousarray(array)
+    return array
+
+
+def _cpu_tensor(name, tensor, torch):
+    if tensor.device.type != "cpu":
+        raise _ckpt.InvalidArgument(
+            f"entry {name!r}: the tensor is on {tensor.device}; ckpt saves "
+            f"CPU tensors (use tensor.cpu())")
+    if tensor.layout != torch.strided:
+        raise _ckpt.InvalidArgument(
+            f"entry {name!r}: a {tensor.layout} tensor; ckpt saves dense "
+            f"(strided) tensors")
+    return tensor.detach()
+
+
+def _tensor_array(name, tensor, torch):
+    """A NumPy view of a CPU tensor's memory, and the dtype to store."""
+    t = _cpu_tensor(name, tensor, torch)
+    if not t.is_contiguous():
+        t = t.contiguous()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy(), "BF16"
+    if t.dtype not in _torch_saveable(torch):
+        raise _unsupported(name, f"torch dtype {t.dtype}")
+    return _saveable_array(name, t.numpy()), None
+
+
+def _torch_saveable(torch):
+    """torch dtypes that .numpy() turns into a saveable NumPy dtype."""
+    return (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32,
+            torch.int64, torch.float16, torch.float32, torch.float64)
+
+
+def _metadata_json(name, obj):
+    try:
+        return json.dumps(obj, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise _ckpt.InvalidArgument(
+            f"entry {name!r}: cannot be stored as JSON: {e}") from None
+
+
+def encode(name, value):
+    """(kind, value, dtype) of the entry that stores `value`, for _ckpt."""
+    if isinstance(value, Metadata):
+        return "metadata", _metadata_json(name, dict(value)), None
+    if isinstance(value, np.ndarray) or (isinstance(value, np.generic)
+                                         and _saveable(value.dtype)):
+        return "tensor", _saveable_array(name, np.asarray(value)), None
+    torch = _loaded_torch()
+    if torch is not None and isinstance(value, torch.Tensor):
+        return ("tensor", *_tensor_array(name, value, torch))
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return "blob", bytes(value), None
+    if value is None:
+        scalar = {TYPE_KEY: "none"}
+    elif isinstance(value, bool):
+        scalar = {TYPE_KEY: "bool", "value": bool(value)}
+    elif isinstance(value, int):
+        v = int(value)
+        # JSON numbers beyond 64 bits do not survive every parser.
+        scalar = {TYPE_KEY: "int",
+                  "value": v if _INT64_MIN <= v <= _INT64_MAX else str(v)}
+    elif isinstance(value, float):
+        v = float(value)
+        scalar = {TYPE_KEY: "float", "value": v if math.isfinite(v) else repr(v)}
+    elif isinstance(value, str):
+        scalar = {TYPE_KEY: "str", "value": str(value)}
+    else:
+        raise _ckpt.InvalidArgument(
+            f"entry {name!r}: ckpt cannot save a {type(value).__name__} (it "
+            f"saves NumPy arrays, torch tensors, bytes, int, float, str, bool, "
+            f"None, ckpt.Metadata, and dicts, lists and tuples of them)")
+    return "metadata", _metadata_json(name, scalar), None
+
+
+def decode_metadata(text):
+    """The Python value of a metadata entry's JSON."""
+    obj = json.loads(text)
+    if not (isinstance(obj, dict) and TYPE_KEY in obj
+            and set(obj) <= {TYPE_KEY, "value"}):
+        return Metadata(obj)
+    kind, v = obj[TYPE_KEY], obj.get("value")
+    if kind == "none":
+        return None
+    if kind == "bool":
+        return bool(v)
+    if kind == "int":
+        return int(v)
+    if kind == "float":
+        return float(v)  # also "nan", "inf", "-inf"
+    if kind == "str":
+        return str(v)
+    return Metadata(obj)
+
+
+def decode_tensor(name, array, dtype, as_torch):
+    """The value to return for a loaded tensor entry (see CheckpointManager.load)."""
+    if dtype == "BF16":
+        try:
+            import torch
+        except ImportError:
+            warnings.warn(
+                f"entry {name!r} is bfloat16 and torch is not importable: "
+                f"returning its raw bits as a uint16 array", stacklevel=3)
+            return array
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    if dtype in _RAW_DTYPES:
+        warnings.warn(
+            f"entry {name!r} is {dtype}, which neither NumPy nor this torch "
+            f"has: returning its raw bits as a uint8 array", stacklevel=3)
+        return array
+    if not as_torch:
+        return array
+    import torch
+    if array.dtype.kind == "u" and array.dtype.itemsize > 1:
+        warnings.warn(
+            f"entry {name!r} is {array.dtype}, which torch {torch.__version__} "
+            f"lacks: returning a NumPy array", stacklevel=3)
+        return array
+    return torch.from_numpy(array)
+
+
+def fill_target(name, value, stored_dtype):
+    """How load_into fills `value` in place.
+
+    Returns None for a value that is not an array (load_into replaces it in
+    its container), else (array, dtype, finish): `array` is the C-contiguous,
+    writable NumPy array the checkpoint's bytes go into, `dtype` the stored
+    dtype when NumPy cannot name it, and `finish` None when `array` is the
+    value's own memory, or a function that copies `array` into the value
+    (for non-contiguous or big-endian targets).
+    """
+    torch = _loaded_torch()
+    if torch is not None and isinstance(value, torch.Tensor):
+        t = _cpu_tensor(name, value, torch)
+        finish = None
+        if not t.is_contiguous():
+            target, t = t, torch.empty_like(
+                t, memory_format=torch.contiguous_format)
+
+            def finish(src=t, dst=target):
+                with torch.no_grad():
+                    dst.copy_(src)
+        if t.dtype == torch.bfloat16:
+            return t.view(torch.int16).numpy(), "BF16", finish
+        if t.dtype not in _torch_saveable(torch):
+            raise _unsupported(name, f"torch dtype {t.dtype}")
+        array = t.numpy()
+        return array, _raw_dtype(array.dtype, stored_dtype), finish
+    if isinstance(value, np.ndarray):
+        if not _saveable(value.dtype):
+            raise _unsupported(name, f"NumPy dtype {value.dtype}")
+        if not value.flags.writeable:
+            raise _ckpt.InvalidArgument(
+                f"entry {name!r}: the array is read-only; load_into fills "
+                f"arrays in place")
+        dtype = _raw_dtype(value.dtype, stored_dtype)
+        if value.flags.c_contiguous and value.dtype.byteorder != ">":
+            return value, dtype, None
+        staging = np.empty(value.shape, value.dtype.newbyteorder("="))
+        return staging, dtype, lambda: np.copyto(value, staging)
+    return None
+
+
+def _raw_dtype(array_dtype, stored_dtype):
+    """The stored dtype, where NumPy lacks it and an integer array as wide
+    receives its raw bits; else None (the array's own dtype)."""
+    if (stored_dtype in _RAW_DTYPES and array_dtype.kind in "iu"
+            and array_dtype.itemsize == _RAW_DTYPES[stored_dtype]):
+        return stored_dtype
+    return None
+
+
+def blob_kind(value):
+    """The entry kind load_into asks for, for a value that is not an array."""
+    return "blob" if isinstance(value, (bytes, bytearray, memoryview)) else \
+        "metadata"

@@ -1,0 +1,87 @@
+"""save_async, and the GIL being released during I/O."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import ckpt
+
+
+def test_save_async_commits_on_wait(mgr):
+    state = {"w": np.arange(1 << 20, dtype=np.float32), "epoch": 1}
+    handle = mgr.save_async(1, state, epoch=0)
+    assert handle.step == 1
+    result = handle.wait()
+    assert handle.done() and not result.skipped and result.info.step == 1
+    assert handle.wait().info.step == 1  # waiting again gives the same result
+    assert (mgr.load()["w"] == state["w"]).all()
+
+
+def test_async_saves_commit_in_order(root):
+    mgr = ckpt.open(root, keep_last=2)
+    handles = [mgr.save_async(s, {"x": np.full(1000, s)}) for s in range(1, 6)]
+    last = mgr.save(6, {"x": np.full(1000, 6)})  # waits for the pending ones
+    assert all(h.done() for h in handles)
+    deleted = [s for h in handles for s in h.wait().deleted_steps]
+    assert deleted + last.deleted_steps == [1, 2, 3, 4]
+    assert [i.step for i in mgr.list()] == [5, 6]
+
+
+def test_async_error_is_raised_by_wait(mgr):
+    mgr.save(1, {"x": np.zeros(1)})
+    handle = mgr.save_async(1, {"x": np.zeros(1)})
+    with pytest.raises(ckpt.AlreadyExists):
+        handle.wait()
+    with pytest.raises(ckpt.AlreadyExists):
+        handle.wait()
+
+
+def test_dropped_handle_still_saves_and_keeps_arrays_alive(mgr):
+    mgr.save_async(1, {"w": np.arange(1 << 18, dtype=np.float64)})
+    # The handle and the only reference to the array are gone; the save
+    # must neither read freed memory nor be lost.
+    mgr.save(2, {"x": np.zeros(1)})
+    assert (mgr.load(1)["w"] == np.arange(1 << 18)).all()
+
+
+def longest_stall_during(action):
+    """Runs `action` while a Python thread ticks; returns (the longest gap
+    between ticks, the action's duration), in seconds."""
+    ticks, stop = [], threading.Event()
+
+    def tick():
+        while not stop.is_set():
+            ticks.append(time.perf_counter())
+            time.sleep(0.001)
+
+    thread = threading.Thread(target=tick)
+    thread.start()
+    time.sleep(0.02)
+    start = time.perf_counter()
+    action()
+    end = time.perf_counter()
+    stop.set()
+    thread.join()
+    during = [t for t in ticks if start <= t <= end] + [end]
+    gaps = [b - a for a, b in zip([start] + during, during)]
+    return max(gaps), end - start
+
+
+def test_gil_is_released_during_save_and_load(mgr):
+    big = {"w": np.ones(32 << 20, dtype=np.float32)}  # 128 MiB
+    steps = iter(range(1, 100))
+
+    def ticks_through(action):
+        # With the GIL held the ticking thread stalls for the whole call,
+        # every time; a busy machine may stall it now and then anyway, so
+        # one clean call out of three is proof enough.
+        results = [longest_stall_during(action) for _ in range(3)]
+        assert any(stall < max(took / 2, 0.02) for stall, took in results), \
+            results
+        return results
+
+    results = ticks_through(lambda: mgr.save(next(steps), big))
+    assert all(took > 0.05 for _, took in results)
+    ticks_through(lambda: mgr.load_into(big))

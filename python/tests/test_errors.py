@@ -1,0 +1,81 @@
+"""Errors surface as ckpt.Error subclasses with the library's message."""
+
+import glob
+import os
+
+import numpy as np
+import pytest
+
+import ckpt
+from ckpt import _ckpt
+
+CODES = ["InvalidArgument", "NotFound", "AlreadyExists", "DataLoss",
+         "IOError", "Unavailable", "Aborted", "FailedPrecondition"]
+
+
+@pytest.mark.parametrize("code", CODES)
+def test_every_code_maps_to_its_class(code):
+    cls = getattr(ckpt, code)
+    assert issubclass(cls, ckpt.Error) and cls is not ckpt.Error
+    assert cls.__module__ == "ckpt" and cls.__name__ == code
+    with pytest.raises(cls) as e:
+        _ckpt._raise_status(code, f"what went wrong: {code}")
+    assert str(e.value) == f"what went wrong: {code}"
+    others = [getattr(ckpt, c) for c in CODES if c != code]
+    assert not isinstance(e.value, tuple(others))
+
+
+def test_invalid_argument_is_also_a_value_error():
+    assert issubclass(ckpt.InvalidArgument, ValueError)
+    assert not issubclass(ckpt.DataLoss, ValueError)
+
+
+def test_bad_url_is_invalid_argument():
+    with pytest.raises(ckpt.InvalidArgument, match="nope://x"):
+        ckpt.open("nope://x")
+
+
+def test_missing_root_without_create_is_not_found(tmp_path):
+    with pytest.raises(ckpt.NotFound):
+        ckpt.open(tmp_path / "absent", create=False)
+
+
+def test_missing_step_is_not_found(mgr):
+    with pytest.raises(ckpt.NotFound, match="step 9"):
+        mgr.load(9)
+    with pytest.raises(ckpt.NotFound):
+        mgr.load()  # no checkpoint at all
+    with pytest.raises(ckpt.NotFound):
+        mgr.delete(9)
+
+
+def test_committed_step_is_already_exists(mgr):
+    mgr.save(1, {"x": np.zeros(1)})
+    with pytest.raises(ckpt.AlreadyExists, match="step 1"):
+        mgr.save(1, {"x": np.zeros(1)})
+
+
+def test_bad_entry_name_is_invalid_argument(mgr):
+    with pytest.raises(ckpt.InvalidArgument, match="entry name"):
+        mgr.save(1, {"a/../b": np.zeros(1)})
+
+
+def flip_last_byte(root):
+    [data] = glob.glob(os.path.join(root, "step-*", "*.safetensors"))
+    with open(data, "r+b") as f:
+        f.seek(-1, os.SEEK_END)
+        byte = f.read(1)[0]
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([byte ^ 0x40]))
+
+
+def test_corrupt_data_file_raises_data_loss(root):
+    mgr = ckpt.open(root)
+    mgr.save(1, {"w": np.arange(1000, dtype=np.float32)})
+    flip_last_byte(root)
+    with pytest.raises(ckpt.DataLoss, match="checksum"):
+        mgr.load(1)
+    with pytest.raises(ckpt.DataLoss, match="checksum"):
+        mgr.load_into({"w": np.zeros(1000, np.float32)})
+    with pytest.raises(ckpt.DataLoss):
+        ckpt.open(root).load()

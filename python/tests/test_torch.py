@@ -1,0 +1,114 @@
+"""PyTorch CPU tensors, bfloat16 included."""
+
+import numpy as np
+import pytest
+import torch
+
+import ckpt
+
+TORCH_DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32,
+                torch.int64, torch.float16, torch.bfloat16, torch.float32,
+                torch.float64]
+
+
+def random_tensor(dtype, shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    width = torch.empty((), dtype=dtype).element_size()
+    n = int(np.prod(shape))
+    raw = torch.randint(0, 256, (n * width,), dtype=torch.uint8, generator=g)
+    if dtype == torch.bool:
+        return (raw % 2).bool().reshape(shape)
+    return raw.view(dtype).reshape(shape)
+
+
+def same_bits(a, b):
+    assert a.dtype == b.dtype and a.shape == b.shape
+    if a.dtype == torch.bfloat16:
+        a, b = a.view(torch.int16), b.view(torch.int16)
+    return torch.equal(a, b) or a.numpy().tobytes() == b.numpy().tobytes()
+
+
+@pytest.mark.parametrize("dtype", TORCH_DTYPES, ids=str)
+def test_tensors_round_trip(mgr, dtype):
+    state = {"t": random_tensor(dtype, (4, 3)),
+             "empty": random_tensor(dtype, (0, 3)),
+             "scalar": random_tensor(dtype, ())}
+    mgr.save(1, state)
+    got = mgr.load(as_torch=True)
+    for name, t in state.items():
+        assert isinstance(got[name], torch.Tensor), name
+        assert same_bits(t, got[name]), name
+
+
+def test_bfloat16_is_stored_as_bf16(mgr):
+    t = torch.tensor([1.0, -2.5, 3.140625], dtype=torch.bfloat16)
+    mgr.save(1, {"w": t})
+    [entry] = [e for e in mgr.describe().entries if e.name == "w"]
+    assert (entry.dtype, entry.shape) == ("BF16", [3])
+    got = mgr.load()["w"]  # a bfloat16 tensor even without as_torch
+    assert got.dtype == torch.bfloat16
+    assert torch.equal(got, t)
+
+
+def test_numpy_by_default(mgr):
+    mgr.save(1, {"t": torch.arange(6, dtype=torch.float32)})
+    got = mgr.load()["t"]
+    assert isinstance(got, np.ndarray) and got.dtype == np.float32
+
+
+def test_as_torch_shares_the_loaded_memory(mgr):
+    mgr.save(1, {"t": torch.arange(6, dtype=torch.float32)})
+    t = mgr.load(as_torch=True)["t"]
+    view = t.numpy()  # from_numpy, not a copy: the array is the tensor's memory
+    view[0] = 42
+    assert t[0].item() == 42
+
+
+def test_unsigned_wider_than_a_byte_stays_numpy_with_as_torch(mgr):
+    mgr.save(1, {"u": np.arange(3, dtype=np.uint32)})
+    with pytest.warns(UserWarning, match="lacks"):
+        got = mgr.load(as_torch=True)["u"]
+    assert isinstance(got, np.ndarray) and got.dtype == np.uint32
+
+
+def test_tensors_with_grad_and_non_contiguous_views(mgr):
+    w = torch.randn(4, 5, requires_grad=True)
+    mgr.save(1, {"w": w, "wt": w.t(), "bf_t": w.detach().bfloat16().t()})
+    got = mgr.load(as_torch=True)
+    assert torch.equal(got["w"], w.detach())
+    assert torch.equal(got["wt"], w.detach().t())
+    assert torch.equal(got["bf_t"], w.detach().bfloat16().t())
+    assert not got["w"].requires_grad
+
+
+def test_model_and_optimizer_state_dicts(mgr):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(),
+                                torch.nn.Linear(8, 1)).to(torch.bfloat16)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    model(torch.randn(2, 4, dtype=torch.bfloat16)).sum().backward()
+    opt.step()
+    mgr.save(1, {"model": model.state_dict(), "opt": opt.state_dict()})
+
+    got = mgr.load(as_torch=True)
+    model2 = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(),
+                                 torch.nn.Linear(8, 1)).to(torch.bfloat16)
+    opt2 = torch.optim.Adam(model2.parameters(), lr=0.5)
+    model2.load_state_dict(got["model"])
+    opt2.load_state_dict(got["opt"])
+    for a, b in zip(model.parameters(), model2.parameters()):
+        assert torch.equal(a, b) and b.dtype == torch.bfloat16
+    assert opt2.param_groups[0]["lr"] == 0.01
+    assert opt2.param_groups[0]["betas"] == (0.9, 0.999)
+    for s1, s2 in zip(opt.state.values(), opt2.state.values()):
+        for k in s1:
+            assert torch.equal(s1[k], s2[k]), k
+
+
+def test_unsupported_tensors_raise_invalid_argument(mgr):
+    with pytest.raises(ckpt.InvalidArgument, match="complex"):
+        mgr.save(1, {"c": torch.zeros(2, dtype=torch.complex64)})
+    with pytest.raises(ckpt.InvalidArgument, match="strided"):
+        mgr.save(1, {"s": torch.eye(2).to_sparse()})
+    with pytest.raises(ckpt.InvalidArgument, match="meta"):
+        mgr.save(1, {"m": torch.empty(2, device="meta")})
