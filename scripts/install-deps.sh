@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs every build and test dependency of ckpt from Debian's archive.
+# Installs every build and test dependency of ckpt from Debian's archive, and
+# the S3 tests' server (s3rver) from the npm registry into .deps/npm.
 # Idempotent: when everything is already there it prints nothing and exits 0.
 set -euo pipefail
 
@@ -7,7 +8,11 @@ packages=(
   build-essential cmake ninja-build pkg-config clang clang-format
   libxxhash-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev
+  libsqlite3-dev libpq-dev postgresql
+  pybind11-dev python3-pybind11 python3-numpy python3-pytest python3-torch
   python3
+  libcurl4-openssl-dev libssl-dev
+  libopenmpi-dev openmpi-bin
 )
 
 missing=()
@@ -16,13 +21,37 @@ for p in "${packages[@]}"; do
     missing+=("$p")
   fi
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
-
-if [ "$(id -u)" -ne 0 ]; then
-  echo "install-deps: missing packages: ${missing[*]}; run as root (or with sudo)" >&2
-  exit 1
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "install-deps: missing packages: ${missing[*]}; run as root (or with sudo)" >&2
+    exit 1
+  fi
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-echo "install-deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+
+# The S3 tests' server: s3rver from the npm registry, pinned, into a folder of
+# the repository (.deps/npm, ignored by git). The test binaries start it from
+# there; nothing is fetched at test time. Node and npm come from Debian where
+# the machine has none.
+s3rver_version=3.7.1
+npm_prefix="$(cd "$(dirname "$0")/.." && pwd)/.deps/npm"
+s3rver_pkg="$npm_prefix/node_modules/s3rver/package.json"
+if ! grep -q "\"version\": \"$s3rver_version\"" "$s3rver_pkg" 2>/dev/null; then
+  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    if [ "$(id -u)" -ne 0 ]; then
+      echo "install-deps: node and npm are missing; run as root (or with sudo)" >&2
+      exit 1
+    fi
+    echo "install-deps: installing nodejs npm"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+  fi
+  echo "install-deps: installing s3rver@$s3rver_version into $npm_prefix"
+  mkdir -p "$npm_prefix"
+  npm install --prefix "$npm_prefix" --save-exact --no-audit --no-fund --loglevel=error \
+    "s3rver@$s3rver_version" >/dev/null
+fi

@@ -29,6 +29,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ckpt/catalog.h"
 #include "ckpt/communicator.h"
 #include "ckpt/state.h"
 #include "ckpt/status.h"
@@ -78,6 +79,14 @@ struct Options {
   bool create = true;
   // The ranks of the job; null means a single process. Not owned.
   Communicator* communicator = nullptr;
+  // Where the coordinator records every committed checkpoint, and marks the
+  // ones retention or Delete remove (ckpt/catalog.h); null: no catalog, the
+  // library's default. The `ckpt` tool and the job runner open
+  // OpenCatalog(DefaultCatalogUrl()). A catalog failure never fails a save:
+  // the commit stands, the error is logged as a warning, and `ckpt catalog
+  // sync` repairs the catalog. Loads never consult it. Shared: one catalog
+  // may serve many managers.
+  std::shared_ptr<Catalog> catalog = nullptr;
 
   // --- How fast -------------------------------------------------------------
   // Bytes per checksummed chunk (at least 4096). Smaller chunks localize
@@ -118,6 +127,7 @@ struct CheckpointInfo {
 
 struct EntryInfo {
   std::string name;
+  int owner = -1;  // the rank of a rank-local entry; -1 for the job's
   EntryKind kind = EntryKind::kTensor;
   DType dtype = DType::kU8;
   std::vector<int64_t> shape;
@@ -169,6 +179,10 @@ struct VerifyReport {
   bool ok() const { return problems.empty(); }
 };
 
+// The name LoadAll gives rank `rank`'s value of rank-local entry `name`:
+// "name@rank00003".
+std::string RankLocalName(std::string_view name, int rank);
+
 // Progress of long operations (bytes done, bytes total). Called from the
 // thread that called the operation, never from two threads at once.
 using ProgressFn = std::function<void(uint64_t done, uint64_t total)>;
@@ -200,9 +214,17 @@ class CheckpointManager {
   // (staging a second copy of the model to avoid that would double memory).
   Result<CheckpointInfo> Load(std::optional<int64_t> step, State& state,
                               const LoadOptions& options = {});
-  // Loads every entry (or just `names`) into a State that owns the buffers.
+  // Loads every entry (or just the global entries `names`) into a State that
+  // owns the buffers; tensors saved in pieces come back whole, rank-local
+  // entries come back once per rank as RankLocalName(name, rank).
   Result<LoadedCheckpoint> LoadAll(std::optional<int64_t> step,
                                    const std::vector<std::string>& names = {});
+  // Every rank's value of the rank-local entry `name`, in a State whose
+  // entries are named by the saving rank ("0", "1", ...). For a job resumed
+  // on another number of ranks, which must merge them (a data-loader
+  // position, say) itself.
+  Result<LoadedCheckpoint> LoadRankLocal(std::optional<int64_t> step,
+                                         std::string_view name);
 
   // The newest committed step whose manifest validates; nullopt if none.
   Result<std::optional<int64_t>> Latest();

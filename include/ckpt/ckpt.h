@@ -1,6 +1,8 @@
 // Everything a user of ckpt needs: #include "ckpt/ckpt.h".
 #pragma once
 
+#include "ckpt/catalog.h"
+#include "ckpt/catalog_sync.h"
 #include "ckpt/checkpoint_manager.h"
 #include "ckpt/communicator.h"
 #include "ckpt/dtype.h"

@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "storage/memory/memory_storage.h"
 #include "testing/fault_storage.h"
+#include "testing/s3rver.h"
 
 namespace ckpt {
 namespace {
@@ -23,7 +24,7 @@ using testing::FaultStorage;
 using testing::TestModel;
 
 struct CrashCase {
-  std::string backend;  // "mem" or "file"
+  std::string backend;  // "mem", "file" or "s3" (s3rver)
   int keep_last;        // 0: no retention; 1: the save also deletes step 1
 };
 
@@ -39,6 +40,15 @@ class CrashTest : public ::testing::TestWithParam<CrashCase> {
 
   // A fresh root holding one committed checkpoint (step 1, model A).
   std::string FreshRoot(int round) {
+    if (GetParam().backend == "s3") {
+      Result<testing::S3rver*> server = testing::S3rver::Shared();
+      if (!server.ok()) {
+        ADD_FAILURE() << server.status().ToString();
+        return "s3://no-s3-server/x";
+      }
+      (*server)->ExportEnvironment();  // plain s3:// URLs reach it
+      return (*server)->NewRoot("crash");
+    }
     if (GetParam().backend == "file") {
       if (!dir_.empty()) std::filesystem::remove_all(dir_);
       char tmpl[] = "/tmp/ckpt-crash-test-XXXXXX";
@@ -186,15 +196,15 @@ TEST_P(CrashTest, EveryOperationBeforeAndAfter) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, CrashTest,
-                         ::testing::Values(CrashCase{"mem", 0},
-                                           CrashCase{"mem", 1},
-                                           CrashCase{"file", 0},
-                                           CrashCase{"file", 1}),
-                         [](const auto& info) {
-                           return info.param.backend + "_keep_last_" +
-                                  std::to_string(info.param.keep_last);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Backends, CrashTest,
+    ::testing::Values(CrashCase{"mem", 0}, CrashCase{"mem", 1},
+                      CrashCase{"file", 0}, CrashCase{"file", 1},
+                      CrashCase{"s3", 0}, CrashCase{"s3", 1}),
+    [](const auto& info) {
+      return info.param.backend + "_keep_last_" +
+             std::to_string(info.param.keep_last);
+    });
 
 }  // namespace
 }  // namespace ckpt

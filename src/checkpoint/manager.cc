@@ -13,8 +13,10 @@
 //      the attempt's objects are garbage.
 //   6. Otherwise the coordinator writes step-N/MANIFEST.json with
 //      create-if-absent. That write is the commit.
-//   7. The coordinator updates the LATEST hint, applies retention and removes
-//      dead attempts, then broadcasts the outcome; every rank returns it.
+//   7. The coordinator records the checkpoint in the catalog (if any; a
+//      failure there is a warning: the commit stands), updates the LATEST
+//      hint, applies retention and removes dead attempts, then broadcasts
+//      the outcome; every rank returns it.
 // A crash anywhere leaves the earlier checkpoints as they were, plus either
 // nothing or the complete new one: without its manifest a step does not exist.
 //
@@ -24,6 +26,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -31,6 +34,7 @@
 #include <random>
 #include <set>
 
+#include "checkpoint/catalog_record.h"
 #include "checkpoint/planner.h"
 #include "checkpoint/reader.h"
 #include "checkpoint/retention.h"
@@ -110,6 +114,21 @@ auto Guard(std::string_view op, F&& f) -> decltype(f()) {
   }
 }
 
+// MakeOffer, with an exception turned into an offer that carries the error:
+// a rank that throws must still take part in the collectives, or the other
+// ranks would wait for it forever.
+Offer SafeOffer(const State& state, const std::string& host) {
+  try {
+    return MakeOffer(state, host);
+  } catch (const std::exception& e) {
+    Offer failed;
+    failed.host = host;
+    failed.error_code = ErrorCode::kIOError;
+    failed.error_message = std::string("building the save plan: ") + e.what();
+    return failed;
+  }
+}
+
 // Splits "step-000000000042/file" into its step and file name.
 bool SplitStepKey(std::string_view key, int64_t* step, std::string_view* file) {
   const size_t slash = key.find('/');
@@ -120,6 +139,12 @@ bool SplitStepKey(std::string_view key, int64_t* step, std::string_view* file) {
 }
 
 }  // namespace
+
+std::string RankLocalName(std::string_view name, int rank) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "@rank%05d", rank);
+  return std::string(name) + buf;
+}
 
 class CheckpointManager::Impl {
  public:
@@ -150,6 +175,8 @@ class CheckpointManager::Impl {
                               const LoadOptions& load);
   Result<LoadedCheckpoint> LoadAll(std::optional<int64_t> step,
                                    const std::vector<std::string>& names);
+  Result<LoadedCheckpoint> LoadRankLocal(std::optional<int64_t> step,
+                                         std::string_view name);
   Result<std::optional<int64_t>> Latest();
   Result<std::vector<CheckpointInfo>> List();
   Result<CheckpointDescription> Describe(std::optional<int64_t> step);
@@ -176,6 +203,10 @@ class CheckpointManager::Impl {
   // sizes, before a single byte is read into the caller's buffers.
   Status CheckObjects(const Manifest& m,
                       const std::vector<const format::EntryRecord*>& entries);
+  // Reads `records` into `out.state` under the names `names`.
+  Status ReadInto(const Manifest& m,
+                  const std::vector<const format::EntryRecord*>& records,
+                  const std::vector<std::string>& names, LoadedCheckpoint& out);
   std::string DecideSave(int64_t step, const SaveOptions& save);
   std::string Commit(int64_t step, const SaveOptions& save,
                      const std::string& attempt, const SavePlan& plan,
@@ -383,7 +414,7 @@ Result<SaveResult> CheckpointManager::Impl::Save(int64_t step,
   // 2. Plan.
   CKPT_ASSIGN_OR_RETURN(
       std::vector<std::string> offers,
-      c.AllGather(EncodeOffer(MakeOffer(state, c.host_name()))));
+      c.AllGather(EncodeOffer(SafeOffer(state, c.host_name()))));
   std::vector<Offer> decoded;
   for (const std::string& o : offers) {
     CKPT_ASSIGN_OR_RETURN(Offer offer, DecodeOffer(o));
@@ -523,6 +554,7 @@ std::string CheckpointManager::Impl::Commit(int64_t step,
   for (const PlannedEntry& e : plan.entries) {
     format::EntryRecord rec;
     rec.name = e.name;
+    rec.owner = e.owner;
     rec.kind = e.kind;
     rec.dtype = e.dtype;
     rec.shape = e.shape;
@@ -557,6 +589,9 @@ std::string CheckpointManager::Impl::Commit(int64_t step,
     return fail(s.WithContext(op));
   }
   cache_.erase(step);
+  if (options_.catalog) {
+    RecordCommitted(*options_.catalog, InfoFromManifest(m), Where(), bytes);
+  }
   UpdateLatestHint();
   json deleted = json::array();
   if (options_.retention.enabled() || options_.gc_after_save) {
@@ -602,13 +637,28 @@ Result<CheckpointInfo> CheckpointManager::Impl::Load(
   CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> m, Resolve(step));
   const std::string op =
       "load step " + std::to_string(m->step) + " from " + Where();
+  const int rank = comm().rank();
   // Everything that can be checked without reading data is checked before the
   // first byte lands in the caller's buffers.
   std::vector<const format::EntryRecord*> records;
   for (const Entry& e : state.entries()) {
-    const format::EntryRecord* rec = m->Find(e.name);
+    const format::EntryRecord* rec;
+    if (e.rank_local) {
+      if (m->world_size != comm().size()) {
+        return FailedPreconditionError(
+            op + ": entry " + Quote(e.name) +
+            " is rank-local and was saved by " + std::to_string(m->world_size) +
+            " ranks, but " + std::to_string(comm().size()) +
+            " ranks load it; use LoadRankLocal to get every rank's value and "
+            "merge them");
+      }
+      rec = m->FindLocal(e.name, rank);
+    } else {
+      rec = m->Find(e.name);
+    }
     if (rec == nullptr) {
-      return NotFoundError(op + ": the checkpoint has no entry " +
+      return NotFoundError(op + ": the checkpoint has no " +
+                           (e.rank_local ? "rank-local " : "") + "entry " +
                            Quote(e.name));
     }
     if (rec->kind != e.kind) {
@@ -618,7 +668,7 @@ Result<CheckpointInfo> CheckpointManager::Impl::Load(
           std::string(EntryKindName(e.kind)) + " in the state");
     }
     if (e.kind == EntryKind::kTensor) {
-      if (rec->dtype != e.tensor.dtype || rec->shape != e.tensor.shape) {
+      if (rec->dtype != e.tensor.dtype || rec->shape != e.full_shape()) {
         auto describe = [](DType dt, const std::vector<int64_t>& shape) {
           std::string s(DTypeName(dt));
           s += " [";
@@ -630,7 +680,7 @@ Result<CheckpointInfo> CheckpointManager::Impl::Load(
         return InvalidArgumentError(
             op + ": entry " + Quote(e.name) + " is " +
             describe(rec->dtype, rec->shape) + " in the checkpoint but " +
-            describe(e.tensor.dtype, e.tensor.shape) + " in the state");
+            describe(e.tensor.dtype, e.full_shape()) + " in the state");
       }
       if (!e.tensor.writable) {
         return InvalidArgumentError(op + ": entry " + Quote(e.name) +
@@ -642,7 +692,9 @@ Result<CheckpointInfo> CheckpointManager::Impl::Load(
   }
   if (load.strict) {
     for (const auto& rec : m->entries) {
-      if (state.Find(rec.name) == nullptr) {
+      if (rec.owner >= 0 && rec.owner != rank) continue;
+      const Entry* e = state.Find(rec.name);
+      if (e == nullptr || e->rank_local != (rec.owner >= 0)) {
         return InvalidArgumentError(
             op + ": strict load: the state has no entry " + Quote(rec.name));
       }
@@ -654,10 +706,14 @@ Result<CheckpointInfo> CheckpointManager::Impl::Load(
     Entry* e = state.Find(rec.name);
     switch (rec.kind) {
       case EntryKind::kTensor: {
-        const uint64_t size = *e->tensor.ByteSize();
+        // The box this rank holds: a piece, or the whole tensor.
+        const std::vector<int64_t> offsets =
+            e->is_piece() ? e->offsets
+                          : std::vector<int64_t>(rec.shape.size(), 0);
         CKPT_RETURN_IF_ERROR_CTX(
-            ReadEntry(*storage_, *m, rec,
-                      std::span<std::byte>(e->tensor.data, size)),
+            ReadBox(
+                *storage_, *m, rec, offsets, e->tensor.shape,
+                std::span<std::byte>(e->tensor.data, *e->tensor.ByteSize())),
             op);
         break;
       }
@@ -680,36 +736,24 @@ Result<CheckpointInfo> CheckpointManager::Impl::Load(
   return InfoFromManifest(*m);
 }
 
-Result<LoadedCheckpoint> CheckpointManager::Impl::LoadAll(
-    std::optional<int64_t> step, const std::vector<std::string>& names) {
-  CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> m, Resolve(step));
+Status CheckpointManager::Impl::ReadInto(
+    const Manifest& m, const std::vector<const format::EntryRecord*>& records,
+    const std::vector<std::string>& names, LoadedCheckpoint& out) {
   const std::string op =
-      "load step " + std::to_string(m->step) + " from " + Where();
-  std::vector<const format::EntryRecord*> records;
-  if (names.empty()) {
-    for (const auto& rec : m->entries) records.push_back(&rec);
-  } else {
-    for (const std::string& n : names) {
-      const format::EntryRecord* rec = m->Find(n);
-      if (rec == nullptr) {
-        return NotFoundError(op + ": the checkpoint has no entry " + Quote(n));
-      }
-      records.push_back(rec);
-    }
-  }
+      "load step " + std::to_string(m.step) + " from " + Where();
   // The objects must really hold the bytes the manifest claims before any
   // buffer is sized from the manifest's shapes.
-  CKPT_RETURN_IF_ERROR(CheckObjects(*m, records));
-  LoadedCheckpoint out;
-  out.info = InfoFromManifest(*m);
-  for (const format::EntryRecord* rec : records) {
+  CKPT_RETURN_IF_ERROR(CheckObjects(m, records));
+  out.info = InfoFromManifest(m);
+  for (size_t i = 0; i < records.size(); ++i) {
+    const format::EntryRecord* rec = records[i];
     switch (rec->kind) {
       case EntryKind::kTensor: {
         CKPT_ASSIGN_OR_RETURN(
             TensorView view,
-            out.state.AllocateTensor(rec->name, rec->dtype, rec->shape));
+            out.state.AllocateTensor(names[i], rec->dtype, rec->shape));
         CKPT_RETURN_IF_ERROR_CTX(
-            ReadEntry(*storage_, *m, *rec,
+            ReadEntry(*storage_, m, *rec,
                       std::span<std::byte>(view.data, *view.ByteSize())),
             op);
         break;
@@ -718,19 +762,67 @@ Result<LoadedCheckpoint> CheckpointManager::Impl::LoadAll(
         std::string bytes(static_cast<size_t>(rec->shape[0]), '\0');
         CKPT_RETURN_IF_ERROR_CTX(
             ReadEntry(
-                *storage_, *m, *rec,
+                *storage_, m, *rec,
                 std::span<std::byte>(reinterpret_cast<std::byte*>(bytes.data()),
                                      bytes.size())),
             op);
-        out.state.AddBlob(rec->name, std::move(bytes));
+        out.state.AddBlob(names[i], std::move(bytes));
         break;
       }
       case EntryKind::kMetadata:
-        out.state.AddMetadataJson(rec->name, rec->json);
+        out.state.AddMetadataJson(names[i], rec->json);
         break;
     }
   }
-  CKPT_RETURN_IF_ERROR(out.state.status());
+  return out.state.status();
+}
+
+Result<LoadedCheckpoint> CheckpointManager::Impl::LoadAll(
+    std::optional<int64_t> step, const std::vector<std::string>& names) {
+  CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> m, Resolve(step));
+  const std::string op =
+      "load step " + std::to_string(m->step) + " from " + Where();
+  std::vector<const format::EntryRecord*> records;
+  std::vector<std::string> as;
+  if (names.empty()) {
+    for (const auto& rec : m->entries) {
+      records.push_back(&rec);
+      as.push_back(rec.owner < 0 ? rec.name
+                                 : RankLocalName(rec.name, rec.owner));
+    }
+  } else {
+    for (const std::string& n : names) {
+      const format::EntryRecord* rec = m->Find(n);
+      if (rec == nullptr) {
+        return NotFoundError(op + ": the checkpoint has no entry " + Quote(n));
+      }
+      records.push_back(rec);
+      as.push_back(n);
+    }
+  }
+  LoadedCheckpoint out;
+  CKPT_RETURN_IF_ERROR(ReadInto(*m, records, as, out));
+  return out;
+}
+
+Result<LoadedCheckpoint> CheckpointManager::Impl::LoadRankLocal(
+    std::optional<int64_t> step, std::string_view name) {
+  CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> m, Resolve(step));
+  std::vector<const format::EntryRecord*> records;
+  std::vector<std::string> as;
+  for (int32_t r = 0; r < m->world_size; ++r) {
+    if (const format::EntryRecord* rec = m->FindLocal(name, r)) {
+      records.push_back(rec);
+      as.push_back(std::to_string(r));
+    }
+  }
+  if (records.empty()) {
+    return NotFoundError("load step " + std::to_string(m->step) + " from " +
+                         Where() + ": no rank saved a rank-local entry " +
+                         Quote(name));
+  }
+  LoadedCheckpoint out;
+  CKPT_RETURN_IF_ERROR(ReadInto(*m, records, as, out));
   return out;
 }
 
@@ -771,6 +863,7 @@ Result<CheckpointDescription> CheckpointManager::Impl::Describe(
   for (const auto& rec : m->entries) {
     EntryInfo e;
     e.name = rec.name;
+    e.owner = rec.owner;
     e.kind = rec.kind;
     e.dtype = rec.dtype;
     e.shape = rec.shape;
@@ -966,6 +1059,7 @@ Status CheckpointManager::Impl::Delete(int64_t step,
   if (!dry_run) {
     CKPT_RETURN_IF_ERROR_CTX(storage_->Delete(manifest_key), op);
     cache_.erase(step);
+    if (options_.catalog) RecordDeleted(*options_.catalog, Where(), step);
   }
   if (deleted) deleted->push_back(manifest_key);
   if (bytes) *bytes += info->size;
@@ -1053,6 +1147,33 @@ Result<GcReport> CheckpointManager::Impl::GarbageCollect(const GcOptions& gc) {
     report.deleted_objects.push_back(o.key);
     report.bytes_freed += o.size;
   }
+  // Writes that died unfinished show in no listing, but a store may keep
+  // them (on s3://: incomplete multipart uploads). The same rule finds the
+  // dead ones; a store that cannot tell does not fail the collection.
+  Result<std::vector<std::string>> aborted = storage_->AbortIncompleteWrites(
+      format::kStepPrefix, [&](const ObjectInfo& o) {
+        int64_t step;
+        std::string_view file;
+        if (!SplitStepKey(o.key, &step, &file) || damaged.count(step)) {
+          return false;
+        }
+        const bool manifest = file == format::kManifestName;
+        const bool ours = manifest || format::ParseDataObjectKey(
+                                          o.key, nullptr, nullptr, nullptr);
+        const bool old = now - o.mtime_unix_ms > grace_ms;
+        const bool dead = ours && (old || (step <= newest && !manifest));
+        if (dead && gc.dry_run) report.deleted_objects.push_back(o.key);
+        return dead && !gc.dry_run;
+      });
+  if (aborted.ok()) {
+    for (std::string& key : *aborted) {
+      report.deleted_objects.push_back(std::move(key));
+    }
+  } else {
+    LogWarning(
+        "garbage collection in " + Where() +
+        ": incomplete uploads were left: " + aborted.status().ToString());
+  }
   return report;
 }
 
@@ -1112,6 +1233,12 @@ Result<CheckpointInfo> CheckpointManager::Load(std::optional<int64_t> step,
                                                const LoadOptions& options) {
   std::lock_guard<std::mutex> lock(impl_->mu());
   return Guard("load", [&] { return impl_->Load(step, state, options); });
+}
+
+Result<LoadedCheckpoint> CheckpointManager::LoadRankLocal(
+    std::optional<int64_t> step, std::string_view name) {
+  std::lock_guard<std::mutex> lock(impl_->mu());
+  return Guard("load", [&] { return impl_->LoadRankLocal(step, name); });
 }
 
 Result<LoadedCheckpoint> CheckpointManager::LoadAll(

@@ -107,6 +107,9 @@ class CliTest : public ::testing::Test {
     ASSERT_NE(mkdtemp(pattern.data()), nullptr);
     dir_ = pattern;
     root_ = (dir_ / "root").string();
+    // import and gc record in the default catalog; these tests leave the
+    // user's alone (catalog_cli_test covers the catalog).
+    setenv("CKPT_CATALOG", "none", 1);
   }
   void TearDown() override { fs::remove_all(dir_); }
 

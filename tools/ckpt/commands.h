@@ -29,5 +29,6 @@ void AddImportCommand(CLI::App& app, Command& selected);
 void AddExportCommand(CLI::App& app, Command& selected);
 void AddDiffCommand(CLI::App& app, Command& selected);
 void AddGcCommand(CLI::App& app, Command& selected);
+void AddCatalogCommand(CLI::App& app, Command& selected);
 
 }  // namespace ckpt::cli

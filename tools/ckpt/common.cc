@@ -70,6 +70,31 @@ Result<std::unique_ptr<CheckpointManager>> OpenRoot(const std::string& root,
   return CheckpointManager::Open(root, std::move(options));
 }
 
+Result<std::unique_ptr<CheckpointManager>> OpenRootWithCatalog(
+    const std::string& root, bool create, const std::string& catalog_url) {
+  Options options;
+  options.create = create;
+  Result<std::unique_ptr<Catalog>> catalog =
+      OpenCatalog(catalog_url.empty() ? DefaultCatalogUrl() : catalog_url);
+  if (catalog.ok()) {
+    options.catalog = std::move(catalog).value();
+  } else if (catalog_url.empty()) {
+    fmt::print(stderr, "ckpt: warning: not recording in the catalog: {}\n",
+               catalog.status().ToString());
+  } else {
+    return catalog.status();
+  }
+  return CheckpointManager::Open(root, std::move(options));
+}
+
+CLI::Option* AddCatalogOption(CLI::App& app, std::string& url) {
+  return app.add_option(
+      "--catalog", url,
+      "the catalog: a SQLite file (sqlite:///path or a plain path), a "
+      "postgresql:// URL, or none (default: $CKPT_CATALOG, else "
+      "${XDG_STATE_HOME:-~/.local/state}/ckpt/catalog.sqlite)");
+}
+
 CLI::Validator NonNegativeInteger(int64_t max) {
   return CLI::Validator(
       [max](std::string& text) -> std::string {

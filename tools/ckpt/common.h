@@ -20,6 +20,15 @@ namespace ckpt::cli {
 // empty folder.
 Result<std::unique_ptr<CheckpointManager>> OpenRoot(const std::string& root,
                                                     bool create);
+// OpenRoot for commands that commit or delete checkpoints: the catalog at
+// `catalog_url` (empty: DefaultCatalogUrl()) records what they do. A default
+// catalog that cannot be opened is only a warning (storage holds the work;
+// `ckpt catalog sync` catches the catalog up); one the user named is an
+// error.
+Result<std::unique_ptr<CheckpointManager>> OpenRootWithCatalog(
+    const std::string& root, bool create, const std::string& catalog_url);
+// Adds --catalog URL (empty: the default catalog).
+CLI::Option* AddCatalogOption(CLI::App& app, std::string& url);
 
 // Accepts a decimal integer in [0, max] and nothing else. CLI11's own
 // integer conversion silently clamps values that overflow, and a checkpoint

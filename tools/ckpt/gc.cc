@@ -19,11 +19,14 @@ struct GcArgs {
   std::string root;
   RetentionPolicy retention;
   bool dry_run = false;
+  std::string catalog;
   bool json = false;
 };
 
 Status RunGc(const GcArgs& args) {
-  CKPT_ASSIGN_OR_RETURN(auto manager, OpenRoot(args.root, /*create=*/false));
+  CKPT_ASSIGN_OR_RETURN(auto manager,
+                        OpenRootWithCatalog(args.root,
+                                            /*create=*/false, args.catalog));
   // Always pass the policy: with no retention flag it is all-off, and GC
   // removes only dead attempts, whatever the manager's default would be.
   CKPT_ASSIGN_OR_RETURN(GcReport report,
@@ -93,6 +96,7 @@ void AddGcCommand(CLI::App& app, Command& selected) {
                 "higher --metric values are better (an accuracy)")
       ->needs(metric);
   sub->add_flag("--dry-run", args->dry_run, "print, delete nothing");
+  AddCatalogOption(*sub, args->catalog);
   AddJsonFlag(*sub, args->json);
   sub->callback([args, &selected] {
     selected = {"gc", [args] { return RunGc(*args); }};

@@ -86,6 +86,7 @@ struct ImportArgs {
   std::string root;
   int64_t step = 0;
   int64_t epoch = -1;
+  std::string catalog;
   bool json = false;
 };
 
@@ -157,7 +158,9 @@ Status RunImport(const ImportArgs& args) {
 
   // The file is checked before the root is touched: a bad file must not leave
   // even an empty new root behind.
-  CKPT_ASSIGN_OR_RETURN(auto manager, OpenRoot(args.root, /*create=*/true));
+  CKPT_ASSIGN_OR_RETURN(auto manager,
+                        OpenRootWithCatalog(args.root,
+                                            /*create=*/true, args.catalog));
   CKPT_ASSIGN_OR_RETURN(SaveResult saved,
                         manager->Save(args.step, state, options));
   if (args.json) {
@@ -323,6 +326,7 @@ void AddImportCommand(CLI::App& app, Command& selected) {
       ->check(NonNegativeInteger(INT64_MAX));
   sub->add_option("--epoch", args->epoch, "the epoch to record")
       ->check(NonNegativeInteger(INT64_MAX));
+  AddCatalogOption(*sub, args->catalog);
   AddJsonFlag(*sub, args->json);
   sub->callback([args, &selected] {
     selected = {"import", [args] { return RunImport(*args); }};
