@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -15,9 +16,11 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ckpt/checkpoint_manager.h"
+#include "ckpt/communicator.h"
 #include "format/safetensors.h"
 #include "gtest/gtest.h"
 #include "util/bytes.h"
@@ -778,6 +781,77 @@ TEST_F(CliTest, GcKeepBestByMetric) {
   // With --max the highest value (step 1) is the best; the newest is always
   // kept.
   EXPECT_EQ(CommittedSteps(root_), (std::vector<int64_t>{1, 3}));
+}
+
+}  // namespace
+}  // namespace ckpt
+
+namespace ckpt {
+namespace {
+
+// A checkpoint saved by 3 ranks (a row-sharded tensor, a replicated one and
+// a rank-local blob): show lists every piece, export consolidates.
+TEST_F(CliTest, ShowAndExportAMultiRankCheckpoint) {
+  constexpr int64_t kRows = 6, kCols = 5;
+  auto comms = NewThreadCommunicators(3);
+  std::vector<std::thread> ranks;
+  std::vector<Status> results(3);
+  for (int r = 0; r < 3; ++r) {
+    ranks.emplace_back([&, r] {
+      Options o;
+      o.communicator = comms[r].get();
+      auto mgr = CheckpointManager::Open(root_, o);
+      if (!mgr.ok()) {
+        results[r] = mgr.status();
+        return;
+      }
+      std::vector<int32_t> rows(2 * kCols);
+      for (int64_t k = 0; k < 2 * kCols; ++k) {
+        rows[k] = static_cast<int32_t>(r * 2 * kCols + k);
+      }
+      std::vector<double> bias = {1.5, 2.5};
+      State s;
+      s.AddTensorPiece("w", {kRows, kCols}, {2 * r, 0},
+                       View(std::span<int32_t>(rows), {2, kCols}))
+          .AddTensor("bias", View(bias))
+          .AddRankLocalBlob("loader", "rank" + std::to_string(r));
+      results[r] = (*mgr)->Save(1, s).status();
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (const Status& s : results) ASSERT_TRUE(s.ok()) << s.ToString();
+
+  RunResult r = Ckpt({"show", root_, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json shown = ParseJson(r.out);
+  int loaders = 0;
+  for (const auto& e : shown["entries"]) {
+    if (e["name"] == "w") EXPECT_EQ(e["pieces"], 3);
+    if (e["name"] == "bias") EXPECT_EQ(e["pieces"], 1);
+    if (e["name"] == "loader") ++loaders;
+  }
+  EXPECT_EQ(loaders, 3);
+
+  const std::string file = Path("all.safetensors");
+  r = Ckpt({"export", root_, file});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(PyRead(file).exit_code, 0);
+  const std::string bytes = ReadFile(file);
+  auto header = format::ParseSafetensorsFile(bytes, file);
+  ASSERT_TRUE(header.ok()) << header.status().ToString();
+  std::set<std::string> names;
+  for (const auto& t : header->tensors) {
+    names.insert(t.name);
+    if (t.name != "w") continue;
+    EXPECT_EQ(t.shape, (std::vector<int64_t>{kRows, kCols}));
+    std::vector<int32_t> w(kRows * kCols);
+    std::memcpy(w.data(), bytes.data() + header->data_start + t.begin,
+                t.end - t.begin);
+    for (int k = 0; k < kRows * kCols; ++k) EXPECT_EQ(w[k], k);
+  }
+  EXPECT_EQ(names,
+            (std::set<std::string>{"w", "bias", "loader@rank00000",
+                                   "loader@rank00001", "loader@rank00002"}));
 }
 
 }  // namespace

@@ -74,6 +74,7 @@ nlohmann::json DescriptionToJson(const CheckpointDescription& d) {
                         {"pieces", e.num_pieces},
                         {"bytes", e.bytes},
                         {"digest", e.digest}};
+    if (e.owner >= 0) j["rank_local_owner"] = e.owner;
     if (e.kind == EntryKind::kMetadata) {
       j["value"] = MetadataValue(e.json);
     } else {
@@ -112,7 +113,9 @@ void PrintDescription(const CheckpointDescription& d) {
       {"NAME", "KIND", "DTYPE", "SHAPE", "PIECES", "BYTES"}};
   for (const EntryInfo& e : d.entries) {
     const bool data = e.kind != EntryKind::kMetadata;
-    rows.push_back({e.name, std::string(EntryKindName(e.kind)),
+    // A rank-local entry appears once per rank, named with its rank.
+    rows.push_back({e.owner >= 0 ? RankLocalName(e.name, e.owner) : e.name,
+                    std::string(EntryKindName(e.kind)),
                     data ? std::string(DTypeName(e.dtype)) : "-",
                     data ? FormatShape(e.shape) : "-",
                     std::to_string(e.num_pieces), FormatBytes(e.bytes)});
