@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "format/constants.h"
+#include "util/boxes.h"
 #include "util/names.h"
 
 namespace ckpt {
@@ -102,16 +103,6 @@ std::string DescribeShape(DType dtype, const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-bool Overlap(const PlannedPiece& a, const PlannedPiece& b) {
-  for (size_t d = 0; d < a.offsets.size(); ++d) {
-    if (a.offsets[d] + a.lengths[d] <= b.offsets[d] ||
-        b.offsets[d] + b.lengths[d] <= a.offsets[d]) {
-      return false;
-    }
-  }
-  return true;
-}
-
 }  // namespace
 
 Result<SavePlan> MakePlan(const std::vector<Offer>& offers) {
@@ -192,15 +183,15 @@ Result<SavePlan> MakePlan(const std::vector<Offer>& offers) {
     TensorView whole{e.dtype, e.shape, nullptr, false};
     CKPT_ASSIGN_OR_RETURN(uint64_t total, whole.NumElements());
     uint64_t covered = 0;
-    for (size_t i = 0; i < e.pieces.size(); ++i) {
-      const PlannedPiece& p = plan.pieces[e.pieces[i]];
+    std::vector<BoxRef> boxes;
+    for (size_t i : e.pieces) {
+      const PlannedPiece& p = plan.pieces[i];
       covered += *TensorView{e.dtype, p.lengths, nullptr, false}.NumElements();
-      for (size_t k = 0; k < i; ++k) {
-        if (Overlap(p, plan.pieces[e.pieces[k]])) {
-          return InvalidArgumentError("entry " + Quote(e.name) +
-                                      ": two ranks hold overlapping pieces");
-        }
-      }
+      boxes.push_back({&p.offsets, &p.lengths});
+    }
+    if (FindOverlap(boxes)) {
+      return InvalidArgumentError("entry " + Quote(e.name) +
+                                  ": two ranks hold overlapping pieces");
     }
     if (covered != total) {
       return InvalidArgumentError("entry " + Quote(e.name) +

@@ -8,6 +8,7 @@
 
 #include "format/constants.h"
 #include "format/json.h"
+#include "util/boxes.h"
 #include "util/names.h"
 
 namespace ckpt::format {
@@ -400,16 +401,6 @@ bool IsUtf8(const std::string& s) {
   }
 }
 
-bool BoxesOverlap(const PieceRecord& a, const PieceRecord& b) {
-  for (size_t d = 0; d < a.offsets.size(); ++d) {
-    if (a.offsets[d] + a.lengths[d] <= b.offsets[d] ||
-        b.offsets[d] + b.lengths[d] <= a.offsets[d]) {
-      return false;
-    }
-  }
-  return true;
-}
-
 }  // namespace
 
 Status ValidateManifest(const Manifest& m) {
@@ -539,11 +530,13 @@ Status ValidateManifest(const Manifest& m) {
         return bad(pw + ": chunks hold " + std::to_string(chunk_bytes) +
                    " bytes, the box needs " + std::to_string(bytes));
       }
-      for (size_t qi = 0; qi < pi; ++qi) {
-        if (BoxesOverlap(p, e.pieces[qi])) {
-          return bad(pw + " overlaps piece #" + std::to_string(qi));
-        }
-      }
+    }
+    std::vector<BoxRef> boxes;
+    for (const PieceRecord& p : e.pieces)
+      boxes.push_back({&p.offsets, &p.lengths});
+    if (auto pair = FindOverlap(boxes)) {
+      return bad(where + " piece #" + std::to_string(pair->second) +
+                 " overlaps piece #" + std::to_string(pair->first));
     }
     if (covered != *total) {
       return bad(where + ": pieces cover " + std::to_string(covered) + " of " +
