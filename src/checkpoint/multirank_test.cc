@@ -309,6 +309,7 @@ TEST_F(MultiRankTest, RankLocalEntriesGoBackToTheirRanks) {
 TEST_F(MultiRankTest, AFailingRankFailsEveryRankAndNothingCommits) {
   for (const bool throws : {false, true}) {
     DropMemoryStore(name_);
+    SaveFourRanks();  // step 1, which the failed save must leave intact
     std::vector<Status> results(4);
     RunRanks(4, [&](int rank, Communicator* comm) {
       auto base = OpenStorage(url_);
@@ -341,7 +342,7 @@ TEST_F(MultiRankTest, AFailingRankFailsEveryRankAndNothingCommits) {
       State s;
       s.AddTensorPiece("weights", {kRows, kCols}, {rank * 24, 0},
                        View(std::span<float>(piece), {24, kCols}));
-      results[rank] = (*mgr)->Save(1, s).status();
+      results[rank] = (*mgr)->Save(2, s).status();
     });
     for (int r = 0; r < 4; ++r) {
       EXPECT_FALSE(results[r].ok()) << "rank " << r;
@@ -354,7 +355,13 @@ TEST_F(MultiRankTest, AFailingRankFailsEveryRankAndNothingCommits) {
     }
     auto mgr = CheckpointManager::Open(url_);
     ASSERT_TRUE(mgr.ok());
-    EXPECT_FALSE((*mgr)->Latest().value().has_value());
+    EXPECT_EQ((*mgr)->Latest().value(), std::optional<int64_t>(1));
+    auto all = (*mgr)->LoadAll(std::nullopt, {"weights"});
+    ASSERT_TRUE(all.ok()) << all.status().ToString();
+    std::vector<float> g = Global();
+    EXPECT_EQ(std::memcmp(all->state.entries()[0].tensor.data, g.data(),
+                          g.size() * sizeof(float)),
+              0);
   }
 }
 
@@ -371,6 +378,108 @@ TEST_F(MultiRankTest, RanksThatDisagreeFailTogether) {
     EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument) << st.ToString();
     EXPECT_NE(st.message().find("\"w\""), std::string::npos);
   }
+}
+
+// Save at N ranks, load at M, for every pair of 1, 2, 3, 4 and 8: "rows" is
+// split by rows on save and by columns on load, "cols" the other way round,
+// "grid" in 2-d blocks when M allows it, and "repl" is replicated on save and
+// sharded by rows on load (and the reverse for "rows" when M == 1).
+class SaveNLoadMTest
+    : public MultiRankTest,
+      public ::testing::WithParamInterface<std::pair<int, int>> {};
+
+constexpr int64_t kR = 48, kC = 24;  // divisible by 1, 2, 3, 4 and 8
+
+int64_t Element(int64_t i, int64_t j) { return i * 1000 + j; }
+
+std::vector<int64_t> Block(int64_t r0, int64_t nr, int64_t c0, int64_t nc) {
+  std::vector<int64_t> out;
+  for (int64_t i = r0; i < r0 + nr; ++i) {
+    for (int64_t j = c0; j < c0 + nc; ++j) out.push_back(Element(i, j));
+  }
+  return out;
+}
+
+// The 2-d block of rank r among n: a 2 × (n/2) grid when n is even.
+std::array<int64_t, 4> GridBox(int r, int n) {
+  if (n % 2 != 0) return {r * (kR / n), kR / n, 0, kC};
+  const int cols = n / 2;
+  return {(r / cols) * (kR / 2), kR / 2, (r % cols) * (kC / cols), kC / cols};
+}
+
+TEST_P(SaveNLoadMTest, BitIdentical) {
+  const auto [n, m] = GetParam();
+  RunRanks(n, [&](int r, Communicator* comm) {
+    auto mgr = Open(comm, 4096);
+    std::vector<int64_t> rows = Block(r * (kR / n), kR / n, 0, kC);
+    std::vector<int64_t> cols = Block(0, kR, r * (kC / n), kC / n);
+    auto g = GridBox(r, n);
+    std::vector<int64_t> grid = Block(g[0], g[1], g[2], g[3]);
+    std::vector<int64_t> repl = Block(0, kR, 0, kC);
+    State s;
+    s.AddTensorPiece("rows", {kR, kC}, {r * (kR / n), 0},
+                     View(std::span<int64_t>(rows), {kR / n, kC}))
+        .AddTensorPiece("cols", {kR, kC}, {0, r * (kC / n)},
+                        View(std::span<int64_t>(cols), {kR, kC / n}))
+        .AddTensorPiece("grid", {kR, kC}, {g[0], g[2]},
+                        View(std::span<int64_t>(grid), {g[1], g[3]}))
+        .AddTensor("repl", View(std::span<int64_t>(repl), {kR, kC}));
+    auto saved = mgr->Save(1, s);
+    ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+  });
+  RunRanks(m, [&](int r, Communicator* comm) {
+    auto mgr = Open(comm, 4096);
+    std::vector<int64_t> rows(kR * (kC / m), -1), cols((kR / m) * kC, -1),
+        repl((kR / m) * kC, -1);
+    auto g = GridBox(r, m);
+    std::vector<int64_t> grid(g[1] * g[3], -1);
+    State s;
+    s.AddTensorPiece("rows", {kR, kC}, {0, r * (kC / m)},
+                     View(std::span<int64_t>(rows), {kR, kC / m}))
+        .AddTensorPiece("cols", {kR, kC}, {r * (kR / m), 0},
+                        View(std::span<int64_t>(cols), {kR / m, kC}))
+        .AddTensorPiece("grid", {kR, kC}, {g[0], g[2]},
+                        View(std::span<int64_t>(grid), {g[1], g[3]}))
+        .AddTensorPiece("repl", {kR, kC}, {r * (kR / m), 0},
+                        View(std::span<int64_t>(repl), {kR / m, kC}));
+    auto loaded = mgr->Load(1, s);
+    ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+    EXPECT_EQ(rows, Block(0, kR, r * (kC / m), kC / m));
+    EXPECT_EQ(cols, Block(r * (kR / m), kR / m, 0, kC));
+    EXPECT_EQ(grid, Block(g[0], g[1], g[2], g[3]));
+    EXPECT_EQ(repl, Block(r * (kR / m), kR / m, 0, kC));
+  });
+}
+
+std::vector<std::pair<int, int>> AllPairs() {
+  std::vector<std::pair<int, int>> out;
+  for (int n : {1, 2, 3, 4, 8}) {
+    for (int m : {1, 2, 3, 4, 8}) out.emplace_back(n, m);
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, SaveNLoadMTest, ::testing::ValuesIn(AllPairs()),
+                         [](const auto& info) {
+                           return "save" + std::to_string(info.param.first) +
+                                  "_load" + std::to_string(info.param.second);
+                         });
+
+TEST_F(MultiRankTest, BadBoxesAndMissingEntriesAreNamed) {
+  SaveFourRanks();
+  auto mgr = Open(nullptr);
+  std::vector<float> out(4);
+  State outside;
+  outside.AddTensorPiece("weights", {kRows, kCols}, {kRows - 1, 0},
+                         View(std::span<float>(out), {2, 2}));
+  EXPECT_EQ(outside.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(outside.status().message().find("\"weights\""), std::string::npos);
+  State missing;
+  missing.AddTensorPiece("nope", {kRows, kCols}, {0, 0},
+                         View(std::span<float>(out), {2, 2}));
+  auto r = mgr->Load(1, missing);
+  EXPECT_EQ(r.status().code(), ErrorCode::kNotFound);
+  EXPECT_NE(r.status().message().find("\"nope\""), std::string::npos);
 }
 
 }  // namespace
