@@ -25,6 +25,7 @@
 #include "ckpt/checkpoint_manager.h"
 #include "gtest/gtest.h"
 #include "testing/postgres_server.h"
+#include "testing/subprocess.h"
 
 extern char** environ;
 
@@ -33,29 +34,10 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using testing::Contains;
+using testing::ReadFile;
+using testing::RunResult;
 using testing::TestModel;
-
-struct RunResult {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-::testing::AssertionResult Contains(const std::string& text,
-                                    std::string_view part) {
-  if (text.find(part) != std::string::npos) {
-    return ::testing::AssertionSuccess();
-  }
-  return ::testing::AssertionFailure() << "\"" << part << "\" is not in:\n"
-                                       << text;
-}
 
 class CatalogCliTest : public ::testing::TestWithParam<std::string> {
  protected:
@@ -85,35 +67,7 @@ class CatalogCliTest : public ::testing::TestWithParam<std::string> {
   }
 
   RunResult Ckpt(const std::vector<std::string>& args) {
-    const std::string out_path = dir_ + "/.stdout";
-    const std::string err_path = dir_ + "/.stderr";
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    std::string program = CKPT_CLI_PATH;
-    std::vector<char*> argv = {program.data()};
-    std::vector<std::string> copy = args;
-    for (std::string& a : copy) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_t pid = 0;
-    const int rc = posix_spawn(&pid, program.c_str(), &actions, nullptr,
-                               argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    RunResult result;
-    if (rc != 0) {
-      ADD_FAILURE() << "posix_spawn " << program << ": " << rc;
-      return result;
-    }
-    int status = 0;
-    waitpid(pid, &status, 0);
-    result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    result.out = ReadFile(out_path);
-    result.err = ReadFile(err_path);
-    return result;
+    return testing::RunProgram(CKPT_CLI_PATH, args, dir_);
   }
 
   // `ckpt catalog ARGS... --catalog URL`.

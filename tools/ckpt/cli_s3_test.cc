@@ -18,6 +18,7 @@
 #include "format/safetensors.h"
 #include "gtest/gtest.h"
 #include "testing/s3rver.h"
+#include "testing/subprocess.h"
 
 extern char** environ;
 
@@ -25,28 +26,9 @@ namespace ckpt {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct RunResult {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-::testing::AssertionResult Contains(const std::string& text,
-                                    std::string_view part) {
-  if (text.find(part) != std::string::npos) {
-    return ::testing::AssertionSuccess();
-  }
-  return ::testing::AssertionFailure() << "\"" << part << "\" is not in:\n"
-                                       << text;
-}
+using testing::Contains;
+using testing::ReadFile;
+using testing::RunResult;
 
 class CliS3Test : public ::testing::Test {
  protected:
@@ -65,37 +47,7 @@ class CliS3Test : public ::testing::Test {
   }
 
   RunResult Ckpt(const std::vector<std::string>& args) {
-    const std::string out_path = (dir_ / ".stdout").string();
-    const std::string err_path = (dir_ / ".stderr").string();
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    std::vector<std::string> all = {CKPT_CLI_PATH};
-    all.insert(all.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (std::string& a : all) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_t pid = 0;
-    RunResult result;
-    const int rc = posix_spawn(&pid, CKPT_CLI_PATH, &actions, nullptr,
-                               argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) {
-      ADD_FAILURE() << "posix_spawn " << CKPT_CLI_PATH << ": " << rc;
-      return result;
-    }
-    int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    result.exit_code =
-        WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    result.out = ReadFile(out_path);
-    result.err = ReadFile(err_path);
-    return result;
+    return testing::RunProgram(CKPT_CLI_PATH, args, dir_);
   }
 
   // Saves `steps`, each with a tensor whose values depend on the step.

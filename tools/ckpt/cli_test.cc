@@ -23,6 +23,7 @@
 #include "ckpt/communicator.h"
 #include "format/safetensors.h"
 #include "gtest/gtest.h"
+#include "testing/subprocess.h"
 #include "util/bytes.h"
 
 extern char** environ;
@@ -31,29 +32,11 @@ namespace ckpt {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::Contains;
+using testing::ReadFile;
+using testing::RunResult;
 
 // Whether `part` occurs in `text`; on failure, shows both.
-::testing::AssertionResult Contains(const std::string& text,
-                                    std::string_view part) {
-  if (text.find(part) != std::string::npos) {
-    return ::testing::AssertionSuccess();
-  }
-  return ::testing::AssertionFailure() << "\"" << part << "\" is not in:\n"
-                                       << text;
-}
-
-struct RunResult {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 void WriteFile(const fs::path& path, std::string_view data) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -116,46 +99,9 @@ class CliTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  // Runs `program` with `args`; stdout and stderr go to files in the test's
-  // directory (pipes could fill up and deadlock on large output).
   RunResult RunProgram(const std::string& program,
                        const std::vector<std::string>& args) {
-    const std::string out_path = (dir_ / ".stdout").string();
-    const std::string err_path = (dir_ / ".stderr").string();
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    std::vector<char*> argv;
-    argv.push_back(const_cast<char*>(program.c_str()));
-    for (const std::string& a : args)
-      argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    pid_t pid = 0;
-    const int rc = posix_spawn(&pid, program.c_str(), &actions, nullptr,
-                               argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    RunResult result;
-    if (rc != 0) {
-      ADD_FAILURE() << "posix_spawn " << program << ": " << rc;
-      return result;
-    }
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0) {
-      if (errno != EINTR) {
-        ADD_FAILURE() << "waitpid failed";
-        return result;
-      }
-    }
-    // A signal (a crash) shows as 128 + signal, never as 0, 1 or 2.
-    result.exit_code =
-        WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    result.out = ReadFile(out_path);
-    result.err = ReadFile(err_path);
-    return result;
+    return testing::RunProgram(program, args, dir_);
   }
 
   RunResult Ckpt(const std::vector<std::string>& args) {
