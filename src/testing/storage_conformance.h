@@ -39,6 +39,11 @@ struct StorageConformanceParams {
   // system holds each component. A test server may keep less (s3rver stores
   // "<name>._S3rver_metadata.json" files, so 233).
   size_t longest_key_component = 255;
+  // Keep an extra object in the folder that ConcurrentWritesAndDeletes...
+  // shares, so no Delete ever empties it. For s3rver, whose file store
+  // removes an emptied folder after answering the DELETE and can take a
+  // concurrent PUT's new object with it; S3 itself has no folders.
+  bool keep_shared_folder_nonempty = false;
 };
 
 // Keeps GoogleTest from dumping the struct's bytes in messages.

@@ -239,6 +239,7 @@ StorageConformanceParams S3Params(std::string name,
   };
   // s3rver keeps each key component in files named "<name>._S3rver_*".
   params.longest_key_component = 233;
+  params.keep_shared_folder_nonempty = true;
   return params;
 }
 
