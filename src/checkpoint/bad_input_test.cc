@@ -26,6 +26,7 @@
 #include <tuple>
 #include <vector>
 
+#include "checkpoint/test_util.h"
 #include "ckpt/checkpoint_manager.h"
 #include "format/constants.h"
 #include "format/manifest.h"
@@ -37,55 +38,8 @@ namespace ckpt {
 namespace {
 
 using Steps = std::vector<int64_t>;
-
-// A small training state whose bytes depend on `seed`.
-struct Model {
-  explicit Model(int seed, size_t n = 3000)
-      : seed(seed), weights(n), counters(17) {
-    std::mt19937_64 gen(seed);
-    std::uniform_real_distribution<float> u(-1, 1);
-    for (float& w : weights) w = u(gen);
-    for (int64_t& c : counters) c = static_cast<int64_t>(gen());
-    rng.resize(100);
-    for (char& ch : rng) ch = static_cast<char>(gen());
-  }
-
-  State ToState() {
-    State s;
-    s.AddTensor("weights", View(weights));
-    s.AddTensor("counters", View(counters));
-    s.AddBlob("rng", rng);
-    s.AddMetadata("info", {{"seed", std::to_string(seed)}});
-    return s;
-  }
-
-  int seed;
-  std::vector<float> weights;
-  std::vector<int64_t> counters;
-  std::string rng;
-};
-
-void ExpectLoads(CheckpointManager& mgr, int64_t step, const Model& want) {
-  SCOPED_TRACE("loading step " + std::to_string(step));
-  Result<LoadedCheckpoint> got = mgr.LoadAll(step);
-  ASSERT_TRUE(got.ok()) << got.status().ToString();
-  const Entry* w = got->state.Find("weights");
-  const Entry* c = got->state.Find("counters");
-  ASSERT_NE(w, nullptr);
-  ASSERT_NE(c, nullptr);
-  ASSERT_EQ(w->tensor.shape,
-            (Steps{static_cast<int64_t>(want.weights.size())}));
-  ASSERT_EQ(c->tensor.shape, (Steps{17}));
-  EXPECT_EQ(std::memcmp(w->tensor.data, want.weights.data(),
-                        want.weights.size() * sizeof(float)),
-            0);
-  EXPECT_EQ(std::memcmp(c->tensor.data, want.counters.data(),
-                        want.counters.size() * sizeof(int64_t)),
-            0);
-  Result<std::string> rng = got->state.BlobString("rng");
-  ASSERT_TRUE(rng.ok()) << rng.status().ToString();
-  EXPECT_EQ(*rng, want.rng);
-}
+using Model = testing::SeededModel;
+using testing::ExpectLoads;
 
 bool Mentions(const Status& s, std::string_view text) {
   return s.message().find(text) != std::string::npos;

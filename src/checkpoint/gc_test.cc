@@ -17,6 +17,7 @@
 #include <tuple>
 #include <vector>
 
+#include "checkpoint/test_util.h"
 #include "ckpt/checkpoint_manager.h"
 #include "format/manifest.h"
 #include "storage/memory/memory_storage.h"
@@ -25,59 +26,9 @@ namespace ckpt {
 namespace {
 
 using Steps = std::vector<int64_t>;
+using Model = testing::SeededModel;
+using testing::ExpectLoads;
 using Keys = std::vector<std::string>;
-
-// A small training state whose bytes depend on `seed`.
-struct Model {
-  explicit Model(int seed) : seed(seed), weights(3000), counters(17) {
-    std::mt19937_64 gen(seed);
-    std::uniform_real_distribution<float> u(-1, 1);
-    for (float& w : weights) w = u(gen);
-    for (int64_t& c : counters) c = static_cast<int64_t>(gen());
-    rng.resize(100);
-    for (char& ch : rng) ch = static_cast<char>(gen());
-  }
-
-  State ToState() {
-    State s;
-    s.AddTensor("weights", View(weights));
-    s.AddTensor("counters", View(counters));
-    s.AddBlob("rng", rng);
-    s.AddMetadata("info", {{"seed", std::to_string(seed)}});
-    return s;
-  }
-
-  int seed;
-  std::vector<float> weights;
-  std::vector<int64_t> counters;
-  std::string rng;
-};
-
-// Loads `step` in full and compares every byte with `want`.
-void ExpectLoads(CheckpointManager& mgr, int64_t step, const Model& want) {
-  SCOPED_TRACE("loading step " + std::to_string(step));
-  Result<LoadedCheckpoint> got = mgr.LoadAll(step);
-  ASSERT_TRUE(got.ok()) << got.status().ToString();
-  EXPECT_EQ(got->info.step, step);
-  const Entry* w = got->state.Find("weights");
-  const Entry* c = got->state.Find("counters");
-  ASSERT_NE(w, nullptr);
-  ASSERT_NE(c, nullptr);
-  ASSERT_EQ(w->tensor.shape, (Steps{3000}));
-  ASSERT_EQ(c->tensor.shape, (Steps{17}));
-  EXPECT_EQ(std::memcmp(w->tensor.data, want.weights.data(),
-                        want.weights.size() * sizeof(float)),
-            0);
-  EXPECT_EQ(std::memcmp(c->tensor.data, want.counters.data(),
-                        want.counters.size() * sizeof(int64_t)),
-            0);
-  Result<std::string> rng = got->state.BlobString("rng");
-  ASSERT_TRUE(rng.ok()) << rng.status().ToString();
-  EXPECT_EQ(*rng, want.rng);
-  Result<std::map<std::string, std::string>> info = got->state.Metadata("info");
-  ASSERT_TRUE(info.ok()) << info.status().ToString();
-  EXPECT_EQ(info->at("seed"), std::to_string(want.seed));
-}
 
 Keys AllKeys(Storage& storage, std::string_view prefix = "") {
   Result<std::vector<ObjectInfo>> objects = storage.List(prefix);

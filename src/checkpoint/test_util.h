@@ -4,11 +4,14 @@
 
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "ckpt/checkpoint_manager.h"
 #include "ckpt/state.h"
+#include "gtest/gtest.h"
 
 namespace ckpt::testing {
 
@@ -61,5 +64,63 @@ struct TestModel {
            counters == o.counters && rng == o.rng;
   }
 };
+
+// A small training state whose bytes depend on `seed`: weights, 17
+// counters, an RNG blob and a metadata entry.
+struct SeededModel {
+  explicit SeededModel(int seed, size_t n = 3000)
+      : seed(seed), weights(n), counters(17) {
+    std::mt19937_64 gen(seed);
+    std::uniform_real_distribution<float> u(-1, 1);
+    for (float& w : weights) w = u(gen);
+    for (int64_t& c : counters) c = static_cast<int64_t>(gen());
+    rng.resize(100);
+    for (char& ch : rng) ch = static_cast<char>(gen());
+  }
+
+  State ToState() {
+    State s;
+    s.AddTensor("weights", View(weights));
+    s.AddTensor("counters", View(counters));
+    s.AddBlob("rng", rng);
+    s.AddMetadata("info", {{"seed", std::to_string(seed)}});
+    return s;
+  }
+
+  int seed;
+  std::vector<float> weights;
+  std::vector<int64_t> counters;
+  std::string rng;
+};
+
+// Loads `step` in full and compares every byte (and the metadata) with
+// `want`.
+inline void ExpectLoads(CheckpointManager& mgr, int64_t step,
+                        const SeededModel& want) {
+  using Shape = std::vector<int64_t>;
+  SCOPED_TRACE("loading step " + std::to_string(step));
+  Result<LoadedCheckpoint> got = mgr.LoadAll(step);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->info.step, step);
+  const Entry* w = got->state.Find("weights");
+  const Entry* c = got->state.Find("counters");
+  ASSERT_NE(w, nullptr);
+  ASSERT_NE(c, nullptr);
+  ASSERT_EQ(w->tensor.shape,
+            (Shape{static_cast<int64_t>(want.weights.size())}));
+  ASSERT_EQ(c->tensor.shape, (Shape{17}));
+  EXPECT_EQ(std::memcmp(w->tensor.data, want.weights.data(),
+                        want.weights.size() * sizeof(float)),
+            0);
+  EXPECT_EQ(std::memcmp(c->tensor.data, want.counters.data(),
+                        want.counters.size() * sizeof(int64_t)),
+            0);
+  Result<std::string> rng = got->state.BlobString("rng");
+  ASSERT_TRUE(rng.ok()) << rng.status().ToString();
+  EXPECT_EQ(*rng, want.rng);
+  Result<std::map<std::string, std::string>> info = got->state.Metadata("info");
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_EQ(info->at("seed"), std::to_string(want.seed));
+}
 
 }  // namespace ckpt::testing
