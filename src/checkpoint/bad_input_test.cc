@@ -40,6 +40,8 @@ namespace {
 using Steps = std::vector<int64_t>;
 using Model = testing::SeededModel;
 using testing::ExpectLoads;
+using testing::ListedSteps;
+using testing::Snapshot;
 
 bool Mentions(const Status& s, std::string_view text) {
   return s.message().find(text) != std::string::npos;
@@ -55,29 +57,6 @@ bool Mentions(const Status& s, std::string_view text) {
           << "\"" << text_ << "\" not in: " << status_.ToString(); \
     }                                                              \
   } while (0)
-
-std::vector<std::tuple<std::string, uint64_t, int64_t>> Snapshot(
-    Storage& storage) {
-  std::vector<std::tuple<std::string, uint64_t, int64_t>> out;
-  Result<std::vector<ObjectInfo>> objects = storage.List("");
-  EXPECT_TRUE(objects.ok()) << objects.status().ToString();
-  if (objects.ok()) {
-    for (const ObjectInfo& o : *objects) {
-      out.emplace_back(o.key, o.size, o.mtime_unix_ms);
-    }
-  }
-  return out;
-}
-
-Steps ListedSteps(CheckpointManager& mgr) {
-  Result<std::vector<CheckpointInfo>> infos = mgr.List();
-  EXPECT_TRUE(infos.ok()) << infos.status().ToString();
-  Steps out;
-  if (infos.ok()) {
-    for (const CheckpointInfo& i : *infos) out.push_back(i.step);
-  }
-  return out;
-}
 
 std::optional<int64_t> LatestStep(CheckpointManager& mgr) {
   Result<std::optional<int64_t>> latest = mgr.Latest();

@@ -28,6 +28,8 @@ namespace {
 using Steps = std::vector<int64_t>;
 using Model = testing::SeededModel;
 using testing::ExpectLoads;
+using testing::ListedSteps;
+using testing::Snapshot;
 using Keys = std::vector<std::string>;
 
 Keys AllKeys(Storage& storage, std::string_view prefix = "") {
@@ -36,30 +38,6 @@ Keys AllKeys(Storage& storage, std::string_view prefix = "") {
   Keys out;
   if (objects.ok()) {
     for (const ObjectInfo& o : *objects) out.push_back(o.key);
-  }
-  return out;
-}
-
-// Key, size and modification time of every object: "nothing changed".
-std::vector<std::tuple<std::string, uint64_t, int64_t>> Snapshot(
-    Storage& storage) {
-  std::vector<std::tuple<std::string, uint64_t, int64_t>> out;
-  Result<std::vector<ObjectInfo>> objects = storage.List("");
-  EXPECT_TRUE(objects.ok()) << objects.status().ToString();
-  if (objects.ok()) {
-    for (const ObjectInfo& o : *objects) {
-      out.emplace_back(o.key, o.size, o.mtime_unix_ms);
-    }
-  }
-  return out;
-}
-
-Steps ListedSteps(CheckpointManager& mgr) {
-  Result<std::vector<CheckpointInfo>> infos = mgr.List();
-  EXPECT_TRUE(infos.ok()) << infos.status().ToString();
-  Steps out;
-  if (infos.ok()) {
-    for (const CheckpointInfo& i : *infos) out.push_back(i.step);
   }
   return out;
 }

@@ -7,6 +7,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "ckpt/checkpoint_manager.h"
@@ -121,6 +122,31 @@ inline void ExpectLoads(CheckpointManager& mgr, int64_t step,
   Result<std::map<std::string, std::string>> info = got->state.Metadata("info");
   ASSERT_TRUE(info.ok()) << info.status().ToString();
   EXPECT_EQ(info->at("seed"), std::to_string(want.seed));
+}
+
+// Key, size and modification time of every object: "nothing changed".
+inline std::vector<std::tuple<std::string, uint64_t, int64_t>> Snapshot(
+    Storage& storage) {
+  std::vector<std::tuple<std::string, uint64_t, int64_t>> out;
+  Result<std::vector<ObjectInfo>> objects = storage.List("");
+  EXPECT_TRUE(objects.ok()) << objects.status().ToString();
+  if (objects.ok()) {
+    for (const ObjectInfo& o : *objects) {
+      out.emplace_back(o.key, o.size, o.mtime_unix_ms);
+    }
+  }
+  return out;
+}
+
+// The steps List() reports, oldest first.
+inline std::vector<int64_t> ListedSteps(CheckpointManager& mgr) {
+  Result<std::vector<CheckpointInfo>> infos = mgr.List();
+  EXPECT_TRUE(infos.ok()) << infos.status().ToString();
+  std::vector<int64_t> out;
+  if (infos.ok()) {
+    for (const CheckpointInfo& i : *infos) out.push_back(i.step);
+  }
+  return out;
 }
 
 }  // namespace ckpt::testing

@@ -11,6 +11,20 @@
 
 namespace ckpt {
 
+// Deterministic bytes that differ with `seed`, so reading the wrong object
+// or the wrong offset shows.
+std::string TestPattern(size_t size, uint64_t seed) {
+  std::string out(size, '\0');
+  uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (char& c : out) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    c = static_cast<char>(x);
+  }
+  return out;
+}
+
 void PrintTo(const StorageConformanceParams& params, std::ostream* os) {
   *os << params.name;
 }
@@ -43,20 +57,6 @@ std::span<const std::byte> Bytes(std::string_view s) {
 
 std::span<std::byte> MutableBytes(std::string& s) {
   return {reinterpret_cast<std::byte*>(s.data()), s.size()};
-}
-
-// Deterministic bytes that differ with `seed`, so reading the wrong object
-// or the wrong offset shows.
-std::string Pattern(size_t size, uint64_t seed) {
-  std::string out(size, '\0');
-  uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
-  for (char& c : out) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    c = static_cast<char>(x);
-  }
-  return out;
 }
 
 using Strings = std::vector<std::string>;
@@ -109,7 +109,7 @@ TEST_P(StorageConformanceTest, PutThenReadAndStat) {
   for (size_t size : {size_t{0}, size_t{1}, size_t{5} << 20}) {
     SCOPED_TRACE("size " + std::to_string(size));
     const std::string key = "dir/object-" + std::to_string(size);
-    const std::string data = Pattern(size, size);
+    const std::string data = TestPattern(size, size);
     const int64_t before_ms = NowMs();
     ASSERT_TRUE(IsOk(storage().Put(key, Bytes(data))));
 
@@ -245,12 +245,12 @@ TEST_P(StorageConformanceTest, StreamedWriteOfManyParts) {
   std::string expected;
   // Many tiny parts, empty ones, and parts larger than any write buffer.
   for (int i = 0; i < 10000; ++i) {
-    const std::string part = Pattern(i % 7, i);
+    const std::string part = TestPattern(i % 7, i);
     ASSERT_TRUE(IsOk((*w)->Append(Bytes(part))));
     expected += part;
   }
   for (size_t size : {size_t{3} << 20, size_t{1}, size_t{300} << 10}) {
-    const std::string part = Pattern(size, size);
+    const std::string part = TestPattern(size, size);
     ASSERT_TRUE(IsOk((*w)->Append(Bytes(part))));
     expected += part;
   }
@@ -278,7 +278,7 @@ TEST_P(StorageConformanceTest, WritableDestroyedWithoutCloseLeavesNothing) {
     Result<std::unique_ptr<WritableObject>> w =
         storage().NewWritable("abandoned/object");
     ASSERT_TRUE(IsOk(w.status()));
-    ASSERT_TRUE(IsOk((*w)->Append(Bytes(Pattern(2 << 20, 1)))));
+    ASSERT_TRUE(IsOk((*w)->Append(Bytes(TestPattern(2 << 20, 1)))));
   }
   EXPECT_TRUE(HasCode(storage().Stat("abandoned/object").status(),
                       ErrorCode::kNotFound));

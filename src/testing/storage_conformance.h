@@ -15,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <ostream>
@@ -23,6 +24,10 @@
 #include "ckpt/storage.h"
 
 namespace ckpt {
+
+// Deterministic bytes that differ with `seed`, so reading the wrong object
+// or the wrong offset shows.
+std::string TestPattern(size_t size, uint64_t seed);
 
 struct StorageConformanceParams {
   // Names the instantiation in test names: letters, digits and '_' only.

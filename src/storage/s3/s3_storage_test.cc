@@ -38,18 +38,6 @@ std::span<const std::byte> Bytes(std::string_view s) {
   return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
 }
 
-std::string Pattern(size_t size, uint64_t seed) {
-  std::string out(size, '\0');
-  uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
-  for (char& c : out) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    c = static_cast<char>(x);
-  }
-  return out;
-}
-
 // The shared server, or a test failure that says why there is none.
 S3rver* Server() {
   Result<S3rver*> server = S3rver::Shared();
@@ -508,7 +496,7 @@ TEST_F(S3StorageTest, StreamedWriteUploadsPartsInParallelWithBoundedBuffers) {
   std::string expected;
   size_t piece = 1;
   while (expected.size() < (23u << 20)) {
-    const std::string part = Pattern(piece, expected.size());
+    const std::string part = TestPattern(piece, expected.size());
     ASSERT_TRUE((*w)->Append(Bytes(part)).ok());
     expected += part;
     piece = piece * 3 % (3 << 20) + 7;
@@ -533,7 +521,7 @@ TEST_F(S3StorageTest, LargePutIsMultipartAndLargeReadsAreSplit) {
     c.max_concurrency = 4;
   });
   ASSERT_NE(storage, nullptr);
-  const std::string data = Pattern(21 << 20, 9);
+  const std::string data = TestPattern(21 << 20, 9);
   ASSERT_TRUE(storage->Put("obj", Bytes(data)).ok());
   EXPECT_EQ(transport_->Count("PUT", "partNumber="), 5);
   EXPECT_GE(transport_->max_in_flight(), 2);
@@ -565,7 +553,7 @@ TEST_F(S3StorageTest, AFailedPartAbortsTheUploadAndPublishesNothing) {
     }
     return std::optional<Result<HttpResponse>>();
   };
-  const std::string data = Pattern(12 << 20, 1);
+  const std::string data = TestPattern(12 << 20, 1);
   const Status put = storage->Put("failing/put", Bytes(data));
   EXPECT_EQ(put.code(), ErrorCode::kIOError) << put.ToString();
   for (const char* part :
@@ -581,7 +569,7 @@ TEST_F(S3StorageTest, AFailedPartAbortsTheUploadAndPublishesNothing) {
   ASSERT_TRUE(w.ok());
   Status s;
   for (int i = 0; i < 4 && s.ok(); ++i) {
-    s = (*w)->Append(Bytes(Pattern(4 << 20, i)));
+    s = (*w)->Append(Bytes(TestPattern(4 << 20, i)));
   }
   if (s.ok()) s = (*w)->Close();
   EXPECT_EQ(s.code(), ErrorCode::kIOError) << s.ToString();
@@ -594,7 +582,7 @@ TEST_F(S3StorageTest, AFailedPartAbortsTheUploadAndPublishesNothing) {
   {
     auto abandoned = storage->NewWritable("failing/abandoned");
     ASSERT_TRUE(abandoned.ok());
-    ASSERT_TRUE((*abandoned)->Append(Bytes(Pattern(11 << 20, 3))).ok());
+    ASSERT_TRUE((*abandoned)->Append(Bytes(TestPattern(11 << 20, 3))).ok());
   }
   EXPECT_EQ(transport_->Count("DELETE", "failing/abandoned?uploadId="), 1);
   EXPECT_EQ(storage->Stat("failing/abandoned").status().code(),
@@ -765,7 +753,8 @@ TEST_F(S3StorageTest, ConditionalMultipartCompletionRefusesAnExistingObject) {
     c.part_size = s3::kMinPartSize;
   });
   ASSERT_NE(storage, nullptr);
-  const std::string first = Pattern(6 << 20, 1), second = Pattern(6 << 20, 2);
+  const std::string first = TestPattern(6 << 20, 1),
+                    second = TestPattern(6 << 20, 2);
   ASSERT_TRUE(storage->Put("big", Bytes(first), PutMode::kCreateIfAbsent).ok());
   const Status again =
       storage->Put("big", Bytes(second), PutMode::kCreateIfAbsent);
