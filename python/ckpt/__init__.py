@@ -17,6 +17,12 @@ buffers) nor on load (it reads into the arrays it returns, or, with
 load_into, into yours), except that a non-contiguous or big-endian array is
 first copied into a C-contiguous one.
 
+Many ranks: CheckpointManager(url, communicator=ckpt.mpi_communicator())
+under mpirun; ckpt.Shard(array, offsets, global_shape) is one rank's box of
+a sharded tensor, ckpt.RankLocal(value) a value of one rank alone. The
+catalog: CheckpointManager(url, catalog=True) records every save;
+ckpt.Catalog().latest(job_id) says what to resume from.
+
 Every error is a ckpt.Error: InvalidArgument (also a ValueError), NotFound,
 AlreadyExists, DataLoss, IOError, Unavailable, Aborted, FailedPrecondition.
 """
@@ -24,8 +30,13 @@ AlreadyExists, DataLoss, IOError, Unavailable, Aborted, FailedPrecondition.
 from ckpt._ckpt import (
     Aborted,
     AlreadyExists,
+    HAS_MPI,
     AsyncSave,
+    Catalog,
+    CatalogCheckpoint,
+    CatalogJob,
     CheckpointInfo,
+    Communicator,
     DataLoss,
     EntryInfo,
     Error,
@@ -36,12 +47,15 @@ from ckpt._ckpt import (
     SaveResult,
     Unavailable,
 )
+from ckpt._dist import mpi_communicator
 from ckpt._manager import CheckpointManager, open
 from ckpt._tree import Metadata
+from ckpt._values import RankLocal, Shard
 
 __all__ = [
-    "Aborted", "AlreadyExists", "AsyncSave", "CheckpointInfo",
-    "CheckpointManager", "DataLoss", "EntryInfo", "Error",
-    "FailedPrecondition", "IOError", "InvalidArgument", "Metadata",
-    "NotFound", "SaveResult", "Unavailable", "open",
+    "HAS_MPI", "Aborted", "AlreadyExists", "AsyncSave", "Catalog",
+    "CatalogCheckpoint", "CatalogJob", "CheckpointInfo", "CheckpointManager",
+    "Communicator", "DataLoss", "EntryInfo", "Error", "FailedPrecondition",
+    "IOError", "InvalidArgument", "Metadata", "NotFound", "RankLocal",
+    "SaveResult", "Shard", "Unavailable", "mpi_communicator", "open",
 ]

@@ -28,8 +28,19 @@ class CheckpointManager:
     objects after every save), gc_grace_seconds, create (create the root if
     it does not exist), chunk_size (bytes per checksummed chunk).
 
-    One process, one rank: the C++ library has no multi-rank communicator
-    yet, so there is none to pass; there is no catalog yet either.
+    catalog: where every committed checkpoint is recorded (the C++
+    library's catalog, which `ckpt catalog` reads): a ckpt.Catalog, a URL
+    (sqlite:///path, a plain path, postgresql://...), or True for the
+    default catalog ($CKPT_CATALOG, else ~/.local/state/ckpt/catalog.sqlite).
+    Default None: no catalog. A catalog failure never fails a save (the
+    commit stands; `ckpt catalog sync` repairs the catalog).
+
+    communicator: the ranks of a many-rank job, e.g.
+    ckpt.mpi_communicator() under mpirun. Every rank opens the same root
+    with the same communicator and calls save() and load() together; a
+    whole array that several ranks pass is written once, ckpt.Shard marks
+    one rank's box of a sharded tensor, ckpt.RankLocal a value of this rank
+    alone. Default None: one process.
 
     Errors raise ckpt.Error subclasses (ckpt.NotFound, ckpt.DataLoss, ...)
     with the library's message. The GIL is released while the library reads
@@ -40,7 +51,14 @@ class CheckpointManager:
                  keep_every_seconds=0, keep_best=0, best_metric="",
                  best_higher_is_better=False, min_seconds_between_saves=0.0,
                  job_id="", gc_after_save=True, gc_grace_seconds=3600,
-                 create=True, chunk_size=4 << 20):
+                 create=True, chunk_size=4 << 20, catalog=None,
+                 communicator=None):
+        if catalog is True:
+            catalog = "default"
+        elif catalog is False:
+            catalog = None
+        elif isinstance(catalog, os.PathLike):
+            catalog = os.fspath(catalog)
         self._m = _ckpt.Manager(
             os.fspath(url), keep_last=keep_last,
             keep_every_n_steps=keep_every_n_steps,
@@ -50,11 +68,22 @@ class CheckpointManager:
             min_seconds_between_saves=min_seconds_between_saves,
             job_id=job_id, gc_after_save=gc_after_save,
             gc_grace_seconds=gc_grace_seconds, create=create,
-            chunk_size=chunk_size)
+            chunk_size=chunk_size, catalog=catalog,
+            communicator=communicator)
 
     @property
     def url(self):
         return self._m.url
+
+    @property
+    def rank(self):
+        """This process's rank (0 without a communicator)."""
+        return self._m.rank
+
+    @property
+    def world_size(self):
+        """The number of ranks (1 without a communicator)."""
+        return self._m.world_size
 
     def __repr__(self):
         return f"ckpt.CheckpointManager({self.url!r})"
@@ -102,9 +131,13 @@ class CheckpointManager:
         arrays of their bits, with a warning. Containers, scalars and bytes
         come back as they were saved. A checkpoint written from C++ comes
         back as nested dicts split at the dots of its entry names, its
-        metadata maps as ckpt.Metadata.
+        metadata maps as ckpt.Metadata. A sharded tensor (ckpt.Shard) comes
+        back whole. A rank-local value (ckpt.RankLocal) comes back
+        unwrapped, each rank its own, when the world size is the one that
+        saved it; at another world size it is left out (see
+        load_rank_local).
         """
-        _, entries = self._m.load(step)
+        _, entries, omitted = self._m.load(step)
         tree, values = None, {}
         for name, kind, dtype, value in entries:
             if name == _tree.TREE_ENTRY and kind == "metadata":
@@ -118,7 +151,7 @@ class CheckpointManager:
                 values[name] = _values.decode_metadata(value)
         if tree is None:
             return _tree.unflatten_dotted(values)
-        return _tree.unflatten(tree, values)
+        return _tree.unflatten(tree, values, omitted - set(values))
 
     def load_into(self, state, step=None, *, strict=False):
         """Fills `state` in place from `step` (default: the newest).
@@ -147,17 +180,19 @@ class CheckpointManager:
                     f"strict load of step {desc.info.step}: the state has no "
                     f"entry {extra[0]!r} ({len(extra)} missing)")
         entries, finishers, paths = [], [], {}
-        for name, path, value in leaves:
+        for name, path, leaf in leaves:
+            value, place = _values.placement(name, leaf)
             e = stored.get(name)
             target = _values.fill_target(
                 name, value, e.dtype if e is not None and e.kind == "tensor"
                 else None)
             if target is None:
-                entries.append((name, _values.blob_kind(value), None, None))
-                paths[name] = path
+                entries.append((name, _values.blob_kind(value), None, None,
+                                place))
+                paths[name] = (path, leaf)
                 continue
             array, dtype, finish = target
-            entries.append((name, "tensor", array, dtype))
+            entries.append((name, "tensor", array, dtype, place))
             if finish is not None:
                 finishers.append(finish)
         info, values = self._m.load_into(desc.info.step, entries, False)
@@ -166,8 +201,23 @@ class CheckpointManager:
         for name, kind, value in values:
             if kind == "metadata":
                 value = _values.decode_metadata(value)
-            _tree.assign(state, paths[name], value)
+            path, leaf = paths[name]
+            if isinstance(leaf, _values.RankLocal):
+                leaf.value = value
+            else:
+                _tree.assign(state, path, value)
         return info
+
+    def load_rank_local(self, name, step=None, *, as_torch=False):
+        """Every saving rank's value of the rank-local entry `name`, as a
+        dict {rank: value}, at any world size: how a job resumed on another
+        number of ranks merges, say, its data loaders' positions."""
+        _, values = self._m.load_rank_local(step, name)
+        out = {}
+        for rank, kind, dtype, value in values:
+            out[rank] = (_values.decode_tensor(name, value, dtype, as_torch)
+                         if kind == "tensor" else value)
+        return out
 
     def latest(self):
         """The newest committed step, or None."""
@@ -188,9 +238,12 @@ class CheckpointManager:
 
     def _entries(self, state):
         leaves, tree = _tree.flatten(state)
-        entries = [(name, *_values.encode(name, value))
-                   for name, _, value in leaves]
-        entries.append((_tree.TREE_ENTRY, "metadata", json.dumps(tree), None))
+        entries = []
+        for name, _, leaf in leaves:
+            value, place = _values.placement(name, leaf)
+            entries.append((name, *_values.encode(name, value), place))
+        entries.append((_tree.TREE_ENTRY, "metadata", json.dumps(tree), None,
+                        None))
         return entries
 
     @staticmethod

@@ -81,29 +81,46 @@ def _flatten(value, path, leaves, seen):
     return name
 
 
-def unflatten(tree, values):
-    """Rebuilds the state that `flatten` described with `tree`."""
+def unflatten(tree, values, omitted=frozenset()):
+    """Rebuilds the state that `flatten` described with `tree`.
+
+    Entries named in `omitted` (rank-local ones saved at another world size)
+    are left out of their dicts, and are None in their lists and tuples.
+    """
     if tree.get("version") != TREE_VERSION:
         raise _ckpt.FailedPrecondition(
             f"the checkpoint's {TREE_ENTRY} has version "
             f"{tree.get('version')!r}; this ckpt reads version {TREE_VERSION}")
-    return _build(tree["root"], values)
+    return _build(tree["root"], values, omitted)
 
 
-def _build(node, values):
+_OMITTED = object()
+
+
+def _build(node, values, omitted):
     if isinstance(node, str):
-        if node not in values:
-            raise _ckpt.DataLoss(
-                f"{TREE_ENTRY} names the entry {node!r}, which the checkpoint "
-                f"lacks")
-        return values[node]
+        if node in values:
+            return values[node]
+        if node in omitted:
+            return _OMITTED
+        raise _ckpt.DataLoss(
+            f"{TREE_ENTRY} names the entry {node!r}, which the checkpoint "
+            f"lacks")
     if "dict" in node:
-        return {key: _build(child, values) for key, child in node["dict"]}
+        built = ((key, _build(child, values, omitted))
+                 for key, child in node["dict"])
+        return {key: v for key, v in built if v is not _OMITTED}
     if "list" in node:
-        return [_build(child, values) for child in node["list"]]
+        return [_present(_build(child, values, omitted))
+                for child in node["list"]]
     if "tuple" in node:
-        return tuple(_build(child, values) for child in node["tuple"])
+        return tuple(_present(_build(child, values, omitted))
+                     for child in node["tuple"])
     raise _ckpt.DataLoss(f"{TREE_ENTRY} holds an unknown node {node!r}")
+
+
+def _present(value):
+    return None if value is _OMITTED else value
 
 
 def unflatten_dotted(values):

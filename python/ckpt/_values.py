@@ -7,6 +7,8 @@
   int, float, str, bool, metadata entry {"python_type": T, "value": V}, so
   None                   that load returns the same Python type
   ckpt.Metadata          metadata entry holding that JSON object
+  ckpt.Shard(a, ...)     this rank's box of a tensor sharded across ranks
+  ckpt.RankLocal(v)      an array or bytes that belong to this rank alone
 
 Saving borrows the memory of C-contiguous, little-endian arrays and tensors:
 no copy is made. Any other array (a transposed view, a big-endian dtype) is
@@ -32,6 +34,61 @@ _SAVEABLE = {"b": (1,), "i": (1, 2, 4, 8), "u": (1, 2, 4, 8), "f": (2, 4, 8)}
 _RAW_DTYPES = {"BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1}
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+class Shard:
+    """This rank's piece of a tensor sharded across the ranks of a job.
+
+    `value` (a NumPy array or CPU torch tensor) holds the box of the global
+    tensor, of shape `global_shape`, that starts at `offsets` (one per
+    dimension); its shape is the box's lengths. Across the ranks the boxes
+    must tile the global shape. save() writes each rank's piece; load()
+    returns the whole tensor; load_into() fills the box from whatever pieces
+    were saved, at any world size and any split.
+    """
+
+    __slots__ = ("value", "offsets", "global_shape")
+
+    def __init__(self, value, offsets, global_shape):
+        self.value = value
+        self.offsets = [int(o) for o in offsets]
+        self.global_shape = [int(d) for d in global_shape]
+
+    def __repr__(self):
+        return (f"ckpt.Shard(offsets={self.offsets}, "
+                f"global_shape={self.global_shape})")
+
+
+class RankLocal:
+    """A value (array, tensor or bytes) that belongs to this rank alone,
+    such as a data loader's position.
+
+    Every rank saves its own value under the same name. At the world size
+    that saved it, load() returns each rank its own value (unwrapped) and
+    load_into() sets `.value` (bytes) or fills the array in place; at
+    another world size, load_rank_local(name) returns every rank's value.
+    """
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __repr__(self):
+        return f"ckpt.RankLocal({self.value!r})"
+
+
+def placement(name, value):
+    """(inner value, placement tuple for _ckpt) of a state leaf."""
+    if isinstance(value, Shard):
+        if len(value.offsets) != len(value.global_shape):
+            raise _ckpt.InvalidArgument(
+                f"entry {name!r}: a Shard needs one offset per dimension of "
+                f"its global shape")
+        return value.value, ("piece", value.global_shape, value.offsets)
+    if isinstance(value, RankLocal):
+        return value.value, ("local",)
+    return value, None
 
 
 def _loaded_torch():

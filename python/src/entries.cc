@@ -1,7 +1,11 @@
 #include "entries.h"
 
+#include <pybind11/stl.h>
+
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "errors.h"
 
@@ -108,6 +112,34 @@ TensorView ViewOf(const std::string& name, const py::handle& value,
   return view;
 }
 
+// Where an entry lives across ranks: the fifth element of an entry tuple.
+struct Placement {
+  bool rank_local = false;
+  bool piece = false;
+  std::vector<int64_t> global_shape;
+  std::vector<int64_t> offsets;
+};
+
+// None: the whole entry (replicated when many ranks add it); ("local",):
+// this rank's own value; ("piece", global_shape, offsets): this rank's box
+// of a sharded tensor.
+Placement PlacementOf(const std::string& name, const py::handle& p) {
+  Placement out;
+  if (p.is_none()) return out;
+  auto t = p.cast<py::tuple>();
+  const auto what = t.size() > 0 ? t[0].cast<std::string>() : std::string();
+  if (what == "local" && t.size() == 1) {
+    out.rank_local = true;
+  } else if (what == "piece" && t.size() == 3) {
+    out.piece = true;
+    out.global_shape = t[1].cast<std::vector<int64_t>>();
+    out.offsets = t[2].cast<std::vector<int64_t>>();
+  } else {
+    Bad(name, "unknown placement " + py::repr(p).cast<std::string>());
+  }
+  return out;
+}
+
 }  // namespace
 
 BorrowedState BuildState(const py::list& entries, bool for_load) {
@@ -115,19 +147,34 @@ BorrowedState BuildState(const py::list& entries, bool for_load) {
   out.owners.reserve(entries.size());
   for (const py::handle item : entries) {
     auto t = item.cast<py::tuple>();
-    if (t.size() != 4) {
+    if (t.size() != 4 && t.size() != 5) {
       throw StatusError(InvalidArgumentError(
-          "an entry must be a (name, kind, value, dtype) tuple"));
+          "an entry must be a (name, kind, value, dtype[, placement]) tuple"));
     }
     auto name = t[0].cast<std::string>();
     const auto kind = t[1].cast<std::string>();
     const py::handle value = t[2];
+    const Placement where =
+        t.size() == 5 ? PlacementOf(name, t[4]) : Placement{};
     if (kind == "tensor") {
-      out.state.AddTensor(name, ViewOf(name, value, t[3], for_load));
+      TensorView view = ViewOf(name, value, t[3], for_load);
+      if (where.rank_local) {
+        out.state.AddRankLocalTensor(std::move(name), std::move(view));
+      } else if (where.piece) {
+        out.state.AddTensorPiece(std::move(name), where.global_shape,
+                                 where.offsets, std::move(view));
+      } else {
+        out.state.AddTensor(std::move(name), std::move(view));
+      }
       out.owners.push_back(py::reinterpret_borrow<py::object>(value));
     } else if (kind == "blob") {
+      if (where.piece) Bad(name, "only a tensor can be a shard");
       if (for_load) {
-        out.state.AddBlob(std::move(name), std::string());
+        if (where.rank_local) {
+          out.state.AddRankLocalBlob(std::move(name), std::string());
+        } else {
+          out.state.AddBlob(std::move(name), std::string());
+        }
         continue;
       }
       if (!py::isinstance<py::bytes>(value)) Bad(name, "a blob must be bytes");
@@ -136,11 +183,20 @@ BorrowedState BuildState(const py::list& entries, bool for_load) {
       if (PyBytes_AsStringAndSize(value.ptr(), &data, &size) != 0) {
         throw py::error_already_set();
       }
+      if (where.rank_local) {
+        // The State keeps its own copy of a rank-local blob.
+        out.state.AddRankLocalBlob(
+            std::move(name), std::string(data, static_cast<size_t>(size)));
+        continue;
+      }
       out.state.AddBlob(std::move(name), std::span<const std::byte>(
                                              reinterpret_cast<std::byte*>(data),
                                              static_cast<size_t>(size)));
       out.owners.push_back(py::reinterpret_borrow<py::object>(value));
     } else if (kind == "metadata") {
+      if (where.piece || where.rank_local) {
+        Bad(name, "only a tensor or bytes can be a shard or rank-local");
+      }
       out.state.AddMetadataJson(std::move(name),
                                 for_load ? "{}" : value.cast<std::string>());
     } else {

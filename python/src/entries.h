@@ -12,6 +12,11 @@
 //   kind "blob":     value is bytes (borrowed), or None when loading.
 //   kind "metadata": value is a JSON object's text, or None when loading.
 //
+// An optional fifth element places the entry across ranks: None (the whole
+// entry; replicated when several ranks add it), ("local",) (this rank's own
+// tensor or blob), or ("piece", global_shape, offsets) (this rank's box of a
+// tensor sharded across ranks).
+//
 // Every function here runs with the GIL held.
 #pragma once
 

@@ -10,6 +10,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstring>
 #include <future>
 #include <memory>
 #include <optional>
@@ -19,6 +20,7 @@
 
 #include "async_save.h"
 #include "ckpt/checkpoint_manager.h"
+#include "cluster.h"
 #include "entries.h"
 #include "errors.h"
 
@@ -31,7 +33,10 @@ py::str KindName(EntryKind kind) { return py::str(EntryKindName(kind)); }
 
 class Manager {
  public:
-  Manager(const std::string& url, Options options) {
+  Manager(const std::string& url, Options options,
+          std::shared_ptr<Communicator> comm)
+      : comm_(std::move(comm)) {
+    options.communicator = comm_.get();
     Result<std::unique_ptr<CheckpointManager>> opened =
         [&]() -> Result<std::unique_ptr<CheckpointManager>> {
       py::gil_scoped_release release;
@@ -63,14 +68,23 @@ class Manager {
     return save;
   }
 
-  // (info, [(name, kind, dtype, value)]) for every entry of `step`.
+  // (info, [(name, kind, dtype, value)], {names left out}) for the entries
+  // of `step`.
   py::tuple Load(std::optional<int64_t> step) {
     const CheckpointDescription desc = Describe(step);
-    // Rank-local entries (one value per saving rank) are not part of the
-    // job's state as one process sees it; they are skipped here.
+    // Rank-local entries come back when the world size is the one that
+    // saved them, each rank its own value; otherwise load_rank_local hands
+    // over every rank's.
+    const int rank = comm_ ? comm_->rank() : 0;
+    const bool same_world = desc.info.world_size == (comm_ ? comm_->size() : 1);
     std::vector<const EntryInfo*> kept;
+    py::set omitted;  // rank-local entries that are not this rank's
     for (const EntryInfo& e : desc.entries) {
-      if (e.owner < 0) kept.push_back(&e);
+      if (e.owner < 0 || (same_world && e.owner == rank)) {
+        kept.push_back(&e);
+      } else {
+        omitted.add(py::str(e.name));
+      }
     }
     State state;
     std::vector<py::object> values;
@@ -79,15 +93,23 @@ class Manager {
       switch (e.kind) {
         case EntryKind::kTensor: {
           py::array array = NewArrayFor(e.dtype, e.shape);
-          state.AddTensor(
-              e.name, TensorView{e.dtype, e.shape,
-                                 static_cast<std::byte*>(array.mutable_data()),
-                                 /*writable=*/true});
+          TensorView view{e.dtype, e.shape,
+                          static_cast<std::byte*>(array.mutable_data()),
+                          /*writable=*/true};
+          if (e.owner >= 0) {
+            state.AddRankLocalTensor(e.name, std::move(view));
+          } else {
+            state.AddTensor(e.name, std::move(view));
+          }
           values.push_back(std::move(array));
           break;
         }
         case EntryKind::kBlob:
-          state.AddBlob(e.name, std::string());
+          if (e.owner >= 0) {
+            state.AddRankLocalBlob(e.name, std::string());
+          } else {
+            state.AddBlob(e.name, std::string());
+          }
           values.emplace_back();
           break;
         case EntryKind::kMetadata:
@@ -106,7 +128,7 @@ class Manager {
       out.append(py::make_tuple(e.name, KindName(e.kind),
                                 py::str(DTypeName(e.dtype)), value));
     }
-    return py::make_tuple(info, out);
+    return py::make_tuple(info, out, omitted);
   }
 
   // Fills the arrays of `entries` in place from `step`; returns (info,
@@ -122,6 +144,35 @@ class Manager {
     }
     return py::make_tuple(info, out);
   }
+
+  // (info, [(rank, kind, dtype, value)]): every saving rank's value of the
+  // rank-local entry `name`.
+  py::tuple LoadRankLocal(std::optional<int64_t> step,
+                          const std::string& name) {
+    Result<LoadedCheckpoint> loaded = [&] {
+      py::gil_scoped_release release;
+      return manager_->LoadRankLocal(step, name);
+    }();
+    LoadedCheckpoint l = ValueOrThrow(std::move(loaded));
+    py::list out;
+    for (const Entry& e : l.state.entries()) {
+      py::object value;
+      if (e.kind == EntryKind::kTensor) {
+        py::array array = NewArrayFor(e.tensor.dtype, e.tensor.shape);
+        std::memcpy(array.mutable_data(), e.tensor.data,
+                    static_cast<size_t>(e.tensor.ByteSize().value_or(0)));
+        value = std::move(array);
+      } else {
+        value = ValueOf(e);
+      }
+      out.append(py::make_tuple(std::stoi(e.name), KindName(e.kind),
+                                py::str(DTypeName(e.tensor.dtype)), value));
+    }
+    return py::make_tuple(l.info, out);
+  }
+
+  int rank() const { return comm_ ? comm_->rank() : 0; }
+  int world_size() const { return comm_ ? comm_->size() : 1; }
 
   CheckpointDescription Describe(std::optional<int64_t> step) {
     py::gil_scoped_release release;
@@ -155,6 +206,7 @@ class Manager {
     return ValueOrThrow(std::move(info));
   }
 
+  std::shared_ptr<Communicator> comm_;  // outlives manager_
   std::shared_ptr<CheckpointManager> manager_;
   // Ready when the newest save_async has ended; Save waits for it. Guarded
   // by the GIL.
@@ -169,6 +221,8 @@ void InitModule(py::module_& m) {
   m.doc() =
       "The C++ half of the ckpt package; use `import ckpt`, not this module.";
   RegisterErrors(m);
+  RegisterCatalog(m);
+  RegisterCommunicators(m);
 
   py::class_<CheckpointInfo>(m, "CheckpointInfo",
                              "A committed checkpoint, as `ckpt ls` shows it.")
@@ -206,6 +260,8 @@ void InitModule(py::module_& m) {
 
   py::class_<EntryInfo>(m, "EntryInfo", "One entry of a checkpoint.")
       .def_readonly("name", &EntryInfo::name)
+      .def_readonly("owner", &EntryInfo::owner,
+                    "the saving rank of a rank-local entry; -1 for the job's")
       .def_property_readonly(
           "kind", [](const EntryInfo& e) { return KindName(e.kind); },
           "'tensor', 'blob' or 'metadata'")
@@ -242,35 +298,47 @@ void InitModule(py::module_& m) {
       .def_property_readonly("step", &AsyncSave::step);
 
   py::class_<Manager>(m, "Manager")
-      .def(py::init([](const std::string& url, int keep_last,
-                       int64_t keep_every_n_steps, int64_t keep_every_seconds,
-                       int keep_best, std::string best_metric,
-                       bool best_higher_is_better,
-                       double min_seconds_between_saves, std::string job_id,
-                       bool gc_after_save, int64_t gc_grace_seconds,
-                       bool create, uint64_t chunk_size) {
-             Options o;
-             o.job_id = std::move(job_id);
-             o.retention.keep_last = keep_last;
-             o.retention.keep_every_n_steps = keep_every_n_steps;
-             o.retention.keep_every_seconds = keep_every_seconds;
-             o.retention.keep_best = keep_best;
-             o.retention.best_metric = std::move(best_metric);
-             o.retention.best_higher_is_better = best_higher_is_better;
-             o.min_seconds_between_saves = min_seconds_between_saves;
-             o.gc_after_save = gc_after_save;
-             o.gc_grace_seconds = gc_grace_seconds;
-             o.create = create;
-             o.chunk_size = chunk_size;
-             return std::make_unique<Manager>(url, std::move(o));
-           }),
+      .def(py::init(
+               [](const std::string& url, int keep_last,
+                  int64_t keep_every_n_steps, int64_t keep_every_seconds,
+                  int keep_best, std::string best_metric,
+                  bool best_higher_is_better, double min_seconds_between_saves,
+                  std::string job_id, bool gc_after_save,
+                  int64_t gc_grace_seconds, bool create, uint64_t chunk_size,
+                  const py::object& catalog, const py::object& communicator) {
+                 Options o;
+                 o.job_id = std::move(job_id);
+                 o.retention.keep_last = keep_last;
+                 o.retention.keep_every_n_steps = keep_every_n_steps;
+                 o.retention.keep_every_seconds = keep_every_seconds;
+                 o.retention.keep_best = keep_best;
+                 o.retention.best_metric = std::move(best_metric);
+                 o.retention.best_higher_is_better = best_higher_is_better;
+                 o.min_seconds_between_saves = min_seconds_between_saves;
+                 o.gc_after_save = gc_after_save;
+                 o.gc_grace_seconds = gc_grace_seconds;
+                 o.create = create;
+                 o.chunk_size = chunk_size;
+                 if (py::isinstance<PyCatalog>(catalog)) {
+                   o.catalog = catalog.cast<const PyCatalog&>().catalog;
+                 } else if (!catalog.is_none()) {
+                   o.catalog = OpenCatalogOrThrow(catalog.cast<std::string>());
+                 }
+                 std::shared_ptr<Communicator> comm;
+                 if (!communicator.is_none()) {
+                   comm = communicator.cast<const PyCommunicator&>().comm;
+                 }
+                 return std::make_unique<Manager>(url, std::move(o),
+                                                  std::move(comm));
+               }),
            py::arg("url"), py::kw_only(), py::arg("keep_last"),
            py::arg("keep_every_n_steps"), py::arg("keep_every_seconds"),
            py::arg("keep_best"), py::arg("best_metric"),
            py::arg("best_higher_is_better"),
            py::arg("min_seconds_between_saves"), py::arg("job_id"),
            py::arg("gc_after_save"), py::arg("gc_grace_seconds"),
-           py::arg("create"), py::arg("chunk_size"))
+           py::arg("create"), py::arg("chunk_size"), py::arg("catalog"),
+           py::arg("communicator"))
       .def(
           "save",
           [](Manager& self, int64_t step, const py::list& entries,
@@ -295,6 +363,10 @@ void InitModule(py::module_& m) {
       .def("load", &Manager::Load, py::arg("step"))
       .def("load_into", &Manager::LoadInto, py::arg("step"), py::arg("entries"),
            py::arg("strict"))
+      .def("load_rank_local", &Manager::LoadRankLocal, py::arg("step"),
+           py::arg("name"))
+      .def_property_readonly("rank", &Manager::rank)
+      .def_property_readonly("world_size", &Manager::world_size)
       .def("describe", &Manager::Describe, py::arg("step"))
       .def("latest", &Manager::Latest)
       .def("list", &Manager::List)

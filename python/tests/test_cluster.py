@@ -1,0 +1,122 @@
+"""The catalog and many ranks from Python: ckpt.Catalog, catalog=,
+ckpt.mpi_communicator(), ckpt.Shard and ckpt.RankLocal."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import ckpt
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def test_saves_are_recorded_in_the_catalog(root, tmp_path):
+    url = str(tmp_path / "catalog.sqlite")
+    mgr = ckpt.open(root, catalog=url, job_id="run-a", keep_last=2)
+    for step, loss in [(1, 0.9), (2, 0.4), (3, 0.6)]:
+        mgr.save(step, {"x": np.full(3, step)}, epoch=step, metrics={"loss": loss})
+    cat = ckpt.Catalog(url)
+    latest = cat.latest("run-a")
+    assert (latest.step, latest.epoch, latest.state) == (3, 3, "committed")
+    assert latest.root.endswith("/root") and latest.world_size == 1
+    # keep_last=2 deleted step 1 and the catalog says so.
+    assert [c.step for c in cat.list("run-a")] == [2, 3]
+    assert [(c.step, c.state) for c in cat.list("run-a", include_deleted=True)
+            ] == [(1, "deleted"), (2, "committed"), (3, "committed")]
+    assert cat.best("run-a", "loss").step == 2
+    assert cat.best("run-a", "loss", higher_is_better=True).step == 3
+    assert cat.best("run-a", "accuracy") is None
+    assert cat.latest("no-such-job") is None
+    assert [(j.job_id, j.committed, j.latest_step) for j in cat.jobs()
+            ] == [("run-a", 2, 3)]
+
+
+def test_one_catalog_object_serves_many_managers(tmp_path):
+    cat = ckpt.Catalog(str(tmp_path / "c.sqlite"))
+    for job in ("a", "b"):
+        ckpt.open(str(tmp_path / job), catalog=cat, job_id=job).save(
+            5, {"v": np.zeros(2)})
+    assert sorted(j.job_id for j in cat.jobs()) == ["a", "b"]
+
+
+def test_catalog_true_is_the_default_catalog(root, tmp_path, monkeypatch):
+    url = str(tmp_path / "default.sqlite")
+    monkeypatch.setenv("CKPT_CATALOG", url)
+    ckpt.open(root, catalog=True, job_id="dflt").save(9, {"v": np.ones(1)})
+    assert ckpt.Catalog().url.endswith("default.sqlite")
+    assert ckpt.Catalog(url).latest("dflt").step == 9
+
+
+def test_a_bad_catalog_url_names_it(root):
+    with pytest.raises(ckpt.InvalidArgument, match="mysql://db/x"):
+        ckpt.open(root, catalog="mysql://db/x")
+
+
+def test_rank_local_values_at_one_rank(mgr):
+    pos = np.array([41, 42], dtype=np.int64)
+    mgr.save(1, {"loader": {"pos": ckpt.RankLocal(pos),
+                            "rng": ckpt.RankLocal(b"state")}})
+    assert mgr.rank == 0 and mgr.world_size == 1
+    out = mgr.load()
+    assert np.array_equal(out["loader"]["pos"], pos)
+    assert out["loader"]["rng"] == b"state"
+    target_pos = np.zeros(2, dtype=np.int64)
+    target = {"loader": {"pos": ckpt.RankLocal(target_pos),
+                         "rng": ckpt.RankLocal(b"")}}
+    mgr.load_into(target)
+    assert np.array_equal(target_pos, pos)  # filled in place
+    assert target["loader"]["rng"].value == b"state"
+    all_pos = mgr.load_rank_local("loader.pos")
+    assert list(all_pos) == [0] and np.array_equal(all_pos[0], pos)
+    assert mgr.load_rank_local("loader.rng") == {0: b"state"}
+    with pytest.raises(ckpt.NotFound, match="nothing"):
+        mgr.load_rank_local("nothing")
+
+
+def test_a_shard_that_is_the_whole_tensor(mgr):
+    w = np.arange(12, dtype=np.float64).reshape(3, 4)
+    mgr.save(1, {"w": ckpt.Shard(w, [0, 0], [3, 4])})
+    assert np.array_equal(mgr.load()["w"], w)
+    part = np.zeros((2, 2))
+    mgr.load_into({"w": ckpt.Shard(part, [1, 2], [3, 4])})
+    assert np.array_equal(part, w[1:3, 2:4])
+
+
+def test_bad_shards_are_refused(mgr):
+    with pytest.raises(ckpt.InvalidArgument, match="'w'"):
+        mgr.save(1, {"w": ckpt.Shard(np.zeros(3), [0, 0], [3])})
+    with pytest.raises(ckpt.InvalidArgument, match="w"):
+        mgr.save(1, {"w": ckpt.Shard(np.zeros(3), [2], [3])})  # out of bounds
+    with pytest.raises(ckpt.InvalidArgument, match="s"):
+        mgr.save(1, {"s": ckpt.Shard(b"bytes", [0], [5])})
+    assert mgr.latest() is None
+
+
+def _mpirun(n, *args):
+    mpiexec = os.environ.get("CKPT_MPIEXEC")
+    cmd = [mpiexec, "--allow-run-as-root", "--oversubscribe", "--mca", "btl",
+           "self,vader", "--mca", "plm_rsh_agent", "false", "-np", str(n),
+           sys.executable, os.path.join(HERE, "mpi_job.py"), *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.skipif("CKPT_MPIEXEC" not in os.environ,
+                    reason="the build found no MPI")
+def test_many_ranks_under_mpirun(root, tmp_path):
+    assert ckpt.HAS_MPI  # CMake found MPI, so the module must have it
+    catalog = str(tmp_path / "catalog.sqlite")
+    _mpirun(2, "save", root, catalog)
+    for n in (1, 2, 3):
+        _mpirun(n, "load", root, "2")
+    # A single process sees the same checkpoint.
+    mgr = ckpt.open(root, create=False)
+    info = mgr.list()[-1]
+    assert (info.step, info.world_size, len(info.hosts)) == (7, 2, 2)
+    assert mgr.load_rank_local("rng") == {0: b"rng of rank 0",
+                                          1: b"rng of rank 1"}
+    row = ckpt.Catalog(catalog).latest("mpi-job")
+    assert (row.step, row.world_size, row.metrics) == (7, 2, {"loss": 0.25})
