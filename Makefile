@@ -1,5 +1,6 @@
 # The two commands of the README:
-#   make demo   install dependencies, build, run examples/quickstart
+#   make demo   install dependencies, build, train the demo model, kill it
+#               twice with SIGKILL, resume, compare with an uninterrupted run
 #   make test   install dependencies, build, run every test
 # Extra: make build, make format, make check-format, make asan.
 
@@ -19,7 +20,7 @@ build: deps
 	cmake --build $(BUILD) -j $(JOBS)
 
 demo: build
-	$(BUILD)/examples/quickstart
+	scripts/demo.sh $(BUILD)
 
 test: build check-format
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)

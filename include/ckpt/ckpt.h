@@ -6,6 +6,7 @@
 #include "ckpt/checkpoint_manager.h"
 #include "ckpt/communicator.h"
 #include "ckpt/dtype.h"
+#include "ckpt/runner.h"
 #include "ckpt/state.h"
 #include "ckpt/status.h"
 #include "ckpt/storage.h"

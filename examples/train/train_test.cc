@@ -1,0 +1,292 @@
+// The demo trainer, killed and resumed: whatever moment SIGKILL strikes, a
+// run resumed as often as it takes ends with the final state of a run that
+// was never stopped, bit for bit — on one rank and under mpirun -np 2. And
+// SIGTERM (SIGUSR1 through mpirun) stops it after saving the step it was
+// in, with exit code 75.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <random>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ckpt/ckpt.h"
+#include "gtest/gtest.h"
+#include "testing/subprocess.h"
+
+namespace ckpt {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using testing::ReadFile;
+
+std::string FreshDir(const std::string& name) {
+  const fs::path dir = fs::path(::testing::TempDir()) /
+                       ("train_test_" + std::to_string(getpid()) + "_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+// The trainer's command line at `world` ranks (1: no mpirun).
+std::vector<std::string> Command(int world, const std::string& root,
+                                 const std::string& out,
+                                 std::vector<std::string> extra = {}) {
+  std::vector<std::string> cmd;
+  if (world > 1) {
+    cmd = {CKPT_MPIRUN,
+           "--allow-run-as-root",
+           "--oversubscribe",
+           "--mca",
+           "btl",
+           "self,vader",
+           "--mca",
+           "plm_rsh_agent",
+           "false",
+           "-np",
+           std::to_string(world)};
+  }
+  // 4 epochs of 16 steps, a save every 3 steps and at every boundary.
+  cmd.insert(cmd.end(),
+             {CKPT_TRAIN, "--root", root, "--out", out, "--epochs", "4",
+              "--samples", "512", "--batch", "32", "--save-every-steps", "3"});
+  cmd.insert(cmd.end(), extra.begin(), extra.end());
+  return cmd;
+}
+
+// A child in its own session, so that it and everything it starts (mpirun's
+// ranks) can be found and killed together.
+class Child {
+ public:
+  Child(const std::vector<std::string>& cmd, const std::string& log) {
+    pid_ = fork();
+    if (pid_ == 0) {
+      setsid();
+      FILE* f = std::fopen(log.c_str(), "w");
+      if (f != nullptr) {
+        dup2(fileno(f), 1);
+        dup2(fileno(f), 2);
+      }
+      std::vector<char*> argv;
+      for (const std::string& a : cmd)
+        argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+  }
+
+  // Exited already? Then its status is kept.
+  bool Exited() {
+    if (status_) return true;
+    int st = 0;
+    if (waitpid(pid_, &st, WNOHANG) == pid_) status_ = st;
+    return status_.has_value();
+  }
+
+  // SIGKILLs every process of the session (the child is its leader), and
+  // waits until none is left.
+  void KillSession() {
+    for (int round = 0; round < 500; ++round) {
+      const std::vector<pid_t> left = SessionMembers();
+      for (pid_t p : left) kill(p, SIGKILL);
+      Exited();
+      if (left.empty() && status_) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ADD_FAILURE() << "processes of session " << pid_ << " outlived SIGKILL";
+  }
+
+  void Signal(int sig) { kill(pid_, sig); }
+
+  // Waits for the exit; the exit code, or 128 + the signal.
+  int Wait() {
+    while (!Exited()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return WIFEXITED(*status_) ? WEXITSTATUS(*status_)
+                               : 128 + WTERMSIG(*status_);
+  }
+
+ private:
+  // Live (not zombie) processes whose session is the child's.
+  std::vector<pid_t> SessionMembers() const {
+    std::vector<pid_t> out;
+    for (const auto& e : fs::directory_iterator("/proc")) {
+      const std::string name = e.path().filename();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::ifstream f(e.path() / "stat");
+      std::string stat((std::istreambuf_iterator<char>(f)),
+                       std::istreambuf_iterator<char>());
+      const size_t close = stat.rfind(')');
+      if (close == std::string::npos) continue;
+      std::istringstream rest(stat.substr(close + 1));
+      std::string state;
+      long ppid = 0, pgrp = 0, session = 0;
+      rest >> state >> ppid >> pgrp >> session;
+      if (session == pid_ && state != "Z") out.push_back(std::stoi(name));
+    }
+    return out;
+  }
+
+  pid_t pid_ = -1;
+  std::optional<int> status_;
+};
+
+int RunToEnd(const std::vector<std::string>& cmd, const std::string& log) {
+  Child c(cmd, log);
+  return c.Wait();
+}
+
+// Every "resumed from step N" a log shows.
+std::vector<int64_t> ResumedSteps(const std::string& log) {
+  std::vector<int64_t> out;
+  const std::regex re("resumed from step ([0-9]+)");
+  for (std::sregex_iterator it(log.begin(), log.end(), re), end; it != end;
+       ++it) {
+    out.push_back(std::stoll((*it)[1]));
+  }
+  return out;
+}
+
+// Seconds until `log` shows the runner's first line (it has loaded or
+// initialized the state), or the child exited.
+double WaitForRunner(Child& c, const std::string& log, Clock::time_point t0) {
+  while (ReadFile(log).find("ckpt runner:") == std::string::npos &&
+         !c.Exited()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+void KillTwentyTimesAndCompare(int world) {
+  const std::string dir = FreshDir("kill" + std::to_string(world));
+  const std::string reference = dir + "/reference.bin";
+  const std::string ref_log_path = dir + "/ref.log";
+  const auto t0 = Clock::now();
+  Child ref(Command(world, dir + "/ref_root", reference), ref_log_path);
+  const double startup = WaitForRunner(ref, ref_log_path, t0);
+  ASSERT_EQ(ref.Wait(), 0) << ReadFile(ref_log_path);
+  const double training =
+      std::chrono::duration<double>(Clock::now() - t0).count() - startup;
+  const std::string ref_log = ReadFile(ref_log_path);
+  ASSERT_NE(ref_log.find("epoch 3: loss"), std::string::npos) << ref_log;
+
+  // Random moments: one kill in four strikes while the trainer starts or
+  // loads its checkpoint; the others strike a random time into training,
+  // about a twentieth of the run on average, so that the twenty of them
+  // spread from the first step to the last save.
+  std::mt19937 gen(std::random_device{}());
+  std::uniform_real_distribution<double> early(0.0, startup);
+  std::uniform_real_distribution<double> late(0.0, training / 8);
+  const std::string root = dir + "/root", out = dir + "/final.bin";
+  std::set<int64_t> resumed_at;
+  int killed_running = 0;
+  for (int kill = 0; kill < 20; ++kill) {
+    const std::string log = dir + "/kill" + std::to_string(kill) + ".log";
+    const auto start = Clock::now();
+    Child c(Command(world, root, out), log);
+    if (kill % 4 == 3) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(early(gen)));
+    } else {
+      WaitForRunner(c, log, start);
+      std::this_thread::sleep_for(std::chrono::duration<double>(late(gen)));
+    }
+    if (!c.Exited()) ++killed_running;
+    c.KillSession();
+    for (int64_t s : ResumedSteps(ReadFile(log))) resumed_at.insert(s);
+  }
+  const std::string last_log = dir + "/last.log";
+  ASSERT_EQ(RunToEnd(Command(world, root, out), last_log), 0)
+      << ReadFile(last_log);
+  EXPECT_GE(killed_running, 10) << "most kills must hit a running trainer";
+  EXPECT_GE(resumed_at.size(), 4u)
+      << "the kills should land at many different steps";
+  const std::string a = ReadFile(reference), b = ReadFile(out);
+  ASSERT_FALSE(a.empty());
+  EXPECT_TRUE(a == b) << "final state differs from the uninterrupted run's";
+  // The final run prints the same digest as the reference.
+  const size_t at = ref_log.find("final state sha256");
+  ASSERT_NE(at, std::string::npos) << ref_log;
+  EXPECT_NE(ReadFile(last_log).find(ref_log.substr(at, 84)), std::string::npos)
+      << ReadFile(last_log);
+}
+
+TEST(TrainTest, KilledTwentyTimesEndsBitIdentical) {
+  KillTwentyTimesAndCompare(1);
+}
+
+TEST(TrainTest, KilledTwentyTimesUnderMpirunEndsBitIdentical) {
+  if (std::string(CKPT_MPIRUN).empty()) GTEST_SKIP() << "built without MPI";
+  KillTwentyTimesAndCompare(2);
+}
+
+// The loss really falls: the last epoch's is well below the first's.
+TEST(TrainTest, LossFalls) {
+  const std::string dir = FreshDir("loss");
+  ASSERT_EQ(RunToEnd(Command(1, dir + "/root", dir + "/out.bin"), dir + "/log"),
+            0);
+  const std::string log = ReadFile(dir + "/log");
+  const std::regex re("epoch ([0-9]+): loss ([0-9.]+)");
+  std::vector<double> losses;
+  for (std::sregex_iterator it(log.begin(), log.end(), re), end; it != end;
+       ++it) {
+    losses.push_back(std::stod((*it)[2]));
+  }
+  ASSERT_EQ(losses.size(), 4u) << log;
+  EXPECT_LT(losses.back(), 0.6 * losses.front()) << log;
+}
+
+// SIGTERM in the middle of an epoch: the trainer saves the step it is in
+// and exits with 75; the root's newest checkpoint is that step.
+void PreemptAndCheck(int world, int sig) {
+  const std::string dir = FreshDir("preempt" + std::to_string(world));
+  const std::string root = dir + "/root", log = dir + "/log";
+  Child c(Command(world, root, dir + "/out.bin", {"--step-sleep-ms", "20"}),
+          log);
+  // Wait until epoch 0 is over, then signal in the middle of epoch 1.
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (ReadFile(log).find("epoch 0: loss") == std::string::npos &&
+         Clock::now() < deadline && !c.Exited()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  c.Signal(sig);
+  const int code = c.Wait();
+  const std::string text = ReadFile(log);
+  ASSERT_EQ(code, kExitPreempted) << text;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      text, m, std::regex("preempted: stopped at step ([0-9]+)")))
+      << text;
+  const int64_t step = std::stoll(m[1]);
+  EXPECT_GT(step, 16);  // epoch 1 ...
+  EXPECT_LT(step, 32);  // ... not at its boundary
+  auto mgr = CheckpointManager::Open(root, {.create = false}).value();
+  EXPECT_EQ(mgr->Latest().value(), step);
+  auto info = mgr->List().value().back();
+  EXPECT_EQ(info.metadata["runner.saved_at"], "preemption");
+  EXPECT_EQ(info.world_size, world);
+  EXPECT_TRUE(mgr->Verify(step)->ok());
+}
+
+TEST(TrainTest, SigtermMidEpochSavesThatStepAndExits75) {
+  PreemptAndCheck(1, SIGTERM);
+}
+
+// mpirun forwards SIGUSR1 to the ranks; all of them stop at the same step.
+TEST(TrainTest, SigusrThroughMpirunSavesThatStepAndExits75) {
+  if (std::string(CKPT_MPIRUN).empty()) GTEST_SKIP() << "built without MPI";
+  PreemptAndCheck(2, SIGUSR1);
+}
+
+}  // namespace
+}  // namespace ckpt

@@ -1,0 +1,300 @@
+// JobRunner: resume, run epochs, save, stop.
+//
+// Run, on every rank together:
+//   1. Rank 0 picks the step to resume from: the newest committed one in
+//      storage (checked against the catalog's answer when there is one) and
+//      broadcasts it, so every rank loads the same step.
+//   2. With a step: every rank builds its State (Job::AddState plus the
+//      runner's progress entry), loads it, and calls Job::Restore; the
+//      progress says which epoch comes next and whether it had started.
+//      Without one: Job::Init, and step 0 is saved.
+//   3. Epochs run in a loop. After every step (JobContext::EndStep) the
+//      ranks agree, with one all-gather, on whether to save (every N
+//      steps, every S seconds by rank 0's clock, or a preemption) and
+//      whether to stop. A preemption saves that step and stops the epoch.
+//   4. After every epoch the ranks agree on stopping (the epoch limit,
+//      RequestStop, Job::ShouldStop, a preemption) and save the boundary.
+//   5. A finished job runs Job::Exit, and in "backup and restore" mode rank
+//      0 deletes the root's checkpoints.
+// Progress (next epoch, step, whether that epoch started, finished) is a
+// replicated I64 tensor in every checkpoint, so a resumed run continues at
+// exactly the step where the saved one was.
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+
+#include "ckpt/catalog_sync.h"
+#include "ckpt/runner.h"
+#include "runner/preemption.h"
+
+namespace ckpt {
+namespace {
+
+enum Progress { kNextEpoch, kStep, kInEpoch, kFinished, kProgressSize };
+
+double NowSeconds() {
+  return std::chrono::duration<double>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+class JobRunner::Impl {
+ public:
+  Impl(Job& job, CheckpointManager& manager, RunnerOptions options,
+       JobRunner* owner)
+      : job_(job),
+        manager_(manager),
+        options_(std::move(options)),
+        ctx_(owner) {
+    ctx_.comm_ = manager_.options().communicator;
+    if (!options_.log) {
+      options_.log = [](const std::string& line) {
+        std::fprintf(stderr, "ckpt runner: %s\n", line.c_str());
+      };
+    }
+  }
+
+  Result<RunOutcome> Run();
+  bool EndStep();
+  void Preempt() { preempt_requested_.store(true); }
+
+ private:
+  struct Decision {
+    bool preempt = false;
+    bool stop = false;
+    bool time_due = false;
+  };
+
+  Communicator& comm() { return *ctx_.comm_; }
+  void Log(const std::string& line) {
+    if (comm().rank() == 0) options_.log(line);
+  }
+  bool PreemptedLocally() const {
+    return runner::PreemptSignalCount() != signals_at_start_ ||
+           preempt_requested_.load();
+  }
+  Result<Decision> Agree(bool preempt, bool stop);
+  Result<std::optional<int64_t>> FindResumeStep();
+  Status Resume(int64_t step);
+  Status SaveNow(bool in_epoch, bool finished);
+  Status DeleteAll();
+
+  Job& job_;
+  CheckpointManager& manager_;
+  RunnerOptions options_;
+  JobContext ctx_;
+  std::atomic<bool> preempt_requested_{false};
+  uint64_t signals_at_start_ = 0;
+  std::vector<int64_t> progress_ = std::vector<int64_t>(kProgressSize, 0);
+  std::optional<int64_t> last_saved_;
+  double last_save_time_ = 0;
+  bool preempted_ = false;
+  Status error_;
+};
+
+Result<JobRunner::Impl::Decision> JobRunner::Impl::Agree(bool preempt,
+                                                         bool stop) {
+  const bool time_due =
+      comm().rank() == 0 && options_.save_every_seconds > 0 &&
+      NowSeconds() - last_save_time_ >= options_.save_every_seconds;
+  const std::string mine = {static_cast<char>(preempt), static_cast<char>(stop),
+                            static_cast<char>(time_due)};
+  Decision d;
+  if (comm().size() == 1) {
+    d = {preempt, stop, time_due};
+    return d;
+  }
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> all, comm().AllGather(mine));
+  for (const std::string& s : all) {
+    if (s.size() != 3) return AbortedError("runner: a rank sent a bad vote");
+    d.preempt |= s[0] != 0;
+    d.stop |= s[1] != 0;
+  }
+  d.time_due = all[0][2] != 0;
+  return d;
+}
+
+Result<std::optional<int64_t>> JobRunner::Impl::FindResumeStep() {
+  std::string answer;
+  if (comm().rank() == 0) {
+    Result<std::optional<int64_t>> latest = manager_.Latest();
+    if (!latest.ok()) {
+      answer = "E" + latest.status().ToString();
+    } else {
+      const std::shared_ptr<Catalog>& catalog = manager_.options().catalog;
+      if (catalog && options_.resume_from_catalog) {
+        auto row = catalog->Latest(manager_.options().job_id);
+        std::optional<int64_t> from_catalog;
+        if (row.ok() && *row &&
+            (*row)->root == CatalogRootUrl(manager_.storage().url())) {
+          from_catalog = (*row)->step;
+        }
+        if (from_catalog != *latest) {
+          Log("the catalog's newest checkpoint of job " +
+              manager_.options().job_id + " (" +
+              (from_catalog ? "step " + std::to_string(*from_catalog)
+                            : std::string("none")) +
+              ") is not storage's; resuming from storage's");
+        }
+      }
+      answer = *latest ? "S" + std::to_string(**latest) : "N";
+    }
+  }
+  CKPT_ASSIGN_OR_RETURN(answer, comm().Broadcast(answer, 0));
+  if (answer.empty()) return AbortedError("runner: empty resume decision");
+  if (answer[0] == 'E') return IOError("runner: " + answer.substr(1));
+  if (answer[0] == 'N') return std::optional<int64_t>();
+  return std::optional<int64_t>(std::stoll(answer.substr(1)));
+}
+
+Status JobRunner::Impl::Resume(int64_t step) {
+  State state;
+  CKPT_RETURN_IF_ERROR(job_.AddState(ctx_, state));
+  state.AddTensor(kRunnerProgressEntry, View(progress_));
+  CKPT_RETURN_IF_ERROR(manager_.Load(step, state).status());
+  if (progress_[kStep] < 0 || progress_[kNextEpoch] < 0) {
+    return DataLossError("runner: step " + std::to_string(step) +
+                         " holds a negative epoch or step in " +
+                         kRunnerProgressEntry);
+  }
+  ctx_.step_ = progress_[kStep];
+  ctx_.epoch_ = progress_[kNextEpoch];
+  ctx_.resumed_ = true;
+  ctx_.resumed_mid_epoch_ = progress_[kInEpoch] != 0;
+  return job_.Restore(ctx_, state);
+}
+
+Status JobRunner::Impl::SaveNow(bool in_epoch, bool finished) {
+  // A step saved already (mid-epoch at the epoch's last step, or the one
+  // resumed from) holds this state up to the end-of-epoch work, which a
+  // resume from it redoes: saving again would only be refused.
+  if (last_saved_ == ctx_.step_) {
+    if (!in_epoch) {
+      Log("epoch " + std::to_string(ctx_.epoch_) + " ended at step " +
+          std::to_string(ctx_.step_) + ", saved already");
+    }
+    return Status();
+  }
+  progress_ = {in_epoch ? ctx_.epoch_ : ctx_.epoch_ + 1, ctx_.step_,
+               in_epoch ? 1 : 0, finished ? 1 : 0};
+  State state;
+  CKPT_RETURN_IF_ERROR(job_.AddState(ctx_, state));
+  state.AddTensor(kRunnerProgressEntry, View(progress_));
+  SaveOptions so;
+  so.epoch = ctx_.step_ == 0 && in_epoch ? -1 : ctx_.epoch_;
+  so.metrics = ctx_.metrics_;
+  so.metadata["runner.saved_at"] =
+      preempted_ ? "preemption" : (in_epoch ? "step" : "epoch end");
+  CKPT_ASSIGN_OR_RETURN(SaveResult saved, manager_.Save(ctx_.step_, state, so));
+  last_save_time_ = NowSeconds();
+  if (saved.skipped) return Status();
+  last_saved_ = ctx_.step_;
+  // Periodic mid-epoch saves are many; only the ones a user acts on show.
+  if (!in_epoch || preempted_ || ctx_.step_ == 0) {
+    Log("saved step " + std::to_string(ctx_.step_) + " (epoch " +
+        std::to_string(ctx_.epoch_) + ", " + so.metadata["runner.saved_at"] +
+        ")");
+  }
+  return Status();
+}
+
+bool JobRunner::Impl::EndStep() {
+  if (!error_.ok() || preempted_) return false;
+  ++ctx_.step_;
+  Result<Decision> d = Agree(PreemptedLocally(), false);
+  if (!d.ok()) {
+    error_ = d.status();
+    return false;
+  }
+  const bool every_n = options_.save_every_steps > 0 &&
+                       ctx_.step_ % options_.save_every_steps == 0;
+  preempted_ = d->preempt;
+  if (every_n || d->time_due || d->preempt) {
+    error_ = SaveNow(/*in_epoch=*/true, /*finished=*/false);
+  }
+  return error_.ok() && !preempted_;
+}
+
+Status JobRunner::Impl::DeleteAll() {
+  if (comm().rank() == 0) {
+    CKPT_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> all, manager_.List());
+    for (const CheckpointInfo& info : all) {
+      CKPT_RETURN_IF_ERROR(manager_.Delete(info.step));
+    }
+    Log("deleted " + std::to_string(all.size()) +
+        " checkpoints: the job is done");
+  }
+  return comm().Barrier();
+}
+
+Result<RunOutcome> JobRunner::Impl::Run() {
+  runner::PreemptSignals handlers(options_.preempt_signals);
+  signals_at_start_ = runner::PreemptSignalCount();
+  last_save_time_ = NowSeconds();
+  RunOutcome outcome;
+
+  CKPT_ASSIGN_OR_RETURN(std::optional<int64_t> from, FindResumeStep());
+  bool finished = false;
+  if (from) {
+    CKPT_RETURN_IF_ERROR(Resume(*from));
+    last_saved_ = *from;
+    outcome.resumed_from = *from;
+    finished = progress_[kFinished] != 0;
+    Log("resumed from step " + std::to_string(*from) + ": " +
+        (finished ? std::string("the job had finished")
+                  : (ctx_.resumed_mid_epoch_ ? "continuing epoch "
+                                             : "next epoch is ") +
+                        std::to_string(ctx_.epoch_)));
+  } else {
+    CKPT_RETURN_IF_ERROR(job_.Init(ctx_));
+    CKPT_RETURN_IF_ERROR(SaveNow(/*in_epoch=*/true, /*finished=*/false));
+  }
+
+  while (!finished) {
+    if (options_.max_epochs > 0 && ctx_.epoch_ >= options_.max_epochs) break;
+    ctx_.stop_requested_ = false;
+    CKPT_RETURN_IF_ERROR(job_.Epoch(ctx_));
+    CKPT_RETURN_IF_ERROR(error_);
+    if (preempted_) break;
+    const bool stop =
+        ctx_.stop_requested_ || job_.ShouldStop(ctx_) ||
+        (options_.max_epochs > 0 && ctx_.epoch_ + 1 >= options_.max_epochs);
+    CKPT_ASSIGN_OR_RETURN(Decision d, Agree(PreemptedLocally(), stop));
+    preempted_ = d.preempt;
+    finished = d.stop;
+    CKPT_RETURN_IF_ERROR(SaveNow(/*in_epoch=*/false, finished));
+    ctx_.resumed_mid_epoch_ = false;
+    if (preempted_ && !finished) break;
+    if (!finished) ++ctx_.epoch_;
+  }
+
+  outcome.epoch = ctx_.epoch_;
+  outcome.step = ctx_.step_;
+  outcome.last_saved = last_saved_;
+  if (preempted_ && !finished) {
+    outcome.kind = RunOutcome::Kind::kPreempted;
+    Log("preempted: stopped at step " + std::to_string(ctx_.step_) +
+        " (saved), exit code " + std::to_string(kExitPreempted));
+    return outcome;
+  }
+  CKPT_RETURN_IF_ERROR(job_.Exit(ctx_));
+  if (options_.delete_checkpoints_when_done) CKPT_RETURN_IF_ERROR(DeleteAll());
+  outcome.kind = RunOutcome::Kind::kFinished;
+  return outcome;
+}
+
+bool JobContext::EndStep() { return runner_->impl_->EndStep(); }
+
+JobRunner::JobRunner(Job& job, CheckpointManager& manager,
+                     RunnerOptions options)
+    : impl_(std::make_unique<Impl>(job, manager, std::move(options), this)) {}
+
+JobRunner::~JobRunner() = default;
+
+Result<RunOutcome> JobRunner::Run() { return impl_->Run(); }
+
+void JobRunner::Preempt() { impl_->Preempt(); }
+
+}  // namespace ckpt
