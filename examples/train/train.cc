@@ -4,7 +4,7 @@
 // every few steps and at every epoch boundary, and on SIGTERM or SIGUSR1
 // saves and exits with code 75 (ckpt::kExitPreempted).
 //
-//   train --root DIR [--epochs 6] [--out FILE] [--save-every-steps 4] ...
+//   train --root DIR [--epochs 6] [--out FILE] [--save-every-steps 5] ...
 //   mpirun -np 2 train --root DIR ...     (data parallel, embedding sharded)
 //
 // The task: each sample is 4 tokens of a 512-word vocabulary; its class (of

@@ -246,8 +246,9 @@ TEST(TrainTest, LossFalls) {
 }
 
 // SIGTERM in the middle of an epoch: the trainer saves the step it is in
-// and exits with 75; the root's newest checkpoint is that step.
-void PreemptAndCheck(int world, int sig) {
+// and exits with 75; the root's newest checkpoint is that step. Returns the
+// root.
+std::string PreemptAndCheck(int world, int sig) {
   const std::string dir = FreshDir("preempt" + std::to_string(world));
   const std::string root = dir + "/root", log = dir + "/log";
   Child c(Command(world, root, dir + "/out.bin", {"--step-sleep-ms", "20"}),
@@ -262,11 +263,13 @@ void PreemptAndCheck(int world, int sig) {
   c.Signal(sig);
   const int code = c.Wait();
   const std::string text = ReadFile(log);
-  ASSERT_EQ(code, kExitPreempted) << text;
+  EXPECT_EQ(code, kExitPreempted) << text;
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(
-      text, m, std::regex("preempted: stopped at step ([0-9]+)")))
-      << text;
+  if (!std::regex_search(text, m,
+                         std::regex("preempted: stopped at step ([0-9]+)"))) {
+    ADD_FAILURE() << text;
+    return root;
+  }
   const int64_t step = std::stoll(m[1]);
   EXPECT_GT(step, 16);  // epoch 1 ...
   EXPECT_LT(step, 32);  // ... not at its boundary
@@ -276,6 +279,7 @@ void PreemptAndCheck(int world, int sig) {
   EXPECT_EQ(info.metadata["runner.saved_at"], "preemption");
   EXPECT_EQ(info.world_size, world);
   EXPECT_TRUE(mgr->Verify(step)->ok());
+  return root;
 }
 
 TEST(TrainTest, SigtermMidEpochSavesThatStepAndExits75) {
@@ -283,9 +287,21 @@ TEST(TrainTest, SigtermMidEpochSavesThatStepAndExits75) {
 }
 
 // mpirun forwards SIGUSR1 to the ranks; all of them stop at the same step.
-TEST(TrainTest, SigusrThroughMpirunSavesThatStepAndExits75) {
+// The job, saved at 4 ranks, then resumes and finishes at 2: the embedding
+// is resharded and the sampler continues where the 4 ranks stopped.
+TEST(TrainTest, PreemptedAtFourRanksUnderMpirunFinishesAtTwo) {
   if (std::string(CKPT_MPIRUN).empty()) GTEST_SKIP() << "built without MPI";
-  PreemptAndCheck(2, SIGUSR1);
+  const std::string root = PreemptAndCheck(4, SIGUSR1);
+  const std::string log = root + "/../resume.log";
+  ASSERT_EQ(RunToEnd(Command(2, root, root + "/../out2.bin"), log), 0)
+      << ReadFile(log);
+  const std::string text = ReadFile(log);
+  EXPECT_TRUE(std::regex_search(
+      text, std::regex("resumed from step [0-9]+: continuing epoch 1")))
+      << text;
+  EXPECT_NE(text.find("epoch 3: loss"), std::string::npos) << text;
+  auto mgr = CheckpointManager::Open(root, {.create = false}).value();
+  EXPECT_EQ(mgr->List().value().back().world_size, 2);
 }
 
 }  // namespace

@@ -211,6 +211,21 @@ TEST(RunnerTest, SavesEveryNSteps) {
   EXPECT_EQ(Steps(*mgr), (std::vector<int64_t>{0, 3, 6, 8, 9, 12, 15, 16}));
 }
 
+// Rank 0's clock decides; slow steps get mid-epoch saves.
+TEST(RunnerTest, SavesEverySSeconds) {
+  const std::string root = FreshDir("every_s");
+  auto mgr = OpenRoot(root);
+  ToyJob job;
+  job.on_step = [](JobContext&) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  };
+  JobRunner runner(job, *mgr, {.max_epochs = 2, .save_every_seconds = 0.05});
+  ASSERT_TRUE(runner.Run().ok());
+  int mid_epoch = 0;
+  for (int64_t s : Steps(*mgr)) mid_epoch += s % 8 != 0;
+  EXPECT_GE(mid_epoch, 3);
+}
+
 // SIGTERM in the middle of an epoch: the step ends, is saved, the run
 // returns kPreempted (exit code 75); the next run resumes at that step and
 // ends exactly where an uninterrupted run does.
