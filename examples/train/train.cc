@@ -57,16 +57,9 @@ struct Config {
   bool quiet = false;
 };
 
-uint64_t SplitMix64(uint64_t& x) {
-  uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
 // Uniform in [-scale, scale), from the top 24 bits: exact in a float.
-float Uniform(uint64_t& x, float scale) {
-  const float u = static_cast<float>(SplitMix64(x) >> 40) / 16777216.0f;
+float Uniform(ckpt::SplitMix64& g, float scale) {
+  const float u = static_cast<float>(g.Next() >> 40) / 16777216.0f;
   return (2.0f * u - 1.0f) * scale;
 }
 
@@ -76,16 +69,16 @@ struct Dataset {
   std::vector<int32_t> labels;
 
   Dataset(uint64_t samples, uint64_t seed) {
-    uint64_t t = seed ^ 0x7465616368657273ULL;
+    ckpt::SplitMix64 t{seed ^ 0x7465616368657273ULL};
     std::vector<float> teacher(kVocab * kClasses);
     for (float& w : teacher) w = Uniform(t, 1.0f);
     tokens.resize(samples * kTokens);
     labels.resize(samples);
     for (uint64_t i = 0; i < samples; ++i) {
-      uint64_t x = seed * 0x100000001b3ULL + i;
+      ckpt::SplitMix64 x{seed * 0x100000001b3ULL + i};
       float score[kClasses] = {};
       for (int k = 0; k < kTokens; ++k) {
-        const auto tok = static_cast<int32_t>(SplitMix64(x) % kVocab);
+        const auto tok = static_cast<int32_t>(x.Next() % kVocab);
         tokens[i * kTokens + k] = tok;
         for (int c = 0; c < kClasses; ++c)
           score[c] += teacher[tok * kClasses + c];
@@ -140,7 +133,7 @@ class Trainer : public ckpt::Job {
     state
         .AddTensor("optimizer.t",
                    ckpt::View(std::span<int64_t>(&adam_t_, 1), {}))
-        .AddTensor("rng", ckpt::View(std::span<uint64_t>(&rng_, 1), {}))
+        .AddTensor("rng", ckpt::View(std::span<uint64_t>(&rng_.state, 1), {}))
         .AddTensor("train.epoch_loss", ckpt::View(epoch_loss_));
     sampler_.AddTo(state, "sampler");
     return state.status();
@@ -150,15 +143,15 @@ class Trainer : public ckpt::Job {
     // Each embedding row is a function of its global index, so the model
     // does not depend on the number of ranks.
     for (int64_t r = row_lo_; r < row_hi_; ++r) {
-      uint64_t x = config_.seed ^ (0xe3b0c44298fc1c14ULL + r);
+      ckpt::SplitMix64 x{config_.seed ^ (0xe3b0c44298fc1c14ULL + r)};
       for (int d = 0; d < kDim; ++d) {
         emb_.w[(r - row_lo_) * kDim + d] = Uniform(x, 0.5f);
       }
     }
-    uint64_t x = config_.seed ^ 0x6d6c7000ULL;
+    ckpt::SplitMix64 x{config_.seed ^ 0x6d6c7000ULL};
     for (float& w : w1_.w) w = Uniform(x, 1.0f / std::sqrt(float{kDim}));
     for (float& w : w2_.w) w = Uniform(x, 1.0f / std::sqrt(float{kHidden}));
-    rng_ = config_.seed ^ 0x64726f706f7574ULL;
+    rng_.state = config_.seed ^ 0x64726f706f7574ULL;
     return ckpt::Status();
   }
 
@@ -252,8 +245,7 @@ class Trainer : public ckpt::Job {
     // replicated generator: the same on every rank at any world size.
     std::vector<uint8_t> keep(n * kHidden);
     for (uint8_t& k : keep) {
-      k = (SplitMix64(rng_) >> 40) >=
-          static_cast<uint64_t>(kDropout * 16777216.0f);
+      k = (rng_.Next() >> 40) >= static_cast<uint64_t>(kDropout * 16777216.0f);
     }
     // The distinct tokens of the batch, ascending: slot u of `rows`.
     std::map<int32_t, size_t> slot;
@@ -417,7 +409,7 @@ class Trainer : public ckpt::Job {
   const int64_t row_lo_, row_hi_;
   Param emb_, w1_, b1_, w2_, b2_;
   int64_t adam_t_ = 0;
-  uint64_t rng_ = 0;
+  ckpt::SplitMix64 rng_;                         // dropout
   std::vector<double> epoch_loss_ = {0.0, 0.0};  // loss sum, samples
 };
 

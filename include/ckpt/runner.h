@@ -53,6 +53,19 @@ inline constexpr int kExitPreempted = 75;
 // The names of the runner's own entries in every checkpoint it saves.
 inline constexpr char kRunnerProgressEntry[] = "runner.progress";
 
+// A small deterministic random generator (SplitMix64) whose whole state is
+// one integer: save `state` with the job (a U64 tensor) and a resumed job
+// draws the same numbers as one that never stopped. Its results are the same
+// with every compiler and standard library, which std::shuffle's and the
+// std::uniform_*_distribution's are not.
+struct SplitMix64 {
+  uint64_t state = 0;
+
+  uint64_t Next();
+  // Uniform in [0, bound), without bias; bound > 0.
+  uint64_t Below(uint64_t bound);
+};
+
 // A deterministic, resumable sampler over a data set of `num_samples`
 // samples: each epoch is a permutation of [0, num_samples) drawn from (seed,
 // epoch) alone, consumed in global batches. Its position counts samples of

@@ -121,7 +121,8 @@ Result<std::optional<int64_t>> JobRunner::Impl::FindResumeStep() {
   if (comm().rank() == 0) {
     Result<std::optional<int64_t>> latest = manager_.Latest();
     if (!latest.ok()) {
-      answer = "E" + latest.status().ToString();
+      answer = "E" + std::to_string(static_cast<int>(latest.status().code())) +
+               ":" + latest.status().message();
     } else {
       const std::shared_ptr<Catalog>& catalog = manager_.options().catalog;
       if (catalog && options_.resume_from_catalog) {
@@ -144,7 +145,12 @@ Result<std::optional<int64_t>> JobRunner::Impl::FindResumeStep() {
   }
   CKPT_ASSIGN_OR_RETURN(answer, comm().Broadcast(answer, 0));
   if (answer.empty()) return AbortedError("runner: empty resume decision");
-  if (answer[0] == 'E') return IOError("runner: " + answer.substr(1));
+  if (answer[0] == 'E') {
+    const size_t colon = answer.find(':');
+    return Status(
+        static_cast<ErrorCode>(std::stoi(answer.substr(1, colon))),
+        "runner: finding the step to resume from: " + answer.substr(colon + 1));
+  }
   if (answer[0] == 'N') return std::optional<int64_t>();
   return std::optional<int64_t>(std::stoll(answer.substr(1)));
 }

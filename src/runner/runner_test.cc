@@ -99,15 +99,61 @@ std::vector<int64_t> Steps(CheckpointManager& mgr) {
   return out;
 }
 
+// Runs `job` on `root` (one rank); a failed run fails the test.
+RunOutcome RunJob(const std::string& root, ToyJob& job, RunnerOptions options) {
+  auto mgr = OpenRoot(root);
+  JobRunner runner(job, *mgr, std::move(options));
+  auto outcome = runner.Run();
+  if (!outcome.ok()) {
+    ADD_FAILURE() << outcome.status().ToString();
+    return {};
+  }
+  return *outcome;
+}
+
 // The state an uninterrupted 1-rank run of `epochs` epochs ends with.
 std::vector<float> Reference(int64_t epochs) {
-  const std::string root = FreshDir("reference");
-  auto mgr = OpenRoot(root);
   ToyJob job;
-  JobRunner runner(job, *mgr, {.max_epochs = epochs});
-  auto outcome = runner.Run();
-  EXPECT_TRUE(outcome.ok()) << outcome.status().ToString();
+  RunJob(FreshDir("reference"), job, {.max_epochs = epochs});
   return job.acc;
+}
+
+// Resumes the job at `root` from `step`, runs it to its end and expects the
+// uninterrupted run's state.
+void ExpectResumedToReference(const std::string& root, int64_t epochs,
+                              int64_t step) {
+  const std::vector<float> reference = Reference(epochs);
+  ToyJob job;
+  const RunOutcome outcome = RunJob(root, job, {.max_epochs = epochs});
+  EXPECT_EQ(outcome.kind, RunOutcome::Kind::kFinished);
+  EXPECT_EQ(outcome.resumed_from, step);
+  EXPECT_EQ(job.inits, 0);
+  EXPECT_EQ(job.restores, 1);
+  EXPECT_EQ(job.exits, 1);
+  // The first sample trained on is the one after the saved step's.
+  const int64_t epoch = step / 8;
+  ASSERT_FALSE(job.seen.empty());
+  EXPECT_EQ(
+      job.seen.front(),
+      std::make_pair(epoch, job.sampler.SampleAt(epoch, (step % 8) * kBatch)));
+  EXPECT_EQ(0, std::memcmp(job.acc.data(), reference.data(),
+                           reference.size() * sizeof(float)));
+}
+
+TEST(SplitMix64Test, KnownAnswersAndBoundedDraws) {
+  SplitMix64 g{0};
+  EXPECT_EQ(g.Next(), 0xe220a8397b1dcdafULL);  // the reference sequence
+  EXPECT_EQ(g.Next(), 0x6e789e6aa1b965f4ULL);
+  SplitMix64 again{g.state};
+  EXPECT_EQ(g.Next(), again.Next());  // the state is all there is
+  std::vector<int> counts(3);
+  for (int i = 0; i < 3000; ++i) {
+    const uint64_t v = g.Below(3);
+    ASSERT_LT(v, 3u);
+    ++counts[v];
+  }
+  for (int c : counts) EXPECT_GT(c, 900);
+  EXPECT_EQ(g.Below(1), 0u);
 }
 
 TEST(SamplerTest, EveryEpochIsAPermutationDrawnFromSeedAndEpoch) {
@@ -230,7 +276,6 @@ TEST(RunnerTest, SavesEverySSeconds) {
 // returns kPreempted (exit code 75); the next run resumes at that step and
 // ends exactly where an uninterrupted run does.
 TEST(RunnerTest, SigtermMidEpochSavesThatStepAndResumesExactly) {
-  const std::vector<float> reference = Reference(3);
   const std::string root = FreshDir("sigterm");
   {
     auto mgr = OpenRoot(root);
@@ -253,20 +298,7 @@ TEST(RunnerTest, SigtermMidEpochSavesThatStepAndResumesExactly) {
     EXPECT_EQ(info.metadata["runner.saved_at"], "preemption");
     EXPECT_EQ(info.epoch, 1);
   }
-  auto mgr = OpenRoot(root);
-  ToyJob job;
-  JobRunner runner(job, *mgr, {.max_epochs = 3});
-  auto outcome = runner.Run();
-  ASSERT_TRUE(outcome.ok()) << outcome.status().ToString();
-  EXPECT_EQ(outcome->kind, RunOutcome::Kind::kFinished);
-  EXPECT_EQ(outcome->resumed_from, 11);
-  EXPECT_EQ(job.inits, 0);
-  EXPECT_EQ(job.restores, 1);
-  EXPECT_EQ(job.exits, 1);
-  EXPECT_EQ(job.seen.front(),
-            (std::pair<int64_t, uint64_t>{1, job.sampler.SampleAt(1, 24)}));
-  EXPECT_EQ(0, std::memcmp(job.acc.data(), reference.data(),
-                           reference.size() * sizeof(float)));
+  ExpectResumedToReference(root, 3, 11);
 }
 
 // Raises SIGTERM at every write of a save once armed.
@@ -294,7 +326,6 @@ class SignallingStorage : public StorageWrapper {
 };
 
 TEST(RunnerTest, SignalsDuringThePreemptionSaveChangeNothing) {
-  const std::vector<float> reference = Reference(2);
   const std::string root = FreshDir("second_signal");
   {
     auto storage =
@@ -319,14 +350,7 @@ TEST(RunnerTest, SignalsDuringThePreemptionSaveChangeNothing) {
     ASSERT_TRUE(report.ok()) << report.status().ToString();
     EXPECT_TRUE(report->ok());
   }
-  auto mgr = OpenRoot(root);
-  ToyJob job;
-  JobRunner runner(job, *mgr, {.max_epochs = 2});
-  auto outcome = runner.Run();
-  ASSERT_TRUE(outcome.ok()) << outcome.status().ToString();
-  EXPECT_EQ(outcome->resumed_from, 5);
-  EXPECT_EQ(0, std::memcmp(job.acc.data(), reference.data(),
-                           reference.size() * sizeof(float)));
+  ExpectResumedToReference(root, 2, 5);
 }
 
 TEST(RunnerTest, StopPredicateFinishesAndARestartDoesNotTrainAgain) {

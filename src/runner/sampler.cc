@@ -1,37 +1,11 @@
-// The sampler's permutation is drawn with its own generator (splitmix64) and
-// an unbiased bounded draw (multiply-shift with rejection), never with
-// std::shuffle or std::uniform_int_distribution, whose results differ
-// between standard libraries: a checkpoint must resume identically wherever
-// it is loaded.
+// The sampler's permutation is drawn with SplitMix64, never with
+// std::shuffle, whose results differ between standard libraries: a
+// checkpoint must resume identically wherever it is loaded.
 #include <algorithm>
 
 #include "ckpt/runner.h"
 
 namespace ckpt {
-namespace {
-
-uint64_t SplitMix64(uint64_t& x) {
-  uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-// A uniform draw from [0, bound), bound > 0 (Lemire's method).
-uint64_t Below(uint64_t& x, uint64_t bound) {
-  unsigned __int128 p = static_cast<unsigned __int128>(SplitMix64(x)) * bound;
-  uint64_t low = static_cast<uint64_t>(p);
-  if (low < bound) {
-    const uint64_t threshold = -bound % bound;
-    while (low < threshold) {
-      p = static_cast<unsigned __int128>(SplitMix64(x)) * bound;
-      low = static_cast<uint64_t>(p);
-    }
-  }
-  return static_cast<uint64_t>(p >> 64);
-}
-
-}  // namespace
 
 Sampler::Sampler(uint64_t num_samples, uint64_t seed)
     : seed_(seed),
@@ -43,9 +17,10 @@ void Sampler::Permute(int64_t epoch) {
   if (perm_epoch_ == epoch) return;
   perm_.resize(num_samples_);
   for (uint64_t i = 0; i < num_samples_; ++i) perm_[i] = i;
-  uint64_t x = seed_ ^ (static_cast<uint64_t>(epoch) * 0xd1b54a32d192ed03ULL);
+  SplitMix64 rng{seed_ ^
+                 (static_cast<uint64_t>(epoch) * 0xd1b54a32d192ed03ULL)};
   for (uint64_t i = num_samples_; i > 1; --i) {
-    std::swap(perm_[i - 1], perm_[Below(x, i)]);
+    std::swap(perm_[i - 1], perm_[rng.Below(i)]);
   }
   perm_epoch_ = epoch;
 }
