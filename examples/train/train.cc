@@ -494,7 +494,8 @@ int main(int argc, char** argv) {
     else
       return Usage();
   }
-  if (config.root.empty() || config.samples == 0 || config.batch == 0) {
+  if (config.root.empty() || config.samples == 0 || config.batch == 0 ||
+      config.epochs < 1 || config.save_every_steps < 0) {
     return Usage();
   }
 #ifdef CKPT_TRAIN_MPI

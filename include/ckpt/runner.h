@@ -50,7 +50,9 @@ namespace ckpt {
 // the job, which resumes from that checkpoint.
 inline constexpr int kExitPreempted = 75;
 
-// The names of the runner's own entries in every checkpoint it saves.
+// The runner's own entry in every checkpoint it saves: an I64 tensor of the
+// next epoch, the step, whether that epoch had started, whether the job had
+// finished.
 inline constexpr char kRunnerProgressEntry[] = "runner.progress";
 
 // A small deterministic random generator (SplitMix64) whose whole state is
@@ -197,7 +199,9 @@ struct RunnerOptions {
 
   // --- When to save ---------------------------------------------------------
   // Always at every epoch boundary (and step 0 after Init). Also:
-  // every this many steps (0: off) ...
+  // every this many steps (0: off) — when such a save falls on an epoch's
+  // last step, the boundary is not saved again: a resume from it redoes
+  // only the end-of-epoch work of Epoch ...
   int64_t save_every_steps = 0;
   // ... and at the first step boundary this many seconds after the last
   // save (0: off), timed by rank 0.
@@ -205,7 +209,9 @@ struct RunnerOptions {
 
   // --- Preemption -----------------------------------------------------------
   // Signals that mean "the machine is being taken away": finish the step,
-  // save, return Outcome::kPreempted. Empty: no handlers are installed.
+  // save, return RunOutcome::Kind::kPreempted. Empty: no handlers are
+  // installed. Under mpirun send SIGUSR1 to mpirun, which forwards it to
+  // the ranks (its own SIGTERM handling kills them).
   std::vector<int> preempt_signals = {SIGTERM, SIGUSR1};
 
   // --- Cleanup --------------------------------------------------------------

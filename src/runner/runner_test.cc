@@ -355,27 +355,18 @@ TEST(RunnerTest, SignalsDuringThePreemptionSaveChangeNothing) {
 
 TEST(RunnerTest, StopPredicateFinishesAndARestartDoesNotTrainAgain) {
   const std::string root = FreshDir("stop");
-  {
-    auto mgr = OpenRoot(root);
+  for (int run = 0; run < 2; ++run) {
     ToyJob job;
     job.stop_after_epoch = 1;
-    JobRunner runner(job, *mgr, {.max_epochs = 10});
-    auto outcome = runner.Run();
-    ASSERT_TRUE(outcome.ok());
-    EXPECT_EQ(outcome->kind, RunOutcome::Kind::kFinished);
-    EXPECT_EQ(job.epochs_run, 2);
+    const RunOutcome outcome = RunJob(root, job, {.max_epochs = 10});
+    EXPECT_EQ(outcome.kind, RunOutcome::Kind::kFinished);
     EXPECT_EQ(job.exits, 1);
+    // The restart finds the finished job: no epoch runs, Exit runs again.
+    EXPECT_EQ(job.epochs_run, run == 0 ? 2 : 0);
+    EXPECT_EQ(outcome.resumed_from,
+              run == 0 ? std::nullopt : std::optional<int64_t>(16));
   }
-  auto mgr = OpenRoot(root);
-  ToyJob job;
-  job.stop_after_epoch = 1;
-  JobRunner runner(job, *mgr, {.max_epochs = 10});
-  auto outcome = runner.Run();
-  ASSERT_TRUE(outcome.ok());
-  EXPECT_EQ(outcome->resumed_from, 16);
-  EXPECT_EQ(job.epochs_run, 0);
-  EXPECT_EQ(job.exits, 1);
-  EXPECT_EQ(Steps(*mgr), (std::vector<int64_t>{0, 8, 16}));
+  EXPECT_EQ(Steps(*OpenRoot(root)), (std::vector<int64_t>{0, 8, 16}));
 }
 
 TEST(RunnerTest, RequestStopFromTheEpoch) {
