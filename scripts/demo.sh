@@ -22,19 +22,32 @@ ms=$(( ($(date +%s%N) - start) / 1000000 ))
 
 echo
 echo "== run 2: the same job, killed (SIGKILL) twice at random moments"
+# Each kill comes at a random moment of a random epoch: after the trainer
+# prints the loss of epoch `after`, within one epoch's time.
+epoch_ms=$(( ms / 6 ))
+after=$(( RANDOM % 2 ))
 for attempt in 1 2; do
-  # Somewhere between a fifth and two fifths of a whole run in.
-  delay_ms=$(( ms / 5 + RANDOM % (ms / 5 + 1) ))
-  "$train" --root "$dir/run" --out "$dir/run.bin" "${args[@]}" &
+  log=$dir/run-$attempt.log
+  : >"$log"
+  "$train" --root "$dir/run" --out "$dir/run.bin" "${args[@]}" >"$log" 2>&1 &
   pid=$!
+  tail -s 0.05 -f --pid="$pid" "$log" &
+  shown=$!
+  until grep -q "^epoch $after: loss" "$log" || ! kill -0 "$pid" 2>/dev/null; do
+    sleep 0.01
+  done
+  delay_ms=$(( RANDOM % (epoch_ms + 1) ))
   sleep "$(awk -v m="$delay_ms" 'BEGIN { printf "%.3f", m / 1000 }')"
   if kill -KILL "$pid" 2>/dev/null; then
     wait "$pid" 2>/dev/null || true
-    echo "-- killed with SIGKILL after ${delay_ms} ms; starting it again"
+    wait "$shown" 2>/dev/null || true
+    echo "-- killed with SIGKILL ${delay_ms} ms after epoch $after ended; starting it again"
   else
     wait "$pid" || true
-    echo "-- it finished before the kill (${delay_ms} ms); starting it again"
+    wait "$shown" 2>/dev/null || true
+    echo "-- it finished before the kill; starting it again"
   fi
+  after=$(( after + 2 ))
 done
 "$train" --root "$dir/run" --out "$dir/run.bin" "${args[@]}"
 

@@ -466,6 +466,10 @@ int main(int argc, char** argv) {
       return i + 1 < argc ? argv[++i] : nullptr;
     };
     const char* v = nullptr;
+    if (a == "--help") {
+      Usage();
+      return 0;
+    }
     if (a == "--quiet") {
       config.quiet = true;
       continue;
