@@ -75,7 +75,8 @@ struct SplitMix64 {
 // ranks gets exactly the samples not yet seen, split across its new ranks.
 //
 // Its state (seed, number of samples, epoch, position) is one small I64
-// tensor that AddTo puts in a State, replicated on every rank.
+// tensor that AddTo puts in a State, replicated on every rank. The epoch's
+// permutation is held in memory: 8 bytes per sample.
 class Sampler {
  public:
   Sampler(uint64_t num_samples, uint64_t seed);
