@@ -18,6 +18,16 @@
 // Threads. A manager serializes its own calls (one Save or Load at a time);
 // use one manager per root per process. Many processes may read one root;
 // one job (its coordinator) writes it.
+//
+// Asynchronous save. SaveAsync copies the state into staging memory the
+// manager keeps (allocated once, reused by every later SaveAsync) and returns
+// once the copy is done; the caller may then change its tensors. Writing and
+// committing go on in a background thread. At most one save is in flight:
+// while it is, every other call of the manager (Save, SaveAsync, Load, List,
+// ...) first waits for it to end, except a SaveAsync under
+// AsyncSavePolicy::kSkip. An error of a background save is returned by the
+// handle's Wait() and also, once, by the next Save or SaveAsync, which then
+// saves nothing; destroying the manager waits for the save in flight.
 #pragma once
 
 #include <cstdint>
@@ -60,6 +70,14 @@ struct RetentionPolicy {
   }
 };
 
+// What SaveAsync does while an earlier asynchronous save is still running.
+enum class AsyncSavePolicy {
+  kWait,  // wait for it to end, then stage and start the new one
+  // Return at once with SaveResult::skipped. Only a single process can skip
+  // safely (ranks would have to agree); with more than one rank it waits.
+  kSkip,
+};
+
 struct Options {
   // --- What happens ---------------------------------------------------------
   // Identifies the job in manifests (and the catalog). Default: the root URL.
@@ -92,6 +110,16 @@ struct Options {
   // Bytes per checksummed chunk (at least 4096). Smaller chunks localize
   // damage and let incremental saves skip more; larger ones shrink manifests.
   uint64_t chunk_size = uint64_t{4} << 20;
+  // Threads that read data objects at once (the calling one included); a
+  // large tensor is read in slabs of 4 chunks by several of them.
+  int io_threads = 4;
+  // What SaveAsync does while a save is in flight.
+  AsyncSavePolicy async_policy = AsyncSavePolicy::kWait;
+  // Most bytes of staging memory SaveAsync keeps (tensors and blobs of the
+  // state, each rounded up to 64 bytes); 0: as many as the state needs. A
+  // state larger than this is saved by SaveAsync synchronously, straight from
+  // the caller's buffers (SaveAsync then returns a handle that is done).
+  uint64_t async_staging_bytes = 0;
 
   // --- Tests ----------------------------------------------------------------
   // The clock, in milliseconds since 1970; default the system clock.
@@ -179,6 +207,30 @@ struct VerifyReport {
   bool ok() const { return problems.empty(); }
 };
 
+// The outcome of a SaveAsync, delivered later. Copies share one outcome;
+// a handle stays valid after its manager is gone. Thread-safe.
+class SaveHandle {
+ public:
+  // A handle of no save: Done() is true and Wait() fails.
+  SaveHandle() = default;
+
+  // The step being saved (-1 for a handle of no save).
+  int64_t step() const;
+  // True once the save has ended (Wait will not block).
+  bool Done() const;
+  // Blocks until the save has committed or failed and returns its result;
+  // every call returns the same one. Every rank gets the same result.
+  Result<SaveResult> Wait() const;
+
+  struct Shared;  // the outcome the background thread fills in
+
+ private:
+  friend class CheckpointManager;
+  explicit SaveHandle(std::shared_ptr<Shared> shared)
+      : shared_(std::move(shared)) {}
+  std::shared_ptr<Shared> shared_;
+};
+
 // The name LoadAll gives rank `rank`'s value of rank-local entry `name`:
 // "name@rank00003".
 std::string RankLocalName(std::string_view name, int rank);
@@ -204,6 +256,12 @@ class CheckpointManager {
   // step is committed. Every rank returns the same result.
   Result<SaveResult> Save(int64_t step, const State& state,
                           const SaveOptions& options = {});
+  // Saves `state` as `step` in the background (see "Asynchronous save"
+  // above): returns once the state is copied into staging memory. All ranks
+  // call it for the same steps. The returned handle is never invalid; an
+  // error (including a bad state) is reported by its Wait().
+  SaveHandle SaveAsync(int64_t step, const State& state,
+                       const SaveOptions& options = {});
 
   // Fills the entries of `state` from `step` (nullopt: the newest committed)
   // in place: tensors must match dtype and shape; blobs and metadata are

@@ -20,12 +20,23 @@
 // A crash anywhere leaves the earlier checkpoints as they were, plus either
 // nothing or the complete new one: without its manifest a step does not exist.
 //
+// Asynchronous save (SaveAsync): on the caller's thread, wait until no save
+// is in flight, copy the state into the reused staging memory and mark the
+// manager busy; the caller returns. A background thread then runs steps 1-7
+// above on the staged copy, and on every rank the collectives run on that
+// thread. While the manager is busy every public call waits (the busy flag
+// is a lock held across threads), so the communicator and the manifest cache
+// are used by one thread at a time and every rank sees the same order of
+// collectives. A background error is kept until the next Save or SaveAsync
+// reports it: deterministically on every rank, whether or not Wait() saw it.
+//
 // Load: find the newest step whose manifest validates (or the one asked for),
 // check that every needed object exists with the size the manifest records,
 // and only then read, checking each chunk's checksum.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <map>
 #include <mutex>
@@ -33,11 +44,13 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "checkpoint/catalog_record.h"
 #include "checkpoint/planner.h"
 #include "checkpoint/reader.h"
 #include "checkpoint/retention.h"
+#include "checkpoint/staging.h"
 #include "checkpoint/writer.h"
 #include "ckpt/checkpoint_manager.h"
 #include "format/constants.h"
@@ -47,6 +60,7 @@
 #include "util/bytes.h"
 #include "util/log.h"
 #include "util/names.h"
+#include "util/thread_pool.h"
 
 namespace ckpt {
 
@@ -164,13 +178,18 @@ class CheckpointManager::Impl {
     }
   }
 
+  ~Impl();
+
   Storage& storage() { return *storage_; }
   const Options& options() const { return options_; }
   Communicator& comm() { return *options_.communicator; }
   std::mutex& mu() { return mu_; }
 
+  // `state_error`, when set, stands for the state (a rank whose state could
+  // not be staged still takes part in the collectives, and fails them).
   Result<SaveResult> Save(int64_t step, const State& state,
-                          const SaveOptions& save);
+                          const SaveOptions& save,
+                          const Status& state_error = Status());
   Result<CheckpointInfo> Load(std::optional<int64_t> step, State& state,
                               const LoadOptions& load);
   Result<LoadedCheckpoint> LoadAll(std::optional<int64_t> step,
@@ -187,6 +206,23 @@ class CheckpointManager::Impl {
                 std::vector<std::string>* deleted, uint64_t* bytes,
                 bool dry_run);
   Result<GcReport> GarbageCollect(const GcOptions& gc);
+
+  // --- Parallel I/O
+  // The pool that reads (and writes) beside the calling thread; null when
+  // Options::io_threads is 1.
+  ThreadPool* IoPool();
+  // Appends `read`, cut into slabs for the pool, to `reads`.
+  void AddSlabs(BoxRead read, std::vector<BoxRead>& reads) const;
+
+  // --- Asynchronous save
+  // Locks mu_ once no asynchronous save is in flight.
+  std::unique_lock<std::mutex> Acquire();
+  // The error of the last background save, once (then it is cleared).
+  Status TakeAsyncError();
+  // SaveAsync, under `lock` (from Acquire's mutex, not yet waited).
+  void StartAsync(std::unique_lock<std::mutex>& lock, int64_t step,
+                  const State& state, const SaveOptions& save,
+                  const std::shared_ptr<SaveHandle::Shared>& handle);
 
  private:
   // Steps with a MANIFEST.json object, newest first, with the object's info.
@@ -220,6 +256,15 @@ class CheckpointManager::Impl {
   std::mutex mu_;  // serializes the public calls
   std::map<int64_t, std::pair<ObjectInfo, std::shared_ptr<const Manifest>>>
       cache_;
+  // Asynchronous save, guarded by mu_ (but the staged state is the
+  // background thread's while busy_).
+  std::condition_variable idle_;  // signalled when busy_ turns false
+  bool busy_ = false;             // a background save is in flight
+  Status async_error_;            // of the last background save, unreported
+  std::thread worker_;            // the last background save's thread
+  StagingArena staging_;
+  State staged_;
+  std::unique_ptr<ThreadPool> io_pool_;  // made on first use
 };
 
 // --- Manifests
@@ -393,7 +438,8 @@ std::string CheckpointManager::Impl::DecideSave(int64_t step,
 
 Result<SaveResult> CheckpointManager::Impl::Save(int64_t step,
                                                  const State& state,
-                                                 const SaveOptions& save) {
+                                                 const SaveOptions& save,
+                                                 const Status& state_error) {
   const std::string op = "save step " + std::to_string(step) + " in " + Where();
   Communicator& c = comm();
   // 1. The coordinator decides.
@@ -412,9 +458,12 @@ Result<SaveResult> CheckpointManager::Impl::Save(int64_t step,
   const std::string attempt = d.value("attempt", std::string());
 
   // 2. Plan.
-  CKPT_ASSIGN_OR_RETURN(
-      std::vector<std::string> offers,
-      c.AllGather(EncodeOffer(SafeOffer(state, c.host_name()))));
+  Offer offer = SafeOffer(state, c.host_name());
+  if (!state_error.ok()) {
+    offer = Offer{c.host_name(), state_error.code(), state_error.message(), {}};
+  }
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> offers,
+                        c.AllGather(EncodeOffer(offer)));
   std::vector<Offer> decoded;
   for (const std::string& o : offers) {
     CKPT_ASSIGN_OR_RETURN(Offer offer, DecodeOffer(o));
@@ -701,6 +750,7 @@ Result<CheckpointInfo> CheckpointManager::Impl::Load(
     }
   }
   CKPT_RETURN_IF_ERROR(CheckObjects(*m, records));
+  std::vector<BoxRead> reads;  // tensors, read in parallel at the end
   for (size_t i = 0; i < records.size(); ++i) {
     const format::EntryRecord& rec = *records[i];
     Entry* e = state.Find(rec.name);
@@ -710,11 +760,10 @@ Result<CheckpointInfo> CheckpointManager::Impl::Load(
         const std::vector<int64_t> offsets =
             e->is_piece() ? e->offsets
                           : std::vector<int64_t>(rec.shape.size(), 0);
-        CKPT_RETURN_IF_ERROR_CTX(
-            ReadBox(
-                *storage_, *m, rec, offsets, e->tensor.shape,
-                std::span<std::byte>(e->tensor.data, *e->tensor.ByteSize())),
-            op);
+        AddSlabs(BoxRead{&rec, offsets, e->tensor.shape,
+                         std::span<std::byte>(e->tensor.data,
+                                              *e->tensor.ByteSize())},
+                 reads);
         break;
       }
       case EntryKind::kBlob: {
@@ -733,6 +782,7 @@ Result<CheckpointInfo> CheckpointManager::Impl::Load(
         break;
     }
   }
+  CKPT_RETURN_IF_ERROR_CTX(ReadBoxes(*storage_, *m, reads, IoPool()), op);
   return InfoFromManifest(*m);
 }
 
@@ -745,6 +795,7 @@ Status CheckpointManager::Impl::ReadInto(
   // buffer is sized from the manifest's shapes.
   CKPT_RETURN_IF_ERROR(CheckObjects(m, records));
   out.info = InfoFromManifest(m);
+  std::vector<BoxRead> reads;  // tensors, read in parallel at the end
   for (size_t i = 0; i < records.size(); ++i) {
     const format::EntryRecord* rec = records[i];
     switch (rec->kind) {
@@ -752,10 +803,10 @@ Status CheckpointManager::Impl::ReadInto(
         CKPT_ASSIGN_OR_RETURN(
             TensorView view,
             out.state.AllocateTensor(names[i], rec->dtype, rec->shape));
-        CKPT_RETURN_IF_ERROR_CTX(
-            ReadEntry(*storage_, m, *rec,
-                      std::span<std::byte>(view.data, *view.ByteSize())),
-            op);
+        AddSlabs(BoxRead{rec, std::vector<int64_t>(rec->shape.size(), 0),
+                         rec->shape,
+                         std::span<std::byte>(view.data, *view.ByteSize())},
+                 reads);
         break;
       }
       case EntryKind::kBlob: {
@@ -774,6 +825,7 @@ Status CheckpointManager::Impl::ReadInto(
         break;
     }
   }
+  CKPT_RETURN_IF_ERROR_CTX(ReadBoxes(*storage_, m, reads, IoPool()), op);
   return out.state.status();
 }
 
@@ -1177,6 +1229,137 @@ Result<GcReport> CheckpointManager::Impl::GarbageCollect(const GcOptions& gc) {
   return report;
 }
 
+// --- Parallel I/O
+// ---------------------------------------------------------------
+
+ThreadPool* CheckpointManager::Impl::IoPool() {
+  if (options_.io_threads <= 1) return nullptr;
+  if (!io_pool_) io_pool_ = std::make_unique<ThreadPool>(options_.io_threads - 1);
+  return io_pool_.get();
+}
+
+void CheckpointManager::Impl::AddSlabs(BoxRead read,
+                                       std::vector<BoxRead>& reads) const {
+  // Slabs of whole chunks where the rows allow, so that few chunks are read
+  // by two slabs.
+  for (BoxRead& slab : SplitBoxRead(std::move(read), 4 * options_.chunk_size)) {
+    reads.push_back(std::move(slab));
+  }
+}
+
+// --- Asynchronous save
+// ---------------------------------------------------------
+
+struct SaveHandle::Shared {
+  explicit Shared(int64_t step) : step(step) {}
+
+  void Finish(Result<SaveResult> r) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      result.emplace(std::move(r));
+    }
+    done.notify_all();
+  }
+
+  const int64_t step;
+  std::mutex mu;
+  std::condition_variable done;
+  std::optional<Result<SaveResult>> result;  // guarded by mu
+};
+
+int64_t SaveHandle::step() const { return shared_ ? shared_->step : -1; }
+
+bool SaveHandle::Done() const {
+  if (!shared_) return true;
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  return shared_->result.has_value();
+}
+
+Result<SaveResult> SaveHandle::Wait() const {
+  if (!shared_) {
+    return FailedPreconditionError("wait: the handle belongs to no save");
+  }
+  std::unique_lock<std::mutex> lock(shared_->mu);
+  shared_->done.wait(lock, [&] { return shared_->result.has_value(); });
+  return *shared_->result;
+}
+
+CheckpointManager::Impl::~Impl() {
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_.wait(lock, [&] { return !busy_; });
+  lock.unlock();
+  if (worker_.joinable()) worker_.join();
+}
+
+std::unique_lock<std::mutex> CheckpointManager::Impl::Acquire() {
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_.wait(lock, [&] { return !busy_; });
+  return lock;
+}
+
+Status CheckpointManager::Impl::TakeAsyncError() {
+  return std::exchange(async_error_, Status());
+}
+
+void CheckpointManager::Impl::StartAsync(
+    std::unique_lock<std::mutex>& lock, int64_t step, const State& state,
+    const SaveOptions& save,
+    const std::shared_ptr<SaveHandle::Shared>& handle) {
+  if (busy_ && options_.async_policy == AsyncSavePolicy::kSkip &&
+      comm().size() == 1) {
+    SaveResult skipped;
+    skipped.skipped = true;
+    handle->Finish(std::move(skipped));
+    return;
+  }
+  idle_.wait(lock, [&] { return !busy_; });
+  // The thread has reported its result and is ending; join it so that it
+  // can be replaced.
+  if (worker_.joinable()) worker_.join();
+  if (Status s = TakeAsyncError(); !s.ok()) {
+    handle->Finish(std::move(s));
+    return;
+  }
+  const uint64_t need = StagingBytes(state);
+  if (options_.async_staging_bytes > 0 && need > options_.async_staging_bytes) {
+    handle->Finish(Guard("save", [&] { return Save(step, state, save); }));
+    return;
+  }
+  // A state that cannot be staged still takes part in the collectives, so
+  // that every rank fails together instead of waiting for this one.
+  Status staged = state.status();
+  staged_ = State();
+  if (staged.ok()) {
+    staged = Guard("asynchronous save: stage the state", [&]() -> Status {
+      CKPT_ASSIGN_OR_RETURN(std::span<std::byte> memory,
+                            staging_.Reserve(need));
+      return StageState(state, memory, staged_);
+    });
+  }
+  if (!staged.ok()) staged_ = State();
+  busy_ = true;
+  worker_ = std::thread([this, step, save, staged, handle] {
+    Result<SaveResult> r =
+        Guard("save", [&] { return Save(step, staged_, save, staged); });
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (!r.ok()) {
+        async_error_ = r.status().WithContext(
+            "the asynchronous save of step " + std::to_string(step) +
+            " failed");
+      }
+    }
+    // The handle is done before any waiting call runs, so a call that
+    // waited for this save finds it Done().
+    handle->Finish(std::move(r));
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      busy_ = false;
+    }
+    idle_.notify_all();
+  });
+}
+
 // --- The public face
 // -------------------------------------------------------------
 
@@ -1205,6 +1388,10 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
                                 " is below the minimum of " +
                                 std::to_string(format::kMinChunkSize));
   }
+  if (options.io_threads < 1) {
+    return InvalidArgumentError("open " + storage->url() +
+                                ": io_threads must be at least 1");
+  }
   if (options.min_seconds_between_saves < 0 || options.gc_grace_seconds < 0 ||
       options.retention.keep_last < 0 || options.retention.keep_best < 0 ||
       options.retention.keep_every_n_steps < 0 ||
@@ -1224,60 +1411,69 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
 
 Result<SaveResult> CheckpointManager::Save(int64_t step, const State& state,
                                            const SaveOptions& options) {
-  std::lock_guard<std::mutex> lock(impl_->mu());
+  auto lock = impl_->Acquire();
+  if (Status s = impl_->TakeAsyncError(); !s.ok()) return s;
   return Guard("save", [&] { return impl_->Save(step, state, options); });
+}
+
+SaveHandle CheckpointManager::SaveAsync(int64_t step, const State& state,
+                                        const SaveOptions& options) {
+  auto handle = std::make_shared<SaveHandle::Shared>(step);
+  std::unique_lock<std::mutex> lock(impl_->mu());
+  impl_->StartAsync(lock, step, state, options, handle);
+  return SaveHandle(std::move(handle));
 }
 
 Result<CheckpointInfo> CheckpointManager::Load(std::optional<int64_t> step,
                                                State& state,
                                                const LoadOptions& options) {
-  std::lock_guard<std::mutex> lock(impl_->mu());
+  auto lock = impl_->Acquire();
   return Guard("load", [&] { return impl_->Load(step, state, options); });
 }
 
 Result<LoadedCheckpoint> CheckpointManager::LoadRankLocal(
     std::optional<int64_t> step, std::string_view name) {
-  std::lock_guard<std::mutex> lock(impl_->mu());
+  auto lock = impl_->Acquire();
   return Guard("load", [&] { return impl_->LoadRankLocal(step, name); });
 }
 
 Result<LoadedCheckpoint> CheckpointManager::LoadAll(
     std::optional<int64_t> step, const std::vector<std::string>& names) {
-  std::lock_guard<std::mutex> lock(impl_->mu());
+  auto lock = impl_->Acquire();
   return Guard("load", [&] { return impl_->LoadAll(step, names); });
 }
 
 Result<std::optional<int64_t>> CheckpointManager::Latest() {
-  std::lock_guard<std::mutex> lock(impl_->mu());
+  auto lock = impl_->Acquire();
   return Guard("latest", [&] { return impl_->Latest(); });
 }
 
 Result<std::vector<CheckpointInfo>> CheckpointManager::List() {
-  std::lock_guard<std::mutex> lock(impl_->mu());
+  auto lock = impl_->Acquire();
   return Guard("list", [&] { return impl_->List(); });
 }
 
 Result<CheckpointDescription> CheckpointManager::Describe(
     std::optional<int64_t> step) {
-  std::lock_guard<std::mutex> lock(impl_->mu());
+  auto lock = impl_->Acquire();
   return Guard("describe", [&] { return impl_->Describe(step); });
 }
 
 Result<VerifyReport> CheckpointManager::Verify(int64_t step,
                                                const ProgressFn& progress) {
-  std::lock_guard<std::mutex> lock(impl_->mu());
+  auto lock = impl_->Acquire();
   return Guard("verify", [&] { return impl_->Verify(step, progress); });
 }
 
 Status CheckpointManager::Delete(int64_t step) {
-  std::lock_guard<std::mutex> lock(impl_->mu());
+  auto lock = impl_->Acquire();
   return Guard("delete", [&] {
     return impl_->Delete(step, nullptr, nullptr, nullptr, false);
   });
 }
 
 Result<GcReport> CheckpointManager::GarbageCollect(const GcOptions& options) {
-  std::lock_guard<std::mutex> lock(impl_->mu());
+  auto lock = impl_->Acquire();
   return Guard("gc", [&] { return impl_->GarbageCollect(options); });
 }
 

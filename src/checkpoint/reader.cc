@@ -6,6 +6,7 @@
 
 #include "util/checksum.h"
 #include "util/names.h"
+#include "util/thread_pool.h"
 
 namespace ckpt {
 namespace {
@@ -164,6 +165,42 @@ Status ReadEntry(Storage& storage, const format::Manifest& manifest,
   return ReadBox(storage, manifest, entry,
                  std::vector<int64_t>(entry.shape.size(), 0), entry.shape, dest,
                  stats);
+}
+
+}  // namespace ckpt
+
+namespace ckpt {
+
+std::vector<BoxRead> SplitBoxRead(BoxRead read, uint64_t slab_bytes) {
+  std::vector<BoxRead> out;
+  if (read.lengths.empty() || read.lengths[0] <= 1 || slab_bytes == 0 ||
+      read.dest.size() <= slab_bytes) {
+    out.push_back(std::move(read));
+    return out;
+  }
+  const int64_t rows = read.lengths[0];
+  const uint64_t row_bytes = read.dest.size() / static_cast<uint64_t>(rows);
+  const int64_t per_slab = static_cast<int64_t>(
+      std::max<uint64_t>(1, slab_bytes / std::max<uint64_t>(row_bytes, 1)));
+  for (int64_t r = 0; r < rows; r += per_slab) {
+    BoxRead slab = read;
+    const int64_t n = std::min(per_slab, rows - r);
+    slab.offsets[0] += r;
+    slab.lengths[0] = n;
+    slab.dest = read.dest.subspan(static_cast<uint64_t>(r) * row_bytes,
+                                  static_cast<uint64_t>(n) * row_bytes);
+    out.push_back(std::move(slab));
+  }
+  return out;
+}
+
+Status ReadBoxes(Storage& storage, const format::Manifest& manifest,
+                 const std::vector<BoxRead>& reads, ThreadPool* pool) {
+  const int parallelism = pool == nullptr ? 1 : pool->size() + 1;
+  return ParallelFor(pool, parallelism, reads.size(), [&](size_t i) {
+    const BoxRead& r = reads[i];
+    return ReadBox(storage, manifest, *r.entry, r.offsets, r.lengths, r.dest);
+  });
 }
 
 }  // namespace ckpt

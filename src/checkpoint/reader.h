@@ -44,3 +44,28 @@ Status ReadChunk(Storage& storage, const format::Manifest& manifest,
                  const format::ChunkRecord& chunk, std::span<std::byte> dest);
 
 }  // namespace ckpt
+
+namespace ckpt {
+
+class ThreadPool;
+
+// One box of one entry to read into `dest` (ReadBox's arguments).
+struct BoxRead {
+  const format::EntryRecord* entry = nullptr;
+  std::vector<int64_t> offsets;
+  std::vector<int64_t> lengths;
+  std::span<std::byte> dest;
+};
+
+// Cuts `read` into slabs of about `slab_bytes` along dimension 0, so that one
+// large tensor is read by several threads. The slabs' destinations are
+// disjoint (the box is row-major).
+std::vector<BoxRead> SplitBoxRead(BoxRead read, uint64_t slab_bytes);
+
+// Reads every box, in parallel on `pool` (null: one at a time), each
+// straight into its destination, checking every chunk. The first error (in
+// the order given) is returned; other destinations may be partly written.
+Status ReadBoxes(Storage& storage, const format::Manifest& manifest,
+                 const std::vector<BoxRead>& reads, ThreadPool* pool);
+
+}  // namespace ckpt

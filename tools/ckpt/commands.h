@@ -30,5 +30,6 @@ void AddExportCommand(CLI::App& app, Command& selected);
 void AddDiffCommand(CLI::App& app, Command& selected);
 void AddGcCommand(CLI::App& app, Command& selected);
 void AddCatalogCommand(CLI::App& app, Command& selected);
+void AddBenchCommand(CLI::App& app, Command& selected);
 
 }  // namespace ckpt::cli

@@ -57,6 +57,7 @@ int main(int argc, char** argv) {
       "  ckpt export /data/run42 model.safetensors\n"
       "  ckpt gc /data/run42 --keep-last 3 --dry-run\n"
       "  ckpt catalog latest run42\n"
+      "  ckpt bench --size 512MiB --json\n"
       "Run 'ckpt <command> --help' for a command's options.\n");
   app.require_subcommand(1);
 
@@ -69,6 +70,7 @@ int main(int argc, char** argv) {
   ckpt::cli::AddDiffCommand(app, command);
   ckpt::cli::AddGcCommand(app, command);
   ckpt::cli::AddCatalogCommand(app, command);
+  ckpt::cli::AddBenchCommand(app, command);
 
   try {
     app.parse(argc, argv);

@@ -4,7 +4,10 @@
 //      O_DIRECTORY|O_NOFOLLOW, so no symlink inside the root is followed),
 //      creating each missing directory and fsyncing its parent.
 //   2. Create DIR/NAME.ckpt-tmp-<random hex> with O_CREAT|O_EXCL, write the
-//      bytes, fsync it, close it.
+//      bytes, fsync it, close it. A streamed write (a data object) uses
+//      O_DIRECT where the file system takes it (direct_writer.h), unless
+//      $CKPT_FILE_DIRECT_IO is "0"; the last block is padded and the file
+//      cut back to size before the fsync.
 //   3. Publish: renameat(tmp, NAME) to overwrite, or linkat(tmp, NAME) then
 //      unlink(tmp) for create-if-absent (link fails with EEXIST when NAME
 //      exists, so of racing writers exactly one wins).
@@ -33,6 +36,7 @@
 #include <utility>
 #include <vector>
 
+#include "storage/file/direct_writer.h"
 #include "util/log.h"
 #include "util/names.h"
 
@@ -134,6 +138,15 @@ int RandomHex(std::string* out) {
 }
 
 int FsyncFd(int fd) { return ::fsync(fd) == 0 ? 0 : errno; }
+
+// Whether streamed writes may use O_DIRECT ($CKPT_FILE_DIRECT_IO=0: never).
+bool DirectIoAllowed() {
+  static const bool allowed = [] {
+    const char* v = std::getenv("CKPT_FILE_DIRECT_IO");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return allowed;
+}
 
 // Writes all of `data` at the file offset, through EINTR and short writes.
 int WriteFully(int fd, std::span<const std::byte> data) {
@@ -253,13 +266,15 @@ Result<struct stat> StatObject(const Root& root, std::string_view op,
 class FileWritable : public WritableObject {
  public:
   // Creates the temp file for `key`; `op` ("put", "write") is for messages.
+  // `direct`: try O_DIRECT (streamed data objects).
   static Result<std::unique_ptr<FileWritable>> Create(
       std::shared_ptr<const Root> root, std::string_view op,
-      std::string_view key) {
+      std::string_view key, bool direct = false) {
     CKPT_RETURN_IF_ERROR_CTX(ValidateKey(key), root->Where(op, key));
     auto [dir_path, name] = SplitKey(key);
     std::unique_ptr<FileWritable> w(
         new FileWritable(std::move(root), op, key, name));
+    w->want_direct_ = direct && DirectIoAllowed();
     for (int attempt = 1;; ++attempt) {
       // NotFound and ENOENT here mean a concurrent Delete removed a
       // directory on the way (after we created or opened it): walk again.
@@ -289,6 +304,11 @@ class FileWritable : public WritableObject {
 
   Status Append(std::span<const std::byte> data) override {
     CKPT_RETURN_IF_ERROR(CheckWritable());
+    if (direct_) {
+      if (int err = direct_->Append(data)) return Fail(err, "write temp file");
+      size_ += data.size();
+      return Status();
+    }
     if (data.size() < kSmallAppend) {
       if (buffer_.size() + data.size() > kAppendBufferSize) {
         CKPT_RETURN_IF_ERROR(Flush());
@@ -321,6 +341,9 @@ class FileWritable : public WritableObject {
     CKPT_RETURN_IF_ERROR(CheckWritable());
     closed_ = true;
     CKPT_RETURN_IF_ERROR(Flush());
+    if (direct_) {
+      if (int err = direct_->Finish()) return Fail(err, "write temp file");
+    }
     if (int err = FsyncFd(fd_.get())) return Fail(err, "fsync temp file");
     if (int err = fd_.Close()) return Fail(err, "close temp file");
     if (mode == PutMode::kOverwrite) {
@@ -385,12 +408,19 @@ class FileWritable : public WritableObject {
       if (int err = RandomHex(&hex)) return err;
       temp_name_ =
           name_.substr(0, kMaxTempStem) + std::string(kTempMarker) + hex;
-      const int fd =
-          ::openat(dir(), temp_name_.c_str(),
-                   O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+      const int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+      const int fd = ::openat(dir(), temp_name_.c_str(),
+                              flags | (want_direct_ ? O_DIRECT : 0), 0666);
       if (fd >= 0) {
         fd_ = ScopedFd(fd);
+        if (want_direct_) direct_ = std::make_unique<DirectWriter>(fd);
         return 0;
+      }
+      if (errno == EINVAL && want_direct_) {
+        // The file system refuses O_DIRECT: write through the page cache.
+        ::unlinkat(dir(), temp_name_.c_str(), 0);
+        want_direct_ = false;
+        continue;
       }
       if (errno != EEXIST) return errno;
     }
@@ -428,6 +458,7 @@ class FileWritable : public WritableObject {
   }
 
   void Discard() {
+    direct_.reset();  // its writes in flight end before the file closes
     if (temp_name_.empty()) return;
     fd_.Close();
     ::unlinkat(dir(), temp_name_.c_str(), 0);
@@ -442,6 +473,8 @@ class FileWritable : public WritableObject {
   std::string temp_name_;  // empty once removed or published
   ScopedFd fd_;
   std::vector<std::byte> buffer_;
+  bool want_direct_ = false;
+  std::unique_ptr<DirectWriter> direct_;  // set when writing with O_DIRECT
   uint64_t size_ = 0;
   Status error_;
   bool closed_ = false;
@@ -465,7 +498,8 @@ class FileStorage : public Storage {
 
   Result<std::unique_ptr<WritableObject>> NewWritable(
       std::string_view key) override {
-    CKPT_ASSIGN_OR_RETURN(auto w, FileWritable::Create(root_, "write", key));
+    CKPT_ASSIGN_OR_RETURN(auto w,
+                          FileWritable::Create(root_, "write", key, true));
     return std::unique_ptr<WritableObject>(std::move(w));
   }
 

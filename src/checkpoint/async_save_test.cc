@@ -1,0 +1,381 @@
+// SaveAsync: what is saved is the state at the call, errors are never lost,
+// the manager waits for the save in flight, on one rank and on many.
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "checkpoint/test_util.h"
+#include "ckpt/checkpoint_manager.h"
+#include "gtest/gtest.h"
+#include "storage/memory/memory_storage.h"
+#include "testing/fault_storage.h"
+
+namespace ckpt {
+namespace {
+
+using testing::ExpectLoads;
+using testing::FaultStorage;
+using testing::SeededModel;
+
+// Holds every data-object write until Open(): a test can keep a background
+// save in flight for as long as it needs to, without sleeping.
+class GateStorage : public StorageWrapper {
+ public:
+  explicit GateStorage(Storage* target) : StorageWrapper(target) {}
+
+  Result<std::unique_ptr<WritableObject>> NewWritable(
+      std::string_view key) override {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      ++waiting_;
+      cv_.notify_all();
+      cv_.wait(lock, [&] { return open_; });
+    }
+    return StorageWrapper::NewWritable(key);
+  }
+
+  void Open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  // Blocks until a writer is held at the gate.
+  void AwaitWriter() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return waiting_ > 0; });
+  }
+  bool is_open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return open_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+  int waiting_ = 0;
+};
+
+class AsyncSaveTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    name_ = "async-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    DropMemoryStore(name_);
+    url_ = "mem://" + name_;
+    auto base = OpenStorage(url_);
+    ASSERT_TRUE(base.ok()) << base.status().ToString();
+    base_ = std::move(base).value();
+  }
+  void TearDown() override { DropMemoryStore(name_); }
+
+  Options SmallChunks() {
+    Options o;
+    o.chunk_size = 4096;
+    return o;
+  }
+
+  std::unique_ptr<CheckpointManager> OpenOn(std::unique_ptr<Storage> storage,
+                                            Options o) {
+    auto mgr = CheckpointManager::Open(std::move(storage), std::move(o));
+    EXPECT_TRUE(mgr.ok()) << mgr.status().ToString();
+    return std::move(mgr).value();
+  }
+  std::unique_ptr<CheckpointManager> OpenUrl(Options o = {}) {
+    auto mgr = CheckpointManager::Open(url_, std::move(o));
+    EXPECT_TRUE(mgr.ok()) << mgr.status().ToString();
+    return std::move(mgr).value();
+  }
+
+  std::string name_;
+  std::string url_;
+  std::unique_ptr<Storage> base_;
+};
+
+// Changes every tensor the state borrows, as a training step would (the
+// State holds its own copy of the rng blob).
+void Scribble(SeededModel& m) {
+  for (float& w : m.weights) w = -w - 1;
+  for (int64_t& c : m.counters) c = ~c;
+}
+
+TEST_F(AsyncSaveTest, SavesTheStateAsItWasAtTheCall) {
+  auto gate = std::make_unique<GateStorage>(base_.get());
+  GateStorage* g = gate.get();
+  auto mgr = OpenOn(std::move(gate), SmallChunks());
+  SeededModel model(1, 50000);
+  const SeededModel want(1, 50000);
+  State state = model.ToState();
+  SaveHandle h = mgr->SaveAsync(7, state, {.epoch = 3});
+  EXPECT_EQ(h.step(), 7);
+  // SaveAsync has returned; the write has not even started.
+  g->AwaitWriter();
+  EXPECT_FALSE(h.Done());
+  Scribble(model);
+  g->Open();
+  Result<SaveResult> r = h.Wait();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->skipped);
+  EXPECT_EQ(r->info.step, 7);
+  EXPECT_EQ(r->info.epoch, 3);
+  EXPECT_TRUE(h.Done());
+  // Wait gives the same result every time.
+  EXPECT_EQ(h.Wait()->info.step, 7);
+  ExpectLoads(*mgr, 7, want);
+}
+
+TEST_F(AsyncSaveTest, ReusesStagingAcrossSavesAndEveryStepIsItsOwn) {
+  auto mgr = OpenUrl(SmallChunks());
+  SeededModel model(10, 20000);
+  State state = model.ToState();
+  std::vector<SaveHandle> handles;
+  for (int step = 1; step <= 4; ++step) {
+    // Each call waits for the previous save, then stages this state.
+    handles.push_back(mgr->SaveAsync(step, state));
+    Scribble(model);
+  }
+  SeededModel want(10, 20000);
+  for (int step = 1; step <= 4; ++step) {
+    Result<SaveResult> r = handles[step - 1].Wait();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ExpectLoads(*mgr, step, want);
+    Scribble(want);
+  }
+}
+
+TEST_F(AsyncSaveTest, OtherCallsWaitForTheSaveInFlight) {
+  auto gate = std::make_unique<GateStorage>(base_.get());
+  GateStorage* g = gate.get();
+  auto mgr = OpenOn(std::move(gate), SmallChunks());
+  SeededModel model(2);
+  State state = model.ToState();
+  SaveHandle h = mgr->SaveAsync(1, state);
+  std::thread opener([&] {
+    g->AwaitWriter();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    g->Open();
+  });
+  // List cannot run before the save ends, so it sees the step committed.
+  EXPECT_EQ(testing::ListedSteps(*mgr), std::vector<int64_t>{1});
+  EXPECT_TRUE(g->is_open());
+  EXPECT_TRUE(h.Done());
+  opener.join();
+}
+
+TEST_F(AsyncSaveTest, BackgroundErrorSurfacesFromWaitAndFromTheNextSave) {
+  auto fault = std::make_unique<FaultStorage>(base_.get());
+  FaultStorage* f = fault.get();
+  auto mgr = OpenOn(std::move(fault), SmallChunks());
+  SeededModel model(3);
+  State state = model.ToState();
+  // The first mutating operation of the save starts its data object.
+  f->FailOnce(f->operations(), IOError("disk on fire"));
+  SaveHandle h = mgr->SaveAsync(1, state);
+  Result<SaveResult> r = h.Wait();
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("disk on fire"), std::string::npos)
+      << r.status().ToString();
+
+  // The next save reports it (and saves nothing), asynchronous or not.
+  Result<SaveResult> next = mgr->SaveAsync(2, state).Wait();
+  ASSERT_FALSE(next.ok());
+  EXPECT_EQ(next.status().code(), ErrorCode::kIOError);
+  EXPECT_NE(next.status().message().find("asynchronous save of step 1"),
+            std::string::npos)
+      << next.status().ToString();
+  EXPECT_NE(next.status().message().find("disk on fire"), std::string::npos);
+  EXPECT_TRUE(testing::ListedSteps(*mgr).empty());
+
+  // Reported once: the save after that works.
+  Result<SaveResult> again = mgr->SaveAsync(2, state).Wait();
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  ExpectLoads(*mgr, 2, SeededModel(3));
+
+  // A synchronous Save reports a background error too.
+  f->FailOnce(f->operations(), IOError("disk on fire again"));
+  EXPECT_FALSE(mgr->SaveAsync(3, state).Wait().ok());
+  Result<SaveResult> sync = mgr->Save(4, state);
+  ASSERT_FALSE(sync.ok());
+  EXPECT_NE(sync.status().message().find("disk on fire again"),
+            std::string::npos);
+  ASSERT_TRUE(mgr->Save(4, state).ok());
+  EXPECT_EQ(testing::ListedSteps(*mgr), (std::vector<int64_t>{2, 4}));
+}
+
+TEST_F(AsyncSaveTest, ErrorsOfTheSaveItselfComeFromWait) {
+  auto mgr = OpenUrl(SmallChunks());
+  SeededModel model(4);
+  State state = model.ToState();
+  ASSERT_TRUE(mgr->Save(1, state).ok());
+  Result<SaveResult> dup = mgr->SaveAsync(1, state).Wait();
+  ASSERT_FALSE(dup.ok());
+  EXPECT_EQ(dup.status().code(), ErrorCode::kAlreadyExists);
+  // Like every background error, the next save reports it once more.
+  EXPECT_EQ(mgr->SaveAsync(2, state).Wait().status().code(),
+            ErrorCode::kAlreadyExists);
+
+  State bad;
+  std::vector<float> v(4);
+  bad.AddTensor("x", View(v)).AddTensor("x", View(v));
+  Result<SaveResult> r = mgr->SaveAsync(2, bad).Wait();
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("duplicate entry name"),
+            std::string::npos)
+      << r.status().ToString();
+  EXPECT_EQ(testing::ListedSteps(*mgr), std::vector<int64_t>{1});
+}
+
+TEST_F(AsyncSaveTest, DestroyingTheManagerWaitsForTheSaveInFlight) {
+  auto gate = std::make_unique<GateStorage>(base_.get());
+  GateStorage* g = gate.get();
+  auto mgr = OpenOn(std::move(gate), SmallChunks());
+  SeededModel model(5);
+  State state = model.ToState();
+  SaveHandle h = mgr->SaveAsync(9, state);
+  std::thread opener([&] {
+    g->AwaitWriter();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    g->Open();
+  });
+  mgr.reset();
+  EXPECT_TRUE(g->is_open());
+  ASSERT_TRUE(h.Done());
+  Result<SaveResult> r = h.Wait();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  opener.join();
+  auto reopened = OpenUrl();
+  ExpectLoads(*reopened, 9, SeededModel(5));
+}
+
+TEST_F(AsyncSaveTest, SkipPolicyReturnsAtOnceWhileASaveIsInFlight) {
+  auto gate = std::make_unique<GateStorage>(base_.get());
+  GateStorage* g = gate.get();
+  Options o = SmallChunks();
+  o.async_policy = AsyncSavePolicy::kSkip;
+  auto mgr = OpenOn(std::move(gate), o);
+  SeededModel model(6);
+  State state = model.ToState();
+  SaveHandle first = mgr->SaveAsync(1, state);
+  g->AwaitWriter();
+  SaveHandle second = mgr->SaveAsync(2, state);
+  ASSERT_TRUE(second.Done());
+  Result<SaveResult> skipped = second.Wait();
+  ASSERT_TRUE(skipped.ok()) << skipped.status().ToString();
+  EXPECT_TRUE(skipped->skipped);
+  g->Open();
+  ASSERT_TRUE(first.Wait().ok());
+  EXPECT_EQ(testing::ListedSteps(*mgr), std::vector<int64_t>{1});
+}
+
+TEST_F(AsyncSaveTest, AStateOverTheStagingBudgetIsSavedSynchronously) {
+  Options o = SmallChunks();
+  o.async_staging_bytes = 1024;  // far below the model's ~13 KB
+  auto mgr = OpenUrl(o);
+  SeededModel model(7);
+  State state = model.ToState();
+  SaveHandle h = mgr->SaveAsync(1, state);
+  // Done on return: nothing was left to the background.
+  ASSERT_TRUE(h.Done());
+  Scribble(model);
+  ASSERT_TRUE(h.Wait().ok()) << h.Wait().status().ToString();
+  ExpectLoads(*mgr, 1, SeededModel(7));
+}
+
+TEST(SaveHandleTest, AHandleOfNoSaveFails) {
+  SaveHandle h;
+  EXPECT_TRUE(h.Done());
+  EXPECT_EQ(h.step(), -1);
+  EXPECT_EQ(h.Wait().status().code(), ErrorCode::kFailedPrecondition);
+}
+
+// Runs fn(rank, communicator) on `n` threads and waits for all.
+void RunRanks(int n, const std::function<void(int, Communicator*)>& fn) {
+  auto comms = NewThreadCommunicators(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] { fn(r, comms[r].get()); });
+  }
+  for (auto& t : threads) t.join();
+}
+
+// Rank r's rows of the global [kRanks * kRows, kCols] tensor at `step`.
+constexpr int kRanks = 3;
+constexpr int64_t kRows = 64;
+constexpr int64_t kCols = 33;
+std::vector<float> Rows(int rank, int step) {
+  std::vector<float> out(kRows * kCols);
+  for (int64_t i = 0; i < kRows * kCols; ++i) {
+    out[i] = static_cast<float>(step * 1000000 + rank * kRows * kCols + i);
+  }
+  return out;
+}
+
+TEST_F(AsyncSaveTest, ManyRanksSaveAsynchronouslyTogether) {
+  RunRanks(kRanks, [&](int rank, Communicator* comm) {
+    Options o = SmallChunks();
+    o.communicator = comm;
+    auto mgr = OpenUrl(o);
+    std::vector<float> rows = Rows(rank, 1);
+    std::string loader = "loader-of-rank-" + std::to_string(rank);
+    for (int step = 1; step <= 3; ++step) {
+      rows = Rows(rank, step);
+      State s;
+      s.AddTensorPiece("w", {kRanks * kRows, kCols}, {rank * kRows, 0},
+                       View(std::span<float>(rows), {kRows, kCols}));
+      s.AddRankLocalBlob("loader", loader + "@" + std::to_string(step));
+      SaveHandle h = mgr->SaveAsync(step, s, {.epoch = step});
+      // The training step overwrites the rows at once.
+      std::fill(rows.begin(), rows.end(), -1.0f);
+      if (step == 3) {
+        Result<SaveResult> r = h.Wait();
+        ASSERT_TRUE(r.ok()) << r.status().ToString();
+        EXPECT_EQ(r->info.world_size, kRanks);
+      }
+    }
+    // Load waits for the save in flight; every step is complete.
+    for (int step = 1; step <= 3; ++step) {
+      std::vector<float> got(kRows * kCols);
+      State s;
+      s.AddTensorPiece("w", {kRanks * kRows, kCols}, {rank * kRows, 0},
+                       View(std::span<float>(got), {kRows, kCols}));
+      s.AddRankLocalBlob("loader", "");
+      Result<CheckpointInfo> info = mgr->Load(step, s);
+      ASSERT_TRUE(info.ok()) << info.status().ToString();
+      EXPECT_EQ(got, Rows(rank, step)) << "rank " << rank << " step " << step;
+      EXPECT_EQ(*s.BlobString("loader"),
+                loader + "@" + std::to_string(step));
+    }
+  });
+}
+
+TEST_F(AsyncSaveTest, OneRankWithABadStateFailsEveryRank) {
+  RunRanks(kRanks, [&](int rank, Communicator* comm) {
+    Options o = SmallChunks();
+    o.communicator = comm;
+    auto mgr = OpenUrl(o);
+    std::vector<float> rows = Rows(rank, 1);
+    State s;
+    s.AddTensorPiece("w", {kRanks * kRows, kCols}, {rank * kRows, 0},
+                     View(std::span<float>(rows), {kRows, kCols}));
+    if (rank == 1) s.AddBlob("w", std::string("duplicate"));
+    Result<SaveResult> r = mgr->SaveAsync(1, s).Wait();
+    ASSERT_FALSE(r.ok()) << "rank " << rank;
+    EXPECT_NE(r.status().message().find("duplicate entry name"),
+              std::string::npos)
+        << r.status().ToString();
+    // Every rank reports it again from its next save, then saves again.
+    Result<SaveResult> next = mgr->SaveAsync(2, s).Wait();
+    EXPECT_FALSE(next.ok());
+  });
+  auto mgr = OpenUrl();
+  EXPECT_TRUE(testing::ListedSteps(*mgr).empty());
+}
+
+}  // namespace
+}  // namespace ckpt

@@ -1,0 +1,90 @@
+#include "checkpoint/staging.h"
+
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace ckpt {
+namespace {
+
+// Each entry starts on a cache line, so copies run at full speed.
+constexpr uint64_t kAlign = 64;
+
+uint64_t Padded(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+uint64_t EntryBytes(const Entry& e) {
+  if (e.kind == EntryKind::kMetadata) return 0;
+  Result<uint64_t> n = e.tensor.ByteSize();
+  return n.ok() ? *n : 0;
+}
+
+}  // namespace
+
+StagingArena::~StagingArena() {
+  if (data_ != nullptr) ::munmap(data_, capacity_);
+}
+
+Result<std::span<std::byte>> StagingArena::Reserve(uint64_t bytes) {
+  if (bytes <= capacity_) return std::span<std::byte>(data_, capacity_);
+  if (data_ != nullptr) {
+    ::munmap(data_, capacity_);
+    data_ = nullptr;
+    capacity_ = 0;
+  }
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    return IOError("asynchronous save: cannot map " + std::to_string(bytes) +
+                   " bytes of staging memory: " + std::strerror(errno));
+  }
+  // Huge pages make the first touch several times cheaper; where the kernel
+  // declines, ordinary pages work the same.
+  ::madvise(p, bytes, MADV_HUGEPAGE);
+  data_ = static_cast<std::byte*>(p);
+  capacity_ = bytes;
+  return std::span<std::byte>(data_, capacity_);
+}
+
+uint64_t StagingBytes(const State& state) {
+  uint64_t total = 0;
+  for (const Entry& e : state.entries()) total += Padded(EntryBytes(e));
+  return total;
+}
+
+Status StageState(const State& state, std::span<std::byte> memory,
+                  State& out) {
+  CKPT_RETURN_IF_ERROR(state.status());
+  uint64_t used = 0;
+  for (const Entry& e : state.entries()) {
+    if (e.kind == EntryKind::kMetadata) {
+      out.AddMetadataJson(e.name, e.json);
+      continue;
+    }
+    const uint64_t n = EntryBytes(e);
+    if (memory.size() - used < n) {
+      return InvalidArgumentError("asynchronous save: entry " + e.name +
+                                  " does not fit in the staging memory");
+    }
+    std::byte* dst = memory.data() + used;
+    if (n > 0) std::memcpy(dst, e.tensor.data, n);
+    used += Padded(n);
+    TensorView view{e.tensor.dtype, e.tensor.shape, dst, false};
+    if (e.kind == EntryKind::kBlob) {
+      // Borrowed, as every staged entry: AddRankLocalBlob would copy again.
+      out.AddBlob(e.name, std::span<const std::byte>(dst, n));
+      if (Entry* staged = out.Find(e.name); staged && e.rank_local) {
+        staged->rank_local = true;
+      }
+    } else if (e.rank_local) {
+      out.AddRankLocalTensor(e.name, std::move(view));
+    } else if (e.is_piece()) {
+      out.AddTensorPiece(e.name, e.global_shape, e.offsets, std::move(view));
+    } else {
+      out.AddTensor(e.name, std::move(view));
+    }
+  }
+  return out.status();
+}
+
+}  // namespace ckpt
