@@ -1,6 +1,7 @@
 #include "checkpoint/writer.h"
 
 #include <algorithm>
+#include <future>
 
 #include "format/safetensors.h"
 #include "util/checksum.h"
@@ -8,9 +9,9 @@
 namespace ckpt {
 namespace {
 
-// Hash and write in slices this big, so the bytes are still in cache when
-// they are handed to the storage after being hashed.
-constexpr size_t kSlice = size_t{1} << 20;
+// Bytes handed to the storage per Append (its buffers take them in pieces
+// of their own anyway).
+constexpr size_t kSlice = size_t{8} << 20;
 
 }  // namespace
 
@@ -32,31 +33,51 @@ Result<WrittenObject> WriteDataObject(Storage& storage, const std::string& key,
   };
   CKPT_RETURN_IF_ERROR(out->Append(as_bytes(header)));
 
-  WrittenObject written;
-  written.chunks.resize(pieces.size());
-  Xxh3Hasher hasher;
+  // The chunk layout is known before a byte is written, so the checksums
+  // are computed on a second thread while this one streams the bytes out:
+  // on two cores, hashing then hides behind the copy into the storage.
+  struct ChunkSpan {
+    size_t piece;
+    uint64_t pos;  // within the piece
+    uint64_t len;
+    uint64_t offset;  // within the object
+  };
+  std::vector<ChunkSpan> chunks;
   uint64_t offset = header.size();
   for (size_t i = 0; i < pieces.size(); ++i) {
-    std::span<const std::byte> bytes = pieces[i].bytes;
-    if (bytes.size() != layout[i].end - layout[i].begin) {
+    const uint64_t n = pieces[i].bytes.size();
+    if (n != layout[i].end - layout[i].begin) {
       return InvalidArgumentError("write " + key + ": piece " +
                                   pieces[i].tensor_name +
                                   " has the wrong number of bytes");
     }
-    for (size_t pos = 0; pos < bytes.size();) {
-      const size_t len = std::min<uint64_t>(chunk_size, bytes.size() - pos);
-      hasher.Reset();
-      for (size_t s = 0; s < len; s += kSlice) {
-        std::span<const std::byte> slice =
-            bytes.subspan(pos + s, std::min(kSlice, len - s));
-        hasher.Update(slice);
-        CKPT_RETURN_IF_ERROR(out->Append(slice));
-      }
-      written.chunks[i].push_back(
-          format::ChunkRecord{0, offset, len, hasher.Digest()});
+    for (uint64_t pos = 0; pos < n; pos += chunk_size) {
+      const uint64_t len = std::min<uint64_t>(chunk_size, n - pos);
+      chunks.push_back(ChunkSpan{i, pos, len, offset});
       offset += len;
-      pos += len;
     }
+  }
+  std::vector<Checksum128> sums(chunks.size());
+  // Declared after what it reads: its destructor waits for the thread on
+  // every way out of this function.
+  std::future<void> hashing = std::async(std::launch::async, [&] {
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      sums[c] = Xxh3_128(
+          pieces[chunks[c].piece].bytes.subspan(chunks[c].pos, chunks[c].len));
+    }
+  });
+  for (const PieceToWrite& p : pieces) {
+    for (size_t pos = 0; pos < p.bytes.size(); pos += kSlice) {
+      CKPT_RETURN_IF_ERROR(out->Append(
+          p.bytes.subspan(pos, std::min(kSlice, p.bytes.size() - pos))));
+    }
+  }
+  hashing.get();
+  WrittenObject written;
+  written.chunks.resize(pieces.size());
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    written.chunks[chunks[c].piece].push_back(
+        format::ChunkRecord{0, chunks[c].offset, chunks[c].len, sums[c]});
   }
   CKPT_RETURN_IF_ERROR(out->Close());
   written.size = offset;

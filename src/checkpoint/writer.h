@@ -1,6 +1,8 @@
 // Writes one rank's data object: a safetensors file streamed straight from
-// the caller's buffers, each chunk checksummed on its way out. Memory use is
-// the header plus nothing: bytes are never copied into a staging buffer.
+// the caller's buffers, each chunk checksummed by a second thread while the
+// bytes stream out. The writer itself holds the header and the chunk list,
+// nothing more; what the storage buffers is the storage's (file://: a few
+// reused O_DIRECT blocks).
 #pragma once
 
 #include <cstdint>
