@@ -553,10 +553,23 @@ void AddBenchCommand(CLI::App& app, Command& selected) {
       "ckpt bench --size 512MiB --tensors 16 --runs 7 --json\n"
       "ckpt bench --dir /data/scratch --dtype BF16");
   cmd->add_option("--size", args->size,
-                  "state size: 2GiB (default), 512MiB, 4096, ...");
-  cmd->add_option("--tensors", args->tensors, "number of tensors (64)");
-  cmd->add_option("--dtype", args->dtype, "element type (F32)");
-  cmd->add_option("--runs", args->runs, "rounds; figures are medians (5)");
+                  "state size: 2GiB (default), 512MiB, 4096, ...")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            Result<uint64_t> n = ParseSize(text);
+            return n.ok() ? "" : n.status().message();
+          },
+          "SIZE"));
+  cmd->add_option("--tensors", args->tensors, "number of tensors (64)")
+      ->check(CLI::Range(1, 1000000));
+  cmd->add_option("--dtype", args->dtype, "element type (F32)")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            return ParseDType(text) ? "" : "not a dtype: " + text;
+          },
+          "DTYPE"));
+  cmd->add_option("--runs", args->runs, "rounds; figures are medians (5)")
+      ->check(CLI::Range(1, 1000));
   cmd->add_option("--dir", args->dir,
                   "where to write (default: a fresh directory under "
                   "/var/tmp, removed afterwards)");

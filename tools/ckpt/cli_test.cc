@@ -202,7 +202,7 @@ TEST_F(CliTest, HelpExitsZeroEverywhere) {
   EXPECT_EQ(top.exit_code, 0) << top.err;
   EXPECT_TRUE(Contains(top.out, "Examples:"));
   for (const char* command :
-       {"ls", "show", "verify", "import", "export", "diff", "gc"}) {
+       {"ls", "show", "verify", "import", "export", "diff", "gc", "bench"}) {
     EXPECT_TRUE(Contains(top.out, command));
     RunResult r = Ckpt({command, "--help"});
     EXPECT_EQ(r.exit_code, 0) << command << ": " << r.err;
@@ -798,6 +798,82 @@ TEST_F(CliTest, ShowAndExportAMultiRankCheckpoint) {
   EXPECT_EQ(names,
             (std::set<std::string>{"w", "bias", "loader@rank00000",
                                    "loader@rank00001", "loader@rank00002"}));
+}
+
+// --- bench -------------------------------------------------------------------
+
+// A tiny state: the command runs every phase and reports every figure, ratio
+// and target (their values are measurements, not checked here).
+TEST_F(CliTest, BenchJsonReportsEveryFigureRatioAndTarget) {
+  const std::string dir = Path("bench");
+  RunResult r = Ckpt({"bench", "--size", "256KiB", "--tensors", "4", "--runs",
+                      "2", "--dir", dir, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = ParseJson(r.out);
+  ASSERT_TRUE(j.is_object());
+  EXPECT_EQ(j["config"]["state_bytes"], 256 * 1024);
+  EXPECT_EQ(j["config"]["tensors"], 4);
+  EXPECT_EQ(j["config"]["runs"], 2);
+  const bool direct = j["config"]["o_direct"].get<bool>();
+  const std::vector<std::string> direct_only = {
+      "raw_write_direct_gbps", "raw_read_direct_gbps",
+      "save_vs_raw_write_direct", "load_cold_vs_raw_read_direct"};
+  auto expect_numbers = [&](const nlohmann::json& group,
+                            const std::vector<std::string>& keys) {
+    for (const std::string& k : keys) {
+      ASSERT_TRUE(group.contains(k)) << k;
+      const bool may_be_null =
+          !direct && std::find(direct_only.begin(), direct_only.end(), k) !=
+                         direct_only.end();
+      if (!may_be_null) EXPECT_TRUE(group[k].is_number()) << k;
+    }
+  };
+  expect_numbers(
+      j["figures"],
+      {"raw_write_buffered_gbps", "raw_write_direct_gbps",
+       "raw_write_best_gbps", "raw_read_cold_gbps", "raw_read_warm_gbps",
+       "raw_read_direct_gbps", "memcpy_gbps", "memcpy_seconds",
+       "first_touch_gbps", "save_gbps", "save_seconds", "load_cold_gbps",
+       "load_cold_seconds", "load_warm_gbps", "load_warm_seconds",
+       "async_first_stall_seconds", "async_stall_seconds",
+       "async_total_seconds", "peak_rss_sync_mib", "peak_rss_async_mib",
+       "sync_peak_above_state_mib",
+       "async_peak_above_state_and_staging_mib"});
+  expect_numbers(
+      j["ratios"],
+      {"save_vs_raw_write_best", "save_vs_raw_write_buffered",
+       "save_vs_raw_write_direct", "load_cold_vs_raw_read_cold",
+       "load_cold_vs_raw_read_direct", "load_warm_vs_raw_read_warm",
+       "async_stall_vs_memcpy", "async_first_stall_vs_memcpy"});
+  for (const char* k :
+       {"save_vs_raw_write_best >= 0.90", "load_cold_vs_raw_read_cold >= 0.90",
+        "async_stall_vs_memcpy <= 1.5", "sync_peak_above_state_mib <= 64",
+        "async_peak_above_state_and_staging_mib <= 64"}) {
+    ASSERT_TRUE(j["targets"].contains(k)) << k;
+    EXPECT_TRUE(j["targets"][k].is_boolean()) << k;
+  }
+  // What it wrote is gone; the directory it was given stays.
+  EXPECT_TRUE(fs::exists(dir));
+  EXPECT_TRUE(fs::is_empty(dir));
+
+  RunResult table = Ckpt({"bench", "--size", "64KiB", "--tensors", "2",
+                          "--runs", "1", "--dir", dir});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_TRUE(Contains(table.out, "save_gbps"));
+  EXPECT_TRUE(Contains(table.out, "target async_stall_vs_memcpy <= 1.5"));
+}
+
+TEST_F(CliTest, BenchRefusesBadSizesAndCounts) {
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{
+           {"bench", "--size", "lots"},
+           {"bench", "--size", "0"},
+           {"bench", "--tensors", "0"},
+           {"bench", "--runs", "0"},
+           {"bench", "--dtype", "F33"}}) {
+    RunResult r = Ckpt(args);
+    EXPECT_EQ(r.exit_code, 2) << args[1] << " " << args[2] << ": " << r.err;
+  }
 }
 
 }  // namespace
