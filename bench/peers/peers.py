@@ -66,10 +66,18 @@ def save_numpy(state, path):
 
 
 class CkptSaver:
+    """ckpt's Save (fsync of the data file, the manifest and their
+    directory included). The previous step is deleted before the timing
+    starts, as the peers' files are removed after theirs."""
+
     def __init__(self, root):
         import ckpt
-        self.mgr = ckpt.open(root, keep_last=1)
+        self.mgr = ckpt.open(root)
         self.step = 0
+
+    def before(self):
+        for info in self.mgr.list():
+            self.mgr.delete(info.step)
 
     def __call__(self, state, path):
         self.step += 1
@@ -113,6 +121,8 @@ def main():
             order = names[r % len(names):] + names[:r % len(names)]
             for s in order:
                 path = os.path.join(base, f"{s}-{r}")
+                if hasattr(savers[s], "before"):
+                    savers[s].before()
                 t0 = time.perf_counter()
                 savers[s](state, path)
                 times[s].append(time.perf_counter() - t0)
@@ -145,7 +155,7 @@ def main():
         lo, hi = out["range_seconds"][s]
         vs = out["ckpt_time_vs"].get(s)
         print(f"  {s:<12} {med[s]:8.3f} {out['gbps'][s]:7.3f}"
-              f" {lo:7.2f}-{hi:<7.2f} {vs if vs is None else f'{vs:17.2f}'}")
+              f" {lo:7.2f}-{hi:<7.2f} {'-' if vs is None else f'{vs:17.2f}'}")
 
 
 if __name__ == "__main__":

@@ -348,8 +348,7 @@ TEST_F(AsyncSaveTest, ManyRanksSaveAsynchronouslyTogether) {
       Result<CheckpointInfo> info = mgr->Load(step, s);
       ASSERT_TRUE(info.ok()) << info.status().ToString();
       EXPECT_EQ(got, Rows(rank, step)) << "rank " << rank << " step " << step;
-      EXPECT_EQ(*s.BlobString("loader"),
-                loader + "@" + std::to_string(step));
+      EXPECT_EQ(*s.BlobString("loader"), loader + "@" + std::to_string(step));
     }
   });
 }

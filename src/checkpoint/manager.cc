@@ -803,10 +803,10 @@ Status CheckpointManager::Impl::ReadInto(
         CKPT_ASSIGN_OR_RETURN(
             TensorView view,
             out.state.AllocateTensor(names[i], rec->dtype, rec->shape));
-        AddSlabs(BoxRead{rec, std::vector<int64_t>(rec->shape.size(), 0),
-                         rec->shape,
-                         std::span<std::byte>(view.data, *view.ByteSize())},
-                 reads);
+        AddSlabs(
+            BoxRead{rec, std::vector<int64_t>(rec->shape.size(), 0), rec->shape,
+                    std::span<std::byte>(view.data, *view.ByteSize())},
+            reads);
         break;
       }
       case EntryKind::kBlob: {
@@ -1234,7 +1234,8 @@ Result<GcReport> CheckpointManager::Impl::GarbageCollect(const GcOptions& gc) {
 
 ThreadPool* CheckpointManager::Impl::IoPool() {
   if (options_.io_threads <= 1) return nullptr;
-  if (!io_pool_) io_pool_ = std::make_unique<ThreadPool>(options_.io_threads - 1);
+  if (!io_pool_)
+    io_pool_ = std::make_unique<ThreadPool>(options_.io_threads - 1);
   return io_pool_.get();
 }
 
@@ -1344,9 +1345,8 @@ void CheckpointManager::Impl::StartAsync(
     {
       std::lock_guard<std::mutex> l(mu_);
       if (!r.ok()) {
-        async_error_ = r.status().WithContext(
-            "the asynchronous save of step " + std::to_string(step) +
-            " failed");
+        async_error_ = r.status().WithContext("the asynchronous save of step " +
+                                              std::to_string(step) + " failed");
       }
     }
     // The handle is done before any waiting call runs, so a call that

@@ -52,8 +52,7 @@ uint64_t StagingBytes(const State& state) {
   return total;
 }
 
-Status StageState(const State& state, std::span<std::byte> memory,
-                  State& out) {
+Status StageState(const State& state, std::span<std::byte> memory, State& out) {
   CKPT_RETURN_IF_ERROR(state.status());
   uint64_t used = 0;
   for (const Entry& e : state.entries()) {

@@ -23,8 +23,7 @@ class StagingArena {
   StagingArena& operator=(const StagingArena&) = delete;
 
   // At least `bytes` bytes, reused from the last call when they fit (the
-  // contents are not kept). ResourceExhausted-style IOError if the memory
-  // cannot be mapped.
+  // contents are not kept). IOError if the memory cannot be mapped.
   Result<std::span<std::byte>> Reserve(uint64_t bytes);
   uint64_t capacity() const { return capacity_; }
 

@@ -51,9 +51,9 @@ Status ParallelFor(ThreadPool* pool, int parallelism, size_t n,
     std::atomic<bool> failed{false};
     std::mutex mu;
     std::condition_variable done;
-    int running = 0;                  // guarded by mu
-    size_t first_failed = SIZE_MAX;   // guarded by mu
-    Status error;                     // guarded by mu
+    int running = 0;                 // guarded by mu
+    size_t first_failed = SIZE_MAX;  // guarded by mu
+    Status error;                    // guarded by mu
   };
   auto shared = std::make_shared<Shared>();
   auto work = [shared, n, &fn] {

@@ -109,8 +109,9 @@ class Buffer {
   ~Buffer() { Free(); }
 
   Status Map(uint64_t bytes) {
-    void* p = ::mmap(nullptr, std::max<uint64_t>(bytes, 1),
-                     PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void* p =
+        ::mmap(nullptr, std::max<uint64_t>(bytes, 1), PROT_READ | PROT_WRITE,
+               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
       return ErrnoError(errno, "map " + std::to_string(bytes) + " bytes");
     }
@@ -137,10 +138,9 @@ class Buffer {
 Result<double> RawWrite(const std::string& path, uint64_t total,
                         const Buffer& block, bool direct) {
   ::unlink(path.c_str());
-  const int fd = ::open(path.c_str(),
-                        O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC |
-                            (direct ? O_DIRECT : 0),
-                        0644);
+  const int fd = ::open(
+      path.c_str(),
+      O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | (direct ? O_DIRECT : 0), 0644);
   if (fd < 0) return ErrnoError(errno, "raw write: open " + path);
   const auto start = Clock::now();
   uint64_t done = 0;
@@ -149,8 +149,7 @@ Result<double> RawWrite(const std::string& path, uint64_t total,
     uint64_t n = std::min(kBlock, total - done);
     // O_DIRECT needs whole blocks; the file is cut back to size below.
     if (direct) n = (n + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
-    const ssize_t w =
-        ::pwrite(fd, block.data(), n, static_cast<off_t>(done));
+    const ssize_t w = ::pwrite(fd, block.data(), n, static_cast<off_t>(done));
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) status = ErrnoError(w < 0 ? errno : EIO, "raw write " + path);
     done += w > 0 ? static_cast<uint64_t>(w) : 0;
@@ -291,11 +290,10 @@ Status RunBench(const BenchArgs& args) {
     for (uint64_t i = 0; i < b->size(); i += 4096) {
       b->data()[i] = static_cast<std::byte>(t * 31 + i / 4096);
     }
-    state.AddTensor(fmt::format("layer{:03d}.weight", t),
-                    TensorView{*dtype,
-                               {static_cast<int64_t>(per_tensor)},
-                               b->data(),
-                               true});
+    state.AddTensor(
+        fmt::format("layer{:03d}.weight", t),
+        TensorView{
+            *dtype, {static_cast<int64_t>(per_tensor)}, b->data(), true});
     tensors.push_back(std::move(b));
   }
   CKPT_RETURN_IF_ERROR(state.status());
@@ -431,8 +429,7 @@ Status RunBench(const BenchArgs& args) {
       {"peak_rss_async_mib", async_peak / kMiB},
       // Beyond the process before the state was built, the state itself
       // and this program's own 16 MiB raw-I/O block: what ckpt added.
-      {"sync_peak_above_state_mib",
-       (double(sync_peak) - bytes - own) / kMiB},
+      {"sync_peak_above_state_mib", (double(sync_peak) - bytes - own) / kMiB},
       {"async_peak_above_state_and_staging_mib",
        (double(async_peak) - 2 * bytes - own) / kMiB},
   };
@@ -511,15 +508,14 @@ Status RunBench(const BenchArgs& args) {
     if (!v.is_number()) return "-";
     return fmt::format(fmt::runtime(fmt_spec), v.get<double>());
   };
-  fmt::print("ckpt bench: {:.2f} GiB in {} {} tensors, {} rounds (medians), {}\n",
-             bytes / kMiB / 1024, args.tensors, DTypeName(*dtype), args.runs,
-             dir);
+  fmt::print(
+      "ckpt bench: {:.2f} GiB in {} {} tensors, {} rounds (medians), {}\n",
+      bytes / kMiB / 1024, args.tensors, DTypeName(*dtype), args.runs, dir);
   std::vector<std::vector<std::string>> rows = {{"figure", "value", "range"}};
   auto range_text = [&](const char* key) -> std::string {
     const json& r = ranges[key];
     if (!r.is_array()) return "";
-    return fmt::format("{:.2f}-{:.2f}", r[0].get<double>(),
-                       r[1].get<double>());
+    return fmt::format("{:.2f}-{:.2f}", r[0].get<double>(), r[1].get<double>());
   };
   for (const char* key :
        {"raw_write_buffered_gbps", "raw_write_direct_gbps",
@@ -529,10 +525,9 @@ Status RunBench(const BenchArgs& args) {
   }
   for (const char* key :
        {"first_touch_gbps", "memcpy_seconds", "save_seconds",
-        "load_cold_seconds", "load_warm_seconds",
-        "async_first_stall_seconds", "async_stall_seconds",
-        "async_total_seconds", "peak_rss_sync_mib", "peak_rss_async_mib",
-        "sync_peak_above_state_mib",
+        "load_cold_seconds", "load_warm_seconds", "async_first_stall_seconds",
+        "async_stall_seconds", "async_total_seconds", "peak_rss_sync_mib",
+        "peak_rss_async_mib", "sync_peak_above_state_mib",
         "async_peak_above_state_and_staging_mib"}) {
     rows.push_back({key, num(figures[key], "{:.3f}"), ""});
   }

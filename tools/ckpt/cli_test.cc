@@ -828,23 +828,33 @@ TEST_F(CliTest, BenchJsonReportsEveryFigureRatioAndTarget) {
       if (!may_be_null) EXPECT_TRUE(group[k].is_number()) << k;
     }
   };
-  expect_numbers(
-      j["figures"],
-      {"raw_write_buffered_gbps", "raw_write_direct_gbps",
-       "raw_write_best_gbps", "raw_read_cold_gbps", "raw_read_warm_gbps",
-       "raw_read_direct_gbps", "memcpy_gbps", "memcpy_seconds",
-       "first_touch_gbps", "save_gbps", "save_seconds", "load_cold_gbps",
-       "load_cold_seconds", "load_warm_gbps", "load_warm_seconds",
-       "async_first_stall_seconds", "async_stall_seconds",
-       "async_total_seconds", "peak_rss_sync_mib", "peak_rss_async_mib",
-       "sync_peak_above_state_mib",
-       "async_peak_above_state_and_staging_mib"});
-  expect_numbers(
-      j["ratios"],
-      {"save_vs_raw_write_best", "save_vs_raw_write_buffered",
-       "save_vs_raw_write_direct", "load_cold_vs_raw_read_cold",
-       "load_cold_vs_raw_read_direct", "load_warm_vs_raw_read_warm",
-       "async_stall_vs_memcpy", "async_first_stall_vs_memcpy"});
+  expect_numbers(j["figures"], {"raw_write_buffered_gbps",
+                                "raw_write_direct_gbps",
+                                "raw_write_best_gbps",
+                                "raw_read_cold_gbps",
+                                "raw_read_warm_gbps",
+                                "raw_read_direct_gbps",
+                                "memcpy_gbps",
+                                "memcpy_seconds",
+                                "first_touch_gbps",
+                                "save_gbps",
+                                "save_seconds",
+                                "load_cold_gbps",
+                                "load_cold_seconds",
+                                "load_warm_gbps",
+                                "load_warm_seconds",
+                                "async_first_stall_seconds",
+                                "async_stall_seconds",
+                                "async_total_seconds",
+                                "peak_rss_sync_mib",
+                                "peak_rss_async_mib",
+                                "sync_peak_above_state_mib",
+                                "async_peak_above_state_and_staging_mib"});
+  expect_numbers(j["ratios"],
+                 {"save_vs_raw_write_best", "save_vs_raw_write_buffered",
+                  "save_vs_raw_write_direct", "load_cold_vs_raw_read_cold",
+                  "load_cold_vs_raw_read_direct", "load_warm_vs_raw_read_warm",
+                  "async_stall_vs_memcpy", "async_first_stall_vs_memcpy"});
   for (const char* k :
        {"save_vs_raw_write_best >= 0.90", "load_cold_vs_raw_read_cold >= 0.90",
         "async_stall_vs_memcpy <= 1.5", "sync_peak_above_state_mib <= 64",
@@ -865,12 +875,11 @@ TEST_F(CliTest, BenchJsonReportsEveryFigureRatioAndTarget) {
 
 TEST_F(CliTest, BenchRefusesBadSizesAndCounts) {
   for (const std::vector<std::string>& args :
-       std::vector<std::vector<std::string>>{
-           {"bench", "--size", "lots"},
-           {"bench", "--size", "0"},
-           {"bench", "--tensors", "0"},
-           {"bench", "--runs", "0"},
-           {"bench", "--dtype", "F33"}}) {
+       std::vector<std::vector<std::string>>{{"bench", "--size", "lots"},
+                                             {"bench", "--size", "0"},
+                                             {"bench", "--tensors", "0"},
+                                             {"bench", "--runs", "0"},
+                                             {"bench", "--dtype", "F33"}}) {
     RunResult r = Ckpt(args);
     EXPECT_EQ(r.exit_code, 2) << args[1] << " " << args[2] << ": " << r.err;
   }

@@ -108,11 +108,10 @@ int DirectWriter::Append(std::span<const std::byte> data) {
 
 int DirectWriter::Submit(size_t length) {
   const size_t i = current_;
-  writes_[i] = std::async(std::launch::async,
-                          [fd = fd_, block = blocks_[i], length,
-                           offset = offset_] {
-                            return WriteAt(fd, block, length, offset);
-                          });
+  writes_[i] = std::async(std::launch::async, [fd = fd_, block = blocks_[i],
+                                               length, offset = offset_] {
+    return WriteAt(fd, block, length, offset);
+  });
   offset_ += length;
   filled_ = 0;
   current_ = (current_ + 1) % kBuffers;

@@ -41,10 +41,9 @@ TEST_F(DirectWriterTest, StreamedObjectsOfEverySizeReadBackExactly) {
   ASSERT_TRUE(storage.ok()) << storage.status().ToString();
   const size_t block = DirectWriter::kBlock;
   const size_t align = DirectWriter::kAlign;
-  const std::vector<size_t> sizes = {0,         1,         align - 1,
-                                     align,     align + 1, block - 1,
-                                     block,     block + 1, 3 * block + 12345,
-                                     5 * block};
+  const std::vector<size_t> sizes = {
+      0,     1,         align - 1,         align,    align + 1, block - 1,
+      block, block + 1, 3 * block + 12345, 5 * block};
   for (size_t size : sizes) {
     SCOPED_TRACE("size " + std::to_string(size));
     const std::vector<std::byte> want = Bytes(size, size);
