@@ -21,6 +21,7 @@ namespace {
 
 using testing::ExpectLoads;
 using testing::FaultStorage;
+using testing::RunRanks;
 using testing::SeededModel;
 
 // Holds every data-object write until Open(): a test can keep a background
@@ -53,6 +54,15 @@ class GateStorage : public StorageWrapper {
   bool is_open() {
     std::lock_guard<std::mutex> lock(mu_);
     return open_;
+  }
+  // A thread that opens the gate a little after a writer reaches it, so
+  // that whatever the caller does next must wait for the save.
+  std::thread OpenSoon() {
+    return std::thread([this] {
+      AwaitWriter();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      Open();
+    });
   }
 
  private:
@@ -87,6 +97,12 @@ class AsyncSaveTest : public ::testing::Test {
     EXPECT_TRUE(mgr.ok()) << mgr.status().ToString();
     return std::move(mgr).value();
   }
+  // A manager whose data-object writes wait at gate_ until it opens. The
+  // gate belongs to the test, so it outlives the manager.
+  std::unique_ptr<CheckpointManager> OpenGated(Options o) {
+    gate_ = std::make_unique<GateStorage>(base_.get());
+    return OpenOn(std::make_unique<StorageWrapper>(gate_.get()), std::move(o));
+  }
   std::unique_ptr<CheckpointManager> OpenUrl(Options o = {}) {
     auto mgr = CheckpointManager::Open(url_, std::move(o));
     EXPECT_TRUE(mgr.ok()) << mgr.status().ToString();
@@ -96,6 +112,7 @@ class AsyncSaveTest : public ::testing::Test {
   std::string name_;
   std::string url_;
   std::unique_ptr<Storage> base_;
+  std::unique_ptr<GateStorage> gate_;
 };
 
 // Changes every tensor the state borrows, as a training step would (the
@@ -106,9 +123,8 @@ void Scribble(SeededModel& m) {
 }
 
 TEST_F(AsyncSaveTest, SavesTheStateAsItWasAtTheCall) {
-  auto gate = std::make_unique<GateStorage>(base_.get());
-  GateStorage* g = gate.get();
-  auto mgr = OpenOn(std::move(gate), SmallChunks());
+  auto mgr = OpenGated(SmallChunks());
+  GateStorage* g = gate_.get();
   SeededModel model(1, 50000);
   const SeededModel want(1, 50000);
   State state = model.ToState();
@@ -150,17 +166,12 @@ TEST_F(AsyncSaveTest, ReusesStagingAcrossSavesAndEveryStepIsItsOwn) {
 }
 
 TEST_F(AsyncSaveTest, OtherCallsWaitForTheSaveInFlight) {
-  auto gate = std::make_unique<GateStorage>(base_.get());
-  GateStorage* g = gate.get();
-  auto mgr = OpenOn(std::move(gate), SmallChunks());
+  auto mgr = OpenGated(SmallChunks());
+  GateStorage* g = gate_.get();
   SeededModel model(2);
   State state = model.ToState();
   SaveHandle h = mgr->SaveAsync(1, state);
-  std::thread opener([&] {
-    g->AwaitWriter();
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    g->Open();
-  });
+  std::thread opener = g->OpenSoon();
   // List cannot run before the save ends, so it sees the step committed.
   EXPECT_EQ(testing::ListedSteps(*mgr), std::vector<int64_t>{1});
   EXPECT_TRUE(g->is_open());
@@ -232,17 +243,12 @@ TEST_F(AsyncSaveTest, ErrorsOfTheSaveItselfComeFromWait) {
 }
 
 TEST_F(AsyncSaveTest, DestroyingTheManagerWaitsForTheSaveInFlight) {
-  auto gate = std::make_unique<GateStorage>(base_.get());
-  GateStorage* g = gate.get();
-  auto mgr = OpenOn(std::move(gate), SmallChunks());
+  auto mgr = OpenGated(SmallChunks());
+  GateStorage* g = gate_.get();
   SeededModel model(5);
   State state = model.ToState();
   SaveHandle h = mgr->SaveAsync(9, state);
-  std::thread opener([&] {
-    g->AwaitWriter();
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    g->Open();
-  });
+  std::thread opener = g->OpenSoon();
   mgr.reset();
   EXPECT_TRUE(g->is_open());
   ASSERT_TRUE(h.Done());
@@ -254,11 +260,10 @@ TEST_F(AsyncSaveTest, DestroyingTheManagerWaitsForTheSaveInFlight) {
 }
 
 TEST_F(AsyncSaveTest, SkipPolicyReturnsAtOnceWhileASaveIsInFlight) {
-  auto gate = std::make_unique<GateStorage>(base_.get());
-  GateStorage* g = gate.get();
   Options o = SmallChunks();
   o.async_policy = AsyncSavePolicy::kSkip;
-  auto mgr = OpenOn(std::move(gate), o);
+  auto mgr = OpenGated(o);
+  GateStorage* g = gate_.get();
   SeededModel model(6);
   State state = model.ToState();
   SaveHandle first = mgr->SaveAsync(1, state);
@@ -292,16 +297,6 @@ TEST(SaveHandleTest, AHandleOfNoSaveFails) {
   EXPECT_TRUE(h.Done());
   EXPECT_EQ(h.step(), -1);
   EXPECT_EQ(h.Wait().status().code(), ErrorCode::kFailedPrecondition);
-}
-
-// Runs fn(rank, communicator) on `n` threads and waits for all.
-void RunRanks(int n, const std::function<void(int, Communicator*)>& fn) {
-  auto comms = NewThreadCommunicators(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] { fn(r, comms[r].get()); });
-  }
-  for (auto& t : threads) t.join();
 }
 
 // Rank r's rows of the global [kRanks * kRows, kCols] tensor at `step`.

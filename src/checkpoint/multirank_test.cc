@@ -11,6 +11,7 @@
 #include <set>
 #include <thread>
 
+#include "checkpoint/test_util.h"
 #include "ckpt/checkpoint_manager.h"
 #include "format/manifest.h"
 #include "gtest/gtest.h"
@@ -41,15 +42,7 @@ std::vector<float> Box(int64_t r0, int64_t nr, int64_t c0, int64_t nc) {
   return out;
 }
 
-// Runs fn(rank, communicator) on `n` threads and waits for all.
-void RunRanks(int n, const std::function<void(int, Communicator*)>& fn) {
-  auto comms = NewThreadCommunicators(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] { fn(r, comms[r].get()); });
-  }
-  for (auto& t : threads) t.join();
-}
+using testing::RunRanks;
 
 class MultiRankTest : public ::testing::Test {
  protected:

@@ -4,9 +4,11 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <random>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -147,6 +149,17 @@ inline std::vector<int64_t> ListedSteps(CheckpointManager& mgr) {
     for (const CheckpointInfo& i : *infos) out.push_back(i.step);
   }
   return out;
+}
+
+// Runs fn(rank, communicator) on `n` threads, one per rank of a
+// NewThreadCommunicators group, and waits for all.
+inline void RunRanks(int n, const std::function<void(int, Communicator*)>& fn) {
+  auto comms = NewThreadCommunicators(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] { fn(r, comms[r].get()); });
+  }
+  for (auto& t : threads) t.join();
 }
 
 }  // namespace ckpt::testing
