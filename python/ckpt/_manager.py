@@ -26,7 +26,10 @@ class CheckpointManager:
     the previous one is skipped: SaveResult.skipped), job_id (recorded in
     manifests; default the URL), gc_after_save (remove dead attempts'
     objects after every save), gc_grace_seconds, create (create the root if
-    it does not exist), chunk_size (bytes per checksummed chunk).
+    it does not exist), chunk_size (bytes per checksummed chunk),
+    async_staging_bytes (the most memory save_async keeps for its copy of
+    the state; 0: as much as the state needs; a bigger state is saved
+    synchronously).
 
     catalog: where every committed checkpoint is recorded (the C++
     library's catalog, which `ckpt catalog` reads): a ckpt.Catalog, a URL
@@ -51,7 +54,8 @@ class CheckpointManager:
                  keep_every_seconds=0, keep_best=0, best_metric="",
                  best_higher_is_better=False, min_seconds_between_saves=0.0,
                  job_id="", gc_after_save=True, gc_grace_seconds=3600,
-                 create=True, chunk_size=4 << 20, catalog=None,
+                 create=True, chunk_size=4 << 20, async_staging_bytes=0,
+                 catalog=None,
                  communicator=None):
         if catalog is True:
             catalog = "default"
@@ -68,7 +72,8 @@ class CheckpointManager:
             min_seconds_between_saves=min_seconds_between_saves,
             job_id=job_id, gc_after_save=gc_after_save,
             gc_grace_seconds=gc_grace_seconds, create=create,
-            chunk_size=chunk_size, catalog=catalog,
+            chunk_size=chunk_size, async_staging_bytes=async_staging_bytes,
+            catalog=catalog,
             communicator=communicator)
 
     @property
@@ -103,18 +108,19 @@ class CheckpointManager:
 
     def save_async(self, step, state, metadata=None, epoch=None,
                    metrics=None):
-        """Starts saving `state` as `step` on a background thread.
+        """Starts saving `state` as `step` and returns a handle.
 
-        Returns a handle: handle.wait() blocks until the save has ended and
-        returns its SaveResult (or raises its error); handle.done() says
-        whether it has. The arrays are NOT copied: the thread reads them
-        while it writes, so the caller must not modify them until wait()
-        returns, or the checkpoint may hold a mix of old and new values.
-        That lets the write overlap work that leaves the state alone
-        (evaluation, logging, loading the next data); to overlap training
-        itself, pass copies (e.g. {k: v.clone() for ...}). Saves of one
-        manager commit in the order they were started, and save() waits for
-        pending ones. A dropped handle waits for its save.
+        The library copies the arrays into staging memory it keeps for the
+        next saves too, and returns: the caller may change its arrays and
+        tensors at once, while the checkpoint is written and committed in
+        the background. handle.wait() blocks until the save has committed
+        and returns its SaveResult (or raises its error); handle.done()
+        says whether it has. One save is in flight at a time: every other
+        call of this manager (save, save_async, load, list, ...) first
+        waits for it. A background error is raised by wait() and, once, by
+        the next save or save_async, which then saves nothing, so that no
+        failure goes unseen. A state larger than async_staging_bytes is
+        saved synchronously.
         """
         return self._m.save_async(step, self._entries(state),
                                   *self._save_options(metadata, epoch,

@@ -11,7 +11,6 @@
 #include <pybind11/stl.h>
 
 #include <cstring>
-#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -48,24 +47,24 @@ class Manager {
   SaveResult Save(int64_t step, const py::list& entries,
                   const SaveOptions& options) {
     BorrowedState state = BuildState(entries, /*for_load=*/false);
-    // Keep steps in the order the caller asked for them. Copied while the
-    // GIL, which guards last_async_, is held.
-    std::shared_future<void> pending = last_async_;
     Result<SaveResult> result = [&] {
       py::gil_scoped_release release;
-      if (pending.valid()) pending.wait();
       return manager_->Save(step, state.state, options);
     }();
     return ValueOrThrow(std::move(result));
   }
 
+  // Returns once the library has copied the state into its staging memory
+  // (or, for a state over the staging budget, saved it): the arrays are
+  // the caller's again.
   std::shared_ptr<AsyncSave> SaveAsync(int64_t step, const py::list& entries,
-                                       SaveOptions options) {
-    auto save = std::make_shared<AsyncSave>(
-        manager_, step, BuildState(entries, /*for_load=*/false),
-        std::move(options), last_async_);
-    last_async_ = save->finished();
-    return save;
+                                       const SaveOptions& options) {
+    BorrowedState state = BuildState(entries, /*for_load=*/false);
+    SaveHandle handle = [&] {
+      py::gil_scoped_release release;
+      return manager_->SaveAsync(step, state.state, options);
+    }();
+    return std::make_shared<AsyncSave>(std::move(handle));
   }
 
   // (info, [(name, kind, dtype, value)], {names left out}) for the entries
@@ -207,10 +206,7 @@ class Manager {
   }
 
   std::shared_ptr<Communicator> comm_;  // outlives manager_
-  std::shared_ptr<CheckpointManager> manager_;
-  // Ready when the newest save_async has ended; Save waits for it. Guarded
-  // by the GIL.
-  std::shared_future<void> last_async_;
+  std::unique_ptr<CheckpointManager> manager_;
 };
 
 std::string Repr(const char* type, const std::string& fields) {
@@ -291,53 +287,55 @@ void InitModule(py::module_& m) {
       m, "AsyncSave",
       "A save running in the background (see CheckpointManager.save_async).")
       .def("wait", &AsyncSave::Wait,
-           "Blocks until the save has ended and returns its SaveResult, or "
-           "raises its error. Until it returns, the saved arrays must not be "
-           "modified.")
+           "Blocks until the save has committed and returns its SaveResult, "
+           "or raises its error (every call gives the same outcome).")
       .def("done", &AsyncSave::Done, "True once wait() would not block.")
       .def_property_readonly("step", &AsyncSave::step);
 
   py::class_<Manager>(m, "Manager")
-      .def(py::init(
-               [](const std::string& url, int keep_last,
-                  int64_t keep_every_n_steps, int64_t keep_every_seconds,
-                  int keep_best, std::string best_metric,
-                  bool best_higher_is_better, double min_seconds_between_saves,
-                  std::string job_id, bool gc_after_save,
-                  int64_t gc_grace_seconds, bool create, uint64_t chunk_size,
-                  const py::object& catalog, const py::object& communicator) {
-                 Options o;
-                 o.job_id = std::move(job_id);
-                 o.retention.keep_last = keep_last;
-                 o.retention.keep_every_n_steps = keep_every_n_steps;
-                 o.retention.keep_every_seconds = keep_every_seconds;
-                 o.retention.keep_best = keep_best;
-                 o.retention.best_metric = std::move(best_metric);
-                 o.retention.best_higher_is_better = best_higher_is_better;
-                 o.min_seconds_between_saves = min_seconds_between_saves;
-                 o.gc_after_save = gc_after_save;
-                 o.gc_grace_seconds = gc_grace_seconds;
-                 o.create = create;
-                 o.chunk_size = chunk_size;
-                 if (py::isinstance<PyCatalog>(catalog)) {
-                   o.catalog = catalog.cast<const PyCatalog&>().catalog;
-                 } else if (!catalog.is_none()) {
-                   o.catalog = OpenCatalogOrThrow(catalog.cast<std::string>());
-                 }
-                 std::shared_ptr<Communicator> comm;
-                 if (!communicator.is_none()) {
-                   comm = communicator.cast<const PyCommunicator&>().comm;
-                 }
-                 return std::make_unique<Manager>(url, std::move(o),
-                                                  std::move(comm));
-               }),
+      .def(py::init([](const std::string& url, int keep_last,
+                       int64_t keep_every_n_steps, int64_t keep_every_seconds,
+                       int keep_best, std::string best_metric,
+                       bool best_higher_is_better,
+                       double min_seconds_between_saves, std::string job_id,
+                       bool gc_after_save, int64_t gc_grace_seconds,
+                       bool create, uint64_t chunk_size,
+                       uint64_t async_staging_bytes, const py::object& catalog,
+                       const py::object& communicator) {
+             Options o;
+             o.job_id = std::move(job_id);
+             o.retention.keep_last = keep_last;
+             o.retention.keep_every_n_steps = keep_every_n_steps;
+             o.retention.keep_every_seconds = keep_every_seconds;
+             o.retention.keep_best = keep_best;
+             o.retention.best_metric = std::move(best_metric);
+             o.retention.best_higher_is_better = best_higher_is_better;
+             o.min_seconds_between_saves = min_seconds_between_saves;
+             o.gc_after_save = gc_after_save;
+             o.gc_grace_seconds = gc_grace_seconds;
+             o.create = create;
+             o.chunk_size = chunk_size;
+             o.async_staging_bytes = async_staging_bytes;
+             if (py::isinstance<PyCatalog>(catalog)) {
+               o.catalog = catalog.cast<const PyCatalog&>().catalog;
+             } else if (!catalog.is_none()) {
+               o.catalog = OpenCatalogOrThrow(catalog.cast<std::string>());
+             }
+             std::shared_ptr<Communicator> comm;
+             if (!communicator.is_none()) {
+               comm = communicator.cast<const PyCommunicator&>().comm;
+             }
+             return std::make_unique<Manager>(url, std::move(o),
+                                              std::move(comm));
+           }),
            py::arg("url"), py::kw_only(), py::arg("keep_last"),
            py::arg("keep_every_n_steps"), py::arg("keep_every_seconds"),
            py::arg("keep_best"), py::arg("best_metric"),
            py::arg("best_higher_is_better"),
            py::arg("min_seconds_between_saves"), py::arg("job_id"),
            py::arg("gc_after_save"), py::arg("gc_grace_seconds"),
-           py::arg("create"), py::arg("chunk_size"), py::arg("catalog"),
+           py::arg("create"), py::arg("chunk_size"),
+           py::arg("async_staging_bytes"), py::arg("catalog"),
            py::arg("communicator"))
       .def(
           "save",

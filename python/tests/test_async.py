@@ -38,6 +38,23 @@ def test_async_error_is_raised_by_wait(mgr):
         handle.wait()
 
 
+def test_arrays_may_change_as_soon_as_save_async_returns(mgr):
+    w = np.arange(1 << 20, dtype=np.float32)
+    handle = mgr.save_async(1, {"w": w})
+    w[:] = -1  # the save holds its own copy
+    handle.wait()
+    assert (mgr.load(1)["w"] == np.arange(1 << 20, dtype=np.float32)).all()
+
+
+def test_async_error_is_also_raised_by_the_next_save(mgr):
+    mgr.save(1, {"x": np.zeros(1)})
+    mgr.save_async(1, {"x": np.zeros(1)})  # handle dropped: error unseen
+    with pytest.raises(ckpt.AlreadyExists):
+        mgr.save(2, {"x": np.zeros(1)})
+    mgr.save(2, {"x": np.ones(1)})  # reported once, then saves again
+    assert [i.step for i in mgr.list()] == [1, 2]
+
+
 def test_dropped_handle_still_saves_and_keeps_arrays_alive(mgr):
     mgr.save_async(1, {"w": np.arange(1 << 18, dtype=np.float64)})
     # The handle and the only reference to the array are gone; the save
