@@ -80,6 +80,21 @@ enum class AsyncSavePolicy {
   kSkip,
 };
 
+// When a Save asked to be incremental (SaveOptions::incremental) writes a
+// full, self-contained checkpoint instead. A full save starts a new chain.
+struct IncrementalPolicy {
+  // Every Kth save of a chain is full: one full save, then K-1 incremental
+  // ones (0: rule off).
+  int full_every = 0;
+  // At most this many incremental saves in a row (0: the format's limit of
+  // 64, which always applies).
+  int max_chain = 0;
+  // Full when the bytes an incremental save could reference fall below this
+  // fraction of the state's bytes: so little is unchanged that a dependency
+  // is not worth it (0: rule off).
+  double min_referenced_fraction = 0;
+};
+
 struct Options {
   // --- What happens ---------------------------------------------------------
   // Identifies the job in manifests (and the catalog). Default: the root URL.
@@ -95,6 +110,8 @@ struct Options {
   // GarbageCollect, unless their step is at or below the newest committed
   // one (such an attempt can no longer commit).
   int64_t gc_grace_seconds = 3600;
+  // When an incremental save writes everything anyway.
+  IncrementalPolicy incremental = {};
   // Create the root if it does not exist (read-only tools pass false).
   bool create = true;
   // The ranks of the job; null means a single process. Not owned.
@@ -133,6 +150,24 @@ struct SaveOptions {
   int64_t epoch = -1;                                // -1: not given
   std::map<std::string, double> metrics = {};        // e.g. {"loss", 0.31}
   std::map<std::string, std::string> metadata = {};  // free-form
+  // Write only what changed since the newest committed checkpoint (the
+  // parent): a chunk whose bytes equal the same chunk of the parent (same
+  // entry, same piece box, same byte range, same chunk size) is referenced in
+  // the new manifest instead of written. The new checkpoint depends on the
+  // checkpoints it references; retention keeps them while it is kept.
+  // Options::incremental says when a full save is written instead.
+  bool incremental = false;
+  // With `incremental`: rows [first, second) of dimension 0 (global
+  // coordinates) of a tensor that may have changed since this manager's
+  // previous successful Save, by tensor name. Chunks of a listed tensor
+  // outside these rows are referenced without being read or hashed (the
+  // caller vouches that they did not change), chunks touching them are
+  // written. Tensors not listed are compared chunk by chunk, and so is every
+  // tensor when the parent is not that previous save (it was deleted since,
+  // or this process has not saved yet). Each rank passes the rows of the
+  // pieces it holds.
+  std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> dirty_rows =
+      {};
 };
 
 struct LoadOptions {
@@ -150,6 +185,11 @@ struct CheckpointInfo {
   std::vector<std::string> hosts;
   uint64_t bytes = 0;               // data objects this checkpoint wrote
   std::vector<int64_t> depends_on;  // steps it references
+  uint64_t referenced_bytes = 0;    // of objects of the steps it references
+  // Incremental saves: the checkpoint it was compared with (-1: a full save)
+  // and how many incremental saves in a row led to it (0: a full save).
+  int64_t parent = -1;
+  int64_t chain = 0;
   std::map<std::string, double> metrics;
   std::map<std::string, std::string> metadata;
   size_t num_entries = 0;
@@ -198,6 +238,14 @@ struct GcReport {
   std::vector<int64_t> deleted_steps;        // checkpoints retention removed
   std::vector<std::string> deleted_objects;  // every key removed
   uint64_t bytes_freed = 0;
+};
+
+struct DeleteOptions {
+  // When other checkpoints depend on the one deleted, copy the bytes they
+  // reference into their own step directories and rewrite their manifests
+  // first (the `--force` of `ckpt delete`); otherwise such a delete fails
+  // with FailedPrecondition naming them.
+  bool rewrite_dependants = false;
 };
 
 struct VerifyReport {
@@ -298,6 +346,7 @@ class CheckpointManager {
   // Deletes a committed checkpoint (manifest first, so a crash leaves
   // garbage, never a half-deleted checkpoint that looks complete).
   Status Delete(int64_t step);
+  Status Delete(int64_t step, const DeleteOptions& options);
   // Applies retention and removes dead attempts' objects.
   Result<GcReport> GarbageCollect(const GcOptions& options = {});
 

@@ -47,6 +47,7 @@
 #include <thread>
 
 #include "checkpoint/catalog_record.h"
+#include "checkpoint/incremental.h"
 #include "checkpoint/planner.h"
 #include "checkpoint/reader.h"
 #include "checkpoint/retention.h"
@@ -104,11 +105,11 @@ CheckpointInfo InfoFromManifest(const Manifest& m) {
   info.job_id = m.job_id;
   info.world_size = m.world_size;
   info.hosts = m.hosts;
-  const std::string own_prefix = format::StepDirName(m.step) + "/";
-  for (const auto& o : m.objects) {
-    if (o.key.starts_with(own_prefix)) info.bytes += o.size;
-  }
+  info.bytes = m.OwnObjectBytes();
+  info.referenced_bytes = m.TotalObjectBytes() - info.bytes;
   info.depends_on = m.depends_on;
+  info.parent = m.parent;
+  info.chain = m.chain;
   info.metrics = m.metrics;
   info.metadata = m.metadata;
   info.num_entries = m.entries.size();
@@ -204,7 +205,7 @@ class CheckpointManager::Impl {
   // not hold it back (may be null).
   Status Delete(int64_t step, const std::set<int64_t>* going,
                 std::vector<std::string>* deleted, uint64_t* bytes,
-                bool dry_run);
+                bool dry_run, bool rewrite_dependants = false);
   Result<GcReport> GarbageCollect(const GcOptions& gc);
 
   // --- Parallel I/O
@@ -244,9 +245,24 @@ class CheckpointManager::Impl {
                   const std::vector<const format::EntryRecord*>& records,
                   const std::vector<std::string>& names, LoadedCheckpoint& out);
   std::string DecideSave(int64_t step, const SaveOptions& save);
+  // The parent an incremental save of `step` compares with, as decision
+  // fields ({} for a full save): IncrementalPolicy applied to the newest
+  // committed checkpoint below `step`.
+  json DecideParent(int64_t step);
+  // Step 3 of an incremental save on this rank (collective: every rank
+  // calls it): the result to gather, with chunk rows that reference the
+  // parent's objects as [offset, length, checksum, key, size, rank].
+  json WriteIncremental(int64_t step, const std::string& attempt,
+                        const State& state, const SaveOptions& save,
+                        const SavePlan& plan, const std::vector<size_t>& mine,
+                        int64_t parent);
   std::string Commit(int64_t step, const SaveOptions& save,
                      const std::string& attempt, const SavePlan& plan,
-                     const std::vector<json>& results);
+                     const std::vector<json>& results, int64_t parent = -1,
+                     int64_t parent_chain = 0);
+  // Copies the chunks of `dependant` that lie in objects of `step` into a new
+  // object of its own and rewrites its manifest, so `step` can go.
+  Status RewriteDependant(int64_t dependant, int64_t step);
   void UpdateLatestHint();
   std::string Where() const { return storage_->url(); }
 
@@ -265,6 +281,8 @@ class CheckpointManager::Impl {
   StagingArena staging_;
   State staged_;
   std::unique_ptr<ThreadPool> io_pool_;  // made on first use
+  // The step this manager's last successful Save committed; -1 for none.
+  int64_t last_saved_step_ = -1;
 };
 
 // --- Manifests
@@ -433,7 +451,101 @@ std::string CheckpointManager::Impl::DecideSave(int64_t step,
       }
     }
   }
-  return json{{"attempt", NewAttemptId()}}.dump();
+  json out = save.incremental ? DecideParent(step) : json::object();
+  out["attempt"] = NewAttemptId();
+  return out.dump();
+}
+
+json CheckpointManager::Impl::DecideParent(int64_t step) {
+  Result<std::vector<std::pair<int64_t, ObjectInfo>>> manifests =
+      ManifestObjects();
+  if (!manifests.ok()) return json::object();  // a full save is always safe
+  for (const auto& [s, info] : *manifests) {
+    if (s >= step) continue;
+    Result<std::shared_ptr<const Manifest>> m = ReadManifest(s, info);
+    if (!m.ok()) continue;
+    const IncrementalPolicy& policy = options_.incremental;
+    const int64_t next = (*m)->chain + 1;
+    int64_t cap = format::kMaxDependsOn;
+    if (policy.max_chain > 0) cap = std::min<int64_t>(cap, policy.max_chain);
+    if (next > cap || (policy.full_every > 0 && next >= policy.full_every) ||
+        (*m)->chunk_size != options_.chunk_size) {
+      return json::object();
+    }
+    return json{{"parent", s}, {"parent_chain", (*m)->chain}};
+  }
+  return json::object();
+}
+
+json CheckpointManager::Impl::WriteIncremental(
+    int64_t step, const std::string& attempt, const State& state,
+    const SaveOptions& save, const SavePlan& plan,
+    const std::vector<size_t>& mine, int64_t parent) {
+  Communicator& c = comm();
+  // A rank that cannot read the parent writes all its pieces: correct, just
+  // larger.
+  Result<std::shared_ptr<const Manifest>> old = ReadManifest(parent);
+  const Manifest* base = old.ok() ? old->get() : nullptr;
+  Result<IncrementalWrites> w = Guard("plan incremental writes", [&] {
+    // Dirty rows say what changed since the caller's previous save; they
+    // describe the parent only if that save is the parent (not when it was
+    // deleted since, skipped, or made by another process).
+    return PlanIncrementalWrites(plan, mine, state, base, options_.chunk_size,
+                                 c.size(), save.dirty_rows,
+                                 parent == last_saved_step_);
+  });
+  // Every rank learns what all could reference, so all drop the references
+  // together when too little is unchanged.
+  const json mine_stats =
+      w.ok() ? json::array({w->referenced_bytes, w->total_bytes})
+             : json::array({0, 0});
+  Result<std::vector<std::string>> stats = c.AllGather(mine_stats.dump());
+  if (!stats.ok()) return {{"status", StatusToJson(stats.status())}};
+  if (!w.ok()) return {{"status", StatusToJson(w.status())}};
+  uint64_t referenced = 0, total = 0;
+  for (const std::string& st : *stats) {
+    json j = json::parse(st, nullptr, false);
+    if (!j.is_array() || j.size() != 2) continue;
+    referenced += j[0].get<uint64_t>();
+    total += j[1].get<uint64_t>();
+  }
+  if (static_cast<double>(referenced) <
+      options_.incremental.min_referenced_fraction *
+          static_cast<double>(total)) {
+    w = PlanIncrementalWrites(plan, mine, state, nullptr, options_.chunk_size,
+                              c.size(), {}, false);
+    if (!w.ok()) return {{"status", StatusToJson(w.status())}};
+  }
+  json result = json::object();
+  std::optional<WrittenObject> written;
+  if (!w->runs.empty()) {
+    const std::string key = format::DataObjectKey(step, c.rank(), attempt);
+    Result<WrittenObject> r = Guard("write " + key, [&] {
+      return WriteDataObject(*storage_, key, w->runs, options_.chunk_size);
+    });
+    if (!r.ok()) return {{"status", StatusToJson(r.status())}};
+    written = std::move(r).value();
+    result["key"] = key;
+    result["size"] = written->size;
+  }
+  json pieces = json::array();
+  for (size_t k = 0; k < mine.size(); ++k) {
+    json list = json::array();
+    for (const ChunkSlot& slot : w->slots[k]) {
+      if (slot.ref) {
+        const format::ChunkRecord& ch = slot.ref->chunk;
+        const format::ObjectRecord& o = slot.ref->object;
+        list.push_back(
+            {ch.offset, ch.length, ch.checksum.Hex(), o.key, o.size, o.rank});
+      } else {
+        const format::ChunkRecord& ch = written->chunks[slot.run][slot.index];
+        list.push_back({ch.offset, ch.length, ch.checksum.Hex()});
+      }
+    }
+    pieces.push_back({{"piece", mine[k]}, {"chunks", std::move(list)}});
+  }
+  result["pieces"] = std::move(pieces);
+  return result;
 }
 
 Result<SaveResult> CheckpointManager::Impl::Save(int64_t step,
@@ -490,7 +602,10 @@ Result<SaveResult> CheckpointManager::Impl::Save(int64_t step,
     pieces.push_back(std::move(w));
   }
   json result;
-  if (!mine.empty()) {
+  if (d.contains("parent")) {
+    result = WriteIncremental(step, attempt, state, save, plan, mine,
+                              d["parent"].get<int64_t>());
+  } else if (!mine.empty()) {
     const std::string key = format::DataObjectKey(step, c.rank(), attempt);
     Result<WrittenObject> written = Guard("write " + key, [&] {
       return WriteDataObject(*storage_, key, pieces, options_.chunk_size);
@@ -536,7 +651,9 @@ Result<SaveResult> CheckpointManager::Impl::Save(int64_t step,
   if (c.rank() == 0) {
     Result<std::string> committed =
         Guard("commit", [&]() -> Result<std::string> {
-          return Commit(step, save, attempt, plan, results);
+          return Commit(step, save, attempt, plan, results,
+                        d.value("parent", int64_t{-1}),
+                        d.value("parent_chain", int64_t{0}));
         });
     outcome = committed.ok()
                   ? *committed
@@ -553,15 +670,15 @@ Result<SaveResult> CheckpointManager::Impl::Save(int64_t step,
   if (!committed.ok())
     return committed.status().WithContext(op + ": after commit");
   out.info = InfoFromManifest(**committed);
+  last_saved_step_ = step;
   out.deleted_steps = o.value("deleted_steps", std::vector<int64_t>());
   return out;
 }
 
-std::string CheckpointManager::Impl::Commit(int64_t step,
-                                            const SaveOptions& save,
-                                            const std::string& attempt,
-                                            const SavePlan& plan,
-                                            const std::vector<json>& results) {
+std::string CheckpointManager::Impl::Commit(
+    int64_t step, const SaveOptions& save, const std::string& attempt,
+    const SavePlan& plan, const std::vector<json>& results, int64_t parent,
+    int64_t parent_chain) {
   auto fail = [](const Status& s) {
     return json{{"status", StatusToJson(s)}}.dump();
   };
@@ -581,13 +698,17 @@ std::string CheckpointManager::Impl::Commit(int64_t step,
   m.metrics = save.metrics;
   // Chunks of each planned piece, gathered from the rank that wrote it.
   std::vector<std::vector<format::ChunkRecord>> chunks(plan.pieces.size());
+  std::map<std::string, uint32_t> referenced;  // key -> index in m.objects
   for (size_t r = 0; r < results.size(); ++r) {
     const json& res = results[r];
-    if (!res.contains("key")) continue;
-    const uint32_t object = static_cast<uint32_t>(m.objects.size());
-    m.objects.push_back(format::ObjectRecord{res["key"].get<std::string>(),
-                                             res["size"].get<uint64_t>(),
-                                             static_cast<int32_t>(r)});
+    if (!res.contains("pieces")) continue;
+    uint32_t object = 0;
+    if (res.contains("key")) {
+      object = static_cast<uint32_t>(m.objects.size());
+      m.objects.push_back(format::ObjectRecord{res["key"].get<std::string>(),
+                                               res["size"].get<uint64_t>(),
+                                               static_cast<int32_t>(r)});
+    }
     for (const json& p : res["pieces"]) {
       const size_t piece = p["piece"].get<size_t>();
       if (piece >= chunks.size())
@@ -595,8 +716,27 @@ std::string CheckpointManager::Impl::Commit(int64_t step,
       for (const json& ch : p["chunks"]) {
         auto sum = Checksum128::FromHex(ch[2].get<std::string>());
         if (!sum) return fail(AbortedError(op + ": bad checksum from a rank"));
+        uint32_t in = object;
+        if (ch.size() == 6) {  // a chunk of the parent's
+          const std::string key = ch[3].get<std::string>();
+          auto [it, added] = referenced.try_emplace(
+              key, static_cast<uint32_t>(m.objects.size()));
+          if (added) {
+            m.objects.push_back(format::ObjectRecord{key, ch[4].get<uint64_t>(),
+                                                     ch[5].get<int32_t>()});
+            const int64_t dep = format::ParseStepDirName(
+                std::string_view(key).substr(0, key.find('/')));
+            if (dep >= 0 && std::find(m.depends_on.begin(), m.depends_on.end(),
+                                      dep) == m.depends_on.end()) {
+              m.depends_on.push_back(dep);
+            }
+          }
+          in = it->second;
+        } else if (!res.contains("key")) {
+          return fail(AbortedError(op + ": a chunk names no object"));
+        }
         chunks[piece].push_back(format::ChunkRecord{
-            object, ch[0].get<uint64_t>(), ch[1].get<uint64_t>(), *sum});
+            in, ch[0].get<uint64_t>(), ch[1].get<uint64_t>(), *sum});
       }
     }
   }
@@ -614,6 +754,12 @@ std::string CheckpointManager::Impl::Commit(int64_t step,
                                                std::move(chunks[pi])});
     }
     m.entries.push_back(std::move(rec));
+  }
+  if (!m.depends_on.empty()) {
+    std::sort(m.depends_on.begin(), m.depends_on.end());
+    m.version = format::kIncrementalManifestVersion;
+    m.parent = parent;
+    m.chain = parent_chain + 1;
   }
   if (Status s = format::ValidateManifest(m); !s.ok()) {
     return fail(s.WithContext(op + ": the manifest would be inconsistent"));
@@ -1030,7 +1176,12 @@ Result<VerifyReport> CheckpointManager::Impl::Verify(
         if (const auto& h = headers[c.object]) {
           const bool inside = std::any_of(
               h->tensors.begin(), h->tensors.end(), [&](const auto& t) {
-                return t.name == e.name &&
+                // An incremental save writes the changed runs of a piece
+                // as "<entry>@<first chunk>" (incremental.h).
+                return (t.name == e.name ||
+                        (t.name.size() > e.name.size() + 1 &&
+                         t.name.starts_with(e.name) &&
+                         t.name[e.name.size()] == '@')) &&
                        c.offset >= h->data_start + t.begin &&
                        c.offset + c.length <= h->data_start + t.end;
               });
@@ -1064,7 +1215,8 @@ Result<VerifyReport> CheckpointManager::Impl::Verify(
 Status CheckpointManager::Impl::Delete(int64_t step,
                                        const std::set<int64_t>* going,
                                        std::vector<std::string>* deleted,
-                                       uint64_t* bytes, bool dry_run) {
+                                       uint64_t* bytes, bool dry_run,
+                                       bool rewrite_dependants) {
   const std::string op =
       "delete step " + std::to_string(step) + " in " + Where();
   if (step < 0) return InvalidArgumentError(op + ": the step is negative");
@@ -1079,6 +1231,9 @@ Status CheckpointManager::Impl::Delete(int64_t step,
   // Refuse to break a checkpoint that references this one.
   CKPT_ASSIGN_OR_RETURN(auto manifests, ManifestObjects());
   std::vector<int64_t> dependants;
+  // Objects that checkpoints which stay name: never deleted with this one,
+  // whatever their step directory.
+  std::set<std::string> named_elsewhere;
   for (const auto& [s, oi] : manifests) {
     if (s == step || (going && going->count(s))) continue;
     Result<std::shared_ptr<const Manifest>> m = ReadManifest(s, oi);
@@ -1086,8 +1241,19 @@ Status CheckpointManager::Impl::Delete(int64_t step,
     const auto& deps = (*m)->depends_on;
     if (std::find(deps.begin(), deps.end(), step) != deps.end())
       dependants.push_back(s);
+    for (const auto& o : (*m)->objects) named_elsewhere.insert(o.key);
+  }
+  if (!dependants.empty() && rewrite_dependants && !dry_run) {
+    // Oldest first; each rewrite is complete (new object durable, then the
+    // manifest replaced) before the next, and this step goes only after all.
+    std::sort(dependants.begin(), dependants.end());
+    for (int64_t d : dependants) {
+      CKPT_RETURN_IF_ERROR_CTX(RewriteDependant(d, step), op);
+    }
+    return Delete(step, going, deleted, bytes, dry_run, false);
   }
   if (!dependants.empty()) {
+    std::sort(dependants.begin(), dependants.end());
     std::string list;
     for (int64_t s : dependants)
       list += (list.empty() ? "" : ", ") + std::to_string(s);
@@ -1102,7 +1268,7 @@ Status CheckpointManager::Impl::Delete(int64_t step,
   std::vector<ObjectInfo> doomed;
   for (const ObjectInfo& o : objects) {
     std::string_view file = std::string_view(o.key).substr(prefix.size());
-    if (o.key == manifest_key) continue;
+    if (o.key == manifest_key || named_elsewhere.count(o.key)) continue;
     if (format::ParseDataObjectKey(o.key, nullptr, nullptr, nullptr) ||
         file.find(kTempMarker) != std::string_view::npos) {
       doomed.push_back(o);  // ckpt's own; anything else is left alone
@@ -1124,6 +1290,95 @@ Status CheckpointManager::Impl::Delete(int64_t step,
     if (bytes) *bytes += o.size;
   }
   if (!dry_run) UpdateLatestHint();
+  return Status();
+}
+
+Status CheckpointManager::Impl::RewriteDependant(int64_t dependant,
+                                                 int64_t step) {
+  const std::string op = "rewrite step " + std::to_string(dependant) +
+                         " without step " + std::to_string(step);
+  CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> old,
+                        ReadManifest(dependant));
+  Manifest m = *old;
+  auto in_step = [](const std::string& key) {
+    return format::ParseStepDirName(
+        std::string_view(key).substr(0, key.find('/')));
+  };
+  // The chunks to copy, read (and checked) into memory.
+  std::set<std::string> names;
+  for (const auto& e : m.entries) names.insert(e.name);
+  std::vector<format::ChunkRecord*> moved;
+  std::vector<std::vector<std::byte>> bytes;
+  std::vector<PieceToWrite> pieces;
+  uint64_t largest = 1;
+  for (auto& e : m.entries) {
+    for (auto& p : e.pieces) {
+      for (auto& c : p.chunks) {
+        if (in_step(m.objects[c.object].key) != step) continue;
+        bytes.emplace_back(c.length);
+        CKPT_RETURN_IF_ERROR_CTX(ReadChunk(*storage_, *old, e, c, bytes.back()),
+                                 op);
+        std::string name;
+        for (size_t n = pieces.size();; ++n) {
+          name = e.name + "@" + std::to_string(n);
+          if (!names.count(name)) break;
+        }
+        names.insert(name);
+        pieces.push_back(PieceToWrite{
+            name, DType::kU8, {static_cast<int64_t>(c.length)}, {}});
+        moved.push_back(&c);
+        largest = std::max(largest, c.length);
+      }
+    }
+  }
+  for (size_t i = 0; i < pieces.size(); ++i) pieces[i].bytes = bytes[i];
+  if (!pieces.empty()) {
+    const std::string key = format::DataObjectKey(dependant, 0, NewAttemptId());
+    CKPT_ASSIGN_OR_RETURN(WrittenObject written,
+                          WriteDataObject(*storage_, key, pieces, largest));
+    const uint32_t index = static_cast<uint32_t>(m.objects.size());
+    m.objects.push_back(format::ObjectRecord{key, written.size, 0});
+    for (size_t i = 0; i < moved.size(); ++i) {
+      moved[i]->object = index;
+      moved[i]->offset = written.chunks[i][0].offset;
+    }
+  }
+  // Keep the objects still named, in order, and the steps they lie in.
+  std::vector<bool> used(m.objects.size(), false);
+  for (const auto& e : m.entries) {
+    for (const auto& p : e.pieces) {
+      for (const auto& c : p.chunks) used[c.object] = true;
+    }
+  }
+  std::vector<uint32_t> remap(m.objects.size(), 0);
+  std::vector<format::ObjectRecord> objects;
+  std::set<int64_t> deps;
+  for (size_t i = 0; i < m.objects.size(); ++i) {
+    if (!used[i]) continue;
+    remap[i] = static_cast<uint32_t>(objects.size());
+    const int64_t s = in_step(m.objects[i].key);
+    if (s != dependant) deps.insert(s);
+    objects.push_back(std::move(m.objects[i]));
+  }
+  m.objects = std::move(objects);
+  for (auto& e : m.entries) {
+    for (auto& p : e.pieces) {
+      for (auto& c : p.chunks) c.object = remap[c.object];
+    }
+  }
+  m.depends_on.assign(deps.begin(), deps.end());
+  if (m.depends_on.empty()) {
+    m.version = format::kManifestVersion;
+    m.parent = -1;
+    m.chain = 0;
+  }
+  CKPT_RETURN_IF_ERROR_CTX(format::ValidateManifest(m), op);
+  // Replacing a committed manifest is atomic on every backend; until it
+  // happens the old one, whose bytes are all still there, stands.
+  CKPT_RETURN_IF_ERROR_CTX(storage_->PutString(format::ManifestKey(dependant),
+                                               format::EncodeManifest(m)),
+                           op);
+  cache_.erase(dependant);
   return Status();
 }
 
@@ -1469,6 +1724,14 @@ Status CheckpointManager::Delete(int64_t step) {
   auto lock = impl_->Acquire();
   return Guard("delete", [&] {
     return impl_->Delete(step, nullptr, nullptr, nullptr, false);
+  });
+}
+
+Status CheckpointManager::Delete(int64_t step, const DeleteOptions& options) {
+  std::lock_guard<std::mutex> lock(impl_->mu());
+  return Guard("delete", [&] {
+    return impl_->Delete(step, nullptr, nullptr, nullptr, false,
+                         options.rewrite_dependants);
   });
 }
 

@@ -10,7 +10,16 @@ namespace ckpt::format {
 // --- Manifest -------------------------------------------------------------
 inline constexpr std::string_view kManifestName = "MANIFEST.json";
 inline constexpr std::string_view kManifestMagic = "ckpt-manifest";
+// Version 1: a self-contained checkpoint (or one whose depends_on an older
+// tool wrote by hand). Version 2 adds incremental saves: chunks that point
+// into earlier checkpoints' data files, and the `parent` and `chain` fields.
+// A self-contained checkpoint is still written as version 1, so readers that
+// predate version 2 keep reading it; they refuse a version 2 manifest.
 inline constexpr int kManifestVersion = 1;
+inline constexpr int kIncrementalManifestVersion = 2;
+// depends_on lists at most this many steps, so a chain of incremental saves
+// is cut (a full save) before it grows longer.
+inline constexpr int kMaxDependsOn = 64;
 // Envelope: the manifest file is exactly
 //   {"xxh3_128":"<32 hex digits>","manifest":<body>}\n
 // where the checksum covers the body's bytes. It stays valid JSON for any tool

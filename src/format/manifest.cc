@@ -63,6 +63,15 @@ uint64_t Manifest::TotalObjectBytes() const {
   return total;
 }
 
+uint64_t Manifest::OwnObjectBytes() const {
+  const std::string own = StepDirName(step) + "/";
+  uint64_t total = 0;
+  for (const ObjectRecord& o : objects) {
+    if (o.key.starts_with(own)) total += o.size;
+  }
+  return total;
+}
+
 std::string StepDirName(int64_t step) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "step-%012lld", static_cast<long long>(step));
@@ -142,6 +151,10 @@ json EncodeBody(const Manifest& m) {
   }
   j["objects"] = std::move(objects);
   j["depends_on"] = m.depends_on;
+  if (m.version >= kIncrementalManifestVersion) {
+    j["parent"] = m.parent;
+    j["chain"] = m.chain;
+  }
   json entries = json::array();
   for (const EntryRecord& e : m.entries) {
     json je = {{"name", e.name}, {"kind", EntryKindName(e.kind)}};
@@ -252,10 +265,11 @@ Result<Manifest> DecodeBody(const json& j, const Reader& r) {
     return r.Fail("format is " + Quote(magic) + ", not \"ckpt-manifest\"");
   }
   CKPT_ASSIGN_OR_RETURN(int64_t version, r.Int(j, "version", "manifest"));
-  if (version != kManifestVersion) {
+  if (version != kManifestVersion && version != kIncrementalManifestVersion) {
     return r.Fail("manifest version " + std::to_string(version) +
-                  " is not supported (this build reads version " +
-                  std::to_string(kManifestVersion) + ")");
+                  " is not supported (this build reads versions " +
+                  std::to_string(kManifestVersion) + " and " +
+                  std::to_string(kIncrementalManifestVersion) + ")");
   }
   m.version = static_cast<int>(version);
   CKPT_ASSIGN_OR_RETURN(m.job_id, r.Str(j, "job_id", "manifest"));
@@ -294,6 +308,10 @@ Result<Manifest> DecodeBody(const json& j, const Reader& r) {
     m.objects.push_back(std::move(rec));
   }
   CKPT_ASSIGN_OR_RETURN(m.depends_on, r.IntArray(j, "depends_on", "manifest"));
+  if (m.version >= kIncrementalManifestVersion) {
+    CKPT_ASSIGN_OR_RETURN(m.parent, r.Int(j, "parent", "manifest"));
+    CKPT_ASSIGN_OR_RETURN(m.chain, r.Int(j, "chain", "manifest"));
+  }
 
   CKPT_ASSIGN_OR_RETURN(const json* entries, r.Field(j, "entries", "manifest"));
   if (!entries->is_array()) return r.Fail("entries is not an array");
@@ -405,7 +423,10 @@ bool IsUtf8(const std::string& s) {
 
 Status ValidateManifest(const Manifest& m) {
   auto bad = [](const std::string& why) { return DataLossError(why); };
-  if (m.version != kManifestVersion) return bad("unsupported manifest version");
+  if (m.version != kManifestVersion &&
+      m.version != kIncrementalManifestVersion) {
+    return bad("unsupported manifest version");
+  }
   if (m.step < 0) return bad("negative step");
   if (m.world_size < 1 || m.world_size > kMaxWorldSize) {
     return bad("world_size out of range");
@@ -440,6 +461,32 @@ Status ValidateManifest(const Manifest& m) {
   for (int64_t d : m.depends_on) {
     if (d < 0 || d >= m.step) return bad("depends_on step out of range");
     if (!deps.insert(d).second) return bad("depends_on lists a step twice");
+  }
+  if (deps.size() > static_cast<size_t>(kMaxDependsOn)) {
+    return bad("depends_on lists more than " + std::to_string(kMaxDependsOn) +
+               " steps");
+  }
+  if (m.version == kManifestVersion && (m.parent != -1 || m.chain != 0)) {
+    return bad("a version 1 manifest has no parent or chain");
+  }
+  if (m.version == kIncrementalManifestVersion &&
+      (m.parent < 0 || m.parent >= m.step || m.chain < 1 ||
+       m.chain > kMaxDependsOn)) {
+    return bad("parent or chain out of range");
+  }
+  // An object lies in this checkpoint's own step directory or in one of the
+  // steps it depends on, so dependency-aware retention keeps every byte a
+  // chunk points at.
+  for (const ObjectRecord& o : m.objects) {
+    const size_t slash = o.key.find('/');
+    const int64_t in =
+        slash == std::string::npos
+            ? -1
+            : ParseStepDirName(std::string_view(o.key).substr(0, slash));
+    if (in != m.step && !deps.count(in)) {
+      return bad("object " + Quote(o.key) +
+                 " lies outside this step and the steps it depends on");
+    }
   }
   for (const auto& [k, v] : m.metrics) {
     if (!IsUtf8(k)) return bad("metric " + Quote(k) + " is not UTF-8");

@@ -69,6 +69,11 @@ struct Manifest {
   uint64_t chunk_size = 0;
   std::vector<ObjectRecord> objects;
   std::vector<int64_t> depends_on;  // steps whose objects chunks point into
+  // Version 2 (incremental) only: the checkpoint this one was compared with,
+  // and how many incremental saves in a row led here (1 right after a full
+  // save). -1 and 0 in a version 1 manifest.
+  int64_t parent = -1;
+  int64_t chain = 0;
   std::vector<EntryRecord> entries;
   std::map<std::string, std::string> metadata;  // the user's, per checkpoint
   std::map<std::string, double> metrics;        // for keep-best retention
@@ -84,6 +89,9 @@ struct Manifest {
   void Reindex();
   // Total bytes of the data objects this checkpoint names.
   uint64_t TotalObjectBytes() const;
+  // Bytes of the data objects in this checkpoint's own step directory: what
+  // its save wrote (the rest it references).
+  uint64_t OwnObjectBytes() const;
 };
 
 // The manifest file's bytes: the checksum envelope around the JSON body.

@@ -29,6 +29,7 @@ void AddImportCommand(CLI::App& app, Command& selected);
 void AddExportCommand(CLI::App& app, Command& selected);
 void AddDiffCommand(CLI::App& app, Command& selected);
 void AddGcCommand(CLI::App& app, Command& selected);
+void AddDeleteCommand(CLI::App& app, Command& selected);
 void AddCatalogCommand(CLI::App& app, Command& selected);
 void AddBenchCommand(CLI::App& app, Command& selected);
 

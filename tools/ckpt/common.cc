@@ -171,6 +171,9 @@ nlohmann::json InfoToJson(const CheckpointInfo& info) {
           {"hosts", info.hosts},
           {"bytes", info.bytes},
           {"depends_on", info.depends_on},
+          {"referenced_bytes", info.referenced_bytes},
+          {"parent", info.parent},
+          {"chain", info.chain},
           {"metrics", info.metrics},
           {"metadata", info.metadata},
           {"num_entries", info.num_entries}};

@@ -58,7 +58,47 @@ Status RunGc(const GcArgs& args) {
   return Status();
 }
 
+struct DeleteArgs {
+  std::string root;
+  int64_t step = -1;
+  bool force = false;
+  std::string catalog;
+};
+
+Status RunDelete(const DeleteArgs& args) {
+  CKPT_ASSIGN_OR_RETURN(auto manager,
+                        OpenRootWithCatalog(args.root,
+                                            /*create=*/false, args.catalog));
+  CKPT_RETURN_IF_ERROR(
+      manager->Delete(args.step, {.rewrite_dependants = args.force}));
+  fmt::print("deleted step {}\n", args.step);
+  return Status();
+}
+
 }  // namespace
+
+void AddDeleteCommand(CLI::App& app, Command& selected) {
+  auto args = std::make_shared<DeleteArgs>();
+  CLI::App* sub = AddSubcommand(
+      app, "delete", "Delete one checkpoint.",
+      "Delete the checkpoint --step N: its manifest first, then its data "
+      "objects. A checkpoint that other (incremental) checkpoints depend on "
+      "is not deleted: the error names them. With --force their referenced "
+      "bytes are first copied into their own step directories and their "
+      "manifests rewritten, so they stop depending on it.",
+      "  ckpt delete /data/run42 --step 1200\n"
+      "  ckpt delete /data/run42 --step 1000 --force\n");
+  AddRootArg(*sub, args->root);
+  sub->add_option("--step", args->step, "the step to delete")
+      ->required()
+      ->check(NonNegativeInteger(INT64_MAX));
+  sub->add_flag("--force", args->force,
+                "rewrite the checkpoints that depend on it first");
+  AddCatalogOption(*sub, args->catalog);
+  sub->callback([args, &selected] {
+    selected = {"delete", [args] { return RunDelete(*args); }};
+  });
+}
 
 void AddGcCommand(CLI::App& app, Command& selected) {
   auto args = std::make_shared<GcArgs>();

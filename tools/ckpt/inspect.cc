@@ -102,6 +102,12 @@ void PrintDescription(const CheckpointDescription& d) {
   fmt::print("bytes       {} in {} objects\n", FormatBytes(info.bytes),
              d.objects.size());
   fmt::print("depends on  {}\n", StepsText(info.depends_on));
+  if (!info.depends_on.empty()) {
+    fmt::print(
+        "references  {} of earlier checkpoints (incremental, {} in a "
+        "row after step {})\n",
+        FormatBytes(info.referenced_bytes), info.chain, info.parent);
+  }
   for (const auto& [name, value] : info.metrics) {
     fmt::print("metric      {} = {}\n", name, value);
   }

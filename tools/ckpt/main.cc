@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
       "  ckpt verify /data/run42 --all\n"
       "  ckpt export /data/run42 model.safetensors\n"
       "  ckpt gc /data/run42 --keep-last 3 --dry-run\n"
+      "  ckpt delete /data/run42 --step 1200\n"
       "  ckpt catalog latest run42\n"
       "  ckpt bench --size 512MiB --json\n"
       "Run 'ckpt <command> --help' for a command's options.\n");
@@ -69,6 +70,7 @@ int main(int argc, char** argv) {
   ckpt::cli::AddExportCommand(app, command);
   ckpt::cli::AddDiffCommand(app, command);
   ckpt::cli::AddGcCommand(app, command);
+  ckpt::cli::AddDeleteCommand(app, command);
   ckpt::cli::AddCatalogCommand(app, command);
   ckpt::cli::AddBenchCommand(app, command);
 

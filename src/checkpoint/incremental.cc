@@ -1,0 +1,172 @@
+#include "checkpoint/incremental.h"
+
+#include <algorithm>
+#include <set>
+
+#include "util/checksum.h"
+#include "util/names.h"
+
+namespace ckpt {
+namespace {
+
+// The parent's piece with exactly this entry and box, if its chunks are cut
+// the way this save cuts `bytes` into `chunk_size` pieces; else null.
+const format::PieceRecord* MatchingPiece(const format::Manifest& parent,
+                                         const PlannedEntry& e,
+                                         const PlannedPiece& p,
+                                         uint64_t chunk_size) {
+  if (parent.chunk_size != chunk_size) return nullptr;
+  const format::EntryRecord* old =
+      e.owner >= 0 ? parent.FindLocal(e.name, e.owner) : parent.Find(e.name);
+  if (old == nullptr || old->kind != e.kind || old->dtype != e.dtype ||
+      old->shape != e.shape) {
+    return nullptr;
+  }
+  for (const format::PieceRecord& q : old->pieces) {
+    if (q.offsets != p.offsets || q.lengths != p.lengths) continue;
+    const uint64_t n = (p.bytes + chunk_size - 1) / chunk_size;
+    if (q.chunks.size() != n) return nullptr;
+    for (uint64_t k = 0; k < n; ++k) {
+      if (q.chunks[k].length != std::min(chunk_size, p.bytes - k * chunk_size))
+        return nullptr;
+    }
+    return &q;
+  }
+  return nullptr;
+}
+
+// Byte ranges of the piece (relative to its start) that `rows` touch; an
+// error names the tensor if a range is malformed.
+Result<std::vector<std::pair<uint64_t, uint64_t>>> DirtyBytes(
+    const PlannedEntry& e, const PlannedPiece& p,
+    const std::vector<std::pair<int64_t, int64_t>>& rows) {
+  if (e.shape.empty()) {
+    return InvalidArgumentError("dirty rows of " + Quote(e.name) +
+                                ": a 0-d tensor has no rows");
+  }
+  uint64_t row_bytes = DTypeSize(e.dtype);
+  for (size_t d = 1; d < p.lengths.size(); ++d) {
+    row_bytes *= static_cast<uint64_t>(p.lengths[d]);
+  }
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  const int64_t lo = p.offsets[0];
+  const int64_t hi = lo + p.lengths[0];
+  for (const auto& [first, last] : rows) {
+    if (first < 0 || first >= last || last > e.shape[0]) {
+      return InvalidArgumentError("dirty rows of " + Quote(e.name) + ": [" +
+                                  std::to_string(first) + ", " +
+                                  std::to_string(last) +
+                                  ") is not a non-empty range inside [0, " +
+                                  std::to_string(e.shape[0]) + ")");
+    }
+    const int64_t b = std::max(first, lo);
+    const int64_t x = std::min(last, hi);
+    if (b >= x) continue;
+    out.emplace_back(static_cast<uint64_t>(b - lo) * row_bytes,
+                     static_cast<uint64_t>(x - lo) * row_bytes);
+  }
+  return out;
+}
+
+bool Touches(const std::vector<std::pair<uint64_t, uint64_t>>& ranges,
+             uint64_t begin, uint64_t end) {
+  return std::any_of(ranges.begin(), ranges.end(), [&](const auto& r) {
+    return r.first < end && begin < r.second;
+  });
+}
+
+}  // namespace
+
+Result<IncrementalWrites> PlanIncrementalWrites(
+    const SavePlan& plan, const std::vector<size_t>& mine, const State& state,
+    const format::Manifest* parent, uint64_t chunk_size, int world_size,
+    const DirtyRows& dirty_rows, bool use_dirty_rows) {
+  std::set<std::string_view> names;
+  for (const PlannedEntry& e : plan.entries) names.insert(e.name);
+  for (const auto& [name, rows] : dirty_rows) {
+    if (!names.count(name)) {
+      return InvalidArgumentError("dirty rows name " + Quote(name) +
+                                  ", which the state does not hold");
+    }
+  }
+  IncrementalWrites out;
+  out.slots.resize(mine.size());
+  for (size_t m = 0; m < mine.size(); ++m) {
+    const PlannedPiece& p = plan.pieces[mine[m]];
+    const PlannedEntry& e = plan.entries[p.entry];
+    const Entry* local = state.Find(e.name);
+    const std::span<const std::byte> bytes(local->tensor.data, p.bytes);
+    out.total_bytes += p.bytes;
+    const uint64_t n = (p.bytes + chunk_size - 1) / chunk_size;
+    const format::PieceRecord* old =
+        parent ? MatchingPiece(*parent, e, p, chunk_size) : nullptr;
+    std::vector<std::pair<uint64_t, uint64_t>> dirty;
+    auto listed = dirty_rows.find(e.name);
+    if (listed != dirty_rows.end()) {
+      CKPT_ASSIGN_OR_RETURN(dirty, DirtyBytes(e, p, listed->second));
+      if (!use_dirty_rows) listed = dirty_rows.end();
+    }
+    // Which chunks can point into the parent.
+    std::vector<std::optional<ChunkRef>> refs(n);
+    for (uint64_t k = 0; old != nullptr && k < n; ++k) {
+      const format::ChunkRecord& c = old->chunks[k];
+      const format::ObjectRecord& o = parent->objects[c.object];
+      if (o.rank >= world_size) continue;
+      const uint64_t begin = k * chunk_size;
+      const uint64_t end = begin + c.length;
+      const bool same =
+          listed != dirty_rows.end()
+              ? !Touches(dirty, begin, end)
+              : Xxh3_128(bytes.subspan(begin, c.length)) == c.checksum;
+      if (same) refs[k] = ChunkRef{o, c};
+    }
+    // Runs of written chunks; a piece with no reference is written whole.
+    const bool none = std::none_of(refs.begin(), refs.end(),
+                                   [](const auto& r) { return r.has_value(); });
+    std::vector<std::pair<uint64_t, uint64_t>> runs;  // [first, last) chunks
+    for (uint64_t k = 0; !none && k < n;) {
+      if (refs[k]) {
+        ++k;
+        continue;
+      }
+      uint64_t j = k;
+      while (j < n && !refs[j]) ++j;
+      runs.emplace_back(k, j);
+      k = j;
+    }
+    // A run's tensor name must not be another entry's name.
+    const bool clash = std::any_of(runs.begin(), runs.end(), [&](auto r) {
+      return names.count(e.name + "@" + std::to_string(r.first)) > 0;
+    });
+    if (none || clash) {
+      out.runs.push_back(PieceToWrite{e.name, e.dtype, p.lengths, bytes});
+      for (uint64_t k = 0; k < n; ++k) {
+        out.slots[m].push_back(ChunkSlot{std::nullopt, out.runs.size() - 1, k});
+      }
+      continue;
+    }
+    for (uint64_t k = 0; k < n; ++k) {
+      if (refs[k]) {
+        out.referenced_bytes += refs[k]->chunk.length;
+        out.slots[m].push_back(ChunkSlot{refs[k], 0, 0});
+        continue;
+      }
+      auto run = std::find_if(runs.begin(), runs.end(), [&](auto r) {
+        return r.first <= k && k < r.second;
+      });
+      const size_t index = out.runs.size() + (run - runs.begin());
+      out.slots[m].push_back(ChunkSlot{std::nullopt, index, k - run->first});
+    }
+    for (const auto& [first, last] : runs) {
+      const uint64_t begin = first * chunk_size;
+      const uint64_t len = std::min(last * chunk_size, p.bytes) - begin;
+      out.runs.push_back(
+          PieceToWrite{e.name + "@" + std::to_string(first), DType::kU8,
+                       std::vector<int64_t>{static_cast<int64_t>(len)},
+                       bytes.subspan(begin, len)});
+    }
+  }
+  return out;
+}
+
+}  // namespace ckpt
