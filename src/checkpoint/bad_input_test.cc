@@ -289,7 +289,7 @@ TEST_F(DamagedTest, ManifestWithAnotherVersion) {
       bytes.substr(head, bytes.size() - head - format::kEnvelopeSuffix.size());
   const size_t at = body.find("\"version\":1");
   ASSERT_NE(at, std::string::npos) << body;
-  body.replace(at, 11, "\"version\":2");
+  body.replace(at, 11, "\"version\":9");
   const std::string envelope = std::string(format::kEnvelopePrefix) +
                                Xxh3_128(body).Hex() +
                                std::string(format::kEnvelopeMiddle) + body +
@@ -298,7 +298,7 @@ TEST_F(DamagedTest, ManifestWithAnotherVersion) {
   Reopen();
 
   EXPECT_ERROR(mgr_->LoadAll(2).status(), ErrorCode::kDataLoss, "MANIFEST.json",
-               "version 2", "not supported");
+               "version 9", "not supported");
   EXPECT_EQ(LatestStep(*mgr_), 1);
   EXPECT_EQ(ListedSteps(*mgr_), (Steps{1}));
   ExpectStepOneIntact();

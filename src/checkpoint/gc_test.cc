@@ -491,9 +491,10 @@ TEST_F(GcMemTest, RetentionRemovesAnIncrementalChainTogether) {
   auto mgr = OpenManager(MakeOptions());
   ASSERT_NE(mgr, nullptr);
   SaveModel(*mgr, 1);
-  // 3 -> 2 -> 1, all reading step 1's data; 4 is a full checkpoint.
+  // 3 -> 2 -> 1, all reading step 1's data (so each lists step 1: a
+  // manifest names every step whose objects it reads); 4 is a full one.
   WriteDependentManifest(*mgr, 1, 2, {1});
-  WriteDependentManifest(*mgr, 1, 3, {2});
+  WriteDependentManifest(*mgr, 1, 3, {1, 2});
   SaveModel(*mgr, 4);
 
   GcOptions gc;

@@ -186,7 +186,7 @@ TEST(ManifestTest, RoundTripExtremeValues) {
   m.metrics = {{"max", std::numeric_limits<double>::max()},
                {"min", std::numeric_limits<double>::denorm_min()},
                {"zero", -0.0}};
-  m.depends_on = {0, 1, 41};
+  m.depends_on = {0, 1, 40, 41};
   m.metadata = {};
   Result<Manifest> back = DecodeManifest(EncodeManifest(m), kWhat);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
@@ -316,8 +316,11 @@ TEST(ManifestDamageTest, UpperCaseChecksumIsDataLoss) {
 
 TEST(ManifestDamageTest, WrongVersionIsNotSupported) {
   json body = BodyOf(EncodeManifest(SmallManifest()));
+  body["version"] = 3;
+  ExpectDecodeDataLoss(Envelope(body.dump()), "version 3 is not supported");
+  // Version 2 needs its own fields.
   body["version"] = 2;
-  ExpectDecodeDataLoss(Envelope(body.dump()), "version 2 is not supported");
+  ExpectDecodeDataLoss(Envelope(body.dump()), "parent");
   body["version"] = 0;
   ExpectDecodeDataLoss(Envelope(body.dump()), "version 0 is not supported");
   body["version"] = "1";
@@ -607,7 +610,7 @@ TEST(ValidateManifestTest, HostsCountMustMatchWorldSize) {
 }
 
 TEST(ValidateManifestTest, HeaderFields) {
-  ExpectInvalid([](Manifest& m) { m.version = 2; }, "version");
+  ExpectInvalid([](Manifest& m) { m.version = 3; }, "version");
   ExpectInvalid([](Manifest& m) { m.step = -1; });
   ExpectInvalid([](Manifest& m) {
     m.world_size = 0;
@@ -621,6 +624,54 @@ TEST(ValidateManifestTest, DependsOnMustBeEarlierSteps) {
   ExpectInvalid([](Manifest& m) { m.depends_on = {43}; }, "depends_on");
   ExpectInvalid([](Manifest& m) { m.depends_on = {-1}; }, "depends_on");
   ExpectInvalid([](Manifest& m) { m.depends_on = {40, 40}; }, "depends_on");
+}
+
+TEST(ManifestTest, IncrementalVersionRoundTrips) {
+  Manifest m = SmallManifest();
+  m.version = kIncrementalManifestVersion;
+  m.parent = 41;
+  m.chain = 3;
+  const std::string bytes = EncodeManifest(m);
+  EXPECT_CONTAINS(bytes, "\"parent\":41");
+  Result<Manifest> back = DecodeManifest(bytes, kWhat);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ExpectSameManifest(m, *back);
+  EXPECT_EQ(back->parent, 41);
+  EXPECT_EQ(back->chain, 3);
+  // A version 1 manifest carries neither field.
+  EXPECT_EQ(EncodeManifest(SmallManifest()).find("\"parent\""),
+            std::string::npos);
+  EXPECT_EQ(SmallManifest().OwnObjectBytes(), 64u);
+}
+
+TEST(ValidateManifestTest, ParentAndChainMatchTheVersion) {
+  // (A version 1 encoding leaves both fields out.)
+  ExpectInvalid([](Manifest& m) { m.parent = 41; }, "version 1", false);
+  ExpectInvalid([](Manifest& m) { m.chain = 1; }, "version 1", false);
+  auto v2 = [](int64_t parent, int64_t chain) {
+    return [=](Manifest& m) {
+      m.version = kIncrementalManifestVersion;
+      m.parent = parent;
+      m.chain = chain;
+    };
+  };
+  ExpectInvalid(v2(42, 1), "parent");
+  ExpectInvalid(v2(-1, 1), "parent");
+  ExpectInvalid(v2(41, 0), "chain");
+  ExpectInvalid(v2(41, kMaxDependsOn + 1), "chain");
+}
+
+TEST(ValidateManifestTest, ReferencedObjectsMustLieInDependedOnSteps) {
+  ExpectInvalid([](Manifest& m) { m.depends_on = {}; }, "outside");
+  ExpectInvalid([](Manifest& m) { m.depends_on = {39}; }, "outside");
+  ExpectInvalid([](Manifest& m) { m.objects[1].key = "r00001.safetensors"; },
+                "outside");
+  ExpectInvalid(
+      [](Manifest& m) { m.objects[1].key = "other/r00001.safetensors"; },
+      "outside");
+  ExpectInvalid([](Manifest& m) {
+    m.objects[1].key = DataObjectKey(43, 1, "fedcba9876543210");
+  });
 }
 
 TEST(ValidateManifestTest, PieceRankOutOfRange) {
