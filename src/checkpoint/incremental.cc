@@ -68,11 +68,13 @@ Result<std::vector<std::pair<uint64_t, uint64_t>>> DirtyBytes(
   return out;
 }
 
+// Whether [begin, end) meets one of `ranges` (sorted, disjoint). `next`
+// carries the search over from the previous, earlier chunk, so asking about
+// every chunk of a piece in order is one pass.
 bool Touches(const std::vector<std::pair<uint64_t, uint64_t>>& ranges,
-             uint64_t begin, uint64_t end) {
-  return std::any_of(ranges.begin(), ranges.end(), [&](const auto& r) {
-    return r.first < end && begin < r.second;
-  });
+             size_t* next, uint64_t begin, uint64_t end) {
+  while (*next < ranges.size() && ranges[*next].second <= begin) ++*next;
+  return *next < ranges.size() && ranges[*next].first < end;
 }
 
 }  // namespace
@@ -104,10 +106,21 @@ Result<IncrementalWrites> PlanIncrementalWrites(
     auto listed = dirty_rows.find(e.name);
     if (listed != dirty_rows.end()) {
       CKPT_ASSIGN_OR_RETURN(dirty, DirtyBytes(e, p, listed->second));
+      std::sort(dirty.begin(), dirty.end());
+      std::vector<std::pair<uint64_t, uint64_t>> merged;
+      for (const auto& r : dirty) {
+        if (!merged.empty() && r.first <= merged.back().second) {
+          merged.back().second = std::max(merged.back().second, r.second);
+        } else {
+          merged.push_back(r);
+        }
+      }
+      dirty = std::move(merged);
       if (!use_dirty_rows) listed = dirty_rows.end();
     }
     // Which chunks can point into the parent.
     std::vector<std::optional<ChunkRef>> refs(n);
+    size_t next_dirty = 0;
     for (uint64_t k = 0; old != nullptr && k < n; ++k) {
       const format::ChunkRecord& c = old->chunks[k];
       const format::ObjectRecord& o = parent->objects[c.object];
@@ -116,7 +129,7 @@ Result<IncrementalWrites> PlanIncrementalWrites(
       const uint64_t end = begin + c.length;
       const bool same =
           listed != dirty_rows.end()
-              ? !Touches(dirty, begin, end)
+              ? !Touches(dirty, &next_dirty, begin, end)
               : Xxh3_128(bytes.subspan(begin, c.length)) == c.checksum;
       if (same) refs[k] = ChunkRef{o, c};
     }
@@ -145,17 +158,16 @@ Result<IncrementalWrites> PlanIncrementalWrites(
       }
       continue;
     }
+    size_t run = 0;
     for (uint64_t k = 0; k < n; ++k) {
       if (refs[k]) {
         out.referenced_bytes += refs[k]->chunk.length;
         out.slots[m].push_back(ChunkSlot{refs[k], 0, 0});
         continue;
       }
-      auto run = std::find_if(runs.begin(), runs.end(), [&](auto r) {
-        return r.first <= k && k < r.second;
-      });
-      const size_t index = out.runs.size() + (run - runs.begin());
-      out.slots[m].push_back(ChunkSlot{std::nullopt, index, k - run->first});
+      while (runs[run].second <= k) ++run;  // runs are in chunk order
+      out.slots[m].push_back(
+          ChunkSlot{std::nullopt, out.runs.size() + run, k - runs[run].first});
     }
     for (const auto& [first, last] : runs) {
       const uint64_t begin = first * chunk_size;

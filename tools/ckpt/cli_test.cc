@@ -201,8 +201,8 @@ TEST_F(CliTest, HelpExitsZeroEverywhere) {
   RunResult top = Ckpt({"--help"});
   EXPECT_EQ(top.exit_code, 0) << top.err;
   EXPECT_TRUE(Contains(top.out, "Examples:"));
-  for (const char* command :
-       {"ls", "show", "verify", "import", "export", "diff", "gc", "bench"}) {
+  for (const char* command : {"ls", "show", "verify", "import", "export",
+                              "diff", "gc", "bench", "delete"}) {
     EXPECT_TRUE(Contains(top.out, command));
     RunResult r = Ckpt({command, "--help"});
     EXPECT_EQ(r.exit_code, 0) << command << ": " << r.err;
@@ -883,6 +883,55 @@ TEST_F(CliTest, BenchRefusesBadSizesAndCounts) {
     RunResult r = Ckpt(args);
     EXPECT_EQ(r.exit_code, 2) << args[1] << " " << args[2] << ": " << r.err;
   }
+}
+
+// --- incremental checkpoints and delete
+
+TEST_F(CliTest, IncrementalChainLsVerifyAndDelete) {
+  {
+    auto manager = OpenManager(root_, 4096);
+    ASSERT_NE(manager, nullptr);
+    std::vector<float> table(4096);  // 16 KiB: 4 chunks
+    for (int64_t step = 1; step <= 3; ++step) {
+      table[step * 1024] = static_cast<float>(step);  // chunk `step` changes
+      State state;
+      state.AddTensor("table", View(table));
+      SaveOptions options;
+      options.incremental = true;
+      ASSERT_TRUE(manager->Save(step, state, options).ok());
+    }
+  }
+  RunResult r = Ckpt({"ls", root_, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json ls = nlohmann::json::parse(r.out);
+  ASSERT_EQ(ls.size(), 3u);
+  EXPECT_EQ(ls[0]["depends_on"], nlohmann::json::array());
+  EXPECT_EQ(ls[2]["depends_on"], nlohmann::json({1, 2}));
+  EXPECT_EQ(ls[2]["chain"], 2);
+  // Step 3 wrote one 4 KiB chunk itself and references three.
+  EXPECT_LT(ls[2]["bytes"].get<uint64_t>(), 4096u + 512u);
+  EXPECT_EQ(ls[2]["referenced_bytes"].get<uint64_t>(),
+            ls[0]["bytes"].get<uint64_t>() + ls[1]["bytes"].get<uint64_t>());
+  r = Ckpt({"ls", root_});
+  EXPECT_TRUE(Contains(r.out, "1,2")) << r.out;
+
+  r = Ckpt({"verify", root_, "--all"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+
+  // Step 1 is depended on: refused, naming the dependants.
+  r = Ckpt({"delete", root_, "--step", "1"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(Contains(r.err, "2, 3")) << r.err;
+  EXPECT_EQ(CommittedSteps(root_), (std::vector<int64_t>{1, 2, 3}));
+  r = Ckpt({"delete", root_, "--step", "1", "--force"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(CommittedSteps(root_), (std::vector<int64_t>{2, 3}));
+  r = Ckpt({"verify", root_, "--all"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  r = Ckpt({"delete", root_, "--step", "7"});
+  EXPECT_EQ(r.exit_code, 1);
+  r = Ckpt({"delete", root_});
+  EXPECT_EQ(r.exit_code, 2) << "--step is required";
 }
 
 }  // namespace
