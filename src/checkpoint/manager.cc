@@ -251,7 +251,8 @@ class CheckpointManager::Impl {
   json DecideParent(int64_t step);
   // Step 3 of an incremental save on this rank (collective: every rank
   // calls it): the result to gather, with chunk rows that reference the
-  // parent's objects as [offset, length, checksum, key, size, rank].
+  // parent's objects as [offset, length, checksum, i], where "refs"[i] is
+  // the object's [key, size, rank].
   json WriteIncremental(int64_t step, const std::string& attempt,
                         const State& state, const SaveOptions& save,
                         const SavePlan& plan, const std::vector<size_t>& mine,
@@ -528,6 +529,9 @@ json CheckpointManager::Impl::WriteIncremental(
     result["key"] = key;
     result["size"] = written->size;
   }
+  // Referenced objects are listed once; a row names one by its index.
+  json refs = json::array();
+  std::map<std::string_view, size_t> ref_index;
   json pieces = json::array();
   for (size_t k = 0; k < mine.size(); ++k) {
     json list = json::array();
@@ -535,8 +539,9 @@ json CheckpointManager::Impl::WriteIncremental(
       if (slot.ref) {
         const format::ChunkRecord& ch = slot.ref->chunk;
         const format::ObjectRecord& o = slot.ref->object;
-        list.push_back(
-            {ch.offset, ch.length, ch.checksum.Hex(), o.key, o.size, o.rank});
+        auto [it, added] = ref_index.try_emplace(o.key, refs.size());
+        if (added) refs.push_back({o.key, o.size, o.rank});
+        list.push_back({ch.offset, ch.length, ch.checksum.Hex(), it->second});
       } else {
         const format::ChunkRecord& ch = written->chunks[slot.run][slot.index];
         list.push_back({ch.offset, ch.length, ch.checksum.Hex()});
@@ -545,6 +550,7 @@ json CheckpointManager::Impl::WriteIncremental(
     pieces.push_back({{"piece", mine[k]}, {"chunks", std::move(list)}});
   }
   result["pieces"] = std::move(pieces);
+  result["refs"] = std::move(refs);
   return result;
 }
 
@@ -717,13 +723,18 @@ std::string CheckpointManager::Impl::Commit(
         auto sum = Checksum128::FromHex(ch[2].get<std::string>());
         if (!sum) return fail(AbortedError(op + ": bad checksum from a rank"));
         uint32_t in = object;
-        if (ch.size() == 6) {  // a chunk of the parent's
-          const std::string key = ch[3].get<std::string>();
+        if (ch.size() == 4) {  // a chunk of the parent's
+          const size_t ref = ch[3].get<size_t>();
+          if (!res.contains("refs") || ref >= res["refs"].size()) {
+            return fail(AbortedError(op + ": bad reference from a rank"));
+          }
+          const json& o = res["refs"][ref];
+          const std::string key = o[0].get<std::string>();
           auto [it, added] = referenced.try_emplace(
               key, static_cast<uint32_t>(m.objects.size()));
           if (added) {
-            m.objects.push_back(format::ObjectRecord{key, ch[4].get<uint64_t>(),
-                                                     ch[5].get<int32_t>()});
+            m.objects.push_back(format::ObjectRecord{key, o[1].get<uint64_t>(),
+                                                     o[2].get<int32_t>()});
             const int64_t dep = format::ParseStepDirName(
                 std::string_view(key).substr(0, key.find('/')));
             if (dep >= 0 && std::find(m.depends_on.begin(), m.depends_on.end(),
@@ -783,9 +794,18 @@ std::string CheckpointManager::Impl::Commit(
     }
     return fail(s.WithContext(op));
   }
+  // The coordinator keeps what it just wrote instead of decoding it again
+  // (a large manifest takes seconds to parse); the cache still checks the
+  // object's size and mtime on every use.
+  const CheckpointInfo info = InfoFromManifest(m);
   cache_.erase(step);
+  if (Result<ObjectInfo> written = storage_->Stat(key);
+      written.ok() && written->size == bytes.size()) {
+    m.Reindex();
+    cache_[step] = {*written, std::make_shared<const Manifest>(std::move(m))};
+  }
   if (options_.catalog) {
-    RecordCommitted(*options_.catalog, InfoFromManifest(m), Where(), bytes);
+    RecordCommitted(*options_.catalog, info, Where(), bytes);
   }
   UpdateLatestHint();
   json deleted = json::array();
