@@ -131,7 +131,7 @@ Result<IncrementalWrites> PlanIncrementalWrites(
           listed != dirty_rows.end()
               ? !Touches(dirty, &next_dirty, begin, end)
               : Xxh3_128(bytes.subspan(begin, c.length)) == c.checksum;
-      if (same) refs[k] = ChunkRef{o, c};
+      if (same) refs[k] = ChunkRef{&o, c};
     }
     // Runs of written chunks; a piece with no reference is written whole.
     const bool none = std::none_of(refs.begin(), refs.end(),

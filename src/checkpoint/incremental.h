@@ -33,9 +33,10 @@ namespace ckpt {
 using DirtyRows =
     std::map<std::string, std::vector<std::pair<int64_t, int64_t>>>;
 
-// A chunk of an earlier checkpoint's object.
+// A chunk of an earlier checkpoint's object; points into the parent
+// manifest, which must outlive it.
 struct ChunkRef {
-  format::ObjectRecord object;
+  const format::ObjectRecord* object = nullptr;
   format::ChunkRecord chunk;  // chunk.object is meaningless here
 };
 

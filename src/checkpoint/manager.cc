@@ -538,7 +538,7 @@ json CheckpointManager::Impl::WriteIncremental(
     for (const ChunkSlot& slot : w->slots[k]) {
       if (slot.ref) {
         const format::ChunkRecord& ch = slot.ref->chunk;
-        const format::ObjectRecord& o = slot.ref->object;
+        const format::ObjectRecord& o = *slot.ref->object;
         auto [it, added] = ref_index.try_emplace(o.key, refs.size());
         if (added) refs.push_back({o.key, o.size, o.rank});
         list.push_back({ch.offset, ch.length, ch.checksum.Hex(), it->second});
