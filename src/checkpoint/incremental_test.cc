@@ -263,6 +263,16 @@ TEST_F(IncrementalTest, PolicyDecidesWhenToSaveFull) {
   }
   EXPECT_EQ(chains, (Steps{0, 1, 0, 1}));
 
+  // Bad policies are refused when the root is opened.
+  for (auto bad :
+       {IncrementalPolicy{.full_every = -1}, IncrementalPolicy{.max_chain = -2},
+        IncrementalPolicy{.min_referenced_fraction = 1.5}}) {
+    Options b = MakeOptions();
+    b.incremental = bad;
+    EXPECT_EQ(CheckpointManager::Open(MemRoot(), b).status().code(),
+              ErrorCode::kInvalidArgument);
+  }
+
   // Too little unchanged: a full save.
   o = MakeOptions();
   o.incremental.min_referenced_fraction = 0.5;

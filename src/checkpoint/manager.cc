@@ -1675,6 +1675,14 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
         "open " + storage->url() +
         ": retention and timing options must not be negative");
   }
+  if (options.incremental.full_every < 0 || options.incremental.max_chain < 0 ||
+      !(options.incremental.min_referenced_fraction >= 0 &&
+        options.incremental.min_referenced_fraction <= 1)) {
+    return InvalidArgumentError(
+        "open " + storage->url() +
+        ": incremental full_every and max_chain must not be negative, "
+        "min_referenced_fraction must lie in [0, 1]");
+  }
   if (options.retention.keep_best > 0 &&
       options.retention.best_metric.empty()) {
     return InvalidArgumentError("open " + storage->url() +
