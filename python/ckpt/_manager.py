@@ -29,7 +29,10 @@ class CheckpointManager:
     it does not exist), chunk_size (bytes per checksummed chunk),
     async_staging_bytes (the most memory save_async keeps for its copy of
     the state; 0: as much as the state needs; a bigger state is saved
-    synchronously).
+    synchronously). Incremental saves (save(..., incremental=True)) write a
+    full checkpoint instead every full_every-th save of a chain, after
+    max_chain incremental ones in a row, or when less than
+    min_referenced_fraction of the state is unchanged (0: rule off).
 
     catalog: where every committed checkpoint is recorded (the C++
     library's catalog, which `ckpt catalog` reads): a ckpt.Catalog, a URL
@@ -55,6 +58,7 @@ class CheckpointManager:
                  best_higher_is_better=False, min_seconds_between_saves=0.0,
                  job_id="", gc_after_save=True, gc_grace_seconds=3600,
                  create=True, chunk_size=4 << 20, async_staging_bytes=0,
+                 full_every=0, max_chain=0, min_referenced_fraction=0.0,
                  catalog=None,
                  communicator=None):
         if catalog is True:
@@ -73,6 +77,8 @@ class CheckpointManager:
             job_id=job_id, gc_after_save=gc_after_save,
             gc_grace_seconds=gc_grace_seconds, create=create,
             chunk_size=chunk_size, async_staging_bytes=async_staging_bytes,
+            full_every=full_every, max_chain=max_chain,
+            min_referenced_fraction=min_referenced_fraction,
             catalog=catalog,
             communicator=communicator)
 
@@ -93,7 +99,8 @@ class CheckpointManager:
     def __repr__(self):
         return f"ckpt.CheckpointManager({self.url!r})"
 
-    def save(self, step, state, metadata=None, epoch=None, metrics=None):
+    def save(self, step, state, metadata=None, epoch=None, metrics=None, *,
+             incremental=False, dirty_rows=None):
         """Saves `state` as `step` and returns a SaveResult.
 
         `state` is a dict of NumPy arrays, CPU torch tensors, bytes, int,
@@ -102,12 +109,20 @@ class CheckpointManager:
         copied. `metadata` (str -> str), `epoch` and `metrics` (str ->
         float, used by keep_best) go into the manifest. Raises
         ckpt.AlreadyExists if `step` is committed.
+
+        incremental=True writes only the chunks that differ from the newest
+        committed checkpoint and references the others (the new checkpoint
+        then depends on it; retention keeps what a kept checkpoint depends
+        on). dirty_rows maps a tensor's dotted name to the [first, end) row
+        ranges (of dimension 0) that may have changed since this manager's
+        previous save: its other rows are referenced without being hashed.
         """
         return self._m.save(step, self._entries(state),
-                            *self._save_options(metadata, epoch, metrics))
+                            *self._save_options(metadata, epoch, metrics),
+                            incremental, self._dirty_rows(dirty_rows))
 
     def save_async(self, step, state, metadata=None, epoch=None,
-                   metrics=None):
+                   metrics=None, *, incremental=False, dirty_rows=None):
         """Starts saving `state` as `step` and returns a handle.
 
         The library copies the arrays into staging memory it keeps for the
@@ -124,7 +139,8 @@ class CheckpointManager:
         """
         return self._m.save_async(step, self._entries(state),
                                   *self._save_options(metadata, epoch,
-                                                      metrics))
+                                                      metrics),
+                                  incremental, self._dirty_rows(dirty_rows))
 
     def load(self, step=None, *, as_torch=False):
         """Loads `step` (default: the newest committed) and returns its state.
@@ -251,6 +267,16 @@ class CheckpointManager:
         entries.append((_tree.TREE_ENTRY, "metadata", json.dumps(tree), None,
                         None))
         return entries
+
+    @staticmethod
+    def _dirty_rows(dirty_rows):
+        if dirty_rows is None:
+            return {}
+        if not isinstance(dirty_rows, Mapping):
+            raise _ckpt.InvalidArgument(
+                "dirty_rows must map tensor names to [(first, end), ...]")
+        return {name: [(int(a), int(b)) for a, b in ranges]
+                for name, ranges in dirty_rows.items()}
 
     @staticmethod
     def _save_options(metadata, epoch, metrics):

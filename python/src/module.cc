@@ -28,6 +28,9 @@ namespace {
 
 namespace py = pybind11;
 
+using DirtyRows =
+    std::map<std::string, std::vector<std::pair<int64_t, int64_t>>>;
+
 py::str KindName(EntryKind kind) { return py::str(EntryKindName(kind)); }
 
 class Manager {
@@ -231,6 +234,13 @@ void InitModule(py::module_& m) {
       .def_readonly("bytes", &CheckpointInfo::bytes,
                     "bytes of the data objects this checkpoint wrote")
       .def_readonly("depends_on", &CheckpointInfo::depends_on)
+      .def_readonly("referenced_bytes", &CheckpointInfo::referenced_bytes,
+                    "bytes of earlier checkpoints' objects it references")
+      .def_readonly("parent", &CheckpointInfo::parent,
+                    "the checkpoint an incremental save was compared with; "
+                    "-1 for a full save")
+      .def_readonly("chain", &CheckpointInfo::chain,
+                    "incremental saves in a row that led to it (0: full)")
       .def_readonly("metrics", &CheckpointInfo::metrics)
       .def_readonly("metadata", &CheckpointInfo::metadata)
       .def_readonly("num_entries", &CheckpointInfo::num_entries)
@@ -293,41 +303,46 @@ void InitModule(py::module_& m) {
       .def_property_readonly("step", &AsyncSave::step);
 
   py::class_<Manager>(m, "Manager")
-      .def(py::init([](const std::string& url, int keep_last,
-                       int64_t keep_every_n_steps, int64_t keep_every_seconds,
-                       int keep_best, std::string best_metric,
-                       bool best_higher_is_better,
-                       double min_seconds_between_saves, std::string job_id,
-                       bool gc_after_save, int64_t gc_grace_seconds,
-                       bool create, uint64_t chunk_size,
-                       uint64_t async_staging_bytes, const py::object& catalog,
-                       const py::object& communicator) {
-             Options o;
-             o.job_id = std::move(job_id);
-             o.retention.keep_last = keep_last;
-             o.retention.keep_every_n_steps = keep_every_n_steps;
-             o.retention.keep_every_seconds = keep_every_seconds;
-             o.retention.keep_best = keep_best;
-             o.retention.best_metric = std::move(best_metric);
-             o.retention.best_higher_is_better = best_higher_is_better;
-             o.min_seconds_between_saves = min_seconds_between_saves;
-             o.gc_after_save = gc_after_save;
-             o.gc_grace_seconds = gc_grace_seconds;
-             o.create = create;
-             o.chunk_size = chunk_size;
-             o.async_staging_bytes = async_staging_bytes;
-             if (py::isinstance<PyCatalog>(catalog)) {
-               o.catalog = catalog.cast<const PyCatalog&>().catalog;
-             } else if (!catalog.is_none()) {
-               o.catalog = OpenCatalogOrThrow(catalog.cast<std::string>());
-             }
-             std::shared_ptr<Communicator> comm;
-             if (!communicator.is_none()) {
-               comm = communicator.cast<const PyCommunicator&>().comm;
-             }
-             return std::make_unique<Manager>(url, std::move(o),
-                                              std::move(comm));
-           }),
+      .def(py::init(
+               [](const std::string& url, int keep_last,
+                  int64_t keep_every_n_steps, int64_t keep_every_seconds,
+                  int keep_best, std::string best_metric,
+                  bool best_higher_is_better, double min_seconds_between_saves,
+                  std::string job_id, bool gc_after_save,
+                  int64_t gc_grace_seconds, bool create, uint64_t chunk_size,
+                  uint64_t async_staging_bytes, int full_every, int max_chain,
+                  double min_referenced_fraction, const py::object& catalog,
+                  const py::object& communicator) {
+                 Options o;
+                 o.job_id = std::move(job_id);
+                 o.retention.keep_last = keep_last;
+                 o.retention.keep_every_n_steps = keep_every_n_steps;
+                 o.retention.keep_every_seconds = keep_every_seconds;
+                 o.retention.keep_best = keep_best;
+                 o.retention.best_metric = std::move(best_metric);
+                 o.retention.best_higher_is_better = best_higher_is_better;
+                 o.min_seconds_between_saves = min_seconds_between_saves;
+                 o.gc_after_save = gc_after_save;
+                 o.gc_grace_seconds = gc_grace_seconds;
+                 o.create = create;
+                 o.chunk_size = chunk_size;
+                 o.async_staging_bytes = async_staging_bytes;
+                 o.incremental.full_every = full_every;
+                 o.incremental.max_chain = max_chain;
+                 o.incremental.min_referenced_fraction =
+                     min_referenced_fraction;
+                 if (py::isinstance<PyCatalog>(catalog)) {
+                   o.catalog = catalog.cast<const PyCatalog&>().catalog;
+                 } else if (!catalog.is_none()) {
+                   o.catalog = OpenCatalogOrThrow(catalog.cast<std::string>());
+                 }
+                 std::shared_ptr<Communicator> comm;
+                 if (!communicator.is_none()) {
+                   comm = communicator.cast<const PyCommunicator&>().comm;
+                 }
+                 return std::make_unique<Manager>(url, std::move(o),
+                                                  std::move(comm));
+               }),
            py::arg("url"), py::kw_only(), py::arg("keep_last"),
            py::arg("keep_every_n_steps"), py::arg("keep_every_seconds"),
            py::arg("keep_best"), py::arg("best_metric"),
@@ -335,29 +350,36 @@ void InitModule(py::module_& m) {
            py::arg("min_seconds_between_saves"), py::arg("job_id"),
            py::arg("gc_after_save"), py::arg("gc_grace_seconds"),
            py::arg("create"), py::arg("chunk_size"),
-           py::arg("async_staging_bytes"), py::arg("catalog"),
-           py::arg("communicator"))
+           py::arg("async_staging_bytes"), py::arg("full_every"),
+           py::arg("max_chain"), py::arg("min_referenced_fraction"),
+           py::arg("catalog"), py::arg("communicator"))
       .def(
           "save",
           [](Manager& self, int64_t step, const py::list& entries,
              int64_t epoch, std::map<std::string, double> metrics,
-             std::map<std::string, std::string> metadata) {
+             std::map<std::string, std::string> metadata, bool incremental,
+             DirtyRows dirty_rows) {
             return self.Save(step, entries,
-                             {epoch, std::move(metrics), std::move(metadata)});
+                             {epoch, std::move(metrics), std::move(metadata),
+                              incremental, std::move(dirty_rows)});
           },
           py::arg("step"), py::arg("entries"), py::arg("epoch"),
-          py::arg("metrics"), py::arg("metadata"))
+          py::arg("metrics"), py::arg("metadata"), py::arg("incremental"),
+          py::arg("dirty_rows"))
       .def(
           "save_async",
           [](Manager& self, int64_t step, const py::list& entries,
              int64_t epoch, std::map<std::string, double> metrics,
-             std::map<std::string, std::string> metadata) {
+             std::map<std::string, std::string> metadata, bool incremental,
+             DirtyRows dirty_rows) {
             return self.SaveAsync(
                 step, entries,
-                {epoch, std::move(metrics), std::move(metadata)});
+                {epoch, std::move(metrics), std::move(metadata), incremental,
+                 std::move(dirty_rows)});
           },
           py::arg("step"), py::arg("entries"), py::arg("epoch"),
-          py::arg("metrics"), py::arg("metadata"))
+          py::arg("metrics"), py::arg("metadata"), py::arg("incremental"),
+          py::arg("dirty_rows"))
       .def("load", &Manager::Load, py::arg("step"))
       .def("load_into", &Manager::LoadInto, py::arg("step"), py::arg("entries"),
            py::arg("strict"))

@@ -120,3 +120,23 @@ def test_many_ranks_under_mpirun(root, tmp_path):
                                           1: b"rng of rank 1"}
     row = ckpt.Catalog(catalog).latest("mpi-job")
     assert (row.step, row.world_size, row.metrics) == (7, 2, {"loss": 0.25})
+
+
+def test_incremental_saves_write_only_what_changed(root):
+    mgr = ckpt.open(root, chunk_size=4096, full_every=3)
+    table = np.zeros((1024, 64), dtype=np.float32)  # 256 KiB, 64 chunks
+    full = mgr.save(1, {"table": table}).info
+    table[10] = 1.0
+    second = mgr.save(2, {"table": table}, incremental=True).info
+    assert (second.parent, second.chain, second.depends_on) == (1, 1, [1])
+    assert second.bytes < full.bytes / 10
+    table[900] = 2.0
+    third = mgr.save(3, {"table": table}, incremental=True,
+                     dirty_rows={"table": [(900, 901)]}).info
+    assert third.chain == 2 and third.bytes < full.bytes / 10
+    fourth = mgr.save(4, {"table": table}, incremental=True).info
+    assert fourth.chain == 0 and fourth.depends_on == []  # full_every=3
+    loaded = mgr.load(3)["table"]
+    assert np.array_equal(loaded, table)
+    with pytest.raises(ckpt.Error, match="3"):
+        mgr.delete(2)  # step 3 depends on it
