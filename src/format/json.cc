@@ -11,6 +11,14 @@ namespace ckpt::format {
 Result<nlohmann::json> ParseJsonStrict(std::string_view text,
                                        std::string_view what) {
   constexpr size_t kMaxDepth = 64;
+  // nlohmann's lexer takes a NUL byte for the end of the input and ignores
+  // everything after it, so "{...}\0garbage" would parse. JSON text never
+  // holds a raw NUL (inside a string it must be escaped).
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    return DataLossError(std::string(what) +
+                         ": not valid JSON: a NUL byte at offset " +
+                         std::to_string(nul));
+  }
   std::vector<std::set<std::string>> keys;  // one set per open object
   std::string problem;
   auto callback = [&](int depth, nlohmann::json::parse_event_t event,
