@@ -1,0 +1,351 @@
+// Exhaustive power-loss points. A workload (saves on 1 or 4 ranks, or a
+// garbage collection) runs once to count its mutating storage calls; then,
+// for every call N, it runs again on a fresh root with the power cut during
+// call N, the crash-simulating storage drops what was not durable (several
+// damage patterns per point), and the reopened root must hold:
+//   - a newest loadable checkpoint that is the last one a save reported, or
+//     the one being saved when the power went, bit-identical;
+//   - every checkpoint a save reported as committed (unless retention was
+//     entitled to remove it), and every listed checkpoint verifies;
+//   - after garbage collection, nothing but the committed checkpoints;
+//   - room for the job to go on: the next save succeeds.
+// Set CKPT_POWERLOSS_SEEDS=N for N more random damage patterns per point.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+
+#include "ckpt/checkpoint_manager.h"
+#include "format/constants.h"
+#include "format/manifest.h"
+#include "gtest/gtest.h"
+#include "storage/memory/memory_storage.h"
+#include "testing/crash_storage.h"
+#include "testing/step_model.h"
+
+namespace ckpt {
+namespace {
+
+using testing::CheckStep;
+using testing::CrashStorage;
+using testing::Damage;
+using testing::RunRanks;
+using testing::StepModel;
+
+// What a workload saves. Incremental saves (chunks referenced from an
+// earlier checkpoint) join as a second kind once the writer has them.
+enum class SaveKind { kFull };
+
+struct PowerLossCase {
+  std::string backend;  // "mem", or "file" (a directory on /dev/shm)
+  int ranks;
+  SaveKind kind;
+  int keep_last;  // retention during the saves (0: keep all)
+};
+
+void PrintTo(const PowerLossCase& c, std::ostream* os) {
+  *os << c.backend << " ranks=" << c.ranks << " keep_last=" << c.keep_last;
+}
+
+// The damage patterns tried at every power-loss point.
+std::vector<Damage> Patterns(uint64_t point) {
+  std::vector<Damage> out = {
+      {Damage::Uncertain::kDrop, false, true, point},
+      {Damage::Uncertain::kApply, false, false, point},
+      {Damage::Uncertain::kRandom, false, true, point * 31 + 1},
+      {Damage::Uncertain::kApply, true, true, point * 31 + 2},
+  };
+  if (const char* more = std::getenv("CKPT_POWERLOSS_SEEDS")) {
+    for (int i = 0; i < std::atoi(more); ++i) {
+      out.push_back({Damage::Uncertain::kRandom, i % 2 == 1, true,
+                     point * 1000003 + 7 + static_cast<uint64_t>(i)});
+    }
+  }
+  return out;
+}
+
+// Refuses every manifest: a save through it writes its data and dies
+// before the commit.
+class NoCommit : public StorageWrapper {
+ public:
+  using StorageWrapper::StorageWrapper;
+  Status Put(std::string_view key, std::span<const std::byte> data,
+             PutMode mode) override {
+    if (key.ends_with(format::kManifestName)) return IOError("no commit");
+    return StorageWrapper::Put(key, data, mode);
+  }
+};
+
+int64_t Later() {
+  // Two hours ahead, so that dead attempts are old enough for garbage
+  // collection.
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+             .count() +
+         2 * 3600 * 1000;
+}
+
+class PowerLossTest : public ::testing::TestWithParam<PowerLossCase> {
+ protected:
+  void SetUp() override { keep_last_ = GetParam().keep_last; }
+  void TearDown() override { Clean(); }
+
+  void Clean() {
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+    dir_.clear();
+  }
+
+  std::string FreshRoot() {
+    Clean();
+    if (GetParam().backend == "file") {
+      char tmpl[] = "/dev/shm/ckpt-powerloss-XXXXXX";
+      EXPECT_NE(mkdtemp(tmpl), nullptr);
+      dir_ = tmpl;
+      return "file://" + dir_;
+    }
+    const std::string name = "powerloss-" + std::to_string(getpid());
+    DropMemoryStore(name);
+    return "mem://" + name;
+  }
+
+  Options MakeOptions(Communicator* comm) const {
+    Options o;
+    o.communicator = comm;
+    o.retention.keep_last = keep_last_;
+    o.chunk_size = 4096;  // several chunks per data object
+    return o;
+  }
+
+  // Saves `step` on every rank through `storage`; true when every rank
+  // reported success. Every rank must report the same outcome.
+  bool SaveAll(Storage* storage, int64_t step) {
+    const int ranks = GetParam().ranks;
+    StepModel model(step, ranks);
+    std::vector<int> ok(ranks, 0);
+    RunRanks(ranks, [&](int rank, Communicator* comm) {
+      auto mgr = CheckpointManager::Open(
+          std::make_unique<StorageWrapper>(storage), MakeOptions(comm));
+      if (!mgr.ok()) return;
+      ok[rank] = (*mgr)->Save(step, model.ForRank(rank)).ok();
+    });
+    for (int r = 1; r < ranks; ++r) {
+      EXPECT_EQ(ok[r], ok[0]) << "ranks disagree about step " << step;
+    }
+    return ok[0] != 0;
+  }
+
+  // A root holding step 1, committed before the power can fail.
+  std::string Prepare() {
+    const std::string url = FreshRoot();
+    auto base = OpenStorage(url);
+    EXPECT_TRUE(base.ok());
+    EXPECT_TRUE(SaveAll(base->get(), 1));
+    return url;
+  }
+
+  // Saves steps 2 and 3 with the power cut during call `crash_at` (none:
+  // no cut); returns the steps whose save reported success, and the number
+  // of mutating calls.
+  std::pair<std::vector<int64_t>, uint64_t> RunSaves(
+      const std::string& url, std::optional<uint64_t> crash_at,
+      const Damage& damage) {
+    auto base = OpenStorage(url);
+    EXPECT_TRUE(base.ok());
+    auto crash = CrashStorage::Wrap(base->get());
+    EXPECT_TRUE(crash.ok());
+    if (crash_at) (*crash)->CrashAt(*crash_at);
+    std::vector<int64_t> ok;
+    for (int64_t step : {2, 3}) {
+      if (SaveAll(crash->get(), step)) ok.push_back(step);
+      if ((*crash)->crashed()) break;
+    }
+    auto lost = (*crash)->PowerLoss(damage);
+    EXPECT_TRUE(lost.ok()) << lost.status().ToString();
+    return {ok, (*crash)->operations()};
+  }
+
+  // Reopens `url` after a power loss during a workload that had saved
+  // `reported` (the steps whose save returned success) and was saving
+  // `in_flight` (0: none), and checks every promise.
+  void CheckRecovered(const std::string& url, int keep_last,
+                      const std::vector<int64_t>& reported, int64_t in_flight,
+                      bool torn, const std::string& where);
+
+  std::string dir_;
+  int keep_last_ = 0;
+};
+
+void PowerLossTest::CheckRecovered(const std::string& url, int keep_last,
+                                   const std::vector<int64_t>& reported,
+                                   int64_t in_flight, bool torn,
+                                   const std::string& where) {
+  SCOPED_TRACE(where);
+  const int ranks = GetParam().ranks;
+  Options later;
+  later.now_unix_ms = Later;
+  auto mgr = CheckpointManager::Open(url, later);
+  ASSERT_TRUE(mgr.ok()) << mgr.status().ToString();
+  auto latest = (*mgr)->Latest();
+  ASSERT_TRUE(latest.ok()) << latest.status().ToString();
+  ASSERT_TRUE(latest->has_value()) << "no checkpoint survived";
+  const int64_t last_reported = reported.empty() ? 1 : reported.back();
+  const int64_t newest = **latest;
+  EXPECT_TRUE(newest == last_reported || (in_flight && newest == in_flight))
+      << "newest loadable is step " << newest << ", not the last reported ("
+      << last_reported << ") or the one in flight (" << in_flight << ")";
+  EXPECT_EQ(CheckStep(**mgr, newest, ranks), "") << "newest, step " << newest;
+
+  auto list = (*mgr)->List();
+  ASSERT_TRUE(list.ok());
+  std::set<int64_t> listed;
+  for (const CheckpointInfo& c : *list) {
+    listed.insert(c.step);
+    auto report = (*mgr)->Verify(c.step);
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    EXPECT_TRUE(report->ok())
+        << "step " << c.step << ": " << report->problems.front();
+    EXPECT_EQ(CheckStep(**mgr, c.step, ranks), "") << "step " << c.step;
+  }
+  // A reported save survives unless retention may have removed it: that
+  // needs keep_last newer committed checkpoints.
+  std::vector<int64_t> must = reported;
+  must.push_back(1);
+  for (int64_t s : must) {
+    const auto newer = std::count_if(listed.begin(), listed.end(),
+                                     [&](int64_t l) { return l > s; });
+    if (keep_last == 0 || newer < keep_last) {
+      EXPECT_TRUE(listed.count(s)) << "reported step " << s << " was lost";
+    }
+  }
+
+  // Garbage collection leaves the committed checkpoints' objects only (a
+  // torn manifest is no checkpoint, and not garbage ckpt may delete either).
+  auto gc = (*mgr)->GarbageCollect();
+  ASSERT_TRUE(gc.ok()) << gc.status().ToString();
+  if (!torn) {
+    std::set<std::string> expected = {std::string(format::kLatestName)};
+    for (int64_t s : listed) {
+      auto d = (*mgr)->Describe(s);
+      ASSERT_TRUE(d.ok());
+      expected.insert(format::ManifestKey(s));
+      for (const ObjectInfo& o : d->objects) expected.insert(o.key);
+    }
+    auto objects = (*mgr)->storage().List("");
+    ASSERT_TRUE(objects.ok());
+    std::set<std::string> present;
+    for (const ObjectInfo& o : *objects) present.insert(o.key);
+    if (!present.count(std::string(format::kLatestName))) {
+      expected.erase(std::string(format::kLatestName));
+    }
+    EXPECT_EQ(present, expected);
+  }
+  EXPECT_EQ(CheckStep(**mgr, newest, ranks), "") << "after gc";
+  // The job resumes from the newest and goes on saving.
+  EXPECT_TRUE(SaveAll(&(*mgr)->storage(), newest + 1)) << "the next save";
+}
+
+TEST_P(PowerLossTest, EveryCallOfTwoSaves) {
+  const PowerLossCase& c = GetParam();
+  const Damage none{Damage::Uncertain::kDrop, false, false, 0};
+  std::string url = Prepare();
+  auto [ok, total] = RunSaves(url, std::nullopt, none);
+  ASSERT_EQ(ok, (std::vector<int64_t>{2, 3}));
+  ASSERT_GE(total, 8u);
+  CheckRecovered(url, c.keep_last, ok, 0, false, "no power loss");
+
+  int points = 0;
+  for (uint64_t n = 0; n <= total; ++n) {
+    for (const Damage& damage : Patterns(n)) {
+      url = Prepare();
+      if (HasFatalFailure()) return;
+      auto [reported, ops] = RunSaves(url, n, damage);
+      const int64_t in_flight = reported.size() == 2 ? 0 : 2 + reported.size();
+      const std::string where =
+          "power lost during call " + std::to_string(n) + " of " +
+          std::to_string(total) + ", damage " +
+          std::to_string(static_cast<int>(damage.uncertain)) +
+          (damage.torn ? " torn" : "") + (damage.strays ? " strays" : "") +
+          " seed " + std::to_string(damage.seed);
+      CheckRecovered(url, c.keep_last, reported, in_flight, damage.torn, where);
+      if (HasFatalFailure()) return;
+      ++points;
+    }
+  }
+  std::printf("[ powerloss ] %s: %llu calls, %d power losses checked\n",
+              ::testing::PrintToString(c).c_str(),
+              static_cast<unsigned long long>(total), points);
+}
+
+// Garbage collection with retention over steps 1 to 4 and a dead attempt of
+// step 5: the power may go during any of its deletions.
+TEST_P(PowerLossTest, EveryCallOfGarbageCollection) {
+  const PowerLossCase& c = GetParam();
+  keep_last_ = 0;  // the saves keep everything; the collection keeps two
+  auto prepare = [&] {
+    const std::string url = Prepare();
+    auto base = OpenStorage(url);
+    EXPECT_TRUE(base.ok());
+    for (int64_t step : {2, 3, 4}) EXPECT_TRUE(SaveAll(base->get(), step));
+    // The dead attempt: step 5's data objects, and no manifest.
+    NoCommit no_commit(base->get());
+    EXPECT_FALSE(SaveAll(&no_commit, 5));
+    return url;
+  };
+  auto collect = [&](const std::string& url, std::optional<uint64_t> crash_at,
+                     const Damage& damage) {
+    auto base = OpenStorage(url);
+    EXPECT_TRUE(base.ok());
+    auto crash = CrashStorage::Wrap(base->get());
+    EXPECT_TRUE(crash.ok());
+    if (crash_at) (*crash)->CrashAt(*crash_at);
+    Options o = MakeOptions(nullptr);
+    o.now_unix_ms = Later;
+    auto mgr = CheckpointManager::Open(
+        std::make_unique<StorageWrapper>(crash->get()), o);
+    EXPECT_TRUE(mgr.ok());
+    RetentionPolicy keep_two;
+    keep_two.keep_last = 2;
+    const bool ok = (*mgr)->GarbageCollect({.retention = keep_two}).ok();
+    EXPECT_TRUE((*crash)->PowerLoss(damage).ok());
+    return std::make_pair(ok, (*crash)->operations());
+  };
+  std::string url = prepare();
+  if (HasFatalFailure()) return;
+  auto [ok, total] = collect(url, std::nullopt, {});
+  ASSERT_TRUE(ok);
+  ASSERT_GE(total, 4u);  // two checkpoints and the dead attempt
+  int points = 0;
+  for (uint64_t n = 0; n <= total; ++n) {
+    for (const Damage& damage : Patterns(n)) {
+      url = prepare();
+      if (HasFatalFailure()) return;
+      collect(url, n, damage);
+      CheckRecovered(url, 2, {2, 3, 4}, 0, damage.torn,
+                     "power lost during call " + std::to_string(n) +
+                         " of the garbage collection");
+      if (HasFatalFailure()) return;
+      ++points;
+    }
+  }
+  std::printf("[ powerloss ] gc, %s: %llu calls, %d power losses checked\n",
+              ::testing::PrintToString(c).c_str(),
+              static_cast<unsigned long long>(total), points);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Saves, PowerLossTest,
+    ::testing::Values(PowerLossCase{"mem", 1, SaveKind::kFull, 0},
+                      PowerLossCase{"mem", 1, SaveKind::kFull, 1},
+                      PowerLossCase{"mem", 4, SaveKind::kFull, 0},
+                      PowerLossCase{"mem", 4, SaveKind::kFull, 2},
+                      PowerLossCase{"file", 1, SaveKind::kFull, 1},
+                      PowerLossCase{"file", 4, SaveKind::kFull, 2}),
+    [](const auto& info) {
+      return info.param.backend + "_" + std::to_string(info.param.ranks) +
+             "_ranks_full_keep_last_" + std::to_string(info.param.keep_last);
+    });
+
+}  // namespace
+}  // namespace ckpt
