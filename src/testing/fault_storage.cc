@@ -13,12 +13,31 @@ void FaultStorage::CrashAt(uint64_t op, Mode mode) {
 void FaultStorage::FailOnce(uint64_t op, Status status) {
   std::lock_guard<std::mutex> lock(mu_);
   fail_at_ = op;
+  fail_later_ = false;
   fail_status_ = std::move(status);
 }
 
+void FaultStorage::FailFrom(uint64_t op, Status status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  fail_at_ = op;
+  fail_later_ = true;
+  fail_status_ = std::move(status);
+}
+
+std::vector<std::string> FaultStorage::log() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return log_;
+}
+
 template <typename F>
-Status FaultStorage::Step(std::string_view what, F&& op) {
-  const uint64_t n = ops_.fetch_add(1);
+Status FaultStorage::Step(std::string_view what, F&& op,
+                          const std::function<void()>& partial) {
+  uint64_t n;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    n = ops_.fetch_add(1);
+    log_.emplace_back(what);
+  }
   auto crash = [&] {
     return IOError("simulated crash at operation " + std::to_string(n) + " (" +
                    std::string(what) + ")");
@@ -32,9 +51,14 @@ Status FaultStorage::Step(std::string_view what, F&& op) {
       before = mode_ == Mode::kCrashBefore;
       after = !before;
     }
-    if (fail_at_ && n == *fail_at_) injected = fail_status_;
+    if (fail_at_ && (n == *fail_at_ || (fail_later_ && n > *fail_at_))) {
+      injected = fail_status_;
+    }
   }
-  if (!injected.ok()) return injected;
+  if (!injected.ok()) {
+    if (partial && short_writes_) partial();
+    return injected;
+  }
   if (before) {
     crashed_ = true;
     return crash();
@@ -56,8 +80,9 @@ class FaultWritable : public WritableObject {
       : owner_(owner), target_(std::move(target)), key_(std::move(key)) {}
 
   Status Append(std::span<const std::byte> data) override {
-    return owner_->Step("append " + key_,
-                        [&] { return target_->Append(data); });
+    return owner_->Step(
+        "append " + key_, [&] { return target_->Append(data); },
+        [&] { (void)target_->Append(data.first(data.size() / 2)); });
   }
   Status Close() override {
     return owner_->Step("close " + key_, [&] { return target_->Close(); });

@@ -9,13 +9,19 @@
 //   - kCrashAfter: operation N takes effect, then it and every later one
 //     report failure, as if the process died just after N.
 // A one-shot error (FailOnce) instead fails a single operation with a chosen
-// status, to check that each error surfaces cleanly.
+// status, to check that each error surfaces cleanly; FailFrom fails it and
+// every later one (a disk that stays full). With short writes on, a failed
+// append first hands the target half of its bytes, as a write(2) that stops
+// part way does.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "ckpt/storage.h"
 
@@ -31,6 +37,13 @@ class FaultStorage : public StorageWrapper {
   void CrashAt(uint64_t op, Mode mode);
   // Fail operation `op` with `status`; later operations work.
   void FailOnce(uint64_t op, Status status);
+  // Fail operation `op` and every later one with `status`.
+  void FailFrom(uint64_t op, Status status);
+  // A failed append writes half its bytes first.
+  void set_short_writes(bool on) { short_writes_ = on; }
+  // What each operation was ("put step-000000000002/MANIFEST.json"), in the
+  // order they were numbered.
+  std::vector<std::string> log() const;
   // Mutating operations seen so far.
   uint64_t operations() const { return ops_.load(); }
   bool crashed() const { return crashed_.load(); }
@@ -42,17 +55,22 @@ class FaultStorage : public StorageWrapper {
   Status Delete(std::string_view key) override;
 
   // Runs `op` as operation number N (taking effect or not as configured).
+  // `partial`, if given, is what an injected failure does first.
   template <typename F>
-  Status Step(std::string_view what, F&& op);
+  Status Step(std::string_view what, F&& op,
+              const std::function<void()>& partial = {});
 
  private:
   std::atomic<uint64_t> ops_{0};
   std::atomic<bool> crashed_{false};
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::optional<uint64_t> crash_at_;  // guarded by mu_
   Mode mode_ = Mode::kCrashBefore;    // guarded by mu_
   std::optional<uint64_t> fail_at_;   // guarded by mu_
+  bool fail_later_ = false;           // guarded by mu_
   Status fail_status_;                // guarded by mu_
+  std::vector<std::string> log_;      // guarded by mu_
+  std::atomic<bool> short_writes_{false};
 };
 
 }  // namespace ckpt::testing
