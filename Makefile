@@ -2,13 +2,15 @@
 #   make demo   install dependencies, build, train the demo model, kill it
 #               twice with SIGKILL, resume, compare with an uninterrupted run
 #   make test   install dependencies, build, run every test
-# Extra: make build, make format, make check-format, make asan.
+# Extra: make build, make format, make check-format, make asan, make tsan,
+#        make fuzz (docs/reliability.md).
 
 PRESET ?= release
 BUILD  := build/$(PRESET)
 JOBS   ?= $(shell nproc)
 
-.PHONY: all deps build demo test check-format format asan clean
+.PHONY: all deps build demo test test-release check-format format asan tsan \
+        fuzz-replay fuzz clean
 
 all: build
 
@@ -22,7 +24,12 @@ build: deps
 demo: build
 	scripts/demo.sh $(BUILD)
 
-test: build check-format
+# Every test of the build, then the same under address and undefined-behaviour
+# sanitizers, the threaded tests under the thread sanitizer, and the fuzz
+# corpus replayed under address and undefined-behaviour sanitizers.
+test: test-release asan tsan fuzz-replay
+
+test-release: build check-format
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
 # clang-format (Google style) over every C++ file the repository tracks.
@@ -32,8 +39,38 @@ check-format: deps
 format:
 	git ls-files '*.cc' '*.h' | xargs clang-format -i
 
-asan:
-	$(MAKE) test PRESET=asan
+# Python (an uninstrumented interpreter cannot load an ASan module) and the
+# MPI processes (OpenMPI's own allocations would read as leaks) are left out.
+asan: deps
+	cmake --preset asan >/dev/null
+	cmake --build build/asan -j $(JOBS)
+	ctest --test-dir build/asan --output-on-failure -j $(JOBS) -E '^mpi_'
+
+# The tests that run many threads: ranks as threads, concurrent storage.
+TSAN_TESTS := util_test storage_test checkpoint_test checkpoint_powerloss_test
+tsan: deps
+	cmake --preset tsan >/dev/null
+	cmake --build build/tsan -j $(JOBS) --target $(TSAN_TESTS)
+	ctest --test-dir build/tsan --output-on-failure -j $(JOBS) \
+	  -R '^($(subst $(eval) ,|,$(TSAN_TESTS)))$$'
+
+# Each fuzz target over its committed seed corpus, once.
+fuzz-replay: deps
+	cmake --preset fuzz >/dev/null
+	cmake --build build/fuzz -j $(JOBS) --target ckpt_fuzzers
+	ctest --test-dir build/fuzz --output-on-failure -j $(JOBS) -L fuzz
+
+# Each fuzz target mutates its corpus for FUZZ_SECONDS (new inputs go to
+# build/fuzz/found/, crashes to build/fuzz/crash-*).
+FUZZ_SECONDS ?= 300
+FUZZ_TARGETS := safetensors manifest url
+fuzz: fuzz-replay
+	@for t in $(FUZZ_TARGETS); do \
+	  mkdir -p build/fuzz/found/$$t && \
+	  build/fuzz/fuzz/$${t}_fuzz -max_total_time=$(FUZZ_SECONDS) \
+	    -print_final_stats=1 -artifact_prefix=build/fuzz/crash-$$t- \
+	    build/fuzz/found/$$t fuzz/corpus/$$t || exit 1; \
+	done
 
 clean:
 	rm -rf build

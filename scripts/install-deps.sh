@@ -6,6 +6,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config clang clang-format
+  libclang-rt-14-dev
   libxxhash-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev
   libsqlite3-dev libpq-dev postgresql
