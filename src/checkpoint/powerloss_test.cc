@@ -28,6 +28,7 @@
 namespace ckpt {
 namespace {
 
+using testing::CheckListed;
 using testing::CheckStep;
 using testing::CrashStorage;
 using testing::Damage;
@@ -77,6 +78,20 @@ class NoCommit : public StorageWrapper {
     return StorageWrapper::Put(key, data, mode);
   }
 };
+
+// The root at `url`, wrapped to lose power during call `crash_at` (none:
+// only when PowerLoss is called).
+std::pair<std::unique_ptr<Storage>, std::unique_ptr<CrashStorage>> OpenCrashing(
+    const std::string& url, std::optional<uint64_t> crash_at) {
+  auto base = OpenStorage(url);
+  EXPECT_TRUE(base.ok()) << base.status().ToString();
+  if (!base.ok()) return {};
+  auto crash = CrashStorage::Wrap(base->get());
+  EXPECT_TRUE(crash.ok()) << crash.status().ToString();
+  if (!crash.ok()) return {};
+  if (crash_at) (*crash)->CrashAt(*crash_at);
+  return {std::move(base).value(), std::move(crash).value()};
+}
 
 int64_t Later() {
   // Two hours ahead, so that dead attempts are old enough for garbage
@@ -151,19 +166,16 @@ class PowerLossTest : public ::testing::TestWithParam<PowerLossCase> {
   std::pair<std::vector<int64_t>, uint64_t> RunSaves(
       const std::string& url, std::optional<uint64_t> crash_at,
       const Damage& damage) {
-    auto base = OpenStorage(url);
-    EXPECT_TRUE(base.ok());
-    auto crash = CrashStorage::Wrap(base->get());
-    EXPECT_TRUE(crash.ok());
-    if (crash_at) (*crash)->CrashAt(*crash_at);
+    auto [base, crash] = OpenCrashing(url, crash_at);
+    if (!crash) return {};
     std::vector<int64_t> ok;
     for (int64_t step : {2, 3}) {
-      if (SaveAll(crash->get(), step)) ok.push_back(step);
-      if ((*crash)->crashed()) break;
+      if (SaveAll(crash.get(), step)) ok.push_back(step);
+      if (crash->crashed()) break;
     }
-    auto lost = (*crash)->PowerLoss(damage);
+    auto lost = crash->PowerLoss(damage);
     EXPECT_TRUE(lost.ok()) << lost.status().ToString();
-    return {ok, (*crash)->operations()};
+    return {ok, crash->operations()};
   }
 
   // Reopens `url` after a power loss during a workload that had saved
@@ -197,28 +209,14 @@ void PowerLossTest::CheckRecovered(const std::string& url, int keep_last,
       << last_reported << ") or the one in flight (" << in_flight << ")";
   EXPECT_EQ(CheckStep(**mgr, newest, ranks), "") << "newest, step " << newest;
 
-  auto list = (*mgr)->List();
-  ASSERT_TRUE(list.ok());
-  std::set<int64_t> listed;
-  for (const CheckpointInfo& c : *list) {
-    listed.insert(c.step);
-    auto report = (*mgr)->Verify(c.step);
-    ASSERT_TRUE(report.ok()) << report.status().ToString();
-    EXPECT_TRUE(report->ok())
-        << "step " << c.step << ": " << report->problems.front();
-    EXPECT_EQ(CheckStep(**mgr, c.step, ranks), "") << "step " << c.step;
-  }
-  // A reported save survives unless retention may have removed it: that
-  // needs keep_last newer committed checkpoints.
+  // Every listed checkpoint verifies and loads; a reported save survives
+  // unless retention may have removed it (keep_last newer checkpoints).
   std::vector<int64_t> must = reported;
-  must.push_back(1);
-  for (int64_t s : must) {
-    const auto newer = std::count_if(listed.begin(), listed.end(),
-                                     [&](int64_t l) { return l > s; });
-    if (keep_last == 0 || newer < keep_last) {
-      EXPECT_TRUE(listed.count(s)) << "reported step " << s << " was lost";
-    }
-  }
+  must.insert(must.begin(), 1);
+  std::vector<std::string> problems;
+  const std::set<int64_t> listed =
+      CheckListed(**mgr, ranks, must, keep_last, &problems);
+  EXPECT_EQ(problems, std::vector<std::string>());
 
   // Garbage collection leaves the committed checkpoints' objects only (a
   // torn manifest is no checkpoint, and not garbage ckpt may delete either).
@@ -295,21 +293,18 @@ TEST_P(PowerLossTest, EveryCallOfGarbageCollection) {
   };
   auto collect = [&](const std::string& url, std::optional<uint64_t> crash_at,
                      const Damage& damage) {
-    auto base = OpenStorage(url);
-    EXPECT_TRUE(base.ok());
-    auto crash = CrashStorage::Wrap(base->get());
-    EXPECT_TRUE(crash.ok());
-    if (crash_at) (*crash)->CrashAt(*crash_at);
+    auto [base, crash] = OpenCrashing(url, crash_at);
+    if (!crash) return std::make_pair(false, uint64_t{0});
     Options o = MakeOptions(nullptr);
     o.now_unix_ms = Later;
     auto mgr = CheckpointManager::Open(
-        std::make_unique<StorageWrapper>(crash->get()), o);
+        std::make_unique<StorageWrapper>(crash.get()), o);
     EXPECT_TRUE(mgr.ok());
     RetentionPolicy keep_two;
     keep_two.keep_last = 2;
     const bool ok = (*mgr)->GarbageCollect({.retention = keep_two}).ok();
-    EXPECT_TRUE((*crash)->PowerLoss(damage).ok());
-    return std::make_pair(ok, (*crash)->operations());
+    EXPECT_TRUE(crash->PowerLoss(damage).ok());
+    return std::make_pair(ok, crash->operations());
   };
   std::string url = prepare();
   if (HasFatalFailure()) return;

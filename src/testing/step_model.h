@@ -5,9 +5,11 @@
 // metadata.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <set>
 #include <span>
 #include <string>
 #include <thread>
@@ -123,6 +125,47 @@ inline std::string CheckStep(CheckpointManager& mgr, int64_t step, int ranks,
   if (!got.ok()) return got.status().ToString();
   if (got->info.step != step) return "loaded another step";
   return StepModel(step, ranks, rows_per_rank).Diff(got->state);
+}
+
+}  // namespace ckpt::testing
+
+namespace ckpt::testing {
+
+// Checks every listed checkpoint of `mgr` (it verifies, and loads as
+// StepModel(step, ranks)) and that every step in `reported` is listed,
+// unless retention of the last `keep_last` (0: keep all) may have removed
+// it. Appends what is wrong to `problems`; returns the listed steps.
+inline std::set<int64_t> CheckListed(CheckpointManager& mgr, int ranks,
+                                     const std::vector<int64_t>& reported,
+                                     int keep_last,
+                                     std::vector<std::string>* problems) {
+  std::set<int64_t> listed;
+  Result<std::vector<CheckpointInfo>> list = mgr.List();
+  if (!list.ok()) {
+    problems->push_back(list.status().ToString());
+    return listed;
+  }
+  for (const CheckpointInfo& c : *list) {
+    listed.insert(c.step);
+    const std::string step = "step " + std::to_string(c.step) + ": ";
+    Result<VerifyReport> report = mgr.Verify(c.step);
+    if (!report.ok()) {
+      problems->push_back(step + report.status().ToString());
+    } else if (!report->ok()) {
+      problems->push_back(step + report->problems.front());
+    }
+    if (std::string diff = CheckStep(mgr, c.step, ranks); !diff.empty()) {
+      problems->push_back(step + diff);
+    }
+  }
+  for (int64_t s : reported) {
+    const auto newer = std::count_if(listed.begin(), listed.end(),
+                                     [&](int64_t l) { return l > s; });
+    if ((keep_last == 0 || newer < keep_last) && !listed.count(s)) {
+      problems->push_back("reported step " + std::to_string(s) + " was lost");
+    }
+  }
+  return listed;
 }
 
 }  // namespace ckpt::testing
