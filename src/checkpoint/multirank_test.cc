@@ -401,7 +401,9 @@ std::array<int64_t, 4> GridBox(int r, int n) {
 }
 
 TEST_P(SaveNLoadMTest, BitIdentical) {
-  const auto [n, m] = GetParam();
+  // Plain variables: clang 14 cannot capture structured bindings.
+  const int n = std::get<0>(GetParam());
+  const int m = std::get<1>(GetParam());
   RunRanks(n, [&](int r, Communicator* comm) {
     auto mgr = Open(comm, 4096);
     std::vector<int64_t> rows = Block(r * (kR / n), kR / n, 0, kC);
