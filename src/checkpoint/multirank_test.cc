@@ -310,7 +310,7 @@ TEST_F(MultiRankTest, AFailingRankFailsEveryRankAndNothingCommits) {
       std::unique_ptr<Storage> storage;
       if (rank == 2 && !throws) {
         // Rank 2's storage fails its first write.
-        auto fault = std::make_unique<testing::FaultStorage>(base->release());
+        auto fault = std::make_unique<testing::FaultStorage>(base->get());
         fault->FailOnce(0, IOError("disk on fire"));
         storage = std::move(fault);
       } else if (rank == 2) {
