@@ -35,9 +35,9 @@ using testing::Damage;
 using testing::RunRanks;
 using testing::StepModel;
 
-// What a workload saves. Incremental saves (chunks referenced from an
-// earlier checkpoint) join as a second kind once the writer has them.
-enum class SaveKind { kFull };
+// What a workload saves: whole checkpoints, or incremental ones that
+// reference the unchanged chunks of the previous checkpoint.
+enum class SaveKind { kFull, kIncremental };
 
 struct PowerLossCase {
   std::string backend;  // "mem", or "file" (a directory on /dev/shm)
@@ -47,7 +47,9 @@ struct PowerLossCase {
 };
 
 void PrintTo(const PowerLossCase& c, std::ostream* os) {
-  *os << c.backend << " ranks=" << c.ranks << " keep_last=" << c.keep_last;
+  *os << c.backend << " ranks=" << c.ranks
+      << (c.kind == SaveKind::kIncremental ? " incremental" : " full")
+      << " keep_last=" << c.keep_last;
 }
 
 // The damage patterns tried at every power-loss point.
@@ -143,7 +145,9 @@ class PowerLossTest : public ::testing::TestWithParam<PowerLossCase> {
       auto mgr = CheckpointManager::Open(
           std::make_unique<StorageWrapper>(storage), MakeOptions(comm));
       if (!mgr.ok()) return;
-      ok[rank] = (*mgr)->Save(step, model.ForRank(rank)).ok();
+      SaveOptions save;
+      save.incremental = GetParam().kind == SaveKind::kIncremental;
+      ok[rank] = (*mgr)->Save(step, model.ForRank(rank), save).ok();
     });
     for (int r = 1; r < ranks; ++r) {
       EXPECT_EQ(ok[r], ok[0]) << "ranks disagree about step " << step;
@@ -251,6 +255,17 @@ TEST_P(PowerLossTest, EveryCallOfTwoSaves) {
   auto [ok, total] = RunSaves(url, std::nullopt, none);
   ASSERT_EQ(ok, (std::vector<int64_t>{2, 3}));
   ASSERT_GE(total, 8u);
+  if (c.kind == SaveKind::kIncremental) {
+    // The workload really references its parent: step 3 depends on step 2
+    // (and wrote less than a full save would).
+    auto mgr = CheckpointManager::Open(url);
+    ASSERT_TRUE(mgr.ok());
+    auto info = (*mgr)->Describe(3);
+    ASSERT_TRUE(info.ok()) << info.status().ToString();
+    EXPECT_EQ(info->info.parent, 2);
+    EXPECT_FALSE(info->info.depends_on.empty());
+    EXPECT_GT(info->info.referenced_bytes, 0u);
+  }
   CheckRecovered(url, c.keep_last, ok, 0, false, "no power loss");
 
   int points = 0;
@@ -336,10 +351,15 @@ INSTANTIATE_TEST_SUITE_P(
                       PowerLossCase{"mem", 4, SaveKind::kFull, 0},
                       PowerLossCase{"mem", 4, SaveKind::kFull, 2},
                       PowerLossCase{"file", 1, SaveKind::kFull, 1},
-                      PowerLossCase{"file", 4, SaveKind::kFull, 2}),
+                      PowerLossCase{"file", 4, SaveKind::kFull, 2},
+                      PowerLossCase{"mem", 1, SaveKind::kIncremental, 0},
+                      PowerLossCase{"mem", 4, SaveKind::kIncremental, 2},
+                      PowerLossCase{"file", 4, SaveKind::kIncremental, 1}),
     [](const auto& info) {
       return info.param.backend + "_" + std::to_string(info.param.ranks) +
-             "_ranks_full_keep_last_" + std::to_string(info.param.keep_last);
+             (info.param.kind == SaveKind::kIncremental ? "_ranks_incremental"
+                                                        : "_ranks_full") +
+             "_keep_last_" + std::to_string(info.param.keep_last);
     });
 
 }  // namespace

@@ -2,7 +2,9 @@
 // from the two numbers, so that a test (or another process) can check a
 // loaded checkpoint bit for bit: a weights tensor split by rows across the
 // ranks, a replicated counters tensor, a blob, a rank-local blob and
-// metadata.
+// metadata. Like a model that trains, consecutive steps share most bytes:
+// the weights are the same for every step but one row, which an incremental
+// save therefore writes while it references the other chunks.
 #pragma once
 
 #include <algorithm>
@@ -24,15 +26,20 @@ namespace ckpt::testing {
 struct StepModel {
   static constexpr int64_t kCols = 96;
 
-  StepModel(int64_t step, int ranks, int64_t rows_per_rank = 8)
+  StepModel(int64_t step, int ranks, int64_t rows_per_rank = 32)
       : step(step),
         ranks(ranks),
         rows(rows_per_rank),
         weights(static_cast<size_t>(ranks * rows_per_rank * kCols)),
         counters(5) {
-    std::mt19937_64 gen(static_cast<uint64_t>(step) * 7919 + ranks);
     std::uniform_real_distribution<float> u(-1, 1);
-    for (float& w : weights) w = u(gen);
+    std::mt19937_64 base(static_cast<uint64_t>(ranks) * 104729);
+    for (float& w : weights) w = u(base);
+    std::mt19937_64 gen(static_cast<uint64_t>(step) * 7919 + ranks);
+    const int64_t row = step % (ranks * rows_per_rank);
+    for (int64_t c = 0; c < kCols; ++c) {
+      weights[static_cast<size_t>(row * kCols + c)] = u(gen);
+    }
     for (int64_t& c : counters) c = static_cast<int64_t>(gen());
     rng.resize(64);
     for (char& ch : rng) ch = static_cast<char>(gen());
@@ -120,7 +127,7 @@ void RunRanks(int ranks, F&& fn) {
 // Empty when `step` loads from `mgr` bit-identical to StepModel(step,
 // ranks, rows_per_rank); else why not.
 inline std::string CheckStep(CheckpointManager& mgr, int64_t step, int ranks,
-                             int64_t rows_per_rank = 8) {
+                             int64_t rows_per_rank = 32) {
   Result<LoadedCheckpoint> got = mgr.LoadAll(step);
   if (!got.ok()) return got.status().ToString();
   if (got->info.step != step) return "loaded another step";
