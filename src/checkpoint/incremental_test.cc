@@ -365,7 +365,9 @@ TEST_F(IncrementalTest, KeepingEveryKthStepOfAChainIsCheap) {
     if (step % 4 == 0) kept.emplace(step, m);
   }
   uint64_t stored = 0;
-  for (const CheckpointInfo& c : mgr->List().value()) stored += c.bytes;
+  auto listed = mgr->List();  // held: a range-for over List().value() dangles
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  for (const CheckpointInfo& c : *listed) stored += c.bytes;
   const uint64_t full = m.tables[0].size() * sizeof(float);
   // A full state plus, per save, about one changed chunk and small entries.
   EXPECT_LT(stored, full + 16 * (kChunk + 1024));

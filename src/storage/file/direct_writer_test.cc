@@ -62,7 +62,8 @@ TEST_F(DirectWriterTest, StreamedObjectsOfEverySizeReadBackExactly) {
     auto got = (*storage)->ReadAll("obj/" + std::to_string(size));
     ASSERT_TRUE(got.ok()) << got.status().ToString();
     ASSERT_EQ(got->size(), size);
-    EXPECT_EQ(std::memcmp(got->data(), want.data(), size), 0);
+    // memcmp must not see the null data() of an empty vector.
+    if (size > 0) EXPECT_EQ(std::memcmp(got->data(), want.data(), size), 0);
   }
 }
 
