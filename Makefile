@@ -9,6 +9,9 @@ PRESET ?= release
 BUILD  := build/$(PRESET)
 JOBS   ?= $(shell nproc)
 
+# A failing test prints only its failures, so they are what a log shows.
+export GTEST_BRIEF ?= 1
+
 .PHONY: all deps build demo test test-release check-format format asan tsan \
         fuzz-replay fuzz clean
 

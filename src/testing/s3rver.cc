@@ -5,7 +5,8 @@
 //   2. Pick a free port: bind port 0 on 127.0.0.1, read it, close.
 //   3. fork; the child asks for SIGKILL when its parent dies (so a crashed
 //      test leaves no server behind) and execs node on s3rver.js with the
-//      port, a fresh directory and the bucket, its output into a log file.
+//      port, a fresh directory and the bucket, its output into a log file,
+//      with s3rver_put_shim.js preloaded (PUTs answer once written).
 //   4. Poll until the server answers a ListObjectsV2 on the bucket, or the
 //      child exits (then its log says why; another port is tried).
 #include "testing/s3rver.h"
@@ -100,8 +101,11 @@ Result<std::unique_ptr<S3rver>> S3rver::Start(std::string bucket) {
     // s3rver's continuation tokens use DES, which OpenSSL 3 (Node 17 and
     // later) has only in its legacy provider: without it every truncated
     // listing fails with InternalError.
+    // The shim makes a PUT's answer wait for its bytes (see the file).
     std::vector<std::string> args = {"node",
                                      "--openssl-legacy-provider",
+                                     "--require",
+                                     CKPT_S3RVER_SHIM,
                                      js,
                                      "-d",
                                      data,
