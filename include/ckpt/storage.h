@@ -64,6 +64,13 @@ class WritableObject {
   WritableObject& operator=(const WritableObject&) = delete;
 
   virtual Status Append(std::span<const std::byte> data) = 0;
+  // As Append, but the caller keeps `data` alive and unchanged until Close
+  // returns or this object is destroyed, so a backend may write straight
+  // from it instead of copying (file://: O_DIRECT from the caller's memory
+  // where it is aligned).
+  virtual Status AppendRetained(std::span<const std::byte> data) {
+    return Append(data);
+  }
   // Makes the object durable and publishes it under its key (replacing any
   // object there). After an error the object may or may not be published
   // (a failed directory fsync comes after the rename), but never partially.

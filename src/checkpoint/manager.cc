@@ -253,6 +253,9 @@ class CheckpointManager::Impl {
   // calls it): the result to gather, with chunk rows that reference the
   // parent's objects as [offset, length, checksum, i], where "refs"[i] is
   // the object's [key, size, rank].
+  // Whether `state` is the asynchronous save's staged copy, whose memory
+  // (huge pages, large entries page-aligned) is written in place.
+  bool IsStaged(const State& state) const { return &state == &staged_; }
   json WriteIncremental(int64_t step, const std::string& attempt,
                         const State& state, const SaveOptions& save,
                         const SavePlan& plan, const std::vector<size_t>& mine,
@@ -522,7 +525,8 @@ json CheckpointManager::Impl::WriteIncremental(
   if (!w->runs.empty()) {
     const std::string key = format::DataObjectKey(step, c.rank(), attempt);
     Result<WrittenObject> r = Guard("write " + key, [&] {
-      return WriteDataObject(*storage_, key, w->runs, options_.chunk_size);
+      return WriteDataObject(*storage_, key, w->runs, options_.chunk_size,
+                             IsStaged(state));
     });
     if (!r.ok()) return {{"status", StatusToJson(r.status())}};
     written = std::move(r).value();
@@ -614,7 +618,8 @@ Result<SaveResult> CheckpointManager::Impl::Save(int64_t step,
   } else if (!mine.empty()) {
     const std::string key = format::DataObjectKey(step, c.rank(), attempt);
     Result<WrittenObject> written = Guard("write " + key, [&] {
-      return WriteDataObject(*storage_, key, pieces, options_.chunk_size);
+      return WriteDataObject(*storage_, key, pieces, options_.chunk_size,
+                             IsStaged(state));
     });
     if (written.ok()) {
       json chunks = json::array();

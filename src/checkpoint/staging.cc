@@ -2,16 +2,26 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 namespace ckpt {
 namespace {
 
-// Each entry starts on a cache line, so copies run at full speed.
+// Each entry starts on a cache line, so copies run at full speed; large
+// ones on a page, so that the background save's file:// writes go to the
+// disk straight from the staging memory (see WriteDataObject). The arena
+// itself is mmap'ed, so page-aligned.
 constexpr uint64_t kAlign = 64;
+constexpr uint64_t kPage = 4096;
+constexpr uint64_t kLarge = 64 << 10;
 
-uint64_t Padded(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+// Where an entry of `n` bytes goes when `used` bytes are taken.
+uint64_t Place(uint64_t used, uint64_t n) {
+  const uint64_t align = n >= kLarge ? kPage : kAlign;
+  return (used + align - 1) / align * align;
+}
 
 uint64_t EntryBytes(const Entry& e) {
   if (e.kind == EntryKind::kMetadata) return 0;
@@ -48,7 +58,10 @@ Result<std::span<std::byte>> StagingArena::Reserve(uint64_t bytes) {
 
 uint64_t StagingBytes(const State& state) {
   uint64_t total = 0;
-  for (const Entry& e : state.entries()) total += Padded(EntryBytes(e));
+  for (const Entry& e : state.entries()) {
+    const uint64_t n = EntryBytes(e);
+    total = Place(total, n) + n;
+  }
   return total;
 }
 
@@ -61,13 +74,14 @@ Status StageState(const State& state, std::span<std::byte> memory, State& out) {
       continue;
     }
     const uint64_t n = EntryBytes(e);
+    used = std::min<uint64_t>(Place(used, n), memory.size());
     if (memory.size() - used < n) {
       return InvalidArgumentError("asynchronous save: entry " + e.name +
                                   " does not fit in the staging memory");
     }
     std::byte* dst = memory.data() + used;
     if (n > 0) std::memcpy(dst, e.tensor.data, n);
-    used += Padded(n);
+    used += n;
     TensorView view{e.tensor.dtype, e.tensor.shape, dst, false};
     if (e.kind == EntryKind::kBlob) {
       // Borrowed, as every staged entry: AddRankLocalBlob would copy again.

@@ -29,9 +29,14 @@ struct WrittenObject {
 };
 
 // Writes `pieces` into `key` durably. Nothing is published under `key` unless
-// this returns Ok.
+// this returns Ok. `in_place`: the pieces' bytes are in memory whose pages
+// are cheap for the device to read from (ckpt's own huge-page staging), so
+// the storage may write them without copying (WritableObject::
+// AppendRetained); otherwise it copies them into its own blocks, which for
+// ordinary 4 KiB pages is faster than having the kernel pin every page.
 Result<WrittenObject> WriteDataObject(Storage& storage, const std::string& key,
                                       const std::vector<PieceToWrite>& pieces,
-                                      uint64_t chunk_size);
+                                      uint64_t chunk_size,
+                                      bool in_place = false);
 
 }  // namespace ckpt

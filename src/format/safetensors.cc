@@ -33,7 +33,12 @@ Result<uint64_t> ShapeBytes(DType dtype, const std::vector<int64_t>& shape) {
 
 Result<std::string> EncodeSafetensorsHeader(
     std::vector<TensorLayout>& tensors,
-    const std::map<std::string, std::string>& metadata) {
+    const std::map<std::string, std::string>& metadata, uint64_t alignment) {
+  if (alignment < kSafetensorsAlignment || (alignment & (alignment - 1))) {
+    return InvalidArgumentError("safetensors data alignment " +
+                                std::to_string(alignment) +
+                                " is not a power of two of at least 8");
+  }
   nlohmann::json header = nlohmann::json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
@@ -65,8 +70,7 @@ Result<std::string> EncodeSafetensorsHeader(
         "safetensors metadata holds a key or value that is not UTF-8");
   }
   const size_t total = 8 + json.size();
-  const size_t padded = (total + kSafetensorsAlignment - 1) /
-                        kSafetensorsAlignment * kSafetensorsAlignment;
+  const size_t padded = (total + alignment - 1) / alignment * alignment;
   json.append(padded - total, ' ');
   if (json.size() > kMaxSafetensorsHeader) {
     return InvalidArgumentError(

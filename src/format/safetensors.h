@@ -17,6 +17,7 @@
 
 #include "ckpt/dtype.h"
 #include "ckpt/status.h"
+#include "format/constants.h"
 
 namespace ckpt::format {
 
@@ -40,11 +41,13 @@ struct SafetensorsHeader {
 
 // Lays `tensors` out back to back in the given order (filling begin and end)
 // and returns the bytes that precede the data: the 8-byte length and the
-// padded JSON header. Fails on invalid names, duplicate names or overflowing
-// shapes.
+// JSON header, padded with spaces so that the data section starts at a
+// multiple of `alignment` (a power of two, at least 8: the format's own).
+// Fails on invalid names, duplicate names or overflowing shapes.
 Result<std::string> EncodeSafetensorsHeader(
     std::vector<TensorLayout>& tensors,
-    const std::map<std::string, std::string>& metadata);
+    const std::map<std::string, std::string>& metadata,
+    uint64_t alignment = kSafetensorsAlignment);
 
 // Decodes the 8-byte length prefix of a file of `file_size` bytes and checks
 // that the header fits (at most kMaxSafetensorsHeader and inside the file).

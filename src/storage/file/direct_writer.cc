@@ -1,10 +1,12 @@
 #include "storage/file/direct_writer.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdlib>
+#include <cstdint>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -14,6 +16,29 @@ namespace {
 
 // Blocks kept for reuse beyond the ones in use (4 objects' worth).
 constexpr size_t kMaxPooled = 4 * DirectWriter::kBuffers;
+
+// A block of kBlock bytes on huge-page boundaries, backed by huge pages
+// where the kernel grants them, or null. The device reads O_DIRECT writes
+// from pinned memory, and pinning 2 MiB pages is far cheaper than 4 KiB
+// ones: on the reference machine, writes from huge-page blocks ran at the
+// raw device speed, from 4 KiB pages at about 0.8 of it.
+std::byte* MapBlock() {
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t span = DirectWriter::kBlock + kHuge;
+  void* p = ::mmap(nullptr, span, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  // Keep the aligned middle; give back the ends.
+  const uintptr_t start = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t aligned = (start + kHuge - 1) / kHuge * kHuge;
+  if (aligned > start) ::munmap(p, aligned - start);
+  const uintptr_t end = aligned + DirectWriter::kBlock;
+  if (start + span > end)
+    ::munmap(reinterpret_cast<void*>(end), start + span - end);
+  auto* block = reinterpret_cast<std::byte*>(aligned);
+  ::madvise(block, DirectWriter::kBlock, MADV_HUGEPAGE);
+  return block;
+}
 
 class BlockPool {
  public:
@@ -26,8 +51,7 @@ class BlockPool {
         return b;
       }
     }
-    return static_cast<std::byte*>(
-        std::aligned_alloc(DirectWriter::kAlign, DirectWriter::kBlock));
+    return MapBlock();
   }
   void Put(std::byte* b) {
     if (b == nullptr) return;
@@ -35,7 +59,7 @@ class BlockPool {
     if (free_.size() < kMaxPooled) {
       free_.push_back(b);
     } else {
-      std::free(b);
+      ::munmap(b, DirectWriter::kBlock);
     }
   }
 
@@ -75,7 +99,17 @@ int WriteAt(int fd, const std::byte* data, size_t length, uint64_t offset) {
 
 }  // namespace
 
-DirectWriter::DirectWriter(int fd) : fd_(fd) {}
+// STATX_DIOALIGN (Linux 6.1); glibc 2.36's headers do not name it yet.
+constexpr unsigned kStatxDioAlign = 0x2000;
+
+DirectWriter::DirectWriter(int fd) : fd_(fd) {
+  struct statx st = {};
+  if (::statx(fd, "", AT_EMPTY_PATH, kStatxDioAlign, &st) == 0 &&
+      (st.stx_mask & kStatxDioAlign) && st.stx_dio_mem_align > 0 &&
+      st.stx_dio_offset_align > 0 && kAlign % st.stx_dio_offset_align == 0) {
+    mem_align_ = st.stx_dio_mem_align;
+  }
+}
 
 DirectWriter::~DirectWriter() {
   for (size_t i = 0; i < kBuffers; ++i) {
@@ -92,10 +126,18 @@ int DirectWriter::Await(size_t i) {
 }
 
 int DirectWriter::Append(std::span<const std::byte> data) {
+  Copy(data);
+  return error_;
+}
+
+void DirectWriter::Copy(std::span<const std::byte> data) {
   while (!data.empty() && error_ == 0) {
     if (blocks_[current_] == nullptr) {
       blocks_[current_] = Pool().Get();
-      if (blocks_[current_] == nullptr) return error_ = ENOMEM;
+      if (blocks_[current_] == nullptr) {
+        error_ = ENOMEM;
+        return;
+      }
     }
     const size_t n = std::min(kBlock - filled_, data.size());
     std::memcpy(blocks_[current_] + filled_, data.data(), n);
@@ -103,6 +145,29 @@ int DirectWriter::Append(std::span<const std::byte> data) {
     data = data.subspan(n);
     if (filled_ == kBlock) Submit(kBlock);
   }
+}
+
+int DirectWriter::AppendRetained(std::span<const std::byte> data) {
+  // Copy up to the file's next aligned position; from there, if the memory
+  // is aligned too, the whole aligned stretch goes out in place.
+  const size_t misaligned = (offset_ + filled_) % kAlign;
+  if (misaligned != 0) {
+    const size_t n = std::min(kAlign - misaligned, data.size());
+    Copy(data.first(n));
+    data = data.subspan(n);
+  }
+  const size_t whole = data.size() / kAlign * kAlign;
+  if (whole == 0 || reinterpret_cast<uintptr_t>(data.data()) % mem_align_) {
+    Copy(data);
+    return error_;
+  }
+  // The bytes before it go first, as a short block: file order does not
+  // matter to pwrite, but offset_ must reach the aligned position.
+  if (filled_ > 0 && error_ == 0) Submit(filled_);
+  for (size_t pos = 0; pos < whole && error_ == 0; pos += kBlock) {
+    SubmitInPlace(data.data() + pos, std::min(kBlock, whole - pos));
+  }
+  Copy(data.subspan(whole));
   return error_;
 }
 
@@ -114,10 +179,26 @@ int DirectWriter::Submit(size_t length) {
   });
   offset_ += length;
   filled_ = 0;
-  current_ = (current_ + 1) % kBuffers;
-  // The next block to fill may still be on its way to the disk.
-  Await(current_);
+  Advance();
   return error_;
+}
+
+void DirectWriter::SubmitInPlace(const std::byte* data, size_t length) {
+  // The slot's block (if any) stays unused until the slot comes round
+  // again; its write has ended (Advance waited for it).
+  writes_[current_] = std::async(std::launch::async,
+                                 [fd = fd_, data, length, offset = offset_] {
+                                   return WriteAt(fd, data, length, offset);
+                                 });
+  offset_ += length;
+  bytes_in_place_ += length;
+  Advance();
+}
+
+void DirectWriter::Advance() {
+  current_ = (current_ + 1) % kBuffers;
+  // The next slot's block may still be on its way to the disk.
+  Await(current_);
 }
 
 int DirectWriter::Finish() {

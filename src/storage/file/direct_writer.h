@@ -6,6 +6,10 @@
 //
 // The blocks come from a process-wide pool and are reused by every later
 // object, so a save touches no fresh memory once the first one is done.
+// Bytes the caller keeps alive until Finish (AppendRetained) are not copied
+// at all where their address and their place in the file are both aligned
+// for O_DIRECT: they go to the disk straight from the caller's memory, which
+// leaves the CPU to the checksums.
 // Used by one thread at a time.
 #pragma once
 
@@ -34,17 +38,35 @@ class DirectWriter {
   // Returns 0 or the errno of a failed write (this one's or an earlier
   // block's).
   int Append(std::span<const std::byte> data);
+  // As Append, but `data` stays valid and unchanged until Finish returns or
+  // the writer is destroyed, so aligned stretches of it are written in
+  // place.
+  int AppendRetained(std::span<const std::byte> data);
+  // Bytes written straight from retained memory so far (the rest was copied
+  // through the blocks).
+  uint64_t bytes_in_place() const { return bytes_in_place_; }
   // Writes the last block (padded to kAlign), waits for every write and cuts
   // the file to the bytes appended. 0 or an errno.
   int Finish();
 
  private:
+  // Copies into the current block; submits it when full.
+  void Copy(std::span<const std::byte> data);
   // Hands the filled block to a writer thread; 0 or an errno.
   int Submit(size_t length);
+  // Hands `length` bytes of the caller's memory at `data` to a writer
+  // thread; the current block must be empty.
+  void SubmitInPlace(const std::byte* data, size_t length);
+  // Makes the slot after this one current, once its write has ended.
+  void Advance();
   // Waits for block `i`'s write; 0 or its errno.
   int Await(size_t i);
 
   const int fd_;
+  // Alignment of memory O_DIRECT writes from (statx's dio_mem_align, or
+  // kAlign where the kernel does not say).
+  size_t mem_align_ = kAlign;
+  uint64_t bytes_in_place_ = 0;
   std::byte* blocks_[kBuffers] = {};
   std::future<int> writes_[kBuffers];
   size_t current_ = 0;   // the block being filled

@@ -323,6 +323,16 @@ class FileWritable : public WritableObject {
     return Status();
   }
 
+  Status AppendRetained(std::span<const std::byte> data) override {
+    if (!direct_) return Append(data);
+    CKPT_RETURN_IF_ERROR(CheckWritable());
+    if (int err = direct_->AppendRetained(data)) {
+      return Fail(err, "write temp file");
+    }
+    size_ += data.size();
+    return Status();
+  }
+
   Status Close() override { return Publish(PutMode::kOverwrite); }
 
   uint64_t size() const override { return size_; }
