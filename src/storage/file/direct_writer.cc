@@ -99,6 +99,9 @@ int WriteAt(int fd, const std::byte* data, size_t length, uint64_t offset) {
 
 }  // namespace
 
+std::byte* AcquireDirectBlock() { return Pool().Get(); }
+void ReleaseDirectBlock(std::byte* block) { Pool().Put(block); }
+
 // STATX_DIOALIGN (Linux 6.1); glibc 2.36's headers do not name it yet.
 constexpr unsigned kStatxDioAlign = 0x2000;
 

@@ -20,6 +20,12 @@
 
 namespace ckpt {
 
+// A kBlock-byte block from the process-wide pool of O_DIRECT blocks (aligned,
+// on huge pages where granted), or null when memory runs out; give it back
+// with ReleaseDirectBlock. Also used for O_DIRECT reads.
+std::byte* AcquireDirectBlock();
+void ReleaseDirectBlock(std::byte* block);
+
 class DirectWriter {
  public:
   // Bytes per block written; offsets and lengths of O_DIRECT writes are

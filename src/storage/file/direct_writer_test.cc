@@ -163,6 +163,37 @@ TEST_F(DirectWriterTest, AlignedRetainedBytesAreNotCopied) {
   std::free(source);
 }
 
+// Reads of 1 MiB and more go through O_DIRECT blocks: any offset and length
+// (unaligned, across blocks, up to the very end) must give exactly the bytes,
+// and a range past the end must still be refused.
+TEST_F(DirectWriterTest, LargeRangeReadsAtAnyOffsetReadBackExactly) {
+  auto storage = OpenStorage(dir_);
+  ASSERT_TRUE(storage.ok()) << storage.status().ToString();
+  const size_t size = 2 * DirectWriter::kBlock + 4321;
+  const std::vector<std::byte> want = Bytes(size, 23);
+  ASSERT_TRUE((*storage)->Put("big", want).ok());
+  std::mt19937_64 gen(29);
+  std::vector<std::pair<size_t, size_t>> ranges = {
+      {0, size},
+      {1, size - 1},
+      {size - (1 << 20), 1 << 20},
+      {DirectWriter::kBlock - 1, DirectWriter::kBlock + 2}};
+  for (int i = 0; i < 20; ++i) {
+    const size_t len = (1 << 20) + gen() % (size - (1 << 20));
+    ranges.emplace_back(gen() % (size - len + 1), len);
+  }
+  for (auto [offset, len] : ranges) {
+    SCOPED_TRACE("offset " + std::to_string(offset) + " length " +
+                 std::to_string(len));
+    std::vector<std::byte> got(len);
+    ASSERT_TRUE((*storage)->ReadRange("big", offset, got).ok());
+    EXPECT_EQ(std::memcmp(got.data(), want.data() + offset, len), 0);
+  }
+  std::vector<std::byte> past(1 << 20);
+  EXPECT_EQ((*storage)->ReadRange("big", size - past.size() + 1, past).code(),
+            ErrorCode::kDataLoss);
+}
+
 TEST_F(DirectWriterTest, AWriteErrorIsReported) {
   // A read-only descriptor: every write fails with EBADF.
   const std::string path = dir_ + "/ro";
