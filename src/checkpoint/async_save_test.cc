@@ -15,6 +15,7 @@
 
 #include "checkpoint/test_util.h"
 #include "ckpt/checkpoint_manager.h"
+#include "format/constants.h"
 #include "format/manifest.h"
 #include "gtest/gtest.h"
 #include "storage/memory/memory_storage.h"
@@ -327,7 +328,8 @@ TEST_F(AsyncSaveTest, OnFilesStagedEntriesAreWrittenInPlaceBitIdentical) {
         in.read(reinterpret_cast<char*>(len), 8);
         uint64_t header = 0;
         for (int i = 7; i >= 0; --i) header = header << 8 | len[i];
-        EXPECT_EQ((8 + header) % 4096, 0u) << e.path();
+        EXPECT_EQ((8 + header) % format::kSafetensorsPageAlignment, 0u)
+            << e.path();
         found = true;
       }
       EXPECT_TRUE(found);

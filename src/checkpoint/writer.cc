@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <future>
 
+#include "format/constants.h"
 #include "format/safetensors.h"
 #include "util/checksum.h"
 
@@ -12,14 +13,6 @@ namespace {
 // Bytes handed to the storage per Append (its buffers take them in pieces
 // of their own anyway).
 constexpr size_t kSlice = size_t{8} << 20;
-
-// The data section starts on a page boundary, so tensors whose memory is
-// page-aligned (staging copies, mmap'ed or large posix_memalign'ed buffers)
-// line up with their place in the file and file:// writes them to the disk
-// without a copy. Costs up to 4 KiB of header padding, so only objects of
-// at least kAlignFrom bytes pay it.
-constexpr uint64_t kDataAlignment = 4096;
-constexpr uint64_t kAlignFrom = uint64_t{1} << 20;
 
 }  // namespace
 
@@ -33,12 +26,13 @@ Result<WrittenObject> WriteDataObject(Storage& storage, const std::string& key,
     layout.push_back(format::TensorLayout{p.tensor_name, p.dtype, p.lengths});
     data_bytes += p.bytes.size();
   }
-  CKPT_ASSIGN_OR_RETURN(
-      std::string header,
-      format::EncodeSafetensorsHeader(layout, {},
-                                      data_bytes >= kAlignFrom
-                                          ? kDataAlignment
-                                          : format::kSafetensorsAlignment));
+  // Large objects start their data on a page, so that page-aligned memory
+  // (the asynchronous save's staging) lines up with its place in the file.
+  const uint64_t alignment = data_bytes >= format::kPageAlignFrom
+                                 ? format::kSafetensorsPageAlignment
+                                 : format::kSafetensorsAlignment;
+  CKPT_ASSIGN_OR_RETURN(std::string header,
+                        format::EncodeSafetensorsHeader(layout, {}, alignment));
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<WritableObject> out,
                         storage.NewWritable(key));
   auto as_bytes = [](std::string_view s) {
