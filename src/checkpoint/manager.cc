@@ -249,13 +249,13 @@ class CheckpointManager::Impl {
   // fields ({} for a full save): IncrementalPolicy applied to the newest
   // committed checkpoint below `step`.
   json DecideParent(int64_t step);
+  // Whether `state` is the asynchronous save's staged copy, whose memory
+  // (huge pages, large entries page-aligned) is written in place.
+  bool IsStaged(const State& state) const { return &state == &staged_; }
   // Step 3 of an incremental save on this rank (collective: every rank
   // calls it): the result to gather, with chunk rows that reference the
   // parent's objects as [offset, length, checksum, i], where "refs"[i] is
   // the object's [key, size, rank].
-  // Whether `state` is the asynchronous save's staged copy, whose memory
-  // (huge pages, large entries page-aligned) is written in place.
-  bool IsStaged(const State& state) const { return &state == &staged_; }
   json WriteIncremental(int64_t step, const std::string& attempt,
                         const State& state, const SaveOptions& save,
                         const SavePlan& plan, const std::vector<size_t>& mine,

@@ -203,16 +203,7 @@ TEST_F(S3CheckpointTest, FourRanksSaveAndOtherWorldSizesLoad) {
     }
     return out;
   };
-  auto run_ranks = [](int n,
-                      const std::function<void(int, Communicator*)>& fn) {
-    auto comms = NewThreadCommunicators(n);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < n; ++r) {
-      threads.emplace_back([&, r] { fn(r, comms[r].get()); });
-    }
-    for (auto& t : threads) t.join();
-  };
-  run_ranks(4, [&](int rank, Communicator* comm) {
+  testing::RunRanks(4, [&](int rank, Communicator* comm) {
     auto mgr = Open({.communicator = comm, .chunk_size = 4096});
     ASSERT_NE(mgr, nullptr);
     std::vector<float> piece = box(rank * 16, 16, 0, kCols);
@@ -264,7 +255,7 @@ TEST_F(S3CheckpointTest, FourRanksSaveAndOtherWorldSizesLoad) {
        }}};
   for (const Split& split : splits) {
     std::atomic<int> ok{0};
-    run_ranks(split.ranks, [&](int rank, Communicator* comm) {
+    testing::RunRanks(split.ranks, [&](int rank, Communicator* comm) {
       auto mgr = Open({.communicator = comm});
       ASSERT_NE(mgr, nullptr);
       auto [r0, nr, c0, nc] = split.box(rank);

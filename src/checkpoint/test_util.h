@@ -15,6 +15,7 @@
 #include "ckpt/checkpoint_manager.h"
 #include "ckpt/state.h"
 #include "gtest/gtest.h"
+#include "testing/run_ranks.h"
 
 namespace ckpt::testing {
 
@@ -149,17 +150,6 @@ inline std::vector<int64_t> ListedSteps(CheckpointManager& mgr) {
     for (const CheckpointInfo& i : *infos) out.push_back(i.step);
   }
   return out;
-}
-
-// Runs fn(rank, communicator) on `n` threads, one per rank of a
-// NewThreadCommunicators group, and waits for all.
-inline void RunRanks(int n, const std::function<void(int, Communicator*)>& fn) {
-  auto comms = NewThreadCommunicators(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] { fn(r, comms[r].get()); });
-  }
-  for (auto& t : threads) t.join();
 }
 
 }  // namespace ckpt::testing

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "catalog/sql_catalog.h"
+#include "testing/free_port.h"
 
 extern char** environ;
 
@@ -84,23 +85,6 @@ Status Run(std::vector<std::string> argv, const std::string& log) {
     return IOError(command + " failed:\n" + Tail(log));
   }
   return Status();
-}
-
-Result<int> FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return ErrnoError(errno, "socket");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    const int err = errno;
-    close(fd);
-    return ErrnoError(err, "find a free port");
-  }
-  close(fd);
-  return static_cast<int>(ntohs(addr.sin_port));
 }
 
 // Forks a process that waits for `read_fd` to reach end of file (every copy

@@ -31,6 +31,8 @@
 #include <thread>
 #include <vector>
 
+#include "testing/free_port.h"
+
 namespace ckpt::testing {
 namespace {
 
@@ -42,23 +44,6 @@ constexpr int kStartTries = 3;
 std::string S3rverJs() {
   const char* env = std::getenv("CKPT_S3RVER_JS");
   return env != nullptr && *env != '\0' ? env : CKPT_S3RVER_JS;
-}
-
-Result<int> FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return ErrnoError(errno, "socket");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return ErrnoError(err, "bind a free port on 127.0.0.1");
-  }
-  ::close(fd);
-  return static_cast<int>(ntohs(addr.sin_port));
 }
 
 std::string Tail(const std::string& path) {

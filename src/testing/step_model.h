@@ -20,6 +20,7 @@
 #include "ckpt/checkpoint_manager.h"
 #include "ckpt/communicator.h"
 #include "ckpt/state.h"
+#include "testing/run_ranks.h"
 
 namespace ckpt::testing {
 
@@ -106,23 +107,6 @@ struct StepModel {
   std::vector<int64_t> counters;
   std::string rng;
 };
-
-// Runs fn(rank, communicator) on `ranks` threads (a null communicator for
-// one rank: a single process) and waits for all.
-template <typename F>
-void RunRanks(int ranks, F&& fn) {
-  if (ranks == 1) {
-    fn(0, nullptr);
-    return;
-  }
-  std::vector<std::unique_ptr<Communicator>> comms =
-      NewThreadCommunicators(ranks);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < ranks; ++r) {
-    threads.emplace_back([&, r] { fn(r, comms[r].get()); });
-  }
-  for (std::thread& t : threads) t.join();
-}
 
 // Empty when `step` loads from `mgr` bit-identical to StepModel(step,
 // ranks, rows_per_rank); else why not.
