@@ -139,8 +139,10 @@ TEST_F(DirectWriterTest, RetainedAppendsInPlaceOrCopiedReadBackExactly) {
 
 TEST_F(DirectWriterTest, AlignedRetainedBytesAreNotCopied) {
   const size_t size = 3 * DirectWriter::kBlock + 100;
-  std::byte* source =
-      static_cast<std::byte*>(std::aligned_alloc(DirectWriter::kAlign, size));
+  // aligned_alloc wants a whole number of alignments.
+  std::byte* source = static_cast<std::byte*>(std::aligned_alloc(
+      DirectWriter::kAlign,
+      (size / DirectWriter::kAlign + 1) * DirectWriter::kAlign));
   ASSERT_NE(source, nullptr);
   std::memset(source, 7, size);
   const std::string path = dir_ + "/inplace";
