@@ -9,13 +9,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "ckpt/storage.h"
 #include "gtest/gtest.h"
+#include "testing/subprocess.h"
 
 namespace ckpt {
 namespace {
@@ -125,10 +125,7 @@ TEST_F(DirectWriterTest, RetainedAppendsInPlaceOrCopiedReadBackExactly) {
       in_place = w.bytes_in_place();
     }
     ::close(fd);
-    std::ifstream in(path, std::ios::binary | std::ios::ate);
-    std::string got(static_cast<size_t>(in.tellg()), '\0');
-    in.seekg(0);
-    in.read(got.data(), static_cast<std::streamsize>(got.size()));
+    const std::string got = testing::ReadFile(path);
     ASSERT_EQ(got.size(), want.size());
     EXPECT_TRUE(want.empty() ||
                 std::memcmp(got.data(), want.data(), want.size()) == 0);

@@ -313,34 +313,11 @@ class FileWritable : public WritableObject {
   }
 
   Status Append(std::span<const std::byte> data) override {
-    CKPT_RETURN_IF_ERROR(CheckWritable());
-    if (direct_) {
-      if (int err = direct_->Append(data)) return Fail(err, "write temp file");
-      size_ += data.size();
-      return Status();
-    }
-    if (data.size() < kSmallAppend) {
-      if (buffer_.size() + data.size() > kAppendBufferSize) {
-        CKPT_RETURN_IF_ERROR(Flush());
-      }
-      if (buffer_.capacity() == 0) buffer_.reserve(kAppendBufferSize);
-      buffer_.insert(buffer_.end(), data.begin(), data.end());
-    } else {
-      CKPT_RETURN_IF_ERROR(Flush());
-      CKPT_RETURN_IF_ERROR(Write(data));
-    }
-    size_ += data.size();
-    return Status();
+    return AppendImpl(data, /*retained=*/false);
   }
 
   Status AppendRetained(std::span<const std::byte> data) override {
-    if (!direct_) return Append(data);
-    CKPT_RETURN_IF_ERROR(CheckWritable());
-    if (int err = direct_->AppendRetained(data)) {
-      return Fail(err, "write temp file");
-    }
-    size_ += data.size();
-    return Status();
+    return AppendImpl(data, /*retained=*/true);
   }
 
   Status Close() override { return Publish(PutMode::kOverwrite); }
@@ -397,6 +374,31 @@ class FileWritable : public WritableObject {
   FileWritable(std::shared_ptr<const Root> root, std::string_view op,
                std::string_view key, std::string_view name)
       : root_(std::move(root)), op_(op), key_(key), name_(name) {}
+
+  // `retained`: the caller keeps `data` until Close, so the O_DIRECT writer
+  // may write aligned stretches of it in place.
+  Status AppendImpl(std::span<const std::byte> data, bool retained) {
+    CKPT_RETURN_IF_ERROR(CheckWritable());
+    if (direct_) {
+      const int err =
+          retained ? direct_->AppendRetained(data) : direct_->Append(data);
+      if (err != 0) return Fail(err, "write temp file");
+      size_ += data.size();
+      return Status();
+    }
+    if (data.size() < kSmallAppend) {
+      if (buffer_.size() + data.size() > kAppendBufferSize) {
+        CKPT_RETURN_IF_ERROR(Flush());
+      }
+      if (buffer_.capacity() == 0) buffer_.reserve(kAppendBufferSize);
+      buffer_.insert(buffer_.end(), data.begin(), data.end());
+    } else {
+      CKPT_RETURN_IF_ERROR(Flush());
+      CKPT_RETURN_IF_ERROR(Write(data));
+    }
+    size_ += data.size();
+    return Status();
+  }
 
   int dir() const { return chain_.parent(*root_); }
   std::string Where() const { return root_->Where(op_, key_); }
