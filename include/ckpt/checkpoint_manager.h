@@ -259,6 +259,10 @@ struct VerifyReport {
 
 // The outcome of a SaveAsync, delivered later. Copies share one outcome;
 // a handle stays valid after its manager is gone. Thread-safe.
+namespace internal {
+struct SaveHandleState;
+}  // namespace internal
+
 class SaveHandle {
  public:
   // A handle of no save: Done() is true and Wait() fails.
@@ -272,13 +276,12 @@ class SaveHandle {
   // every call returns the same one. Every rank gets the same result.
   Result<SaveResult> Wait() const;
 
-  struct Shared;  // the outcome the background thread fills in
-
  private:
   friend class CheckpointManager;
-  explicit SaveHandle(std::shared_ptr<Shared> shared)
+  explicit SaveHandle(std::shared_ptr<internal::SaveHandleState> shared)
       : shared_(std::move(shared)) {}
-  std::shared_ptr<Shared> shared_;
+  // The outcome the background thread fills in.
+  std::shared_ptr<internal::SaveHandleState> shared_;
 };
 
 // The name LoadAll gives rank `rank`'s value of rank-local entry `name`:

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <set>
 
+#include "checkpoint/messages.h"
 #include "checkpoint/planner.h"
 #include "checkpoint/test_util.h"
 #include "ckpt/checkpoint_manager.h"

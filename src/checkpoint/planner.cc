@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <numeric>
 #include <tuple>
 
@@ -11,8 +10,6 @@
 #include "util/names.h"
 
 namespace ckpt {
-
-using nlohmann::json;
 
 Offer MakeOffer(const State& state, std::string host) {
   Offer offer;
@@ -39,57 +36,6 @@ Offer MakeOffer(const State& state, std::string host) {
     offer.pieces.push_back(std::move(p));
   }
   return offer;
-}
-
-std::string EncodeOffer(const Offer& offer) {
-  json j;
-  j["host"] = offer.host;
-  j["code"] = static_cast<int>(offer.error_code);
-  j["message"] = offer.error_message;
-  json pieces = json::array();
-  for (const PieceOffer& p : offer.pieces) {
-    pieces.push_back({{"name", p.name},
-                      {"kind", static_cast<int>(p.kind)},
-                      {"dtype", static_cast<int>(p.dtype)},
-                      {"shape", p.shape},
-                      {"offsets", p.offsets},
-                      {"lengths", p.lengths},
-                      {"json", p.json},
-                      {"local", p.rank_local}});
-  }
-  j["pieces"] = std::move(pieces);
-  return j.dump();
-}
-
-Result<Offer> DecodeOffer(std::string_view bytes) {
-  // Offers come from our own ranks, but a corrupt message must still not
-  // crash: any mismatch is DataLoss.
-  json j = json::parse(bytes, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) {
-    return DataLossError("save plan: a rank sent an unreadable offer");
-  }
-  try {
-    Offer o;
-    o.host = j.at("host").get<std::string>();
-    o.error_code = static_cast<ErrorCode>(j.at("code").get<int>());
-    o.error_message = j.at("message").get<std::string>();
-    for (const json& jp : j.at("pieces")) {
-      PieceOffer p;
-      p.name = jp.at("name").get<std::string>();
-      p.kind = static_cast<EntryKind>(jp.at("kind").get<int>());
-      p.dtype = static_cast<DType>(jp.at("dtype").get<int>());
-      p.shape = jp.at("shape").get<std::vector<int64_t>>();
-      p.offsets = jp.at("offsets").get<std::vector<int64_t>>();
-      p.lengths = jp.at("lengths").get<std::vector<int64_t>>();
-      p.json = jp.at("json").get<std::string>();
-      p.rank_local = jp.at("local").get<bool>();
-      o.pieces.push_back(std::move(p));
-    }
-    return o;
-  } catch (const json::exception& e) {
-    return DataLossError(std::string("save plan: malformed offer: ") +
-                         e.what());
-  }
 }
 
 namespace {

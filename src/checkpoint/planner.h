@@ -63,9 +63,6 @@ struct SavePlan {
 // What this rank holds. Invalid states become an Offer carrying the error.
 Offer MakeOffer(const State& state, std::string host);
 
-std::string EncodeOffer(const Offer& offer);
-Result<Offer> DecodeOffer(std::string_view bytes);
-
 // The agreed plan. Fails (the same way on every rank) if any offer carries an
 // error or the offers disagree about an entry.
 Result<SavePlan> MakePlan(const std::vector<Offer>& offers);

@@ -1,0 +1,125 @@
+// Asynchronous save (SaveAsync):
+//
+//   1. On the caller's thread, wait until no save is in flight (under
+//      AsyncSavePolicy::kSkip a single process returns "skipped" instead),
+//      join the last background thread and report its error, if any, once.
+//   2. Copy the state into the reused staging memory (staging.h: huge pages,
+//      large entries page-aligned). A state above async_staging_bytes is
+//      saved synchronously instead; a state that cannot be staged still goes
+//      on, carrying its error, so every rank fails the collectives together.
+//   3. Mark the manager busy; the caller returns and may change its tensors.
+//   4. A background thread runs the save protocol (save.cc) on the staged
+//      copy; with many ranks its collectives run on that thread. The handle
+//      gets the result first, then the manager turns idle.
+//
+// While the manager is busy every public call waits (the busy flag is a lock
+// held across threads), so the communicator and the manifest cache are used
+// by one thread at a time and every rank sees the same order of collectives.
+// A background error is kept until the next Save or SaveAsync reports it:
+// deterministically on every rank, whether or not Wait() saw it.
+#include "checkpoint/manager_impl.h"
+
+namespace ckpt {
+
+void internal::SaveHandleState::Finish(Result<SaveResult> r) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    result.emplace(std::move(r));
+  }
+  done.notify_all();
+}
+
+int64_t SaveHandle::step() const { return shared_ ? shared_->step : -1; }
+
+bool SaveHandle::Done() const {
+  if (!shared_) return true;
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  return shared_->result.has_value();
+}
+
+Result<SaveResult> SaveHandle::Wait() const {
+  if (!shared_) {
+    return FailedPreconditionError("wait: the handle belongs to no save");
+  }
+  std::unique_lock<std::mutex> lock(shared_->mu);
+  shared_->done.wait(lock, [&] { return shared_->result.has_value(); });
+  return *shared_->result;
+}
+
+CheckpointManager::Impl::~Impl() {
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_.wait(lock, [&] { return !busy_; });
+  lock.unlock();
+  if (worker_.joinable()) worker_.join();
+}
+
+std::unique_lock<std::mutex> CheckpointManager::Impl::Acquire() {
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_.wait(lock, [&] { return !busy_; });
+  return lock;
+}
+
+Status CheckpointManager::Impl::TakeAsyncError() {
+  return std::exchange(async_error_, Status());
+}
+
+void CheckpointManager::Impl::StartAsync(
+    std::unique_lock<std::mutex>& lock, int64_t step, const State& state,
+    const SaveOptions& save,
+    const std::shared_ptr<internal::SaveHandleState>& handle) {
+  // 1. Wait for the save in flight, or skip.
+  if (busy_ && options_.async_policy == AsyncSavePolicy::kSkip &&
+      comm().size() == 1) {
+    SaveResult skipped;
+    skipped.skipped = true;
+    handle->Finish(std::move(skipped));
+    return;
+  }
+  idle_.wait(lock, [&] { return !busy_; });
+  // The thread has reported its result and is ending; join it so that it
+  // can be replaced.
+  if (worker_.joinable()) worker_.join();
+  if (Status s = TakeAsyncError(); !s.ok()) {
+    handle->Finish(std::move(s));
+    return;
+  }
+  // 2. Stage.
+  const uint64_t need = StagingBytes(state);
+  if (options_.async_staging_bytes > 0 && need > options_.async_staging_bytes) {
+    handle->Finish(Guard("save", [&] { return Save(step, state, save); }));
+    return;
+  }
+  Status staged = state.status();
+  staged_ = State();
+  if (staged.ok()) {
+    staged = Guard("asynchronous save: stage the state", [&]() -> Status {
+      CKPT_ASSIGN_OR_RETURN(std::span<std::byte> memory,
+                            staging_.Reserve(need));
+      return StageState(state, memory, staged_);
+    });
+  }
+  if (!staged.ok()) staged_ = State();
+  // 3. Busy; 4. save in the background.
+  busy_ = true;
+  worker_ = std::thread([this, step, save, staged, handle] {
+    Result<SaveResult> r =
+        Guard("save", [&] { return Save(step, staged_, save, staged); });
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (!r.ok()) {
+        async_error_ = r.status().WithContext("the asynchronous save of step " +
+                                              std::to_string(step) + " failed");
+      }
+    }
+    // The handle is done before any waiting call runs, so a call that
+    // waited for this save finds it Done().
+    handle->Finish(std::move(r));
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      busy_ = false;
+    }
+    idle_.notify_all();
+  });
+}
+
+}  // namespace ckpt

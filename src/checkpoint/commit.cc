@@ -1,0 +1,173 @@
+// The commit, on the coordinator, once every rank's data object is durable
+// (save.cc steps 1-5):
+//
+//   6. Build the manifest from the plan and every rank's chunk rows: the
+//      objects written in this attempt, then (incremental) the parent's
+//      objects that rows reference, whose steps become depends_on. Validate
+//      it as a reader would, and write it as step-N/MANIFEST.json with
+//      create-if-absent (checking first where the store cannot refuse an
+//      existing object). That write is the commit; losing the race to another
+//      commit of the step is AlreadyExists.
+//   7. Remember the manifest (no need to decode what was just encoded),
+//      record the checkpoint in the catalog, rewrite the LATEST hint, apply
+//      retention and remove dead attempts. The commit stands whatever
+//      happens here: failures are warnings, and what they leave is garbage
+//      that a later collection removes.
+#include <algorithm>
+#include <map>
+
+#include "checkpoint/catalog_record.h"
+#include "checkpoint/manager_impl.h"
+#include "format/constants.h"
+#include "util/log.h"
+
+namespace ckpt {
+
+using format::Manifest;
+
+Result<Manifest> CheckpointManager::Impl::BuildManifest(
+    int64_t step, const SaveOptions& save, const SaveDecision& decision,
+    const SavePlan& plan, const std::vector<WriteResult>& results) {
+  Manifest m;
+  m.version = format::kManifestVersion;
+  m.job_id = options_.job_id;
+  m.step = step;
+  m.epoch = save.epoch;
+  m.created_unix_ms = options_.now_unix_ms();
+  m.attempt = decision.attempt;
+  m.world_size = static_cast<int32_t>(plan.hosts.size());
+  m.hosts = plan.hosts;
+  m.chunk_size = options_.chunk_size;
+  m.metadata = save.metadata;
+  m.metrics = save.metrics;
+  // Chunks of each planned piece, gathered from the rank that wrote it.
+  std::vector<std::vector<format::ChunkRecord>> chunks(plan.pieces.size());
+  std::map<std::string, uint32_t> referenced;  // key -> index in m.objects
+  for (size_t r = 0; r < results.size(); ++r) {
+    const WriteResult& res = results[r];
+    uint32_t own = 0;
+    if (!res.key.empty()) {
+      own = static_cast<uint32_t>(m.objects.size());
+      m.objects.push_back(
+          format::ObjectRecord{res.key, res.size, static_cast<int32_t>(r)});
+    }
+    for (const PieceChunks& p : res.pieces) {
+      if (p.piece >= chunks.size()) {
+        return AbortedError("rank " + std::to_string(r) +
+                            " sent a bad piece index");
+      }
+      for (const ChunkRow& ch : p.chunks) {
+        uint32_t in = own;
+        if (ch.ref != ChunkRow::kOwnObject) {  // a chunk of the parent's
+          const ObjectRef& o = res.refs[ch.ref];
+          auto [it, added] = referenced.try_emplace(
+              o.key, static_cast<uint32_t>(m.objects.size()));
+          if (added) {
+            m.objects.push_back(format::ObjectRecord{o.key, o.size, o.rank});
+            int64_t dep;
+            std::string_view file;
+            if (SplitStepKey(o.key, &dep, &file) &&
+                std::find(m.depends_on.begin(), m.depends_on.end(), dep) ==
+                    m.depends_on.end()) {
+              m.depends_on.push_back(dep);
+            }
+          }
+          in = it->second;
+        }
+        chunks[p.piece].push_back(
+            format::ChunkRecord{in, ch.offset, ch.length, ch.checksum});
+      }
+    }
+  }
+  for (const PlannedEntry& e : plan.entries) {
+    format::EntryRecord rec;
+    rec.name = e.name;
+    rec.owner = e.owner;
+    rec.kind = e.kind;
+    rec.dtype = e.dtype;
+    rec.shape = e.shape;
+    rec.json = e.json;
+    for (size_t pi : e.pieces) {
+      const PlannedPiece& p = plan.pieces[pi];
+      rec.pieces.push_back(format::PieceRecord{p.offsets, p.lengths, p.writer,
+                                               std::move(chunks[pi])});
+    }
+    m.entries.push_back(std::move(rec));
+  }
+  if (!m.depends_on.empty()) {
+    std::sort(m.depends_on.begin(), m.depends_on.end());
+    m.version = format::kIncrementalManifestVersion;
+    m.parent = decision.parent;
+    m.chain = decision.parent_chain + 1;
+  }
+  CKPT_RETURN_IF_ERROR_CTX(format::ValidateManifest(m),
+                           "the manifest would be inconsistent");
+  return m;
+}
+
+Status CheckpointManager::Impl::Publish(const Manifest& m,
+                                        const std::string& bytes) {
+  const std::string key = format::ManifestKey(m.step);
+  if (!storage_->capabilities().atomic_create_if_absent) {
+    // Best effort where the store cannot refuse an existing object: check
+    // first. Only one job writes a root, so the race is between its own
+    // retries, which use distinct steps.
+    if (storage_->Stat(key).ok()) {
+      return AlreadyExistsError("step is already committed");
+    }
+  }
+  // THE COMMIT.
+  Status s = storage_->PutString(key, bytes, PutMode::kCreateIfAbsent);
+  if (s.code() == ErrorCode::kAlreadyExists) {
+    return AlreadyExistsError("another save committed this step first");
+  }
+  return s;
+}
+
+std::vector<int64_t> CheckpointManager::Impl::AfterCommit(
+    Manifest m, const std::string& bytes) {
+  const int64_t step = m.step;
+  const std::string op =
+      "commit step " + std::to_string(step) + " in " + Where();
+  // The coordinator keeps what it just wrote instead of decoding it again
+  // (a large manifest takes seconds to parse); the cache still checks the
+  // object's size and mtime on every use.
+  const CheckpointInfo info = InfoFromManifest(m);
+  manifests_.Forget(step);
+  if (Result<ObjectInfo> written = storage_->Stat(format::ManifestKey(step));
+      written.ok() && written->size == bytes.size()) {
+    manifests_.Remember(step, *written, std::move(m));
+  }
+  if (options_.catalog) {
+    RecordCommitted(*options_.catalog, info, Where(), bytes);
+  }
+  manifests_.UpdateLatestHint();
+  if (!options_.retention.enabled() && !options_.gc_after_save) return {};
+  GcOptions gc;
+  gc.retention = options_.retention;
+  Result<GcReport> report = GarbageCollect(gc);
+  if (!report.ok()) {
+    // The checkpoint is committed; a failed clean-up only leaves garbage
+    // that the next GarbageCollect removes.
+    LogWarning("after " + op +
+               ": garbage collection failed: " + report.status().ToString());
+    return {};
+  }
+  return report->deleted_steps;
+}
+
+SaveOutcome CheckpointManager::Impl::Commit(
+    int64_t step, const SaveOptions& save, const SaveDecision& decision,
+    const SavePlan& plan, const std::vector<WriteResult>& results) {
+  const std::string op =
+      "commit step " + std::to_string(step) + " in " + Where();
+  Result<Manifest> m = BuildManifest(step, save, decision, plan, results);
+  if (!m.ok()) return SaveOutcome{m.status().WithContext(op), {}};
+  const std::string bytes = format::EncodeManifest(*m);
+  if (Status s = Publish(*m, bytes); !s.ok()) {
+    return SaveOutcome{s.WithContext(op), {}};
+  }
+  return SaveOutcome{Status(), AfterCommit(std::move(m).value(), bytes)};
+}
+
+}  // namespace ckpt

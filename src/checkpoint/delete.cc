@@ -1,0 +1,206 @@
+// Deleting a committed checkpoint, on the coordinator or a tool:
+//
+//   1. The step must be committed (NotFound otherwise).
+//   2. Read every other manifest: which checkpoints depend on this one, and
+//      which objects they name (never deleted with this step, whatever step
+//      directory they lie in).
+//   3. Dependants refuse the delete (FailedPrecondition, naming them) unless
+//      rewrite_dependants (`ckpt delete --force`) is set: then each
+//      dependant, oldest first, gets the chunks it uses of this step copied
+//      into a new object of its own, and its manifest is replaced
+//      atomically; only after all of them does the delete go on.
+//   4. Delete the manifest first: from then on the step is not a checkpoint,
+//      and a crash leaves only garbage. Mark it deleted in the catalog.
+//   5. Delete the step's objects that are ckpt's own (data objects, a
+//      backend's temporaries) and that no other manifest names; anything
+//      else in the directory is left alone. Update the LATEST hint.
+#include <algorithm>
+#include <set>
+
+#include "checkpoint/catalog_record.h"
+#include "checkpoint/manager_impl.h"
+#include "checkpoint/writer.h"
+#include "format/constants.h"
+
+namespace ckpt {
+
+using format::Manifest;
+
+namespace {
+
+// The step directory an object key lies in; -1 if none.
+int64_t StepOf(const std::string& key) {
+  return format::ParseStepDirName(
+      std::string_view(key).substr(0, key.find('/')));
+}
+
+std::string ListSteps(const std::vector<int64_t>& steps) {
+  std::string list;
+  for (int64_t s : steps)
+    list += (list.empty() ? "" : ", ") + std::to_string(s);
+  return list;
+}
+
+}  // namespace
+
+Status CheckpointManager::Impl::Delete(int64_t step,
+                                       const std::set<int64_t>* going,
+                                       std::vector<std::string>* deleted,
+                                       uint64_t* bytes, bool dry_run,
+                                       bool rewrite_dependants) {
+  const std::string op =
+      "delete step " + std::to_string(step) + " in " + Where();
+  // 1. Committed?
+  if (step < 0) return InvalidArgumentError(op + ": the step is negative");
+  const std::string manifest_key = format::ManifestKey(step);
+  Result<ObjectInfo> info = storage_->Stat(manifest_key);
+  if (!info.ok()) {
+    if (info.status().code() == ErrorCode::kNotFound) {
+      return NotFoundError(op + ": step is not a committed checkpoint");
+    }
+    return info.status().WithContext(op);
+  }
+  // 2. Dependants, and the objects that checkpoints which stay name.
+  CKPT_ASSIGN_OR_RETURN(auto listed, manifests_.List());
+  std::vector<int64_t> dependants;
+  std::set<std::string> named_elsewhere;
+  for (const auto& [s, oi] : listed) {
+    if (s == step || (going && going->count(s))) continue;
+    Result<std::shared_ptr<const Manifest>> m = manifests_.Read(s, oi);
+    if (!m.ok()) continue;
+    const auto& deps = (*m)->depends_on;
+    if (std::find(deps.begin(), deps.end(), step) != deps.end())
+      dependants.push_back(s);
+    for (const auto& o : (*m)->objects) named_elsewhere.insert(o.key);
+  }
+  std::sort(dependants.begin(), dependants.end());
+  // 3. Refuse, or rewrite the dependants first (oldest first; each rewrite
+  // is complete, new object durable then manifest replaced, before the next).
+  if (!dependants.empty() && rewrite_dependants && !dry_run) {
+    for (int64_t d : dependants) {
+      CKPT_RETURN_IF_ERROR_CTX(RewriteDependant(d, step), op);
+    }
+    return Delete(step, going, deleted, bytes, dry_run, false);
+  }
+  if (!dependants.empty()) {
+    return FailedPreconditionError(op + ": steps " + ListSteps(dependants) +
+                                   " depend on it; delete them first");
+  }
+  const std::string prefix = format::StepDirName(step) + "/";
+  CKPT_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects,
+                        storage_->List(prefix));
+  std::vector<ObjectInfo> doomed;
+  for (const ObjectInfo& o : objects) {
+    if (o.key == manifest_key || named_elsewhere.count(o.key)) continue;
+    if (format::ParseDataObjectKey(o.key, nullptr, nullptr, nullptr) ||
+        IsTemporaryOf(*storage_, o.key)) {
+      doomed.push_back(o);  // ckpt's own; anything else is left alone
+    }
+  }
+  // 4. The manifest first.
+  if (!dry_run) {
+    CKPT_RETURN_IF_ERROR_CTX(storage_->Delete(manifest_key), op);
+    manifests_.Forget(step);
+    if (options_.catalog) RecordDeleted(*options_.catalog, Where(), step);
+  }
+  if (deleted) deleted->push_back(manifest_key);
+  if (bytes) *bytes += info->size;
+  // 5. Its objects.
+  for (const ObjectInfo& o : doomed) {
+    if (!dry_run) {
+      Status s = storage_->Delete(o.key);
+      if (!s.ok() && s.code() != ErrorCode::kNotFound) return s.WithContext(op);
+    }
+    if (deleted) deleted->push_back(o.key);
+    if (bytes) *bytes += o.size;
+  }
+  if (!dry_run) manifests_.UpdateLatestHint();
+  return Status();
+}
+
+Status CheckpointManager::Impl::RewriteDependant(int64_t dependant,
+                                                 int64_t step) {
+  const std::string op = "rewrite step " + std::to_string(dependant) +
+                         " without step " + std::to_string(step);
+  CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> old,
+                        manifests_.Read(dependant));
+  Manifest m = *old;
+  // The chunks to copy, read (and checked) into memory.
+  std::set<std::string> names;
+  for (const auto& e : m.entries) names.insert(e.name);
+  std::vector<format::ChunkRecord*> moved;
+  std::vector<std::vector<std::byte>> bytes;
+  std::vector<PieceToWrite> pieces;
+  uint64_t largest = 1;
+  for (auto& e : m.entries) {
+    for (auto& p : e.pieces) {
+      for (auto& c : p.chunks) {
+        if (StepOf(m.objects[c.object].key) != step) continue;
+        bytes.emplace_back(c.length);
+        CKPT_RETURN_IF_ERROR_CTX(ReadChunk(*storage_, *old, e, c, bytes.back()),
+                                 op);
+        std::string name;
+        for (size_t n = pieces.size();; ++n) {
+          name = e.name + "@" + std::to_string(n);
+          if (!names.count(name)) break;
+        }
+        names.insert(name);
+        pieces.push_back(PieceToWrite{
+            name, DType::kU8, {static_cast<int64_t>(c.length)}, {}});
+        moved.push_back(&c);
+        largest = std::max(largest, c.length);
+      }
+    }
+  }
+  for (size_t i = 0; i < pieces.size(); ++i) pieces[i].bytes = bytes[i];
+  if (!pieces.empty()) {
+    const std::string key = format::DataObjectKey(dependant, 0, NewAttemptId());
+    CKPT_ASSIGN_OR_RETURN(WrittenObject written,
+                          WriteDataObject(*storage_, key, pieces, largest));
+    const uint32_t index = static_cast<uint32_t>(m.objects.size());
+    m.objects.push_back(format::ObjectRecord{key, written.size, 0});
+    for (size_t i = 0; i < moved.size(); ++i) {
+      moved[i]->object = index;
+      moved[i]->offset = written.chunks[i][0].offset;
+    }
+  }
+  // Keep the objects still named, in order, and the steps they lie in.
+  std::vector<bool> used(m.objects.size(), false);
+  for (const auto& e : m.entries) {
+    for (const auto& p : e.pieces) {
+      for (const auto& c : p.chunks) used[c.object] = true;
+    }
+  }
+  std::vector<uint32_t> remap(m.objects.size(), 0);
+  std::vector<format::ObjectRecord> objects;
+  std::set<int64_t> deps;
+  for (size_t i = 0; i < m.objects.size(); ++i) {
+    if (!used[i]) continue;
+    remap[i] = static_cast<uint32_t>(objects.size());
+    const int64_t s = StepOf(m.objects[i].key);
+    if (s != dependant) deps.insert(s);
+    objects.push_back(std::move(m.objects[i]));
+  }
+  m.objects = std::move(objects);
+  for (auto& e : m.entries) {
+    for (auto& p : e.pieces) {
+      for (auto& c : p.chunks) c.object = remap[c.object];
+    }
+  }
+  m.depends_on.assign(deps.begin(), deps.end());
+  if (m.depends_on.empty()) {
+    m.version = format::kManifestVersion;
+    m.parent = -1;
+    m.chain = 0;
+  }
+  CKPT_RETURN_IF_ERROR_CTX(format::ValidateManifest(m), op);
+  // Replacing a committed manifest is atomic on every backend; until it
+  // happens the old one, whose bytes are all still there, stands.
+  CKPT_RETURN_IF_ERROR_CTX(storage_->PutString(format::ManifestKey(dependant),
+                                               format::EncodeManifest(m)),
+                           op);
+  manifests_.Forget(dependant);
+  return Status();
+}
+
+}  // namespace ckpt

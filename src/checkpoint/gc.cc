@@ -1,0 +1,132 @@
+// Garbage collection (GarbageCollect, `ckpt gc`, and after a save when
+// retention or gc_after_save is on):
+//
+//   1. Retention: the committed steps no rule keeps (retention.h) are
+//      deleted newest first, so a dependant always goes before what it
+//      depends on and a crash part-way never leaves a checkpoint without its
+//      dependency (delete.cc).
+//   2. Read the manifests that remain: the objects they name are live;
+//      damaged steps are left untouched for someone to look at.
+//   3. Dead attempts: ckpt's own objects (data objects, a backend's
+//      temporaries) that no manifest names, in a step at or below the newest
+//      committed one, or older than gc_grace_seconds. Root-level temporaries
+//      (of the LATEST hint) once old. Nothing else is ever deleted.
+//   4. Writes that died unfinished show in no listing but a store may keep
+//      them (s3://: incomplete multipart uploads): the same rule picks the
+//      dead ones to abort; a store that cannot tell does not fail the run.
+#include <algorithm>
+#include <set>
+
+#include "checkpoint/manager_impl.h"
+#include "checkpoint/retention.h"
+#include "format/constants.h"
+#include "util/log.h"
+
+namespace ckpt {
+
+using format::Manifest;
+
+namespace {
+
+// What step 2 found.
+struct LiveSet {
+  std::set<std::string> referenced;  // object keys a manifest names
+  std::set<int64_t> damaged;         // steps whose manifest does not validate
+  int64_t newest = -1;               // the newest committed step
+};
+
+}  // namespace
+
+Result<GcReport> CheckpointManager::Impl::GarbageCollect(const GcOptions& gc) {
+  GcReport report;
+  // 1. Retention.
+  const RetentionPolicy policy =
+      gc.retention ? *gc.retention : options_.retention;
+  CKPT_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> infos, List());
+  // In a dry run a step that only doomed steps depend on may go: those
+  // dependants are still there.
+  const std::vector<int64_t> doomed = StepsToDelete(infos, policy);
+  const std::set<int64_t> going(doomed.begin(), doomed.end());
+  for (auto it = doomed.rbegin(); it != doomed.rend(); ++it) {
+    CKPT_RETURN_IF_ERROR(Delete(*it, &going, &report.deleted_objects,
+                                &report.bytes_freed, gc.dry_run));
+  }
+  report.deleted_steps = doomed;
+
+  // 2. What stays.
+  CKPT_ASSIGN_OR_RETURN(auto listed, manifests_.List());
+  LiveSet live;
+  for (const auto& [step, info] : listed) {
+    if (gc.dry_run && going.count(step)) continue;
+    Result<std::shared_ptr<const Manifest>> m = manifests_.Read(step, info);
+    if (!m.ok()) {
+      live.damaged.insert(step);
+      continue;
+    }
+    live.newest = std::max(live.newest, step);
+    for (const auto& o : (*m)->objects) live.referenced.insert(o.key);
+  }
+
+  // 3. Dead attempts.
+  CKPT_ASSIGN_OR_RETURN(std::vector<ObjectInfo> all, storage_->List(""));
+  const int64_t now = options_.now_unix_ms();
+  const int64_t grace_ms = options_.gc_grace_seconds * 1000;
+  const std::set<std::string> already(report.deleted_objects.begin(),
+                                      report.deleted_objects.end());
+  for (const ObjectInfo& o : all) {
+    if (live.referenced.count(o.key) || already.count(o.key)) continue;
+    const bool old = now - o.mtime_unix_ms > grace_ms;
+    int64_t step;
+    std::string_view file;
+    bool dead = false;
+    if (SplitStepKey(o.key, &step, &file)) {
+      if (live.damaged.count(step) || file == format::kManifestName) continue;
+      const bool ours =
+          format::ParseDataObjectKey(o.key, nullptr, nullptr, nullptr) ||
+          IsTemporaryOf(*storage_, o.key);
+      // An attempt at a step at or below the newest committed one can no
+      // longer commit; a newer one may still be running elsewhere.
+      dead = ours && (step <= live.newest || old);
+    } else {
+      dead = IsTemporaryOf(*storage_, o.key, format::kLatestName) && old;
+    }
+    if (!dead) continue;
+    if (!gc.dry_run) {
+      Status s = storage_->Delete(o.key);
+      if (!s.ok() && s.code() != ErrorCode::kNotFound) {
+        return s.WithContext("garbage collection in " + Where());
+      }
+    }
+    report.deleted_objects.push_back(o.key);
+    report.bytes_freed += o.size;
+  }
+
+  // 4. Unfinished writes.
+  Result<std::vector<std::string>> aborted = storage_->AbortIncompleteWrites(
+      format::kStepPrefix, [&](const ObjectInfo& o) {
+        int64_t step;
+        std::string_view file;
+        if (!SplitStepKey(o.key, &step, &file) || live.damaged.count(step)) {
+          return false;
+        }
+        const bool manifest = file == format::kManifestName;
+        const bool ours = manifest || format::ParseDataObjectKey(
+                                          o.key, nullptr, nullptr, nullptr);
+        const bool old = now - o.mtime_unix_ms > grace_ms;
+        const bool dead = ours && (old || (step <= live.newest && !manifest));
+        if (dead && gc.dry_run) report.deleted_objects.push_back(o.key);
+        return dead && !gc.dry_run;
+      });
+  if (aborted.ok()) {
+    for (std::string& key : *aborted) {
+      report.deleted_objects.push_back(std::move(key));
+    }
+  } else {
+    LogWarning(
+        "garbage collection in " + Where() +
+        ": incomplete uploads were left: " + aborted.status().ToString());
+  }
+  return report;
+}
+
+}  // namespace ckpt

@@ -1,0 +1,224 @@
+// CheckpointManager::Impl: the state the protocols share, and the protocols'
+// entry points. Each protocol lives in its own file, which opens with the
+// protocol in numbered steps:
+//
+//   save.cc        the save protocol on every rank (decide, plan, write,
+//                  gather), full and incremental
+//   commit.cc      the coordinator's commit and what follows it
+//   async_save.cc  SaveAsync: staging, the background save, SaveHandle
+//   load.cc        Load, LoadAll, LoadRankLocal
+//   inspect.cc     Latest, List, Describe
+//   verify.cc      Verify
+//   delete.cc      Delete and delete --force (rewriting dependants)
+//   gc.cc          retention and dead attempts
+//   manifests.cc   the committed manifests of the root (ManifestStore)
+//   messages.cc    the messages between ranks
+//   manager.cc     the public facade: options, locking, no exception escapes
+//
+// Threads: the facade holds mu_ (through Acquire) around every call, and a
+// background save holds the manager busy; so the communicator, the manifest
+// cache and the I/O pool are used by one thread at a time.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "checkpoint/manifests.h"
+#include "checkpoint/messages.h"
+#include "checkpoint/planner.h"
+#include "checkpoint/reader.h"
+#include "checkpoint/staging.h"
+#include "ckpt/checkpoint_manager.h"
+#include "format/manifest.h"
+#include "util/thread_pool.h"
+
+namespace ckpt {
+
+namespace internal {
+// The outcome of one asynchronous save, shared by its handle and the thread
+// that runs it (async_save.cc).
+struct SaveHandleState {
+  explicit SaveHandleState(int64_t step) : step(step) {}
+  void Finish(Result<SaveResult> r);
+
+  const int64_t step;
+  std::mutex mu;
+  std::condition_variable done;
+  std::optional<Result<SaveResult>> result;  // guarded by mu
+};
+}  // namespace internal
+
+// A fresh attempt id: kAttemptHexDigits random hex digits.
+std::string NewAttemptId();
+
+// The facts of a manifest a caller sees.
+CheckpointInfo InfoFromManifest(const format::Manifest& m);
+
+// Splits "step-000000000042/file" into its step and file name.
+bool SplitStepKey(std::string_view key, int64_t* step, std::string_view* file);
+
+// Whether `key` names a temporary object the storage's backend may leave
+// behind (a crashed write); with `target`, a temporary of that key only.
+bool IsTemporaryOf(const Storage& storage, std::string_view key,
+                   std::optional<std::string_view> target = std::nullopt);
+
+// Runs `f`, turning an escaping exception into an error: no exception crosses
+// the library boundary.
+template <typename F>
+auto Guard(std::string_view op, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    return IOError(std::string(op) + ": out of memory");
+  } catch (const std::exception& e) {
+    return IOError(std::string(op) + ": " + e.what());
+  }
+}
+
+class CheckpointManager::Impl {
+ public:
+  Impl(std::unique_ptr<Storage> storage, Options options);
+  ~Impl();  // waits for the save in flight
+
+  Storage& storage() { return *storage_; }
+  const Options& options() const { return options_; }
+  Communicator& comm() { return *options_.communicator; }
+  std::mutex& mu() { return mu_; }
+
+  // --- save.cc
+  // `state_error`, when set, stands for the state (a rank whose state could
+  // not be staged still takes part in the collectives, and fails them).
+  Result<SaveResult> Save(int64_t step, const State& state,
+                          const SaveOptions& save,
+                          const Status& state_error = Status());
+
+  // --- async_save.cc
+  // Locks mu_ once no asynchronous save is in flight.
+  std::unique_lock<std::mutex> Acquire();
+  // The error of the last background save, once (then it is cleared).
+  Status TakeAsyncError();
+  // SaveAsync, under `lock` (from mu(), not yet waited).
+  void StartAsync(std::unique_lock<std::mutex>& lock, int64_t step,
+                  const State& state, const SaveOptions& save,
+                  const std::shared_ptr<internal::SaveHandleState>& handle);
+
+  // --- load.cc
+  Result<CheckpointInfo> Load(std::optional<int64_t> step, State& state,
+                              const LoadOptions& load);
+  Result<LoadedCheckpoint> LoadAll(std::optional<int64_t> step,
+                                   const std::vector<std::string>& names);
+  Result<LoadedCheckpoint> LoadRankLocal(std::optional<int64_t> step,
+                                         std::string_view name);
+
+  // --- inspect.cc
+  Result<std::optional<int64_t>> Latest();
+  Result<std::vector<CheckpointInfo>> List();
+  Result<CheckpointDescription> Describe(std::optional<int64_t> step);
+
+  // --- verify.cc
+  Result<VerifyReport> Verify(int64_t step, const ProgressFn& progress);
+
+  // --- delete.cc
+  // `going`: steps deleted in the same run, whose dependence on `step` does
+  // not hold it back (may be null).
+  Status Delete(int64_t step, const std::set<int64_t>* going,
+                std::vector<std::string>* deleted, uint64_t* bytes,
+                bool dry_run, bool rewrite_dependants = false);
+
+  // --- gc.cc
+  Result<GcReport> GarbageCollect(const GcOptions& gc);
+
+ private:
+  // --- save.cc
+  // Step 1 on the coordinator.
+  SaveDecision DecideSave(int64_t step, const SaveOptions& save);
+  // The parent an incremental save of `step` compares with (parent -1 for a
+  // full save): IncrementalPolicy applied to the newest committed checkpoint
+  // below `step`.
+  SaveDecision DecideParent(int64_t step);
+  // Step 3 of a full save on this rank: its pieces in one data object.
+  WriteResult WriteFull(int64_t step, const std::string& attempt,
+                        const State& state, const SavePlan& plan,
+                        const std::vector<size_t>& mine);
+  // Step 3 of an incremental save on this rank (collective: every rank
+  // calls it): rows that reference the parent's objects name them in refs.
+  WriteResult WriteIncremental(int64_t step, const std::string& attempt,
+                               const State& state, const SaveOptions& save,
+                               const SavePlan& plan,
+                               const std::vector<size_t>& mine, int64_t parent);
+  // Step 4: every rank's result (a single rank keeps its own).
+  Result<std::vector<WriteResult>> GatherResults(WriteResult mine);
+  // Whether `state` is the asynchronous save's staged copy, whose memory
+  // (huge pages, large entries page-aligned) is written in place.
+  bool IsStaged(const State& state) const { return &state == &staged_; }
+
+  // --- commit.cc
+  // Steps 6-7 on the coordinator; the outcome to broadcast.
+  SaveOutcome Commit(int64_t step, const SaveOptions& save,
+                     const SaveDecision& decision, const SavePlan& plan,
+                     const std::vector<WriteResult>& results);
+  Result<format::Manifest> BuildManifest(
+      int64_t step, const SaveOptions& save, const SaveDecision& decision,
+      const SavePlan& plan, const std::vector<WriteResult>& results);
+  // Writes the manifest with create-if-absent: THE COMMIT.
+  Status Publish(const format::Manifest& m, const std::string& bytes);
+  // After the commit: catalog, LATEST, retention. Failures only warn.
+  std::vector<int64_t> AfterCommit(format::Manifest m,
+                                   const std::string& bytes);
+
+  // --- load.cc
+  // The asked-for step, or the newest valid one; agreed across ranks.
+  Result<std::shared_ptr<const format::Manifest>> Resolve(
+      std::optional<int64_t> step);
+  // The records of `state`'s entries, once every check that needs no data
+  // has passed.
+  Result<std::vector<const format::EntryRecord*>> MatchEntries(
+      const format::Manifest& m, const State& state, const LoadOptions& load,
+      const std::string& op);
+  // Checks that the objects `m` names for `entries` exist with the recorded
+  // sizes, before a single byte is read into the caller's buffers.
+  Status CheckObjects(const format::Manifest& m,
+                      const std::vector<const format::EntryRecord*>& entries);
+  // Reads `records` into `out.state` under the names `names`.
+  Status ReadInto(const format::Manifest& m,
+                  const std::vector<const format::EntryRecord*>& records,
+                  const std::vector<std::string>& names, LoadedCheckpoint& out);
+  // The pool that reads (and writes) beside the calling thread; null when
+  // Options::io_threads is 1.
+  ThreadPool* IoPool();
+  // Appends `read`, cut into slabs for the pool, to `reads`.
+  void AddSlabs(BoxRead read, std::vector<BoxRead>& reads) const;
+
+  // --- delete.cc
+  // Copies the chunks of `dependant` that lie in objects of `step` into a new
+  // object of its own and rewrites its manifest, so `step` can go.
+  Status RewriteDependant(int64_t dependant, int64_t step);
+
+  std::string Where() const { return storage_->url(); }
+
+  std::unique_ptr<Storage> storage_;
+  Options options_;
+  std::unique_ptr<Communicator> local_;
+  std::mutex mu_;  // serializes the public calls
+  ManifestStore manifests_;
+  // Asynchronous save, guarded by mu_ (but the staged state is the
+  // background thread's while busy_).
+  std::condition_variable idle_;  // signalled when busy_ turns false
+  bool busy_ = false;             // a background save is in flight
+  Status async_error_;            // of the last background save, unreported
+  std::thread worker_;            // the last background save's thread
+  StagingArena staging_;
+  State staged_;
+  std::unique_ptr<ThreadPool> io_pool_;  // made on first use
+  // The step this manager's last successful Save committed; -1 for none.
+  int64_t last_saved_step_ = -1;
+};
+
+}  // namespace ckpt

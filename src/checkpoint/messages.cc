@@ -1,0 +1,375 @@
+#include "checkpoint/messages.h"
+
+#include <cstring>
+
+#include "ckpt/dtype.h"
+
+namespace ckpt {
+namespace {
+
+enum class MessageType : uint8_t {
+  kSaveDecision = 1,
+  kReferenceStats,
+  kWriteResult,
+  kSaveOutcome,
+  kResolvedStep,
+  kOffer,
+};
+
+std::string_view TypeName(MessageType type) {
+  switch (type) {
+    case MessageType::kSaveDecision:
+      return "save decision";
+    case MessageType::kReferenceStats:
+      return "reference statistics";
+    case MessageType::kWriteResult:
+      return "write result";
+    case MessageType::kSaveOutcome:
+      return "save outcome";
+    case MessageType::kResolvedStep:
+      return "resolved step";
+    case MessageType::kOffer:
+      return "offer";
+  }
+  return "message";
+}
+
+constexpr char kMagic[2] = {'c', 'k'};
+
+class Writer {
+ public:
+  explicit Writer(MessageType type) {
+    out_.append(kMagic, sizeof(kMagic));
+    U8(kMessageVersion);
+    U8(static_cast<uint8_t>(type));
+  }
+
+  void U8(uint8_t v) { out_.push_back(static_cast<char>(v)); }
+  void U32(uint32_t v) { Fixed(v); }
+  void U64(uint64_t v) { Fixed(v); }
+  void I64(int64_t v) { Fixed(static_cast<uint64_t>(v)); }
+  void Str(std::string_view s) {
+    Count(s.size());
+    out_.append(s);
+  }
+  void Count(size_t n) { U32(static_cast<uint32_t>(n)); }
+  void I64s(const std::vector<int64_t>& v) {
+    Count(v.size());
+    for (int64_t x : v) I64(x);
+  }
+  void Sum(const Checksum128& c) {
+    U64(c.high);
+    U64(c.low);
+  }
+  void Stat(const Status& s) {
+    U8(static_cast<uint8_t>(s.code()));
+    Str(s.message());
+  }
+
+  std::string Take() { return std::move(out_); }
+
+ private:
+  template <typename T>
+  void Fixed(T v) {
+    for (size_t i = 0; i < sizeof(T); ++i) {
+      out_.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+    }
+  }
+
+  std::string out_;
+};
+
+// Reads a message; the first problem sticks and every later read returns a
+// zero, so a decoder reads straight through and checks once at the end.
+class Reader {
+ public:
+  Reader(std::string_view bytes, MessageType type) : in_(bytes), type_(type) {
+    if (in_.size() < 4 || std::memcmp(in_.data(), kMagic, 2) != 0) {
+      Fail("not a ckpt message");
+      return;
+    }
+    if (static_cast<uint8_t>(in_[2]) != kMessageVersion) {
+      Fail("message version " + std::to_string(static_cast<uint8_t>(in_[2])) +
+           ", this build " + "speaks version " +
+           std::to_string(kMessageVersion) +
+           " (are all ranks running the same ckpt?)");
+      return;
+    }
+    if (static_cast<uint8_t>(in_[3]) != static_cast<uint8_t>(type)) {
+      Fail("a message of another type (" +
+           std::to_string(static_cast<uint8_t>(in_[3])) + ")");
+      return;
+    }
+    pos_ = 4;
+  }
+
+  uint8_t U8() { return Fixed<uint8_t>(); }
+  uint32_t U32() { return Fixed<uint32_t>(); }
+  uint64_t U64() { return Fixed<uint64_t>(); }
+  int64_t I64() { return static_cast<int64_t>(Fixed<uint64_t>()); }
+  int32_t I32() {
+    const int64_t v = I64();
+    if (v < INT32_MIN || v > INT32_MAX) Fail("a 32-bit field out of range");
+    return static_cast<int32_t>(v);
+  }
+  bool Bool() {
+    const uint8_t v = U8();
+    if (v > 1) Fail("a flag that is neither 0 nor 1");
+    return v == 1;
+  }
+  std::string Str() {
+    const size_t n = Count(1);
+    if (!ok()) return {};
+    std::string s(in_.substr(pos_, n));
+    pos_ += n;
+    return s;
+  }
+  // A list's length, checked against the bytes left (each element takes at
+  // least `min_element_bytes`), so a corrupt count cannot allocate wildly.
+  size_t Count(size_t min_element_bytes) {
+    const uint32_t n = U32();
+    if (ok() &&
+        static_cast<uint64_t>(n) * min_element_bytes > in_.size() - pos_) {
+      Fail("a count of " + std::to_string(n) + " beyond the message's end");
+      return 0;
+    }
+    return ok() ? n : 0;
+  }
+  std::vector<int64_t> I64s() {
+    std::vector<int64_t> v(Count(8));
+    for (int64_t& x : v) x = I64();
+    return v;
+  }
+  Checksum128 Sum() {
+    Checksum128 c;
+    c.high = U64();
+    c.low = U64();
+    return c;
+  }
+  Status Stat() {
+    const uint8_t code = U8();
+    std::string message = Str();
+    if (code > static_cast<uint8_t>(ErrorCode::kFailedPrecondition)) {
+      Fail("an unknown error code " + std::to_string(code));
+      return Status();
+    }
+    if (code == 0) return Status();
+    return Status(static_cast<ErrorCode>(code), std::move(message));
+  }
+  template <typename E>
+  E Enum(E last) {
+    const uint8_t v = U8();
+    if (v > static_cast<uint8_t>(last)) {
+      Fail("an enum value " + std::to_string(v) + " out of range");
+    }
+    return ok() ? static_cast<E>(v) : E{};
+  }
+
+  bool ok() const { return error_.empty(); }
+  void Fail(std::string why) {
+    if (ok()) error_ = std::move(why);
+  }
+
+  // The decoded value, or DataLoss naming the message and the problem.
+  template <typename T>
+  Result<T> Finish(T value) {
+    if (ok() && pos_ != in_.size()) {
+      Fail(std::to_string(in_.size() - pos_) + " bytes past its end");
+    }
+    if (!ok()) {
+      return DataLossError("a rank sent a malformed " +
+                           std::string(TypeName(type_)) + ": " + error_);
+    }
+    return value;
+  }
+
+ private:
+  template <typename T>
+  T Fixed() {
+    if (!ok()) return 0;
+    if (in_.size() - pos_ < sizeof(T)) {
+      Fail("truncated");
+      return 0;
+    }
+    T v = 0;
+    for (size_t i = 0; i < sizeof(T); ++i) {
+      v |= static_cast<T>(static_cast<T>(static_cast<uint8_t>(in_[pos_ + i]))
+                          << (8 * i));
+    }
+    pos_ += sizeof(T);
+    return v;
+  }
+
+  std::string_view in_;
+  size_t pos_ = 0;
+  MessageType type_;
+  std::string error_;
+};
+
+}  // namespace
+
+std::string EncodeSaveDecision(const SaveDecision& m) {
+  Writer w(MessageType::kSaveDecision);
+  w.Stat(m.status);
+  w.U8(m.skip);
+  w.Str(m.attempt);
+  w.I64(m.parent);
+  w.I64(m.parent_chain);
+  return w.Take();
+}
+
+Result<SaveDecision> DecodeSaveDecision(std::string_view bytes) {
+  Reader r(bytes, MessageType::kSaveDecision);
+  SaveDecision m;
+  m.status = r.Stat();
+  m.skip = r.Bool();
+  m.attempt = r.Str();
+  m.parent = r.I64();
+  m.parent_chain = r.I64();
+  return r.Finish(std::move(m));
+}
+
+std::string EncodeReferenceStats(const ReferenceStats& m) {
+  Writer w(MessageType::kReferenceStats);
+  w.U64(m.referenced);
+  w.U64(m.total);
+  return w.Take();
+}
+
+Result<ReferenceStats> DecodeReferenceStats(std::string_view bytes) {
+  Reader r(bytes, MessageType::kReferenceStats);
+  ReferenceStats m;
+  m.referenced = r.U64();
+  m.total = r.U64();
+  return r.Finish(m);
+}
+
+std::string EncodeWriteResult(const WriteResult& m) {
+  Writer w(MessageType::kWriteResult);
+  w.Stat(m.status);
+  w.Str(m.key);
+  w.U64(m.size);
+  w.Count(m.refs.size());
+  for (const ObjectRef& o : m.refs) {
+    w.Str(o.key);
+    w.U64(o.size);
+    w.I64(o.rank);
+  }
+  w.Count(m.pieces.size());
+  for (const PieceChunks& p : m.pieces) {
+    w.U64(p.piece);
+    w.Count(p.chunks.size());
+    for (const ChunkRow& c : p.chunks) {
+      w.U64(c.offset);
+      w.U64(c.length);
+      w.Sum(c.checksum);
+      w.U32(c.ref);
+    }
+  }
+  return w.Take();
+}
+
+Result<WriteResult> DecodeWriteResult(std::string_view bytes) {
+  Reader r(bytes, MessageType::kWriteResult);
+  WriteResult m;
+  m.status = r.Stat();
+  m.key = r.Str();
+  m.size = r.U64();
+  m.refs.resize(r.Count(4 + 8 + 8));
+  for (ObjectRef& o : m.refs) {
+    o.key = r.Str();
+    o.size = r.U64();
+    o.rank = r.I32();
+  }
+  m.pieces.resize(r.Count(8 + 4));
+  for (PieceChunks& p : m.pieces) {
+    p.piece = r.U64();
+    p.chunks.resize(r.Count(8 + 8 + 16 + 4));
+    for (ChunkRow& c : p.chunks) {
+      c.offset = r.U64();
+      c.length = r.U64();
+      c.checksum = r.Sum();
+      c.ref = r.U32();
+      if (c.ref != ChunkRow::kOwnObject && c.ref >= m.refs.size()) {
+        r.Fail("a chunk row names reference " + std::to_string(c.ref) + " of " +
+               std::to_string(m.refs.size()));
+      }
+      if (c.ref == ChunkRow::kOwnObject && m.key.empty()) {
+        r.Fail("a chunk row lies in an object the rank did not write");
+      }
+    }
+  }
+  return r.Finish(std::move(m));
+}
+
+std::string EncodeSaveOutcome(const SaveOutcome& m) {
+  Writer w(MessageType::kSaveOutcome);
+  w.Stat(m.status);
+  w.I64s(m.deleted_steps);
+  return w.Take();
+}
+
+Result<SaveOutcome> DecodeSaveOutcome(std::string_view bytes) {
+  Reader r(bytes, MessageType::kSaveOutcome);
+  SaveOutcome m;
+  m.status = r.Stat();
+  m.deleted_steps = r.I64s();
+  return r.Finish(std::move(m));
+}
+
+std::string EncodeResolvedStep(const ResolvedStep& m) {
+  Writer w(MessageType::kResolvedStep);
+  w.Stat(m.status);
+  w.I64(m.step);
+  return w.Take();
+}
+
+Result<ResolvedStep> DecodeResolvedStep(std::string_view bytes) {
+  Reader r(bytes, MessageType::kResolvedStep);
+  ResolvedStep m;
+  m.status = r.Stat();
+  m.step = r.I64();
+  if (r.ok() && m.status.ok() && m.step < 0) r.Fail("a negative step");
+  return r.Finish(std::move(m));
+}
+
+std::string EncodeOffer(const Offer& offer) {
+  Writer w(MessageType::kOffer);
+  w.Str(offer.host);
+  w.Stat(Status(offer.error_code, offer.error_message));
+  w.Count(offer.pieces.size());
+  for (const PieceOffer& p : offer.pieces) {
+    w.Str(p.name);
+    w.U8(static_cast<uint8_t>(p.kind));
+    w.U8(static_cast<uint8_t>(p.dtype));
+    w.I64s(p.shape);
+    w.I64s(p.offsets);
+    w.I64s(p.lengths);
+    w.Str(p.json);
+    w.U8(p.rank_local);
+  }
+  return w.Take();
+}
+
+Result<Offer> DecodeOffer(std::string_view bytes) {
+  Reader r(bytes, MessageType::kOffer);
+  Offer o;
+  o.host = r.Str();
+  const Status s = r.Stat();
+  o.error_code = s.code();
+  o.error_message = s.message();
+  o.pieces.resize(r.Count(4 + 2 + 3 * 4 + 4 + 1));
+  for (PieceOffer& p : o.pieces) {
+    p.name = r.Str();
+    p.kind = r.Enum(EntryKind::kMetadata);
+    p.dtype = r.Enum(AllDTypes().back());
+    p.shape = r.I64s();
+    p.offsets = r.I64s();
+    p.lengths = r.I64s();
+    p.json = r.Str();
+    p.rank_local = r.Bool();
+  }
+  return r.Finish(std::move(o));
+}
+
+}  // namespace ckpt

@@ -1,0 +1,106 @@
+// The messages ranks exchange during the save and load protocols, as types.
+//
+// This file is the protocols' vocabulary and the only place that knows their
+// wire form. Every message is encoded as
+//
+//   "ck" | version (1 byte) | type (1 byte) | body
+//
+// with integers little-endian and fixed-width, strings and lists prefixed by
+// a 32-bit count. Decoding is bounds-checked and strict: a wrong magic,
+// version or type, a count beyond the bytes left, an enum value out of range
+// or trailing bytes is DataLoss naming the message, never a crash and never a
+// silently defaulted field. Messages live only as long as one collective, so
+// the version guards against mixing builds in one job, not against old data.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "checkpoint/planner.h"
+#include "ckpt/status.h"
+#include "util/checksum.h"
+
+namespace ckpt {
+
+inline constexpr uint8_t kMessageVersion = 1;
+
+// Save step 1: the coordinator's decision, broadcast to every rank.
+struct SaveDecision {
+  Status status;      // not ok: every rank returns it, nothing is written
+  bool skip = false;  // min_seconds_between_saves: nothing to do
+  std::string attempt;
+  int64_t parent = -1;  // the incremental parent; -1: a full save
+  int64_t parent_chain = 0;
+};
+
+// Incremental save: what one rank could reference in the parent and what it
+// holds, all-gathered so every rank drops the references together.
+struct ReferenceStats {
+  uint64_t referenced = 0;
+  uint64_t total = 0;
+};
+
+// Save step 4: one rank's written chunks (or its error).
+struct ChunkRow {
+  static constexpr uint32_t kOwnObject = UINT32_MAX;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  Checksum128 checksum;
+  // kOwnObject: in the object this rank wrote; otherwise an index into
+  // WriteResult::refs (a chunk of the incremental parent's).
+  uint32_t ref = kOwnObject;
+};
+
+struct PieceChunks {
+  uint64_t piece = 0;  // index into SavePlan::pieces
+  std::vector<ChunkRow> chunks;
+};
+
+struct ObjectRef {
+  std::string key;
+  uint64_t size = 0;
+  int32_t rank = 0;
+};
+
+struct WriteResult {
+  Status status;
+  std::string key;  // the object this rank wrote; empty: none
+  uint64_t size = 0;
+  std::vector<ObjectRef> refs;  // the parent's objects its rows point into
+  std::vector<PieceChunks> pieces;
+};
+
+// Save step 7: the coordinator's outcome, broadcast to every rank.
+struct SaveOutcome {
+  Status status;
+  std::vector<int64_t> deleted_steps;  // by retention, after the commit
+};
+
+// Load: the step rank 0 chose, so ranks racing a commit load the same one.
+struct ResolvedStep {
+  Status status;
+  int64_t step = -1;
+};
+
+std::string EncodeSaveDecision(const SaveDecision& m);
+Result<SaveDecision> DecodeSaveDecision(std::string_view bytes);
+
+std::string EncodeReferenceStats(const ReferenceStats& m);
+Result<ReferenceStats> DecodeReferenceStats(std::string_view bytes);
+
+std::string EncodeWriteResult(const WriteResult& m);
+Result<WriteResult> DecodeWriteResult(std::string_view bytes);
+
+std::string EncodeSaveOutcome(const SaveOutcome& m);
+Result<SaveOutcome> DecodeSaveOutcome(std::string_view bytes);
+
+std::string EncodeResolvedStep(const ResolvedStep& m);
+Result<ResolvedStep> DecodeResolvedStep(std::string_view bytes);
+
+// Save step 2: what a rank holds (planner.h).
+std::string EncodeOffer(const Offer& offer);
+Result<Offer> DecodeOffer(std::string_view bytes);
+
+}  // namespace ckpt

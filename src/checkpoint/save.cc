@@ -1,0 +1,347 @@
+// The save protocol, on every rank together (rank 0 is the coordinator):
+//
+//   1. The coordinator decides: the step must not be committed yet, and
+//      min_seconds_between_saves may skip it. It draws the attempt id and,
+//      for an incremental save, picks the parent. The decision is broadcast,
+//      so every rank acts on the same one.
+//   2. Every rank offers what it holds; the offers are all-gathered and every
+//      rank computes the same plan (planner.h): who writes which piece.
+//   3. Every rank writes its pieces to "step-N/rRRRRR-<attempt>.safetensors",
+//      checksumming chunks as they stream out, and makes the object durable.
+//      An incremental save first agrees on whether enough is unchanged to
+//      reference the parent, and writes only the runs that changed.
+//   4. Every rank's result (its chunks, or its error) is all-gathered.
+//   5. If any rank failed, nobody commits; every rank returns that error and
+//      the attempt's objects are garbage.
+//   6-7. The coordinator commits (commit.cc) and broadcasts the outcome;
+//      every rank reads the committed manifest and returns the same result.
+//
+// A crash anywhere leaves the earlier checkpoints as they were, plus either
+// nothing or the complete new one: without its manifest a step does not exist.
+// A rank whose state is bad, or that throws, still takes part in every
+// collective with an error in its message, so all ranks fail together.
+#include <cmath>
+#include <map>
+
+#include "checkpoint/incremental.h"
+#include "checkpoint/manager_impl.h"
+#include "checkpoint/writer.h"
+#include "format/constants.h"
+#include "util/names.h"
+
+namespace ckpt {
+
+using format::Manifest;
+
+namespace {
+
+// MakeOffer, with an exception turned into an offer that carries the error:
+// a rank that throws must still take part in the collectives, or the other
+// ranks would wait for it forever.
+Offer SafeOffer(const State& state, const std::string& host) {
+  try {
+    return MakeOffer(state, host);
+  } catch (const std::exception& e) {
+    Offer failed;
+    failed.host = host;
+    failed.error_code = ErrorCode::kIOError;
+    failed.error_message = std::string("building the save plan: ") + e.what();
+    return failed;
+  }
+}
+
+WriteResult Failed(const Status& s) {
+  WriteResult r;
+  r.status = s;
+  return r;
+}
+
+}  // namespace
+
+SaveDecision CheckpointManager::Impl::DecideSave(int64_t step,
+                                                 const SaveOptions& save) {
+  auto fail = [](Status s) {
+    SaveDecision d;
+    d.status = std::move(s);
+    return d;
+  };
+  if (step < 0) {
+    return fail(
+        InvalidArgumentError("step " + std::to_string(step) + " is negative"));
+  }
+  if (step > format::kMaxStep) {
+    return fail(InvalidArgumentError("step " + std::to_string(step) +
+                                     " does not fit in 12 digits"));
+  }
+  for (const auto& [k, v] : save.metrics) {
+    if (!std::isfinite(v)) {
+      return fail(
+          InvalidArgumentError("metric " + Quote(k) + " is not finite"));
+    }
+  }
+  Result<ObjectInfo> existing = storage_->Stat(format::ManifestKey(step));
+  if (existing.ok()) {
+    return fail(AlreadyExistsError("step " + std::to_string(step) +
+                                   " is already committed in " + Where()));
+  }
+  if (existing.status().code() != ErrorCode::kNotFound) {
+    return fail(
+        existing.status().WithContext("save step " + std::to_string(step)));
+  }
+  if (options_.min_seconds_between_saves > 0) {
+    Result<std::shared_ptr<const Manifest>> newest = manifests_.NewestValid();
+    if (newest.ok()) {
+      const double since =
+          (options_.now_unix_ms() - (*newest)->created_unix_ms) / 1000.0;
+      if (since < options_.min_seconds_between_saves) {
+        SaveDecision skip;
+        skip.skip = true;
+        return skip;
+      }
+    }
+  }
+  SaveDecision out = save.incremental ? DecideParent(step) : SaveDecision();
+  out.attempt = NewAttemptId();
+  return out;
+}
+
+SaveDecision CheckpointManager::Impl::DecideParent(int64_t step) {
+  SaveDecision full;  // a full save is always safe
+  Result<std::vector<std::pair<int64_t, ObjectInfo>>> listed =
+      manifests_.List();
+  if (!listed.ok()) return full;
+  for (const auto& [s, info] : *listed) {
+    if (s >= step) continue;
+    Result<std::shared_ptr<const Manifest>> m = manifests_.Read(s, info);
+    if (!m.ok()) continue;
+    const IncrementalPolicy& policy = options_.incremental;
+    const int64_t next = (*m)->chain + 1;
+    int64_t cap = format::kMaxDependsOn;
+    if (policy.max_chain > 0) cap = std::min<int64_t>(cap, policy.max_chain);
+    if (next > cap || (policy.full_every > 0 && next >= policy.full_every) ||
+        (*m)->chunk_size != options_.chunk_size) {
+      return full;
+    }
+    SaveDecision d;
+    d.parent = s;
+    d.parent_chain = (*m)->chain;
+    return d;
+  }
+  return full;
+}
+
+WriteResult CheckpointManager::Impl::WriteFull(
+    int64_t step, const std::string& attempt, const State& state,
+    const SavePlan& plan, const std::vector<size_t>& mine) {
+  if (mine.empty()) return WriteResult();
+  std::vector<PieceToWrite> pieces;
+  for (size_t i : mine) {
+    const PlannedPiece& p = plan.pieces[i];
+    const PlannedEntry& e = plan.entries[p.entry];
+    PieceToWrite w;
+    w.tensor_name = e.name;
+    w.dtype = e.dtype;
+    w.lengths = p.lengths;
+    w.bytes =
+        std::span<const std::byte>(state.Find(e.name)->tensor.data, p.bytes);
+    pieces.push_back(std::move(w));
+  }
+  const std::string key = format::DataObjectKey(step, comm().rank(), attempt);
+  Result<WrittenObject> written = Guard("write " + key, [&] {
+    return WriteDataObject(*storage_, key, pieces, options_.chunk_size,
+                           IsStaged(state));
+  });
+  if (!written.ok()) return Failed(written.status());
+  WriteResult result;
+  result.key = key;
+  result.size = written->size;
+  for (size_t k = 0; k < mine.size(); ++k) {
+    PieceChunks& p = result.pieces.emplace_back();
+    p.piece = mine[k];
+    for (const format::ChunkRecord& ch : written->chunks[k]) {
+      p.chunks.push_back(ChunkRow{ch.offset, ch.length, ch.checksum});
+    }
+  }
+  return result;
+}
+
+WriteResult CheckpointManager::Impl::WriteIncremental(
+    int64_t step, const std::string& attempt, const State& state,
+    const SaveOptions& save, const SavePlan& plan,
+    const std::vector<size_t>& mine, int64_t parent) {
+  Communicator& c = comm();
+  // A rank that cannot read the parent writes all its pieces: correct, just
+  // larger.
+  Result<std::shared_ptr<const Manifest>> old = manifests_.Read(parent);
+  const Manifest* base = old.ok() ? old->get() : nullptr;
+  Result<IncrementalWrites> w = Guard("plan incremental writes", [&] {
+    // Dirty rows say what changed since the caller's previous save; they
+    // describe the parent only if that save is the parent (not when it was
+    // deleted since, skipped, or made by another process).
+    return PlanIncrementalWrites(plan, mine, state, base, options_.chunk_size,
+                                 c.size(), save.dirty_rows,
+                                 parent == last_saved_step_);
+  });
+  // Every rank learns what all could reference, so all drop the references
+  // together when too little is unchanged.
+  ReferenceStats own;
+  if (w.ok()) own = {w->referenced_bytes, w->total_bytes};
+  Result<std::vector<std::string>> stats =
+      c.AllGather(EncodeReferenceStats(own));
+  if (!stats.ok()) return Failed(stats.status());
+  if (!w.ok()) return Failed(w.status());
+  uint64_t referenced = 0, total = 0;
+  for (const std::string& bytes : *stats) {
+    Result<ReferenceStats> st = DecodeReferenceStats(bytes);
+    if (!st.ok()) return Failed(st.status());
+    referenced += st->referenced;
+    total += st->total;
+  }
+  if (static_cast<double>(referenced) <
+      options_.incremental.min_referenced_fraction *
+          static_cast<double>(total)) {
+    w = PlanIncrementalWrites(plan, mine, state, nullptr, options_.chunk_size,
+                              c.size(), {}, false);
+    if (!w.ok()) return Failed(w.status());
+  }
+  WriteResult result;
+  std::optional<WrittenObject> written;
+  if (!w->runs.empty()) {
+    const std::string key = format::DataObjectKey(step, c.rank(), attempt);
+    Result<WrittenObject> r = Guard("write " + key, [&] {
+      return WriteDataObject(*storage_, key, w->runs, options_.chunk_size,
+                             IsStaged(state));
+    });
+    if (!r.ok()) return Failed(r.status());
+    written = std::move(r).value();
+    result.key = key;
+    result.size = written->size;
+  }
+  // Referenced objects are listed once; a row names one by its index.
+  std::map<std::string_view, uint32_t> ref_index;
+  for (size_t k = 0; k < mine.size(); ++k) {
+    PieceChunks& piece = result.pieces.emplace_back();
+    piece.piece = mine[k];
+    for (const ChunkSlot& slot : w->slots[k]) {
+      if (slot.ref) {
+        const format::ChunkRecord& ch = slot.ref->chunk;
+        const format::ObjectRecord& o = *slot.ref->object;
+        auto [it, added] = ref_index.try_emplace(
+            o.key, static_cast<uint32_t>(result.refs.size()));
+        if (added) result.refs.push_back(ObjectRef{o.key, o.size, o.rank});
+        piece.chunks.push_back(
+            ChunkRow{ch.offset, ch.length, ch.checksum, it->second});
+      } else {
+        const format::ChunkRecord& ch = written->chunks[slot.run][slot.index];
+        piece.chunks.push_back(ChunkRow{ch.offset, ch.length, ch.checksum});
+      }
+    }
+  }
+  return result;
+}
+
+Result<std::vector<WriteResult>> CheckpointManager::Impl::GatherResults(
+    WriteResult mine) {
+  std::vector<WriteResult> results;
+  // A single rank keeps its own: with small chunks the result holds a row
+  // per chunk, and encoding it only to decode it again is wasted time.
+  if (comm().size() == 1) {
+    results.push_back(std::move(mine));
+    return results;
+  }
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> gathered,
+                        comm().AllGather(EncodeWriteResult(mine)));
+  for (size_t r = 0; r < gathered.size(); ++r) {
+    Result<WriteResult> decoded = DecodeWriteResult(gathered[r]);
+    if (!decoded.ok()) {
+      return decoded.status().WithContext("rank " + std::to_string(r));
+    }
+    results.push_back(std::move(decoded).value());
+  }
+  return results;
+}
+
+Result<SaveResult> CheckpointManager::Impl::Save(int64_t step,
+                                                 const State& state,
+                                                 const SaveOptions& save,
+                                                 const Status& state_error) {
+  const std::string op = "save step " + std::to_string(step) + " in " + Where();
+  Communicator& c = comm();
+  // 1. The coordinator decides.
+  std::string decision_bytes;
+  if (c.rank() == 0)
+    decision_bytes = EncodeSaveDecision(DecideSave(step, save));
+  CKPT_ASSIGN_OR_RETURN(decision_bytes, c.Broadcast(decision_bytes, 0));
+  CKPT_ASSIGN_OR_RETURN(SaveDecision decision,
+                        DecodeSaveDecision(decision_bytes));
+  CKPT_RETURN_IF_ERROR(decision.status);
+  if (decision.skip) {
+    SaveResult skipped;
+    skipped.skipped = true;
+    return skipped;
+  }
+
+  // 2. Plan.
+  Offer offer = SafeOffer(state, c.host_name());
+  if (!state_error.ok()) {
+    offer = Offer{c.host_name(), state_error.code(), state_error.message(), {}};
+  }
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> offers,
+                        c.AllGather(EncodeOffer(offer)));
+  std::vector<Offer> decoded;
+  for (const std::string& o : offers) {
+    CKPT_ASSIGN_OR_RETURN(Offer offer, DecodeOffer(o));
+    decoded.push_back(std::move(offer));
+  }
+  Result<SavePlan> planned = MakePlan(decoded);
+  if (!planned.ok()) return planned.status().WithContext(op);
+  const SavePlan& plan = *planned;
+
+  // 3. Write this rank's pieces.
+  std::vector<size_t> mine;
+  for (size_t i = 0; i < plan.pieces.size(); ++i) {
+    if (plan.pieces[i].writer == c.rank()) mine.push_back(i);
+  }
+  WriteResult written =
+      decision.parent >= 0
+          ? WriteIncremental(step, decision.attempt, state, save, plan, mine,
+                             decision.parent)
+          : WriteFull(step, decision.attempt, state, plan, mine);
+
+  // 4. Gather the results; 5. any failure fails every rank.
+  Result<std::vector<WriteResult>> results = GatherResults(std::move(written));
+  if (!results.ok()) return results.status().WithContext(op);
+  for (size_t r = 0; r < results->size(); ++r) {
+    Status s = (*results)[r].status;
+    if (s.ok()) continue;
+    if (c.size() > 1) s = s.WithContext("rank " + std::to_string(r));
+    return s.WithContext(op);
+  }
+
+  // 6-7. The coordinator commits; everyone returns its outcome.
+  std::string outcome_bytes;
+  if (c.rank() == 0) {
+    SaveOutcome outcome;
+    Result<SaveOutcome> committed =
+        Guard("commit", [&]() -> Result<SaveOutcome> {
+          return Commit(step, save, decision, plan, *results);
+        });
+    outcome = committed.ok() ? std::move(committed).value()
+                             : SaveOutcome{committed.status(), {}};
+    outcome_bytes = EncodeSaveOutcome(outcome);
+  }
+  CKPT_ASSIGN_OR_RETURN(outcome_bytes, c.Broadcast(outcome_bytes, 0));
+  CKPT_ASSIGN_OR_RETURN(SaveOutcome outcome, DecodeSaveOutcome(outcome_bytes));
+  CKPT_RETURN_IF_ERROR(outcome.status);
+  // Every rank reads the committed manifest's facts the same way.
+  SaveResult out;
+  Result<std::shared_ptr<const Manifest>> committed = manifests_.Read(step);
+  if (!committed.ok())
+    return committed.status().WithContext(op + ": after commit");
+  out.info = InfoFromManifest(**committed);
+  last_saved_step_ = step;
+  out.deleted_steps = std::move(outcome.deleted_steps);
+  return out;
+}
+
+}  // namespace ckpt
