@@ -184,6 +184,23 @@ TEST_F(AsyncSaveTest, OtherCallsWaitForTheSaveInFlight) {
   opener.join();
 }
 
+TEST_F(AsyncSaveTest, DeleteWithOptionsWaitsForTheSaveInFlight) {
+  auto mgr = OpenGated(SmallChunks());
+  GateStorage* g = gate_.get();
+  SeededModel model(3);
+  State state = model.ToState();
+  SaveHandle h = mgr->SaveAsync(1, state);
+  std::thread opener = g->OpenSoon();
+  // Run beside the background save, the delete would find no step 1 (or
+  // remove a parent the save references); after it, it deletes step 1.
+  Status s = mgr->Delete(1, DeleteOptions{.rewrite_dependants = true});
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(g->is_open());
+  EXPECT_TRUE(h.Done());
+  EXPECT_TRUE(testing::ListedSteps(*mgr).empty());
+  opener.join();
+}
+
 TEST_F(AsyncSaveTest, BackgroundErrorSurfacesFromWaitAndFromTheNextSave) {
   auto fault = std::make_unique<FaultStorage>(base_.get());
   FaultStorage* f = fault.get();

@@ -8,6 +8,8 @@
 //      create-if-absent (checking first where the store cannot refuse an
 //      existing object). That write is the commit; losing the race to another
 //      commit of the step is AlreadyExists.
+//      If the commit certainly did not happen, the outcome tells every
+//      rank to remove the object it wrote.
 //   7. Remember the manifest (no need to decode what was just encoded),
 //      record the checkpoint in the catalog, rewrite the LATEST hint, apply
 //      retention and remove dead attempts. The commit stands whatever
@@ -124,6 +126,16 @@ Status CheckpointManager::Impl::Publish(const Manifest& m,
   return s;
 }
 
+bool CheckpointManager::Impl::MayHaveCommitted(int64_t step,
+                                               const Status& failure) {
+  // Another commit won: ours did not happen. Any other failure may have
+  // left the manifest written (a reply lost after the store wrote it), so
+  // only a manifest that is certainly absent proves nothing was committed.
+  if (failure.code() == ErrorCode::kAlreadyExists) return false;
+  Result<ObjectInfo> manifest = storage_->Stat(format::ManifestKey(step));
+  return manifest.ok() || manifest.status().code() != ErrorCode::kNotFound;
+}
+
 std::vector<int64_t> CheckpointManager::Impl::AfterCommit(
     Manifest m, const std::string& bytes) {
   const int64_t step = m.step;
@@ -162,10 +174,10 @@ SaveOutcome CheckpointManager::Impl::Commit(
   const std::string op =
       "commit step " + std::to_string(step) + " in " + Where();
   Result<Manifest> m = BuildManifest(step, save, decision, plan, results);
-  if (!m.ok()) return SaveOutcome{m.status().WithContext(op), {}};
+  if (!m.ok()) return SaveOutcome{m.status().WithContext(op), {}, true};
   const std::string bytes = format::EncodeManifest(*m);
   if (Status s = Publish(*m, bytes); !s.ok()) {
-    return SaveOutcome{s.WithContext(op), {}};
+    return SaveOutcome{s.WithContext(op), {}, !MayHaveCommitted(step, s)};
   }
   return SaveOutcome{Status(), AfterCommit(std::move(m).value(), bytes)};
 }

@@ -99,7 +99,12 @@ Status CheckpointManager::Impl::Delete(int64_t step,
   }
   // 4. The manifest first.
   if (!dry_run) {
-    CKPT_RETURN_IF_ERROR_CTX(storage_->Delete(manifest_key), op);
+    // Another party deleting the same step may have removed it first: the
+    // outcome is the same, so that is no error.
+    if (Status s = storage_->Delete(manifest_key);
+        !s.ok() && s.code() != ErrorCode::kNotFound) {
+      return s.WithContext(op);
+    }
     manifests_.Forget(step);
     if (options_.catalog) RecordDeleted(*options_.catalog, Where(), step);
   }
@@ -154,7 +159,10 @@ Status CheckpointManager::Impl::RewriteDependant(int64_t dependant,
   }
   for (size_t i = 0; i < pieces.size(); ++i) pieces[i].bytes = bytes[i];
   if (!pieces.empty()) {
-    const std::string key = format::DataObjectKey(dependant, 0, NewAttemptId());
+    // The rewrite is a new attempt at the step's manifest: the manifest
+    // names it, so `attempt` and the newest object's name agree.
+    m.attempt = NewAttemptId();
+    const std::string key = format::DataObjectKey(dependant, 0, m.attempt);
     CKPT_ASSIGN_OR_RETURN(WrittenObject written,
                           WriteDataObject(*storage_, key, pieces, largest));
     const uint32_t index = static_cast<uint32_t>(m.objects.size());

@@ -47,11 +47,21 @@ Result<GcReport> CheckpointManager::Impl::GarbageCollect(const GcOptions& gc) {
   // dependants are still there.
   const std::vector<int64_t> doomed = StepsToDelete(infos, policy);
   const std::set<int64_t> going(doomed.begin(), doomed.end());
+  std::set<int64_t> gone_already;
   for (auto it = doomed.rbegin(); it != doomed.rend(); ++it) {
-    CKPT_RETURN_IF_ERROR(Delete(*it, &going, &report.deleted_objects,
-                                &report.bytes_freed, gc.dry_run));
+    Status s = Delete(*it, &going, &report.deleted_objects, &report.bytes_freed,
+                      gc.dry_run);
+    // Gone already: another collection (or delete) got there first, which
+    // ends in the same state.
+    if (s.code() == ErrorCode::kNotFound) {
+      gone_already.insert(*it);
+      continue;
+    }
+    CKPT_RETURN_IF_ERROR(s);
   }
-  report.deleted_steps = doomed;
+  for (int64_t step : doomed) {
+    if (!gone_already.count(step)) report.deleted_steps.push_back(step);
+  }
 
   // 2. What stays.
   CKPT_ASSIGN_OR_RETURN(auto listed, manifests_.List());

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <random>
@@ -19,6 +20,7 @@
 
 #include "checkpoint/test_util.h"
 #include "ckpt/checkpoint_manager.h"
+#include "format/constants.h"
 #include "format/manifest.h"
 #include "storage/memory/memory_storage.h"
 
@@ -572,6 +574,81 @@ TEST_F(GcMemTest, GcAfterSaveRemovesDeadAttempts) {
   const Keys keys = AllKeys(mgr->storage());
   EXPECT_FALSE(Contains(keys, dead));
   EXPECT_TRUE(Contains(keys, "README"));
+}
+
+// Runs `hook` once, the first time a manifest is deleted through it: the
+// moment another party's delete would interleave.
+class BeforeManifestDelete : public StorageWrapper {
+ public:
+  BeforeManifestDelete(Storage* target, std::function<void()> hook)
+      : StorageWrapper(target), hook_(std::move(hook)) {}
+  Status Delete(std::string_view key) override {
+    if (hook_ && key.ends_with(format::kManifestName)) {
+      std::exchange(hook_, nullptr)();
+    }
+    return StorageWrapper::Delete(key);
+  }
+
+ private:
+  std::function<void()> hook_;
+};
+
+TEST_P(GcTest, TwoCollectionsAtOnceEndAsOne) {
+  auto other = OpenManager(MakeOptions());
+  ASSERT_NE(other, nullptr);
+  for (int64_t step = 1; step <= 5; ++step) SaveModel(*other, step);
+  RetentionPolicy keep_one;
+  keep_one.keep_last = 1;
+  GcOptions gc;
+  gc.retention = keep_one;
+  // The other collection runs whole between this one's decision and its
+  // first delete: every step this one meant to delete is gone already.
+  Result<GcReport> theirs = AbortedError("the other collection never ran");
+  auto base = OpenStorage(url_);
+  ASSERT_TRUE(base.ok());
+  auto racing = std::make_unique<BeforeManifestDelete>(
+      base->get(), [&] { theirs = other->GarbageCollect(gc); });
+  auto mgr = CheckpointManager::Open(std::move(racing), MakeOptions());
+  ASSERT_TRUE(mgr.ok()) << mgr.status().ToString();
+  Result<GcReport> ours = (*mgr)->GarbageCollect(gc);
+  ASSERT_TRUE(ours.ok()) << ours.status().ToString();
+  ASSERT_TRUE(theirs.ok()) << theirs.status().ToString();
+  EXPECT_EQ(theirs->deleted_steps, (Steps{1, 2, 3, 4}));
+  // Each step is reported deleted by the party that deleted it.
+  EXPECT_TRUE(ours->deleted_steps.empty() || ours->deleted_steps == Steps{4});
+  EXPECT_EQ(ListedSteps(*other), Steps{5});
+  ExpectLoads(*other, 5, Model(5));
+  // And a delete of a step already gone says so (the caller asked for it).
+  EXPECT_EQ(other->Delete(3).code(), ErrorCode::kNotFound);
+}
+
+// A disk that fills up exactly when the manifest is written.
+class FullAtCommit : public StorageWrapper {
+ public:
+  using StorageWrapper::StorageWrapper;
+  Status Put(std::string_view key, std::span<const std::byte> data,
+             PutMode mode) override {
+    if (key.ends_with(format::kManifestName)) {
+      return IOError("put " + std::string(key) + ": No space left on device");
+    }
+    return StorageWrapper::Put(key, data, mode);
+  }
+};
+
+TEST_P(GcTest, ASaveThatCannotCommitRemovesItsOwnData) {
+  auto base = OpenStorage(url_);
+  ASSERT_TRUE(base.ok());
+  auto mgr = CheckpointManager::Open(
+      std::make_unique<FullAtCommit>(base->get()), MakeOptions());
+  ASSERT_TRUE(mgr.ok()) << mgr.status().ToString();
+  Model m(1);
+  State state = m.ToState();
+  Result<SaveResult> r = (*mgr)->Save(1, state);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("No space"), std::string::npos)
+      << r.status().ToString();
+  // Nothing full-size waits for a collection: the step holds nothing.
+  EXPECT_EQ(AllKeys(**base, format::StepDirName(1) + "/"), Keys{});
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // respect the references; crashes never break a kept checkpoint.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -310,6 +311,18 @@ TEST_F(IncrementalTest, DeleteRefusesDependedOnAndForceRewritesDependants) {
   ASSERT_TRUE(d3.ok());
   EXPECT_EQ(d3->info.depends_on, Steps{1});
   ExpectLoadsTables(*mgr, 3, m);
+  // The rewrite is an attempt of its own, named by the manifest and by the
+  // object it wrote (docs/format.md: `attempt`).
+  Result<std::string> raw = mgr->storage().ReadAll(format::ManifestKey(3));
+  ASSERT_TRUE(raw.ok());
+  Result<format::Manifest> m3 = format::DecodeManifest(*raw, "step 3");
+  ASSERT_TRUE(m3.ok());
+  EXPECT_TRUE(std::any_of(m3->objects.begin(), m3->objects.end(),
+                          [&](const auto& o) {
+                            return o.key ==
+                                   format::DataObjectKey(3, 0, m3->attempt);
+                          }))
+      << "no object of step 3 carries attempt " << m3->attempt;
   ASSERT_TRUE(mgr->Delete(1, DeleteOptions{.rewrite_dependants = true}).ok());
   d3 = mgr->Describe(3);
   ASSERT_TRUE(d3.ok());

@@ -201,7 +201,9 @@ Status CheckpointManager::Delete(int64_t step) {
 }
 
 Status CheckpointManager::Delete(int64_t step, const DeleteOptions& options) {
-  std::lock_guard<std::mutex> lock(impl_->mu());
+  // Like every call, after the save in flight: a delete beside a background
+  // save could remove the parent it references.
+  auto lock = impl_->Acquire();
   return Guard("delete", [&] {
     return impl_->Delete(step, nullptr, nullptr, nullptr, false,
                          options.rewrite_dependants);

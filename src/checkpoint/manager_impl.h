@@ -153,6 +153,9 @@ class CheckpointManager::Impl {
                                const State& state, const SaveOptions& save,
                                const SavePlan& plan,
                                const std::vector<size_t>& mine, int64_t parent);
+  // Removes this rank's object `key` (if any) of an attempt that can no
+  // longer commit.
+  void DiscardAttempt(const std::string& key);
   // Step 4: every rank's result (a single rank keeps its own).
   Result<std::vector<WriteResult>> GatherResults(WriteResult mine);
   // Whether `state` is the asynchronous save's staged copy, whose memory
@@ -169,6 +172,8 @@ class CheckpointManager::Impl {
       const SavePlan& plan, const std::vector<WriteResult>& results);
   // Writes the manifest with create-if-absent: THE COMMIT.
   Status Publish(const format::Manifest& m, const std::string& bytes);
+  // Whether a failed Publish of `step` may still have left its manifest.
+  bool MayHaveCommitted(int64_t step, const Status& failure);
   // After the commit: catalog, LATEST, retention. Failures only warn.
   std::vector<int64_t> AfterCommit(format::Manifest m,
                                    const std::string& bytes);

@@ -306,6 +306,7 @@ std::string EncodeSaveOutcome(const SaveOutcome& m) {
   Writer w(MessageType::kSaveOutcome);
   w.Stat(m.status);
   w.I64s(m.deleted_steps);
+  w.U8(m.discard);
   return w.Take();
 }
 
@@ -314,6 +315,7 @@ Result<SaveOutcome> DecodeSaveOutcome(std::string_view bytes) {
   SaveOutcome m;
   m.status = r.Stat();
   m.deleted_steps = r.I64s();
+  m.discard = r.Bool();
   return r.Finish(std::move(m));
 }
 

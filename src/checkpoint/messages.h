@@ -76,6 +76,11 @@ struct WriteResult {
 struct SaveOutcome {
   Status status;
   std::vector<int64_t> deleted_steps;  // by retention, after the commit
+  // With a failed status: the step is certainly not committed with this
+  // attempt, so each rank removes the data object it wrote (no full-size
+  // orphan waits for a collection). Never set when the commit's fate is
+  // unknown.
+  bool discard = false;
 };
 
 // Load: the step rank 0 chose, so ranks racing a commit load the same one.

@@ -85,6 +85,11 @@ TEST(MessagesTest, EveryMessageSurvivesEncoding) {
   auto o2 = DecodeSaveOutcome(EncodeSaveOutcome({Status(), {3, 5, 8}}));
   ASSERT_TRUE(o2.ok());
   EXPECT_EQ(o2->deleted_steps, (std::vector<int64_t>{3, 5, 8}));
+  EXPECT_FALSE(o2->discard);
+  auto o3 = DecodeSaveOutcome(EncodeSaveOutcome({IOError("full"), {}, true}));
+  ASSERT_TRUE(o3.ok());
+  EXPECT_EQ(o3->status.code(), ErrorCode::kIOError);
+  EXPECT_TRUE(o3->discard);
 
   auto p2 = DecodeResolvedStep(EncodeResolvedStep({Status(), 12}));
   ASSERT_TRUE(p2.ok());

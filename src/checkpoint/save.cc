@@ -12,7 +12,7 @@
 //      reference the parent, and writes only the runs that changed.
 //   4. Every rank's result (its chunks, or its error) is all-gathered.
 //   5. If any rank failed, nobody commits; every rank returns that error and
-//      the attempt's objects are garbage.
+//      removes the object it wrote (best effort: a crash leaves garbage).
 //   6-7. The coordinator commits (commit.cc) and broadcasts the outcome;
 //      every rank reads the committed manifest and returns the same result.
 //
@@ -27,6 +27,7 @@
 #include "checkpoint/manager_impl.h"
 #include "checkpoint/writer.h"
 #include "format/constants.h"
+#include "util/log.h"
 #include "util/names.h"
 
 namespace ckpt {
@@ -261,6 +262,16 @@ Result<std::vector<WriteResult>> CheckpointManager::Impl::GatherResults(
   return results;
 }
 
+void CheckpointManager::Impl::DiscardAttempt(const std::string& key) {
+  if (key.empty()) return;
+  // Best effort: what stays behind is garbage a collection removes.
+  if (Status s = storage_->Delete(key);
+      !s.ok() && s.code() != ErrorCode::kNotFound) {
+    LogWarning("could not remove " + key +
+               " of a failed save: " + s.ToString());
+  }
+}
+
 Result<SaveResult> CheckpointManager::Impl::Save(int64_t step,
                                                  const State& state,
                                                  const SaveOptions& save,
@@ -308,13 +319,16 @@ Result<SaveResult> CheckpointManager::Impl::Save(int64_t step,
                              decision.parent)
           : WriteFull(step, decision.attempt, state, plan, mine);
 
-  // 4. Gather the results; 5. any failure fails every rank.
+  // 4. Gather the results; 5. any failure fails every rank, and each
+  // removes what it wrote: nothing can commit this attempt any more.
+  const std::string own_object = written.key;
   Result<std::vector<WriteResult>> results = GatherResults(std::move(written));
   if (!results.ok()) return results.status().WithContext(op);
   for (size_t r = 0; r < results->size(); ++r) {
     Status s = (*results)[r].status;
     if (s.ok()) continue;
     if (c.size() > 1) s = s.WithContext("rank " + std::to_string(r));
+    DiscardAttempt(own_object);
     return s.WithContext(op);
   }
 
@@ -327,12 +341,15 @@ Result<SaveResult> CheckpointManager::Impl::Save(int64_t step,
           return Commit(step, save, decision, plan, *results);
         });
     outcome = committed.ok() ? std::move(committed).value()
-                             : SaveOutcome{committed.status(), {}};
+                             : SaveOutcome{committed.status(), {}, false};
     outcome_bytes = EncodeSaveOutcome(outcome);
   }
   CKPT_ASSIGN_OR_RETURN(outcome_bytes, c.Broadcast(outcome_bytes, 0));
   CKPT_ASSIGN_OR_RETURN(SaveOutcome outcome, DecodeSaveOutcome(outcome_bytes));
-  CKPT_RETURN_IF_ERROR(outcome.status);
+  if (!outcome.status.ok()) {
+    if (outcome.discard) DiscardAttempt(own_object);
+    return outcome.status;
+  }
   // Every rank reads the committed manifest's facts the same way.
   SaveResult out;
   Result<std::shared_ptr<const Manifest>> committed = manifests_.Read(step);
