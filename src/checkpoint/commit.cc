@@ -4,12 +4,14 @@
 //   6. Build the manifest from the plan and every rank's chunk rows: the
 //      objects written in this attempt, then (incremental) the parent's
 //      objects that rows reference, whose steps become depends_on. Validate
-//      it as a reader would, and write it as step-N/MANIFEST.json with
-//      create-if-absent (checking first where the store cannot refuse an
-//      existing object). That write is the commit; losing the race to another
-//      commit of the step is AlreadyExists.
-//      If the commit certainly did not happen, the outcome tells every
-//      rank to remove the object it wrote.
+//      it as a reader would, check that every referenced object of an
+//      earlier step still exists with its size (a delete may have removed
+//      the parent meanwhile: then nothing is committed), and write it as
+//      step-N/MANIFEST.json with create-if-absent (checking first where the
+//      store cannot refuse an existing object). That write is the commit;
+//      losing the race to another commit of the step is AlreadyExists. If the
+//      commit certainly did not happen, the outcome tells every rank to remove
+//      the object it wrote.
 //   7. Remember the manifest (no need to decode what was just encoded),
 //      record the checkpoint in the catalog, rewrite the LATEST hint, apply
 //      retention and remove dead attempts. The commit stands whatever
@@ -107,6 +109,27 @@ Result<Manifest> CheckpointManager::Impl::BuildManifest(
   return m;
 }
 
+Status CheckpointManager::Impl::CheckReferences(const Manifest& m) {
+  for (const format::ObjectRecord& o : m.objects) {
+    int64_t in;
+    std::string_view file;
+    if (!SplitStepKey(o.key, &in, &file) || in == m.step) continue;
+    Result<ObjectInfo> info = storage_->Stat(o.key);
+    if (info.ok() && info->size == o.size) continue;
+    if (!info.ok() && info.status().code() != ErrorCode::kNotFound) {
+      return info.status().WithContext("stat " + o.key);
+    }
+    return FailedPreconditionError(
+        "the incremental save would reference data object " + o.key +
+        " of step " + std::to_string(in) + ", which " +
+        (info.ok() ? "has changed size" : "is missing") +
+        " (deleted or damaged while the save ran); nothing was committed: "
+        "save again, which compares with a complete checkpoint or saves in "
+        "full");
+  }
+  return Status();
+}
+
 Status CheckpointManager::Impl::Publish(const Manifest& m,
                                         const std::string& bytes) {
   const std::string key = format::ManifestKey(m.step);
@@ -175,6 +198,9 @@ SaveOutcome CheckpointManager::Impl::Commit(
       "commit step " + std::to_string(step) + " in " + Where();
   Result<Manifest> m = BuildManifest(step, save, decision, plan, results);
   if (!m.ok()) return SaveOutcome{m.status().WithContext(op), {}, true};
+  if (Status s = CheckReferences(*m); !s.ok()) {
+    return SaveOutcome{s.WithContext(op), {}, true};
+  }
   const std::string bytes = format::EncodeManifest(*m);
   if (Status s = Publish(*m, bytes); !s.ok()) {
     return SaveOutcome{s.WithContext(op), {}, !MayHaveCommitted(step, s)};

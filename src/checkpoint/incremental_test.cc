@@ -336,6 +336,95 @@ TEST_F(IncrementalTest, DeleteRefusesDependedOnAndForceRewritesDependants) {
   (void)at2;
 }
 
+// The data object step `step`'s own save wrote (rank 0).
+std::string OwnObject(CheckpointManager& mgr, int64_t step) {
+  Result<CheckpointDescription> d = mgr.Describe(step);
+  EXPECT_TRUE(d.ok()) << d.status().ToString();
+  if (d.ok()) {
+    for (const ObjectInfo& o : d->objects) {
+      if (o.key.starts_with(format::StepDirName(step) + "/")) return o.key;
+    }
+  }
+  ADD_FAILURE() << "step " << step << " has no object of its own";
+  return "";
+}
+
+TEST_F(IncrementalTest, ResumeAndParentsSkipAStepWhoseObjectIsMissing) {
+  auto mgr = Open(MemRoot());
+  Tables m({1024});
+  State s = m.ToState();
+  ASSERT_TRUE(mgr->Save(1, s).ok());
+  m.tables[0][0] = 5;
+  ASSERT_TRUE(mgr->Save(2, s, Incremental()).ok());
+  const Tables at2 = m;
+  m.tables[0][100] = 6;
+  ASSERT_TRUE(mgr->Save(3, s, Incremental()).ok());
+  // Step 3's own object is lost: its manifest is there, its data is not.
+  ASSERT_TRUE(mgr->storage().Delete(OwnObject(*mgr, 3)).ok());
+  EXPECT_EQ(mgr->Latest().value(), std::optional<int64_t>(2));
+  Tables got({1024}, 99);
+  State into = got.ToState();
+  Result<CheckpointInfo> loaded = mgr->Load(std::nullopt, into);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(loaded->step, 2);
+  ExpectLoadsTables(*mgr, 2, at2);
+  // An incremental save never takes the broken step as its parent.
+  m.tables[0][200] = 7;
+  Result<SaveResult> r4 = mgr->Save(4, s, Incremental());
+  ASSERT_TRUE(r4.ok()) << r4.status().ToString();
+  EXPECT_EQ(r4->info.parent, 2);
+  EXPECT_EQ(mgr->Latest().value(), std::optional<int64_t>(4));
+  ExpectLoadsTables(*mgr, 4, m);
+}
+
+// Removes `victim` when the first data object of `step` is started: a
+// delete running while an incremental save writes.
+class DeleteWhileWriting : public StorageWrapper {
+ public:
+  DeleteWhileWriting(Storage* target, int64_t step)
+      : StorageWrapper(target), step_(step) {}
+  std::string victim;
+  Result<std::unique_ptr<WritableObject>> NewWritable(
+      std::string_view key) override {
+    if (!victim.empty() && key.starts_with(format::StepDirName(step_))) {
+      EXPECT_TRUE(StorageWrapper::Delete(std::exchange(victim, "")).ok());
+    }
+    return StorageWrapper::NewWritable(key);
+  }
+
+ private:
+  int64_t step_;
+};
+
+TEST_F(IncrementalTest, AParentLostDuringTheSaveIsNeverReferenced) {
+  const std::string url = MemRoot();
+  auto base = OpenStorage(url);
+  ASSERT_TRUE(base.ok());
+  auto wrapper = std::make_unique<DeleteWhileWriting>(base->get(), 2);
+  DeleteWhileWriting* racing = wrapper.get();
+  auto mgr = CheckpointManager::Open(std::move(wrapper), MakeOptions());
+  ASSERT_TRUE(mgr.ok());
+  Tables m({1024});
+  State s = m.ToState();
+  ASSERT_TRUE((*mgr)->Save(1, s).ok());
+  racing->victim = OwnObject(**mgr, 1);
+  m.tables[0][0] = 5;
+  Result<SaveResult> r = (*mgr)->Save(2, s, Incremental());
+  ASSERT_FALSE(r.ok()) << "step 2 committed over a missing parent";
+  EXPECT_EQ(r.status().code(), ErrorCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("is missing"), std::string::npos)
+      << r.status().ToString();
+  EXPECT_NE(r.status().message().find("nothing was committed"),
+            std::string::npos);
+  EXPECT_EQ(testing::ListedSteps(**mgr), (Steps{1}));
+  // Nothing of the attempt stays, and the next save is whole.
+  EXPECT_TRUE((*mgr)->storage().List(format::StepDirName(2)).value().empty());
+  Result<SaveResult> again = (*mgr)->Save(2, s, Incremental());
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(again->info.depends_on.empty());
+  ExpectLoadsTables(**mgr, 2, m);
+}
+
 TEST_F(IncrementalTest, RetentionKeepsWhatKeptCheckpointsDependOn) {
   Options o = MakeOptions();
   o.retention.keep_last = 1;

@@ -9,7 +9,7 @@ namespace ckpt {
 using format::Manifest;
 
 Result<std::optional<int64_t>> CheckpointManager::Impl::Latest() {
-  Result<std::shared_ptr<const Manifest>> m = manifests_.NewestValid();
+  Result<std::shared_ptr<const Manifest>> m = manifests_.NewestComplete();
   if (!m.ok()) {
     if (m.status().code() == ErrorCode::kNotFound)
       return std::optional<int64_t>();

@@ -1,7 +1,8 @@
 // Loading, on every rank (any number of ranks, any split):
 //
-//   1. Resolve the step: the one asked for, or the newest manifest that
-//      validates (damaged ones skipped with a warning). With many ranks,
+//   1. Resolve the step: the one asked for, or the newest complete one: its
+//      manifest validates and a listing shows every object it names with
+//      the recorded size (others are skipped with a warning). With many ranks,
 //      rank 0 picks and broadcasts, so ranks racing a concurrent commit never
 //      load different steps.
 //   2. Match the state against the manifest: every entry present with the
@@ -42,10 +43,10 @@ std::span<std::byte> BytesOf(std::string& s) {
 Result<std::shared_ptr<const Manifest>> CheckpointManager::Impl::Resolve(
     std::optional<int64_t> step) {
   if (step) return manifests_.Read(*step);
-  if (comm().size() == 1) return manifests_.NewestValid();
+  if (comm().size() == 1) return manifests_.NewestComplete();
   std::string mine;
   if (comm().rank() == 0) {
-    Result<std::shared_ptr<const Manifest>> m = manifests_.NewestValid();
+    Result<std::shared_ptr<const Manifest>> m = manifests_.NewestComplete();
     mine = EncodeResolvedStep(m.ok() ? ResolvedStep{Status(), (*m)->step}
                                      : ResolvedStep{m.status(), -1});
   }

@@ -170,6 +170,8 @@ class CheckpointManager::Impl {
   Result<format::Manifest> BuildManifest(
       int64_t step, const SaveOptions& save, const SaveDecision& decision,
       const SavePlan& plan, const std::vector<WriteResult>& results);
+  // Every object of an earlier step that `m` references is still there.
+  Status CheckReferences(const format::Manifest& m);
   // Writes the manifest with create-if-absent: THE COMMIT.
   Status Publish(const format::Manifest& m, const std::string& bytes);
   // Whether a failed Publish of `step` may still have left its manifest.

@@ -78,6 +78,51 @@ Result<std::shared_ptr<const Manifest>> ManifestStore::NewestValid() {
   return NotFoundError("no committed checkpoint in " + storage_.url());
 }
 
+Result<std::map<std::string, uint64_t>> ManifestStore::ObjectSizes() {
+  CKPT_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects,
+                        storage_.List(format::kStepPrefix));
+  std::map<std::string, uint64_t> sizes;
+  for (ObjectInfo& o : objects) sizes.emplace(std::move(o.key), o.size);
+  return sizes;
+}
+
+std::string ManifestStore::MissingObject(
+    const Manifest& m, const std::map<std::string, uint64_t>& sizes) {
+  for (const format::ObjectRecord& o : m.objects) {
+    auto it = sizes.find(o.key);
+    if (it == sizes.end()) return "data object " + o.key + " is missing";
+    if (it->second != o.size) {
+      return "data object " + o.key + " is " + std::to_string(it->second) +
+             " bytes but the manifest records " + std::to_string(o.size);
+    }
+  }
+  return "";
+}
+
+Result<std::shared_ptr<const Manifest>> ManifestStore::NewestComplete() {
+  CKPT_ASSIGN_OR_RETURN(auto manifests, List());
+  if (manifests.empty()) {
+    return NotFoundError("no committed checkpoint in " + storage_.url());
+  }
+  // Listed after the manifests: an object a manifest names was written
+  // before it, so a save committing meanwhile is not judged incomplete.
+  CKPT_ASSIGN_OR_RETURN(auto sizes, ObjectSizes());
+  for (const auto& [step, info] : manifests) {
+    Result<std::shared_ptr<const Manifest>> m = Read(step, info);
+    if (!m.ok()) {
+      LogWarning("skipping step " + std::to_string(step) + ": " +
+                 m.status().ToString());
+      continue;
+    }
+    const std::string missing = MissingObject(**m, sizes);
+    if (missing.empty()) return m;
+    LogWarning("skipping step " + std::to_string(step) + " in " +
+               storage_.url() + ": " + missing +
+               "; resuming from an older complete checkpoint");
+  }
+  return NotFoundError("no complete checkpoint in " + storage_.url());
+}
+
 void ManifestStore::Remember(int64_t step, const ObjectInfo& info, Manifest m) {
   m.Reindex();
   cache_[step] = {info, std::make_shared<const Manifest>(std::move(m))};
@@ -86,8 +131,8 @@ void ManifestStore::Remember(int64_t step, const ObjectInfo& info, Manifest m) {
 void ManifestStore::UpdateLatestHint() {
   // LATEST is a hint for humans and other tools; readers never trust it, so
   // a failure to write it does not fail anything. It names the newest step
-  // whose manifest validates, never a damaged one.
-  Result<std::shared_ptr<const Manifest>> newest = NewestValid();
+  // that is complete, never a damaged one.
+  Result<std::shared_ptr<const Manifest>> newest = NewestComplete();
   Status s;
   if (newest.ok()) {
     s = storage_.PutString(format::kLatestName,

@@ -38,6 +38,19 @@ class ManifestStore {
   // warning); NotFound if there is none.
   Result<std::shared_ptr<const format::Manifest>> NewestValid();
 
+  // The newest manifest that validates and whose objects all exist with
+  // their recorded sizes, judged from one listing (no data is read). A
+  // committed step with a missing or resized object is skipped with a
+  // warning naming it: resuming from it would fail, and an older complete
+  // one may exist. NotFound if there is none.
+  Result<std::shared_ptr<const format::Manifest>> NewestComplete();
+  // The first object of `m` missing from `listed` (key -> size) or of
+  // another size, as a message; empty if every object is there.
+  static std::string MissingObject(
+      const format::Manifest& m, const std::map<std::string, uint64_t>& sizes);
+  // Every object under the step directories, with its size.
+  Result<std::map<std::string, uint64_t>> ObjectSizes();
+
   // Keeps `m`, just written as `step`'s manifest with the bytes of `info`,
   // so the coordinator need not decode what it encoded.
   void Remember(int64_t step, const ObjectInfo& info, format::Manifest m);

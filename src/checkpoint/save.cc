@@ -2,7 +2,8 @@
 //
 //   1. The coordinator decides: the step must not be committed yet, and
 //      min_seconds_between_saves may skip it. It draws the attempt id and,
-//      for an incremental save, picks the parent. The decision is broadcast,
+//      for an incremental save, picks the parent: the newest complete
+//      checkpoint below the step. The decision is broadcast,
 //      so every rank acts on the same one.
 //   2. Every rank offers what it holds; the offers are all-gathered and every
 //      rank computes the same plan (planner.h): who writes which piece.
@@ -111,10 +112,16 @@ SaveDecision CheckpointManager::Impl::DecideParent(int64_t step) {
   Result<std::vector<std::pair<int64_t, ObjectInfo>>> listed =
       manifests_.List();
   if (!listed.ok()) return full;
+  Result<std::map<std::string, uint64_t>> sizes = manifests_.ObjectSizes();
+  if (!sizes.ok()) return full;
   for (const auto& [s, info] : *listed) {
     if (s >= step) continue;
     Result<std::shared_ptr<const Manifest>> m = manifests_.Read(s, info);
-    if (!m.ok()) continue;
+    // A parent with a missing object would pass the gap on: compare with
+    // the newest complete checkpoint instead.
+    if (!m.ok() || !ManifestStore::MissingObject(**m, *sizes).empty()) {
+      continue;
+    }
     const IncrementalPolicy& policy = options_.incremental;
     const int64_t next = (*m)->chain + 1;
     int64_t cap = format::kMaxDependsOn;
