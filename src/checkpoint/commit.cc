@@ -180,7 +180,9 @@ std::vector<int64_t> CheckpointManager::Impl::AfterCommit(
   if (!options_.retention.enabled() && !options_.gc_after_save) return {};
   GcOptions gc;
   gc.retention = options_.retention;
-  Result<GcReport> report = GarbageCollect(gc);
+  // A step saved below the newest (a rollback) is one no rule may keep;
+  // it stays until a later collection, so the save that made it succeeds.
+  Result<GcReport> report = GarbageCollect(gc, step);
   if (!report.ok()) {
     // The checkpoint is committed; a failed clean-up only leaves garbage
     // that the next GarbageCollect removes.

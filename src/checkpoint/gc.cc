@@ -2,9 +2,10 @@
 // retention or gc_after_save is on):
 //
 //   1. Retention: the committed steps no rule keeps (retention.h) are
-//      deleted newest first, so a dependant always goes before what it
-//      depends on and a crash part-way never leaves a checkpoint without its
-//      dependency (delete.cc).
+//      deleted newest first (after a save, never the step it just committed,
+//      which may lie below the newest: a rollback), so a dependant always goes
+//      before what it depends on and a crash part-way never leaves a checkpoint
+//      without its dependency (delete.cc).
 //   2. Read the manifests that remain: the objects they name are live;
 //      damaged steps are left untouched for someone to look at.
 //   3. Dead attempts: ckpt's own objects (data objects, a backend's
@@ -37,7 +38,8 @@ struct LiveSet {
 
 }  // namespace
 
-Result<GcReport> CheckpointManager::Impl::GarbageCollect(const GcOptions& gc) {
+Result<GcReport> CheckpointManager::Impl::GarbageCollect(
+    const GcOptions& gc, std::optional<int64_t> keep) {
   GcReport report;
   // 1. Retention.
   const RetentionPolicy policy =
@@ -45,7 +47,16 @@ Result<GcReport> CheckpointManager::Impl::GarbageCollect(const GcOptions& gc) {
   CKPT_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> infos, List());
   // In a dry run a step that only doomed steps depend on may go: those
   // dependants are still there.
-  const std::vector<int64_t> doomed = StepsToDelete(infos, policy);
+  std::vector<int64_t> doomed = StepsToDelete(infos, policy);
+  if (keep) {
+    std::set<int64_t> spared = {*keep};
+    for (const CheckpointInfo& info : infos) {
+      if (info.step == *keep) {
+        spared.insert(info.depends_on.begin(), info.depends_on.end());
+      }
+    }
+    std::erase_if(doomed, [&](int64_t s) { return spared.count(s) > 0; });
+  }
   const std::set<int64_t> going(doomed.begin(), doomed.end());
   std::set<int64_t> gone_already;
   for (auto it = doomed.rbegin(); it != doomed.rend(); ++it) {

@@ -651,5 +651,24 @@ TEST_P(GcTest, ASaveThatCannotCommitRemovesItsOwnData) {
   EXPECT_EQ(AllKeys(**base, format::StepDirName(1) + "/"), Keys{});
 }
 
+TEST_P(GcTest, ASaveBelowTheNewestWorksWithRetention) {
+  Options o = MakeOptions();
+  o.retention.keep_last = 2;
+  auto mgr = OpenManager(o);
+  ASSERT_NE(mgr, nullptr);
+  for (int64_t step : {10, 20, 30}) SaveModel(*mgr, step);
+  EXPECT_EQ(ListedSteps(*mgr), (Steps{20, 30}));
+  // A rollback: the job goes on from an earlier step. The save commits and
+  // survives its own retention; the newest is still decided by step.
+  SaveResult r = SaveModel(*mgr, 15);
+  EXPECT_EQ(r.info.step, 15);
+  EXPECT_EQ(ListedSteps(*mgr), (Steps{15, 20, 30}));
+  ExpectLoads(*mgr, 15, Model(15));
+  EXPECT_EQ(mgr->Latest().value(), std::optional<int64_t>(30));
+  // A later collection applies the rules to it like to any other.
+  ASSERT_TRUE(mgr->GarbageCollect().ok());
+  EXPECT_EQ(ListedSteps(*mgr), (Steps{20, 30}));
+}
+
 }  // namespace
 }  // namespace ckpt

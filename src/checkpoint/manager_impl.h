@@ -133,7 +133,10 @@ class CheckpointManager::Impl {
                 bool dry_run, bool rewrite_dependants = false);
 
   // --- gc.cc
-  Result<GcReport> GarbageCollect(const GcOptions& gc);
+  // `keep`: a step retention must not delete now (with what it depends on):
+  // the one a save just committed, which may lie below the newest.
+  Result<GcReport> GarbageCollect(const GcOptions& gc,
+                                  std::optional<int64_t> keep = std::nullopt);
 
  private:
   // --- save.cc
