@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <set>
 #include <tuple>
 
 #include "format/constants.h"
 #include "format/json.h"
+#include "format/layout.h"
 #include "util/boxes.h"
 #include "util/names.h"
 
@@ -64,71 +64,11 @@ uint64_t Manifest::TotalObjectBytes() const {
 }
 
 uint64_t Manifest::OwnObjectBytes() const {
-  const std::string own = StepDirName(step) + "/";
   uint64_t total = 0;
   for (const ObjectRecord& o : objects) {
-    if (o.key.starts_with(own)) total += o.size;
+    if (StepOfKey(o.key) == step) total += o.size;
   }
   return total;
-}
-
-std::string StepDirName(int64_t step) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "step-%012lld", static_cast<long long>(step));
-  return buf;
-}
-
-int64_t ParseStepDirName(std::string_view name) {
-  if (name.size() != kStepPrefix.size() + kStepDigits ||
-      !name.starts_with(kStepPrefix)) {
-    return -1;
-  }
-  int64_t v = 0;
-  for (char c : name.substr(kStepPrefix.size())) {
-    if (c < '0' || c > '9') return -1;
-    v = v * 10 + (c - '0');
-  }
-  return v;
-}
-
-std::string ManifestKey(int64_t step) {
-  return StepDirName(step) + "/" + std::string(kManifestName);
-}
-
-std::string DataObjectKey(int64_t step, int rank, std::string_view attempt) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "/r%05d-", rank);
-  return StepDirName(step) + buf + std::string(attempt) +
-         std::string(kDataSuffix);
-}
-
-bool ParseDataObjectKey(std::string_view key, int64_t* step, int* rank,
-                        std::string* attempt) {
-  const size_t slash = key.find('/');
-  if (slash == std::string_view::npos) return false;
-  const int64_t s = ParseStepDirName(key.substr(0, slash));
-  if (s < 0) return false;
-  std::string_view file = key.substr(slash + 1);
-  // r<5 digits>-<16 hex>.safetensors
-  if (file.size() !=
-          1 + kRankDigits + 1 + kAttemptHexDigits + kDataSuffix.size() ||
-      file[0] != 'r' || file[1 + kRankDigits] != '-' ||
-      !file.ends_with(kDataSuffix)) {
-    return false;
-  }
-  int r = 0;
-  for (char c : file.substr(1, kRankDigits)) {
-    if (c < '0' || c > '9') return false;
-    r = r * 10 + (c - '0');
-  }
-  std::string_view a = file.substr(2 + kRankDigits, kAttemptHexDigits);
-  for (char c : a) {
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  }
-  if (step) *step = s;
-  if (rank) *rank = r;
-  if (attempt) *attempt = std::string(a);
-  return true;
 }
 
 namespace {
@@ -500,11 +440,7 @@ Status CheckDependsOn(const Manifest& m, std::set<int64_t>& deps) {
 // chunk points at.
 Status CheckObjectSteps(const Manifest& m, const std::set<int64_t>& deps) {
   for (const ObjectRecord& o : m.objects) {
-    const size_t slash = o.key.find('/');
-    const int64_t in =
-        slash == std::string::npos
-            ? -1
-            : ParseStepDirName(std::string_view(o.key).substr(0, slash));
+    const int64_t in = StepOfKey(o.key);
     if (in != m.step && !deps.count(in)) {
       return Bad("object " + Quote(o.key) +
                  " lies outside this step and the steps it depends on");

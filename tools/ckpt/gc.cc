@@ -4,12 +4,13 @@
 
 #include <climits>
 #include <memory>
+#include <set>
 
 #include "ckpt/checkpoint_manager.h"
 #include "commands.h"
 #include "common.h"
 #include "format/constants.h"
-#include "format/manifest.h"
+#include "format/layout.h"
 #include "util/progress.h"
 
 namespace ckpt::cli {
@@ -45,13 +46,12 @@ Status RunGc(const GcArgs& args) {
   }
   // A deleted step's own objects are implied by its line above; list only
   // the rest (dead attempts, leftovers of crashed writes).
+  const std::set<int64_t> deleted_steps(report.deleted_steps.begin(),
+                                        report.deleted_steps.end());
   for (const std::string& key : report.deleted_objects) {
-    bool in_deleted_step = false;
-    for (int64_t step : report.deleted_steps) {
-      in_deleted_step =
-          in_deleted_step || key.starts_with(format::StepDirName(step) + "/");
+    if (!deleted_steps.contains(format::StepOfKey(key))) {
+      fmt::print("{} {}\n", verb, key);
     }
-    if (!in_deleted_step) fmt::print("{} {}\n", verb, key);
   }
   fmt::print("{} {} objects ({})\n", verb, report.deleted_objects.size(),
              FormatBytes(report.bytes_freed));
