@@ -934,5 +934,387 @@ TEST_F(CliTest, IncrementalChainLsVerifyAndDelete) {
   EXPECT_EQ(r.exit_code, 2) << "--step is required";
 }
 
+// --- delete --json
+
+// The objects of `root`'s step directory `step`: keys relative to the root,
+// and their bytes.
+std::pair<std::set<std::string>, uint64_t> StepObjects(const std::string& root,
+                                                       const std::string& dir) {
+  std::set<std::string> keys;
+  uint64_t bytes = 0;
+  for (const auto& e : fs::directory_iterator(fs::path(root) / dir)) {
+    keys.insert(dir + "/" + e.path().filename().string());
+    bytes += fs::file_size(e.path());
+  }
+  return {keys, bytes};
+}
+
+TEST_F(CliTest, DeleteJsonListsWhatItDeleted) {
+  SaveSteps({1, 2, 3});
+  const auto [keys, bytes] = StepObjects(root_, "step-000000000002");
+  ASSERT_TRUE(keys.contains("step-000000000002/MANIFEST.json"));
+  ASSERT_GE(keys.size(), 2u) << "the manifest and a data object";
+
+  RunResult r = Ckpt({"delete", root_, "--step", "2", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = ParseJson(r.out);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_EQ(j["deleted_steps"], nlohmann::json({2}));
+  EXPECT_EQ(j["deleted_objects"].get<std::set<std::string>>(), keys);
+  EXPECT_EQ(j["deleted_objects"].size(), keys.size()) << "each once";
+  EXPECT_EQ(j["bytes_freed"].get<uint64_t>(), bytes);
+  EXPECT_EQ(CommittedSteps(root_), (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(Ckpt({"verify", root_, "--all"}).exit_code, 0);
+
+  // Without --json the line for people is unchanged.
+  r = Ckpt({"delete", root_, "--step", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "deleted step 1\n");
+
+  // A delete that fails prints no JSON.
+  r = Ckpt({"delete", root_, "--step", "2", "--json"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_TRUE(Contains(r.err, "ckpt delete: ")) << r.err;
+}
+
+// --force copies the bytes dependants reference into their own directories:
+// those new objects are not in the report, and nothing of theirs went.
+TEST_F(CliTest, DeleteForceJsonListsOnlyTheDeletedStep) {
+  {
+    auto manager = OpenManager(root_, 4096);
+    ASSERT_NE(manager, nullptr);
+    std::vector<float> table(4096);  // 16 KiB: 4 chunks
+    for (int64_t step = 1; step <= 3; ++step) {
+      table[step * 1024] = static_cast<float>(step);
+      State state;
+      state.AddTensor("table", View(table));
+      SaveOptions options;
+      options.incremental = true;
+      ASSERT_TRUE(manager->Save(step, state, options).ok());
+    }
+  }
+  const auto [keys, bytes] = StepObjects(root_, "step-000000000001");
+  const auto [kept2, kept2_bytes] = StepObjects(root_, "step-000000000002");
+
+  RunResult r = Ckpt({"delete", root_, "--step", "1", "--force", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = ParseJson(r.out);
+  EXPECT_EQ(j["deleted_steps"], nlohmann::json({1}));
+  EXPECT_EQ(j["deleted_objects"].get<std::set<std::string>>(), keys);
+  EXPECT_EQ(j["bytes_freed"].get<uint64_t>(), bytes);
+  EXPECT_EQ(CommittedSteps(root_), (std::vector<int64_t>{2, 3}));
+  for (const std::string& key : kept2) {
+    EXPECT_TRUE(fs::exists(fs::path(root_) / key)) << key;
+  }
+  EXPECT_EQ(Ckpt({"verify", root_, "--all"}).exit_code, 0);
+}
+
+}  // namespace
+}  // namespace ckpt
+
+namespace ckpt {
+namespace {
+
+// A checkpoint saved by 3 ranks (a row-sharded tensor, a replicated one and
+// a rank-local blob): show lists every piece, export consolidates.
+TEST_F(CliTest, ShowAndExportAMultiRankCheckpoint) {
+  constexpr int64_t kRows = 6, kCols = 5;
+  auto comms = NewThreadCommunicators(3);
+  std::vector<std::thread> ranks;
+  std::vector<Status> results(3);
+  for (int r = 0; r < 3; ++r) {
+    ranks.emplace_back([&, r] {
+      Options o;
+      o.communicator = comms[r].get();
+      auto mgr = CheckpointManager::Open(root_, o);
+      if (!mgr.ok()) {
+        results[r] = mgr.status();
+        return;
+      }
+      std::vector<int32_t> rows(2 * kCols);
+      for (int64_t k = 0; k < 2 * kCols; ++k) {
+        rows[k] = static_cast<int32_t>(r * 2 * kCols + k);
+      }
+      std::vector<double> bias = {1.5, 2.5};
+      State s;
+      s.AddTensorPiece("w", {kRows, kCols}, {2 * r, 0},
+                       View(std::span<int32_t>(rows), {2, kCols}))
+          .AddTensor("bias", View(bias))
+          .AddRankLocalBlob("loader", "rank" + std::to_string(r));
+      results[r] = (*mgr)->Save(1, s).status();
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (const Status& s : results) ASSERT_TRUE(s.ok()) << s.ToString();
+
+  RunResult r = Ckpt({"show", root_, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json shown = ParseJson(r.out);
+  int loaders = 0;
+  for (const auto& e : shown["entries"]) {
+    if (e["name"] == "w") EXPECT_EQ(e["pieces"], 3);
+    if (e["name"] == "bias") EXPECT_EQ(e["pieces"], 1);
+    if (e["name"] == "loader") ++loaders;
+  }
+  EXPECT_EQ(loaders, 3);
+
+  const std::string file = Path("all.safetensors");
+  r = Ckpt({"export", root_, file});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(PyRead(file).exit_code, 0);
+  const std::string bytes = ReadFile(file);
+  auto header = format::ParseSafetensorsFile(bytes, file);
+  ASSERT_TRUE(header.ok()) << header.status().ToString();
+  std::set<std::string> names;
+  for (const auto& t : header->tensors) {
+    names.insert(t.name);
+    if (t.name != "w") continue;
+    EXPECT_EQ(t.shape, (std::vector<int64_t>{kRows, kCols}));
+    std::vector<int32_t> w(kRows * kCols);
+    std::memcpy(w.data(), bytes.data() + header->data_start + t.begin,
+                t.end - t.begin);
+    for (int k = 0; k < kRows * kCols; ++k) EXPECT_EQ(w[k], k);
+  }
+  EXPECT_EQ(names,
+            (std::set<std::string>{"w", "bias", "loader@rank00000",
+                                   "loader@rank00001", "loader@rank00002"}));
+}
+
+// --- bench -------------------------------------------------------------------
+
+// A tiny state: the command runs every phase and reports every figure, ratio
+// and target (their values are measurements, not checked here).
+TEST_F(CliTest, BenchJsonReportsEveryFigureRatioAndTarget) {
+  const std::string dir = Path("bench");
+  RunResult r = Ckpt({"bench", "--size", "256KiB", "--tensors", "4", "--runs",
+                      "2", "--dir", dir, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = ParseJson(r.out);
+  ASSERT_TRUE(j.is_object());
+  EXPECT_EQ(j["config"]["state_bytes"], 256 * 1024);
+  EXPECT_EQ(j["config"]["tensors"], 4);
+  EXPECT_EQ(j["config"]["runs"], 2);
+  const bool direct = j["config"]["o_direct"].get<bool>();
+  const std::vector<std::string> direct_only = {
+      "raw_write_direct_gbps", "raw_read_direct_gbps",
+      "save_vs_raw_write_direct", "load_cold_vs_raw_read_direct"};
+  auto expect_numbers = [&](const nlohmann::json& group,
+                            const std::vector<std::string>& keys) {
+    for (const std::string& k : keys) {
+      ASSERT_TRUE(group.contains(k)) << k;
+      const bool may_be_null =
+          !direct && std::find(direct_only.begin(), direct_only.end(), k) !=
+                         direct_only.end();
+      if (!may_be_null) EXPECT_TRUE(group[k].is_number()) << k;
+    }
+  };
+  expect_numbers(j["figures"], {"raw_write_buffered_gbps",
+                                "raw_write_direct_gbps",
+                                "raw_write_best_gbps",
+                                "raw_read_cold_gbps",
+                                "raw_read_warm_gbps",
+                                "raw_read_direct_gbps",
+                                "memcpy_gbps",
+                                "memcpy_seconds",
+                                "first_touch_gbps",
+                                "save_gbps",
+                                "save_seconds",
+                                "load_cold_gbps",
+                                "load_cold_seconds",
+                                "load_warm_gbps",
+                                "load_warm_seconds",
+                                "async_first_stall_seconds",
+                                "async_stall_seconds",
+                                "async_total_seconds",
+                                "peak_rss_sync_mib",
+                                "peak_rss_async_mib",
+                                "sync_peak_above_state_mib",
+                                "async_peak_above_state_and_staging_mib"});
+  expect_numbers(j["ratios"],
+                 {"save_vs_raw_write_best", "save_vs_raw_write_buffered",
+                  "save_vs_raw_write_direct", "load_cold_vs_raw_read_cold",
+                  "load_cold_vs_raw_read_direct", "load_warm_vs_raw_read_warm",
+                  "async_stall_vs_memcpy", "async_first_stall_vs_memcpy"});
+  for (const char* k :
+       {"save_vs_raw_write_best >= 0.90", "load_cold_vs_raw_read_cold >= 0.90",
+        "async_stall_vs_memcpy <= 1.5", "sync_peak_above_state_mib <= 64",
+        "async_peak_above_state_and_staging_mib <= 64"}) {
+    ASSERT_TRUE(j["targets"].contains(k)) << k;
+    EXPECT_TRUE(j["targets"][k].is_boolean()) << k;
+  }
+  // What it wrote is gone; the directory it was given stays.
+  EXPECT_TRUE(fs::exists(dir));
+  EXPECT_TRUE(fs::is_empty(dir));
+
+  RunResult table = Ckpt({"bench", "--size", "64KiB", "--tensors", "2",
+                          "--runs", "1", "--dir", dir});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_TRUE(Contains(table.out, "save_gbps"));
+  EXPECT_TRUE(Contains(table.out, "target async_stall_vs_memcpy <= 1.5"));
+}
+
+TEST_F(CliTest, BenchRefusesBadSizesAndCounts) {
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"bench", "--size", "lots"},
+                                             {"bench", "--size", "0"},
+                                             {"bench", "--tensors", "0"},
+                                             {"bench", "--runs", "0"},
+                                             {"bench", "--dtype", "F33"}}) {
+    RunResult r = Ckpt(args);
+    EXPECT_EQ(r.exit_code, 2) << args[1] << " " << args[2] << ": " << r.err;
+  }
+}
+
+// --- incremental checkpoints and delete
+
+TEST_F(CliTest, IncrementalChainLsVerifyAndDelete) {
+  {
+    auto manager = OpenManager(root_, 4096);
+    ASSERT_NE(manager, nullptr);
+    std::vector<float> table(4096);  // 16 KiB: 4 chunks
+    for (int64_t step = 1; step <= 3; ++step) {
+      table[step * 1024] = static_cast<float>(step);  // chunk `step` changes
+      State state;
+      state.AddTensor("table", View(table));
+      SaveOptions options;
+      options.incremental = true;
+      ASSERT_TRUE(manager->Save(step, state, options).ok());
+    }
+  }
+  RunResult r = Ckpt({"ls", root_, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json ls = nlohmann::json::parse(r.out);
+  ASSERT_EQ(ls.size(), 3u);
+  EXPECT_EQ(ls[0]["depends_on"], nlohmann::json::array());
+  EXPECT_EQ(ls[2]["depends_on"], nlohmann::json({1, 2}));
+  EXPECT_EQ(ls[2]["chain"], 2);
+  // Step 3 wrote one 4 KiB chunk itself and references three.
+  EXPECT_LT(ls[2]["bytes"].get<uint64_t>(), 4096u + 512u);
+  EXPECT_EQ(ls[2]["referenced_bytes"].get<uint64_t>(),
+            ls[0]["bytes"].get<uint64_t>() + ls[1]["bytes"].get<uint64_t>());
+  r = Ckpt({"ls", root_});
+  EXPECT_TRUE(Contains(r.out, "1,2")) << r.out;
+
+  r = Ckpt({"verify", root_, "--all"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+
+  // Step 1 is depended on: refused, naming the dependants.
+  r = Ckpt({"delete", root_, "--step", "1"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(Contains(r.err, "2, 3")) << r.err;
+  EXPECT_EQ(CommittedSteps(root_), (std::vector<int64_t>{1, 2, 3}));
+  r = Ckpt({"delete", root_, "--step", "1", "--force"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(CommittedSteps(root_), (std::vector<int64_t>{2, 3}));
+  r = Ckpt({"verify", root_, "--all"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  r = Ckpt({"delete", root_, "--step", "7"});
+  EXPECT_EQ(r.exit_code, 1);
+  r = Ckpt({"delete", root_});
+  EXPECT_EQ(r.exit_code, 2) << "--step is required";
+}
+
+// --- delete --json
+
+// The objects of `root`'s step directory `step`: keys relative to the root,
+// and their bytes.
+std::pair<std::set<std::string>, uint64_t> StepObjects(const std::string& root,
+                                                       const std::string& dir) {
+  std::set<std::string> keys;
+  uint64_t bytes = 0;
+  for (const auto& e : fs::directory_iterator(fs::path(root) / dir)) {
+    keys.insert(dir + "/" + e.path().filename().string());
+    bytes += fs::file_size(e.path());
+  }
+  return {keys, bytes};
+}
+
+TEST_F(CliTest, DeleteJsonListsWhatItDeleted) {
+  SaveSteps({1, 2, 3});
+  const auto [keys, bytes] = StepObjects(root_, "step-000000000002");
+  ASSERT_TRUE(keys.contains("step-000000000002/MANIFEST.json"));
+  ASSERT_GE(keys.size(), 2u) << "the manifest and a data object";
+
+  RunResult r = Ckpt({"delete", root_, "--step", "2", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = ParseJson(r.out);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_EQ(j["deleted_steps"], nlohmann::json({2}));
+  EXPECT_EQ(j["deleted_objects"].get<std::set<std::string>>(), keys);
+  EXPECT_EQ(j["deleted_objects"].size(), keys.size()) << "each once";
+  EXPECT_EQ(j["bytes_freed"].get<uint64_t>(), bytes);
+  EXPECT_EQ(CommittedSteps(root_), (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(Ckpt({"verify", root_, "--all"}).exit_code, 0);
+
+  // Without --json the line for people is unchanged.
+  r = Ckpt({"delete", root_, "--step", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "deleted step 1\n");
+
+  // A delete that fails prints no JSON.
+  r = Ckpt({"delete", root_, "--step", "2", "--json"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_TRUE(Contains(r.err, "ckpt delete: ")) << r.err;
+}
+
+// --force copies the bytes dependants reference into their own directories:
+// those new objects are not in the report, and nothing of theirs went.
+TEST_F(CliTest, DeleteForceJsonListsOnlyTheDeletedStep) {
+  {
+    auto manager = OpenManager(root_, 4096);
+    ASSERT_NE(manager, nullptr);
+    std::vector<float> table(4096);  // 16 KiB: 4 chunks
+    for (int64_t step = 1; step <= 3; ++step) {
+      table[step * 1024] = static_cast<float>(step);
+      State state;
+      state.AddTensor("table", View(table));
+      SaveOptions options;
+      options.incremental = true;
+      ASSERT_TRUE(manager->Save(step, state, options).ok());
+    }
+  }
+  const auto [keys, bytes] = StepObjects(root_, "step-000000000001");
+  const auto [kept2, kept2_bytes] = StepObjects(root_, "step-000000000002");
+
+  RunResult r = Ckpt({"delete", root_, "--step", "1", "--force", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = ParseJson(r.out);
+  EXPECT_EQ(j["deleted_steps"], nlohmann::json({1}));
+  EXPECT_EQ(j["deleted_objects"].get<std::set<std::string>>(), keys);
+  EXPECT_EQ(j["bytes_freed"].get<uint64_t>(), bytes);
+  EXPECT_EQ(CommittedSteps(root_), (std::vector<int64_t>{2, 3}));
+  for (const std::string& key : kept2) {
+    EXPECT_TRUE(fs::exists(fs::path(root_) / key)) << key;
+  }
+  EXPECT_EQ(Ckpt({"verify", root_, "--all"}).exit_code, 0);
+}
+
+// The progress bars of import and export are for terminals: into a pipe
+// (and with --json) nothing is drawn.
+TEST_F(CliTest, ImportAndExportDrawNoBarIntoAPipe) {
+  const std::string file = Path("in.safetensors");
+  WriteFile(file, BuildSafetensors({{"w", "F32", {4}, Bytes(16, 1)}}, {}));
+  for (bool json : {false, true}) {
+    const std::string step = json ? "2" : "1";
+    std::vector<std::string> args = {"import", file, root_, "--step", step};
+    if (json) args.push_back("--json");
+    RunResult r = Ckpt(args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.err, "");
+    const std::string out = Path("out" + step + ".safetensors");
+    args = {"export", root_, "--step", step, out};
+    if (json) args.push_back("--json");
+    r = Ckpt(args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.err, "");
+    RunResult py_in = PyRead(file);
+    RunResult py_out = PyRead(out);
+    ASSERT_EQ(py_out.exit_code, 0) << py_out.err;
+    EXPECT_EQ(ParseJson(py_out.out), ParseJson(py_in.out));
+  }
+}
+
 }  // namespace
 }  // namespace ckpt
