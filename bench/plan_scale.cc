@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "checkpoint/planner.h"
+#include "format/layout.h"
 #include "format/manifest.h"
 
 namespace {

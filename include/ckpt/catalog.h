@@ -137,9 +137,12 @@ class Catalog {
   Catalog() = default;
 };
 
-// The catalog the `ckpt` tool (and the job runner) use when none is given:
+// The catalog the `ckpt` tool uses when no --catalog is given (`ckpt
+// catalog` reads it; `ckpt import`, `gc` and `delete` record in it):
 // $CKPT_CATALOG if set and not empty, else
-// ${XDG_STATE_HOME:-~/.local/state}/ckpt/catalog.sqlite.
+// ${XDG_STATE_HOME:-~/.local/state}/ckpt/catalog.sqlite. The library never
+// opens it by itself: a manager records in its Options::catalog, and the job
+// runner uses the manager's.
 std::string DefaultCatalogUrl();
 
 // Opens (creating if needed, and migrating) the catalog at `url`:

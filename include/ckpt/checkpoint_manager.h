@@ -118,11 +118,13 @@ struct Options {
   Communicator* communicator = nullptr;
   // Where the coordinator records every committed checkpoint, and marks the
   // ones retention or Delete remove (ckpt/catalog.h); null: no catalog, the
-  // library's default. The `ckpt` tool and the job runner open
-  // OpenCatalog(DefaultCatalogUrl()). A catalog failure never fails a save:
-  // the commit stands, the error is logged as a warning, and `ckpt catalog
-  // sync` repairs the catalog. Loads never consult it. Shared: one catalog
-  // may serve many managers.
+  // library's default. `ckpt import`, `gc` and `delete` open
+  // OpenCatalog(DefaultCatalogUrl()) unless given --catalog; the job runner
+  // opens none: it asks this one, when there is one, where to resume
+  // (RunnerOptions::resume_from_catalog). A catalog failure never fails a
+  // save: the commit stands, the error is logged as a warning, and `ckpt
+  // catalog sync` repairs the catalog. Loads never consult it. Shared: one
+  // catalog may serve many managers.
   std::shared_ptr<Catalog> catalog = nullptr;
 
   // --- How fast -------------------------------------------------------------
@@ -294,7 +296,9 @@ using ProgressFn = std::function<void(uint64_t done, uint64_t total)>;
 
 class CheckpointManager {
  public:
-  // Opens the root at `url` (file://, mem://, or a plain path).
+  // Opens the root at `url`: file://, s3://BUCKET/PREFIX (S3Options from
+  // the environment; docs/s3.md), mem://, or a plain path. A caller that
+  // sets S3Options itself opens the storage (OpenStorage) and passes it.
   static Result<std::unique_ptr<CheckpointManager>> Open(std::string_view url,
                                                          Options options = {});
   // Opens a root on a storage the caller built (a wrapper, a custom backend).

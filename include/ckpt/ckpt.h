@@ -7,6 +7,7 @@
 #include "ckpt/communicator.h"
 #include "ckpt/dtype.h"
 #include "ckpt/runner.h"
+#include "ckpt/sampler.h"
 #include "ckpt/state.h"
 #include "ckpt/status.h"
 #include "ckpt/storage.h"

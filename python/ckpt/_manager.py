@@ -10,8 +10,10 @@ from ckpt import _ckpt, _tree, _values
 class CheckpointManager:
     """Saves and loads the checkpoints under one root.
 
-    `url` is a file:// URL, a plain path, or mem://NAME (in-process, for
-    tests). Retention (every rule is off by default, and then nothing is ever
+    `url` is a file:// URL, a plain path, an s3://BUCKET/PREFIX URL (the
+    endpoint, region and credentials come from the AWS_* environment
+    variables: docs/s3.md), or mem://NAME (in-process, for tests).
+    Retention (every rule is off by default, and then nothing is ever
     deleted; with any rule on, a checkpoint is deleted once no rule keeps it,
     and the newest is always kept):
 

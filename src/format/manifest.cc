@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <set>
 #include <tuple>
 
 #include "format/constants.h"
 #include "format/json.h"
+#include "format/layout.h"
 #include "util/boxes.h"
 #include "util/names.h"
 
@@ -64,71 +64,11 @@ uint64_t Manifest::TotalObjectBytes() const {
 }
 
 uint64_t Manifest::OwnObjectBytes() const {
-  const std::string own = StepDirName(step) + "/";
   uint64_t total = 0;
   for (const ObjectRecord& o : objects) {
-    if (o.key.starts_with(own)) total += o.size;
+    if (StepOfKey(o.key) == step) total += o.size;
   }
   return total;
-}
-
-std::string StepDirName(int64_t step) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "step-%012lld", static_cast<long long>(step));
-  return buf;
-}
-
-int64_t ParseStepDirName(std::string_view name) {
-  if (name.size() != kStepPrefix.size() + kStepDigits ||
-      !name.starts_with(kStepPrefix)) {
-    return -1;
-  }
-  int64_t v = 0;
-  for (char c : name.substr(kStepPrefix.size())) {
-    if (c < '0' || c > '9') return -1;
-    v = v * 10 + (c - '0');
-  }
-  return v;
-}
-
-std::string ManifestKey(int64_t step) {
-  return StepDirName(step) + "/" + std::string(kManifestName);
-}
-
-std::string DataObjectKey(int64_t step, int rank, std::string_view attempt) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "/r%05d-", rank);
-  return StepDirName(step) + buf + std::string(attempt) +
-         std::string(kDataSuffix);
-}
-
-bool ParseDataObjectKey(std::string_view key, int64_t* step, int* rank,
-                        std::string* attempt) {
-  const size_t slash = key.find('/');
-  if (slash == std::string_view::npos) return false;
-  const int64_t s = ParseStepDirName(key.substr(0, slash));
-  if (s < 0) return false;
-  std::string_view file = key.substr(slash + 1);
-  // r<5 digits>-<16 hex>.safetensors
-  if (file.size() !=
-          1 + kRankDigits + 1 + kAttemptHexDigits + kDataSuffix.size() ||
-      file[0] != 'r' || file[1 + kRankDigits] != '-' ||
-      !file.ends_with(kDataSuffix)) {
-    return false;
-  }
-  int r = 0;
-  for (char c : file.substr(1, kRankDigits)) {
-    if (c < '0' || c > '9') return false;
-    r = r * 10 + (c - '0');
-  }
-  std::string_view a = file.substr(2 + kRankDigits, kAttemptHexDigits);
-  for (char c : a) {
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  }
-  if (step) *step = s;
-  if (rank) *rank = r;
-  if (attempt) *attempt = std::string(a);
-  return true;
 }
 
 namespace {
@@ -421,185 +361,255 @@ bool IsUtf8(const std::string& s) {
 
 }  // namespace
 
-Status ValidateManifest(const Manifest& m) {
-  auto bad = [](const std::string& why) { return DataLossError(why); };
+namespace {
+
+Status Bad(const std::string& why) { return DataLossError(why); }
+
+// (object, offset, length, entry) of a chunk, to find overlaps.
+using ChunkSpan = std::tuple<uint32_t, uint64_t, uint64_t, const std::string*>;
+
+// Version, step, world size and hosts, chunk size, and that every string
+// of the header can go into JSON.
+Status CheckHeader(const Manifest& m) {
   if (m.version != kManifestVersion &&
       m.version != kIncrementalManifestVersion) {
-    return bad("unsupported manifest version");
+    return Bad("unsupported manifest version");
   }
-  if (m.step < 0) return bad("negative step");
+  if (m.step < 0) return Bad("negative step");
   if (m.world_size < 1 || m.world_size > kMaxWorldSize) {
-    return bad("world_size out of range");
+    return Bad("world_size out of range");
   }
-  if (m.step > kMaxStep) return bad("step out of range");
+  if (m.step > kMaxStep) return Bad("step out of range");
   if (m.hosts.size() != static_cast<size_t>(m.world_size)) {
-    return bad("hosts lists " + std::to_string(m.hosts.size()) +
+    return Bad("hosts lists " + std::to_string(m.hosts.size()) +
                " names for world_size " + std::to_string(m.world_size));
   }
-  if (m.chunk_size == 0) return bad("chunk_size is 0");
-  if (!IsUtf8(m.job_id)) return bad("job_id is not UTF-8");
-  if (!IsUtf8(m.attempt)) return bad("attempt is not UTF-8");
+  if (m.chunk_size == 0) return Bad("chunk_size is 0");
+  if (!IsUtf8(m.job_id)) return Bad("job_id is not UTF-8");
+  if (!IsUtf8(m.attempt)) return Bad("attempt is not UTF-8");
   for (const std::string& h : m.hosts) {
-    if (!IsUtf8(h)) return bad("host name " + Quote(h) + " is not UTF-8");
+    if (!IsUtf8(h)) return Bad("host name " + Quote(h) + " is not UTF-8");
   }
   for (const auto& [k, v] : m.metadata) {
     if (!IsUtf8(k) || !IsUtf8(v)) {
-      return bad("metadata " + Quote(k) + " is not UTF-8");
+      return Bad("metadata " + Quote(k) + " is not UTF-8");
     }
   }
+  return Status();
+}
+
+// Keys valid and listed once, ranks inside the world.
+Status CheckObjects(const Manifest& m) {
   std::set<std::string_view> keys;
   for (const ObjectRecord& o : m.objects) {
     if (Status s = ValidateKey(o.key); !s.ok())
-      return bad("object " + s.message());
+      return Bad("object " + s.message());
     if (!keys.insert(o.key).second)
-      return bad("object " + Quote(o.key) + " listed twice");
+      return Bad("object " + Quote(o.key) + " listed twice");
     if (o.rank < 0 || o.rank >= m.world_size) {
-      return bad("object " + Quote(o.key) + " rank out of range");
+      return Bad("object " + Quote(o.key) + " rank out of range");
     }
   }
-  std::set<int64_t> deps;
+  return Status();
+}
+
+// depends_on names earlier steps, each once, at most kMaxDependsOn of them;
+// parent and chain fit the version. Fills `deps`.
+Status CheckDependsOn(const Manifest& m, std::set<int64_t>& deps) {
   for (int64_t d : m.depends_on) {
-    if (d < 0 || d >= m.step) return bad("depends_on step out of range");
-    if (!deps.insert(d).second) return bad("depends_on lists a step twice");
+    if (d < 0 || d >= m.step) return Bad("depends_on step out of range");
+    if (!deps.insert(d).second) return Bad("depends_on lists a step twice");
   }
   if (deps.size() > static_cast<size_t>(kMaxDependsOn)) {
-    return bad("depends_on lists more than " + std::to_string(kMaxDependsOn) +
+    return Bad("depends_on lists more than " + std::to_string(kMaxDependsOn) +
                " steps");
   }
   if (m.version == kManifestVersion && (m.parent != -1 || m.chain != 0)) {
-    return bad("a version 1 manifest has no parent or chain");
+    return Bad("a version 1 manifest has no parent or chain");
   }
   if (m.version == kIncrementalManifestVersion &&
       (m.parent < 0 || m.parent >= m.step || m.chain < 1 ||
        m.chain > kMaxDependsOn)) {
-    return bad("parent or chain out of range");
+    return Bad("parent or chain out of range");
   }
-  // An object lies in this checkpoint's own step directory or in one of the
-  // steps it depends on, so dependency-aware retention keeps every byte a
-  // chunk points at.
+  return Status();
+}
+
+// An object lies in this checkpoint's own step directory or in one of the
+// steps it depends on, so dependency-aware retention keeps every byte a
+// chunk points at.
+Status CheckObjectSteps(const Manifest& m, const std::set<int64_t>& deps) {
   for (const ObjectRecord& o : m.objects) {
-    const size_t slash = o.key.find('/');
-    const int64_t in =
-        slash == std::string::npos
-            ? -1
-            : ParseStepDirName(std::string_view(o.key).substr(0, slash));
+    const int64_t in = StepOfKey(o.key);
     if (in != m.step && !deps.count(in)) {
-      return bad("object " + Quote(o.key) +
+      return Bad("object " + Quote(o.key) +
                  " lies outside this step and the steps it depends on");
     }
   }
+  return Status();
+}
+
+Status CheckMetrics(const Manifest& m) {
   for (const auto& [k, v] : m.metrics) {
-    if (!IsUtf8(k)) return bad("metric " + Quote(k) + " is not UTF-8");
-    if (!std::isfinite(v)) return bad("metric " + Quote(k) + " is not finite");
+    if (!IsUtf8(k)) return Bad("metric " + Quote(k) + " is not UTF-8");
+    if (!std::isfinite(v)) return Bad("metric " + Quote(k) + " is not finite");
   }
-  // (object, offset, length, entry) of every chunk, to find overlaps.
-  std::vector<std::tuple<uint32_t, uint64_t, uint64_t, const std::string*>>
-      spans;
+  return Status();
+}
+
+// A metadata entry has no pieces, and its JSON is an object that
+// DecodeManifest can read back.
+Status CheckMetadataEntry(const EntryRecord& e, const std::string& where) {
+  if (!e.pieces.empty()) return Bad(where + ": metadata with pieces");
+  // EncodeManifest embeds the JSON as it is: text that does not parse, or
+  // nests deeper than DecodeManifest reads, would make the whole manifest
+  // unreadable.
+  int depth = 0;
+  const json j = json::parse(
+      e.json,
+      [&depth](int d, json::parse_event_t, json&) {
+        depth = std::max(depth, d);
+        return true;
+      },
+      /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return Bad(where + ": metadata is not a JSON object");
+  }
+  if (depth > kMaxMetadataDepth) {
+    return Bad(where + ": metadata nests deeper than " +
+               std::to_string(kMaxMetadataDepth) + " levels");
+  }
+  return Status();
+}
+
+// A piece's box lies inside the shape, its rank inside the world, and its
+// chunks inside their objects, holding exactly the box's bytes. Adds the box's
+// elements to `covered` and its chunks to `spans`.
+Status CheckPiece(const Manifest& m, const EntryRecord& e, const PieceRecord& p,
+                  const std::string& pw, uint64_t& covered,
+                  std::vector<ChunkSpan>& spans) {
+  if (p.offsets.size() != e.shape.size() ||
+      p.lengths.size() != e.shape.size()) {
+    return Bad(pw + ": box rank differs from the shape's");
+  }
+  for (size_t d = 0; d < e.shape.size(); ++d) {
+    if (p.offsets[d] < 0 || p.lengths[d] < 0 || p.offsets[d] > e.shape[d] ||
+        p.lengths[d] > e.shape[d] - p.offsets[d]) {
+      return Bad(pw + ": box lies outside the shape");
+    }
+  }
+  if (p.rank < 0 || p.rank >= m.world_size)
+    return Bad(pw + ": rank out of range");
+  TensorView box{e.dtype, p.lengths, nullptr, false};
+  // Inside the shape, so neither can overflow.
+  const uint64_t elements = *box.NumElements();
+  const uint64_t bytes = *box.ByteSize();
+  covered += elements;
+  uint64_t chunk_bytes = 0;
+  for (const ChunkRecord& c : p.chunks) {
+    if (c.object >= m.objects.size())
+      return Bad(pw + ": chunk names no object");
+    const ObjectRecord& o = m.objects[c.object];
+    if (c.length == 0) return Bad(pw + ": empty chunk");
+    if (c.offset > o.size || c.length > o.size - c.offset) {
+      return Bad(pw + ": chunk [" + std::to_string(c.offset) + ", +" +
+                 std::to_string(c.length) + ") runs past the end of " +
+                 Quote(o.key));
+    }
+    chunk_bytes += c.length;
+    spans.emplace_back(c.object, c.offset, c.length, &e.name);
+  }
+  if (chunk_bytes != bytes) {
+    return Bad(pw + ": chunks hold " + std::to_string(chunk_bytes) +
+               " bytes, the box needs " + std::to_string(bytes));
+  }
+  return Status();
+}
+
+// A tensor or blob: a known shape whose byte count fits, and pieces that tile
+// it (each checked by CheckPiece, none overlapping another, together covering
+// every element).
+Status CheckDataEntry(const Manifest& m, const EntryRecord& e,
+                      const std::string& where, std::vector<ChunkSpan>& spans) {
+  if (e.kind == EntryKind::kBlob &&
+      (e.dtype != DType::kU8 || e.shape.size() != 1)) {
+    return Bad(where + ": a blob must be U8 with one dimension");
+  }
+  TensorView shape_only{e.dtype, e.shape, nullptr, false};
+  Result<uint64_t> total = shape_only.NumElements();
+  if (!total.ok() || !shape_only.ByteSize().ok()) {
+    return Bad(where + ": shape byte count overflows");
+  }
+  uint64_t covered = 0;
+  for (size_t pi = 0; pi < e.pieces.size(); ++pi) {
+    CKPT_RETURN_IF_ERROR(CheckPiece(m, e, e.pieces[pi],
+                                    where + " piece #" + std::to_string(pi),
+                                    covered, spans));
+  }
+  std::vector<BoxRef> boxes;
+  for (const PieceRecord& p : e.pieces)
+    boxes.push_back({&p.offsets, &p.lengths});
+  if (auto pair = FindOverlap(boxes)) {
+    return Bad(where + " piece #" + std::to_string(pair->second) +
+               " overlaps piece #" + std::to_string(pair->first));
+  }
+  if (covered != *total) {
+    return Bad(where + ": pieces cover " + std::to_string(covered) + " of " +
+               std::to_string(*total) + " elements");
+  }
+  return Status();
+}
+
+// Every entry: a valid name, unique per owner, an owner inside the world,
+// and a valid body for its kind. Collects every chunk into `spans`.
+Status CheckEntries(const Manifest& m, std::vector<ChunkSpan>& spans) {
   std::set<std::pair<std::string_view, int32_t>> names;
   for (const EntryRecord& e : m.entries) {
     const std::string where =
         "entry " + Quote(e.name) +
         (e.owner >= 0 ? " of rank " + std::to_string(e.owner) : "");
-    if (Status s = ValidateEntryName(e.name); !s.ok()) return bad(s.message());
+    if (Status s = ValidateEntryName(e.name); !s.ok()) return Bad(s.message());
     if (e.owner < -1 || e.owner >= m.world_size) {
-      return bad(where + ": owner rank out of range");
+      return Bad(where + ": owner rank out of range");
     }
     if (!names.insert({e.name, e.owner}).second) {
-      return bad("duplicate " + where);
+      return Bad("duplicate " + where);
     }
-    if (e.kind == EntryKind::kMetadata) {
-      if (!e.pieces.empty()) return bad(where + ": metadata with pieces");
-      // EncodeManifest embeds the JSON as it is: text that does not parse,
-      // or nests deeper than DecodeManifest reads, would make the whole
-      // manifest unreadable.
-      int depth = 0;
-      const json j = json::parse(
-          e.json,
-          [&depth](int d, json::parse_event_t, json&) {
-            depth = std::max(depth, d);
-            return true;
-          },
-          /*allow_exceptions=*/false);
-      if (j.is_discarded() || !j.is_object()) {
-        return bad(where + ": metadata is not a JSON object");
-      }
-      if (depth > kMaxMetadataDepth) {
-        return bad(where + ": metadata nests deeper than " +
-                   std::to_string(kMaxMetadataDepth) + " levels");
-      }
-      continue;
-    }
-    if (e.kind == EntryKind::kBlob &&
-        (e.dtype != DType::kU8 || e.shape.size() != 1)) {
-      return bad(where + ": a blob must be U8 with one dimension");
-    }
-    TensorView shape_only{e.dtype, e.shape, nullptr, false};
-    Result<uint64_t> total = shape_only.NumElements();
-    if (!total.ok() || !shape_only.ByteSize().ok()) {
-      return bad(where + ": shape byte count overflows");
-    }
-    uint64_t covered = 0;
-    for (size_t pi = 0; pi < e.pieces.size(); ++pi) {
-      const PieceRecord& p = e.pieces[pi];
-      const std::string pw = where + " piece #" + std::to_string(pi);
-      if (p.offsets.size() != e.shape.size() ||
-          p.lengths.size() != e.shape.size()) {
-        return bad(pw + ": box rank differs from the shape's");
-      }
-      for (size_t d = 0; d < e.shape.size(); ++d) {
-        if (p.offsets[d] < 0 || p.lengths[d] < 0 || p.offsets[d] > e.shape[d] ||
-            p.lengths[d] > e.shape[d] - p.offsets[d]) {
-          return bad(pw + ": box lies outside the shape");
-        }
-      }
-      if (p.rank < 0 || p.rank >= m.world_size)
-        return bad(pw + ": rank out of range");
-      TensorView box{e.dtype, p.lengths, nullptr, false};
-      // Inside the shape, so neither can overflow.
-      const uint64_t elements = *box.NumElements();
-      const uint64_t bytes = *box.ByteSize();
-      covered += elements;
-      uint64_t chunk_bytes = 0;
-      for (const ChunkRecord& c : p.chunks) {
-        if (c.object >= m.objects.size())
-          return bad(pw + ": chunk names no object");
-        const ObjectRecord& o = m.objects[c.object];
-        if (c.length == 0) return bad(pw + ": empty chunk");
-        if (c.offset > o.size || c.length > o.size - c.offset) {
-          return bad(pw + ": chunk [" + std::to_string(c.offset) + ", +" +
-                     std::to_string(c.length) + ") runs past the end of " +
-                     Quote(o.key));
-        }
-        chunk_bytes += c.length;
-        spans.emplace_back(c.object, c.offset, c.length, &e.name);
-      }
-      if (chunk_bytes != bytes) {
-        return bad(pw + ": chunks hold " + std::to_string(chunk_bytes) +
-                   " bytes, the box needs " + std::to_string(bytes));
-      }
-    }
-    std::vector<BoxRef> boxes;
-    for (const PieceRecord& p : e.pieces)
-      boxes.push_back({&p.offsets, &p.lengths});
-    if (auto pair = FindOverlap(boxes)) {
-      return bad(where + " piece #" + std::to_string(pair->second) +
-                 " overlaps piece #" + std::to_string(pair->first));
-    }
-    if (covered != *total) {
-      return bad(where + ": pieces cover " + std::to_string(covered) + " of " +
-                 std::to_string(*total) + " elements");
-    }
+    CKPT_RETURN_IF_ERROR(e.kind == EntryKind::kMetadata
+                             ? CheckMetadataEntry(e, where)
+                             : CheckDataEntry(m, e, where, spans));
   }
+  return Status();
+}
+
+// No two chunks share a byte of an object.
+Status CheckChunksDisjoint(const Manifest& m, std::vector<ChunkSpan>& spans) {
   std::sort(spans.begin(), spans.end());
   for (size_t i = 1; i < spans.size(); ++i) {
     const auto& [o0, off0, len0, n0] = spans[i - 1];
     const auto& [o1, off1, len1, n1] = spans[i];
     if (o0 == o1 && off0 + len0 > off1) {
-      return bad("chunks of entries " + Quote(*n0) + " and " + Quote(*n1) +
+      return Bad("chunks of entries " + Quote(*n0) + " and " + Quote(*n1) +
                  " overlap in " + Quote(m.objects[o0].key));
     }
   }
   return Status();
+}
+
+}  // namespace
+
+// The checks run in this order, so a manifest with several faults is
+// reported by the first.
+Status ValidateManifest(const Manifest& m) {
+  CKPT_RETURN_IF_ERROR(CheckHeader(m));
+  CKPT_RETURN_IF_ERROR(CheckObjects(m));
+  std::set<int64_t> deps;
+  CKPT_RETURN_IF_ERROR(CheckDependsOn(m, deps));
+  CKPT_RETURN_IF_ERROR(CheckObjectSteps(m, deps));
+  CKPT_RETURN_IF_ERROR(CheckMetrics(m));
+  std::vector<ChunkSpan> spans;
+  CKPT_RETURN_IF_ERROR(CheckEntries(m, spans));
+  return CheckChunksDisjoint(m, spans);
 }
 
 std::string EncodeManifest(const Manifest& manifest) {

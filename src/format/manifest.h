@@ -18,6 +18,9 @@
 #include "ckpt/dtype.h"
 #include "ckpt/state.h"
 #include "ckpt/status.h"
+// The layout names moved to format/layout.h; src/checkpoint still finds them
+// through this header until it includes that one itself.
+#include "format/layout.h"
 #include "util/checksum.h"
 
 namespace ckpt::format {
@@ -107,17 +110,5 @@ Result<Manifest> DecodeManifest(std::string_view bytes, std::string_view what);
 // the shape and their bytes equal to their chunks' lengths, chunks inside
 // their objects and not overlapping, hosts match the world size.
 Status ValidateManifest(const Manifest& manifest);
-
-// "step-000000000042"
-std::string StepDirName(int64_t step);
-// Parses "step-000000000042" (exactly); -1 if it is not one.
-int64_t ParseStepDirName(std::string_view name);
-// "step-000000000042/MANIFEST.json"
-std::string ManifestKey(int64_t step);
-// "step-000000000042/r00003-0123456789abcdef.safetensors"
-std::string DataObjectKey(int64_t step, int rank, std::string_view attempt);
-// True for a key of the form DataObjectKey produces; fills what it names.
-bool ParseDataObjectKey(std::string_view key, int64_t* step, int* rank,
-                        std::string* attempt);
 
 }  // namespace ckpt::format

@@ -1,9 +1,9 @@
 // The sampler's permutation is drawn with SplitMix64, never with
 // std::shuffle, whose results differ between standard libraries: a
 // checkpoint must resume identically wherever it is loaded.
-#include <algorithm>
+#include "ckpt/sampler.h"
 
-#include "ckpt/runner.h"
+#include <algorithm>
 
 namespace ckpt {
 

@@ -1,4 +1,4 @@
-#include "ckpt/runner.h"
+#include "ckpt/sampler.h"
 
 namespace ckpt {
 

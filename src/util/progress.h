@@ -1,4 +1,8 @@
-// A one-line progress bar for long operations (verify, import, export).
+// A one-line progress bar for long operations. The `ckpt` command draws
+// them: `verify`, one per checkpoint it reads (with --json too: the bar is
+// on stderr, the JSON on stdout); `import`, one over the save; `export`, one
+// over the load and one over writing the file. `import` and `export` draw
+// none with --json. The library itself never draws one.
 //
 // It draws on stderr only when stderr is a terminal, so logs and pipes stay
 // clean; otherwise every call is a no-op. Redraws are limited to about ten a

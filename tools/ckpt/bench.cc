@@ -28,6 +28,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -236,7 +237,22 @@ struct Figures {
   double async_first_stall = 0;
 };
 
-Status RunBench(const BenchArgs& args) {
+// getrusage's ru_maxrss before the state was built, after the synchronous
+// phases and after the asynchronous one.
+struct PeakRss {
+  uint64_t baseline = 0;
+  uint64_t sync = 0;
+  uint64_t async = 0;
+};
+
+// The state the bench saves, worked out from the arguments.
+struct StatePlan {
+  DType dtype = DType::kF32;
+  uint64_t per_tensor = 0;  // elements of each tensor
+  uint64_t state_bytes = 0;
+};
+
+Result<StatePlan> PlanState(const BenchArgs& args) {
   CKPT_ASSIGN_OR_RETURN(const uint64_t requested, ParseSize(args.size));
   const std::optional<DType> dtype = ParseDType(args.dtype);
   if (!dtype) {
@@ -252,125 +268,153 @@ Status RunBench(const BenchArgs& args) {
     return InvalidArgumentError("--size " + args.size + " is too small for " +
                                 std::to_string(args.tensors) + " tensors");
   }
-  const uint64_t state_bytes = per_tensor * elem * args.tensors;
+  return StatePlan{*dtype, per_tensor, per_tensor * elem * args.tensors};
+}
 
-  std::string dir = args.dir;
-  bool made_dir = false;
-  if (dir.empty()) {
-    char tmpl[] = "/var/tmp/ckpt-bench-XXXXXX";
-    if (::mkdtemp(tmpl) == nullptr) {
-      return ErrnoError(errno, "create a directory under /var/tmp");
-    }
-    dir = tmpl;
-    made_dir = true;
-  } else {
+// The directory the bench writes under: the raw file and the checkpoint root.
+// Going away it removes the raw file, and unless --keep the root (and the
+// directory, when the bench made it).
+class Workspace {
+ public:
+  explicit Workspace(bool keep) : keep_(keep) {}
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+  ~Workspace() {
+    if (dir_.empty()) return;
     std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec) return IOError("create " + dir + ": " + ec.message());
+    ::unlink(raw_path_.c_str());
+    if (!keep_) std::filesystem::remove_all(made_ ? dir_ : root_, ec);
   }
-  const std::string raw_path = dir + "/raw-bytes";
-  const std::string root = dir + "/root";
-  struct Cleanup {
-    std::string dir, raw, root;
-    bool made, keep;
-    ~Cleanup() {
-      std::error_code ec;
-      ::unlink(raw.c_str());
-      if (!keep) std::filesystem::remove_all(made ? dir : root, ec);
-    }
-  } cleanup{dir, raw_path, root, made_dir, args.keep};
 
-  const uint64_t baseline_rss = MaxRssBytes();
-  // The state: every page written (varied bytes, so nothing is all zeros).
+  // `dir` (created if missing), or a fresh directory under /var/tmp.
+  Status Create(const std::string& dir) {
+    std::string path = dir;
+    if (path.empty()) {
+      char tmpl[] = "/var/tmp/ckpt-bench-XXXXXX";
+      if (::mkdtemp(tmpl) == nullptr) {
+        return ErrnoError(errno, "create a directory under /var/tmp");
+      }
+      path = tmpl;
+      made_ = true;
+    } else {
+      std::error_code ec;
+      std::filesystem::create_directories(path, ec);
+      if (ec) return IOError("create " + path + ": " + ec.message());
+    }
+    dir_ = path;
+    raw_path_ = dir_ + "/raw-bytes";
+    root_ = dir_ + "/root";
+    return Status();
+  }
+
+  const std::string& dir() const { return dir_; }
+  const std::string& raw_path() const { return raw_path_; }
+  const std::string& root() const { return root_; }
+
+ private:
+  const bool keep_;
+  bool made_ = false;
+  std::string dir_, raw_path_, root_;
+};
+
+// The tensors' memory and the State that borrows it.
+struct BenchState {
   std::vector<std::unique_ptr<Buffer>> tensors;
   State state;
-  for (int t = 0; t < args.tensors; ++t) {
+};
+
+// Every page written (varied bytes, so nothing is all zeros).
+Status BuildState(const StatePlan& plan, int num_tensors, BenchState& out) {
+  const uint64_t elem = DTypeSize(plan.dtype);
+  for (int t = 0; t < num_tensors; ++t) {
     auto b = std::make_unique<Buffer>();
-    CKPT_RETURN_IF_ERROR(b->Map(per_tensor * elem));
+    CKPT_RETURN_IF_ERROR(b->Map(plan.per_tensor * elem));
     for (uint64_t i = 0; i < b->size(); i += 4096) {
       b->data()[i] = static_cast<std::byte>(t * 31 + i / 4096);
     }
-    state.AddTensor(
-        fmt::format("layer{:03d}.weight", t),
-        TensorView{
-            *dtype, {static_cast<int64_t>(per_tensor)}, b->data(), true});
-    tensors.push_back(std::move(b));
+    out.state.AddTensor(fmt::format("layer{:03d}.weight", t),
+                        TensorView{plan.dtype,
+                                   {static_cast<int64_t>(plan.per_tensor)},
+                                   b->data(),
+                                   true});
+    out.tensors.push_back(std::move(b));
   }
-  CKPT_RETURN_IF_ERROR(state.status());
+  return out.state.status();
+}
 
-  Buffer block;
-  CKPT_RETURN_IF_ERROR(block.Map(kBlock));  // mmap is page-aligned
-  const bool direct = DirectWorks(dir);
+// One round of the raw disk baselines: buffered write, cold and warm read,
+// then (where the file system takes it) O_DIRECT write and read.
+Status MeasureRawDisk(const std::string& raw_path, uint64_t state_bytes,
+                      const Buffer& block, bool direct, Figures& f) {
+  CKPT_ASSIGN_OR_RETURN(double w,
+                        RawWrite(raw_path, state_bytes, block, false));
+  f.raw_write_buffered.push_back(w);
+  DropCached(raw_path);
+  CKPT_ASSIGN_OR_RETURN(double cold, RawRead(raw_path, block, false));
+  f.raw_read_cold.push_back(cold);
+  CKPT_ASSIGN_OR_RETURN(double warm, RawRead(raw_path, block, false));
+  f.raw_read_warm.push_back(warm);
+  if (direct) {
+    CKPT_ASSIGN_OR_RETURN(double dw,
+                          RawWrite(raw_path, state_bytes, block, true));
+    f.raw_write_direct.push_back(dw);
+    CKPT_ASSIGN_OR_RETURN(double dr, RawRead(raw_path, block, true));
+    f.raw_read_direct.push_back(dr);
+  }
+  ::unlink(raw_path.c_str());
+  return Status();
+}
 
-  // No retention inside the timed saves: removing the previous step (an
-  // unlink of a file of the state's size: half a second for 2 GiB on ext4)
-  // is done between them instead, so the disk holds one checkpoint at a time.
-  Options options;
-  options.create = true;
-  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointManager> mgr,
-                        CheckpointManager::Open(root, options));
-  int64_t step = 0;
-  if (auto latest = mgr->Latest(); latest.ok() && *latest) step = **latest;
+// One round of ckpt: Save as the next step (alone on the disk), then Load it
+// cold and warm.
+Status MeasureSaveLoad(CheckpointManager& mgr, const std::string& root,
+                       State& state, int64_t& step, Figures& f) {
+  CKPT_RETURN_IF_ERROR(DeleteAll(mgr));
+  auto t0 = Clock::now();
+  CKPT_RETURN_IF_ERROR(mgr.Save(++step, state).status());
+  auto t1 = Clock::now();
+  f.save.push_back(Seconds(t0, t1));
+  DropCachedTree(root);
+  t0 = Clock::now();
+  CKPT_RETURN_IF_ERROR(mgr.Load(step, state).status());
+  t1 = Clock::now();
+  f.load_cold.push_back(Seconds(t0, t1));
+  t0 = Clock::now();
+  CKPT_RETURN_IF_ERROR(mgr.Load(step, state).status());
+  t1 = Clock::now();
+  f.load_warm.push_back(Seconds(t0, t1));
+  return Status();
+}
 
-  Figures f;
-  for (int r = 0; r < args.runs; ++r) {
-    CKPT_ASSIGN_OR_RETURN(double w,
-                          RawWrite(raw_path, state_bytes, block, false));
-    f.raw_write_buffered.push_back(w);
-    DropCached(raw_path);
-    CKPT_ASSIGN_OR_RETURN(double cold, RawRead(raw_path, block, false));
-    f.raw_read_cold.push_back(cold);
-    CKPT_ASSIGN_OR_RETURN(double warm, RawRead(raw_path, block, false));
-    f.raw_read_warm.push_back(warm);
-    if (direct) {
-      CKPT_ASSIGN_OR_RETURN(double dw,
-                            RawWrite(raw_path, state_bytes, block, true));
-      f.raw_write_direct.push_back(dw);
-      CKPT_ASSIGN_OR_RETURN(double dr, RawRead(raw_path, block, true));
-      f.raw_read_direct.push_back(dr);
-    }
-    ::unlink(raw_path.c_str());
-
-    CKPT_RETURN_IF_ERROR(DeleteAll(*mgr));
-    auto t0 = Clock::now();
-    CKPT_ASSIGN_OR_RETURN(SaveResult saved, mgr->Save(++step, state));
-    auto t1 = Clock::now();
-    f.save.push_back(Seconds(t0, t1));
-    DropCachedTree(root);
+// The first touch of a buffer of the state's size, then `runs` copies of
+// the state into it.
+Status MeasureMemcpy(const std::vector<std::unique_ptr<Buffer>>& tensors,
+                     uint64_t state_bytes, int runs, Figures& f) {
+  Buffer copy;
+  auto t0 = Clock::now();
+  CKPT_RETURN_IF_ERROR(copy.Map(state_bytes));
+  f.first_touch = Seconds(t0, Clock::now());
+  for (int r = 0; r < runs; ++r) {
     t0 = Clock::now();
-    CKPT_RETURN_IF_ERROR(mgr->Load(step, state).status());
-    t1 = Clock::now();
-    f.load_cold.push_back(Seconds(t0, t1));
-    t0 = Clock::now();
-    CKPT_RETURN_IF_ERROR(mgr->Load(step, state).status());
-    t1 = Clock::now();
-    f.load_warm.push_back(Seconds(t0, t1));
-  }
-  const uint64_t sync_peak = MaxRssBytes();
-
-  {
-    Buffer copy;
-    auto t0 = Clock::now();
-    CKPT_RETURN_IF_ERROR(copy.Map(state_bytes));
-    f.first_touch = Seconds(t0, Clock::now());
-    for (int r = 0; r < args.runs; ++r) {
-      t0 = Clock::now();
-      uint64_t at = 0;
-      for (const auto& t : tensors) {
-        std::memcpy(copy.data() + at, t->data(), t->size());
-        at += t->size();
-      }
-      f.memcpy.push_back(Seconds(t0, Clock::now()));
+    uint64_t at = 0;
+    for (const auto& t : tensors) {
+      std::memcpy(copy.data() + at, t->data(), t->size());
+      at += t->size();
     }
+    f.memcpy.push_back(Seconds(t0, Clock::now()));
   }
+  return Status();
+}
 
-  // The first asynchronous save maps the staging memory; the others reuse
-  // it. Each waits for the previous one first, as a training loop whose
-  // steps outlast a save would.
-  for (int r = 0; r <= args.runs; ++r) {
-    CKPT_RETURN_IF_ERROR(DeleteAll(*mgr));
+// The first asynchronous save maps the staging memory; the others reuse
+// it. Each waits for the previous one first, as a training loop whose
+// steps outlast a save would.
+Status MeasureAsyncStall(CheckpointManager& mgr, const State& state, int runs,
+                         int64_t& step, Figures& f) {
+  for (int r = 0; r <= runs; ++r) {
+    CKPT_RETURN_IF_ERROR(DeleteAll(mgr));
     const auto t0 = Clock::now();
-    SaveHandle h = mgr->SaveAsync(++step, state);
+    SaveHandle h = mgr.SaveAsync(++step, state);
     const auto t1 = Clock::now();
     CKPT_RETURN_IF_ERROR(h.Wait().status());
     const auto t2 = Clock::now();
@@ -381,139 +425,178 @@ Status RunBench(const BenchArgs& args) {
       f.async_total.push_back(Seconds(t0, t2));
     }
   }
-  const uint64_t async_peak = MaxRssBytes();
-  mgr.reset();
+  return Status();
+}
 
-  // --- Figures and ratios.
-  const double bytes = static_cast<double>(state_bytes);
-  const double own = static_cast<double>(baseline_rss + kBlock);
-  auto gbps = [&](const std::vector<double>& secs) -> json {
-    if (secs.empty()) return nullptr;
-    return bytes / Median(secs) / 1e9;
-  };
-  auto secs = [&](const std::vector<double>& v) -> json {
-    if (v.empty()) return nullptr;
-    return Median(v);
-  };
-  auto ratio = [](const json& a, const json& b) -> json {
-    if (!a.is_number() || !b.is_number() || b.get<double>() == 0) {
-      return nullptr;
-    }
-    return a.get<double>() / b.get<double>();
-  };
-  auto spread = [&](const std::vector<double>& v) -> json {
-    if (v.empty()) return nullptr;
-    const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
-    return json::array({bytes / *hi / 1e9, bytes / *lo / 1e9});
-  };
+// --- Figures and ratios.
+
+// `bytes` moved in the median of `secs`; null when not measured.
+json Gbps(const std::vector<double>& secs, double bytes) {
+  if (secs.empty()) return nullptr;
+  return bytes / Median(secs) / 1e9;
+}
+
+json MedianSeconds(const std::vector<double>& v) {
+  if (v.empty()) return nullptr;
+  return Median(v);
+}
+
+// [slowest, fastest] GB/s of the rounds.
+json Spread(const std::vector<double>& v, double bytes) {
+  if (v.empty()) return nullptr;
+  const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+  return json::array({bytes / *hi / 1e9, bytes / *lo / 1e9});
+}
+
+json Ratio(const json& a, const json& b) {
+  if (!a.is_number() || !b.is_number() || b.get<double>() == 0) {
+    return nullptr;
+  }
+  return a.get<double>() / b.get<double>();
+}
+
+json AtLeast(const json& v, double limit) {
+  if (!v.is_number()) return nullptr;
+  return v.get<double>() >= limit;
+}
+
+json AtMost(const json& v, double limit) {
+  if (!v.is_number()) return nullptr;
+  return v.get<double>() <= limit;
+}
+
+json FiguresJson(const Figures& f, double bytes, const PeakRss& rss) {
+  // Beyond the process before the state was built, the state itself and
+  // this program's own 16 MiB raw-I/O block: what ckpt added.
+  const double own = static_cast<double>(rss.baseline + kBlock);
   json figures = {
-      {"raw_write_buffered_gbps", gbps(f.raw_write_buffered)},
-      {"raw_write_direct_gbps", gbps(f.raw_write_direct)},
-      {"raw_read_cold_gbps", gbps(f.raw_read_cold)},
-      {"raw_read_warm_gbps", gbps(f.raw_read_warm)},
-      {"raw_read_direct_gbps", gbps(f.raw_read_direct)},
-      {"memcpy_gbps", gbps(f.memcpy)},
-      {"memcpy_seconds", secs(f.memcpy)},
+      {"raw_write_buffered_gbps", Gbps(f.raw_write_buffered, bytes)},
+      {"raw_write_direct_gbps", Gbps(f.raw_write_direct, bytes)},
+      {"raw_read_cold_gbps", Gbps(f.raw_read_cold, bytes)},
+      {"raw_read_warm_gbps", Gbps(f.raw_read_warm, bytes)},
+      {"raw_read_direct_gbps", Gbps(f.raw_read_direct, bytes)},
+      {"memcpy_gbps", Gbps(f.memcpy, bytes)},
+      {"memcpy_seconds", MedianSeconds(f.memcpy)},
       {"first_touch_gbps", bytes / f.first_touch / 1e9},
-      {"save_gbps", gbps(f.save)},
-      {"save_seconds", secs(f.save)},
-      {"load_cold_gbps", gbps(f.load_cold)},
-      {"load_cold_seconds", secs(f.load_cold)},
-      {"load_warm_gbps", gbps(f.load_warm)},
-      {"load_warm_seconds", secs(f.load_warm)},
+      {"save_gbps", Gbps(f.save, bytes)},
+      {"save_seconds", MedianSeconds(f.save)},
+      {"load_cold_gbps", Gbps(f.load_cold, bytes)},
+      {"load_cold_seconds", MedianSeconds(f.load_cold)},
+      {"load_warm_gbps", Gbps(f.load_warm, bytes)},
+      {"load_warm_seconds", MedianSeconds(f.load_warm)},
       {"async_first_stall_seconds", f.async_first_stall},
-      {"async_stall_seconds", secs(f.async_stall)},
-      {"async_total_seconds", secs(f.async_total)},
-      {"baseline_rss_mib", baseline_rss / kMiB},
-      {"peak_rss_sync_mib", sync_peak / kMiB},
-      {"peak_rss_async_mib", async_peak / kMiB},
-      // Beyond the process before the state was built, the state itself
-      // and this program's own 16 MiB raw-I/O block: what ckpt added.
-      {"sync_peak_above_state_mib", (double(sync_peak) - bytes - own) / kMiB},
+      {"async_stall_seconds", MedianSeconds(f.async_stall)},
+      {"async_total_seconds", MedianSeconds(f.async_total)},
+      {"baseline_rss_mib", rss.baseline / kMiB},
+      {"peak_rss_sync_mib", rss.sync / kMiB},
+      {"peak_rss_async_mib", rss.async / kMiB},
+      {"sync_peak_above_state_mib", (double(rss.sync) - bytes - own) / kMiB},
       {"async_peak_above_state_and_staging_mib",
-       (double(async_peak) - 2 * bytes - own) / kMiB},
+       (double(rss.async) - 2 * bytes - own) / kMiB},
   };
-  json raw_write_best = gbps(f.raw_write_buffered);
+  json raw_write_best = figures["raw_write_buffered_gbps"];
   if (figures["raw_write_direct_gbps"].is_number() &&
       figures["raw_write_direct_gbps"].get<double>() >
           raw_write_best.get<double>()) {
     raw_write_best = figures["raw_write_direct_gbps"];
   }
   figures["raw_write_best_gbps"] = raw_write_best;
-  json ranges = {
-      {"raw_write_buffered_gbps", spread(f.raw_write_buffered)},
-      {"raw_write_direct_gbps", spread(f.raw_write_direct)},
-      {"raw_read_cold_gbps", spread(f.raw_read_cold)},
-      {"raw_read_warm_gbps", spread(f.raw_read_warm)},
-      {"raw_read_direct_gbps", spread(f.raw_read_direct)},
-      {"save_gbps", spread(f.save)},
-      {"load_cold_gbps", spread(f.load_cold)},
-      {"load_warm_gbps", spread(f.load_warm)},
-      {"memcpy_gbps", spread(f.memcpy)},
+  return figures;
+}
+
+json RangesJson(const Figures& f, double bytes) {
+  return {
+      {"raw_write_buffered_gbps", Spread(f.raw_write_buffered, bytes)},
+      {"raw_write_direct_gbps", Spread(f.raw_write_direct, bytes)},
+      {"raw_read_cold_gbps", Spread(f.raw_read_cold, bytes)},
+      {"raw_read_warm_gbps", Spread(f.raw_read_warm, bytes)},
+      {"raw_read_direct_gbps", Spread(f.raw_read_direct, bytes)},
+      {"save_gbps", Spread(f.save, bytes)},
+      {"load_cold_gbps", Spread(f.load_cold, bytes)},
+      {"load_warm_gbps", Spread(f.load_warm, bytes)},
+      {"memcpy_gbps", Spread(f.memcpy, bytes)},
   };
-  json ratios = {
-      {"save_vs_raw_write_best", ratio(figures["save_gbps"], raw_write_best)},
+}
+
+json RatiosJson(const json& figures) {
+  auto fig = [&figures](const char* key) -> const json& {
+    return figures.at(key);
+  };
+  return {
+      {"save_vs_raw_write_best",
+       Ratio(fig("save_gbps"), fig("raw_write_best_gbps"))},
       {"save_vs_raw_write_buffered",
-       ratio(figures["save_gbps"], figures["raw_write_buffered_gbps"])},
+       Ratio(fig("save_gbps"), fig("raw_write_buffered_gbps"))},
       {"save_vs_raw_write_direct",
-       ratio(figures["save_gbps"], figures["raw_write_direct_gbps"])},
+       Ratio(fig("save_gbps"), fig("raw_write_direct_gbps"))},
       {"load_cold_vs_raw_read_cold",
-       ratio(figures["load_cold_gbps"], figures["raw_read_cold_gbps"])},
+       Ratio(fig("load_cold_gbps"), fig("raw_read_cold_gbps"))},
       {"load_cold_vs_raw_read_direct",
-       ratio(figures["load_cold_gbps"], figures["raw_read_direct_gbps"])},
+       Ratio(fig("load_cold_gbps"), fig("raw_read_direct_gbps"))},
       {"load_warm_vs_raw_read_warm",
-       ratio(figures["load_warm_gbps"], figures["raw_read_warm_gbps"])},
+       Ratio(fig("load_warm_gbps"), fig("raw_read_warm_gbps"))},
       {"async_stall_vs_memcpy",
-       ratio(figures["async_stall_seconds"], figures["memcpy_seconds"])},
+       Ratio(fig("async_stall_seconds"), fig("memcpy_seconds"))},
       {"async_first_stall_vs_memcpy",
-       ratio(figures["async_first_stall_seconds"], figures["memcpy_seconds"])},
+       Ratio(fig("async_first_stall_seconds"), fig("memcpy_seconds"))},
   };
-  auto at_least = [](const json& v, double limit) -> json {
-    if (!v.is_number()) return nullptr;
-    return v.get<double>() >= limit;
-  };
-  auto at_most = [](const json& v, double limit) -> json {
-    if (!v.is_number()) return nullptr;
-    return v.get<double>() <= limit;
-  };
-  json targets = {
+}
+
+json TargetsJson(const json& figures, const json& ratios) {
+  return {
       {"save_vs_raw_write_best >= 0.90",
-       at_least(ratios["save_vs_raw_write_best"], 0.90)},
+       AtLeast(ratios.at("save_vs_raw_write_best"), 0.90)},
       {"load_cold_vs_raw_read_cold >= 0.90",
-       at_least(ratios["load_cold_vs_raw_read_cold"], 0.90)},
+       AtLeast(ratios.at("load_cold_vs_raw_read_cold"), 0.90)},
       {"async_stall_vs_memcpy <= 1.5",
-       at_most(ratios["async_stall_vs_memcpy"], 1.5)},
+       AtMost(ratios.at("async_stall_vs_memcpy"), 1.5)},
       {"sync_peak_above_state_mib <= 64",
-       at_most(figures["sync_peak_above_state_mib"], 64)},
+       AtMost(figures.at("sync_peak_above_state_mib"), 64)},
       {"async_peak_above_state_and_staging_mib <= 64",
-       at_most(figures["async_peak_above_state_and_staging_mib"], 64)},
+       AtMost(figures.at("async_peak_above_state_and_staging_mib"), 64)},
   };
-  json config = {{"state_bytes", state_bytes},
+}
+
+// Everything the bench reports, as `--json` prints it.
+json MakeReport(const BenchArgs& args, const StatePlan& plan,
+                const std::string& dir, bool direct, const Figures& f,
+                const PeakRss& rss) {
+  const double bytes = static_cast<double>(plan.state_bytes);
+  json figures = FiguresJson(f, bytes, rss);
+  json ratios = RatiosJson(figures);
+  json targets = TargetsJson(figures, ratios);
+  json config = {{"state_bytes", plan.state_bytes},
                  {"tensors", args.tensors},
-                 {"dtype", std::string(DTypeName(*dtype))},
+                 {"dtype", std::string(DTypeName(plan.dtype))},
                  {"runs", args.runs},
                  {"dir", dir},
                  {"o_direct", direct},
                  {"cpus", ::sysconf(_SC_NPROCESSORS_ONLN)}};
+  return {{"config", std::move(config)},
+          {"figures", std::move(figures)},
+          {"ranges", RangesJson(f, bytes)},
+          {"ratios", std::move(ratios)},
+          {"targets", std::move(targets)}};
+}
 
-  if (args.json) {
-    PrintJson({{"config", config},
-               {"figures", figures},
-               {"ranges", ranges},
-               {"ratios", ratios},
-               {"targets", targets}});
-    return Status();
-  }
+// The report for people: a heading, a table of figures and ratios, and one
+// line per target.
+void PrintReport(const json& report) {
+  const json& config = report.at("config");
+  const json& figures = report.at("figures");
+  const json& ranges = report.at("ranges");
   auto num = [](const json& v, const char* fmt_spec) -> std::string {
     if (!v.is_number()) return "-";
     return fmt::format(fmt::runtime(fmt_spec), v.get<double>());
   };
   fmt::print(
       "ckpt bench: {:.2f} GiB in {} {} tensors, {} rounds (medians), {}\n",
-      bytes / kMiB / 1024, args.tensors, DTypeName(*dtype), args.runs, dir);
+      config.at("state_bytes").get<double>() / kMiB / 1024,
+      config.at("tensors").get<int>(), config.at("dtype").get<std::string>(),
+      config.at("runs").get<int>(), config.at("dir").get<std::string>());
   std::vector<std::vector<std::string>> rows = {{"figure", "value", "range"}};
   auto range_text = [&](const char* key) -> std::string {
-    const json& r = ranges[key];
+    const json& r = ranges.at(key);
     if (!r.is_array()) return "";
     return fmt::format("{:.2f}-{:.2f}", r[0].get<double>(), r[1].get<double>());
   };
@@ -521,7 +604,7 @@ Status RunBench(const BenchArgs& args) {
        {"raw_write_buffered_gbps", "raw_write_direct_gbps",
         "raw_read_cold_gbps", "raw_read_warm_gbps", "raw_read_direct_gbps",
         "memcpy_gbps", "save_gbps", "load_cold_gbps", "load_warm_gbps"}) {
-    rows.push_back({key, num(figures[key], "{:.3f}"), range_text(key)});
+    rows.push_back({key, num(figures.at(key), "{:.3f}"), range_text(key)});
   }
   for (const char* key :
        {"first_touch_gbps", "memcpy_seconds", "save_seconds",
@@ -529,16 +612,61 @@ Status RunBench(const BenchArgs& args) {
         "async_stall_seconds", "async_total_seconds", "peak_rss_sync_mib",
         "peak_rss_async_mib", "sync_peak_above_state_mib",
         "async_peak_above_state_and_staging_mib"}) {
-    rows.push_back({key, num(figures[key], "{:.3f}"), ""});
+    rows.push_back({key, num(figures.at(key), "{:.3f}"), ""});
   }
-  for (auto& [key, value] : ratios.items()) {
+  for (auto& [key, value] : report.at("ratios").items()) {
     rows.push_back({key, num(value, "{:.2f}"), ""});
   }
   PrintTable(rows);
-  for (auto& [key, value] : targets.items()) {
+  for (auto& [key, value] : report.at("targets").items()) {
     fmt::print("target {}: {}\n", key,
                value.is_boolean() ? (value.get<bool>() ? "met" : "NOT met")
                                   : "not measured");
+  }
+}
+
+Status RunBench(const BenchArgs& args) {
+  CKPT_ASSIGN_OR_RETURN(const StatePlan plan, PlanState(args));
+  Workspace workspace(args.keep);
+  CKPT_RETURN_IF_ERROR(workspace.Create(args.dir));
+  PeakRss rss;
+  rss.baseline = MaxRssBytes();
+  BenchState bench;
+  CKPT_RETURN_IF_ERROR(BuildState(plan, args.tensors, bench));
+  Buffer block;
+  CKPT_RETURN_IF_ERROR(block.Map(kBlock));  // mmap is page-aligned
+  const bool direct = DirectWorks(workspace.dir());
+
+  // No retention inside the timed saves: removing the previous step (an
+  // unlink of a file of the state's size: half a second for 2 GiB on ext4)
+  // is done between them instead, so the disk holds one checkpoint at a time.
+  Options options;
+  options.create = true;
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointManager> mgr,
+                        CheckpointManager::Open(workspace.root(), options));
+  int64_t step = 0;
+  if (auto latest = mgr->Latest(); latest.ok() && *latest) step = **latest;
+
+  Figures f;
+  for (int r = 0; r < args.runs; ++r) {
+    CKPT_RETURN_IF_ERROR(MeasureRawDisk(workspace.raw_path(), plan.state_bytes,
+                                        block, direct, f));
+    CKPT_RETURN_IF_ERROR(
+        MeasureSaveLoad(*mgr, workspace.root(), bench.state, step, f));
+  }
+  rss.sync = MaxRssBytes();
+  CKPT_RETURN_IF_ERROR(
+      MeasureMemcpy(bench.tensors, plan.state_bytes, args.runs, f));
+  CKPT_RETURN_IF_ERROR(
+      MeasureAsyncStall(*mgr, bench.state, args.runs, step, f));
+  rss.async = MaxRssBytes();
+  mgr.reset();
+
+  const json report = MakeReport(args, plan, workspace.dir(), direct, f, rss);
+  if (args.json) {
+    PrintJson(report);
+  } else {
+    PrintReport(report);
   }
   return Status();
 }

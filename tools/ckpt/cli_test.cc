@@ -934,5 +934,106 @@ TEST_F(CliTest, IncrementalChainLsVerifyAndDelete) {
   EXPECT_EQ(r.exit_code, 2) << "--step is required";
 }
 
+// --- delete --json
+
+// The objects of `root`'s step directory `step`: keys relative to the root,
+// and their bytes.
+std::pair<std::set<std::string>, uint64_t> StepObjects(const std::string& root,
+                                                       const std::string& dir) {
+  std::set<std::string> keys;
+  uint64_t bytes = 0;
+  for (const auto& e : fs::directory_iterator(fs::path(root) / dir)) {
+    keys.insert(dir + "/" + e.path().filename().string());
+    bytes += fs::file_size(e.path());
+  }
+  return {keys, bytes};
+}
+
+TEST_F(CliTest, DeleteJsonListsWhatItDeleted) {
+  SaveSteps({1, 2, 3});
+  const auto [keys, bytes] = StepObjects(root_, "step-000000000002");
+  ASSERT_TRUE(keys.contains("step-000000000002/MANIFEST.json"));
+  ASSERT_GE(keys.size(), 2u) << "the manifest and a data object";
+
+  RunResult r = Ckpt({"delete", root_, "--step", "2", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = ParseJson(r.out);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_EQ(j["deleted_steps"], nlohmann::json({2}));
+  EXPECT_EQ(j["deleted_objects"].get<std::set<std::string>>(), keys);
+  EXPECT_EQ(j["deleted_objects"].size(), keys.size()) << "each once";
+  EXPECT_EQ(j["bytes_freed"].get<uint64_t>(), bytes);
+  EXPECT_EQ(CommittedSteps(root_), (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(Ckpt({"verify", root_, "--all"}).exit_code, 0);
+
+  // Without --json the line for people is unchanged.
+  r = Ckpt({"delete", root_, "--step", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "deleted step 1\n");
+
+  // A delete that fails prints no JSON.
+  r = Ckpt({"delete", root_, "--step", "2", "--json"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_TRUE(Contains(r.err, "ckpt delete: ")) << r.err;
+}
+
+// --force copies the bytes dependants reference into their own directories:
+// those new objects are not in the report, and nothing of theirs went.
+TEST_F(CliTest, DeleteForceJsonListsOnlyTheDeletedStep) {
+  {
+    auto manager = OpenManager(root_, 4096);
+    ASSERT_NE(manager, nullptr);
+    std::vector<float> table(4096);  // 16 KiB: 4 chunks
+    for (int64_t step = 1; step <= 3; ++step) {
+      table[step * 1024] = static_cast<float>(step);
+      State state;
+      state.AddTensor("table", View(table));
+      SaveOptions options;
+      options.incremental = true;
+      ASSERT_TRUE(manager->Save(step, state, options).ok());
+    }
+  }
+  const auto [keys, bytes] = StepObjects(root_, "step-000000000001");
+  const auto [kept2, kept2_bytes] = StepObjects(root_, "step-000000000002");
+
+  RunResult r = Ckpt({"delete", root_, "--step", "1", "--force", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = ParseJson(r.out);
+  EXPECT_EQ(j["deleted_steps"], nlohmann::json({1}));
+  EXPECT_EQ(j["deleted_objects"].get<std::set<std::string>>(), keys);
+  EXPECT_EQ(j["bytes_freed"].get<uint64_t>(), bytes);
+  EXPECT_EQ(CommittedSteps(root_), (std::vector<int64_t>{2, 3}));
+  for (const std::string& key : kept2) {
+    EXPECT_TRUE(fs::exists(fs::path(root_) / key)) << key;
+  }
+  EXPECT_EQ(Ckpt({"verify", root_, "--all"}).exit_code, 0);
+}
+
+// The progress bars of import and export are for terminals: into a pipe
+// (and with --json) nothing is drawn.
+TEST_F(CliTest, ImportAndExportDrawNoBarIntoAPipe) {
+  const std::string file = Path("in.safetensors");
+  WriteFile(file, BuildSafetensors({{"w", "F32", {4}, Bytes(16, 1)}}, {}));
+  for (bool json : {false, true}) {
+    const std::string step = json ? "2" : "1";
+    std::vector<std::string> args = {"import", file, root_, "--step", step};
+    if (json) args.push_back("--json");
+    RunResult r = Ckpt(args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.err, "");
+    const std::string out = Path("out" + step + ".safetensors");
+    args = {"export", root_, "--step", step, out};
+    if (json) args.push_back("--json");
+    r = Ckpt(args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.err, "");
+    RunResult py_in = PyRead(file);
+    RunResult py_out = PyRead(out);
+    ASSERT_EQ(py_out.exit_code, 0) << py_out.err;
+    EXPECT_EQ(ParseJson(py_out.out), ParseJson(py_in.out));
+  }
+}
+
 }  // namespace
 }  // namespace ckpt

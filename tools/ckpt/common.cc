@@ -63,15 +63,32 @@ CLI::App* AddSubcommand(CLI::App& app, std::string name,
   return sub;
 }
 
+namespace {
+
+Result<std::unique_ptr<CheckpointManager>> Open(const std::string& root,
+                                                Options options,
+                                                ByteProgressFn progress) {
+  if (!progress) return CheckpointManager::Open(root, std::move(options));
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Storage> storage,
+                        OpenStorage(root, {.create = options.create}));
+  return CheckpointManager::Open(
+      NewCountingStorage(std::move(storage), std::move(progress)),
+      std::move(options));
+}
+
+}  // namespace
+
 Result<std::unique_ptr<CheckpointManager>> OpenRoot(const std::string& root,
-                                                    bool create) {
+                                                    bool create,
+                                                    ByteProgressFn progress) {
   Options options;
   options.create = create;
-  return CheckpointManager::Open(root, std::move(options));
+  return Open(root, std::move(options), std::move(progress));
 }
 
 Result<std::unique_ptr<CheckpointManager>> OpenRootWithCatalog(
-    const std::string& root, bool create, const std::string& catalog_url) {
+    const std::string& root, bool create, const std::string& catalog_url,
+    ByteProgressFn progress) {
   Options options;
   options.create = create;
   Result<std::unique_ptr<Catalog>> catalog =
@@ -84,7 +101,7 @@ Result<std::unique_ptr<CheckpointManager>> OpenRootWithCatalog(
   } else {
     return catalog.status();
   }
-  return CheckpointManager::Open(root, std::move(options));
+  return Open(root, std::move(options), std::move(progress));
 }
 
 CLI::Option* AddCatalogOption(CLI::App& app, std::string& url) {

@@ -12,21 +12,24 @@
 #include <vector>
 
 #include "ckpt/checkpoint_manager.h"
+#include "counting_storage.h"
 
 namespace ckpt::cli {
 
 // Opens the checkpoints under `root` (a URL or a plain path). Read-only
 // commands pass create = false, so a mistyped root is an error and not a new
-// empty folder.
-Result<std::unique_ptr<CheckpointManager>> OpenRoot(const std::string& root,
-                                                    bool create);
+// empty folder. With `progress`, the manager's storage reports the bytes it
+// reads and writes to it (counting_storage.h).
+Result<std::unique_ptr<CheckpointManager>> OpenRoot(
+    const std::string& root, bool create, ByteProgressFn progress = {});
 // OpenRoot for commands that commit or delete checkpoints: the catalog at
 // `catalog_url` (empty: DefaultCatalogUrl()) records what they do. A default
 // catalog that cannot be opened is only a warning (storage holds the work;
 // `ckpt catalog sync` catches the catalog up); one the user named is an
 // error.
 Result<std::unique_ptr<CheckpointManager>> OpenRootWithCatalog(
-    const std::string& root, bool create, const std::string& catalog_url);
+    const std::string& root, bool create, const std::string& catalog_url,
+    ByteProgressFn progress = {});
 // Adds --catalog URL (empty: the default catalog).
 CLI::Option* AddCatalogOption(CLI::App& app, std::string& url);
 

@@ -4,12 +4,13 @@
 
 #include <climits>
 #include <memory>
+#include <set>
 
 #include "ckpt/checkpoint_manager.h"
 #include "commands.h"
 #include "common.h"
 #include "format/constants.h"
-#include "format/manifest.h"
+#include "format/layout.h"
 #include "util/progress.h"
 
 namespace ckpt::cli {
@@ -45,13 +46,12 @@ Status RunGc(const GcArgs& args) {
   }
   // A deleted step's own objects are implied by its line above; list only
   // the rest (dead attempts, leftovers of crashed writes).
+  const std::set<int64_t> deleted_steps(report.deleted_steps.begin(),
+                                        report.deleted_steps.end());
   for (const std::string& key : report.deleted_objects) {
-    bool in_deleted_step = false;
-    for (int64_t step : report.deleted_steps) {
-      in_deleted_step =
-          in_deleted_step || key.starts_with(format::StepDirName(step) + "/");
+    if (!deleted_steps.contains(format::StepOfKey(key))) {
+      fmt::print("{} {}\n", verb, key);
     }
-    if (!in_deleted_step) fmt::print("{} {}\n", verb, key);
   }
   fmt::print("{} {} objects ({})\n", verb, report.deleted_objects.size(),
              FormatBytes(report.bytes_freed));
@@ -63,15 +63,51 @@ struct DeleteArgs {
   int64_t step = -1;
   bool force = false;
   std::string catalog;
+  bool json = false;
 };
+
+// The objects under `prefix` before that are gone after.
+std::vector<ObjectInfo> Gone(const std::vector<ObjectInfo>& before,
+                             const std::vector<ObjectInfo>& after) {
+  std::set<std::string_view> left;
+  for (const ObjectInfo& o : after) left.insert(o.key);
+  std::vector<ObjectInfo> gone;
+  for (const ObjectInfo& o : before) {
+    if (!left.contains(o.key)) gone.push_back(o);
+  }
+  return gone;
+}
 
 Status RunDelete(const DeleteArgs& args) {
   CKPT_ASSIGN_OR_RETURN(auto manager,
                         OpenRootWithCatalog(args.root,
                                             /*create=*/false, args.catalog));
+  // Delete reports no objects, so --json lists the step's directory before
+  // and after: what went is what it deleted (objects other checkpoints
+  // still name stay, and --force writes only into the dependants' own
+  // directories).
+  Storage& storage = manager->storage();
+  const std::string prefix = format::StepDirName(args.step) + "/";
+  std::vector<ObjectInfo> before;
+  if (args.json) {
+    CKPT_ASSIGN_OR_RETURN(before, storage.List(prefix));
+  }
   CKPT_RETURN_IF_ERROR(
       manager->Delete(args.step, {.rewrite_dependants = args.force}));
-  fmt::print("deleted step {}\n", args.step);
+  if (!args.json) {
+    fmt::print("deleted step {}\n", args.step);
+    return Status();
+  }
+  CKPT_ASSIGN_OR_RETURN(std::vector<ObjectInfo> after, storage.List(prefix));
+  std::vector<std::string> deleted;
+  uint64_t bytes = 0;
+  for (const ObjectInfo& o : Gone(before, after)) {
+    deleted.push_back(o.key);
+    bytes += o.size;
+  }
+  PrintJson({{"deleted_steps", {args.step}},
+             {"deleted_objects", deleted},
+             {"bytes_freed", bytes}});
   return Status();
 }
 
@@ -87,7 +123,8 @@ void AddDeleteCommand(CLI::App& app, Command& selected) {
       "bytes are first copied into their own step directories and their "
       "manifests rewritten, so they stop depending on it.",
       "  ckpt delete /data/run42 --step 1200\n"
-      "  ckpt delete /data/run42 --step 1000 --force\n");
+      "  ckpt delete /data/run42 --step 1000 --force\n"
+      "  ckpt delete s3://bucket/run42 --step 1200 --json\n");
   AddRootArg(*sub, args->root);
   sub->add_option("--step", args->step, "the step to delete")
       ->required()
@@ -95,6 +132,7 @@ void AddDeleteCommand(CLI::App& app, Command& selected) {
   sub->add_flag("--force", args->force,
                 "rewrite the checkpoints that depend on it first");
   AddCatalogOption(*sub, args->catalog);
+  AddJsonFlag(*sub, args->json);
   sub->callback([args, &selected] {
     selected = {"delete", [args] { return RunDelete(*args); }};
   });

@@ -14,8 +14,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -156,13 +158,23 @@ Status RunImport(const ImportArgs& args) {
   }
   CKPT_RETURN_IF_ERROR_CTX(state.status(), "import " + what);
 
+  // The bar follows the bytes the save writes (the data objects' headers
+  // too, so it may reach its end a little early).
+  std::unique_ptr<ProgressBar> bar;
+  ByteProgressFn progress;
+  if (!args.json) {
+    bar =
+        std::make_unique<ProgressBar>("import " + args.file, header.data_size);
+    progress = [&bar](uint64_t, uint64_t written) { bar->Update(written); };
+  }
   // The file is checked before the root is touched: a bad file must not leave
   // even an empty new root behind.
   CKPT_ASSIGN_OR_RETURN(auto manager,
-                        OpenRootWithCatalog(args.root,
-                                            /*create=*/true, args.catalog));
+                        OpenRootWithCatalog(args.root, /*create=*/true,
+                                            args.catalog, std::move(progress)));
   CKPT_ASSIGN_OR_RETURN(SaveResult saved,
                         manager->Save(args.step, state, options));
+  if (bar) bar->Finish();
   if (args.json) {
     PrintJson(InfoToJson(saved.info));
   } else {
@@ -180,14 +192,20 @@ struct ExportArgs {
   bool json = false;
 };
 
-Status WriteAll(int fd, std::string_view data, const std::string& what) {
+// Writes `data` in slices of at most kWriteSlice bytes, calling `written`
+// with each slice's size, so a progress bar moves during a large tensor.
+Status WriteAll(int fd, std::string_view data, const std::string& what,
+                const std::function<void(uint64_t)>& written) {
+  constexpr size_t kWriteSlice = size_t{64} << 20;
   while (!data.empty()) {
-    const ssize_t n = write(fd, data.data(), data.size());
+    const ssize_t n =
+        write(fd, data.data(), std::min(data.size(), kWriteSlice));
     if (n < 0) {
       if (errno == EINTR) continue;
       return ErrnoError(errno, "write " + what);
     }
     data.remove_prefix(static_cast<size_t>(n));
+    written(static_cast<uint64_t>(n));
   }
   return Status();
 }
@@ -207,18 +225,23 @@ Status SyncDirectoryOf(const std::string& path) {
 // Writes `parts` to `path` so that a reader sees either no file or the whole
 // one: into a temporary file beside it, fsynced, then moved into place.
 // Without `force` the move is link(2), which fails if `path` appeared in the
-// meantime rather than replacing it.
+// meantime rather than replacing it. `bar` follows the bytes written.
 Status WriteFileAtomically(const std::string& path,
                            const std::vector<std::string_view>& parts,
-                           bool force) {
+                           bool force, ProgressBar* bar) {
   const std::string tmp = path + ".tmp-" + std::to_string(getpid());
   const std::string what = Quote(tmp);
   const int fd =
       open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoError(errno, "create " + what);
   Status status;
+  uint64_t done = 0;
+  auto written = [&](uint64_t n) {
+    done += n;
+    if (bar) bar->Update(done);
+  };
   for (std::string_view part : parts) {
-    status = WriteAll(fd, part, what);
+    status = WriteAll(fd, part, what, written);
     if (!status.ok()) break;
   }
   if (status.ok() && fsync(fd) != 0)
@@ -251,8 +274,33 @@ Status RunExport(const ExportArgs& args) {
     return AlreadyExistsError(Quote(args.out) +
                               " exists (use --force to overwrite)");
   }
-  CKPT_ASSIGN_OR_RETURN(auto manager, OpenRoot(args.root, /*create=*/false));
-  CKPT_ASSIGN_OR_RETURN(LoadedCheckpoint loaded, manager->LoadAll(args.step));
+  // Two bars, made once their totals are known: the bytes LoadAll reads,
+  // then the bytes of the file.
+  std::unique_ptr<ProgressBar> bar;
+  ByteProgressFn progress;
+  if (!args.json) {
+    progress = [&bar](uint64_t read, uint64_t) {
+      if (bar) bar->Update(read);
+    };
+  }
+  CKPT_ASSIGN_OR_RETURN(
+      auto manager, OpenRoot(args.root, /*create=*/false, std::move(progress)));
+  // The step is pinned here, so the bar's total and the load describe the
+  // same checkpoint even if a newer one is committed meanwhile.
+  CKPT_ASSIGN_OR_RETURN(CheckpointDescription described,
+                        manager->Describe(args.step));
+  const int64_t step = described.info.step;
+  if (!args.json) {
+    uint64_t total = 0;
+    for (const EntryInfo& e : described.entries) total += e.bytes;
+    bar = std::make_unique<ProgressBar>(
+        "export step " + std::to_string(step) + ": load", total);
+  }
+  CKPT_ASSIGN_OR_RETURN(LoadedCheckpoint loaded, manager->LoadAll(step));
+  if (bar) {
+    bar->Finish();
+    bar.reset();
+  }
 
   std::map<std::string, std::string> metadata;
   for (const auto& [key, value] : loaded.info.metadata) {
@@ -287,10 +335,15 @@ Status RunExport(const ExportArgs& args) {
   CKPT_ASSIGN_OR_RETURN(std::string header,
                         format::EncodeSafetensorsHeader(layouts, metadata));
   parts[0] = header;
-  CKPT_RETURN_IF_ERROR(WriteFileAtomically(args.out, parts, args.force));
-
   uint64_t bytes = 0;
   for (std::string_view part : parts) bytes += part.size();
+  if (!args.json) {
+    bar = std::make_unique<ProgressBar>(
+        "export step " + std::to_string(step) + ": write " + args.out, bytes);
+  }
+  CKPT_RETURN_IF_ERROR(
+      WriteFileAtomically(args.out, parts, args.force, bar.get()));
+  if (bar) bar->Finish();
   if (args.json) {
     PrintJson({{"step", loaded.info.step},
                {"file", args.out},

@@ -11,7 +11,7 @@
 #include "commands.h"
 #include "common.h"
 #include "format/constants.h"
-#include "format/manifest.h"
+#include "format/layout.h"
 #include "util/names.h"
 #include "util/progress.h"
 
@@ -30,14 +30,13 @@ struct VerifyArgs {
 Result<std::set<int64_t>> StepsWithManifest(Storage& storage) {
   CKPT_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects,
                         storage.List(format::kStepPrefix));
-  const std::string suffix = "/" + std::string(format::kManifestName);
   std::set<int64_t> steps;
   for (const ObjectInfo& o : objects) {
-    std::string_view key = o.key;
-    if (!key.ends_with(suffix)) continue;
-    key.remove_suffix(suffix.size());
     // Anything else under "step-" is not a step directory ckpt wrote.
-    if (const int64_t step = format::ParseStepDirName(key); step >= 0) {
+    int64_t step = -1;
+    std::string_view file;
+    if (format::SplitStepKey(o.key, &step, &file) &&
+        file == format::kManifestName) {
       steps.insert(step);
     }
   }

@@ -1,0 +1,107 @@
+#include "format/layout.h"
+
+#include <charconv>
+#include <cstdio>
+
+#include "format/constants.h"
+
+namespace ckpt::format {
+
+std::string StepDirName(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "step-%012lld", static_cast<long long>(step));
+  return buf;
+}
+
+int64_t ParseStepDirName(std::string_view name) {
+  if (name.size() != kStepPrefix.size() + kStepDigits ||
+      !name.starts_with(kStepPrefix)) {
+    return -1;
+  }
+  int64_t v = 0;
+  for (char c : name.substr(kStepPrefix.size())) {
+    if (c < '0' || c > '9') return -1;
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
+std::string ManifestKey(int64_t step) {
+  return StepDirName(step) + "/" + std::string(kManifestName);
+}
+
+std::string DataObjectKey(int64_t step, int rank, std::string_view attempt) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "/r%05d-", rank);
+  return StepDirName(step) + buf + std::string(attempt) +
+         std::string(kDataSuffix);
+}
+
+bool ParseDataObjectKey(std::string_view key, int64_t* step, int* rank,
+                        std::string* attempt) {
+  const size_t slash = key.find('/');
+  if (slash == std::string_view::npos) return false;
+  const int64_t s = ParseStepDirName(key.substr(0, slash));
+  if (s < 0) return false;
+  std::string_view file = key.substr(slash + 1);
+  // r<5 digits>-<16 hex>.safetensors
+  if (file.size() !=
+          1 + kRankDigits + 1 + kAttemptHexDigits + kDataSuffix.size() ||
+      file[0] != 'r' || file[1 + kRankDigits] != '-' ||
+      !file.ends_with(kDataSuffix)) {
+    return false;
+  }
+  int r = 0;
+  for (char c : file.substr(1, kRankDigits)) {
+    if (c < '0' || c > '9') return false;
+    r = r * 10 + (c - '0');
+  }
+  std::string_view a = file.substr(2 + kRankDigits, kAttemptHexDigits);
+  for (char c : a) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  if (step) *step = s;
+  if (rank) *rank = r;
+  if (attempt) *attempt = std::string(a);
+  return true;
+}
+
+std::string LatestKey() { return std::string(kLatestName); }
+
+bool SplitStepKey(std::string_view key, int64_t* step, std::string_view* file) {
+  const size_t slash = key.find('/');
+  if (slash == std::string_view::npos) return false;
+  const int64_t s = ParseStepDirName(key.substr(0, slash));
+  const std::string_view f = key.substr(slash + 1);
+  if (s < 0 || f.empty() || f.find('/') != std::string_view::npos) {
+    return false;
+  }
+  if (step) *step = s;
+  if (file) *file = f;
+  return true;
+}
+
+int64_t StepOfKey(std::string_view key) {
+  const size_t slash = key.find('/');
+  if (slash == std::string_view::npos) return -1;
+  return ParseStepDirName(key.substr(0, slash));
+}
+
+std::string RunTensorName(std::string_view entry, uint64_t first_chunk) {
+  return std::string(entry) + "@" + std::to_string(first_chunk);
+}
+
+bool IsRunOf(std::string_view tensor_name, std::string_view entry) {
+  if (tensor_name.size() < entry.size() + 2 ||
+      !tensor_name.starts_with(entry) || tensor_name[entry.size()] != '@') {
+    return false;
+  }
+  const std::string_view n = tensor_name.substr(entry.size() + 1);
+  // std::to_string's form only: no sign, no leading zero, no overflow.
+  if (n.size() > 1 && n[0] == '0') return false;
+  uint64_t value = 0;
+  const auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), value);
+  return ec == std::errc() && end == n.data() + n.size();
+}
+
+}  // namespace ckpt::format
