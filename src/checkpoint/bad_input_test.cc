@@ -29,6 +29,7 @@
 #include "checkpoint/test_util.h"
 #include "ckpt/checkpoint_manager.h"
 #include "format/constants.h"
+#include "format/layout.h"
 #include "format/manifest.h"
 #include "storage/memory/memory_storage.h"
 #include "util/checksum.h"

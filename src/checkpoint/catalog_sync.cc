@@ -18,6 +18,7 @@
 #include "checkpoint/catalog_record.h"
 #include "ckpt/storage.h"
 #include "format/constants.h"
+#include "format/layout.h"
 #include "format/manifest.h"
 #include "util/log.h"
 

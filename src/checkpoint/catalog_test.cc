@@ -14,6 +14,7 @@
 #include "checkpoint/test_util.h"
 #include "ckpt/catalog_sync.h"
 #include "ckpt/checkpoint_manager.h"
+#include "format/layout.h"
 #include "format/manifest.h"
 #include "gtest/gtest.h"
 #include "testing/postgres_server.h"

@@ -70,7 +70,7 @@ Result<Manifest> CheckpointManager::Impl::BuildManifest(
             m.objects.push_back(format::ObjectRecord{o.key, o.size, o.rank});
             int64_t dep;
             std::string_view file;
-            if (SplitStepKey(o.key, &dep, &file) &&
+            if (format::SplitStepKey(o.key, &dep, &file) &&
                 std::find(m.depends_on.begin(), m.depends_on.end(), dep) ==
                     m.depends_on.end()) {
               m.depends_on.push_back(dep);
@@ -113,7 +113,7 @@ Status CheckpointManager::Impl::CheckReferences(const Manifest& m) {
   for (const format::ObjectRecord& o : m.objects) {
     int64_t in;
     std::string_view file;
-    if (!SplitStepKey(o.key, &in, &file) || in == m.step) continue;
+    if (!format::SplitStepKey(o.key, &in, &file) || in == m.step) continue;
     Result<ObjectInfo> info = storage_->Stat(o.key);
     if (info.ok() && info->size == o.size) continue;
     if (!info.ok() && info.status().code() != ErrorCode::kNotFound) {

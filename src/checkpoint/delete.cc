@@ -28,12 +28,6 @@ using format::Manifest;
 
 namespace {
 
-// The step directory an object key lies in; -1 if none.
-int64_t StepOf(const std::string& key) {
-  return format::ParseStepDirName(
-      std::string_view(key).substr(0, key.find('/')));
-}
-
 std::string ListSteps(const std::vector<int64_t>& steps) {
   std::string list;
   for (int64_t s : steps)
@@ -140,13 +134,13 @@ Status CheckpointManager::Impl::RewriteDependant(int64_t dependant,
   for (auto& e : m.entries) {
     for (auto& p : e.pieces) {
       for (auto& c : p.chunks) {
-        if (StepOf(m.objects[c.object].key) != step) continue;
+        if (format::StepOfKey(m.objects[c.object].key) != step) continue;
         bytes.emplace_back(c.length);
         CKPT_RETURN_IF_ERROR_CTX(ReadChunk(*storage_, *old, e, c, bytes.back()),
                                  op);
         std::string name;
         for (size_t n = pieces.size();; ++n) {
-          name = e.name + "@" + std::to_string(n);
+          name = format::RunTensorName(e.name, n);
           if (!names.count(name)) break;
         }
         names.insert(name);
@@ -185,7 +179,7 @@ Status CheckpointManager::Impl::RewriteDependant(int64_t dependant,
   for (size_t i = 0; i < m.objects.size(); ++i) {
     if (!used[i]) continue;
     remap[i] = static_cast<uint32_t>(objects.size());
-    const int64_t s = StepOf(m.objects[i].key);
+    const int64_t s = format::StepOfKey(m.objects[i].key);
     if (s != dependant) deps.insert(s);
     objects.push_back(std::move(m.objects[i]));
   }

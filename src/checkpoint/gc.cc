@@ -100,7 +100,7 @@ Result<GcReport> CheckpointManager::Impl::GarbageCollect(
     int64_t step;
     std::string_view file;
     bool dead = false;
-    if (SplitStepKey(o.key, &step, &file)) {
+    if (format::SplitStepKey(o.key, &step, &file)) {
       if (live.damaged.count(step) || file == format::kManifestName) continue;
       const bool ours =
           format::ParseDataObjectKey(o.key, nullptr, nullptr, nullptr) ||
@@ -127,7 +127,8 @@ Result<GcReport> CheckpointManager::Impl::GarbageCollect(
       format::kStepPrefix, [&](const ObjectInfo& o) {
         int64_t step;
         std::string_view file;
-        if (!SplitStepKey(o.key, &step, &file) || live.damaged.count(step)) {
+        if (!format::SplitStepKey(o.key, &step, &file) ||
+            live.damaged.count(step)) {
           return false;
         }
         const bool manifest = file == format::kManifestName;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "format/layout.h"
 #include "util/checksum.h"
 #include "util/names.h"
 
@@ -149,7 +150,7 @@ Result<IncrementalWrites> PlanIncrementalWrites(
     }
     // A run's tensor name must not be another entry's name.
     const bool clash = std::any_of(runs.begin(), runs.end(), [&](auto r) {
-      return names.count(e.name + "@" + std::to_string(r.first)) > 0;
+      return names.count(format::RunTensorName(e.name, r.first)) > 0;
     });
     if (none || clash) {
       out.runs.push_back(PieceToWrite{e.name, e.dtype, p.lengths, bytes});
@@ -173,7 +174,7 @@ Result<IncrementalWrites> PlanIncrementalWrites(
       const uint64_t begin = first * chunk_size;
       const uint64_t len = std::min(last * chunk_size, p.bytes) - begin;
       out.runs.push_back(
-          PieceToWrite{e.name + "@" + std::to_string(first), DType::kU8,
+          PieceToWrite{format::RunTensorName(e.name, first), DType::kU8,
                        std::vector<int64_t>{static_cast<int64_t>(len)},
                        bytes.subspan(begin, len)});
     }

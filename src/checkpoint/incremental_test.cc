@@ -14,6 +14,7 @@
 #include "checkpoint/test_util.h"
 #include "ckpt/checkpoint_manager.h"
 #include "format/constants.h"
+#include "format/layout.h"
 #include "format/manifest.h"
 #include "gtest/gtest.h"
 #include "storage/memory/memory_storage.h"

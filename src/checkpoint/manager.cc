@@ -44,14 +44,6 @@ CheckpointInfo InfoFromManifest(const format::Manifest& m) {
   return info;
 }
 
-bool SplitStepKey(std::string_view key, int64_t* step, std::string_view* file) {
-  const size_t slash = key.find('/');
-  if (slash == std::string_view::npos) return false;
-  *step = format::ParseStepDirName(key.substr(0, slash));
-  *file = key.substr(slash + 1);
-  return *step >= 0 && file->find('/') == std::string_view::npos;
-}
-
 bool IsTemporaryOf(const Storage& storage, std::string_view key,
                    std::optional<std::string_view> target) {
   const size_t at = key.find(kTempMarker);

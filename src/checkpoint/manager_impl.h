@@ -36,6 +36,7 @@
 #include "checkpoint/reader.h"
 #include "checkpoint/staging.h"
 #include "ckpt/checkpoint_manager.h"
+#include "format/layout.h"
 #include "format/manifest.h"
 #include "util/thread_pool.h"
 
@@ -60,9 +61,6 @@ std::string NewAttemptId();
 
 // The facts of a manifest a caller sees.
 CheckpointInfo InfoFromManifest(const format::Manifest& m);
-
-// Splits "step-000000000042/file" into its step and file name.
-bool SplitStepKey(std::string_view key, int64_t* step, std::string_view* file);
 
 // Whether `key` names a temporary object the storage's backend may leave
 // behind (a crashed write); with `target`, a temporary of that key only.

@@ -17,7 +17,8 @@ Result<std::vector<std::pair<int64_t, ObjectInfo>>> ManifestStore::List() {
   for (ObjectInfo& o : objects) {
     int64_t step;
     std::string_view file;
-    if (SplitStepKey(o.key, &step, &file) && file == format::kManifestName) {
+    if (format::SplitStepKey(o.key, &step, &file) &&
+        file == format::kManifestName) {
       out.emplace_back(step, std::move(o));
     }
   }

@@ -19,6 +19,7 @@
 
 #include "ckpt/checkpoint_manager.h"
 #include "format/constants.h"
+#include "format/layout.h"
 #include "format/manifest.h"
 #include "gtest/gtest.h"
 #include "storage/memory/memory_storage.h"

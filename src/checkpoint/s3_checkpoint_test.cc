@@ -13,6 +13,7 @@
 
 #include "checkpoint/test_util.h"
 #include "ckpt/checkpoint_manager.h"
+#include "format/layout.h"
 #include "format/manifest.h"
 #include "gtest/gtest.h"
 #include "storage/s3/s3_storage.h"

@@ -76,10 +76,8 @@ bool HeaderHolds(const format::SafetensorsHeader& h, const std::string& entry,
                  const format::ChunkRecord& c) {
   return std::any_of(h.tensors.begin(), h.tensors.end(), [&](const auto& t) {
     // An incremental save writes the changed runs of a piece as
-    // "<entry>@<first chunk>" (incremental.h).
-    return (t.name == entry ||
-            (t.name.size() > entry.size() + 1 && t.name.starts_with(entry) &&
-             t.name[entry.size()] == '@')) &&
+    // "<entry>@<first chunk>" (format/layout.h).
+    return (t.name == entry || format::IsRunOf(t.name, entry)) &&
            c.offset >= h.data_start + t.begin &&
            c.offset + c.length <= h.data_start + t.end;
   });

@@ -18,9 +18,6 @@
 #include "ckpt/dtype.h"
 #include "ckpt/state.h"
 #include "ckpt/status.h"
-// The layout names moved to format/layout.h; src/checkpoint still finds them
-// through this header until it includes that one itself.
-#include "format/layout.h"
 #include "util/checksum.h"
 
 namespace ckpt::format {

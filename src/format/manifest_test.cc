@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "format/constants.h"
+#include "format/layout.h"
 
 namespace ckpt::format {
 namespace {
