@@ -241,7 +241,7 @@ class S3Writable : public WritableObject {
       return FailedPreconditionError(where_ + ": append after Close");
     }
     CKPT_RETURN_IF_ERROR(status_);
-    const uint64_t part = root_->config().part_size;
+    const uint64_t part = root_->config().options.part_size;
     while (!data.empty()) {
       if (current_.size() == part) {
         // Full, and more follows: it is not the last part.
@@ -309,11 +309,11 @@ class S3Writable : public WritableObject {
     if (etags_.size() >= s3::kMaxParts) {
       return InvalidArgumentError(
           where_ + ": the object outgrows S3's 10,000 parts of " +
-          std::to_string(root_->config().part_size) +
+          std::to_string(root_->config().options.part_size) +
           " bytes; raise part_size");
     }
     while (in_flight_.size() >=
-           static_cast<size_t>(root_->config().max_concurrency)) {
+           static_cast<size_t>(root_->config().options.max_concurrency)) {
       CKPT_RETURN_IF_ERROR(WaitOldest());
     }
     etags_.emplace_back();
@@ -385,7 +385,7 @@ class S3Storage : public Storage {
 
   StorageCapabilities capabilities() const override {
     StorageCapabilities caps;
-    caps.atomic_create_if_absent = config().conditional_writes;
+    caps.atomic_create_if_absent = config().conditional_writes();
     caps.range_reads = true;
     return caps;
   }
@@ -403,7 +403,7 @@ class S3Storage : public Storage {
     const std::string where = root_->Where("put", key);
     const std::string full = root_->FullKey(key);
     const bool create = mode == PutMode::kCreateIfAbsent;
-    const bool conditional = create && config().conditional_writes;
+    const bool conditional = create && config().conditional_writes();
     if (create && !conditional) {
       // Not atomic, and the capabilities say so.
       Result<ObjectInfo> existing = Head(where, key, full);
@@ -414,7 +414,7 @@ class S3Storage : public Storage {
         return existing.status();
       }
     }
-    if (data.size() > config().multipart_threshold) {
+    if (data.size() > config().options.multipart_threshold) {
       return PutMultipart(where, full, data, conditional);
     }
     S3Request req{"PUT", full, {}, {}, data};
@@ -441,7 +441,7 @@ class S3Storage : public Storage {
       if (out.empty() && offset <= info.size) return Status();
       return PastTheEnd(where, offset, out.size(), info.size);
     }
-    const int threads = config().max_concurrency;
+    const int threads = config().options.max_concurrency;
     if (threads > 1 && out.size() >= 2 * kMinParallelReadPiece) {
       const uint64_t piece = std::max<uint64_t>(
           kMinParallelReadPiece, (out.size() + threads - 1) / threads);
@@ -664,20 +664,23 @@ class S3Storage : public Storage {
 
   Status PutMultipart(const std::string& where, const std::string& full,
                       std::span<const std::byte> data, bool conditional) {
-    const uint64_t part = std::max<uint64_t>(
-        config().part_size, (data.size() + s3::kMaxParts - 1) / s3::kMaxParts);
+    const uint64_t part =
+        std::max<uint64_t>(config().options.part_size,
+                           (data.size() + s3::kMaxParts - 1) / s3::kMaxParts);
     const size_t parts = (data.size() + part - 1) / part;
     CKPT_ASSIGN_OR_RETURN(std::string id, root_->StartUpload(where, full));
     std::vector<std::string> etags(parts);
-    Status s = ParallelFor(parts, config().max_concurrency, [&](size_t i) {
-      const uint64_t begin = i * part;
-      Result<std::string> etag = root_->UploadPart(
-          where, full, id, static_cast<int>(i + 1),
-          data.subspan(begin, std::min<uint64_t>(part, data.size() - begin)));
-      if (!etag.ok()) return etag.status();
-      etags[i] = std::move(etag).value();
-      return Status();
-    });
+    Status s =
+        ParallelFor(parts, config().options.max_concurrency, [&](size_t i) {
+          const uint64_t begin = i * part;
+          Result<std::string> etag = root_->UploadPart(
+              where, full, id, static_cast<int>(i + 1),
+              data.subspan(begin,
+                           std::min<uint64_t>(part, data.size() - begin)));
+          if (!etag.ok()) return etag.status();
+          etags[i] = std::move(etag).value();
+          return Status();
+        });
     if (s.ok()) s = root_->CompleteUpload(where, full, id, etags, conditional);
     if (!s.ok()) root_->AbortUpload(where, full, id);
     return s;
