@@ -117,6 +117,10 @@ class FileStorage : public Storage {
     return Status();
   }
 
+  std::optional<std::string> TemporaryOf(std::string_view key) const override {
+    return TemporaryTarget(key);
+  }
+
  private:
   const std::shared_ptr<const Root> root_;
 };

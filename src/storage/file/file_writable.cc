@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -43,10 +44,17 @@ namespace {
 constexpr size_t kSmallAppend = 256 << 10;
 constexpr size_t kAppendBufferSize = 1 << 20;
 
-// Temp names must fit in NAME_MAX (255) with the marker and 16 hex digits.
-constexpr size_t kMaxTempStem = 255 - kTempMarker.size() - 16;
+// A temp file is named NAME + kTempMarker + kTempDigits lower-case hex
+// digits; NAME is cut to kMaxTempStem bytes so that the whole fits in
+// NAME_MAX (255).
+constexpr size_t kTempDigits = 16;
+constexpr size_t kMaxTempStem = 255 - kTempMarker.size() - kTempDigits;
 
-// Sets `out` to 16 random hex digits; returns 0 or an errno.
+bool IsLowerHex(char c) {
+  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+}
+
+// Sets `out` to kTempDigits random hex digits; returns 0 or an errno.
 int RandomHex(std::string* out) {
   uint64_t bits = 0;
   ssize_t n;
@@ -56,8 +64,11 @@ int RandomHex(std::string* out) {
   if (n < 0) return errno;
   if (n != static_cast<ssize_t>(sizeof(bits))) return EIO;
   static const char* kHex = "0123456789abcdef";
-  out->assign(16, '0');
-  for (int i = 15; i >= 0; --i, bits >>= 4) (*out)[i] = kHex[bits & 15];
+  static_assert(kTempDigits * 4 == sizeof(bits) * 8);
+  out->assign(kTempDigits, '0');
+  for (int i = static_cast<int>(kTempDigits) - 1; i >= 0; --i, bits >>= 4) {
+    (*out)[i] = kHex[bits & 15];
+  }
   return 0;
 }
 
@@ -320,6 +331,23 @@ Status PutFile(std::shared_ptr<const Root> root, std::string_view key,
                         FileWritable::Create(std::move(root), "put", key));
   CKPT_RETURN_IF_ERROR(w->WriteUnbuffered(data));
   return w->Publish(mode);
+}
+
+std::optional<std::string> TemporaryTarget(std::string_view key) {
+  const std::string_view name = SplitKey(key).second;
+  constexpr size_t kSuffix = kTempMarker.size() + kTempDigits;
+  if (name.size() <= kSuffix || name.size() - kSuffix > kMaxTempStem) {
+    return std::nullopt;
+  }
+  const std::string_view suffix = name.substr(name.size() - kSuffix);
+  if (!suffix.starts_with(kTempMarker) ||
+      !std::all_of(suffix.begin() + kTempMarker.size(), suffix.end(),
+                   IsLowerHex)) {
+    return std::nullopt;
+  }
+  std::string target(key.substr(0, key.size() - kSuffix));
+  if (!ValidateKey(target).ok()) return std::nullopt;
+  return target;
 }
 
 }  // namespace ckpt::file

@@ -6,7 +6,9 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "ckpt/storage.h"
@@ -23,5 +25,11 @@ Result<std::unique_ptr<WritableObject>> NewFileWritable(
 // says.
 Status PutFile(std::shared_ptr<const Root> root, std::string_view key,
                std::span<const std::byte> data, PutMode mode);
+
+// Storage::TemporaryOf: if `key` has the name a writer gives its temp file
+// (exactly NAME.ckpt-tmp-<16 lower-case hex digits>, NAME not empty), the
+// key it was writing. A NAME longer than 229 bytes is cut to 229 in its temp
+// file's name (to fit NAME_MAX), so for such a key the target is cut alike.
+std::optional<std::string> TemporaryTarget(std::string_view key);
 
 }  // namespace ckpt::file
