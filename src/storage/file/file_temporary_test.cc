@@ -14,6 +14,7 @@
 
 #include "ckpt/storage.h"
 #include "storage/file/file_storage.h"
+#include "storage/memory/memory_storage.h"
 #include "testing/crash_storage.h"
 #include "testing/fault_storage.h"
 
@@ -139,6 +140,40 @@ TEST_F(FileTemporaryTest, WrappersAskTheBackend) {
     EXPECT_EQ(s->TemporaryOf(temp), "d/x");
     EXPECT_EQ(s->TemporaryOf("d/x"), std::nullopt);
   }
+}
+
+// A simulated power loss leaves an unfinished write's temp file where the
+// backend would (file://), named so that TemporaryOf finds its key, and
+// nothing where it would not (mem://).
+TEST_F(FileTemporaryTest, CrashStorageLeavesStraysWhereTheBackendWould) {
+  DropMemoryStore("file-temporary-test");
+  Result<std::unique_ptr<Storage>> mem =
+      OpenStorage("mem://file-temporary-test");
+  ASSERT_TRUE(mem.ok()) << mem.status().ToString();
+  for (Storage* target : {storage_.get(), mem->get()}) {
+    SCOPED_TRACE(target->url());
+    Result<std::unique_ptr<testing::CrashStorage>> crash =
+        testing::CrashStorage::Wrap(target);
+    ASSERT_TRUE(crash.ok()) << crash.status().ToString();
+    {
+      Result<std::unique_ptr<WritableObject>> w =
+          (*crash)->NewWritable("step-000000000002/data");
+      ASSERT_TRUE(w.ok());
+      ASSERT_TRUE((*w)->Append(Bytes("unfinished")).ok());
+    }
+    testing::Damage damage;
+    damage.strays = true;
+    ASSERT_TRUE((*crash)->PowerLoss(damage).ok());
+    Result<std::vector<ObjectInfo>> listed = target->List("");
+    ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+    if (target == mem->get()) {
+      EXPECT_TRUE(listed->empty());
+      continue;
+    }
+    ASSERT_EQ(listed->size(), 1u);
+    EXPECT_EQ(target->TemporaryOf((*listed)[0].key), "step-000000000002/data");
+  }
+  DropMemoryStore("file-temporary-test");
 }
 
 }  // namespace
