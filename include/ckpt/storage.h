@@ -123,6 +123,18 @@ class Storage {
     return std::vector<std::string>();
   }
 
+  // If `key` names a temporary object this backend may leave behind after a
+  // crash (file://: "<name>.ckpt-tmp-<16 hex digits>", the file a write
+  // went through before it was renamed into place), the key it was being
+  // written for; otherwise nullopt. Lets the layer above tell a dead
+  // write's remains from the user's objects without knowing the backend.
+  // A backend whose unfinished writes leave nothing in its listings (the
+  // default; mem://, and s3://, whose incomplete uploads are
+  // AbortIncompleteWrites' business) has none.
+  virtual std::optional<std::string> TemporaryOf(std::string_view key) const {
+    return std::nullopt;
+  }
+
   // Convenience: Put of a string.
   Status PutString(std::string_view key, std::string_view data,
                    PutMode mode = PutMode::kOverwrite) {
@@ -177,6 +189,9 @@ class StorageWrapper : public Storage {
       std::string_view prefix,
       const std::function<bool(const ObjectInfo&)>& dead) override {
     return target_->AbortIncompleteWrites(prefix, dead);
+  }
+  std::optional<std::string> TemporaryOf(std::string_view key) const override {
+    return target_->TemporaryOf(key);
   }
 
  private:

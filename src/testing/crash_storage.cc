@@ -183,7 +183,11 @@ Result<int> CrashStorage::PowerLoss(const Damage& damage) {
       char hex[17];
       std::snprintf(hex, sizeof(hex), "%016llx",
                     static_cast<unsigned long long>(gen()));
-      image[key + std::string(kTempMarker) + hex] =
+      std::string stray = key + std::string(kTempMarker) + hex;
+      // Only a backend whose unfinished writes leave temporaries (file://)
+      // can have strays; on any other an unfinished write leaves nothing.
+      if (target()->TemporaryOf(stray) != key) continue;
+      image[std::move(stray)] =
           prefix.substr(0, prefix.empty() ? 0 : gen() % (prefix.size() + 1));
     }
   }

@@ -57,6 +57,8 @@ struct Damage {
   // Streamed writes that never finished leave their temp file behind, as
   // file:// does when a new directory entry was synced by a later fsync of
   // its directory: "<key>.ckpt-tmp-<hex>" holding a prefix of the bytes.
+  // Only on a target that declares such names temporaries of `key`
+  // (Storage::TemporaryOf); on others there are none to leave.
   bool strays = false;
   uint64_t seed = 0;
 };

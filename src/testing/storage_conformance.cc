@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string_view>
 #include <thread>
 #include <vector>
@@ -522,6 +523,39 @@ TEST_P(StorageConformanceTest, ConcurrentWritesAndDeletesInSharedDirs) {
                       "shared/dir/t3"};
   if (keep) expected.insert(expected.begin(), "shared/dir/keep");
   EXPECT_EQ(ListKeys(storage(), "shared/"), expected);
+}
+
+// Writes that finished, were refused or were abandoned leave only the
+// objects written, and neither those nor any other key a user or ckpt
+// writes is mistaken for a temporary: on every backend, TemporaryOf marks
+// only the remains of a crashed write (the file backend's test checks those).
+TEST_P(StorageConformanceTest, OrdinaryKeysAreNotTemporaries) {
+  const Strings written = {
+      "LATEST",
+      "notes.txt",
+      "step-000000000001/MANIFEST.json",
+      "step-000000000001/r00000-0123456789abcdef.safetensors",
+      "user/data.ckpt-tmp",
+  };
+  for (const std::string& key : written) {
+    ASSERT_TRUE(IsOk(storage().PutString(key, "bytes"))) << key;
+  }
+  EXPECT_TRUE(
+      HasCode(storage().PutString("LATEST", "again", PutMode::kCreateIfAbsent),
+              ErrorCode::kAlreadyExists));
+  {
+    Result<std::unique_ptr<WritableObject>> abandoned =
+        storage().NewWritable("step-000000000002/r00000-0123456789abcdef");
+    ASSERT_TRUE(IsOk(abandoned.status()));
+    ASSERT_TRUE(IsOk((*abandoned)->Append(Bytes("never closed"))));
+  }
+  EXPECT_EQ(ListKeys(storage(), ""), written);
+  Strings keys = written;
+  keys.insert(keys.end(), {"a", "a/b/c", "x.tmp",
+                           "step-000000000002/r00000-0123456789abcdef"});
+  for (const std::string& key : keys) {
+    EXPECT_EQ(storage().TemporaryOf(key), std::nullopt) << key;
+  }
 }
 
 }  // namespace

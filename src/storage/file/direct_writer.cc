@@ -7,8 +7,10 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string_view>
 #include <vector>
 
 namespace ckpt {
@@ -98,6 +100,14 @@ int WriteAt(int fd, const std::byte* data, size_t length, uint64_t offset) {
 }
 
 }  // namespace
+
+bool DirectIoAllowed() {
+  static const bool allowed = [] {
+    const char* v = std::getenv("CKPT_FILE_DIRECT_IO");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return allowed;
+}
 
 std::byte* AcquireDirectBlock() { return Pool().Get(); }
 void ReleaseDirectBlock(std::byte* block) { Pool().Put(block); }

@@ -20,6 +20,10 @@
 
 namespace ckpt {
 
+// Whether streamed writes and large reads may use O_DIRECT
+// ($CKPT_FILE_DIRECT_IO=0: never).
+bool DirectIoAllowed();
+
 // A kBlock-byte block from the process-wide pool of O_DIRECT blocks (aligned,
 // on huge pages where granted), or null when memory runs out; give it back
 // with ReleaseDirectBlock. Also used for O_DIRECT reads.

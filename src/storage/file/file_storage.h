@@ -9,8 +9,10 @@
 // Every file is opened relative to the root's directory handle, one path
 // component at a time with O_NOFOLLOW, so no key can leave the root: not by
 // "..", not by an absolute path, not by a symlink planted inside the root.
-// Temporary files are named "<name>.ckpt-tmp-<random>" and are listed like
-// any object, so garbage collection can remove those a crash left behind.
+// Temporary files are named "<name>.ckpt-tmp-<16 random hex digits>" and are
+// listed like any object; TemporaryOf recognises them (and names the key each
+// was written for), so garbage collection can remove those a crash left
+// behind.
 #pragma once
 
 #include <memory>
@@ -26,7 +28,8 @@ namespace ckpt {
 Result<std::unique_ptr<Storage>> OpenFileStorage(const ParsedUrl& url,
                                                  const StorageOptions& options);
 
-// Marker in the names of temporary files.
+// Marker in the names of temporary files (Storage::TemporaryOf tells whether
+// a key is one).
 inline constexpr std::string_view kTempMarker = ".ckpt-tmp-";
 
 }  // namespace ckpt

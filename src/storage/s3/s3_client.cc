@@ -142,6 +142,7 @@ Result<S3Config> ResolveS3Config(const ParsedUrl& url, const S3Options& options,
   };
   S3Config c;
   c.url = url.url;
+  c.options = options;
   c.bucket = url.host;
   CKPT_RETURN_IF_ERROR(ValidateBucketName(c.bucket, url.url));
   std::string_view prefix = url.path;
@@ -154,13 +155,14 @@ Result<S3Config> ResolveS3Config(const ParsedUrl& url, const S3Options& options,
     c.prefix = std::string(prefix) + "/";
   }
 
-  c.region = !options.region.empty()
-                 ? options.region
-                 : FromEnv(getenv, {"AWS_REGION", "AWS_DEFAULT_REGION"});
-  if (c.region.empty()) c.region = "us-east-1";
-  for (char ch : c.region) {
+  std::string& region = c.options.region;
+  if (region.empty()) {
+    region = FromEnv(getenv, {"AWS_REGION", "AWS_DEFAULT_REGION"});
+  }
+  if (region.empty()) region = "us-east-1";
+  for (char ch : region) {
     if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-') {
-      return bad("region " + Quote(c.region) + " is malformed");
+      return bad("region " + Quote(region) + " is malformed");
     }
   }
 
@@ -168,7 +170,7 @@ Result<S3Config> ResolveS3Config(const ParsedUrl& url, const S3Options& options,
       !options.endpoint.empty()
           ? options.endpoint
           : FromEnv(getenv, {"AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"});
-  if (endpoint.empty()) endpoint = "https://s3." + c.region + ".amazonaws.com";
+  if (endpoint.empty()) endpoint = "https://s3." + region + ".amazonaws.com";
   const size_t sep = endpoint.find("://");
   if (sep == std::string::npos) {
     return bad("endpoint " + Quote(endpoint) +
@@ -189,33 +191,31 @@ Result<S3Config> ResolveS3Config(const ParsedUrl& url, const S3Options& options,
     }
   }
   c.host = Lower(host);
+  c.options.endpoint = c.scheme + "://" + c.host;
 
-  if (!options.access_key_id.empty()) {
-    c.credentials = {options.access_key_id, options.secret_access_key,
-                     options.session_token};
-  } else {
-    c.credentials = {FromEnv(getenv, {"AWS_ACCESS_KEY_ID"}),
-                     FromEnv(getenv, {"AWS_SECRET_ACCESS_KEY"}),
-                     FromEnv(getenv, {"AWS_SESSION_TOKEN"})};
+  if (options.access_key_id.empty()) {
+    c.options.access_key_id = FromEnv(getenv, {"AWS_ACCESS_KEY_ID"});
+    c.options.secret_access_key = FromEnv(getenv, {"AWS_SECRET_ACCESS_KEY"});
+    c.options.session_token = FromEnv(getenv, {"AWS_SESSION_TOKEN"});
   }
-  if (!c.credentials.access_key_id.empty() &&
-      c.credentials.secret_access_key.empty()) {
+  if (!c.options.access_key_id.empty() && c.options.secret_access_key.empty()) {
     return bad("an access key id is given but no secret access key");
   }
 
+  bool path_style = false;
   switch (options.addressing) {
     case S3Options::Addressing::kPath:
-      c.path_style = true;
+      path_style = true;
       break;
     case S3Options::Addressing::kVirtualHosted:
-      c.path_style = false;
+      path_style = false;
       break;
     case S3Options::Addressing::kAuto: {
       const std::string style = FromEnv(getenv, {"CKPT_S3_ADDRESSING_STYLE"});
       if (style == "path") {
-        c.path_style = true;
+        path_style = true;
       } else if (style == "virtual") {
-        c.path_style = false;
+        path_style = false;
       } else if (!style.empty()) {
         return bad("CKPT_S3_ADDRESSING_STYLE=" + Quote(style) +
                    " is neither \"path\" nor \"virtual\"");
@@ -224,28 +224,28 @@ Result<S3Config> ResolveS3Config(const ParsedUrl& url, const S3Options& options,
             c.host.front() == '['
                 ? std::string_view(c.host)
                 : std::string_view(c.host).substr(0, c.host.rfind(':'));
-        c.path_style = c.host.front() == '[' || IsIpv4(name) ||
-                       name == "localhost" ||
-                       c.bucket.find('.') != std::string::npos;
+        path_style = c.host.front() == '[' || IsIpv4(name) ||
+                     name == "localhost" ||
+                     c.bucket.find('.') != std::string::npos;
       }
     }
   }
-  if (!c.path_style && c.bucket.find('.') != std::string::npos &&
+  if (!path_style && c.bucket.find('.') != std::string::npos &&
       c.scheme == "https") {
     return bad(
         "a bucket name with dots needs path-style addressing over "
         "https (its certificate would not match)");
   }
+  c.options.addressing = path_style ? S3Options::Addressing::kPath
+                                    : S3Options::Addressing::kVirtualHosted;
 
-  if (options.conditional_writes) {
-    c.conditional_writes = *options.conditional_writes;
-  } else {
+  if (!options.conditional_writes) {
     const std::string v =
         Lower(FromEnv(getenv, {"CKPT_S3_CONDITIONAL_WRITES"}));
     if (v.empty() || v == "1" || v == "true" || v == "on") {
-      c.conditional_writes = true;
+      c.options.conditional_writes = true;
     } else if (v == "0" || v == "false" || v == "off") {
-      c.conditional_writes = false;
+      c.options.conditional_writes = false;
     } else {
       return bad("CKPT_S3_CONDITIONAL_WRITES=" + Quote(v) + " is not 0 or 1");
     }
@@ -265,25 +265,20 @@ Result<S3Config> ResolveS3Config(const ParsedUrl& url, const S3Options& options,
   if (options.max_concurrency < 1 || options.max_concurrency > 64) {
     return bad("max_concurrency must be 1 to 64");
   }
-  c.max_attempts = options.max_attempts;
-  c.initial_backoff_ms = options.initial_backoff_ms;
-  c.max_backoff_ms = options.max_backoff_ms;
-  c.request_timeout_ms = options.request_timeout_ms;
-  c.connect_timeout_ms = options.connect_timeout_ms;
-  c.multipart_threshold = options.multipart_threshold;
-  c.part_size = options.part_size;
-  c.max_concurrency = options.max_concurrency;
-  c.sign_payload = options.sign_payload;
   return c;
 }
 
 S3Client::S3Client(S3Config config, std::shared_ptr<HttpTransport> transport)
-    : config_(std::move(config)), transport_(std::move(transport)) {}
+    : config_(std::move(config)),
+      credentials_{config_.options.access_key_id,
+                   config_.options.secret_access_key,
+                   config_.options.session_token},
+      transport_(std::move(transport)) {}
 
 std::string S3Client::Url(const S3Request& request) const {
   std::string url = config_.scheme + "://";
   std::string path = "/";
-  if (config_.path_style) {
+  if (config_.path_style()) {
     url += config_.host;
     path += config_.bucket;
     if (!request.key.empty()) path += "/" + request.key;
@@ -302,21 +297,22 @@ std::string S3Client::Url(const S3Request& request) const {
 
 Result<S3Response> S3Client::Send(const S3Request& request,
                                   std::string_view what) {
-  const std::string payload_hash = config_.sign_payload || request.body.empty()
-                                       ? Sha256Hex(request.body)
-                                       : "UNSIGNED-PAYLOAD";
+  const std::string payload_hash =
+      config_.options.sign_payload || request.body.empty()
+          ? Sha256Hex(request.body)
+          : "UNSIGNED-PAYLOAD";
   HttpRequest http;
   http.method = request.method;
   http.url = Url(request);
   http.body = request.body;
   http.into = request.into;
   http.skip = request.skip;
-  http.timeout_ms = config_.request_timeout_ms;
-  http.connect_timeout_ms = config_.connect_timeout_ms;
+  http.timeout_ms = config_.options.request_timeout_ms;
+  http.connect_timeout_ms = config_.options.connect_timeout_ms;
   SigV4Request to_sign;
   to_sign.method = request.method;
   to_sign.path = "/";
-  if (config_.path_style) {
+  if (config_.path_style()) {
     to_sign.path += config_.bucket;
     if (!request.key.empty()) to_sign.path += "/" + request.key;
   } else {
@@ -325,11 +321,11 @@ Result<S3Response> S3Client::Send(const S3Request& request,
   to_sign.query = request.query;
   to_sign.headers = request.headers;
   to_sign.headers.emplace_back(
-      "Host",
-      config_.path_style ? config_.host : config_.bucket + "." + config_.host);
+      "Host", config_.path_style() ? config_.host
+                                   : config_.bucket + "." + config_.host);
   to_sign.payload_hash = payload_hash;
   SigV4Params params;
-  params.region = config_.region;
+  params.region = config_.options.region;
   params.service = "s3";
 
   thread_local std::mt19937_64 jitter(std::random_device{}());
@@ -337,19 +333,19 @@ Result<S3Response> S3Client::Send(const S3Request& request,
   Status last_error;
   bool have_response = false;
   bool last_was_response = false;
-  for (int attempt = 1; attempt <= config_.max_attempts; ++attempt) {
+  for (int attempt = 1; attempt <= config_.options.max_attempts; ++attempt) {
     if (attempt > 1) {
       const int64_t cap = std::min<int64_t>(
-          config_.max_backoff_ms,
-          config_.initial_backoff_ms << std::min(attempt - 2, 20));
+          config_.options.max_backoff_ms,
+          config_.options.initial_backoff_ms << std::min(attempt - 2, 20));
       std::uniform_int_distribution<int64_t> d(cap / 2,
                                                std::max<int64_t>(cap, 0));
       std::this_thread::sleep_for(std::chrono::milliseconds(d(jitter)));
     }
     http.headers = to_sign.headers;
-    if (!config_.credentials.access_key_id.empty()) {
+    if (!credentials_.access_key_id.empty()) {
       params.time = std::time(nullptr);
-      SigV4Signature sig = SignV4(to_sign, config_.credentials, params);
+      SigV4Signature sig = SignV4(to_sign, credentials_, params);
       for (auto& h : sig.headers_to_add) http.headers.push_back(std::move(h));
     } else {
       http.headers.emplace_back("x-amz-content-sha256", payload_hash);

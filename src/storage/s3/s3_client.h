@@ -30,28 +30,32 @@ inline constexpr uint64_t kMaxParts = 10000;
 // S3's longest object key, in bytes.
 inline constexpr size_t kMaxObjectKey = 1024;
 
+// An s3:// root, resolved: what the client and the backend act on.
+// ResolveS3Config is the one place that makes one, from the URL, the public
+// S3Options (include/ckpt/storage.h documents each option) and the
+// environment.
 struct S3Config {
   std::string url;     // the root URL, as given
   std::string bucket;  // validated
   std::string prefix;  // "" or "run42/": what every key is under
-  std::string scheme;  // "http" or "https"
-  std::string host;    // the endpoint's "host[:port]"
-  bool path_style = false;
-  std::string region;
-  SigV4Credentials credentials;  // no access key id: unsigned requests
-  bool conditional_writes = true;
-  int max_attempts = 6;
-  int64_t initial_backoff_ms = 100;
-  int64_t max_backoff_ms = 5000;
-  int64_t request_timeout_ms = 120'000;
-  int64_t connect_timeout_ms = 10'000;
-  uint64_t multipart_threshold = uint64_t{16} << 20;
-  uint64_t part_size = uint64_t{16} << 20;
-  int max_concurrency = 4;
-  bool sign_payload = true;
+  // The options as they apply: what they leave to the environment or a
+  // default is filled in (endpoint, region, the credentials, which may stay
+  // empty: unsigned requests), addressing is kPath or kVirtualHosted (never
+  // kAuto), conditional_writes is set, and the limits are validated.
+  S3Options options;
+  // options.endpoint taken apart: "http" or "https", and "host[:port]".
+  std::string scheme;
+  std::string host;
   // Keys per ListObjectsV2 / ListMultipartUploads page (tests make it small
   // to exercise continuation).
   int list_page_size = 1000;
+
+  bool path_style() const {
+    return options.addressing == S3Options::Addressing::kPath;
+  }
+  bool conditional_writes() const {
+    return options.conditional_writes.value_or(true);
+  }
 };
 
 // Validates an S3 bucket name (3-63 characters of a-z 0-9 . -, starting and
@@ -106,6 +110,7 @@ class S3Client {
   std::string Url(const S3Request& request) const;
 
   const S3Config config_;
+  const SigV4Credentials credentials_;  // no access key id: unsigned
   const std::shared_ptr<HttpTransport> transport_;
   std::atomic<uint64_t> requests_{0};
 };

@@ -294,12 +294,12 @@ TEST(S3ConfigTest, DefaultsAreAwsInUsEast1) {
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->bucket, "my-bucket");
   EXPECT_EQ(c->prefix, "run42/");
-  EXPECT_EQ(c->region, "us-east-1");
+  EXPECT_EQ(c->options.region, "us-east-1");
   EXPECT_EQ(c->scheme, "https");
   EXPECT_EQ(c->host, "s3.us-east-1.amazonaws.com");
-  EXPECT_FALSE(c->path_style);
-  EXPECT_TRUE(c->conditional_writes);
-  EXPECT_TRUE(c->credentials.access_key_id.empty());
+  EXPECT_FALSE(c->path_style());
+  EXPECT_TRUE(c->conditional_writes());
+  EXPECT_TRUE(c->options.access_key_id.empty());
   Result<s3::S3Config> bare = Resolve("s3://my-bucket", {}, {});
   ASSERT_TRUE(bare.ok());
   EXPECT_EQ(bare->prefix, "");
@@ -315,14 +315,14 @@ TEST(S3ConfigTest, EnvironmentFillsWhatOptionsLeaveEmpty) {
               {"CKPT_S3_CONDITIONAL_WRITES", "0"}};
   Result<s3::S3Config> c = Resolve("s3://bucket/a/b", {}, env);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  EXPECT_EQ(c->region, "eu-west-1");
+  EXPECT_EQ(c->options.region, "eu-west-1");
   EXPECT_EQ(c->scheme, "http");
   EXPECT_EQ(c->host, "10.0.0.5:9000");
-  EXPECT_TRUE(c->path_style);  // an IP address
-  EXPECT_EQ(c->credentials.access_key_id, "AKID");
-  EXPECT_EQ(c->credentials.secret_access_key, "SECRET");
-  EXPECT_EQ(c->credentials.session_token, "TOKEN");
-  EXPECT_FALSE(c->conditional_writes);
+  EXPECT_TRUE(c->path_style());  // an IP address
+  EXPECT_EQ(c->options.access_key_id, "AKID");
+  EXPECT_EQ(c->options.secret_access_key, "SECRET");
+  EXPECT_EQ(c->options.session_token, "TOKEN");
+  EXPECT_FALSE(c->conditional_writes());
   EXPECT_EQ(c->prefix, "a/b/");
 
   // AWS_ENDPOINT_URL_S3 wins over AWS_ENDPOINT_URL; options win over both.
@@ -330,7 +330,7 @@ TEST(S3ConfigTest, EnvironmentFillsWhatOptionsLeaveEmpty) {
   c = Resolve("s3://bucket", {}, env);
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->host, "objects.example.com");
-  EXPECT_FALSE(c->path_style);
+  EXPECT_FALSE(c->path_style());
   S3Options options;
   options.endpoint = "http://localhost:4566";
   options.region = "ap-south-1";
@@ -340,21 +340,21 @@ TEST(S3ConfigTest, EnvironmentFillsWhatOptionsLeaveEmpty) {
   c = Resolve("s3://bucket", options, env);
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->host, "localhost:4566");
-  EXPECT_TRUE(c->path_style);  // localhost
-  EXPECT_EQ(c->region, "ap-south-1");
-  EXPECT_EQ(c->credentials.access_key_id, "OPT");
-  EXPECT_EQ(c->credentials.session_token, "");
-  EXPECT_TRUE(c->conditional_writes);
+  EXPECT_TRUE(c->path_style());  // localhost
+  EXPECT_EQ(c->options.region, "ap-south-1");
+  EXPECT_EQ(c->options.access_key_id, "OPT");
+  EXPECT_EQ(c->options.session_token, "");
+  EXPECT_TRUE(c->conditional_writes());
 
   env.vars["CKPT_S3_ADDRESSING_STYLE"] = "path";
   c = Resolve("s3://bucket", {}, env);
   ASSERT_TRUE(c.ok());
-  EXPECT_TRUE(c->path_style);
+  EXPECT_TRUE(c->path_style());
   options = {};
   options.addressing = S3Options::Addressing::kVirtualHosted;
   c = Resolve("s3://bucket", options, env);
   ASSERT_TRUE(c.ok());
-  EXPECT_FALSE(c->path_style);
+  EXPECT_FALSE(c->path_style());
 }
 
 TEST(S3ConfigTest, BadOptionsAndEnvironmentAreInvalidAndQuoteTheUrl) {
@@ -391,7 +391,7 @@ TEST(S3ConfigTest, BadOptionsAndEnvironmentAreInvalidAndQuoteTheUrl) {
 TEST(S3ConfigTest, DottedBucketsUsePathStyle) {
   Result<s3::S3Config> c = Resolve("s3://my.dotted.bucket/x", {}, {});
   ASSERT_TRUE(c.ok());
-  EXPECT_TRUE(c->path_style);
+  EXPECT_TRUE(c->path_style());
   S3Options o;
   o.addressing = S3Options::Addressing::kVirtualHosted;
   EXPECT_EQ(Resolve("s3://my.dotted.bucket/x", o, {}).status().code(),
@@ -448,8 +448,8 @@ class S3StorageTest : public ::testing::Test {
   std::unique_ptr<Storage> Open(
       const std::function<void(s3::S3Config&)>& tweak = {}) {
     return OpenThrough(transport_, root_, [&](s3::S3Config& c) {
-      c.initial_backoff_ms = 1;
-      c.max_backoff_ms = 5;
+      c.options.initial_backoff_ms = 1;
+      c.options.max_backoff_ms = 5;
       if (tweak) tweak(c);
     });
   }
@@ -464,7 +464,8 @@ TEST_F(S3StorageTest, S3rverIgnoresIfNoneMatchSoTheBackendMustNotClaimIt) {
   // create-if-absent wins as well. This is what s3rver does (and why its
   // options turn them off); if it ever starts honouring the header, this
   // test says so.
-  auto storage = Open([](s3::S3Config& c) { c.conditional_writes = true; });
+  auto storage =
+      Open([](s3::S3Config& c) { c.options.conditional_writes = true; });
   ASSERT_NE(storage, nullptr);
   EXPECT_TRUE(storage->capabilities().atomic_create_if_absent);
   ASSERT_TRUE(storage->PutString("m", "first", PutMode::kCreateIfAbsent).ok());
@@ -487,8 +488,8 @@ TEST_F(S3StorageTest, S3rverIgnoresIfNoneMatchSoTheBackendMustNotClaimIt) {
 
 TEST_F(S3StorageTest, StreamedWriteUploadsPartsInParallelWithBoundedBuffers) {
   auto storage = Open([](s3::S3Config& c) {
-    c.part_size = s3::kMinPartSize;
-    c.max_concurrency = 3;
+    c.options.part_size = s3::kMinPartSize;
+    c.options.max_concurrency = 3;
   });
   ASSERT_NE(storage, nullptr);
   auto w = storage->NewWritable("big/stream");
@@ -516,9 +517,9 @@ TEST_F(S3StorageTest, StreamedWriteUploadsPartsInParallelWithBoundedBuffers) {
 
 TEST_F(S3StorageTest, LargePutIsMultipartAndLargeReadsAreSplit) {
   auto storage = Open([](s3::S3Config& c) {
-    c.multipart_threshold = 8 << 20;
-    c.part_size = s3::kMinPartSize;
-    c.max_concurrency = 4;
+    c.options.multipart_threshold = 8 << 20;
+    c.options.part_size = s3::kMinPartSize;
+    c.options.max_concurrency = 4;
   });
   ASSERT_NE(storage, nullptr);
   const std::string data = TestPattern(21 << 20, 9);
@@ -540,8 +541,8 @@ TEST_F(S3StorageTest, LargePutIsMultipartAndLargeReadsAreSplit) {
 
 TEST_F(S3StorageTest, AFailedPartAbortsTheUploadAndPublishesNothing) {
   auto storage = Open([](s3::S3Config& c) {
-    c.multipart_threshold = 1 << 20;
-    c.part_size = s3::kMinPartSize;
+    c.options.multipart_threshold = 1 << 20;
+    c.options.part_size = s3::kMinPartSize;
   });
   ASSERT_NE(storage, nullptr);
   transport_->intercept = [](const HttpRequest& r, int) {
@@ -628,7 +629,7 @@ TEST_F(S3StorageTest, RetriesOn5xx429AndLostConnectionsButNeverOn4xx) {
 }
 
 TEST_F(S3StorageTest, ExhaustedRetriesAreUnavailableAndNameEverything) {
-  auto storage = Open([](s3::S3Config& c) { c.max_attempts = 3; });
+  auto storage = Open([](s3::S3Config& c) { c.options.max_attempts = 3; });
   ASSERT_NE(storage, nullptr);
   transport_->intercept = [](const HttpRequest&, int) {
     return std::optional<Result<HttpResponse>>(
@@ -748,9 +749,9 @@ TEST_F(S3StorageTest, ListFollowsContinuationTokens) {
 TEST_F(S3StorageTest, ConditionalMultipartCompletionRefusesAnExistingObject) {
   transport_->honour_if_none_match = true;
   auto storage = Open([](s3::S3Config& c) {
-    c.conditional_writes = true;
-    c.multipart_threshold = 1 << 20;
-    c.part_size = s3::kMinPartSize;
+    c.options.conditional_writes = true;
+    c.options.multipart_threshold = 1 << 20;
+    c.options.part_size = s3::kMinPartSize;
   });
   ASSERT_NE(storage, nullptr);
   const std::string first = TestPattern(6 << 20, 1),
@@ -768,7 +769,8 @@ TEST_F(S3StorageTest, ConditionalMultipartCompletionRefusesAnExistingObject) {
 
 TEST_F(S3StorageTest, ALostAnswerToAConditionalPutIsRecognisedAsOurs) {
   transport_->honour_if_none_match = true;
-  auto storage = Open([](s3::S3Config& c) { c.conditional_writes = true; });
+  auto storage =
+      Open([](s3::S3Config& c) { c.options.conditional_writes = true; });
   ASSERT_NE(storage, nullptr);
   std::shared_ptr<HttpTransport> inner = s3::NewCurlTransport();
   std::atomic<bool> dropped{false};
