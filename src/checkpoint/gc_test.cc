@@ -216,31 +216,43 @@ TEST_P(GcTest, RemovesDeadAttemptsAndNothingElse) {
       format::DataObjectKey(2, 1, "00000000deadbeef");
   Put(*mgr, damaged_extra, "an attempt under a damaged step");
 
+  // Temporaries of the kind the backend leaves after a crashed write:
+  // only file:// has them (Storage::TemporaryOf); on mem:// the same names
+  // are somebody else's.
+  const Keys temps_now = {"step-000000000003/x.ckpt-tmp-0123456789abcdef"};
+  const Keys temps_later = {"step-000000000010/y.ckpt-tmp-0123456789abcdef",
+                            "LATEST.ckpt-tmp-fedcba9876543210"};
+  const bool file = GetParam() == Backend::kFile;
+  auto with = [](Keys keys, const Keys& more, bool add) {
+    if (add) keys.insert(keys.end(), more.begin(), more.end());
+    return keys;
+  };
   // Dead: attempts at or below the newest committed step (5) can never
   // commit, and temp files there are over.
-  const Keys dead_now = {
-      format::DataObjectKey(3, 0, "0123456789abcdef"),
-      format::DataObjectKey(5, 1, "0123456789abcdef"),
-      "step-000000000003/x.ckpt-tmp-abc",
-  };
+  const Keys dead_now = with(
+      {
+          format::DataObjectKey(3, 0, "0123456789abcdef"),
+          format::DataObjectKey(5, 1, "0123456789abcdef"),
+      },
+      temps_now, file);
   // Possibly running: above the newest, dead only after the grace period.
-  const Keys dead_later = {
-      format::DataObjectKey(9, 0, "fedcba9876543210"),
-      "step-000000000010/y.ckpt-tmp-abc",
-      "LATEST.ckpt-tmp-abc",
-  };
+  const Keys dead_later = with(
+      {format::DataObjectKey(9, 0, "fedcba9876543210")}, temps_later, file);
   // Not ckpt's: must survive every collection.
-  const Keys foreign = {
-      "step-000000000001/notes.txt",
-      "step-000000000001/MANIFEST.json.bak",
-      "step-000000000003/r00000-0123456789ABCDEF.safetensors",
-      "step-000000000004/sub/r00000-0123456789abcdef.safetensors",
-      "step-000000000009/notes.txt",
-      "step-12/r00000-0123456789abcdef.safetensors",
-      "user/data.bin",
-      "README",
-      "LATEST.bak",
-  };
+  const Keys foreign = with(
+      with(
+          {
+              "step-000000000001/notes.txt",
+              "step-000000000001/MANIFEST.json.bak",
+              "step-000000000003/r00000-0123456789ABCDEF.safetensors",
+              "step-000000000004/sub/r00000-0123456789abcdef.safetensors",
+              "step-000000000009/notes.txt",
+              "step-12/r00000-0123456789abcdef.safetensors", "user/data.bin",
+              "README", "LATEST.bak",
+              "step-000000000003/x.ckpt-tmp-abc",  // not the backend's pattern
+          },
+          temps_now, !file),
+      temps_later, !file);
   for (const std::string& k : dead_now) Put(*mgr, k, "dead attempt bytes");
   for (const std::string& k : dead_later) Put(*mgr, k, "pending bytes");
   for (const std::string& k : foreign) Put(*mgr, k, "the user's bytes");

@@ -8,7 +8,6 @@
 
 #include "checkpoint/manager_impl.h"
 #include "format/constants.h"
-#include "storage/file/file_storage.h"
 
 namespace ckpt {
 
@@ -46,9 +45,8 @@ CheckpointInfo InfoFromManifest(const format::Manifest& m) {
 
 bool IsTemporaryOf(const Storage& storage, std::string_view key,
                    std::optional<std::string_view> target) {
-  const size_t at = key.find(kTempMarker);
-  if (at == std::string_view::npos) return false;
-  return !target || key.substr(0, at) == *target;
+  std::optional<std::string> of = storage.TemporaryOf(key);
+  return of && (!target || *of == *target);
 }
 
 std::string RankLocalName(std::string_view name, int rank) {
