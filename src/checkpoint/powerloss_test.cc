@@ -80,6 +80,11 @@ class NoCommit : public StorageWrapper {
     if (key.ends_with(format::kManifestName)) return IOError("no commit");
     return StorageWrapper::Put(key, data, mode);
   }
+  // The process dies at its commit, so it cannot remove its own data (a
+  // failed save that lives does): the attempt stays for a collection.
+  Status Delete(std::string_view key) override {
+    return IOError("the process is gone");
+  }
 };
 
 // The root at `url`, wrapped to lose power during call `crash_at` (none:
