@@ -98,7 +98,7 @@ Result<std::unique_ptr<Catalog>> OpenCatalog(std::string_view url,
   try {
     CKPT_ASSIGN_OR_RETURN(std::unique_ptr<catalog::SqlConnection> conn,
                           catalog::ConnectSql(url, options));
-    return catalog::OpenSqlCatalog(std::move(conn));
+    return catalog::OpenSqlCatalog(std::move(conn), options);
   } catch (const std::exception& e) {
     return IOError("open catalog " + catalog::RedactPassword(url) + ": " +
                    e.what());

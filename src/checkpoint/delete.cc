@@ -17,7 +17,6 @@
 #include <algorithm>
 #include <set>
 
-#include "checkpoint/catalog_record.h"
 #include "checkpoint/manager_impl.h"
 #include "checkpoint/writer.h"
 #include "format/constants.h"
@@ -100,7 +99,7 @@ Status CheckpointManager::Impl::Delete(int64_t step,
       return s.WithContext(op);
     }
     manifests_.Forget(step);
-    if (options_.catalog) RecordDeleted(*options_.catalog, Where(), step);
+    catalog_.Deleted(step);
   }
   if (deleted) deleted->push_back(manifest_key);
   if (bytes) *bytes += info->size;
