@@ -382,6 +382,35 @@ TEST_P(CatalogManagerTest, ALockedCatalogHoldsASaveUpOneTimeoutAtMost) {
   EXPECT_EQ(CommittedSteps(), (std::vector<int64_t>{5, 6}));
 }
 
+TEST_P(CatalogManagerTest, AForcedDeleteRecordsTheDependantsItRewrites) {
+  auto mgr = Open();
+  ASSERT_NE(mgr, nullptr);
+  TestModel model(1, 256);
+  ASSERT_TRUE(mgr->Save(1, model.MakeState()).ok());
+  // Unchanged: steps 2 and 3 reference step 1's bytes.
+  for (int64_t step : {2, 3}) {
+    auto saved = mgr->Save(step, model.MakeState(), {.incremental = true});
+    ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+    ASSERT_FALSE(saved->info.depends_on.empty());
+  }
+  ASSERT_TRUE(mgr->Delete(1, DeleteOptions{.rewrite_dependants = true}).ok());
+  EXPECT_EQ(CommittedSteps(), (std::vector<int64_t>{2, 3}));
+  auto rows = catalog_->List({.job_id = "job"});
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  for (const CatalogCheckpoint& row : *rows) {
+    // The row is the rewritten manifest's: `ckpt catalog latest` takes it.
+    Status check = CheckAgainstStorage(row);
+    EXPECT_TRUE(check.ok()) << check.ToString();
+    auto described = mgr->Describe(row.step);
+    ASSERT_TRUE(described.ok()) << described.status().ToString();
+    EXPECT_EQ(row.bytes, described->info.bytes) << "step " << row.step;
+  }
+  auto latest = catalog_->Latest("job");
+  ASSERT_TRUE(latest.ok() && latest->has_value());
+  EXPECT_EQ((*latest)->step, 3);
+  EXPECT_TRUE(CheckAgainstStorage(**latest).ok());
+}
+
 TEST_P(CatalogManagerTest, SyncRestoresRowsDeletedByHand) {
   auto mgr = Open();
   ASSERT_NE(mgr, nullptr);
