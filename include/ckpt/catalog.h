@@ -162,4 +162,16 @@ std::string DefaultCatalogUrl();
 Result<std::unique_ptr<Catalog>> OpenCatalog(
     std::string_view url, const CatalogOptions& options = {});
 
+// Opens the catalog a job records its saves in (the Python API's
+// `catalog=`, the demo trainer's --catalog). A job needs no catalog to save
+// or resume: storage alone does both. So unless `required`, a catalog that
+// cannot be opened (unreachable, locked past the timeout, not a database, a
+// newer schema) is one warning, and the result is null: the job runs
+// without it, and `ckpt catalog sync ROOT` records its checkpoints later. A
+// wrong URL or login (InvalidArgument: no sync could help) is an error
+// either way, as is every failure when `required`.
+Result<std::unique_ptr<Catalog>> OpenCatalogForJob(
+    std::string_view url, bool required = false,
+    const CatalogOptions& options = {});
+
 }  // namespace ckpt
