@@ -397,6 +397,44 @@ TEST(RunnerTest, BackupAndRestoreModeDeletesCheckpointsWhenDone) {
   EXPECT_FALSE(mgr->Latest().value().has_value());
 }
 
+// A job whose Exit saves its final weights incrementally into the root:
+// the runner's last checkpoint has dependants, and "backup and restore"
+// mode must still delete everything (dependants before what they use).
+class ExportingJob : public ToyJob {
+ public:
+  explicit ExportingJob(CheckpointManager& mgr) : mgr_(mgr) {}
+  Status Exit(JobContext& ctx) override {
+    CKPT_RETURN_IF_ERROR(ToyJob::Exit(ctx));
+    for (int64_t step : {1000, 1001}) {
+      State state;
+      state.AddTensor("acc", View(acc));
+      CKPT_ASSIGN_OR_RETURN(SaveResult saved,
+                            mgr_.Save(step, state, {.incremental = true}));
+      chained += saved.info.depends_on.empty() ? 0 : 1;
+    }
+    return Status();
+  }
+
+  int chained = 0;  // exports that depend on another checkpoint
+
+ private:
+  CheckpointManager& mgr_;
+};
+
+TEST(RunnerTest, DeleteWhenDoneDeletesAnIncrementalChain) {
+  const std::string root = FreshDir("delete_chain");
+  auto mgr = OpenRoot(root);
+  ExportingJob job(*mgr);
+  JobRunner runner(job, *mgr,
+                   {.max_epochs = 2, .delete_checkpoints_when_done = true});
+  auto outcome = runner.Run();
+  ASSERT_TRUE(outcome.ok()) << outcome.status().ToString();
+  EXPECT_EQ(job.exits, 1);
+  EXPECT_EQ(job.chained, 2);
+  EXPECT_TRUE(Steps(*mgr).empty());
+  EXPECT_FALSE(mgr->Latest().value().has_value());
+}
+
 TEST(RunnerTest, AFailedSaveStopsTheRunWithItsError) {
   const std::string root = FreshDir("save_fails");
   std::unique_ptr<Storage> base = OpenStorage(root).value();
