@@ -47,6 +47,9 @@ struct Config {
   std::string root;
   std::string out;
   std::string catalog;  // a catalog URL to record every save in; "": none
+  // Refuse to start when the catalog cannot be opened (by default: a
+  // warning, and the job runs on storage alone).
+  bool require_catalog = false;
   int64_t epochs = 6;
   uint64_t samples = 2048;
   uint64_t batch = 64;
@@ -414,19 +417,20 @@ class Trainer : public ckpt::Job {
 };
 
 int Usage() {
-  std::fprintf(
-      stderr,
-      "usage: train --root DIR [--out FILE] [--catalog URL] [--epochs N] "
-      "[--samples N] [--batch N] [--seed N]\n"
-      "             [--save-every-steps N] [--keep-last N] "
-      "[--step-sleep-ms N] [--quiet]\n");
+  std::fprintf(stderr,
+               "usage: train --root DIR [--out FILE] [--catalog URL "
+               "[--require-catalog]] [--epochs N]\n"
+               "             [--samples N] [--batch N] [--seed N]\n"
+               "             [--save-every-steps N] [--keep-last N] "
+               "[--step-sleep-ms N] [--quiet]\n");
   return 2;
 }
 
 int Run(const Config& config, ckpt::Communicator& comm) {
   std::shared_ptr<ckpt::Catalog> catalog;
   if (!config.catalog.empty() && comm.rank() == 0) {
-    auto opened = ckpt::OpenCatalog(config.catalog);
+    auto opened =
+        ckpt::OpenCatalogForJob(config.catalog, config.require_catalog);
     if (!opened.ok()) {
       std::fprintf(stderr, "train: %s\n", opened.status().ToString().c_str());
       return 1;
@@ -472,6 +476,10 @@ int main(int argc, char** argv) {
     }
     if (a == "--quiet") {
       config.quiet = true;
+      continue;
+    }
+    if (a == "--require-catalog") {
+      config.require_catalog = true;
       continue;
     }
     if ((v = next()) == nullptr) return Usage();

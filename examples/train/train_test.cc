@@ -237,6 +237,42 @@ TEST(TrainTest, KilledTwentyTimesUnderMpirunEndsBitIdentical) {
 }
 
 // The loss really falls: the last epoch's is well below the first's.
+// A catalog file that cannot be opened does not keep the trainer from
+// starting: one warning, and it saves and resumes from the root alone.
+// --require-catalog refuses to start, naming the catalog.
+TEST(TrainTest, AnUnreadableCatalogIsAWarningUnlessRequired) {
+  const std::string dir = FreshDir("bad_catalog");
+  const std::string catalog = dir + "/catalog.sqlite";
+  std::ofstream(catalog) << std::string(4096, 'x');
+  const std::string root = dir + "/root", out = dir + "/out.bin";
+  const std::string log = dir + "/log";
+  ASSERT_EQ(
+      RunToEnd(Command(1, root, out, {"--catalog", catalog, "--epochs", "2"}),
+               log),
+      0)
+      << ReadFile(log);
+  std::string text = ReadFile(log);
+  size_t warnings = 0;
+  for (size_t at = text.find("warning"); at != std::string::npos;
+       at = text.find("warning", at + 1)) {
+    ++warnings;
+  }
+  EXPECT_EQ(warnings, 1u) << text;
+  EXPECT_NE(text.find(catalog), std::string::npos) << text;
+
+  ASSERT_EQ(RunToEnd(Command(1, root, out, {"--catalog", catalog}), log), 0)
+      << ReadFile(log);
+  EXPECT_EQ(ResumedSteps(ReadFile(log)).size(), 1u) << ReadFile(log);
+
+  EXPECT_EQ(RunToEnd(Command(1, root, out,
+                             {"--catalog", catalog, "--require-catalog"}),
+                     log),
+            1);
+  text = ReadFile(log);
+  EXPECT_NE(text.find("the catalog is required"), std::string::npos) << text;
+  EXPECT_NE(text.find(catalog), std::string::npos) << text;
+}
+
 TEST(TrainTest, LossFalls) {
   const std::string dir = FreshDir("loss");
   ASSERT_EQ(RunToEnd(Command(1, dir + "/root", dir + "/out.bin"), dir + "/log"),

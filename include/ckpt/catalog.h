@@ -16,8 +16,10 @@
 //
 // Promises. Every value reaches the database as a bound parameter, never as
 // SQL text. Many processes may write one catalog at once without losing a
-// row (SQLite: WAL and a busy timeout; PostgreSQL: transactions). A catalog
-// written by a newer ckpt (a newer schema) is refused at open.
+// row (SQLite: WAL and a busy timeout; PostgreSQL: transactions). No call
+// waits for the database longer than CatalogOptions::timeout_ms (5 s by
+// default). A catalog written by a newer ckpt (a newer schema) is refused at
+// open.
 //
 // Threads. A Catalog may be called from many threads; it serializes its
 // calls on one connection. It must not be used in a child after fork():
@@ -94,11 +96,15 @@ enum class MetricGoal {
 };
 
 struct CatalogOptions {
-  // SQLite: how long a writer waits for another process's transaction.
-  int busy_timeout_ms = 30'000;
+  // The longest one catalog call (opening, Record, a query) waits for the
+  // database, retries included, before it fails with Unavailable: a catalog
+  // that another process holds locked must not stall a save. SQLite: the
+  // busy timeout, for another connection's lock. PostgreSQL: each
+  // statement's statement_timeout (a URL's own `options` win).
+  int timeout_ms = 5'000;
   // PostgreSQL: how long to wait for a connection (a URL's own
   // connect_timeout wins).
-  int connect_timeout_seconds = 10;
+  int connect_timeout_seconds = 5;
 };
 
 class Catalog {
@@ -155,5 +161,17 @@ std::string DefaultCatalogUrl();
 // are created.
 Result<std::unique_ptr<Catalog>> OpenCatalog(
     std::string_view url, const CatalogOptions& options = {});
+
+// Opens the catalog a job records its saves in (the Python API's
+// `catalog=`, the demo trainer's --catalog). A job needs no catalog to save
+// or resume: storage alone does both. So unless `required`, a catalog that
+// cannot be opened (unreachable, locked past the timeout, not a database, a
+// newer schema) is one warning, and the result is null: the job runs
+// without it, and `ckpt catalog sync ROOT` records its checkpoints later. A
+// wrong URL or login (InvalidArgument: no sync could help) is an error
+// either way, as is every failure when `required`.
+Result<std::unique_ptr<Catalog>> OpenCatalogForJob(
+    std::string_view url, bool required = false,
+    const CatalogOptions& options = {});
 
 }  // namespace ckpt

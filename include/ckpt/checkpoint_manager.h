@@ -119,12 +119,14 @@ struct Options {
   // Where the coordinator records every committed checkpoint, and marks the
   // ones retention or Delete remove (ckpt/catalog.h); null: no catalog, the
   // library's default. `ckpt import`, `gc` and `delete` open
-  // OpenCatalog(DefaultCatalogUrl()) unless given --catalog; the job runner
-  // opens none: it asks this one, when there is one, where to resume
-  // (RunnerOptions::resume_from_catalog). A catalog failure never fails a
-  // save: the commit stands, the error is logged as a warning, and `ckpt
-  // catalog sync` repairs the catalog. Loads never consult it. Shared: one
-  // catalog may serve many managers.
+  // OpenCatalog(DefaultCatalogUrl()) unless given --catalog; a job opens
+  // its own with OpenCatalogForJob (one that cannot be opened is a
+  // warning); the job runner opens none: it asks this one, when there is
+  // one, where to resume (RunnerOptions::resume_from_catalog). A catalog
+  // failure never fails a save, and holds it up one catalog timeout at
+  // most: the commit stands, the error is logged as one warning, and the
+  // next save (or `ckpt catalog sync`) writes what the catalog missed.
+  // Loads never consult it. Shared: one catalog may serve many managers.
   std::shared_ptr<Catalog> catalog = nullptr;
 
   // --- How fast -------------------------------------------------------------

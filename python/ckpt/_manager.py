@@ -41,7 +41,11 @@ class CheckpointManager:
     (sqlite:///path, a plain path, postgresql://...), or True for the
     default catalog ($CKPT_CATALOG, else ~/.local/state/ckpt/catalog.sqlite).
     Default None: no catalog. A catalog failure never fails a save (the
-    commit stands; `ckpt catalog sync` repairs the catalog).
+    commit stands; the next save or `ckpt catalog sync` repairs the
+    catalog), and a catalog URL that cannot be opened (unreachable, locked,
+    damaged) is one warning on stderr: the job saves and resumes from
+    storage alone. catalog_required=True makes it an error instead (a wrong
+    URL, e.g. an unknown scheme, always is).
 
     communicator: the ranks of a many-rank job, e.g.
     ckpt.mpi_communicator() under mpirun. Every rank opens the same root
@@ -61,7 +65,7 @@ class CheckpointManager:
                  job_id="", gc_after_save=True, gc_grace_seconds=3600,
                  create=True, chunk_size=4 << 20, async_staging_bytes=0,
                  full_every=0, max_chain=0, min_referenced_fraction=0.0,
-                 catalog=None,
+                 catalog=None, catalog_required=False,
                  communicator=None):
         if catalog is True:
             catalog = "default"
@@ -81,7 +85,7 @@ class CheckpointManager:
             chunk_size=chunk_size, async_staging_bytes=async_staging_bytes,
             full_every=full_every, max_chain=max_chain,
             min_referenced_fraction=min_referenced_fraction,
-            catalog=catalog,
+            catalog=catalog, catalog_required=catalog_required,
             communicator=communicator)
 
     @property

@@ -11,12 +11,27 @@ namespace ckpt::python {
 
 namespace py = pybind11;
 
+namespace {
+
+std::string CatalogTarget(const std::string& url) {
+  return url.empty() || url == "default" ? DefaultCatalogUrl() : url;
+}
+
+}  // namespace
+
 std::shared_ptr<Catalog> OpenCatalogOrThrow(const std::string& url) {
-  const std::string target =
-      url.empty() || url == "default" ? DefaultCatalogUrl() : url;
   Result<std::unique_ptr<Catalog>> opened = [&] {
     py::gil_scoped_release release;
-    return OpenCatalog(target);
+    return OpenCatalog(CatalogTarget(url));
+  }();
+  return std::shared_ptr<Catalog>(ValueOrThrow(std::move(opened)));
+}
+
+std::shared_ptr<Catalog> OpenJobCatalogOrThrow(const std::string& url,
+                                               bool required) {
+  Result<std::unique_ptr<Catalog>> opened = [&] {
+    py::gil_scoped_release release;
+    return OpenCatalogForJob(CatalogTarget(url), required);
   }();
   return std::shared_ptr<Catalog>(ValueOrThrow(std::move(opened)));
 }

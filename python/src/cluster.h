@@ -25,6 +25,10 @@ struct PyCatalog {
 
 // Opens the catalog at `url` ("" or "default": DefaultCatalogUrl()).
 std::shared_ptr<Catalog> OpenCatalogOrThrow(const std::string& url);
+// The same for a manager's catalog= (OpenCatalogForJob): one that cannot be
+// opened is a warning and null, unless `required`.
+std::shared_ptr<Catalog> OpenJobCatalogOrThrow(const std::string& url,
+                                               bool required);
 
 void RegisterCatalog(pybind11::module_& m);
 void RegisterCommunicators(pybind11::module_& m);

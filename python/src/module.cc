@@ -312,7 +312,7 @@ void InitModule(py::module_& m) {
                   int64_t gc_grace_seconds, bool create, uint64_t chunk_size,
                   uint64_t async_staging_bytes, int full_every, int max_chain,
                   double min_referenced_fraction, const py::object& catalog,
-                  const py::object& communicator) {
+                  bool catalog_required, const py::object& communicator) {
                  Options o;
                  o.job_id = std::move(job_id);
                  o.retention.keep_last = keep_last;
@@ -334,7 +334,8 @@ void InitModule(py::module_& m) {
                  if (py::isinstance<PyCatalog>(catalog)) {
                    o.catalog = catalog.cast<const PyCatalog&>().catalog;
                  } else if (!catalog.is_none()) {
-                   o.catalog = OpenCatalogOrThrow(catalog.cast<std::string>());
+                   o.catalog = OpenJobCatalogOrThrow(
+                       catalog.cast<std::string>(), catalog_required);
                  }
                  std::shared_ptr<Communicator> comm;
                  if (!communicator.is_none()) {
@@ -352,7 +353,8 @@ void InitModule(py::module_& m) {
            py::arg("create"), py::arg("chunk_size"),
            py::arg("async_staging_bytes"), py::arg("full_every"),
            py::arg("max_chain"), py::arg("min_referenced_fraction"),
-           py::arg("catalog"), py::arg("communicator"))
+           py::arg("catalog"), py::arg("catalog_required"),
+           py::arg("communicator"))
       .def(
           "save",
           [](Manager& self, int64_t step, const py::list& entries,

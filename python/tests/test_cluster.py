@@ -55,6 +55,29 @@ def test_a_bad_catalog_url_names_it(root):
         ckpt.open(root, catalog="mysql://db/x")
 
 
+@pytest.mark.parametrize("kind", ["garbage", "directory"])
+def test_an_unreadable_catalog_is_a_warning_unless_required(
+        root, tmp_path, capfd, kind):
+    bad = tmp_path / "catalog.sqlite"
+    if kind == "garbage":
+        bad.write_bytes(b"not a SQLite database\n" * 100)
+    else:
+        bad.mkdir()
+    mgr = ckpt.open(root, catalog=bad, job_id="job")
+    mgr.save(1, {"x": np.arange(3)})
+    mgr.save(2, {"x": np.arange(3) + 2})
+    err = capfd.readouterr().err
+    assert err.count("warning") == 1, err
+    assert str(bad) in err
+    # Storage alone resumes the job.
+    again = ckpt.open(root, catalog=bad, job_id="job")
+    assert again.latest() == 2
+    assert np.array_equal(again.load()["x"], np.arange(3) + 2)
+    capfd.readouterr()
+    with pytest.raises(ckpt.Error, match="catalog is required.*" + str(bad)):
+        ckpt.open(root, catalog=bad, job_id="job", catalog_required=True)
+
+
 def test_rank_local_values_at_one_rank(mgr):
     pos = np.array([41, 42], dtype=np.int64)
     mgr.save(1, {"loader": {"pos": ckpt.RankLocal(pos),

@@ -12,6 +12,7 @@
 #include "catalog/postgres/postgres_connection.h"
 #include "catalog/sql_catalog.h"
 #include "catalog/sqlite/sqlite_connection.h"
+#include "util/log.h"
 #include "util/names.h"
 
 namespace ckpt {
@@ -98,11 +99,25 @@ Result<std::unique_ptr<Catalog>> OpenCatalog(std::string_view url,
   try {
     CKPT_ASSIGN_OR_RETURN(std::unique_ptr<catalog::SqlConnection> conn,
                           catalog::ConnectSql(url, options));
-    return catalog::OpenSqlCatalog(std::move(conn));
+    return catalog::OpenSqlCatalog(std::move(conn), options);
   } catch (const std::exception& e) {
     return IOError("open catalog " + catalog::RedactPassword(url) + ": " +
                    e.what());
   }
+}
+
+Result<std::unique_ptr<Catalog>> OpenCatalogForJob(
+    std::string_view url, bool required, const CatalogOptions& options) {
+  Result<std::unique_ptr<Catalog>> opened = OpenCatalog(url, options);
+  if (opened.ok()) return opened;
+  if (required) {
+    return opened.status().WithContext("the catalog is required");
+  }
+  if (opened.status().code() == ErrorCode::kInvalidArgument) return opened;
+  LogWarning("not recording in the catalog: " + opened.status().ToString() +
+             " (the job saves and resumes from storage alone; once the "
+             "catalog opens, ckpt catalog sync ROOT records its checkpoints)");
+  return std::unique_ptr<Catalog>();
 }
 
 }  // namespace ckpt

@@ -3,6 +3,7 @@
 // numbered parameters ($1, $2, ...), rows of typed values, transactions.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -52,6 +53,12 @@ class SqlConnection {
   virtual Status Commit() = 0;
   // Never fails in a way the caller can act on.
   virtual void Rollback() = 0;
+
+  // Statements from now on wait for another connection's lock no later than
+  // `deadline`, then fail with Unavailable. SQLite's busy handler honours
+  // it; PostgreSQL bounds each statement by its session's statement_timeout
+  // instead, set at connect.
+  virtual void SetDeadline(std::chrono::steady_clock::time_point deadline) = 0;
 
  protected:
   SqlConnection() = default;

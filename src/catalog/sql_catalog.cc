@@ -16,7 +16,8 @@ namespace ckpt::catalog {
 namespace {
 
 // A transaction that meets a busy database, a serialization failure or a
-// deadlock is retried this many times in all, backing off.
+// deadlock is retried, backing off, at most this many times in all and
+// never past the call's deadline (CatalogOptions::timeout_ms).
 constexpr int kMaxAttempts = 8;
 
 // Serializes schema migrations across PostgreSQL sessions ("ckpt" in hex).
@@ -141,8 +142,9 @@ Status ValidateRecord(const CatalogCheckpoint& c) {
 
 class SqlCatalog : public Catalog {
  public:
-  explicit SqlCatalog(std::unique_ptr<SqlConnection> conn)
-      : conn_(std::move(conn)), url_(conn_->name()) {}
+  SqlCatalog(std::unique_ptr<SqlConnection> conn,
+             std::chrono::milliseconds timeout)
+      : conn_(std::move(conn)), url_(conn_->name()), timeout_(timeout) {}
 
   const std::string& url() const override { return url_; }
 
@@ -353,14 +355,18 @@ class SqlCatalog : public Catalog {
   std::string Where() const { return "catalog " + url_; }
 
   // Runs `body` (in a transaction if it writes), retrying it whole while
-  // the database says Unavailable. The caller holds mu_.
+  // the database says Unavailable, until the timeout. The caller holds mu_.
   Status Run(const std::string& op, bool write,
              const std::function<Status()>& body) {
+    const auto start = std::chrono::steady_clock::now();
+    const auto deadline = start + timeout_;
+    conn_->SetDeadline(deadline);
     Status s;
     for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
       if (attempt > 0) {
-        std::this_thread::sleep_for(
-            std::chrono::milliseconds(std::min(1000, 10 << attempt)));
+        const std::chrono::milliseconds pause(std::min(1000, 10 << attempt));
+        if (std::chrono::steady_clock::now() + pause >= deadline) break;
+        std::this_thread::sleep_for(pause);
       }
       s = write ? conn_->Begin() : Status();
       if (s.ok()) s = body();
@@ -368,6 +374,15 @@ class SqlCatalog : public Catalog {
       if (s.ok()) return s;
       if (write) conn_->Rollback();
       if (s.code() != ErrorCode::kUnavailable) break;
+    }
+    if (s.code() == ErrorCode::kUnavailable) {
+      const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::steady_clock::now() - start);
+      s = UnavailableError(s.message() + " (gave up after " +
+                           std::to_string(waited.count()) +
+                           " ms: another process may hold the database; "
+                           "CatalogOptions::timeout_ms is " +
+                           std::to_string(timeout_.count()) + ")");
     }
     return s.WithContext(Where() + ": " + op);
   }
@@ -391,6 +406,7 @@ class SqlCatalog : public Catalog {
   std::mutex mu_;  // one statement (or transaction) at a time
   std::unique_ptr<SqlConnection> conn_;
   const std::string url_;
+  const std::chrono::milliseconds timeout_;  // of each call
 };
 
 Status NewerSchema(int64_t version) {
@@ -409,6 +425,7 @@ Status SqlCatalog::Migrate() {
         " migrations for schema version " + std::to_string(kSchemaVersion));
   }
   // The usual case, without taking a write lock: the schema is current.
+  conn_->SetDeadline(std::chrono::steady_clock::now() + timeout_);
   Result<std::vector<SqlRow>> rows =
       conn_->Query("SELECT version FROM ckpt_schema", {});
   if (rows.ok() && rows->size() == 1) {
@@ -462,8 +479,9 @@ Status SqlCatalog::Migrate() {
 }  // namespace
 
 Result<std::unique_ptr<Catalog>> OpenSqlCatalog(
-    std::unique_ptr<SqlConnection> conn) {
-  auto catalog = std::make_unique<SqlCatalog>(std::move(conn));
+    std::unique_ptr<SqlConnection> conn, const CatalogOptions& options) {
+  auto catalog = std::make_unique<SqlCatalog>(
+      std::move(conn), std::chrono::milliseconds(options.timeout_ms));
   CKPT_RETURN_IF_ERROR(catalog->Migrate());
   return std::unique_ptr<Catalog>(std::move(catalog));
 }

@@ -13,9 +13,10 @@
 namespace ckpt::catalog {
 
 // Brings `conn`'s schema to kSchemaVersion and wraps it. FailedPrecondition
-// if the database holds a newer schema.
+// if the database holds a newer schema. No call waits for the database
+// longer than options.timeout_ms.
 Result<std::unique_ptr<Catalog>> OpenSqlCatalog(
-    std::unique_ptr<SqlConnection> conn);
+    std::unique_ptr<SqlConnection> conn, const CatalogOptions& options = {});
 
 // A raw connection to the database a catalog URL names (not "none"), with
 // no schema work: for tests and repairs.

@@ -1,5 +1,5 @@
-// The catalog as the checkpoint layer sees it: the rows the coordinator
-// records, and the reconciliation of a catalog with storage.
+// The reconciliation of a catalog with storage (the rows the coordinator
+// records are catalog_record.cc's).
 //
 // Sync, for one root:
 //   1. List the committed checkpoints on storage (manifests that validate)
@@ -20,19 +20,8 @@
 #include "format/constants.h"
 #include "format/layout.h"
 #include "format/manifest.h"
-#include "util/log.h"
 
 namespace ckpt {
-
-std::string ManifestChecksum(std::string_view manifest_bytes) {
-  constexpr size_t kHexDigits = 32;
-  const std::string_view prefix = format::kEnvelopePrefix;
-  if (!manifest_bytes.starts_with(prefix) ||
-      manifest_bytes.size() < prefix.size() + kHexDigits) {
-    return "";
-  }
-  return std::string(manifest_bytes.substr(prefix.size(), kHexDigits));
-}
 
 std::string CatalogRootUrl(std::string_view root) {
   Result<ParsedUrl> parsed = ParseUrl(root);
@@ -46,56 +35,20 @@ std::string CatalogRootUrl(std::string_view root) {
   return "file://" + path;
 }
 
-CatalogCheckpoint CatalogRecordFor(const CheckpointInfo& info,
-                                   std::string_view root,
-                                   std::string manifest_checksum) {
-  CatalogCheckpoint c;
-  c.job_id = info.job_id;
-  c.root = CatalogRootUrl(root);
-  c.step = info.step;
-  c.epoch = info.epoch;
-  const size_t sep = c.root.find("://");
-  c.scheme = sep == std::string::npos ? "file" : c.root.substr(0, sep);
-  c.world_size = info.world_size;
-  c.hosts = info.hosts;
-  c.bytes = info.bytes;
-  c.manifest_checksum = std::move(manifest_checksum);
-  c.metrics = info.metrics;
-  c.created_unix_ms = info.created_unix_ms;
-  return c;
-}
-
-void RecordCommitted(Catalog& catalog, const CheckpointInfo& info,
-                     std::string_view root, std::string_view manifest_bytes) {
-  Status s = catalog.Record(
-      CatalogRecordFor(info, root, ManifestChecksum(manifest_bytes)));
-  if (!s.ok()) {
-    LogWarning("step " + std::to_string(info.step) + " is committed in " +
-               std::string(root) +
-               ", but the catalog does not know: " + s.ToString() +
-               " (run: ckpt catalog sync " + std::string(root) + ")");
-  }
-}
-
-void RecordDeleted(Catalog& catalog, std::string_view root, int64_t step) {
-  Result<bool> marked = catalog.MarkDeleted(CatalogRootUrl(root), step);
-  if (!marked.ok()) {
-    LogWarning("step " + std::to_string(step) + " is deleted from " +
-               std::string(root) + ", but the catalog still lists it: " +
-               marked.status().ToString() + " (run: ckpt catalog sync " +
-               std::string(root) + ")");
-  }
-}
-
 Result<CatalogSyncReport> SyncCatalog(CheckpointManager& manager,
                                       Catalog& catalog) {
-  Storage& storage = manager.storage();
+  CKPT_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> infos, manager.List());
+  return SyncCatalogWith(manager.storage(), infos, catalog);
+}
+
+Result<CatalogSyncReport> SyncCatalogWith(
+    Storage& storage, const std::vector<CheckpointInfo>& infos,
+    Catalog& catalog) {
   CatalogSyncReport report;
   report.root = CatalogRootUrl(storage.url());
   const std::string op =
       "sync catalog " + catalog.url() + " with " + report.root;
   // 1. What storage holds.
-  CKPT_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> infos, manager.List());
   std::map<int64_t, CatalogCheckpoint> on_storage;
   for (const CheckpointInfo& info : infos) {
     Result<std::string> bytes = storage.ReadAll(format::ManifestKey(info.step));

@@ -3,8 +3,11 @@
 // repairs a catalog from storage. Each case runs on SQLite and on a
 // PostgreSQL server this binary starts.
 
+#include <poll.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -252,6 +255,160 @@ TEST_P(CatalogManagerTest, ACatalogFailureAfterTheCommitIsOnlyAWarning) {
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   EXPECT_EQ(report->added, (std::vector<int64_t>{2}));
   EXPECT_EQ(CommittedSteps(), (std::vector<int64_t>{2}));
+}
+
+// Another process that holds the catalog locked until the object goes (or
+// a minute passes): SQLite's write lock (BEGIN EXCLUSIVE), or PostgreSQL's
+// lock on the tables every write needs.
+class CatalogLockedByAnotherProcess {
+ public:
+  explicit CatalogLockedByAnotherProcess(const std::string& url) {
+    int ready[2];
+    int release[2];
+    if (pipe(ready) != 0 || pipe(release) != 0) {
+      ADD_FAILURE() << "pipe failed";
+      return;
+    }
+    pid_ = fork();
+    if (pid_ == 0) {
+      close(ready[0]);
+      close(release[1]);
+      char locked = 0;
+      auto conn = catalog::ConnectSql(url);
+      if (conn.ok()) {
+        const bool sqlite = (*conn)->dialect() == catalog::Dialect::kSqlite;
+        locked = sqlite ? (*conn)->Exec("BEGIN EXCLUSIVE").ok()
+                        : (*conn)->Begin().ok() &&
+                              (*conn)
+                                  ->Exec(
+                                      "LOCK TABLE ckpt_jobs, "
+                                      "ckpt_checkpoints IN ACCESS "
+                                      "EXCLUSIVE MODE")
+                                  .ok();
+      }
+      if (write(ready[1], &locked, 1) != 1) _exit(1);
+      pollfd p{release[0], POLLIN, 0};
+      poll(&p, 1, 60'000);
+      _exit(0);  // the lock goes with the process
+    }
+    close(ready[1]);
+    close(release[0]);
+    release_ = release[1];
+    char locked = 0;
+    EXPECT_EQ(read(ready[0], &locked, 1), 1);
+    close(ready[0]);
+    EXPECT_EQ(locked, 1) << "the child could not lock " << url;
+  }
+  ~CatalogLockedByAnotherProcess() {
+    if (pid_ <= 0) return;
+    close(release_);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int release_ = -1;
+};
+
+size_t Count(const std::string& text, std::string_view part) {
+  size_t n = 0;
+  for (size_t at = text.find(part); at != std::string::npos;
+       at = text.find(part, at + part.size())) {
+    ++n;
+  }
+  return n;
+}
+
+TEST_P(CatalogManagerTest, ALockedCatalogHoldsASaveUpOneTimeoutAtMost) {
+  using Clock = std::chrono::steady_clock;
+  auto mgr = Open({.retention = {.keep_last = 2}});
+  ASSERT_NE(mgr, nullptr);
+  SaveSteps(*mgr, 1, 2);
+  // The save's own time, with the catalog free (retention deletes step 1).
+  Clock::time_point start = Clock::now();
+  SaveSteps(*mgr, 3, 3);
+  const Clock::duration own = Clock::now() - start;
+  ASSERT_EQ(CommittedSteps(), (std::vector<int64_t>{2, 3}));
+  // The catalog's timeout, plus the save's own time, plus a margin for a
+  // busy machine.
+  const Clock::duration bound =
+      std::chrono::milliseconds(CatalogOptions{}.timeout_ms) + own +
+      std::chrono::seconds(3);
+  {
+    CatalogLockedByAnotherProcess lock(catalog_url_);
+    ::testing::internal::CaptureStderr();
+    start = Clock::now();
+    SaveSteps(*mgr, 4, 4);  // commits; retention deletes step 2
+    const Clock::duration took = Clock::now() - start;
+    const std::string log = ::testing::internal::GetCapturedStderr();
+    EXPECT_LT(took, bound) << "the save took "
+                           << std::chrono::duration<double>(took).count()
+                           << " s";
+    // Warned once, naming everything the catalog missed.
+    EXPECT_EQ(Count(log, "ckpt warning:"), 1u) << log;
+    EXPECT_NE(log.find("step 4 is committed in " + root_), std::string::npos)
+        << log;
+    EXPECT_NE(log.find("step 2 is deleted from " + root_), std::string::npos)
+        << log;
+    EXPECT_NE(log.find("ckpt catalog sync " + root_), std::string::npos) << log;
+  }
+  auto latest = mgr->Latest();
+  ASSERT_TRUE(latest.ok() && latest->has_value());
+  EXPECT_EQ(**latest, 4);
+  EXPECT_EQ(CommittedSteps(), (std::vector<int64_t>{2, 3}));
+  // The lock is gone: the next save writes what the catalog missed.
+  SaveSteps(*mgr, 5, 5);  // retention deletes step 3
+  EXPECT_EQ(CommittedSteps(), (std::vector<int64_t>{4, 5}));
+  auto deleted =
+      catalog_->List({.job_id = "job", .state = CheckpointState::kDeleted});
+  ASSERT_TRUE(deleted.ok()) << deleted.status().ToString();
+  std::vector<int64_t> steps;
+  for (const auto& r : *deleted) steps.push_back(r.step);
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3}));
+
+  // Or `ckpt catalog sync` does.
+  {
+    CatalogLockedByAnotherProcess lock(catalog_url_);
+    start = Clock::now();
+    SaveSteps(*mgr, 6, 6);  // retention deletes step 4
+    EXPECT_LT(Clock::now() - start, bound);
+  }
+  EXPECT_EQ(CommittedSteps(), (std::vector<int64_t>{4, 5}));
+  auto report = SyncCatalog(*mgr, *catalog_);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->added, (std::vector<int64_t>{6}));
+  EXPECT_EQ(report->marked_deleted, (std::vector<int64_t>{4}));
+  EXPECT_EQ(CommittedSteps(), (std::vector<int64_t>{5, 6}));
+}
+
+TEST_P(CatalogManagerTest, AForcedDeleteRecordsTheDependantsItRewrites) {
+  auto mgr = Open();
+  ASSERT_NE(mgr, nullptr);
+  TestModel model(1, 256);
+  ASSERT_TRUE(mgr->Save(1, model.MakeState()).ok());
+  // Unchanged: steps 2 and 3 reference step 1's bytes.
+  for (int64_t step : {2, 3}) {
+    auto saved = mgr->Save(step, model.MakeState(), {.incremental = true});
+    ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+    ASSERT_FALSE(saved->info.depends_on.empty());
+  }
+  ASSERT_TRUE(mgr->Delete(1, DeleteOptions{.rewrite_dependants = true}).ok());
+  EXPECT_EQ(CommittedSteps(), (std::vector<int64_t>{2, 3}));
+  auto rows = catalog_->List({.job_id = "job"});
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  for (const CatalogCheckpoint& row : *rows) {
+    // The row is the rewritten manifest's: `ckpt catalog latest` takes it.
+    Status check = CheckAgainstStorage(row);
+    EXPECT_TRUE(check.ok()) << check.ToString();
+    auto described = mgr->Describe(row.step);
+    ASSERT_TRUE(described.ok()) << described.status().ToString();
+    EXPECT_EQ(row.bytes, described->info.bytes) << "step " << row.step;
+  }
+  auto latest = catalog_->Latest("job");
+  ASSERT_TRUE(latest.ok() && latest->has_value());
+  EXPECT_EQ((*latest)->step, 3);
+  EXPECT_TRUE(CheckAgainstStorage(**latest).ok());
 }
 
 TEST_P(CatalogManagerTest, SyncRestoresRowsDeletedByHand) {

@@ -20,7 +20,6 @@
 #include <algorithm>
 #include <map>
 
-#include "checkpoint/catalog_record.h"
 #include "checkpoint/manager_impl.h"
 #include "format/constants.h"
 #include "util/log.h"
@@ -168,14 +167,14 @@ std::vector<int64_t> CheckpointManager::Impl::AfterCommit(
   // (a large manifest takes seconds to parse); the cache still checks the
   // object's size and mtime on every use.
   const CheckpointInfo info = InfoFromManifest(m);
+  // The catalog, however it fails, holds this save up once at most.
+  CatalogRecorder::Batch catalog_batch(catalog_);
   manifests_.Forget(step);
   if (Result<ObjectInfo> written = storage_->Stat(format::ManifestKey(step));
       written.ok() && written->size == bytes.size()) {
     manifests_.Remember(step, *written, std::move(m));
   }
-  if (options_.catalog) {
-    RecordCommitted(*options_.catalog, info, Where(), bytes);
-  }
+  catalog_.Committed(info, bytes);
   manifests_.UpdateLatestHint();
   if (!options_.retention.enabled() && !options_.gc_after_save) return {};
   GcOptions gc;

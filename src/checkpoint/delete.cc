@@ -8,7 +8,8 @@
 //      rewrite_dependants (`ckpt delete --force`) is set: then each
 //      dependant, oldest first, gets the chunks it uses of this step copied
 //      into a new object of its own, and its manifest is replaced
-//      atomically; only after all of them does the delete go on.
+//      atomically, and recorded in the catalog again; only after all of
+//      them does the delete go on.
 //   4. Delete the manifest first: from then on the step is not a checkpoint,
 //      and a crash leaves only garbage. Mark it deleted in the catalog.
 //   5. Delete the step's objects that are ckpt's own (data objects, a
@@ -17,7 +18,6 @@
 #include <algorithm>
 #include <set>
 
-#include "checkpoint/catalog_record.h"
 #include "checkpoint/manager_impl.h"
 #include "checkpoint/writer.h"
 #include "format/constants.h"
@@ -71,6 +71,7 @@ Status CheckpointManager::Impl::Delete(int64_t step,
   // 3. Refuse, or rewrite the dependants first (oldest first; each rewrite
   // is complete, new object durable then manifest replaced, before the next).
   if (!dependants.empty() && rewrite_dependants && !dry_run) {
+    CatalogRecorder::Batch catalog_batch(catalog_);  // one wait, one warning
     for (int64_t d : dependants) {
       CKPT_RETURN_IF_ERROR_CTX(RewriteDependant(d, step), op);
     }
@@ -100,7 +101,7 @@ Status CheckpointManager::Impl::Delete(int64_t step,
       return s.WithContext(op);
     }
     manifests_.Forget(step);
-    if (options_.catalog) RecordDeleted(*options_.catalog, Where(), step);
+    catalog_.Deleted(step);
   }
   if (deleted) deleted->push_back(manifest_key);
   if (bytes) *bytes += info->size;
@@ -198,10 +199,13 @@ Status CheckpointManager::Impl::RewriteDependant(int64_t dependant,
   CKPT_RETURN_IF_ERROR_CTX(format::ValidateManifest(m), op);
   // Replacing a committed manifest is atomic on every backend; until it
   // happens the old one, whose bytes are all still there, stands.
-  CKPT_RETURN_IF_ERROR_CTX(storage_->PutString(format::ManifestKey(dependant),
-                                               format::EncodeManifest(m)),
-                           op);
+  const std::string encoded = format::EncodeManifest(m);
+  CKPT_RETURN_IF_ERROR_CTX(
+      storage_->PutString(format::ManifestKey(dependant), encoded), op);
   manifests_.Forget(dependant);
+  // Its row must name the new manifest (checksum, bytes), or a reader that
+  // checks rows against storage skips it.
+  catalog_.Committed(InfoFromManifest(m), encoded);
   return Status();
 }
 

@@ -30,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "checkpoint/catalog_record.h"
 #include "checkpoint/manifests.h"
 #include "checkpoint/messages.h"
 #include "checkpoint/planner.h"
@@ -216,6 +217,9 @@ class CheckpointManager::Impl {
   std::unique_ptr<Communicator> local_;
   std::mutex mu_;  // serializes the public calls
   ManifestStore manifests_;
+  // What this manager tells options_.catalog (catalog_record.h).
+  CatalogRecorder catalog_{options_.catalog, *storage_,
+                           [this] { return List(); }};
   // Asynchronous save, guarded by mu_ (but the staged state is the
   // background thread's while busy_).
   std::condition_variable idle_;  // signalled when busy_ turns false

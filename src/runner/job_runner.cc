@@ -15,7 +15,8 @@
 //   4. After every epoch the ranks agree on stopping (the epoch limit,
 //      RequestStop, Job::ShouldStop, a preemption) and save the boundary.
 //   5. A finished job runs Job::Exit, and in "backup and restore" mode rank
-//      0 deletes the root's checkpoints.
+//      0 deletes the root's checkpoints, newest first (dependants before
+//      what they depend on).
 // Progress (next epoch, step, whether that epoch started, finished) is a
 // replicated I64 tensor in every checkpoint, so a resumed run continues at
 // exactly the step where the saved one was.
@@ -226,8 +227,10 @@ bool JobRunner::Impl::EndStep() {
 Status JobRunner::Impl::DeleteAll() {
   if (comm().rank() == 0) {
     CKPT_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> all, manager_.List());
-    for (const CheckpointInfo& info : all) {
-      CKPT_RETURN_IF_ERROR(manager_.Delete(info.step));
+    // Newest first: an incremental checkpoint depends only on older ones,
+    // so each goes before what it references and no Delete is refused.
+    for (auto it = all.rbegin(); it != all.rend(); ++it) {
+      CKPT_RETURN_IF_ERROR(manager_.Delete(it->step));
     }
     Log("deleted " + std::to_string(all.size()) +
         " checkpoints: the job is done");

@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <mutex>
 #include <numeric>
@@ -396,6 +397,44 @@ TEST(RunnerTest, BackupAndRestoreModeDeletesCheckpointsWhenDone) {
   EXPECT_FALSE(mgr->Latest().value().has_value());
 }
 
+// A job whose Exit saves its final weights incrementally into the root:
+// the runner's last checkpoint has dependants, and "backup and restore"
+// mode must still delete everything (dependants before what they use).
+class ExportingJob : public ToyJob {
+ public:
+  explicit ExportingJob(CheckpointManager& mgr) : mgr_(mgr) {}
+  Status Exit(JobContext& ctx) override {
+    CKPT_RETURN_IF_ERROR(ToyJob::Exit(ctx));
+    for (int64_t step : {1000, 1001}) {
+      State state;
+      state.AddTensor("acc", View(acc));
+      CKPT_ASSIGN_OR_RETURN(SaveResult saved,
+                            mgr_.Save(step, state, {.incremental = true}));
+      chained += saved.info.depends_on.empty() ? 0 : 1;
+    }
+    return Status();
+  }
+
+  int chained = 0;  // exports that depend on another checkpoint
+
+ private:
+  CheckpointManager& mgr_;
+};
+
+TEST(RunnerTest, DeleteWhenDoneDeletesAnIncrementalChain) {
+  const std::string root = FreshDir("delete_chain");
+  auto mgr = OpenRoot(root);
+  ExportingJob job(*mgr);
+  JobRunner runner(job, *mgr,
+                   {.max_epochs = 2, .delete_checkpoints_when_done = true});
+  auto outcome = runner.Run();
+  ASSERT_TRUE(outcome.ok()) << outcome.status().ToString();
+  EXPECT_EQ(job.exits, 1);
+  EXPECT_EQ(job.chained, 2);
+  EXPECT_TRUE(Steps(*mgr).empty());
+  EXPECT_FALSE(mgr->Latest().value().has_value());
+}
+
 TEST(RunnerTest, AFailedSaveStopsTheRunWithItsError) {
   const std::string root = FreshDir("save_fails");
   std::unique_ptr<Storage> base = OpenStorage(root).value();
@@ -453,6 +492,67 @@ TEST(RunnerTest, RecordsEverySaveInTheCatalogAndResumesThroughIt) {
   ASSERT_FALSE(lines.empty());
   EXPECT_EQ(lines[0], "resumed from step 13: continuing epoch 1");
   EXPECT_EQ(catalog->Latest("toy").value()->step, 24);
+}
+
+// A catalog file that cannot be opened (damaged, or a folder in its place)
+// does not keep the job from starting: one warning, and the job saves and
+// resumes from storage alone. Unless the catalog is required.
+TEST(RunnerTest, AJobWhoseCatalogCannotBeOpenedRunsFromStorageAlone) {
+  for (const bool folder : {false, true}) {
+    SCOPED_TRACE(folder ? "a folder" : "garbage bytes");
+    const std::string dir = FreshDir(folder ? "catalog_dir" : "catalog_junk");
+    const std::string path = dir + "/catalog.sqlite";
+    if (folder) {
+      fs::create_directory(path);
+    } else {
+      std::ofstream(path) << std::string(4096, 'x');
+    }
+    const std::string root = dir + "/root";
+    std::vector<std::string> lines;
+    auto log = [&](const std::string& l) { lines.push_back(l); };
+    {
+      ::testing::internal::CaptureStderr();
+      auto catalog = OpenCatalogForJob(path);
+      ASSERT_TRUE(catalog.ok()) << catalog.status().ToString();
+      EXPECT_EQ(*catalog, nullptr);
+      auto mgr =
+          OpenRoot(root, {.job_id = "toy", .catalog = std::move(*catalog)});
+      ToyJob job;
+      job.on_step = [](JobContext& ctx) {
+        if (ctx.step() == 12) std::raise(SIGUSR1);
+      };
+      JobRunner runner(job, *mgr, {.max_epochs = 3, .log = log});
+      auto outcome = runner.Run();
+      const std::string err = ::testing::internal::GetCapturedStderr();
+      ASSERT_TRUE(outcome.ok()) << outcome.status().ToString();
+      EXPECT_EQ(outcome->exit_code(), kExitPreempted);
+      size_t warnings = 0;
+      for (size_t at = err.find("warning"); at != std::string::npos;
+           at = err.find("warning", at + 1)) {
+        ++warnings;
+      }
+      EXPECT_EQ(warnings, 1u) << err;
+      EXPECT_NE(err.find(path), std::string::npos) << err;
+    }
+    auto catalog = OpenCatalogForJob(path);
+    ASSERT_TRUE(catalog.ok()) << catalog.status().ToString();
+    auto mgr =
+        OpenRoot(root, {.job_id = "toy", .catalog = std::move(*catalog)});
+    ToyJob job;
+    JobRunner runner(job, *mgr, {.max_epochs = 3, .log = log});
+    auto outcome = runner.Run();
+    ASSERT_TRUE(outcome.ok()) << outcome.status().ToString();
+    EXPECT_EQ(outcome->resumed_from, 13);
+    EXPECT_EQ(job.acc, Reference(3));
+
+    auto required = OpenCatalogForJob(path, /*required=*/true);
+    ASSERT_FALSE(required.ok());
+    EXPECT_NE(required.status().message().find("the catalog is required"),
+              std::string::npos)
+        << required.status().ToString();
+    EXPECT_NE(required.status().message().find(path), std::string::npos)
+        << required.status().ToString();
+  }
 }
 
 // Runs `n` ranks as threads, each with its own manager and runner.

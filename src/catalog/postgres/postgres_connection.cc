@@ -3,6 +3,7 @@
 #include <libpq-fe.h>
 
 #include <charconv>
+#include <chrono>
 #include <memory>
 
 namespace ckpt::catalog {
@@ -29,13 +30,13 @@ std::string OneLine(const char* message) {
   return line;
 }
 
-// Serialization failures, deadlocks, lock timeouts, lost connections and
-// exhausted resources pass: the transaction may be retried. Bad SQL or data
-// is the caller's; the rest IOError.
+// Serialization failures, deadlocks, lock and statement timeouts, lost
+// connections and exhausted resources pass: the transaction may be retried. Bad
+// SQL or data is the caller's; the rest IOError.
 Status PostgresError(std::string_view sqlstate, std::string message) {
   if (sqlstate == "40001" || sqlstate == "40P01" || sqlstate == "55P03" ||
-      sqlstate.starts_with("08") || sqlstate.starts_with("53") ||
-      sqlstate.starts_with("57P")) {
+      sqlstate == "57014" || sqlstate.starts_with("08") ||
+      sqlstate.starts_with("53") || sqlstate.starts_with("57P")) {
     return UnavailableError(std::move(message));
   }
   if (sqlstate.starts_with("22") || sqlstate.starts_with("23") ||
@@ -129,6 +130,8 @@ class PostgresConnection : public SqlConnection {
     if (PQstatus(conn_) != CONNECTION_OK) return;
     PgResult res(PQexec(conn_, "ROLLBACK"));
   }
+  // Each statement is bounded by the session's statement_timeout instead.
+  void SetDeadline(std::chrono::steady_clock::time_point) override {}
 
  private:
   // A connection the server dropped is re-established before a statement,
@@ -221,11 +224,16 @@ Result<std::unique_ptr<SqlConnection>> OpenPostgres(
     return InvalidArgumentError(what + ": " + why);
   }
   PQconninfoFree(parsed);
-  // Defaults first: a keyword the URL sets itself overrides them.
+  // Defaults first: a keyword the URL sets itself overrides them. A
+  // statement that waits for a lock longer than the timeout is cancelled,
+  // so a catalog another session holds cannot stall a save.
   const std::string timeout = std::to_string(options.connect_timeout_seconds);
-  const char* keys[] = {"connect_timeout", "fallback_application_name",
-                        "dbname", nullptr};
-  const char* values[] = {timeout.c_str(), "ckpt", url.c_str(), nullptr};
+  const std::string session =
+      "-c statement_timeout=" + std::to_string(options.timeout_ms);
+  const char* keys[] = {"connect_timeout", "options",
+                        "fallback_application_name", "dbname", nullptr};
+  const char* values[] = {timeout.c_str(), session.c_str(), "ckpt", url.c_str(),
+                          nullptr};
   PGconn* conn = PQconnectdbParams(keys, values, /*expand_dbname=*/1);
   if (conn == nullptr) return IOError(what + ": out of memory");
   if (PQstatus(conn) != CONNECTION_OK) {

@@ -3,6 +3,7 @@
 #include <sqlite3.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
@@ -14,9 +15,9 @@
 namespace ckpt::catalog {
 namespace {
 
-// Busy and locked mean another connection holds the lock past the busy
-// timeout: the transaction may be retried. A file that is not a database, or
-// a damaged one, is DataLoss; the rest IOError.
+// Busy and locked mean another connection holds the lock past the deadline: the
+// transaction may be retried. A file that is not a database, or a damaged one,
+// is DataLoss; the rest IOError.
 Status SqliteError(int rc, std::string_view what, std::string_view detail) {
   std::string message = std::string(what) + ": " + std::string(detail);
   switch (rc & 0xff) {
@@ -51,7 +52,9 @@ Status MakeDirs(const std::filesystem::path& dir, std::string_view what) {
 class SqliteConnection : public SqlConnection {
  public:
   SqliteConnection(sqlite3* db, std::string name)
-      : db_(db), name_(std::move(name)) {}
+      : db_(db), name_(std::move(name)) {
+    sqlite3_busy_handler(db_, &SqliteConnection::OnBusy, this);
+  }
   ~SqliteConnection() override {
     for (auto& [sql, stmt] : statements_) sqlite3_finalize(stmt);
     sqlite3_close_v2(db_);
@@ -150,7 +153,25 @@ class SqliteConnection : public SqlConnection {
     }
   }
 
+  void SetDeadline(std::chrono::steady_clock::time_point deadline) override {
+    deadline_ = deadline;
+  }
+
  private:
+  // SQLite calls this while another connection holds the lock a statement
+  // needs: wait a little (1 ms, doubling, at most 50 ms) and try again,
+  // until the deadline. Returning 0 makes the statement fail with
+  // SQLITE_BUSY.
+  static int OnBusy(void* self, int count) {
+    auto* conn = static_cast<SqliteConnection*>(self);
+    const auto left = conn->deadline_ - std::chrono::steady_clock::now();
+    if (left <= std::chrono::steady_clock::duration::zero()) return 0;
+    const std::chrono::steady_clock::duration pause =
+        std::chrono::milliseconds(std::min(50, 1 << std::min(count, 6)));
+    std::this_thread::sleep_for(std::min(left, pause));
+    return 1;
+  }
+
   Result<sqlite3_stmt*> Prepare(std::string_view sql) {
     auto it = statements_.find(sql);
     if (it != statements_.end()) return it->second;
@@ -166,6 +187,7 @@ class SqliteConnection : public SqlConnection {
 
   sqlite3* db_;
   const std::string name_;
+  std::chrono::steady_clock::time_point deadline_;
   std::map<std::string, sqlite3_stmt*, std::less<>> statements_;
 };
 
@@ -190,13 +212,13 @@ Result<std::unique_ptr<SqlConnection>> OpenSqlite(
     return s;
   }
   sqlite3_extended_result_codes(db, 1);
-  sqlite3_busy_timeout(db, options.busy_timeout_ms);
   auto conn = std::make_unique<SqliteConnection>(db, name);
   // WAL lets readers run beside the one writer. Switching needs a moment
   // alone with the file, which another process opening it may hold: retry
-  // for as long as the busy timeout.
+  // until the timeout.
   const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::milliseconds(options.busy_timeout_ms);
+                        std::chrono::milliseconds(options.timeout_ms);
+  conn->SetDeadline(deadline);
   for (;;) {
     Result<std::vector<SqlRow>> mode =
         conn->Query("PRAGMA journal_mode=WAL", {});

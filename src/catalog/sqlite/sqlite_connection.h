@@ -1,8 +1,9 @@
 // A SqlConnection on a SQLite file (Debian's libsqlite3).
 //
-// The file is opened in WAL mode with a busy timeout, so readers never block
+// The file is opened in WAL mode with a busy handler, so readers never block
 // the writer and concurrent writers (other processes) wait their turn rather
-// than fail. Missing parent folders are created (0700: a user's state).
+// than fail, until the call's deadline (CatalogOptions::timeout_ms). Missing
+// parent folders are created (0700: a user's state).
 #pragma once
 
 #include <memory>
