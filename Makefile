@@ -44,6 +44,10 @@ format:
 
 # Python (an uninstrumented interpreter cannot load an ASan module) and the
 # MPI processes (OpenMPI's own allocations would read as leaks) are left out.
+# This is also the thread-safety check: it compiles every target (every
+# library, tool and test) with clang, -Wthread-safety and -Werror, so a
+# member used without the mutex it is GUARDED_BY fails the build here. The
+# tsan and fuzz builds compile only their own targets.
 asan: deps
 	cmake --preset asan >/dev/null
 	cmake --build build/asan -j $(JOBS)

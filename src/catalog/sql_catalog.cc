@@ -5,11 +5,11 @@
 #include <climits>
 #include <cmath>
 #include <functional>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "catalog/schema.h"
+#include "util/mutex.h"
 #include "util/names.h"
 
 namespace ckpt::catalog {
@@ -140,6 +140,7 @@ Status ValidateRecord(const CatalogCheckpoint& c) {
   return Status();
 }
 
+// Thread-safe: its calls take turns on the one connection.
 class SqlCatalog : public Catalog {
  public:
   SqlCatalog(std::unique_ptr<SqlConnection> conn,
@@ -149,7 +150,7 @@ class SqlCatalog : public Catalog {
   const std::string& url() const override { return url_; }
 
   // Brings the schema to kSchemaVersion (called once, before any sharing).
-  Status Migrate();
+  Status Migrate() EXCLUDES(mu_);
 
   Status Record(const CatalogCheckpoint& c) override {
     const std::string op = "record step " + std::to_string(c.step) +
@@ -160,8 +161,8 @@ class SqlCatalog : public Catalog {
     const std::string hosts = nlohmann::json(c.hosts).dump(
         -1, ' ', false, nlohmann::json::error_handler_t::replace);
     const int64_t now = NowUnixMs();
-    std::lock_guard<std::mutex> lock(mu_);
-    return Run(op, /*write=*/true, [&]() -> Status {
+    MutexLock lock(&mu_);
+    return Run(op, /*write=*/true, [&]() REQUIRES(mu_) -> Status {
       // The job first: the checkpoint's row refers to it, and every writer
       // locks the job's row before its checkpoint's, so none deadlock.
       CKPT_RETURN_IF_ERROR(
@@ -228,8 +229,8 @@ class SqlCatalog : public Catalog {
     CKPT_RETURN_IF_ERROR_CTX(CheckText("root", root), Where() + ": " + op);
     const int64_t now = NowUnixMs();
     bool marked = false;
-    std::lock_guard<std::mutex> lock(mu_);
-    CKPT_RETURN_IF_ERROR(Run(op, /*write=*/true, [&]() -> Status {
+    MutexLock lock(&mu_);
+    CKPT_RETURN_IF_ERROR(Run(op, /*write=*/true, [&]() REQUIRES(mu_) -> Status {
       CKPT_ASSIGN_OR_RETURN(
           std::vector<SqlRow> rows,
           conn_->Query("UPDATE ckpt_checkpoints SET state = 'deleted', "
@@ -306,21 +307,22 @@ class SqlCatalog : public Catalog {
   Result<std::vector<CatalogJob>> Jobs() override {
     std::vector<SqlRow> rows;
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      CKPT_RETURN_IF_ERROR(Run("list jobs", /*write=*/false, [&]() -> Status {
-        CKPT_ASSIGN_OR_RETURN(
-            rows,
-            conn_->Query(
-                "SELECT j.job_id, j.root, j.first_seen_unix_ms, "
-                "j.last_seen_unix_ms, "
-                "(SELECT COUNT(*) FROM ckpt_checkpoints c WHERE c.job_id = "
-                "j.job_id AND c.state = 'committed'), "
-                "(SELECT MAX(c.step) FROM ckpt_checkpoints c WHERE c.job_id = "
-                "j.job_id AND c.state = 'committed') "
-                "FROM ckpt_jobs j",
-                {}));
-        return Status();
-      }));
+      MutexLock lock(&mu_);
+      CKPT_RETURN_IF_ERROR(
+          Run("list jobs", /*write=*/false, [&]() REQUIRES(mu_) -> Status {
+            CKPT_ASSIGN_OR_RETURN(
+                rows,
+                conn_->Query(
+                    "SELECT j.job_id, j.root, j.first_seen_unix_ms, "
+                    "j.last_seen_unix_ms, "
+                    "(SELECT COUNT(*) FROM ckpt_checkpoints c WHERE c.job_id = "
+                    "j.job_id AND c.state = 'committed'), "
+                    "(SELECT MAX(c.step) FROM ckpt_checkpoints c WHERE "
+                    "c.job_id = j.job_id AND c.state = 'committed') "
+                    "FROM ckpt_jobs j",
+                    {}));
+            return Status();
+          }));
     }
     std::vector<CatalogJob> jobs;
     Status parsed = [&]() -> Status {
@@ -355,9 +357,9 @@ class SqlCatalog : public Catalog {
   std::string Where() const { return "catalog " + url_; }
 
   // Runs `body` (in a transaction if it writes), retrying it whole while
-  // the database says Unavailable, until the timeout. The caller holds mu_.
+  // the database says Unavailable, until the timeout.
   Status Run(const std::string& op, bool write,
-             const std::function<Status()>& body) {
+             const std::function<Status()>& body) REQUIRES(mu_) {
     const auto start = std::chrono::steady_clock::now();
     const auto deadline = start + timeout_;
     conn_->SetDeadline(deadline);
@@ -389,22 +391,23 @@ class SqlCatalog : public Catalog {
 
   Result<std::vector<CatalogCheckpoint>> Select(
       const std::string& op, const std::string& sql,
-      const std::vector<SqlValue>& params) {
+      const std::vector<SqlValue>& params) EXCLUDES(mu_) {
     std::vector<SqlRow> rows;
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      CKPT_RETURN_IF_ERROR(Run(op, /*write=*/false, [&]() -> Status {
-        CKPT_ASSIGN_OR_RETURN(rows, conn_->Query(sql, params));
-        return Status();
-      }));
+      MutexLock lock(&mu_);
+      CKPT_RETURN_IF_ERROR(
+          Run(op, /*write=*/false, [&]() REQUIRES(mu_) -> Status {
+            CKPT_ASSIGN_OR_RETURN(rows, conn_->Query(sql, params));
+            return Status();
+          }));
     }
     Result<std::vector<CatalogCheckpoint>> parsed = ParseCheckpoints(rows);
     if (!parsed.ok()) return parsed.status().WithContext(Where() + ": " + op);
     return parsed;
   }
 
-  std::mutex mu_;  // one statement (or transaction) at a time
-  std::unique_ptr<SqlConnection> conn_;
+  Mutex mu_;  // one statement (or transaction) at a time
+  const std::unique_ptr<SqlConnection> conn_ PT_GUARDED_BY(mu_);
   const std::string url_;
   const std::chrono::milliseconds timeout_;  // of each call
 };
@@ -417,6 +420,7 @@ Status NewerSchema(int64_t version) {
 }
 
 Status SqlCatalog::Migrate() {
+  MutexLock lock(&mu_);
   const std::vector<std::string_view>& migrations =
       Migrations(conn_->dialect());
   if (migrations.size() != static_cast<size_t>(kSchemaVersion)) {
@@ -435,45 +439,47 @@ Status SqlCatalog::Migrate() {
       return NewerSchema(*version).WithContext("open " + Where());
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  return Run("open (migrate the schema)", /*write=*/true, [&]() -> Status {
-    if (conn_->dialect() == Dialect::kPostgres) {
-      CKPT_RETURN_IF_ERROR(conn_->Query(kLockMigrations, {}).status());
-    }
-    CKPT_RETURN_IF_ERROR(conn_->Exec(kCreateSchemaTable));
-    CKPT_ASSIGN_OR_RETURN(std::vector<SqlRow> found,
-                          conn_->Query("SELECT version FROM ckpt_schema", {}));
-    if (found.size() > 1) {
-      return DataLossError("table ckpt_schema has " +
-                           std::to_string(found.size()) +
-                           " rows instead of one");
-    }
-    int64_t version = 0;
-    if (found.size() == 1) {
-      CKPT_ASSIGN_OR_RETURN(version,
-                            SqlInt(found[0][0], "ckpt_schema.version"));
-    }
-    if (version > kSchemaVersion) return NewerSchema(version);
-    if (version < 0) {
-      return DataLossError("the schema version " + std::to_string(version) +
-                           " is negative");
-    }
-    for (int64_t v = version; v < kSchemaVersion; ++v) {
-      CKPT_RETURN_IF_ERROR_CTX(
-          conn_->Exec(migrations[v]),
-          "migrate to schema version " + std::to_string(v + 1));
-    }
-    if (found.empty()) {
-      return conn_
-          ->Query("INSERT INTO ckpt_schema (version) VALUES ($1)",
-                  {int64_t{kSchemaVersion}})
-          .status();
-    }
-    return conn_
-        ->Query("UPDATE ckpt_schema SET version = $1",
-                {int64_t{kSchemaVersion}})
-        .status();
-  });
+  return Run(
+      "open (migrate the schema)", /*write=*/true,
+      [&]() REQUIRES(mu_) -> Status {
+        if (conn_->dialect() == Dialect::kPostgres) {
+          CKPT_RETURN_IF_ERROR(conn_->Query(kLockMigrations, {}).status());
+        }
+        CKPT_RETURN_IF_ERROR(conn_->Exec(kCreateSchemaTable));
+        CKPT_ASSIGN_OR_RETURN(
+            std::vector<SqlRow> found,
+            conn_->Query("SELECT version FROM ckpt_schema", {}));
+        if (found.size() > 1) {
+          return DataLossError("table ckpt_schema has " +
+                               std::to_string(found.size()) +
+                               " rows instead of one");
+        }
+        int64_t version = 0;
+        if (found.size() == 1) {
+          CKPT_ASSIGN_OR_RETURN(version,
+                                SqlInt(found[0][0], "ckpt_schema.version"));
+        }
+        if (version > kSchemaVersion) return NewerSchema(version);
+        if (version < 0) {
+          return DataLossError("the schema version " + std::to_string(version) +
+                               " is negative");
+        }
+        for (int64_t v = version; v < kSchemaVersion; ++v) {
+          CKPT_RETURN_IF_ERROR_CTX(
+              conn_->Exec(migrations[v]),
+              "migrate to schema version " + std::to_string(v + 1));
+        }
+        if (found.empty()) {
+          return conn_
+              ->Query("INSERT INTO ckpt_schema (version) VALUES ($1)",
+                      {int64_t{kSchemaVersion}})
+              .status();
+        }
+        return conn_
+            ->Query("UPDATE ckpt_schema SET version = $1",
+                    {int64_t{kSchemaVersion}})
+            .status();
+      });
 }
 
 }  // namespace

@@ -110,7 +110,9 @@ TEST_F(MultiRankTest, SaveWritesEveryRankOnceAndCommitsOnce) {
       EXPECT_EQ(e.num_pieces, 1u);  // replicated: written once
       bias_bytes += e.bytes;
     }
-    if (e.name == "weights") EXPECT_EQ(e.num_pieces, 4u);
+    if (e.name == "weights") {
+      EXPECT_EQ(e.num_pieces, 4u);
+    }
   }
   EXPECT_EQ(bias_bytes, kCols * sizeof(double));
   EXPECT_EQ(count["loader"], 4);  // one rank-local entry per rank

@@ -4,6 +4,10 @@
 // The memory is allocated once and reused by every later save (grown only
 // when a larger state comes): touching fresh pages costs far more than
 // copying into pages already mapped, and the copy is what stalls training.
+//
+// Thread-compatible, with no lock of its own: one thread at a time uses an
+// arena (the manager's, under the manager's lock); StagingBytes and
+// StageState are safe from any thread.
 #pragma once
 
 #include <cstddef>

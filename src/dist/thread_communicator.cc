@@ -2,22 +2,22 @@
 // and fast, without MPI. Every collective is a rendezvous of all N threads
 // on a shared slot table; the last thread to arrive publishes the results
 // and starts the next round.
-#include <condition_variable>
-#include <mutex>
-
 #include "ckpt/communicator.h"
+#include "util/mutex.h"
 
 namespace ckpt {
 namespace {
 
+// Thread-safe: each rank's thread calls Exchange, any thread Abort.
 class Group {
  public:
   explicit Group(int size) : size_(size), slots_(size) {}
 
   // Deposits `mine` for `rank` and returns every rank's deposit of the same
   // round. An aborted group fails every waiting and later call.
-  Result<std::vector<std::string>> Exchange(int rank, std::string mine) {
-    std::unique_lock<std::mutex> lock(mu_);
+  Result<std::vector<std::string>> Exchange(int rank, std::string mine)
+      EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     if (!aborted_.ok()) return aborted_;
     const uint64_t round = round_;
     slots_[rank] = std::move(mine);
@@ -26,9 +26,9 @@ class Group {
       slots_.assign(size_, std::string());
       arrived_ = 0;
       ++round_;
-      cv_.notify_all();
+      round_done_.SignalAll();
     } else {
-      cv_.wait(lock, [&] { return round_ != round || !aborted_.ok(); });
+      while (round_ == round && aborted_.ok()) round_done_.Wait(&mu_);
       if (round_ == round) return aborted_;
     }
     // result_ stays valid until the next round completes, which needs this
@@ -36,23 +36,23 @@ class Group {
     return result_;
   }
 
-  void Abort(Status why) {
-    std::lock_guard<std::mutex> lock(mu_);
+  void Abort(Status why) EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     if (aborted_.ok()) aborted_ = std::move(why);
-    cv_.notify_all();
+    round_done_.SignalAll();
   }
 
   int size() const { return size_; }
 
  private:
   const int size_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::string> slots_;   // guarded by mu_
-  std::vector<std::string> result_;  // guarded by mu_
-  int arrived_ = 0;                  // guarded by mu_
-  uint64_t round_ = 0;               // guarded by mu_
-  Status aborted_;                   // guarded by mu_
+  Mutex mu_;
+  CondVar round_done_;  // a round completed, or the group was aborted
+  std::vector<std::string> slots_ GUARDED_BY(mu_);
+  std::vector<std::string> result_ GUARDED_BY(mu_);
+  int arrived_ GUARDED_BY(mu_) = 0;
+  uint64_t round_ GUARDED_BY(mu_) = 0;
+  Status aborted_ GUARDED_BY(mu_);
 };
 
 class ThreadCommunicator : public Communicator {

@@ -4,7 +4,8 @@
 
 #include <atomic>
 #include <map>
-#include <mutex>
+
+#include "util/mutex.h"
 
 namespace ckpt::runner {
 namespace {
@@ -20,9 +21,13 @@ struct Installed {
   struct sigaction previous = {};
 };
 
-std::mutex g_mu;
-std::map<int, Installed>& Table() {
-  static auto* table = new std::map<int, Installed>();
+// The installed handlers, by signal.
+struct Table {
+  Mutex mu;
+  std::map<int, Installed> signals GUARDED_BY(mu);
+};
+Table& Handlers() {
+  static auto* table = new Table();
   return *table;
 }
 
@@ -34,9 +39,10 @@ uint64_t PreemptSignalCount() {
 
 PreemptSignals::PreemptSignals(std::vector<int> signals)
     : signals_(std::move(signals)) {
-  std::lock_guard<std::mutex> lock(g_mu);
+  Table& table = Handlers();
+  MutexLock lock(&table.mu);
   for (int sig : signals_) {
-    Installed& in = Table()[sig];
+    Installed& in = table.signals[sig];
     if (in.users++ > 0) continue;
     struct sigaction sa = {};
     sa.sa_handler = OnSignal;
@@ -49,12 +55,13 @@ PreemptSignals::PreemptSignals(std::vector<int> signals)
 }
 
 PreemptSignals::~PreemptSignals() {
-  std::lock_guard<std::mutex> lock(g_mu);
+  Table& table = Handlers();
+  MutexLock lock(&table.mu);
   for (int sig : signals_) {
-    auto it = Table().find(sig);
-    if (it == Table().end() || --it->second.users > 0) continue;
+    auto it = table.signals.find(sig);
+    if (it == table.signals.end() || --it->second.users > 0) continue;
     sigaction(sig, &it->second.previous, nullptr);
-    Table().erase(it);
+    table.signals.erase(it);
   }
 }
 

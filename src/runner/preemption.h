@@ -2,6 +2,9 @@
 // (async-signal-safe); runners compare it with the value they saw when they
 // started. Handlers are installed by the first runner that wants a signal
 // and the previous ones restored when the last such runner is done.
+//
+// Thread-safe: runners on several threads may install and remove handlers at
+// once.
 #pragma once
 
 #include <cstdint>

@@ -51,6 +51,7 @@ class CrashWritable : public WritableObject {
 Result<std::unique_ptr<CrashStorage>> CrashStorage::Wrap(Storage* target) {
   std::unique_ptr<CrashStorage> s(new CrashStorage(target));
   CKPT_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, target->List(""));
+  MutexLock lock(&s->mu_);
   for (const ObjectInfo& o : objects) {
     CKPT_ASSIGN_OR_RETURN(std::string bytes, target->ReadAll(o.key));
     s->start_[o.key] = std::move(bytes);
@@ -59,7 +60,7 @@ Result<std::unique_ptr<CrashStorage>> CrashStorage::Wrap(Storage* target) {
 }
 
 void CrashStorage::CrashAt(uint64_t op) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   crash_at_ = op;
 }
 
@@ -70,7 +71,7 @@ Status CrashStorage::Dead(std::string_view what) const {
 }
 
 Result<uint64_t> CrashStorage::Begin(std::string_view what) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const uint64_t n = ops_.fetch_add(1);
   if (crash_at_ && n >= *crash_at_) crashed_ = true;
   if (crashed_) return Dead(what);
@@ -79,7 +80,7 @@ Result<uint64_t> CrashStorage::Begin(std::string_view what) {
 
 Status CrashStorage::End(std::string_view key, std::optional<std::string> value,
                          Status status) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const bool durable = status.ok() && !crashed_;
   events_.push_back(Event{durable, std::string(key), std::move(value)});
   if (crashed_) return Dead(key);
@@ -92,7 +93,7 @@ Status CrashStorage::Alive(std::string_view what, Status status) const {
 }
 
 void CrashStorage::Unfinished(std::string key, std::string prefix) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   unfinished_.emplace_back(std::move(key), std::move(prefix));
 }
 
@@ -140,7 +141,7 @@ Result<std::vector<ObjectInfo>> CrashStorage::List(std::string_view prefix) {
 }
 
 Result<int> CrashStorage::PowerLoss(const Damage& damage) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   crashed_ = true;
   std::mt19937_64 gen(damage.seed);
   auto coin = [&] { return (gen() & 1) != 0; };

@@ -25,18 +25,21 @@
 // on the target, but their effect is uncertain and they report failure.
 // PowerLoss() then rewrites the target to the durable state, resolving
 // each uncertain call as the Damage asks.
+//
+// Thread-safe: the storage calls and CrashAt/Crash may come from any thread
+// (PowerLoss, as it says, once they have stopped).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "ckpt/storage.h"
+#include "util/mutex.h"
 
 namespace ckpt::testing {
 
@@ -69,7 +72,7 @@ class CrashStorage : public StorageWrapper {
   static Result<std::unique_ptr<CrashStorage>> Wrap(Storage* target);
 
   // Cuts the power during mutating call `op`.
-  void CrashAt(uint64_t op);
+  void CrashAt(uint64_t op) EXCLUDES(mu_);
   // Cuts the power now.
   void Crash();
   // Mutating calls (NewWritable, Append, Close, Put, Delete) begun so far.
@@ -79,7 +82,7 @@ class CrashStorage : public StorageWrapper {
   // Rewrites the target to what survives the power loss. Call it once every
   // thread that used this storage has stopped. Returns how many uncertain
   // calls took effect.
-  Result<int> PowerLoss(const Damage& damage);
+  Result<int> PowerLoss(const Damage& damage) EXCLUDES(mu_);
 
   Result<std::unique_ptr<WritableObject>> NewWritable(
       std::string_view key) override;
@@ -94,15 +97,15 @@ class CrashStorage : public StorageWrapper {
 
   // --- Used by the writable objects this storage hands out.
   // Starts mutating call `what`; returns its number, or the crash error.
-  Result<uint64_t> Begin(std::string_view what);
+  Result<uint64_t> Begin(std::string_view what) EXCLUDES(mu_);
   // Ends a call that could make `key` hold `value` (nullopt: deleted).
   // Returns `status`, or the crash error when the power went meanwhile.
   Status End(std::string_view key, std::optional<std::string> value,
-             Status status);
+             Status status) EXCLUDES(mu_);
   // `status`, or the crash error when the power went meanwhile.
   Status Alive(std::string_view what, Status status) const;
   // Records the bytes of a streamed write that never finished.
-  void Unfinished(std::string key, std::string prefix);
+  void Unfinished(std::string key, std::string prefix) EXCLUDES(mu_);
 
  private:
   explicit CrashStorage(Storage* target) : StorageWrapper(target) {}
@@ -116,14 +119,14 @@ class CrashStorage : public StorageWrapper {
 
   std::atomic<uint64_t> ops_{0};
   std::atomic<bool> crashed_{false};
-  std::mutex mu_;
-  std::optional<uint64_t> crash_at_;  // guarded by mu_
+  Mutex mu_;
+  std::optional<uint64_t> crash_at_ GUARDED_BY(mu_);
   // The target's objects when it was wrapped (or at the last PowerLoss).
-  std::map<std::string, std::string> start_;  // guarded by mu_
+  std::map<std::string, std::string> start_ GUARDED_BY(mu_);
   // Every Put, Close and Delete since, in the order they returned.
-  std::vector<Event> events_;  // guarded by mu_
+  std::vector<Event> events_ GUARDED_BY(mu_);
   // Streamed writes dropped without a successful Close: key, bytes.
-  std::vector<std::pair<std::string, std::string>> unfinished_;  // mu_
+  std::vector<std::pair<std::string, std::string>> unfinished_ GUARDED_BY(mu_);
 };
 
 }  // namespace ckpt::testing

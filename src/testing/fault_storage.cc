@@ -5,27 +5,27 @@
 namespace ckpt::testing {
 
 void FaultStorage::CrashAt(uint64_t op, Mode mode) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   crash_at_ = op;
   mode_ = mode;
 }
 
 void FaultStorage::FailOnce(uint64_t op, Status status) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   fail_at_ = op;
   fail_later_ = false;
   fail_status_ = std::move(status);
 }
 
 void FaultStorage::FailFrom(uint64_t op, Status status) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   fail_at_ = op;
   fail_later_ = true;
   fail_status_ = std::move(status);
 }
 
 std::vector<std::string> FaultStorage::log() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return log_;
 }
 
@@ -34,7 +34,7 @@ Status FaultStorage::Step(std::string_view what, F&& op,
                           const std::function<void()>& partial) {
   uint64_t n;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     n = ops_.fetch_add(1);
     log_.emplace_back(what);
   }
@@ -46,7 +46,7 @@ Status FaultStorage::Step(std::string_view what, F&& op,
   bool before = false, after = false;
   Status injected;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (crash_at_ && n >= *crash_at_) {
       before = mode_ == Mode::kCrashBefore;
       after = !before;

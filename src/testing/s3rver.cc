@@ -26,12 +26,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <sstream>
 #include <thread>
 #include <vector>
 
 #include "testing/free_port.h"
+#include "util/mutex.h"
 
 namespace ckpt::testing {
 namespace {
@@ -158,10 +158,10 @@ Result<std::unique_ptr<S3rver>> S3rver::Start(std::string bucket) {
 }
 
 Result<S3rver*> S3rver::Shared() {
-  static std::mutex mu;
-  static std::unique_ptr<S3rver> server;
-  static Status failed;
-  std::lock_guard<std::mutex> lock(mu);
+  static Mutex mu;
+  static std::unique_ptr<S3rver> server GUARDED_BY(mu);
+  static Status failed GUARDED_BY(mu);
+  MutexLock lock(&mu);
   if (server) return server.get();
   if (!failed.ok()) return failed;
   Result<std::unique_ptr<S3rver>> started = Start("ckpt-test");

@@ -9,6 +9,9 @@
 // takes the non-atomic path the backend then declares; it cannot list or
 // abort multipart uploads (HTTP 501 / 405); it checks the access key id
 // (S3RVER) but not the signature.
+//
+// Thread-safe: Shared(), NewRoot and the accessors may be called from any
+// thread; ExportEnvironment, which calls setenv, before other threads start.
 #pragma once
 
 #include <sys/types.h>

@@ -485,7 +485,9 @@ TEST_P(StorageConformanceTest, ConcurrentWritesAndDeletesInSharedDirs) {
   constexpr int kThreads = 4;
   constexpr int kRounds = 50;
   const bool keep = GetParam().keep_shared_folder_nonempty;
-  if (keep) ASSERT_TRUE(storage().PutString("shared/dir/keep", "k").ok());
+  if (keep) {
+    ASSERT_TRUE(storage().PutString("shared/dir/keep", "k").ok());
+  }
   std::vector<std::thread> threads;
   std::atomic<int> failures{0};
   for (int t = 0; t < kThreads; ++t) {

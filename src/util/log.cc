@@ -3,8 +3,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <string>
+
+#include "util/mutex.h"
 
 namespace ckpt {
 namespace {
@@ -41,13 +42,15 @@ bool LogEnabled(LogLevel level) {
 
 void Log(LogLevel level, std::string_view message) {
   if (!LogEnabled(level)) return;
-  static std::mutex mu;
+  // One fwrite per line, and one line at a time, so lines of several threads
+  // never interleave.
+  static Mutex mu;
   std::string line = "ckpt ";
   line += Tag(level);
   line += ": ";
   line += message;
   line += '\n';
-  std::lock_guard<std::mutex> lock(mu);
+  MutexLock lock(&mu);
   std::fwrite(line.data(), 1, line.size(), stderr);
 }
 

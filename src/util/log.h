@@ -1,6 +1,8 @@
 // Minimal leveled logging to stderr. The level comes from $CKPT_LOG
 // (debug, info, warning, error, off; default warning), so a library that is
 // embedded in a training job stays quiet unless something needs attention.
+//
+// Thread-safe: any thread may log; lines never interleave.
 #pragma once
 
 #include <string_view>

@@ -15,27 +15,27 @@ ThreadPool::ThreadPool(int threads) {
 
 ThreadPool::~ThreadPool() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  work_.SignalAll();
   for (std::thread& t : threads_) t.join();
 }
 
 void ThreadPool::Submit(std::function<void()> task) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     tasks_.push_back(std::move(task));
   }
-  cv_.notify_one();
+  work_.Signal();
 }
 
 void ThreadPool::Run() {
   for (;;) {
     std::function<void()> task;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
+      MutexLock lock(&mu_);
+      while (!stopping_ && tasks_.empty()) work_.Wait(&mu_);
       if (tasks_.empty()) return;
       task = std::move(tasks_.front());
       tasks_.pop_front();
@@ -46,16 +46,23 @@ void ThreadPool::Run() {
 
 Status ParallelFor(ThreadPool* pool, int parallelism, size_t n,
                    const std::function<Status(size_t)>& fn) {
+  int helpers = 0;
+  if (pool != nullptr) {
+    helpers = static_cast<int>(std::min<size_t>(
+        {static_cast<size_t>(std::max(parallelism - 1, 0)),
+         static_cast<size_t>(pool->size()), n > 0 ? n - 1 : 0}));
+  }
   struct Shared {
+    explicit Shared(int helpers) : running(helpers) {}
     std::atomic<size_t> next{0};
     std::atomic<bool> failed{false};
-    std::mutex mu;
-    std::condition_variable done;
-    int running = 0;                 // guarded by mu
-    size_t first_failed = SIZE_MAX;  // guarded by mu
-    Status error;                    // guarded by mu
+    Mutex mu;
+    CondVar done;                // running reached 0
+    int running GUARDED_BY(mu);  // helpers not yet finished
+    size_t first_failed GUARDED_BY(mu) = SIZE_MAX;
+    Status error GUARDED_BY(mu);
   };
-  auto shared = std::make_shared<Shared>();
+  auto shared = std::make_shared<Shared>(helpers);
   auto work = [shared, n, &fn] {
     for (;;) {
       if (shared->failed.load(std::memory_order_relaxed)) return;
@@ -68,7 +75,7 @@ Status ParallelFor(ThreadPool* pool, int parallelism, size_t n,
         s = IOError(std::string("parallel task: ") + e.what());
       }
       if (!s.ok()) {
-        std::lock_guard<std::mutex> lock(shared->mu);
+        MutexLock lock(&shared->mu);
         if (i < shared->first_failed) {
           shared->first_failed = i;
           shared->error = std::move(s);
@@ -77,23 +84,16 @@ Status ParallelFor(ThreadPool* pool, int parallelism, size_t n,
       }
     }
   };
-  int helpers = 0;
-  if (pool != nullptr) {
-    helpers = static_cast<int>(std::min<size_t>(
-        {static_cast<size_t>(std::max(parallelism - 1, 0)),
-         static_cast<size_t>(pool->size()), n > 0 ? n - 1 : 0}));
-  }
-  shared->running = helpers;
   for (int h = 0; h < helpers; ++h) {
     pool->Submit([shared, work] {
       work();
-      std::lock_guard<std::mutex> lock(shared->mu);
-      if (--shared->running == 0) shared->done.notify_all();
+      MutexLock lock(&shared->mu);
+      if (--shared->running == 0) shared->done.SignalAll();
     });
   }
   work();
-  std::unique_lock<std::mutex> lock(shared->mu);
-  shared->done.wait(lock, [&] { return shared->running == 0; });
+  MutexLock lock(&shared->mu);
+  while (shared->running > 0) shared->done.Wait(&shared->mu);
   return shared->error;
 }
 

@@ -1,18 +1,18 @@
 // A small fixed pool of threads for I/O: reading chunks into the caller's
 // buffers and writing data-object blocks while the next ones are prepared.
 //
-// Thread-safe. The destructor finishes every task already submitted.
+// Thread-safe: Submit and ParallelFor may be called from any thread. The
+// destructor finishes every task already submitted.
 #pragma once
 
-#include <condition_variable>
 #include <cstddef>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "ckpt/status.h"
+#include "util/mutex.h"
 
 namespace ckpt {
 
@@ -23,16 +23,16 @@ class ThreadPool {
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
-  void Submit(std::function<void()> task);
+  void Submit(std::function<void()> task) EXCLUDES(mu_);
   int size() const { return static_cast<int>(threads_.size()); }
 
  private:
-  void Run();
+  void Run() EXCLUDES(mu_);
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> tasks_;  // guarded by mu_
-  bool stopping_ = false;                    // guarded by mu_
+  Mutex mu_;
+  CondVar work_;  // a task was submitted, or the pool is stopping
+  std::deque<std::function<void()>> tasks_ GUARDED_BY(mu_);
+  bool stopping_ GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
 };
 

@@ -772,8 +772,12 @@ TEST_F(CliTest, ShowAndExportAMultiRankCheckpoint) {
   nlohmann::json shown = ParseJson(r.out);
   int loaders = 0;
   for (const auto& e : shown["entries"]) {
-    if (e["name"] == "w") EXPECT_EQ(e["pieces"], 3);
-    if (e["name"] == "bias") EXPECT_EQ(e["pieces"], 1);
+    if (e["name"] == "w") {
+      EXPECT_EQ(e["pieces"], 3);
+    }
+    if (e["name"] == "bias") {
+      EXPECT_EQ(e["pieces"], 1);
+    }
     if (e["name"] == "loader") ++loaders;
   }
   EXPECT_EQ(loaders, 3);
@@ -825,7 +829,9 @@ TEST_F(CliTest, BenchJsonReportsEveryFigureRatioAndTarget) {
       const bool may_be_null =
           !direct && std::find(direct_only.begin(), direct_only.end(), k) !=
                          direct_only.end();
-      if (!may_be_null) EXPECT_TRUE(group[k].is_number()) << k;
+      if (!may_be_null) {
+        EXPECT_TRUE(group[k].is_number()) << k;
+      }
     }
   };
   expect_numbers(j["figures"], {"raw_write_buffered_gbps",

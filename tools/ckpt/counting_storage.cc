@@ -1,10 +1,12 @@
 #include "counting_storage.h"
 
-#include <mutex>
+#include "util/mutex.h"
 
 namespace ckpt::cli {
 namespace {
 
+// Thread-safe, as every Storage: the counts are summed under a lock, so
+// progress_ sees one call at a time.
 class CountingStorage : public StorageWrapper {
  public:
   CountingStorage(std::unique_ptr<Storage> target, ByteProgressFn progress)
@@ -20,8 +22,8 @@ class CountingStorage : public StorageWrapper {
     return s;
   }
 
-  void Count(uint64_t read, uint64_t written) {
-    std::lock_guard<std::mutex> lock(mu_);
+  void Count(uint64_t read, uint64_t written) EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     read_ += read;
     written_ += written;
     progress_(read_, written_);
@@ -29,9 +31,9 @@ class CountingStorage : public StorageWrapper {
 
  private:
   const ByteProgressFn progress_;
-  std::mutex mu_;
-  uint64_t read_ = 0;
-  uint64_t written_ = 0;
+  Mutex mu_;
+  uint64_t read_ GUARDED_BY(mu_) = 0;
+  uint64_t written_ GUARDED_BY(mu_) = 0;
 };
 
 // Forwards to the target object, AppendRetained included, so a backend that

@@ -65,7 +65,9 @@ TEST_F(DirectWriterTest, StreamedObjectsOfEverySizeReadBackExactly) {
     ASSERT_TRUE(got.ok()) << got.status().ToString();
     ASSERT_EQ(got->size(), size);
     // memcmp must not see the null data() of an empty vector.
-    if (size > 0) EXPECT_EQ(std::memcmp(got->data(), want.data(), size), 0);
+    if (size > 0) {
+      EXPECT_EQ(std::memcmp(got->data(), want.data(), size), 0);
+    }
   }
 }
 

@@ -3,8 +3,8 @@
 #include <chrono>
 #include <cstring>
 #include <map>
-#include <mutex>
 
+#include "util/mutex.h"
 #include "util/names.h"
 
 namespace ckpt {
@@ -23,16 +23,17 @@ struct Object {
 
 // The objects of one named store; shared by every handle on it.
 struct Store {
-  std::mutex mu;
-  std::map<std::string, Object, std::less<>> objects;  // guarded by mu
+  Mutex mu;
+  std::map<std::string, Object, std::less<>> objects GUARDED_BY(mu);
 };
 
-std::mutex& TableMutex() {
-  static std::mutex mu;
-  return mu;
-}
-std::map<std::string, std::shared_ptr<Store>>& Table() {
-  static auto* table = new std::map<std::string, std::shared_ptr<Store>>();
+// The named stores of the process.
+struct Table {
+  Mutex mu;
+  std::map<std::string, std::shared_ptr<Store>> stores GUARDED_BY(mu);
+};
+Table& NamedStores() {
+  static auto* table = new Table();
   return *table;
 }
 
@@ -51,7 +52,7 @@ class MemoryWritable : public WritableObject {
   Status Close() override {
     if (closed_) return FailedPreconditionError("close of closed " + key_);
     closed_ = true;
-    std::lock_guard<std::mutex> lock(store_->mu);
+    MutexLock lock(&store_->mu);
     store_->objects[key_] =
         Object{std::make_shared<const std::string>(std::move(buf_)), NowMs()};
     return Status();
@@ -91,7 +92,7 @@ class MemoryStorage : public Storage {
     CKPT_RETURN_IF_ERROR(ValidateKey(key));
     auto bytes = std::make_shared<const std::string>(
         reinterpret_cast<const char*>(data.data()), data.size());
-    std::lock_guard<std::mutex> lock(store_->mu);
+    MutexLock lock(&store_->mu);
     auto it = store_->objects.find(key);
     if (mode == PutMode::kCreateIfAbsent && it != store_->objects.end()) {
       return AlreadyExistsError("put " + Quote(key) + " in " + url_ +
@@ -106,7 +107,7 @@ class MemoryStorage : public Storage {
     CKPT_RETURN_IF_ERROR(ValidateKey(key));
     std::shared_ptr<const std::string> bytes;
     {
-      std::lock_guard<std::mutex> lock(store_->mu);
+      MutexLock lock(&store_->mu);
       auto it = store_->objects.find(key);
       if (it == store_->objects.end()) {
         return NotFoundError("read " + Quote(key) + " in " + url_ +
@@ -130,7 +131,7 @@ class MemoryStorage : public Storage {
   // size and the bytes disagree.
   Result<std::string> ReadAll(std::string_view key) override {
     CKPT_RETURN_IF_ERROR(ValidateKey(key));
-    std::lock_guard<std::mutex> lock(store_->mu);
+    MutexLock lock(&store_->mu);
     auto it = store_->objects.find(key);
     if (it == store_->objects.end()) {
       return NotFoundError("read " + Quote(key) + " in " + url_ +
@@ -141,7 +142,7 @@ class MemoryStorage : public Storage {
 
   Result<ObjectInfo> Stat(std::string_view key) override {
     CKPT_RETURN_IF_ERROR(ValidateKey(key));
-    std::lock_guard<std::mutex> lock(store_->mu);
+    MutexLock lock(&store_->mu);
     auto it = store_->objects.find(key);
     if (it == store_->objects.end()) {
       return NotFoundError("stat " + Quote(key) + " in " + url_ +
@@ -153,7 +154,7 @@ class MemoryStorage : public Storage {
 
   Result<std::vector<ObjectInfo>> List(std::string_view prefix) override {
     std::vector<ObjectInfo> out;
-    std::lock_guard<std::mutex> lock(store_->mu);
+    MutexLock lock(&store_->mu);
     for (auto it = store_->objects.lower_bound(prefix);
          it != store_->objects.end() && it->first.starts_with(prefix); ++it) {
       out.push_back(
@@ -164,7 +165,7 @@ class MemoryStorage : public Storage {
 
   Status Delete(std::string_view key) override {
     CKPT_RETURN_IF_ERROR(ValidateKey(key));
-    std::lock_guard<std::mutex> lock(store_->mu);
+    MutexLock lock(&store_->mu);
     auto it = store_->objects.find(key);
     if (it == store_->objects.end()) {
       return NotFoundError("delete " + Quote(key) + " in " + url_ +
@@ -191,14 +192,14 @@ Result<std::unique_ptr<Storage>> OpenMemoryStorage(
     return InvalidArgumentError("URL " + Quote(url.url) +
                                 ": a mem:// URL needs a name (mem://NAME)");
   }
-  std::lock_guard<std::mutex> lock(TableMutex());
-  auto& table = Table();
-  auto it = table.find(name);
-  if (it == table.end()) {
+  Table& table = NamedStores();
+  MutexLock lock(&table.mu);
+  auto it = table.stores.find(name);
+  if (it == table.stores.end()) {
     if (!options.create) {
       return NotFoundError("open " + Quote(url.url) + ": no such memory store");
     }
-    it = table.emplace(name, std::make_shared<Store>()).first;
+    it = table.stores.emplace(name, std::make_shared<Store>()).first;
   }
   return std::unique_ptr<Storage>(new MemoryStorage(url.url, it->second));
 }
@@ -209,8 +210,9 @@ std::unique_ptr<Storage> NewMemoryStorage(std::string url) {
 }
 
 void DropMemoryStore(const std::string& name) {
-  std::lock_guard<std::mutex> lock(TableMutex());
-  Table().erase(name);
+  Table& table = NamedStores();
+  MutexLock lock(&table.mu);
+  table.stores.erase(name);
 }
 
 }  // namespace ckpt

@@ -5,6 +5,9 @@
 // table by name, so opening `mem://test` twice gives two handles on the same
 // objects (a test "reopens" after a simulated crash that way). Every call is
 // atomic and immediately durable for the life of the process.
+//
+// Thread-safe: any thread may call any handle, on one store or on several
+// (a WritableObject, as always, one thread at a time).
 #pragma once
 
 #include <memory>
