@@ -23,17 +23,17 @@ namespace ckpt {
 
 void internal::SaveHandleState::Finish(Result<SaveResult> r) {
   {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     result.emplace(std::move(r));
   }
-  done.notify_all();
+  done.SignalAll();
 }
 
 int64_t SaveHandle::step() const { return shared_ ? shared_->step : -1; }
 
 bool SaveHandle::Done() const {
   if (!shared_) return true;
-  std::lock_guard<std::mutex> lock(shared_->mu);
+  MutexLock lock(&shared_->mu);
   return shared_->result.has_value();
 }
 
@@ -41,22 +41,20 @@ Result<SaveResult> SaveHandle::Wait() const {
   if (!shared_) {
     return FailedPreconditionError("wait: the handle belongs to no save");
   }
-  std::unique_lock<std::mutex> lock(shared_->mu);
-  shared_->done.wait(lock, [&] { return shared_->result.has_value(); });
+  MutexLock lock(&shared_->mu);
+  while (!shared_->result.has_value()) shared_->done.Wait(&shared_->mu);
   return *shared_->result;
 }
 
 CheckpointManager::Impl::~Impl() {
-  std::unique_lock<std::mutex> lock(mu_);
-  idle_.wait(lock, [&] { return !busy_; });
-  lock.unlock();
+  MutexLock lock(&mu_);
+  WaitIdle();
+  // Once idle the thread no longer needs mu_: joining under it is safe.
   if (worker_.joinable()) worker_.join();
 }
 
-std::unique_lock<std::mutex> CheckpointManager::Impl::Acquire() {
-  std::unique_lock<std::mutex> lock(mu_);
-  idle_.wait(lock, [&] { return !busy_; });
-  return lock;
+void CheckpointManager::Impl::WaitIdle() {
+  while (busy_) idle_.Wait(&mu_);
 }
 
 Status CheckpointManager::Impl::TakeAsyncError() {
@@ -64,8 +62,7 @@ Status CheckpointManager::Impl::TakeAsyncError() {
 }
 
 void CheckpointManager::Impl::StartAsync(
-    std::unique_lock<std::mutex>& lock, int64_t step, const State& state,
-    const SaveOptions& save,
+    int64_t step, const State& state, const SaveOptions& save,
     const std::shared_ptr<internal::SaveHandleState>& handle) {
   // 1. Wait for the save in flight, or skip.
   if (busy_ && options_.async_policy == AsyncSavePolicy::kSkip &&
@@ -75,7 +72,7 @@ void CheckpointManager::Impl::StartAsync(
     handle->Finish(std::move(skipped));
     return;
   }
-  idle_.wait(lock, [&] { return !busy_; });
+  WaitIdle();
   // The thread has reported its result and is ending; join it so that it
   // can be replaced.
   if (worker_.joinable()) worker_.join();
@@ -105,7 +102,7 @@ void CheckpointManager::Impl::StartAsync(
     Result<SaveResult> r =
         Guard("save", [&] { return Save(step, staged_, save, staged); });
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(&mu_);
       if (!r.ok()) {
         async_error_ = r.status().WithContext("the asynchronous save of step " +
                                               std::to_string(step) + " failed");
@@ -115,10 +112,10 @@ void CheckpointManager::Impl::StartAsync(
     // waited for this save finds it Done().
     handle->Finish(std::move(r));
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(&mu_);
       busy_ = false;
     }
-    idle_.notify_all();
+    idle_.SignalAll();
   });
 }
 

@@ -129,7 +129,8 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
 
 Result<SaveResult> CheckpointManager::Save(int64_t step, const State& state,
                                            const SaveOptions& options) {
-  auto lock = impl_->Acquire();
+  MutexLock lock(&impl_->mu());
+  impl_->WaitIdle();
   if (Status s = impl_->TakeAsyncError(); !s.ok()) return s;
   return Guard("save", [&] { return impl_->Save(step, state, options); });
 }
@@ -137,54 +138,62 @@ Result<SaveResult> CheckpointManager::Save(int64_t step, const State& state,
 SaveHandle CheckpointManager::SaveAsync(int64_t step, const State& state,
                                         const SaveOptions& options) {
   auto handle = std::make_shared<internal::SaveHandleState>(step);
-  std::unique_lock<std::mutex> lock(impl_->mu());
-  impl_->StartAsync(lock, step, state, options, handle);
+  MutexLock lock(&impl_->mu());
+  impl_->StartAsync(step, state, options, handle);
   return SaveHandle(std::move(handle));
 }
 
 Result<CheckpointInfo> CheckpointManager::Load(std::optional<int64_t> step,
                                                State& state,
                                                const LoadOptions& options) {
-  auto lock = impl_->Acquire();
+  MutexLock lock(&impl_->mu());
+  impl_->WaitIdle();
   return Guard("load", [&] { return impl_->Load(step, state, options); });
 }
 
 Result<LoadedCheckpoint> CheckpointManager::LoadRankLocal(
     std::optional<int64_t> step, std::string_view name) {
-  auto lock = impl_->Acquire();
+  MutexLock lock(&impl_->mu());
+  impl_->WaitIdle();
   return Guard("load", [&] { return impl_->LoadRankLocal(step, name); });
 }
 
 Result<LoadedCheckpoint> CheckpointManager::LoadAll(
     std::optional<int64_t> step, const std::vector<std::string>& names) {
-  auto lock = impl_->Acquire();
+  MutexLock lock(&impl_->mu());
+  impl_->WaitIdle();
   return Guard("load", [&] { return impl_->LoadAll(step, names); });
 }
 
 Result<std::optional<int64_t>> CheckpointManager::Latest() {
-  auto lock = impl_->Acquire();
+  MutexLock lock(&impl_->mu());
+  impl_->WaitIdle();
   return Guard("latest", [&] { return impl_->Latest(); });
 }
 
 Result<std::vector<CheckpointInfo>> CheckpointManager::List() {
-  auto lock = impl_->Acquire();
+  MutexLock lock(&impl_->mu());
+  impl_->WaitIdle();
   return Guard("list", [&] { return impl_->List(); });
 }
 
 Result<CheckpointDescription> CheckpointManager::Describe(
     std::optional<int64_t> step) {
-  auto lock = impl_->Acquire();
+  MutexLock lock(&impl_->mu());
+  impl_->WaitIdle();
   return Guard("describe", [&] { return impl_->Describe(step); });
 }
 
 Result<VerifyReport> CheckpointManager::Verify(int64_t step,
                                                const ProgressFn& progress) {
-  auto lock = impl_->Acquire();
+  MutexLock lock(&impl_->mu());
+  impl_->WaitIdle();
   return Guard("verify", [&] { return impl_->Verify(step, progress); });
 }
 
 Status CheckpointManager::Delete(int64_t step) {
-  auto lock = impl_->Acquire();
+  MutexLock lock(&impl_->mu());
+  impl_->WaitIdle();
   return Guard("delete", [&] {
     return impl_->Delete(step, nullptr, nullptr, nullptr, false);
   });
@@ -193,7 +202,8 @@ Status CheckpointManager::Delete(int64_t step) {
 Status CheckpointManager::Delete(int64_t step, const DeleteOptions& options) {
   // Like every call, after the save in flight: a delete beside a background
   // save could remove the parent it references.
-  auto lock = impl_->Acquire();
+  MutexLock lock(&impl_->mu());
+  impl_->WaitIdle();
   return Guard("delete", [&] {
     return impl_->Delete(step, nullptr, nullptr, nullptr, false,
                          options.rewrite_dependants);
@@ -201,7 +211,8 @@ Status CheckpointManager::Delete(int64_t step, const DeleteOptions& options) {
 }
 
 Result<GcReport> CheckpointManager::GarbageCollect(const GcOptions& options) {
-  auto lock = impl_->Acquire();
+  MutexLock lock(&impl_->mu());
+  impl_->WaitIdle();
   return Guard("gc", [&] { return impl_->GarbageCollect(options); });
 }
 

@@ -15,15 +15,17 @@
 //   messages.cc    the messages between ranks
 //   manager.cc     the public facade: options, locking, no exception escapes
 //
-// Threads: the facade holds mu_ (through Acquire) around every call, and a
-// background save holds the manager busy; so the communicator, the manifest
-// cache and the I/O pool are used by one thread at a time.
+// Threads: the facade holds mu_ around every call after waiting until no
+// background save is in flight (WaitIdle), and a background save holds the
+// manager busy_ instead. Whoever has that turn owns the protocol state below
+// mu_'s members (communicator, manifest cache, staging, I/O pool): clang's
+// analysis checks mu_ and what it guards; the turn passing to the background
+// thread is beyond it, so that state is owned by the turn's holder by
+// convention, stated here.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -39,6 +41,8 @@
 #include "ckpt/checkpoint_manager.h"
 #include "format/layout.h"
 #include "format/manifest.h"
+#include "util/mutex.h"
+#include "util/thread_annotations.h"
 #include "util/thread_pool.h"
 
 namespace ckpt {
@@ -48,12 +52,12 @@ namespace internal {
 // that runs it (async_save.cc).
 struct SaveHandleState {
   explicit SaveHandleState(int64_t step) : step(step) {}
-  void Finish(Result<SaveResult> r);
+  void Finish(Result<SaveResult> r) EXCLUDES(mu);
 
   const int64_t step;
-  std::mutex mu;
-  std::condition_variable done;
-  std::optional<Result<SaveResult>> result;  // guarded by mu
+  Mutex mu;
+  CondVar done;  // signalled when result is set
+  std::optional<Result<SaveResult>> result GUARDED_BY(mu);
 };
 }  // namespace internal
 
@@ -89,7 +93,7 @@ class CheckpointManager::Impl {
   Storage& storage() { return *storage_; }
   const Options& options() const { return options_; }
   Communicator& comm() { return *options_.communicator; }
-  std::mutex& mu() { return mu_; }
+  Mutex& mu() RETURN_CAPABILITY(mu_) { return mu_; }
 
   // --- save.cc
   // `state_error`, when set, stands for the state (a rank whose state could
@@ -99,14 +103,14 @@ class CheckpointManager::Impl {
                           const Status& state_error = Status());
 
   // --- async_save.cc
-  // Locks mu_ once no asynchronous save is in flight.
-  std::unique_lock<std::mutex> Acquire();
+  // Waits (releasing mu_ meanwhile) until no asynchronous save is in flight.
+  void WaitIdle() REQUIRES(mu_);
   // The error of the last background save, once (then it is cleared).
-  Status TakeAsyncError();
-  // SaveAsync, under `lock` (from mu(), not yet waited).
-  void StartAsync(std::unique_lock<std::mutex>& lock, int64_t step,
-                  const State& state, const SaveOptions& save,
-                  const std::shared_ptr<internal::SaveHandleState>& handle);
+  Status TakeAsyncError() REQUIRES(mu_);
+  // SaveAsync, under mu_ (not yet waited for idle).
+  void StartAsync(int64_t step, const State& state, const SaveOptions& save,
+                  const std::shared_ptr<internal::SaveHandleState>& handle)
+      REQUIRES(mu_);
 
   // --- load.cc
   Result<CheckpointInfo> Load(std::optional<int64_t> step, State& state,
@@ -215,17 +219,18 @@ class CheckpointManager::Impl {
   std::unique_ptr<Storage> storage_;
   Options options_;
   std::unique_ptr<Communicator> local_;
-  std::mutex mu_;  // serializes the public calls
+  Mutex mu_;  // serializes the public calls
   ManifestStore manifests_;
   // What this manager tells options_.catalog (catalog_record.h).
   CatalogRecorder catalog_{options_.catalog, *storage_,
                            [this] { return List(); }};
-  // Asynchronous save, guarded by mu_ (but the staged state is the
-  // background thread's while busy_).
-  std::condition_variable idle_;  // signalled when busy_ turns false
-  bool busy_ = false;             // a background save is in flight
-  Status async_error_;            // of the last background save, unreported
-  std::thread worker_;            // the last background save's thread
+  // Asynchronous save. The staged state is the background thread's while
+  // busy_.
+  CondVar idle_;                       // signalled when busy_ turns false
+  bool busy_ GUARDED_BY(mu_) = false;  // a background save is in flight
+  // Of the last background save, not reported yet.
+  Status async_error_ GUARDED_BY(mu_);
+  std::thread worker_ GUARDED_BY(mu_);  // the last background save's thread
   StagingArena staging_;
   State staged_;
   std::unique_ptr<ThreadPool> io_pool_;  // made on first use

@@ -9,9 +9,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <string_view>
 #include <vector>
+
+#include "util/mutex.h"
 
 namespace ckpt {
 namespace {
@@ -46,7 +47,7 @@ class BlockPool {
  public:
   std::byte* Get() {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (!free_.empty()) {
         std::byte* b = free_.back();
         free_.pop_back();
@@ -57,7 +58,7 @@ class BlockPool {
   }
   void Put(std::byte* b) {
     if (b == nullptr) return;
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (free_.size() < kMaxPooled) {
       free_.push_back(b);
     } else {
@@ -66,8 +67,8 @@ class BlockPool {
   }
 
  private:
-  std::mutex mu_;
-  std::vector<std::byte*> free_;
+  Mutex mu_;
+  std::vector<std::byte*> free_ GUARDED_BY(mu_);
 };
 
 BlockPool& Pool() {

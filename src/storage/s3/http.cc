@@ -5,7 +5,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <mutex>
+
+#include "util/mutex.h"
 
 namespace ckpt::s3 {
 namespace {
@@ -166,7 +167,7 @@ class CurlTransport : public HttpTransport {
  private:
   CURL* Acquire() {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (!idle_.empty()) {
         CURL* c = idle_.back();
         idle_.pop_back();
@@ -178,7 +179,7 @@ class CurlTransport : public HttpTransport {
   }
 
   void Release(CURL* curl) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (idle_.size() < kMaxIdleHandles) {
       idle_.push_back(curl);
     } else {
@@ -186,8 +187,8 @@ class CurlTransport : public HttpTransport {
     }
   }
 
-  std::mutex mu_;
-  std::vector<CURL*> idle_;  // guarded by mu_
+  Mutex mu_;
+  std::vector<CURL*> idle_ GUARDED_BY(mu_);
 };
 
 }  // namespace
