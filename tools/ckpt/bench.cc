@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_report.h"
 #include "ckpt/checkpoint_manager.h"
 #include "commands.h"
 #include "common.h"
@@ -44,7 +45,6 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-constexpr uint64_t kBlock = uint64_t{16} << 20;
 constexpr uint64_t kDirectAlign = 4096;
 constexpr double kMiB = 1024.0 * 1024.0;
 
@@ -60,13 +60,6 @@ struct BenchArgs {
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 uint64_t MaxRssBytes() {
@@ -228,22 +221,6 @@ Status DeleteAll(CheckpointManager& mgr) {
   }
   return Status();
 }
-
-struct Figures {
-  std::vector<double> raw_write_buffered, raw_write_direct, raw_read_cold,
-      raw_read_warm, raw_read_direct, save, load_cold, load_warm, memcpy,
-      async_stall, async_total;
-  double first_touch = 0;
-  double async_first_stall = 0;
-};
-
-// getrusage's ru_maxrss before the state was built, after the synchronous
-// phases and after the asynchronous one.
-struct PeakRss {
-  uint64_t baseline = 0;
-  uint64_t sync = 0;
-  uint64_t async = 0;
-};
 
 // The state the bench saves, worked out from the arguments.
 struct StatePlan {
@@ -428,203 +405,6 @@ Status MeasureAsyncStall(CheckpointManager& mgr, const State& state, int runs,
   return Status();
 }
 
-// --- Figures and ratios.
-
-// `bytes` moved in the median of `secs`; null when not measured.
-json Gbps(const std::vector<double>& secs, double bytes) {
-  if (secs.empty()) return nullptr;
-  return bytes / Median(secs) / 1e9;
-}
-
-json MedianSeconds(const std::vector<double>& v) {
-  if (v.empty()) return nullptr;
-  return Median(v);
-}
-
-// [slowest, fastest] GB/s of the rounds.
-json Spread(const std::vector<double>& v, double bytes) {
-  if (v.empty()) return nullptr;
-  const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
-  return json::array({bytes / *hi / 1e9, bytes / *lo / 1e9});
-}
-
-json Ratio(const json& a, const json& b) {
-  if (!a.is_number() || !b.is_number() || b.get<double>() == 0) {
-    return nullptr;
-  }
-  return a.get<double>() / b.get<double>();
-}
-
-json AtLeast(const json& v, double limit) {
-  if (!v.is_number()) return nullptr;
-  return v.get<double>() >= limit;
-}
-
-json AtMost(const json& v, double limit) {
-  if (!v.is_number()) return nullptr;
-  return v.get<double>() <= limit;
-}
-
-json FiguresJson(const Figures& f, double bytes, const PeakRss& rss) {
-  // Beyond the process before the state was built, the state itself and
-  // this program's own 16 MiB raw-I/O block: what ckpt added.
-  const double own = static_cast<double>(rss.baseline + kBlock);
-  json figures = {
-      {"raw_write_buffered_gbps", Gbps(f.raw_write_buffered, bytes)},
-      {"raw_write_direct_gbps", Gbps(f.raw_write_direct, bytes)},
-      {"raw_read_cold_gbps", Gbps(f.raw_read_cold, bytes)},
-      {"raw_read_warm_gbps", Gbps(f.raw_read_warm, bytes)},
-      {"raw_read_direct_gbps", Gbps(f.raw_read_direct, bytes)},
-      {"memcpy_gbps", Gbps(f.memcpy, bytes)},
-      {"memcpy_seconds", MedianSeconds(f.memcpy)},
-      {"first_touch_gbps", bytes / f.first_touch / 1e9},
-      {"save_gbps", Gbps(f.save, bytes)},
-      {"save_seconds", MedianSeconds(f.save)},
-      {"load_cold_gbps", Gbps(f.load_cold, bytes)},
-      {"load_cold_seconds", MedianSeconds(f.load_cold)},
-      {"load_warm_gbps", Gbps(f.load_warm, bytes)},
-      {"load_warm_seconds", MedianSeconds(f.load_warm)},
-      {"async_first_stall_seconds", f.async_first_stall},
-      {"async_stall_seconds", MedianSeconds(f.async_stall)},
-      {"async_total_seconds", MedianSeconds(f.async_total)},
-      {"baseline_rss_mib", rss.baseline / kMiB},
-      {"peak_rss_sync_mib", rss.sync / kMiB},
-      {"peak_rss_async_mib", rss.async / kMiB},
-      {"sync_peak_above_state_mib", (double(rss.sync) - bytes - own) / kMiB},
-      {"async_peak_above_state_and_staging_mib",
-       (double(rss.async) - 2 * bytes - own) / kMiB},
-  };
-  json raw_write_best = figures["raw_write_buffered_gbps"];
-  if (figures["raw_write_direct_gbps"].is_number() &&
-      figures["raw_write_direct_gbps"].get<double>() >
-          raw_write_best.get<double>()) {
-    raw_write_best = figures["raw_write_direct_gbps"];
-  }
-  figures["raw_write_best_gbps"] = raw_write_best;
-  return figures;
-}
-
-json RangesJson(const Figures& f, double bytes) {
-  return {
-      {"raw_write_buffered_gbps", Spread(f.raw_write_buffered, bytes)},
-      {"raw_write_direct_gbps", Spread(f.raw_write_direct, bytes)},
-      {"raw_read_cold_gbps", Spread(f.raw_read_cold, bytes)},
-      {"raw_read_warm_gbps", Spread(f.raw_read_warm, bytes)},
-      {"raw_read_direct_gbps", Spread(f.raw_read_direct, bytes)},
-      {"save_gbps", Spread(f.save, bytes)},
-      {"load_cold_gbps", Spread(f.load_cold, bytes)},
-      {"load_warm_gbps", Spread(f.load_warm, bytes)},
-      {"memcpy_gbps", Spread(f.memcpy, bytes)},
-  };
-}
-
-json RatiosJson(const json& figures) {
-  auto fig = [&figures](const char* key) -> const json& {
-    return figures.at(key);
-  };
-  return {
-      {"save_vs_raw_write_best",
-       Ratio(fig("save_gbps"), fig("raw_write_best_gbps"))},
-      {"save_vs_raw_write_buffered",
-       Ratio(fig("save_gbps"), fig("raw_write_buffered_gbps"))},
-      {"save_vs_raw_write_direct",
-       Ratio(fig("save_gbps"), fig("raw_write_direct_gbps"))},
-      {"load_cold_vs_raw_read_cold",
-       Ratio(fig("load_cold_gbps"), fig("raw_read_cold_gbps"))},
-      {"load_cold_vs_raw_read_direct",
-       Ratio(fig("load_cold_gbps"), fig("raw_read_direct_gbps"))},
-      {"load_warm_vs_raw_read_warm",
-       Ratio(fig("load_warm_gbps"), fig("raw_read_warm_gbps"))},
-      {"async_stall_vs_memcpy",
-       Ratio(fig("async_stall_seconds"), fig("memcpy_seconds"))},
-      {"async_first_stall_vs_memcpy",
-       Ratio(fig("async_first_stall_seconds"), fig("memcpy_seconds"))},
-  };
-}
-
-json TargetsJson(const json& figures, const json& ratios) {
-  return {
-      {"save_vs_raw_write_best >= 0.90",
-       AtLeast(ratios.at("save_vs_raw_write_best"), 0.90)},
-      {"load_cold_vs_raw_read_cold >= 0.90",
-       AtLeast(ratios.at("load_cold_vs_raw_read_cold"), 0.90)},
-      {"async_stall_vs_memcpy <= 1.5",
-       AtMost(ratios.at("async_stall_vs_memcpy"), 1.5)},
-      {"sync_peak_above_state_mib <= 64",
-       AtMost(figures.at("sync_peak_above_state_mib"), 64)},
-      {"async_peak_above_state_and_staging_mib <= 64",
-       AtMost(figures.at("async_peak_above_state_and_staging_mib"), 64)},
-  };
-}
-
-// Everything the bench reports, as `--json` prints it.
-json MakeReport(const BenchArgs& args, const StatePlan& plan,
-                const std::string& dir, bool direct, const Figures& f,
-                const PeakRss& rss) {
-  const double bytes = static_cast<double>(plan.state_bytes);
-  json figures = FiguresJson(f, bytes, rss);
-  json ratios = RatiosJson(figures);
-  json targets = TargetsJson(figures, ratios);
-  json config = {{"state_bytes", plan.state_bytes},
-                 {"tensors", args.tensors},
-                 {"dtype", std::string(DTypeName(plan.dtype))},
-                 {"runs", args.runs},
-                 {"dir", dir},
-                 {"o_direct", direct},
-                 {"cpus", ::sysconf(_SC_NPROCESSORS_ONLN)}};
-  return {{"config", std::move(config)},
-          {"figures", std::move(figures)},
-          {"ranges", RangesJson(f, bytes)},
-          {"ratios", std::move(ratios)},
-          {"targets", std::move(targets)}};
-}
-
-// The report for people: a heading, a table of figures and ratios, and one
-// line per target.
-void PrintReport(const json& report) {
-  const json& config = report.at("config");
-  const json& figures = report.at("figures");
-  const json& ranges = report.at("ranges");
-  auto num = [](const json& v, const char* fmt_spec) -> std::string {
-    if (!v.is_number()) return "-";
-    return fmt::format(fmt::runtime(fmt_spec), v.get<double>());
-  };
-  fmt::print(
-      "ckpt bench: {:.2f} GiB in {} {} tensors, {} rounds (medians), {}\n",
-      config.at("state_bytes").get<double>() / kMiB / 1024,
-      config.at("tensors").get<int>(), config.at("dtype").get<std::string>(),
-      config.at("runs").get<int>(), config.at("dir").get<std::string>());
-  std::vector<std::vector<std::string>> rows = {{"figure", "value", "range"}};
-  auto range_text = [&](const char* key) -> std::string {
-    const json& r = ranges.at(key);
-    if (!r.is_array()) return "";
-    return fmt::format("{:.2f}-{:.2f}", r[0].get<double>(), r[1].get<double>());
-  };
-  for (const char* key :
-       {"raw_write_buffered_gbps", "raw_write_direct_gbps",
-        "raw_read_cold_gbps", "raw_read_warm_gbps", "raw_read_direct_gbps",
-        "memcpy_gbps", "save_gbps", "load_cold_gbps", "load_warm_gbps"}) {
-    rows.push_back({key, num(figures.at(key), "{:.3f}"), range_text(key)});
-  }
-  for (const char* key :
-       {"first_touch_gbps", "memcpy_seconds", "save_seconds",
-        "load_cold_seconds", "load_warm_seconds", "async_first_stall_seconds",
-        "async_stall_seconds", "async_total_seconds", "peak_rss_sync_mib",
-        "peak_rss_async_mib", "sync_peak_above_state_mib",
-        "async_peak_above_state_and_staging_mib"}) {
-    rows.push_back({key, num(figures.at(key), "{:.3f}"), ""});
-  }
-  for (auto& [key, value] : report.at("ratios").items()) {
-    rows.push_back({key, num(value, "{:.2f}"), ""});
-  }
-  PrintTable(rows);
-  for (auto& [key, value] : report.at("targets").items()) {
-    fmt::print("target {}: {}\n", key,
-               value.is_boolean() ? (value.get<bool>() ? "met" : "NOT met")
-                                  : "not measured");
-  }
-}
-
 Status RunBench(const BenchArgs& args) {
   CKPT_ASSIGN_OR_RETURN(const StatePlan plan, PlanState(args));
   Workspace workspace(args.keep);
@@ -662,7 +442,15 @@ Status RunBench(const BenchArgs& args) {
   rss.async = MaxRssBytes();
   mgr.reset();
 
-  const json report = MakeReport(args, plan, workspace.dir(), direct, f, rss);
+  json config = {{"state_bytes", plan.state_bytes},
+                 {"tensors", args.tensors},
+                 {"dtype", std::string(DTypeName(plan.dtype))},
+                 {"runs", args.runs},
+                 {"dir", workspace.dir()},
+                 {"o_direct", direct},
+                 {"cpus", ::sysconf(_SC_NPROCESSORS_ONLN)}};
+  const json report = MakeReport(std::move(config),
+                                 static_cast<double>(plan.state_bytes), f, rss);
   if (args.json) {
     PrintJson(report);
   } else {

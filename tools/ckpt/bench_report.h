@@ -1,0 +1,44 @@
+// ckpt bench's report: the figures a run measured, turned into the JSON
+// object `--json` prints (figures, ranges, ratios, targets) and the table
+// people read. Kept apart from the measuring in bench.cc.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+namespace ckpt::cli {
+
+// The raw loops' block, and the memory the bench itself holds beside the
+// state.
+inline constexpr uint64_t kBlock = uint64_t{16} << 20;
+
+// The median of `v` (empty: 0).
+double Median(std::vector<double> v);
+
+struct Figures {
+  std::vector<double> raw_write_buffered, raw_write_direct, raw_read_cold,
+      raw_read_warm, raw_read_direct, save, load_cold, load_warm, memcpy,
+      async_stall, async_total;
+  double first_touch = 0;
+  double async_first_stall = 0;
+};
+
+// getrusage's ru_maxrss before the state was built, after the synchronous
+// phases and after the asynchronous one.
+struct PeakRss {
+  uint64_t baseline = 0;
+  uint64_t sync = 0;
+  uint64_t async = 0;
+};
+
+// Everything the bench reports, as `--json` prints it: `config` as given,
+// then the figures, their ranges, the ratios and the targets.
+nlohmann::json MakeReport(nlohmann::json config, double bytes, const Figures& f,
+                          const PeakRss& rss);
+
+// The report for people: a heading, a table of figures and ratios, and one
+// line per target.
+void PrintReport(const nlohmann::json& report);
+
+}  // namespace ckpt::cli
