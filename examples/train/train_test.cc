@@ -21,6 +21,7 @@
 
 #include "ckpt/ckpt.h"
 #include "gtest/gtest.h"
+#include "testing/files.h"
 #include "testing/subprocess.h"
 
 namespace ckpt {

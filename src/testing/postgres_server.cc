@@ -11,11 +11,10 @@
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "catalog/sql_catalog.h"
+#include "testing/files.h"
 #include "testing/free_port.h"
 
 extern char** environ;
@@ -46,15 +45,6 @@ std::string FindServerBinaries() {
   return best;
 }
 
-std::string Tail(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  std::string text = s.str();
-  if (text.size() > 2000) text = "..." + text.substr(text.size() - 2000);
-  return text;
-}
-
 // Runs argv (as the `postgres` user when we are root); output goes to `log`.
 Status Run(std::vector<std::string> argv, const std::string& log) {
   if (geteuid() == 0) {
@@ -82,7 +72,7 @@ Status Run(std::vector<std::string> argv, const std::string& log) {
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    return IOError(command + " failed:\n" + Tail(log));
+    return IOError(command + " failed:\n" + LogTail(log));
   }
   return Status();
 }
@@ -146,8 +136,8 @@ Result<std::unique_ptr<PostgresServer>> PostgresServer::Start() {
   }
   // /tmp, not $TMPDIR: the postgres user must reach it, and the socket's
   // path must stay short.
-  std::string dir = "/tmp/ckpt-pg.XXXXXX";
-  if (mkdtemp(dir.data()) == nullptr) {
+  const std::string dir = MakeTempDir("pg", "/tmp");
+  if (dir.empty()) {
     return ErrnoError(errno, "create a temp folder for PostgreSQL");
   }
   auto server = std::unique_ptr<PostgresServer>(new PostgresServer());
@@ -172,13 +162,10 @@ Result<std::unique_ptr<PostgresServer>> PostgresServer::Start() {
     // First match wins: the password user's line goes before initdb's
     // "trust" lines.
     const std::string hba = data + "/pg_hba.conf";
-    std::ifstream in(hba);
-    std::stringstream old;
-    old << in.rdbuf();
-    std::ofstream out(hba, std::ios::trunc);
-    out << "host all " << kPasswordUser << " 127.0.0.1/32 scram-sha-256\n"
-        << old.str();
-    if (!out.good()) return IOError("write " + hba);
+    if (!WriteFile(hba, "host all " + std::string(kPasswordUser) +
+                            " 127.0.0.1/32 scram-sha-256\n" + ReadFile(hba))) {
+      return IOError("write " + hba);
+    }
   }
   Status started;
   for (int attempt = 0; attempt < 3; ++attempt) {
@@ -194,7 +181,7 @@ Result<std::unique_ptr<PostgresServer>> PostgresServer::Start() {
     if (started.ok()) break;
   }
   if (!started.ok()) {
-    return started.WithContext("start PostgreSQL (server log: " + Tail(log) +
+    return started.WithContext("start PostgreSQL (server log: " + LogTail(log) +
                                ")");
   }
   CKPT_ASSIGN_OR_RETURN(server->admin_, catalog::ConnectSql(server->Url()));

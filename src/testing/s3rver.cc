@@ -25,11 +25,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <thread>
 #include <vector>
 
+#include "testing/files.h"
 #include "testing/free_port.h"
 #include "util/mutex.h"
 
@@ -46,15 +45,6 @@ std::string S3rverJs() {
   return env != nullptr && *env != '\0' ? env : CKPT_S3RVER_JS;
 }
 
-std::string Tail(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  std::string text = s.str();
-  if (text.size() > 2000) text = "..." + text.substr(text.size() - 2000);
-  return text;
-}
-
 }  // namespace
 
 Result<std::unique_ptr<S3rver>> S3rver::Start(std::string bucket) {
@@ -65,15 +55,10 @@ Result<std::unique_ptr<S3rver>> S3rver::Start(std::string bucket) {
         "): run scripts/install-deps.sh, which installs it from the npm "
         "registry into .deps/npm");
   }
-  const char* tmp = std::getenv("TMPDIR");
-  std::string pattern =
-      std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
-      "/ckpt-s3rver-XXXXXX";
-  if (::mkdtemp(pattern.data()) == nullptr) {
-    return ErrnoError(errno, "make a directory for s3rver");
-  }
+  std::string dir = MakeTempDir("s3rver", TempParent());
+  if (dir.empty()) return ErrnoError(errno, "make a directory for s3rver");
   std::unique_ptr<S3rver> server(new S3rver());
-  server->dir_ = pattern;
+  server->dir_ = std::move(dir);
   server->bucket_ = std::move(bucket);
   const std::string data = server->dir_ + "/data";
   const std::string log = server->dir_ + "/s3rver.log";
@@ -139,7 +124,7 @@ Result<std::unique_ptr<S3rver>> S3rver::Start(std::string bucket) {
                              (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 127
                                   ? " (is node on PATH?)"
                                   : "") +
-                             "; its log:\n" + Tail(log));
+                             "; its log:\n" + LogTail(log));
         break;
       }
       Result<std::unique_ptr<Storage>> probe =
@@ -151,7 +136,7 @@ Result<std::unique_ptr<S3rver>> S3rver::Start(std::string bucket) {
     if (!exited) {
       return UnavailableError("s3rver did not answer on " + server->endpoint_ +
                               " within 30 s: " + last.ToString() +
-                              "; its log:\n" + Tail(log));
+                              "; its log:\n" + LogTail(log));
     }
   }
   return last;
@@ -181,7 +166,7 @@ S3rver::~S3rver() {
       // mystery.
       std::fprintf(stderr,
                    "s3rver on %s exited during the tests; its log:\n%s\n",
-                   endpoint_.c_str(), Tail(dir_ + "/s3rver.log").c_str());
+                   endpoint_.c_str(), LogTail(dir_ + "/s3rver.log").c_str());
       pid_ = -1;
     }
   }

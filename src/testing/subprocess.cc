@@ -5,19 +5,12 @@
 #include <sys/wait.h>
 
 #include <cerrno>
-#include <fstream>
-#include <sstream>
+
+#include "testing/files.h"
 
 extern char** environ;
 
 namespace ckpt::testing {
-
-std::string ReadFile(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 ::testing::AssertionResult Contains(const std::string& text,
                                     std::string_view part) {

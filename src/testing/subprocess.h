@@ -24,9 +24,6 @@ RunResult RunProgram(const std::string& program,
                      const std::vector<std::string>& args,
                      const std::filesystem::path& scratch_dir);
 
-// A whole file's bytes ("" if it cannot be read).
-std::string ReadFile(const std::filesystem::path& path);
-
 // Success when `part` occurs in `text`; the failure shows the whole text.
 ::testing::AssertionResult Contains(const std::string& text,
                                     std::string_view part);

@@ -25,6 +25,7 @@
 #include "ckpt/checkpoint_manager.h"
 #include "gtest/gtest.h"
 #include "testing/postgres_server.h"
+#include "testing/files.h"
 #include "testing/subprocess.h"
 
 extern char** environ;

@@ -18,6 +18,7 @@
 #include "format/safetensors.h"
 #include "gtest/gtest.h"
 #include "testing/s3rver.h"
+#include "testing/files.h"
 #include "testing/subprocess.h"
 
 extern char** environ;

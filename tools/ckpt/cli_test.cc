@@ -23,6 +23,7 @@
 #include "ckpt/communicator.h"
 #include "format/safetensors.h"
 #include "gtest/gtest.h"
+#include "testing/files.h"
 #include "testing/subprocess.h"
 #include "util/bytes.h"
 

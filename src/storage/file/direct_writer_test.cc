@@ -15,6 +15,7 @@
 
 #include "ckpt/storage.h"
 #include "gtest/gtest.h"
+#include "testing/files.h"
 #include "testing/subprocess.h"
 
 namespace ckpt {
