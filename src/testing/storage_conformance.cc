@@ -31,23 +31,41 @@ void PrintTo(const StorageConformanceParams& params, std::ostream* os) {
 }
 
 std::string StorageConformanceTestName(
-    const testing::TestParamInfo<StorageConformanceParams>& info) {
+    const ::testing::TestParamInfo<StorageConformanceParams>& info) {
   return info.param.name;
 }
 
+namespace {
+
+std::unique_ptr<Storage> Open(const StorageConformanceParams& params,
+                              const testing::TestRoot& root,
+                              const std::string& url, bool create) {
+  if (params.open) return params.open(url, create);
+  Result<std::unique_ptr<Storage>> storage =
+      OpenStorage(url, root.storage_options(create));
+  if (!storage.ok()) {
+    ADD_FAILURE() << storage.status().ToString();
+    return nullptr;
+  }
+  return std::move(storage).value();
+}
+
+}  // namespace
+
 void StorageConformanceTest::SetUp() {
-  storage_ = GetParam().open();
+  root_.emplace(GetParam().backend, "conformance-" + GetParam().name);
+  storage_ = Open(GetParam(), *root_, root_->url(), true);
   ASSERT_NE(storage_, nullptr) << GetParam().name << ": open failed";
   url_ = storage_->url();
 }
 
 void StorageConformanceTest::TearDown() {
   storage_.reset();
-  if (GetParam().cleanup && !url_.empty()) GetParam().cleanup(url_);
+  root_.reset();
 }
 
 std::unique_ptr<Storage> StorageConformanceTest::Reopen() {
-  return GetParam().reopen(url_);
+  return Open(GetParam(), *root_, url_, false);
 }
 
 namespace {
@@ -95,14 +113,14 @@ int64_t NowMs() {
       .count();
 }
 
-testing::AssertionResult IsOk(const Status& status) {
-  if (status.ok()) return testing::AssertionSuccess();
-  return testing::AssertionFailure() << status.ToString();
+::testing::AssertionResult IsOk(const Status& status) {
+  if (status.ok()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << status.ToString();
 }
 
-testing::AssertionResult HasCode(const Status& status, ErrorCode code) {
-  if (status.code() == code) return testing::AssertionSuccess();
-  return testing::AssertionFailure()
+::testing::AssertionResult HasCode(const Status& status, ErrorCode code) {
+  if (status.code() == code) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
          << "expected " << ErrorCodeName(code) << ", got " << status.ToString();
 }
 

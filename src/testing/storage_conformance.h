@@ -3,9 +3,11 @@
 // interface rather than on a backend. A backend's test fills in
 // StorageConformanceParams and instantiates the suite:
 //
-//   INSTANTIATE_TEST_SUITE_P(Memory, StorageConformanceTest,
-//                            testing::Values(MemoryParams()),
-//                            StorageConformanceTestName);
+//   INSTANTIATE_TEST_SUITE_P(
+//       Memory, StorageConformanceTest,
+//       ::testing::Values(StorageConformanceParams{
+//           .name = "Memory", .backend = testing::Backend::kMemory}),
+//       StorageConformanceTestName);
 //
 // PrintTo and StorageConformanceTestName live in storage_conformance.cc, next
 // to the cases: instantiating the suite references them, and that is what
@@ -18,10 +20,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 
 #include "ckpt/storage.h"
+#include "testing/backends.h"
 
 namespace ckpt {
 
@@ -32,14 +36,15 @@ std::string TestPattern(size_t size, uint64_t seed);
 struct StorageConformanceParams {
   // Names the instantiation in test names: letters, digits and '_' only.
   std::string name;
-  // Returns a fresh, empty storage; called once at the start of every test.
-  // nullptr fails the test.
-  std::function<std::unique_ptr<Storage>()> open;
-  // Returns another handle on the data of the storage at `url` (what a
-  // restarted process opens); the first handle may be gone by then.
-  std::function<std::unique_ptr<Storage>(const std::string& url)> reopen;
-  // Removes what `open` made (a temp directory, a named store); may be empty.
-  std::function<void(const std::string& url)> cleanup;
+  // Where every test gets its fresh, empty root (a testing::TestRoot, which
+  // removes it afterwards).
+  testing::Backend backend = testing::Backend::kMemory;
+  // Opens the root at `url`: with `create` at the start of every test, and
+  // without it for another handle on the same data (what a restarted
+  // process opens; the first handle may be gone by then). nullptr fails the
+  // test. Unset: OpenStorage with the options that reach the root.
+  std::function<std::unique_ptr<Storage>(const std::string& url, bool create)>
+      open;
   // The longest key component the store keeps: 255 (NAME_MAX) where a file
   // system holds each component. A test server may keep less (s3rver stores
   // "<name>._S3rver_metadata.json" files, so 233).
@@ -64,9 +69,10 @@ class StorageConformanceTest
   void TearDown() override;
 
   Storage& storage() { return *storage_; }
-  // A second handle on the same data, via params.reopen.
+  // A second handle on the same data, via params.open without create.
   std::unique_ptr<Storage> Reopen();
 
+  std::optional<testing::TestRoot> root_;
   std::unique_ptr<Storage> storage_;
   std::string url_;
 };

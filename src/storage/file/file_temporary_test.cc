@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -14,14 +13,13 @@
 
 #include "ckpt/storage.h"
 #include "storage/file/file_storage.h"
-#include "storage/memory/memory_storage.h"
+#include "testing/backends.h"
 #include "testing/crash_storage.h"
 #include "testing/fault_storage.h"
+#include "testing/temp_dir.h"
 
 namespace ckpt {
 namespace {
-
-namespace fs = std::filesystem;
 
 std::span<const std::byte> Bytes(std::string_view s) {
   return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
@@ -30,21 +28,12 @@ std::span<const std::byte> Bytes(std::string_view s) {
 class FileTemporaryTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string pattern =
-        (fs::temp_directory_path() / "ckpt-file-temporary-test-XXXXXX")
-            .string();
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
     Result<std::unique_ptr<Storage>> storage = OpenStorage("file://" + dir_);
     ASSERT_TRUE(storage.ok()) << storage.status().ToString();
     storage_ = std::move(storage).value();
   }
 
-  void TearDown() override {
-    storage_.reset();
-    std::error_code ignored;
-    fs::remove_all(dir_, ignored);
-  }
+  void TearDown() override { storage_.reset(); }
 
   std::vector<std::string> ListKeys() {
     std::vector<std::string> out;
@@ -56,7 +45,8 @@ class FileTemporaryTest : public ::testing::Test {
     return out;
   }
 
-  std::string dir_;
+  const testing::TempDir temp_{"file-temporary"};
+  const std::string dir_ = temp_.string();
   std::unique_ptr<Storage> storage_;
 };
 
@@ -146,9 +136,8 @@ TEST_F(FileTemporaryTest, WrappersAskTheBackend) {
 // backend would (file://), named so that TemporaryOf finds its key, and
 // nothing where it would not (mem://).
 TEST_F(FileTemporaryTest, CrashStorageLeavesStraysWhereTheBackendWould) {
-  DropMemoryStore("file-temporary-test");
-  Result<std::unique_ptr<Storage>> mem =
-      OpenStorage("mem://file-temporary-test");
+  const testing::TestRoot mem_root(testing::Backend::kMemory, "file-temporary");
+  Result<std::unique_ptr<Storage>> mem = mem_root.Open();
   ASSERT_TRUE(mem.ok()) << mem.status().ToString();
   for (Storage* target : {storage_.get(), mem->get()}) {
     SCOPED_TRACE(target->url());
@@ -173,7 +162,6 @@ TEST_F(FileTemporaryTest, CrashStorageLeavesStraysWhereTheBackendWould) {
     ASSERT_EQ(listed->size(), 1u);
     EXPECT_EQ(target->TemporaryOf((*listed)[0].key), "step-000000000002/data");
   }
-  DropMemoryStore("file-temporary-test");
 }
 
 }  // namespace

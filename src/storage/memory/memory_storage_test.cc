@@ -2,7 +2,6 @@
 
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <string>
 
 #include "ckpt/storage.h"
@@ -11,32 +10,10 @@
 namespace ckpt {
 namespace {
 
-StorageConformanceParams MemoryParams() {
-  StorageConformanceParams params;
-  params.name = "Memory";
-  params.open = []() -> std::unique_ptr<Storage> {
-    static std::atomic<int> counter{0};
-    Result<std::unique_ptr<Storage>> storage = OpenStorage(
-        "mem://conformance-" + std::to_string(counter.fetch_add(1)));
-    if (!storage.ok()) return nullptr;
-    return std::move(storage).value();
-  };
-  params.reopen = [](const std::string& url) -> std::unique_ptr<Storage> {
-    StorageOptions options;
-    options.create = false;
-    Result<std::unique_ptr<Storage>> storage = OpenStorage(url, options);
-    if (!storage.ok()) return nullptr;
-    return std::move(storage).value();
-  };
-  params.cleanup = [](const std::string& url) {
-    Result<ParsedUrl> parsed = ParseUrl(url);
-    if (parsed.ok()) DropMemoryStore(parsed->host + parsed->path);
-  };
-  return params;
-}
-
 INSTANTIATE_TEST_SUITE_P(Memory, StorageConformanceTest,
-                         testing::Values(MemoryParams()),
+                         ::testing::Values(StorageConformanceParams{
+                             .name = "Memory",
+                             .backend = testing::Backend::kMemory}),
                          StorageConformanceTestName);
 
 TEST(MemoryStorageTest, UrlWithoutANameIsInvalid) {

@@ -192,9 +192,10 @@ StorageConformanceParams S3Params(std::string name,
                                   bool honour_if_none_match) {
   StorageConformanceParams params;
   params.name = name;
-  auto open_with = [tweak, honour_if_none_match](
-                       const std::string& url,
-                       bool create) -> std::unique_ptr<Storage> {
+  params.backend = testing::Backend::kS3;
+  params.open = [tweak, honour_if_none_match](
+                    const std::string& url,
+                    bool create) -> std::unique_ptr<Storage> {
     S3rver* server = Server();
     if (server == nullptr) return nullptr;
     auto transport = std::make_shared<TestTransport>();
@@ -216,14 +217,6 @@ StorageConformanceParams S3Params(std::string name,
       return nullptr;
     }
     return std::move(storage).value();
-  };
-  params.open = [open_with, name]() -> std::unique_ptr<Storage> {
-    S3rver* server = Server();
-    if (server == nullptr) return nullptr;
-    return open_with(server->NewRoot("conformance-" + name), true);
-  };
-  params.reopen = [open_with](const std::string& url) {
-    return open_with(url, false);
   };
   // s3rver keeps each key component in files named "<name>._S3rver_*".
   params.longest_key_component = 233;
