@@ -9,7 +9,6 @@
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <set>
 
 #include "catalog/sql_catalog.h"
@@ -20,7 +19,8 @@
 #include "format/layout.h"
 #include "format/manifest.h"
 #include "gtest/gtest.h"
-#include "testing/postgres_server.h"
+#include "testing/catalog_databases.h"
+#include "testing/temp_dir.h"
 
 namespace ckpt {
 namespace {
@@ -28,28 +28,17 @@ namespace {
 namespace fs = std::filesystem;
 using testing::TestModel;
 
-class CatalogManagerTest : public ::testing::TestWithParam<std::string> {
+class CatalogManagerTest
+    : public ::testing::TestWithParam<testing::CatalogDatabase> {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/ckpt-catalog-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    root_ = "file://" + dir_ + "/root";
-    if (GetParam() == "Sqlite") {
-      catalog_url_ = dir_ + "/catalog.sqlite";
-    } else {
-      Result<ckpt::testing::PostgresServer*> server =
-          ckpt::testing::SharedPostgresServer();
-      ASSERT_TRUE(server.ok()) << server.status().ToString();
-      Result<std::string> url = (*server)->NewDatabase();
-      ASSERT_TRUE(url.ok()) << url.status().ToString();
-      catalog_url_ = *url;
-    }
+    Result<std::string> url = testing::NewCatalogDatabase(GetParam(), dir_);
+    ASSERT_TRUE(url.ok()) << url.status().ToString();
+    catalog_url_ = *url;
     auto catalog = OpenCatalog(catalog_url_);
     ASSERT_TRUE(catalog.ok()) << catalog.status().ToString();
     catalog_ = std::move(catalog).value();
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   std::unique_ptr<CheckpointManager> Open(Options options = {}) {
     if (!options.catalog) options.catalog = catalog_;
@@ -88,15 +77,16 @@ class CatalogManagerTest : public ::testing::TestWithParam<std::string> {
     ASSERT_TRUE(done.ok()) << done.status().ToString();
   }
 
-  std::string dir_;
-  std::string root_;
+  const testing::TempDir temp_{"catalog-manager"};
+  const std::string dir_ = temp_.string();
+  const std::string root_ = "file://" + dir_ + "/root";
   std::string catalog_url_;
   std::shared_ptr<Catalog> catalog_;
 };
 
 INSTANTIATE_TEST_SUITE_P(Databases, CatalogManagerTest,
-                         ::testing::Values("Sqlite", "Postgres"),
-                         [](const auto& info) { return info.param; });
+                         testing::AllCatalogDatabases(),
+                         testing::CatalogDatabaseTestName);
 
 TEST_P(CatalogManagerTest, EverySaveIsRecordedAfterItsCommit) {
   auto mgr = Open();

@@ -19,12 +19,16 @@ void PrintTo(const CatalogConformanceParams& params, std::ostream* os) {
 }
 
 std::string CatalogConformanceTestName(
-    const testing::TestParamInfo<CatalogConformanceParams>& info) {
+    const ::testing::TestParamInfo<CatalogConformanceParams>& info) {
   return info.param.name;
 }
 
+Result<std::string> CatalogConformanceTest::NewDatabase() const {
+  return testing::NewCatalogDatabase(GetParam().database, dir_.path());
+}
+
 void CatalogConformanceTest::SetUp() {
-  Result<std::string> url = GetParam().new_url();
+  Result<std::string> url = NewDatabase();
   ASSERT_TRUE(url.ok()) << url.status().ToString();
   url_ = *url;
   Result<std::unique_ptr<Catalog>> catalog = OpenCatalog(url_);
@@ -365,7 +369,7 @@ TEST_P(CatalogConformanceTest, ThreadsShareOneCatalog) {
 TEST_P(CatalogConformanceTest, EightProcessesWritingAtOnceLoseNoRow) {
   constexpr int kProcesses = 8;
   constexpr int kRowsEach = 25;
-  Result<std::string> url = GetParam().new_url();
+  Result<std::string> url = NewDatabase();
   ASSERT_TRUE(url.ok()) << url.status().ToString();
   std::fflush(nullptr);
   std::vector<pid_t> children;

@@ -3,8 +3,6 @@
 // checkpoints are resumed from exactly that checkpoint by asking
 // `ckpt catalog latest`, and `ckpt catalog sync` repairs a catalog.
 
-#include <fcntl.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,9 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -24,11 +20,10 @@
 #include "ckpt/catalog.h"
 #include "ckpt/checkpoint_manager.h"
 #include "gtest/gtest.h"
+#include "testing/catalog_databases.h"
 #include "testing/postgres_server.h"
-#include "testing/files.h"
 #include "testing/subprocess.h"
-
-extern char** environ;
+#include "testing/temp_dir.h"
 
 namespace ckpt {
 namespace {
@@ -36,32 +31,20 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 using testing::Contains;
-using testing::ReadFile;
 using testing::RunResult;
 using testing::TestModel;
 
-class CatalogCliTest : public ::testing::TestWithParam<std::string> {
+class CatalogCliTest
+    : public ::testing::TestWithParam<testing::CatalogDatabase> {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/ckpt-catalog-cli-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    if (GetParam() == "Sqlite") {
-      catalog_url_ = "sqlite://" + dir_ + "/catalog.sqlite";
-    } else {
-      auto server = ckpt::testing::SharedPostgresServer();
-      ASSERT_TRUE(server.ok()) << server.status().ToString();
-      auto url = (*server)->NewDatabase();
-      ASSERT_TRUE(url.ok()) << url.status().ToString();
-      catalog_url_ = *url;
-    }
+    auto url = testing::NewCatalogDatabase(GetParam(), dir_);
+    ASSERT_TRUE(url.ok()) << url.status().ToString();
+    catalog_url_ = *url;
     // Commands run without --catalog must not touch the user's catalog.
     setenv("CKPT_CATALOG", catalog_url_.c_str(), 1);
   }
-  void TearDown() override {
-    unsetenv("CKPT_CATALOG");
-    fs::remove_all(dir_);
-  }
+  void TearDown() override { unsetenv("CKPT_CATALOG"); }
 
   std::string Root(const std::string& name) const {
     return "file://" + dir_ + "/" + name;
@@ -99,13 +82,14 @@ class CatalogCliTest : public ::testing::TestWithParam<std::string> {
     ASSERT_TRUE(saved.ok()) << saved.status().ToString();
   }
 
-  std::string dir_;
+  const testing::TempDir temp_{"catalog-cli"};
+  const std::string dir_ = temp_.string();
   std::string catalog_url_;
 };
 
 INSTANTIATE_TEST_SUITE_P(Databases, CatalogCliTest,
-                         ::testing::Values("Sqlite", "Postgres"),
-                         [](const auto& info) { return info.param; });
+                         testing::AllCatalogDatabases(),
+                         testing::CatalogDatabaseTestName);
 
 // The model a job holds after its step `step`.
 TestModel ModelAt(int64_t job, int64_t step) {

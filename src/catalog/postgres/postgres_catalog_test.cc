@@ -17,18 +17,10 @@ namespace {
 using testing::PostgresServer;
 using testing::SharedPostgresServer;
 
-CatalogConformanceParams PostgresParams() {
-  CatalogConformanceParams params;
-  params.name = "Postgres";
-  params.new_url = []() -> Result<std::string> {
-    CKPT_ASSIGN_OR_RETURN(PostgresServer * server, SharedPostgresServer());
-    return server->NewDatabase();
-  };
-  return params;
-}
-
 INSTANTIATE_TEST_SUITE_P(Postgres, CatalogConformanceTest,
-                         ::testing::Values(PostgresParams()),
+                         ::testing::Values(CatalogConformanceParams{
+                             .name = "Postgres",
+                             .database = testing::CatalogDatabase::kPostgres}),
                          CatalogConformanceTestName);
 
 class PostgresCatalogTest : public ::testing::Test {

@@ -2,55 +2,28 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <string>
 
 #include "ckpt/catalog.h"
 #include "testing/catalog_conformance.h"
+#include "testing/files.h"
+#include "testing/temp_dir.h"
 
 namespace ckpt {
 namespace {
 
 namespace fs = std::filesystem;
 
-// A temp folder for this process's SQLite files, removed at exit.
-const std::string& TempDir() {
-  static const struct Dir {
-    std::string path;
-    Dir() {
-      const char* tmp = std::getenv("TMPDIR");
-      path = std::string(tmp && *tmp ? tmp : "/tmp") + "/ckpt_sqlite.XXXXXX";
-      if (mkdtemp(path.data()) == nullptr) path.clear();
-    }
-    ~Dir() {
-      std::error_code ec;
-      if (!path.empty()) fs::remove_all(path, ec);
-    }
-  } dir;
-  return dir.path;
-}
-
-CatalogConformanceParams SqliteParams() {
-  CatalogConformanceParams params;
-  params.name = "Sqlite";
-  params.new_url = []() -> Result<std::string> {
-    static std::atomic<int> counter{0};
-    if (TempDir().empty()) return IOError("no temp folder");
-    return "sqlite://" + TempDir() + "/catalog-" +
-           std::to_string(counter.fetch_add(1)) + ".sqlite";
-  };
-  return params;
-}
-
 INSTANTIATE_TEST_SUITE_P(Sqlite, CatalogConformanceTest,
-                         testing::Values(SqliteParams()),
+                         ::testing::Values(CatalogConformanceParams{
+                             .name = "Sqlite",
+                             .database = testing::CatalogDatabase::kSqlite}),
                          CatalogConformanceTestName);
 
 TEST(SqliteCatalogTest, PlainPathCreatesMissingFoldersPrivately) {
-  const std::string dir = TempDir() + "/state/deeper";
+  const testing::TempDir temp("sqlite");
+  const std::string dir = temp.string() + "/state/deeper";
   auto catalog = OpenCatalog(dir + "/catalog.sqlite");
   ASSERT_TRUE(catalog.ok()) << catalog.status().ToString();
   EXPECT_EQ((*catalog)->url(), "sqlite://" + dir + "/catalog.sqlite");
@@ -62,8 +35,9 @@ TEST(SqliteCatalogTest, PlainPathCreatesMissingFoldersPrivately) {
 }
 
 TEST(SqliteCatalogTest, AFileThatIsNotADatabaseIsAnErrorAtOpen) {
-  const std::string path = TempDir() + "/not-a-database";
-  std::ofstream(path) << std::string(4096, 'x');
+  const testing::TempDir temp("sqlite");
+  const std::string path = temp.string() + "/not-a-database";
+  ASSERT_TRUE(testing::WriteFile(path, std::string(4096, 'x')));
   auto catalog = OpenCatalog(path);
   ASSERT_FALSE(catalog.ok());
   EXPECT_EQ(catalog.status().code(), ErrorCode::kDataLoss)
