@@ -1,14 +1,11 @@
 // SaveAsync: what is saved is the state at the call, errors are never lost,
 // the manager waits for the save in flight, on one rank and on many.
-#include <unistd.h>
-
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -19,8 +16,10 @@
 #include "format/layout.h"
 #include "format/manifest.h"
 #include "gtest/gtest.h"
-#include "storage/memory/memory_storage.h"
+#include "testing/backends.h"
 #include "testing/fault_storage.h"
+#include "testing/files.h"
+#include "testing/temp_dir.h"
 
 namespace ckpt {
 namespace {
@@ -81,15 +80,10 @@ class GateStorage : public StorageWrapper {
 class AsyncSaveTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    name_ = "async-" + std::to_string(getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    DropMemoryStore(name_);
-    url_ = "mem://" + name_;
     auto base = OpenStorage(url_);
     ASSERT_TRUE(base.ok()) << base.status().ToString();
     base_ = std::move(base).value();
   }
-  void TearDown() override { DropMemoryStore(name_); }
 
   Options SmallChunks() {
     Options o;
@@ -115,8 +109,8 @@ class AsyncSaveTest : public ::testing::Test {
     return std::move(mgr).value();
   }
 
-  std::string name_;
-  std::string url_;
+  const testing::TestRoot root_{testing::Backend::kMemory, "async"};
+  const std::string url_ = root_.url();
   std::unique_ptr<Storage> base_;
   std::unique_ptr<GateStorage> gate_;
 };
@@ -320,8 +314,10 @@ TEST_F(AsyncSaveTest, AStateOverTheStagingBudgetIsSavedSynchronously) {
 // caller's changes after the call must still not reach the checkpoint, and
 // the object must read back bit for bit, save after save.
 TEST_F(AsyncSaveTest, OnFilesStagedEntriesAreWrittenInPlaceBitIdentical) {
-  std::string dir = "/var/tmp/ckpt-async-file-XXXXXX";
-  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  // On disk, so that the writes really go through O_DIRECT (a tmpfs /tmp
+  // may refuse it and get buffered writes).
+  const testing::TempDir temp("async-file", "/var/tmp");
+  const std::string dir = temp.string();
   {
     auto mgr = CheckpointManager::Open("file://" + dir, Options{});
     ASSERT_TRUE(mgr.ok()) << mgr.status().ToString();
@@ -341,11 +337,12 @@ TEST_F(AsyncSaveTest, OnFilesStagedEntriesAreWrittenInPlaceBitIdentical) {
       for (const auto& e : std::filesystem::recursive_directory_iterator(
                dir + "/" + format::StepDirName(step))) {
         if (e.path().extension() != ".safetensors") continue;
-        std::ifstream in(e.path(), std::ios::binary);
-        unsigned char len[8] = {};
-        in.read(reinterpret_cast<char*>(len), 8);
+        std::string len = testing::ReadFile(e.path()).substr(0, 8);
+        len.resize(8, '\0');
         uint64_t header = 0;
-        for (int i = 7; i >= 0; --i) header = header << 8 | len[i];
+        for (int i = 7; i >= 0; --i) {
+          header = header << 8 | static_cast<unsigned char>(len[i]);
+        }
         EXPECT_EQ((8 + header) % format::kSafetensorsPageAlignment, 0u)
             << e.path();
         found = true;
@@ -353,7 +350,6 @@ TEST_F(AsyncSaveTest, OnFilesStagedEntriesAreWrittenInPlaceBitIdentical) {
       EXPECT_TRUE(found);
     }
   }
-  std::filesystem::remove_all(dir);
 }
 
 TEST(SaveHandleTest, AHandleOfNoSaveFails) {

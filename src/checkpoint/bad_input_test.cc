@@ -15,7 +15,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <limits>
 #include <map>
@@ -32,6 +31,9 @@
 #include "format/layout.h"
 #include "format/manifest.h"
 #include "storage/memory/memory_storage.h"
+#include "testing/backends.h"
+#include "testing/files.h"
+#include "testing/temp_dir.h"
 #include "util/checksum.h"
 #include "util/names.h"
 
@@ -104,14 +106,19 @@ Result<format::Manifest> ManifestOf(Storage& storage, int64_t step) {
                                 "test");
 }
 
-std::string TempDir(std::string_view tag) {
-  std::string pattern =
-      ::testing::TempDir() + "ckpt-bad-" + std::string(tag) + "-XXXXXX";
-  if (::mkdtemp(pattern.data()) == nullptr) {
-    ADD_FAILURE() << "mkdtemp: " << std::strerror(errno);
-    return "";
+// Opens `url` as `mgr` and commits Model(1) and Model(2) as steps 1 and 2.
+void OpenAndCommitTwo(const std::string& url,
+                      std::unique_ptr<CheckpointManager>& mgr) {
+  Result<std::unique_ptr<CheckpointManager>> opened =
+      CheckpointManager::Open(url);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  mgr = std::move(opened).value();
+  for (int step : {1, 2}) {
+    Model m(step);
+    State s = m.ToState();
+    Result<SaveResult> r = mgr->Save(step, s);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
   }
-  return pattern;
 }
 
 // --- Damaged checkpoints on mem:// ------------------------------------------
@@ -122,30 +129,15 @@ std::string TempDir(std::string_view tag) {
 class DamagedTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const ::testing::TestInfo* info =
-        ::testing::UnitTest::GetInstance()->current_test_info();
-    name_ = std::string("bad_input_test-") + info->name();
-    DropMemoryStore(name_);
-    Result<std::unique_ptr<CheckpointManager>> mgr =
-        CheckpointManager::Open("mem://" + name_);
-    ASSERT_TRUE(mgr.ok()) << mgr.status().ToString();
-    mgr_ = std::move(mgr).value();
-    for (int step : {1, 2}) {
-      Model m(step);
-      State s = m.ToState();
-      Result<SaveResult> r = mgr_->Save(step, s);
-      ASSERT_TRUE(r.ok()) << r.status().ToString();
-    }
+    ASSERT_NO_FATAL_FAILURE(OpenAndCommitTwo(root_.url(), mgr_));
     data2_ = DataKeyOf(storage(), 2);
   }
-
-  void TearDown() override { DropMemoryStore(name_); }
 
   // A fresh manager on the same store, as another process would see it: a
   // manager caches the manifests it has read.
   void Reopen() {
     Result<std::unique_ptr<CheckpointManager>> mgr =
-        CheckpointManager::Open("mem://" + name_);
+        CheckpointManager::Open(root_.url());
     ASSERT_TRUE(mgr.ok()) << mgr.status().ToString();
     mgr_ = std::move(mgr).value();
   }
@@ -171,7 +163,7 @@ class DamagedTest : public ::testing::Test {
     return {r.status(), untouched};
   }
 
-  std::string name_;
+  const testing::TestRoot root_{testing::Backend::kMemory, "damaged"};
   std::unique_ptr<CheckpointManager> mgr_;
   std::string data2_;
 };
@@ -518,19 +510,13 @@ struct BadState {
 
 class BadStateTest : public ::testing::TestWithParam<BadState> {
  protected:
-  void SetUp() override {
-    name_ = "bad_input_test-state-" + std::to_string(counter_++);
-    DropMemoryStore(name_);
-  }
-  void TearDown() override { DropMemoryStore(name_); }
-  static inline int counter_ = 0;
-  std::string name_;
+  const testing::TestRoot root_{testing::Backend::kMemory, "bad-state"};
 };
 
 TEST_P(BadStateTest, SaveRefusesAndWritesNothing) {
   const BadState& bad = GetParam();
   Result<std::unique_ptr<CheckpointManager>> mgr =
-      CheckpointManager::Open("mem://" + name_);
+      CheckpointManager::Open(root_.url());
   ASSERT_TRUE(mgr.ok()) << mgr.status().ToString();
   std::vector<float> ok(10, 1.0f), dup(10, 2.0f);
   State s;
@@ -565,15 +551,11 @@ INSTANTIATE_TEST_SUITE_P(
 class HostileStateTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    name_ = std::string("bad_input_test-") +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    DropMemoryStore(name_);
     Result<std::unique_ptr<CheckpointManager>> mgr =
-        CheckpointManager::Open("mem://" + name_);
+        CheckpointManager::Open(root_.url());
     ASSERT_TRUE(mgr.ok()) << mgr.status().ToString();
     mgr_ = std::move(mgr).value();
   }
-  void TearDown() override { DropMemoryStore(name_); }
 
   void ExpectNothingWritten() {
     Result<std::vector<ObjectInfo>> objects = mgr_->storage().List("");
@@ -581,7 +563,7 @@ class HostileStateTest : public ::testing::Test {
     EXPECT_TRUE(objects->empty()) << objects->front().key;
   }
 
-  std::string name_;
+  const testing::TestRoot root_{testing::Backend::kMemory, "hostile-state"};
   std::unique_ptr<CheckpointManager> mgr_;
 };
 
@@ -626,21 +608,19 @@ TEST(BadRootTest, UnknownScheme) {
 }
 
 TEST(BadRootTest, RootThatIsARegularFile) {
-  const std::string dir = TempDir("file");
-  const std::string path = dir + "/not-a-dir";
-  { std::ofstream(path) << "hello"; }
+  const testing::TempDir temp("bad-file");
+  const std::string path = temp.string() + "/not-a-dir";
+  ASSERT_TRUE(testing::WriteFile(path, "hello"));
   EXPECT_ERROR(CheckpointManager::Open("file://" + path).status(),
                ErrorCode::kInvalidArgument, path);
   EXPECT_ERROR(CheckpointManager::Open(path).status(),
                ErrorCode::kInvalidArgument, path);
-  std::ifstream in(path);
-  std::string content((std::istreambuf_iterator<char>(in)), {});
-  EXPECT_EQ(content, "hello");
-  std::filesystem::remove_all(dir);
+  EXPECT_EQ(testing::ReadFile(path), "hello");
 }
 
 TEST(BadRootTest, MissingRootWithoutCreate) {
-  const std::string dir = TempDir("missing");
+  const testing::TempDir temp("bad-missing");
+  const std::string dir = temp.string();
   Options o;
   o.create = false;
   const std::string root = dir + "/no/such/root";
@@ -655,36 +635,18 @@ TEST(BadRootTest, MissingRootWithoutCreate) {
                 .status()
                 .code(),
             ErrorCode::kNotFound);
-  std::filesystem::remove_all(dir);
 }
 
 // --- File system failures on file:// ----------------------------------------
 
 class FileRootTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = TempDir("root");
-    ASSERT_FALSE(dir_.empty());
-  }
-  void TearDown() override {
-    mgr_.reset();
-    std::filesystem::remove_all(dir_);
-  }
+  void TearDown() override { mgr_.reset(); }
 
-  void OpenAndSaveTwo() {
-    Result<std::unique_ptr<CheckpointManager>> mgr =
-        CheckpointManager::Open("file://" + dir_ + "/root");
-    ASSERT_TRUE(mgr.ok()) << mgr.status().ToString();
-    mgr_ = std::move(mgr).value();
-    for (int step : {1, 2}) {
-      Model m(step);
-      State s = m.ToState();
-      Result<SaveResult> r = mgr_->Save(step, s);
-      ASSERT_TRUE(r.ok()) << r.status().ToString();
-    }
-  }
+  void OpenAndSaveTwo() { OpenAndCommitTwo("file://" + dir_ + "/root", mgr_); }
 
-  std::string dir_;
+  const testing::TempDir temp_{"bad-root"};
+  const std::string dir_ = temp_.string();
   std::unique_ptr<CheckpointManager> mgr_;
 };
 
@@ -771,7 +733,11 @@ Status OpenAndSave(const std::string& url) {
 }
 
 TEST_F(FileRootTest, DirectoryWithoutPermission) {
-  if (::geteuid() != 0) GTEST_SKIP() << "needs root to switch to another user";
+  // Root passes every permission check, so the test drops to another user;
+  // only root can.
+  ASSERT_EQ(::geteuid(), 0u)
+      << "needs root to switch to another user: run the tests as root, as "
+         "CI does";
   ASSERT_EQ(::chmod(dir_.c_str(), 0755), 0);
   // Not even readable: the open fails.
   const std::string closed = dir_ + "/closed";
@@ -798,16 +764,12 @@ TEST_F(FileRootTest, DirectoryWithoutPermission) {
 class FullDiskTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = TempDir("full");
-    ASSERT_FALSE(dir_.empty());
-    mnt_ = dir_ + "/mnt";
+    mnt_ = temp_.string() + "/mnt";
     ASSERT_EQ(::mkdir(mnt_.c_str(), 0755), 0);
     if (::mount("tmpfs", mnt_.c_str(), "tmpfs", 0, "size=1m") != 0) {
-      const int err = errno;
-      if (err == EPERM || err == EACCES) {
-        GTEST_SKIP() << "cannot mount a tmpfs here: " << std::strerror(err);
-      }
-      FAIL() << "mount tmpfs: " << std::strerror(err);
+      // Mounting needs CAP_SYS_ADMIN, which CI has (it runs as root).
+      FAIL() << "cannot mount a tmpfs here (mount(2): " << std::strerror(errno)
+             << "): run the tests as root (CAP_SYS_ADMIN), as CI does";
     }
     mounted_ = true;
   }
@@ -816,10 +778,10 @@ class FullDiskTest : public ::testing::Test {
     if (mounted_ && ::umount2(mnt_.c_str(), MNT_DETACH) != 0) {
       ADD_FAILURE() << "umount " << mnt_ << ": " << std::strerror(errno);
     }
-    std::filesystem::remove_all(dir_);
   }
 
-  std::string dir_, mnt_;
+  const testing::TempDir temp_{"bad-full"};
+  std::string mnt_;
   bool mounted_ = false;
   std::unique_ptr<CheckpointManager> mgr_;
 };

@@ -2,10 +2,8 @@
 // of the retention and garbage collection that follow its commit) leaves the
 // previous checkpoint loadable and the new one either complete or absent;
 // a save that reported success always survives.
-#include <unistd.h>
-
 #include <chrono>
-#include <filesystem>
+#include <optional>
 #include <set>
 
 #include "checkpoint/test_util.h"
@@ -14,53 +12,32 @@
 #include "format/layout.h"
 #include "format/manifest.h"
 #include "gtest/gtest.h"
-#include "storage/memory/memory_storage.h"
+#include "testing/backends.h"
 #include "testing/fault_storage.h"
-#include "testing/s3rver.h"
 
 namespace ckpt {
 namespace {
 
+using testing::Backend;
+using testing::BackendName;
 using testing::FaultStorage;
 using testing::TestModel;
 
 struct CrashCase {
-  std::string backend;  // "mem", "file" or "s3" (s3rver)
-  int keep_last;        // 0: no retention; 1: the save also deletes step 1
+  Backend backend;  // s3:// is s3rver's
+  int keep_last;    // 0: no retention; 1: the save also deletes step 1
 };
 
 void PrintTo(const CrashCase& c, std::ostream* os) {
-  *os << c.backend << " keep_last=" << c.keep_last;
+  *os << BackendName(c.backend) << " keep_last=" << c.keep_last;
 }
 
 class CrashTest : public ::testing::TestWithParam<CrashCase> {
  protected:
-  void TearDown() override {
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
-  }
-
-  // A fresh root holding one committed checkpoint (step 1, model A).
-  std::string FreshRoot(int round) {
-    if (GetParam().backend == "s3") {
-      Result<testing::S3rver*> server = testing::S3rver::Shared();
-      if (!server.ok()) {
-        ADD_FAILURE() << server.status().ToString();
-        return "s3://no-s3-server/x";
-      }
-      (*server)->ExportEnvironment();  // plain s3:// URLs reach it
-      return (*server)->NewRoot("crash");
-    }
-    if (GetParam().backend == "file") {
-      if (!dir_.empty()) std::filesystem::remove_all(dir_);
-      char tmpl[] = "/tmp/ckpt-crash-test-XXXXXX";
-      EXPECT_NE(mkdtemp(tmpl), nullptr);
-      dir_ = tmpl;
-      return "file://" + dir_;
-    }
-    const std::string name =
-        "crash-" + std::to_string(getpid()) + "-" + std::to_string(round);
-    DropMemoryStore(name);
-    return "mem://" + name;
+  // A fresh, empty root, in place of the last one.
+  std::string FreshRoot() {
+    root_.emplace(GetParam().backend, "crash");
+    return root_->url();
   }
 
   Options MakeOptions() {
@@ -88,7 +65,7 @@ class CrashTest : public ::testing::TestWithParam<CrashCase> {
     return {ok, f->operations()};
   }
 
-  std::string dir_;
+  std::optional<testing::TestRoot> root_;
 };
 
 // After the crash, reopen the root untouched and check the promises.
@@ -157,9 +134,8 @@ void CheckAfterCrash(const std::string& url, bool save_ok,
 }
 
 TEST_P(CrashTest, EveryOperationBeforeAndAfter) {
-  int round = 0;
   // Count the operations of an undisturbed save.
-  std::string url = FreshRoot(round++);
+  std::string url = FreshRoot();
   {
     TestModel a(1);
     State s = a.MakeState();
@@ -175,7 +151,7 @@ TEST_P(CrashTest, EveryOperationBeforeAndAfter) {
   for (auto mode :
        {FaultStorage::Mode::kCrashBefore, FaultStorage::Mode::kCrashAfter}) {
     for (uint64_t op = 0; op <= total; ++op) {
-      url = FreshRoot(round++);
+      url = FreshRoot();
       {
         TestModel a(1);
         State s = a.MakeState();
@@ -197,15 +173,18 @@ TEST_P(CrashTest, EveryOperationBeforeAndAfter) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Backends, CrashTest,
-    ::testing::Values(CrashCase{"mem", 0}, CrashCase{"mem", 1},
-                      CrashCase{"file", 0}, CrashCase{"file", 1},
-                      CrashCase{"s3", 0}, CrashCase{"s3", 1}),
-    [](const auto& info) {
-      return info.param.backend + "_keep_last_" +
-             std::to_string(info.param.keep_last);
-    });
+INSTANTIATE_TEST_SUITE_P(Backends, CrashTest,
+                         ::testing::Values(CrashCase{Backend::kMemory, 0},
+                                           CrashCase{Backend::kMemory, 1},
+                                           CrashCase{Backend::kFile, 0},
+                                           CrashCase{Backend::kFile, 1},
+                                           CrashCase{Backend::kS3, 0},
+                                           CrashCase{Backend::kS3, 1}),
+                         [](const auto& info) {
+                           return BackendName(info.param.backend) +
+                                  "_keep_last_" +
+                                  std::to_string(info.param.keep_last);
+                         });
 
 }  // namespace
 }  // namespace ckpt

@@ -5,11 +5,8 @@
 // not advanced; an error after it (the LATEST hint, garbage collection) is
 // only a warning. The previous checkpoint still verifies and loads, and once
 // the storage works again the next save succeeds.
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <future>
 
 #include "ckpt/catalog.h"
@@ -18,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "testing/fault_storage.h"
 #include "testing/step_model.h"
+#include "testing/temp_dir.h"
 
 namespace ckpt {
 namespace {
@@ -48,13 +46,6 @@ void PrintTo(const ErrorCase& c, std::ostream* os) { *os << Name(c); }
 
 class ErrorInjectionTest : public ::testing::TestWithParam<ErrorCase> {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/dev/shm/ckpt-errors-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
   // A fresh root holding step 1, and a fresh catalog that recorded it.
   void Prepare(int round) {
     root_ = "file://" + dir_ + "/root-" + std::to_string(round);
@@ -99,7 +90,8 @@ class ErrorInjectionTest : public ::testing::TestWithParam<ErrorCase> {
     return (*latest)->step;
   }
 
-  std::string dir_;
+  const testing::TempDir temp_{"errors", "/dev/shm"};
+  const std::string dir_ = temp_.string();
   std::string root_;
   std::shared_ptr<Catalog> catalog_;
 };

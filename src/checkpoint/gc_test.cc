@@ -1,14 +1,9 @@
 // Retention on Save, min_seconds_between_saves, GarbageCollect and Delete,
 // through CheckpointManager on mem:// and file://.
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <algorithm>
-#include <cctype>
-#include <cerrno>
 #include <chrono>
-#include <cstring>
-#include <filesystem>
 #include <functional>
 #include <map>
 #include <optional>
@@ -23,7 +18,7 @@
 #include "format/constants.h"
 #include "format/layout.h"
 #include "format/manifest.h"
-#include "storage/memory/memory_storage.h"
+#include "testing/backends.h"
 
 namespace ckpt {
 namespace {
@@ -70,7 +65,7 @@ int64_t SystemNowMs() {
       .count();
 }
 
-enum class Backend { kMemory, kFile };
+using testing::Backend;
 
 // A fresh root per test, and a clock the test moves.
 class ManagerTest : public ::testing::Test {
@@ -81,28 +76,8 @@ class ManagerTest : public ::testing::Test {
     // Objects carry the real time as their mtime; the fake clock starts there
     // so that "younger than the grace period" means something.
     now_ms_ = SystemNowMs();
-    const ::testing::TestInfo* info =
-        ::testing::UnitTest::GetInstance()->current_test_info();
-    std::string name =
-        std::string("gc_test-") + info->test_suite_name() + "-" + info->name();
-    for (char& c : name) {
-      if (!std::isalnum(static_cast<unsigned char>(c))) c = '-';
-    }
-    if (backend() == Backend::kMemory) {
-      mem_name_ = name;
-      DropMemoryStore(mem_name_);
-      url_ = "mem://" + mem_name_;
-    } else {
-      std::string pattern = ::testing::TempDir() + "ckpt-gc-XXXXXX";
-      ASSERT_NE(::mkdtemp(pattern.data()), nullptr) << std::strerror(errno);
-      dir_ = pattern;
-      url_ = "file://" + dir_ + "/root";
-    }
-  }
-
-  void TearDown() override {
-    if (!mem_name_.empty()) DropMemoryStore(mem_name_);
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+    root_.emplace(backend(), "gc");
+    url_ = root_->url();
   }
 
   Options MakeOptions() {
@@ -155,9 +130,8 @@ class ManagerTest : public ::testing::Test {
   }
 
   int64_t now_ms_ = 0;
+  std::optional<testing::TestRoot> root_;
   std::string url_;
-  std::string mem_name_;
-  std::string dir_;
 };
 
 // The same cases on every backend.
@@ -169,10 +143,7 @@ class GcTest : public ManagerTest,
 
 INSTANTIATE_TEST_SUITE_P(Backends, GcTest,
                          ::testing::Values(Backend::kMemory, Backend::kFile),
-                         [](const auto& info) {
-                           return info.param == Backend::kMemory ? "Memory"
-                                                                 : "File";
-                         });
+                         testing::BackendTestName);
 
 TEST_P(GcTest, KeepLastOnSaveLeavesTheNewestTwo) {
   Options o = MakeOptions();

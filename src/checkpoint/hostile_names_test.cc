@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
 
@@ -17,7 +16,9 @@
 #include "format/layout.h"
 #include "format/manifest.h"
 #include "gtest/gtest.h"
+#include "testing/files.h"
 #include "testing/step_model.h"
+#include "testing/temp_dir.h"
 #include "util/names.h"
 
 namespace ckpt {
@@ -36,8 +37,7 @@ std::map<std::string, std::string> Tree(const fs::path& dir) {
     if (e.is_symlink()) {
       what = "-> " + fs::read_symlink(e.path()).string();
     } else if (e.is_regular_file()) {
-      std::ifstream in(e.path(), std::ios::binary);
-      what.assign(std::istreambuf_iterator<char>(in), {});
+      what = testing::ReadFile(e.path());
     } else {
       what = "dir";
     }
@@ -88,12 +88,8 @@ std::vector<std::string> HostileKeys() {
 class HostileNamesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/ckpt-hostile-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    base_ = tmpl;
-    root_ = base_ / "root";
     fs::create_directories(base_ / "outside");
-    std::ofstream(base_ / "outside" / "secret") << kSecret;
+    ASSERT_TRUE(testing::WriteFile(base_ / "outside" / "secret", kSecret));
     // A committed checkpoint, then symlinks planted among its files.
     auto mgr = CheckpointManager::Open(root_.string());
     ASSERT_TRUE(mgr.ok());
@@ -106,9 +102,9 @@ class HostileNamesTest : public ::testing::Test {
                        root_ / "step-000000000001" / "escape");
     outside_ = Tree(base_ / "outside");
   }
-  void TearDown() override { fs::remove_all(base_); }
-
-  fs::path base_, root_;
+  const testing::TempDir temp_{"hostile"};
+  const fs::path base_ = temp_.path();
+  const fs::path root_ = base_ / "root";
   std::map<std::string, std::string> outside_;
 };
 

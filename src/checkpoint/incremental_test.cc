@@ -1,12 +1,11 @@
 // Incremental saves: only changed chunks are written, the rest referenced;
 // every checkpoint of a chain loads bit-identical; retention, gc and Delete
 // respect the references; crashes never break a kept checkpoint.
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <filesystem>
+#include <deque>
 #include <random>
 #include <set>
 #include <thread>
@@ -17,7 +16,7 @@
 #include "format/layout.h"
 #include "format/manifest.h"
 #include "gtest/gtest.h"
-#include "storage/memory/memory_storage.h"
+#include "testing/backends.h"
 #include "testing/fault_storage.h"
 
 namespace ckpt {
@@ -121,23 +120,12 @@ void ExpectNoUnnamedObjects(CheckpointManager& mgr) {
 
 class IncrementalTest : public ::testing::Test {
  protected:
-  void TearDown() override {
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
-  }
-
+  // Fresh roots, each kept until the end of the test.
   std::string MemRoot() {
-    const std::string name =
-        "incr-" + std::to_string(getpid()) + "-" + std::to_string(counter_++);
-    DropMemoryStore(name);
-    return "mem://" + name;
+    return roots_.emplace_back(testing::Backend::kMemory, "incr").url();
   }
-
   std::string FileRoot() {
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
-    char tmpl[] = "/tmp/ckpt-incr-test-XXXXXX";
-    EXPECT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    return "file://" + dir_;
+    return roots_.emplace_back(testing::Backend::kFile, "incr").url();
   }
 
   static Options MakeOptions() {
@@ -153,8 +141,7 @@ class IncrementalTest : public ::testing::Test {
     return mgr.ok() ? std::move(mgr).value() : nullptr;
   }
 
-  std::string dir_;
-  int counter_ = 0;
+  std::deque<testing::TestRoot> roots_;
 };
 
 SaveOptions Incremental() {
@@ -566,11 +553,9 @@ TEST_F(IncrementalTest, RandomizedRoundsOnFiles) {
 // Several ranks, each holding a row shard of the tables and a replicated
 // counter: each compares its own pieces with the parent's.
 TEST_F(IncrementalTest, ManyRanks) {
-  const std::string url = MemRoot();
   for (int ranks : {1, 3}) {
     SCOPED_TRACE(std::to_string(ranks) + " ranks");
-    const std::string root = url + "-" + std::to_string(ranks);
-    DropMemoryStore(root.substr(6));
+    const std::string root = MemRoot();
     const int64_t rows = 600, dim = 16;
     std::vector<float> full(rows * dim);
     for (size_t i = 0; i < full.size(); ++i) full[i] = static_cast<float>(i);

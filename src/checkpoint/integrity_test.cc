@@ -5,15 +5,13 @@
 // file's safetensors header is for other readers — ckpt reads its bytes
 // where the checksummed manifest says — so damage there is Verify's to
 // report, and Load still returns every byte right.
-#include <unistd.h>
-
 #include <string>
 
 #include "ckpt/checkpoint_manager.h"
 #include "format/constants.h"
 #include "format/safetensors.h"
 #include "gtest/gtest.h"
-#include "storage/memory/memory_storage.h"
+#include "testing/backends.h"
 #include "testing/step_model.h"
 
 namespace ckpt {
@@ -29,9 +27,6 @@ constexpr int64_t kRows = 1;  // 96 floats per rank: a small checkpoint
 class IntegrityTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    name_ = "integrity-" + std::to_string(::getpid());
-    DropMemoryStore(name_);
-    url_ = "mem://" + name_;
     StepModel model(1, kRanks, kRows);
     RunRanks(kRanks, [&](int rank, Communicator* comm) {
       Options o;
@@ -49,7 +44,6 @@ class IntegrityTest : public ::testing::Test {
     for (const ObjectInfo& o : *objects) keys_.push_back(o.key);
     ASSERT_EQ(keys_.size(), 1u + kRanks);  // the manifest and 2 data files
   }
-  void TearDown() override { DropMemoryStore(name_); }
 
   // What Verify and Load make of the checkpoint as it is now; `in_header`:
   // the damage is in a data file's safetensors header.
@@ -79,8 +73,8 @@ class IntegrityTest : public ::testing::Test {
     return 8 + len;
   }
 
-  std::string name_;
-  std::string url_;
+  const testing::TestRoot root_{testing::Backend::kMemory, "integrity"};
+  const std::string url_ = root_.url();
   std::unique_ptr<Storage> storage_;
   std::vector<std::string> keys_;
   uint64_t checked_ = 0;

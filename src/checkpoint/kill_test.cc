@@ -12,7 +12,6 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <filesystem>
 #include <random>
 #include <set>
 #include <string>
@@ -21,6 +20,7 @@
 #include "ckpt/checkpoint_manager.h"
 #include "gtest/gtest.h"
 #include "testing/step_model.h"
+#include "testing/temp_dir.h"
 
 namespace ckpt {
 namespace {
@@ -76,10 +76,8 @@ TEST(KillTest, SaverKilledAtRandomMoments) {
   std::printf("[ kill ] %d kills, CKPT_KILL_SEED=%llu\n", kills,
               static_cast<unsigned long long>(seed));
   std::mt19937_64 gen(seed);
-  char tmpl[] = "/tmp/ckpt-kill-test-XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl;
-  const std::string root = "file://" + dir;
+  const testing::TempDir dir("kill");
+  const std::string root = dir.url();
 
   int64_t reported_max = 0;  // the newest step any saver reported
   std::set<int64_t> reported;
@@ -143,7 +141,6 @@ TEST(KillTest, SaverKilledAtRandomMoments) {
       "[ kill ] %d kills; %lld steps committed (%zu reported), %d "
       "kills left the newest an unreported save\n",
       kills, static_cast<long long>(committed), reported.size(), mid_save);
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

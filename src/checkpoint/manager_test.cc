@@ -1,6 +1,3 @@
-#include <unistd.h>
-
-#include <filesystem>
 #include <set>
 
 #include "checkpoint/messages.h"
@@ -10,7 +7,7 @@
 #include "format/manifest.h"
 #include "format/safetensors.h"
 #include "gtest/gtest.h"
-#include "storage/memory/memory_storage.h"
+#include "testing/backends.h"
 
 namespace ckpt {
 namespace {
@@ -19,40 +16,22 @@ using testing::RandomBytes;
 using testing::TestModel;
 
 // Runs each round-trip test on mem:// and on file://.
-class RoundTripTest : public ::testing::TestWithParam<std::string> {
+class RoundTripTest : public ::testing::TestWithParam<testing::Backend> {
  protected:
-  void SetUp() override {
-    if (GetParam() == "file") {
-      char tmpl[] = "/tmp/ckpt-manager-test-XXXXXX";
-      ASSERT_NE(mkdtemp(tmpl), nullptr);
-      dir_ = tmpl;
-      url_ = "file://" + dir_;
-    } else {
-      url_ =
-          "mem://" +
-          std::string(
-              ::testing::UnitTest::GetInstance()->current_test_info()->name()) +
-          std::to_string(getpid());
-      DropMemoryStore(url_.substr(6));
-    }
-  }
-  void TearDown() override {
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
-  }
-
   std::unique_ptr<CheckpointManager> Open(Options options = {}) {
     auto mgr = CheckpointManager::Open(url_, std::move(options));
     EXPECT_TRUE(mgr.ok()) << mgr.status().ToString();
     return std::move(mgr).value();
   }
 
-  std::string url_;
-  std::string dir_;
+  testing::TestRoot root_{GetParam(), "manager"};
+  const std::string url_ = root_.url();
 };
 
 INSTANTIATE_TEST_SUITE_P(Backends, RoundTripTest,
-                         ::testing::Values("mem", "file"),
-                         [](const auto& info) { return info.param; });
+                         ::testing::Values(testing::Backend::kMemory,
+                                           testing::Backend::kFile),
+                         testing::BackendTestName);
 
 TEST_P(RoundTripTest, EveryDTypeIncludingEmptyAndScalar) {
   // Per dtype: a 2-d tensor, a 0-d scalar and an empty tensor.

@@ -1,13 +1,12 @@
 // The save protocol across ranks (threads standing in for processes) and
 // loading onto any world size: resharded, replicated where it was sharded
 // and the reverse, reading only the chunks a rank needs.
-#include <unistd.h>
-
 #include <array>
 #include <atomic>
 #include <cstring>
 #include <functional>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -15,7 +14,7 @@
 #include "ckpt/checkpoint_manager.h"
 #include "format/manifest.h"
 #include "gtest/gtest.h"
-#include "storage/memory/memory_storage.h"
+#include "testing/backends.h"
 #include "testing/fault_storage.h"
 
 namespace ckpt {
@@ -46,11 +45,12 @@ using testing::RunRanks;
 
 class MultiRankTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    name_ = "multirank-" + std::to_string(getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    DropMemoryStore(name_);
-    url_ = "mem://" + name_;
+  void SetUp() override { FreshRoot(); }
+
+  // A fresh, empty root in place of the last one.
+  void FreshRoot() {
+    root_.emplace(testing::Backend::kMemory, "multirank");
+    url_ = root_->url();
   }
 
   std::unique_ptr<CheckpointManager> Open(Communicator* comm,
@@ -85,7 +85,7 @@ class MultiRankTest : public ::testing::Test {
     });
   }
 
-  std::string name_;
+  std::optional<testing::TestRoot> root_;
   std::string url_;
 };
 
@@ -303,7 +303,7 @@ TEST_F(MultiRankTest, RankLocalEntriesGoBackToTheirRanks) {
 
 TEST_F(MultiRankTest, AFailingRankFailsEveryRankAndNothingCommits) {
   for (const bool throws : {false, true}) {
-    DropMemoryStore(name_);
+    FreshRoot();
     SaveFourRanks();  // step 1, which the failed save must leave intact
     std::vector<Status> results(4);
     RunRanks(4, [&](int rank, Communicator* comm) {

@@ -1,15 +1,13 @@
 // Loads read slabs of large tensors on several threads: the bytes land where
 // they belong whatever the chunk, slab and box edges, and damage is still
 // reported.
-#include <unistd.h>
-
 #include <cstring>
 #include <numeric>
 
 #include "checkpoint/reader.h"
 #include "ckpt/checkpoint_manager.h"
 #include "gtest/gtest.h"
-#include "storage/memory/memory_storage.h"
+#include "testing/backends.h"
 
 namespace ckpt {
 namespace {
@@ -26,22 +24,18 @@ std::vector<float> Global() {
 class ParallelReadTest : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
-    name_ = "parallel-read-" + std::to_string(getpid()) + "-" +
-            std::to_string(GetParam());
-    DropMemoryStore(name_);
     Options o;
     o.chunk_size = 4096;
     o.io_threads = GetParam();
-    auto mgr = CheckpointManager::Open("mem://" + name_, o);
+    auto mgr = CheckpointManager::Open(root_.url(), o);
     ASSERT_TRUE(mgr.ok()) << mgr.status().ToString();
     mgr_ = std::move(mgr).value();
     State s;
     s.AddTensor("w", View(std::span<const float>(global_), {kRows, kCols}));
     ASSERT_TRUE(mgr_->Save(1, s).ok());
   }
-  void TearDown() override { DropMemoryStore(name_); }
 
-  std::string name_;
+  const testing::TestRoot root_{testing::Backend::kMemory, "parallel-read"};
   const std::vector<float> global_ = Global();
   std::unique_ptr<CheckpointManager> mgr_;
 };

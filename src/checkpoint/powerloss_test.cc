@@ -10,11 +10,9 @@
 //   - after garbage collection, nothing but the committed checkpoints;
 //   - room for the job to go on: the next save succeeds.
 // Set CKPT_POWERLOSS_SEEDS=N for N more random damage patterns per point.
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdlib>
-#include <filesystem>
+#include <optional>
 #include <set>
 
 #include "ckpt/checkpoint_manager.h"
@@ -22,13 +20,15 @@
 #include "format/layout.h"
 #include "format/manifest.h"
 #include "gtest/gtest.h"
-#include "storage/memory/memory_storage.h"
+#include "testing/backends.h"
 #include "testing/crash_storage.h"
 #include "testing/step_model.h"
 
 namespace ckpt {
 namespace {
 
+using testing::Backend;
+using testing::BackendName;
 using testing::CheckListed;
 using testing::CheckStep;
 using testing::CrashStorage;
@@ -41,14 +41,14 @@ using testing::StepModel;
 enum class SaveKind { kFull, kIncremental };
 
 struct PowerLossCase {
-  std::string backend;  // "mem", or "file" (a directory on /dev/shm)
+  Backend backend;  // kMemory, or kFile (a directory on /dev/shm)
   int ranks;
   SaveKind kind;
   int keep_last;  // retention during the saves (0: keep all)
 };
 
 void PrintTo(const PowerLossCase& c, std::ostream* os) {
-  *os << c.backend << " ranks=" << c.ranks
+  *os << BackendName(c.backend) << " ranks=" << c.ranks
       << (c.kind == SaveKind::kIncremental ? " incremental" : " full")
       << " keep_last=" << c.keep_last;
 }
@@ -113,24 +113,12 @@ int64_t Later() {
 class PowerLossTest : public ::testing::TestWithParam<PowerLossCase> {
  protected:
   void SetUp() override { keep_last_ = GetParam().keep_last; }
-  void TearDown() override { Clean(); }
 
-  void Clean() {
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
-    dir_.clear();
-  }
-
+  // A fresh, empty root, in place of the last one; files go to /dev/shm,
+  // where thousands of power losses take seconds, not minutes.
   std::string FreshRoot() {
-    Clean();
-    if (GetParam().backend == "file") {
-      char tmpl[] = "/dev/shm/ckpt-powerloss-XXXXXX";
-      EXPECT_NE(mkdtemp(tmpl), nullptr);
-      dir_ = tmpl;
-      return "file://" + dir_;
-    }
-    const std::string name = "powerloss-" + std::to_string(getpid());
-    DropMemoryStore(name);
-    return "mem://" + name;
+    root_.emplace(GetParam().backend, "powerloss", "/dev/shm");
+    return root_->url();
   }
 
   Options MakeOptions(Communicator* comm) const {
@@ -195,7 +183,7 @@ class PowerLossTest : public ::testing::TestWithParam<PowerLossCase> {
                       const std::vector<int64_t>& reported, int64_t in_flight,
                       bool torn, const std::string& where);
 
-  std::string dir_;
+  std::optional<testing::TestRoot> root_;
   int keep_last_ = 0;
 };
 
@@ -352,17 +340,19 @@ TEST_P(PowerLossTest, EveryCallOfGarbageCollection) {
 
 INSTANTIATE_TEST_SUITE_P(
     Saves, PowerLossTest,
-    ::testing::Values(PowerLossCase{"mem", 1, SaveKind::kFull, 0},
-                      PowerLossCase{"mem", 1, SaveKind::kFull, 1},
-                      PowerLossCase{"mem", 4, SaveKind::kFull, 0},
-                      PowerLossCase{"mem", 4, SaveKind::kFull, 2},
-                      PowerLossCase{"file", 1, SaveKind::kFull, 1},
-                      PowerLossCase{"file", 4, SaveKind::kFull, 2},
-                      PowerLossCase{"mem", 1, SaveKind::kIncremental, 0},
-                      PowerLossCase{"mem", 4, SaveKind::kIncremental, 2},
-                      PowerLossCase{"file", 4, SaveKind::kIncremental, 1}),
+    ::testing::Values(
+        PowerLossCase{Backend::kMemory, 1, SaveKind::kFull, 0},
+        PowerLossCase{Backend::kMemory, 1, SaveKind::kFull, 1},
+        PowerLossCase{Backend::kMemory, 4, SaveKind::kFull, 0},
+        PowerLossCase{Backend::kMemory, 4, SaveKind::kFull, 2},
+        PowerLossCase{Backend::kFile, 1, SaveKind::kFull, 1},
+        PowerLossCase{Backend::kFile, 4, SaveKind::kFull, 2},
+        PowerLossCase{Backend::kMemory, 1, SaveKind::kIncremental, 0},
+        PowerLossCase{Backend::kMemory, 4, SaveKind::kIncremental, 2},
+        PowerLossCase{Backend::kFile, 4, SaveKind::kIncremental, 1}),
     [](const auto& info) {
-      return info.param.backend + "_" + std::to_string(info.param.ranks) +
+      return BackendName(info.param.backend) + "_" +
+             std::to_string(info.param.ranks) +
              (info.param.kind == SaveKind::kIncremental ? "_ranks_incremental"
                                                         : "_ranks_full") +
              "_keep_last_" + std::to_string(info.param.keep_last);

@@ -17,6 +17,7 @@
 #include "format/manifest.h"
 #include "gtest/gtest.h"
 #include "storage/s3/s3_storage.h"
+#include "testing/backends.h"
 #include "testing/s3rver.h"
 
 namespace ckpt {
@@ -77,7 +78,6 @@ class S3CheckpointTest : public ::testing::Test {
     Result<S3rver*> server = S3rver::Shared();
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_ = *server;
-    url_ = server_->NewRoot("checkpoint");
   }
 
   std::unique_ptr<CheckpointManager> Open(
@@ -111,7 +111,8 @@ class S3CheckpointTest : public ::testing::Test {
   }
 
   S3rver* server_ = nullptr;
-  std::string url_;
+  const testing::TestRoot root_{testing::Backend::kS3, "checkpoint"};
+  const std::string url_ = root_.url();
 };
 
 TEST_F(S3CheckpointTest, RoundTripWithMultipartDataObjects) {
