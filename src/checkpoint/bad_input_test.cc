@@ -42,6 +42,7 @@ namespace {
 
 using Steps = std::vector<int64_t>;
 using Model = testing::SeededModel;
+using testing::DataKeyOf;
 using testing::ExpectLoads;
 using testing::ListedSteps;
 using testing::Snapshot;
@@ -65,20 +66,6 @@ std::optional<int64_t> LatestStep(CheckpointManager& mgr) {
   Result<std::optional<int64_t>> latest = mgr.Latest();
   EXPECT_TRUE(latest.ok()) << latest.status().ToString();
   return latest.ok() ? *latest : std::nullopt;
-}
-
-std::string DataKeyOf(Storage& storage, int64_t step) {
-  Result<std::vector<ObjectInfo>> objects =
-      storage.List(format::StepDirName(step) + "/");
-  if (objects.ok()) {
-    for (const ObjectInfo& o : *objects) {
-      if (format::ParseDataObjectKey(o.key, nullptr, nullptr, nullptr)) {
-        return o.key;
-      }
-    }
-  }
-  ADD_FAILURE() << "no data object for step " << step;
-  return "";
 }
 
 std::string ReadAll(Storage& storage, const std::string& key) {

@@ -25,6 +25,7 @@ namespace {
 
 using Steps = std::vector<int64_t>;
 using Model = testing::SeededModel;
+using testing::DataKeyOf;
 using testing::ExpectLoads;
 using testing::ListedSteps;
 using testing::Snapshot;
@@ -47,16 +48,6 @@ Keys Sorted(Keys keys) {
 
 bool Contains(const Keys& keys, const std::string& key) {
   return std::find(keys.begin(), keys.end(), key) != keys.end();
-}
-
-// The data object a single-process save of `step` wrote.
-std::string DataKeyOf(Storage& storage, int64_t step) {
-  for (const std::string& k :
-       AllKeys(storage, format::StepDirName(step) + "/")) {
-    if (format::ParseDataObjectKey(k, nullptr, nullptr, nullptr)) return k;
-  }
-  ADD_FAILURE() << "no data object for step " << step;
-  return "";
 }
 
 int64_t SystemNowMs() {

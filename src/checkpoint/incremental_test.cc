@@ -150,6 +150,14 @@ SaveOptions Incremental() {
   return s;
 }
 
+// The start of a chain: `s` (the state of `m`) saved as step 1, then with
+// one chunk of `m` changed as step 2, incremental.
+void SaveOneAndTwo(CheckpointManager& mgr, Tables& m, State& s) {
+  ASSERT_TRUE(mgr.Save(1, s).ok());
+  m.tables[0][0] = 5;
+  ASSERT_TRUE(mgr.Save(2, s, Incremental()).ok());
+}
+
 TEST_F(IncrementalTest, WritesOnlyChangedChunksAndLoadsBitIdentical) {
   auto mgr = Open(MemRoot());
   Tables m({1024, 512});  // 64 KiB and 32 KiB: 16 and 8 chunks
@@ -282,9 +290,7 @@ TEST_F(IncrementalTest, DeleteRefusesDependedOnAndForceRewritesDependants) {
   auto mgr = Open(MemRoot());
   Tables m({1024});
   State s = m.ToState();
-  ASSERT_TRUE(mgr->Save(1, s).ok());
-  m.tables[0][0] = 5;
-  ASSERT_TRUE(mgr->Save(2, s, Incremental()).ok());
+  ASSERT_NO_FATAL_FAILURE(SaveOneAndTwo(*mgr, m, s));
   Tables at2 = m;
   m.tables[0][2000] = 6;
   ASSERT_TRUE(mgr->Save(3, s, Incremental()).ok());
@@ -341,9 +347,7 @@ TEST_F(IncrementalTest, ResumeAndParentsSkipAStepWhoseObjectIsMissing) {
   auto mgr = Open(MemRoot());
   Tables m({1024});
   State s = m.ToState();
-  ASSERT_TRUE(mgr->Save(1, s).ok());
-  m.tables[0][0] = 5;
-  ASSERT_TRUE(mgr->Save(2, s, Incremental()).ok());
+  ASSERT_NO_FATAL_FAILURE(SaveOneAndTwo(*mgr, m, s));
   const Tables at2 = m;
   m.tables[0][100] = 6;
   ASSERT_TRUE(mgr->Save(3, s, Incremental()).ok());

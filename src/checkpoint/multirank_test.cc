@@ -155,11 +155,7 @@ TEST_F(MultiRankTest, ReshardsOntoOtherWorldSizesAndSplits) {
   SaveFourRanks();
   // 2 ranks split by columns; 3 ranks split unevenly by rows; 8 ranks split
   // by both; and 2 ranks that each take the whole (sharded -> replicated).
-  struct Split {
-    int ranks;
-    std::function<std::array<int64_t, 4>(int)> box;  // r0, nr, c0, nc
-  };
-  const std::vector<Split> splits = {
+  const std::vector<testing::Split> splits = {
       {2,
        [](int r) {
          return std::array<int64_t, 4>{0, kRows, r * 20, 20};
@@ -179,25 +175,10 @@ TEST_F(MultiRankTest, ReshardsOntoOtherWorldSizesAndSplits) {
          return std::array<int64_t, 4>{0, kRows, 0, kCols};
        }},
   };
-  for (const Split& split : splits) {
-    std::atomic<int> ok{0};
-    RunRanks(split.ranks, [&](int rank, Communicator* comm) {
-      auto mgr = Open(comm);
-      auto [r0, nr, c0, nc] = split.box(rank);
-      std::vector<float> mine(nr * nc, -1);
-      std::vector<double> bias(kCols, 0);
-      State s;
-      s.AddTensorPiece("weights", {kRows, kCols}, {r0, c0},
-                       View(std::span<float>(mine), {nr, nc}))
-          .AddTensor("bias", View(bias));
-      auto info = mgr->Load(std::nullopt, s);
-      ASSERT_TRUE(info.ok()) << info.status().ToString();
-      EXPECT_EQ(mine, Box(r0, nr, c0, nc))
-          << split.ranks << " ranks, rank " << rank;
-      EXPECT_EQ(bias, std::vector<double>(kCols, 0.25));
-      ++ok;
-    });
-    EXPECT_EQ(ok.load(), split.ranks);
+  for (const testing::Split& split : splits) {
+    testing::ExpectSplitLoads(
+        split, kRows, kCols, [&](Communicator* comm) { return Open(comm); },
+        Box, 0.25);
   }
 }
 

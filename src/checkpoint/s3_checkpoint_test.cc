@@ -241,11 +241,7 @@ TEST_F(S3CheckpointTest, FourRanksSaveAndOtherWorldSizesLoad) {
   EXPECT_TRUE(verified->ok());
 
   // 2 ranks split by columns, 3 ranks unevenly by rows.
-  struct Split {
-    int ranks;
-    std::function<std::array<int64_t, 4>(int)> box;
-  };
-  const std::vector<Split> splits = {
+  const std::vector<testing::Split> splits = {
       {2,
        [](int r) {
          return std::array<int64_t, 4>{0, kRows, r * 12, 12};
@@ -255,26 +251,11 @@ TEST_F(S3CheckpointTest, FourRanksSaveAndOtherWorldSizesLoad) {
          return std::array<int64_t, 4>{starts[r], starts[r + 1] - starts[r], 0,
                                        kCols};
        }}};
-  for (const Split& split : splits) {
-    std::atomic<int> ok{0};
-    testing::RunRanks(split.ranks, [&](int rank, Communicator* comm) {
-      auto mgr = Open({.communicator = comm});
-      ASSERT_NE(mgr, nullptr);
-      auto [r0, nr, c0, nc] = split.box(rank);
-      std::vector<float> mine(nr * nc, -1);
-      std::vector<double> bias(kCols, 0);
-      State s;
-      s.AddTensorPiece("weights", {kRows, kCols}, {r0, c0},
-                       View(std::span<float>(mine), {nr, nc}))
-          .AddTensor("bias", View(bias));
-      auto info = mgr->Load(std::nullopt, s);
-      ASSERT_TRUE(info.ok()) << info.status().ToString();
-      EXPECT_EQ(mine, box(r0, nr, c0, nc))
-          << split.ranks << " ranks, rank " << rank;
-      EXPECT_EQ(bias, std::vector<double>(kCols, 0.5));
-      ++ok;
-    });
-    EXPECT_EQ(ok.load(), split.ranks);
+  for (const testing::Split& split : splits) {
+    testing::ExpectSplitLoads(
+        split, kRows, kCols,
+        [&](Communicator* comm) { return Open({.communicator = comm}); }, box,
+        0.5);
   }
 }
 

@@ -1,11 +1,14 @@
-// Helpers shared by the checkpoint tests: deterministic states and
-// comparisons.
+// Helpers shared by the checkpoint tests: deterministic states,
+// comparisons, and loads at other world sizes.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -14,6 +17,7 @@
 
 #include "ckpt/checkpoint_manager.h"
 #include "ckpt/state.h"
+#include "format/layout.h"
 #include "gtest/gtest.h"
 #include "testing/run_ranks.h"
 
@@ -139,6 +143,62 @@ inline std::vector<std::tuple<std::string, uint64_t, int64_t>> Snapshot(
     }
   }
   return out;
+}
+
+// How `ranks` ranks split a [rows, cols] tensor to load it: rank r loads
+// box(r) = {first row, rows, first column, columns}.
+struct Split {
+  int ranks;
+  std::function<std::array<int64_t, 4>(int rank)> box;
+};
+
+// Loads the newest checkpoint on split.ranks ranks (as threads, each with
+// the manager `open` gives it): each takes its box of the F32 tensor
+// "weights" ([rows, cols]) and the whole F64 "bias" ([cols]), and must get
+// want_weights(box) and want_bias everywhere.
+inline void ExpectSplitLoads(
+    const Split& split, int64_t rows, int64_t cols,
+    const std::function<std::unique_ptr<CheckpointManager>(Communicator*)>&
+        open,
+    const std::function<std::vector<float>(int64_t r0, int64_t nr, int64_t c0,
+                                           int64_t nc)>& want_weights,
+    double want_bias) {
+  std::atomic<int> ok{0};
+  RunRanks(split.ranks, [&](int rank, Communicator* comm) {
+    std::unique_ptr<CheckpointManager> mgr = open(comm);
+    ASSERT_NE(mgr, nullptr);
+    auto [r0, nr, c0, nc] = split.box(rank);
+    std::vector<float> mine(nr * nc, -1);
+    std::vector<double> bias(cols, 0);
+    State s;
+    s.AddTensorPiece("weights", {rows, cols}, {r0, c0},
+                     View(std::span<float>(mine), {nr, nc}))
+        .AddTensor("bias", View(bias));
+    auto info = mgr->Load(std::nullopt, s);
+    ASSERT_TRUE(info.ok()) << info.status().ToString();
+    EXPECT_EQ(mine, want_weights(r0, nr, c0, nc))
+        << split.ranks << " ranks, rank " << rank;
+    EXPECT_EQ(bias, std::vector<double>(cols, want_bias));
+    ++ok;
+  });
+  EXPECT_EQ(ok.load(), split.ranks);
+}
+
+// The data object a single-process save of `step` wrote ("", and a
+// failure, where there is none).
+inline std::string DataKeyOf(Storage& storage, int64_t step) {
+  Result<std::vector<ObjectInfo>> objects =
+      storage.List(format::StepDirName(step) + "/");
+  EXPECT_TRUE(objects.ok()) << objects.status().ToString();
+  if (objects.ok()) {
+    for (const ObjectInfo& o : *objects) {
+      if (format::ParseDataObjectKey(o.key, nullptr, nullptr, nullptr)) {
+        return o.key;
+      }
+    }
+  }
+  ADD_FAILURE() << "no data object for step " << step;
+  return "";
 }
 
 // The steps List() reports, oldest first.
