@@ -9,7 +9,6 @@
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <random>
 #include <regex>
@@ -23,6 +22,7 @@
 #include "gtest/gtest.h"
 #include "testing/files.h"
 #include "testing/subprocess.h"
+#include "testing/temp_dir.h"
 
 namespace ckpt {
 namespace {
@@ -30,13 +30,14 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using testing::ReadFile;
+using testing::WriteFile;
 
-std::string FreshDir(const std::string& name) {
-  const fs::path dir = fs::path(::testing::TempDir()) /
-                       ("train_test_" + std::to_string(getpid()) + "_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir.string();
+// The build found MPI, as it does where scripts/install-deps.sh ran (it
+// installs Open MPI): the tests under mpirun need it.
+void ExpectMpirun() {
+  ASSERT_FALSE(std::string(CKPT_MPIRUN).empty())
+      << "built without MPI, so the trainer cannot run under mpirun: run "
+         "scripts/install-deps.sh (it installs Open MPI) and configure again";
 }
 
 // The trainer's command line at `world` ranks (1: no mpirun).
@@ -124,9 +125,7 @@ class Child {
     for (const auto& e : fs::directory_iterator("/proc")) {
       const std::string name = e.path().filename();
       if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-      std::ifstream f(e.path() / "stat");
-      std::string stat((std::istreambuf_iterator<char>(f)),
-                       std::istreambuf_iterator<char>());
+      const std::string stat = ReadFile(e.path() / "stat");
       const size_t close = stat.rfind(')');
       if (close == std::string::npos) continue;
       std::istringstream rest(stat.substr(close + 1));
@@ -169,7 +168,8 @@ double WaitForRunner(Child& c, const std::string& log, Clock::time_point t0) {
 }
 
 void KillTwentyTimesAndCompare(int world) {
-  const std::string dir = FreshDir("kill" + std::to_string(world));
+  const testing::TempDir temp("train-kill" + std::to_string(world));
+  const std::string dir = temp.string();
   const std::string reference = dir + "/reference.bin";
   const std::string ref_log_path = dir + "/ref.log";
   const auto t0 = Clock::now();
@@ -233,18 +233,18 @@ TEST(TrainTest, KilledTwentyTimesEndsBitIdentical) {
 }
 
 TEST(TrainTest, KilledTwentyTimesUnderMpirunEndsBitIdentical) {
-  if (std::string(CKPT_MPIRUN).empty()) GTEST_SKIP() << "built without MPI";
+  ASSERT_NO_FATAL_FAILURE(ExpectMpirun());
   KillTwentyTimesAndCompare(2);
 }
 
-// The loss really falls: the last epoch's is well below the first's.
 // A catalog file that cannot be opened does not keep the trainer from
 // starting: one warning, and it saves and resumes from the root alone.
 // --require-catalog refuses to start, naming the catalog.
 TEST(TrainTest, AnUnreadableCatalogIsAWarningUnlessRequired) {
-  const std::string dir = FreshDir("bad_catalog");
+  const testing::TempDir temp("train-bad-catalog");
+  const std::string dir = temp.string();
   const std::string catalog = dir + "/catalog.sqlite";
-  std::ofstream(catalog) << std::string(4096, 'x');
+  ASSERT_TRUE(WriteFile(catalog, std::string(4096, 'x')));
   const std::string root = dir + "/root", out = dir + "/out.bin";
   const std::string log = dir + "/log";
   ASSERT_EQ(
@@ -274,8 +274,10 @@ TEST(TrainTest, AnUnreadableCatalogIsAWarningUnlessRequired) {
   EXPECT_NE(text.find(catalog), std::string::npos) << text;
 }
 
+// The loss really falls: the last epoch's is well below the first's.
 TEST(TrainTest, LossFalls) {
-  const std::string dir = FreshDir("loss");
+  const testing::TempDir temp("train-loss");
+  const std::string dir = temp.string();
   ASSERT_EQ(RunToEnd(Command(1, dir + "/root", dir + "/out.bin"), dir + "/log"),
             0);
   const std::string log = ReadFile(dir + "/log");
@@ -291,9 +293,8 @@ TEST(TrainTest, LossFalls) {
 
 // SIGTERM in the middle of an epoch, twice: the trainer saves the step it
 // is in and exits with 75; the root's newest checkpoint is that step, and
-// it verifies. Returns the root.
-std::string PreemptAndCheck(int world, int sig) {
-  const std::string dir = FreshDir("preempt" + std::to_string(world));
+// it verifies. Returns the root, in `dir`.
+std::string PreemptAndCheck(int world, int sig, const std::string& dir) {
   const std::string root = dir + "/root", log = dir + "/log";
   Child c(Command(world, root, dir + "/out.bin", {"--step-sleep-ms", "20"}),
           log);
@@ -331,15 +332,17 @@ std::string PreemptAndCheck(int world, int sig) {
 }
 
 TEST(TrainTest, SigtermMidEpochSavesThatStepAndExits75) {
-  PreemptAndCheck(1, SIGTERM);
+  const testing::TempDir dir("train-preempt1");
+  PreemptAndCheck(1, SIGTERM, dir.string());
 }
 
 // mpirun forwards SIGUSR1 to the ranks; all of them stop at the same step.
 // The job, saved at 4 ranks, then resumes and finishes at 2: the embedding
 // is resharded and the sampler continues where the 4 ranks stopped.
 TEST(TrainTest, PreemptedAtFourRanksUnderMpirunFinishesAtTwo) {
-  if (std::string(CKPT_MPIRUN).empty()) GTEST_SKIP() << "built without MPI";
-  const std::string root = PreemptAndCheck(4, SIGUSR1);
+  ASSERT_NO_FATAL_FAILURE(ExpectMpirun());
+  const testing::TempDir dir("train-preempt4");
+  const std::string root = PreemptAndCheck(4, SIGUSR1, dir.string());
   const std::string log = root + "/../resume.log";
   ASSERT_EQ(RunToEnd(Command(2, root, root + "/../out2.bin"), log), 0)
       << ReadFile(log);

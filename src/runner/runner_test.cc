@@ -5,7 +5,6 @@
 #include <csignal>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <mutex>
 #include <numeric>
@@ -15,22 +14,14 @@
 #include "ckpt/catalog.h"
 #include "gtest/gtest.h"
 #include "testing/fault_storage.h"
+#include "testing/files.h"
+#include "testing/temp_dir.h"
 
 namespace ckpt {
 namespace {
 
-namespace fs = std::filesystem;
-
 constexpr uint64_t kSamples = 64;
 constexpr uint64_t kBatch = 8;  // 8 steps per epoch
-
-std::string FreshDir(const std::string& name) {
-  const fs::path dir = fs::path(::testing::TempDir()) /
-                       ("runner_test_" + std::to_string(getpid()) + "_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir.string();
-}
 
 // A job whose state is a function of every sample it trained on, in order:
 // any step lost, repeated or reordered by a resume changes `acc`.
@@ -115,7 +106,8 @@ RunOutcome RunJob(const std::string& root, ToyJob& job, RunnerOptions options) {
 // The state an uninterrupted 1-rank run of `epochs` epochs ends with.
 std::vector<float> Reference(int64_t epochs) {
   ToyJob job;
-  RunJob(FreshDir("reference"), job, {.max_epochs = epochs});
+  const testing::TempDir dir("runner-reference");
+  RunJob(dir.string(), job, {.max_epochs = epochs});
   return job.acc;
 }
 
@@ -197,7 +189,8 @@ TEST(SamplerTest, ShardsSplitABatchWithoutOverlap) {
 }
 
 TEST(SamplerTest, ContinuesMidEpochAfterALoadAndRejectsAnotherDataSet) {
-  const std::string root = FreshDir("sampler");
+  const testing::TempDir temp("runner-sampler");
+  const std::string root = temp.string();
   auto mgr = OpenRoot(root);
   Sampler s(100, 3);
   s.BeginEpoch(2);
@@ -229,7 +222,8 @@ TEST(SamplerTest, ContinuesMidEpochAfterALoadAndRejectsAnotherDataSet) {
 }
 
 TEST(RunnerTest, FreshStartSavesStepZeroAndEveryEpochBoundary) {
-  const std::string root = FreshDir("fresh");
+  const testing::TempDir temp("runner-fresh");
+  const std::string root = temp.string();
   auto mgr = OpenRoot(root);
   ToyJob job;
   JobRunner runner(job, *mgr, {.max_epochs = 3});
@@ -250,7 +244,8 @@ TEST(RunnerTest, FreshStartSavesStepZeroAndEveryEpochBoundary) {
 }
 
 TEST(RunnerTest, SavesEveryNSteps) {
-  const std::string root = FreshDir("every_n");
+  const testing::TempDir temp("runner-every-n");
+  const std::string root = temp.string();
   auto mgr = OpenRoot(root);
   ToyJob job;
   JobRunner runner(job, *mgr, {.max_epochs = 2, .save_every_steps = 3});
@@ -260,7 +255,8 @@ TEST(RunnerTest, SavesEveryNSteps) {
 
 // Rank 0's clock decides; slow steps get mid-epoch saves.
 TEST(RunnerTest, SavesEverySSeconds) {
-  const std::string root = FreshDir("every_s");
+  const testing::TempDir temp("runner-every-s");
+  const std::string root = temp.string();
   auto mgr = OpenRoot(root);
   ToyJob job;
   job.on_step = [](JobContext&) {
@@ -277,7 +273,8 @@ TEST(RunnerTest, SavesEverySSeconds) {
 // returns kPreempted (exit code 75); the next run resumes at that step and
 // ends exactly where an uninterrupted run does.
 TEST(RunnerTest, SigtermMidEpochSavesThatStepAndResumesExactly) {
-  const std::string root = FreshDir("sigterm");
+  const testing::TempDir temp("runner-sigterm");
+  const std::string root = temp.string();
   {
     auto mgr = OpenRoot(root);
     ToyJob job;
@@ -327,7 +324,8 @@ class SignallingStorage : public StorageWrapper {
 };
 
 TEST(RunnerTest, SignalsDuringThePreemptionSaveChangeNothing) {
-  const std::string root = FreshDir("second_signal");
+  const testing::TempDir temp("runner-second-signal");
+  const std::string root = temp.string();
   {
     auto storage =
         std::make_unique<SignallingStorage>(OpenStorage(root).value());
@@ -355,7 +353,8 @@ TEST(RunnerTest, SignalsDuringThePreemptionSaveChangeNothing) {
 }
 
 TEST(RunnerTest, StopPredicateFinishesAndARestartDoesNotTrainAgain) {
-  const std::string root = FreshDir("stop");
+  const testing::TempDir temp("runner-stop");
+  const std::string root = temp.string();
   for (int run = 0; run < 2; ++run) {
     ToyJob job;
     job.stop_after_epoch = 1;
@@ -371,7 +370,8 @@ TEST(RunnerTest, StopPredicateFinishesAndARestartDoesNotTrainAgain) {
 }
 
 TEST(RunnerTest, RequestStopFromTheEpoch) {
-  const std::string root = FreshDir("request_stop");
+  const testing::TempDir temp("runner-request-stop");
+  const std::string root = temp.string();
   auto mgr = OpenRoot(root);
   ToyJob job;
   job.on_step = [](JobContext& ctx) {
@@ -386,7 +386,8 @@ TEST(RunnerTest, RequestStopFromTheEpoch) {
 }
 
 TEST(RunnerTest, BackupAndRestoreModeDeletesCheckpointsWhenDone) {
-  const std::string root = FreshDir("delete");
+  const testing::TempDir temp("runner-delete");
+  const std::string root = temp.string();
   auto mgr = OpenRoot(root);
   ToyJob job;
   JobRunner runner(job, *mgr,
@@ -422,7 +423,8 @@ class ExportingJob : public ToyJob {
 };
 
 TEST(RunnerTest, DeleteWhenDoneDeletesAnIncrementalChain) {
-  const std::string root = FreshDir("delete_chain");
+  const testing::TempDir temp("runner-delete-chain");
+  const std::string root = temp.string();
   auto mgr = OpenRoot(root);
   ExportingJob job(*mgr);
   JobRunner runner(job, *mgr,
@@ -436,7 +438,8 @@ TEST(RunnerTest, DeleteWhenDoneDeletesAnIncrementalChain) {
 }
 
 TEST(RunnerTest, AFailedSaveStopsTheRunWithItsError) {
-  const std::string root = FreshDir("save_fails");
+  const testing::TempDir temp("runner-save-fails");
+  const std::string root = temp.string();
   std::unique_ptr<Storage> base = OpenStorage(root).value();
   auto storage = std::make_unique<testing::FaultStorage>(base.get());
   testing::FaultStorage* fault = storage.get();
@@ -457,7 +460,8 @@ TEST(RunnerTest, AFailedSaveStopsTheRunWithItsError) {
 }
 
 TEST(RunnerTest, RecordsEverySaveInTheCatalogAndResumesThroughIt) {
-  const std::string dir = FreshDir("catalog");
+  const testing::TempDir temp("runner-catalog");
+  const std::string dir = temp.string();
   std::shared_ptr<Catalog> catalog =
       OpenCatalog(dir + "/catalog.sqlite").value();
   const std::string root = dir + "/root";
@@ -500,12 +504,14 @@ TEST(RunnerTest, RecordsEverySaveInTheCatalogAndResumesThroughIt) {
 TEST(RunnerTest, AJobWhoseCatalogCannotBeOpenedRunsFromStorageAlone) {
   for (const bool folder : {false, true}) {
     SCOPED_TRACE(folder ? "a folder" : "garbage bytes");
-    const std::string dir = FreshDir(folder ? "catalog_dir" : "catalog_junk");
+    const testing::TempDir temp(folder ? "runner-catalog-dir"
+                                       : "runner-catalog-junk");
+    const std::string dir = temp.string();
     const std::string path = dir + "/catalog.sqlite";
     if (folder) {
-      fs::create_directory(path);
+      std::filesystem::create_directory(path);
     } else {
-      std::ofstream(path) << std::string(4096, 'x');
+      ASSERT_TRUE(testing::WriteFile(path, std::string(4096, 'x')));
     }
     const std::string root = dir + "/root";
     std::vector<std::string> lines;
@@ -574,7 +580,8 @@ void RunRanks(int n, const std::string& root,
 // not seen, and the job ends as a 1-rank run does.
 TEST(RunnerTest, PreemptedAtFourRanksResumesAtTwoWithTheUnseenSamples) {
   const std::vector<float> reference = Reference(2);
-  const std::string root = FreshDir("reshard");
+  const testing::TempDir temp("runner-reshard");
+  const std::string root = temp.string();
   std::vector<std::pair<int64_t, uint64_t>> seen_at_4, seen_at_2;
   std::mutex mu;
   RunRanks(4, root, [&](int rank, CheckpointManager& mgr) {

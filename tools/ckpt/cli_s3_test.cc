@@ -1,27 +1,22 @@
 // `ckpt ls`, `show`, `verify`, `export` and `gc` on an s3:// root, run as a
 // user would: the binary reaches s3rver (started by the test) through the
 // AWS_* environment variables alone.
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "ckpt/checkpoint_manager.h"
 #include "format/safetensors.h"
 #include "gtest/gtest.h"
-#include "testing/s3rver.h"
+#include "testing/backends.h"
 #include "testing/files.h"
+#include "testing/s3rver.h"
 #include "testing/subprocess.h"
-
-extern char** environ;
+#include "testing/temp_dir.h"
 
 namespace ckpt {
 namespace {
@@ -37,14 +32,6 @@ class CliS3Test : public ::testing::Test {
     Result<testing::S3rver*> server = testing::S3rver::Shared();
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_ = *server;
-    server_->ExportEnvironment();  // for this process and the ckpt it runs
-    root_ = server_->NewRoot("cli");
-    char tmpl[] = "/tmp/ckpt-cli-s3-test-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    if (!dir_.empty()) fs::remove_all(dir_);
   }
 
   RunResult Ckpt(const std::vector<std::string>& args) {
@@ -66,8 +53,12 @@ class CliS3Test : public ::testing::Test {
   }
 
   testing::S3rver* server_ = nullptr;
-  std::string root_;
-  fs::path dir_;
+  // The root exports the AWS_* environment: for this process and the ckpt
+  // it runs.
+  const testing::TestRoot s3_root_{testing::Backend::kS3, "cli"};
+  const std::string root_ = s3_root_.url();
+  const testing::TempDir temp_{"cli-s3"};
+  const fs::path dir_ = temp_.path();
 };
 
 TEST_F(CliS3Test, LsShowVerifyExportAndGcOnAnS3Root) {

@@ -1,15 +1,11 @@
 // Runs the built `ckpt` binary as a user would, on roots made with the C++
 // API, and checks its exit codes, its output and what it leaves on disk.
 
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -25,9 +21,8 @@
 #include "gtest/gtest.h"
 #include "testing/files.h"
 #include "testing/subprocess.h"
+#include "testing/temp_dir.h"
 #include "util/bytes.h"
-
-extern char** environ;
 
 namespace ckpt {
 namespace {
@@ -36,14 +31,7 @@ namespace fs = std::filesystem;
 using testing::Contains;
 using testing::ReadFile;
 using testing::RunResult;
-
-// Whether `part` occurs in `text`; on failure, shows both.
-
-void WriteFile(const fs::path& path, std::string_view data) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(data.data(), static_cast<std::streamsize>(data.size()));
-  ASSERT_TRUE(out.good()) << path;
-}
+using testing::WriteFile;
 
 // The 8-byte little-endian header length, the header, the data: a
 // safetensors file built by hand, with no help from the code under test.
@@ -87,18 +75,10 @@ std::string Bytes(size_t n, unsigned seed) {
 class CliTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string pattern =
-        std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
-        "/ckpt_cli_test.XXXXXX";
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-    root_ = (dir_ / "root").string();
     // import and gc record in the default catalog; these tests leave the
     // user's alone (catalog_cli_test covers the catalog).
     setenv("CKPT_CATALOG", "none", 1);
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   RunResult RunProgram(const std::string& program,
                        const std::vector<std::string>& args) {
@@ -179,8 +159,9 @@ class CliTest : public ::testing::Test {
     return files;
   }
 
-  fs::path dir_;
-  std::string root_;
+  const testing::TempDir temp_{"cli"};
+  const fs::path dir_ = temp_.path();
+  const std::string root_ = (dir_ / "root").string();
 };
 
 nlohmann::json ParseJson(const std::string& text) {
@@ -353,7 +334,7 @@ TEST_F(CliTest, MissingRootIsAnErrorAndIsNotCreated) {
 }
 
 TEST_F(CliTest, RootThatIsAFileIsAnError) {
-  WriteFile(root_, "not a directory");
+  ASSERT_TRUE(WriteFile(root_, "not a directory"));
   for (const char* command : {"ls", "show", "verify"}) {
     RunResult r = Ckpt({command, root_});
     EXPECT_EQ(r.exit_code, 1) << command << ": " << r.err;
@@ -401,7 +382,7 @@ TEST_F(CliTest, VerifyNamesAFlippedBit) {
   ASSERT_TRUE(header.ok()) << header.status().ToString();
   ASSERT_GT(header->data_size, 16u);
   bytes[bytes.size() - 9] ^= 0x10;  // in the data, near the end
-  WriteFile(files[0], bytes);
+  ASSERT_TRUE(WriteFile(files[0], bytes));
 
   RunResult r = Ckpt({"verify", root_});
   EXPECT_EQ(r.exit_code, 1) << r.out;
@@ -439,7 +420,7 @@ TEST_F(CliTest, VerifyAllCountsADamagedManifest) {
   ASSERT_FALSE(manifest.empty());
   std::string bytes = ReadFile(manifest);
   bytes[bytes.size() / 2] ^= 0x01;
-  WriteFile(manifest, bytes);
+  ASSERT_TRUE(WriteFile(manifest, bytes));
 
   EXPECT_EQ(CommittedSteps(root_), std::vector<int64_t>{2});
   RunResult r = Ckpt({"verify", root_, "--all"});
@@ -463,7 +444,8 @@ TEST_F(CliTest, ImportThenExportRoundTrips) {
       {"empty", "F32", {0, 4}, ""},
   };
   const std::string original = Path("original.safetensors");
-  WriteFile(original, BuildSafetensors(tensors, {{"source", "hand"}}));
+  ASSERT_TRUE(
+      WriteFile(original, BuildSafetensors(tensors, {{"source", "hand"}})));
 
   RunResult r =
       Ckpt({"import", original, root_, "--step", "7", "--epoch", "2"});
@@ -512,7 +494,7 @@ TEST_F(CliTest, ImportThenExportRoundTrips) {
   }
 
   // An existing file is kept unless --force.
-  WriteFile(exported, "precious");
+  ASSERT_TRUE(WriteFile(exported, "precious"));
   r = Ckpt({"export", root_, exported});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(Contains(r.err, "--force"));
@@ -603,7 +585,7 @@ TEST_F(CliTest, BadImportFilesAreRefused) {
   };
   for (const auto& [name, bytes] : cases) {
     const std::string file = Path(name + ".safetensors");
-    WriteFile(file, bytes);
+    ASSERT_TRUE(WriteFile(file, bytes));
     RunResult r = Ckpt({"import", file, root_, "--step", "1"});
     EXPECT_EQ(r.exit_code, 1) << name << ": " << r.err;
     EXPECT_TRUE(Contains(r.err, "ckpt import: ")) << name;
@@ -626,7 +608,7 @@ TEST_F(CliTest, BadImportFilesAreRefused) {
 TEST_F(CliTest, ImportRefusesACommittedStep) {
   SaveSteps({1});
   const std::string file = Path("a.safetensors");
-  WriteFile(file, BuildSafetensors({{"a", "U8", {2}, "xy"}}, {}));
+  ASSERT_TRUE(WriteFile(file, BuildSafetensors({{"a", "U8", {2}, "xy"}}, {})));
   RunResult r = Ckpt({"import", file, root_, "--step", "1"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(Ckpt({"import", file, root_, "--step", "2"}).exit_code, 0);
@@ -1021,7 +1003,8 @@ TEST_F(CliTest, DeleteForceJsonListsOnlyTheDeletedStep) {
 // (and with --json) nothing is drawn.
 TEST_F(CliTest, ImportAndExportDrawNoBarIntoAPipe) {
   const std::string file = Path("in.safetensors");
-  WriteFile(file, BuildSafetensors({{"w", "F32", {4}, Bytes(16, 1)}}, {}));
+  ASSERT_TRUE(
+      WriteFile(file, BuildSafetensors({{"w", "F32", {4}, Bytes(16, 1)}}, {})));
   for (bool json : {false, true}) {
     const std::string step = json ? "2" : "1";
     std::vector<std::string> args = {"import", file, root_, "--step", step};
