@@ -1,37 +1,29 @@
 // SigV4 against AWS's published known answers, so that a signing bug fails a
 // test even where the test server (s3rver) does not check signatures.
 //
-// The cases are data, not part of the project: they are read at test time
-// from the folder CKPT_SIGV4_TESTDATA names (../shared/testdata/aws-sigv4
-// beside the repository, or the environment variable of that name). Where
-// the folder is absent the known-answer test reports itself skipped.
+// The cases are in testdata/aws-sigv4 (its README says where they come
+// from), whose path CMake passes in as CKPT_SIGV4_TESTDATA. A missing or
+// short folder fails the test: it is part of the repository.
 #include "storage/s3/sigv4.h"
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
+#include <iomanip>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+
+#include "testing/files.h"
 
 namespace ckpt::s3 {
 namespace {
 
 namespace fs = std::filesystem;
+using ckpt::testing::ReadFile;
 
-fs::path TestDataDir() {
-  const char* env = std::getenv("CKPT_SIGV4_TESTDATA");
-  return env != nullptr && *env != '\0' ? fs::path(env)
-                                        : fs::path(CKPT_SIGV4_TESTDATA);
-}
-
-std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+// The cases of the suite, all of which the test checks.
+constexpr size_t kAwsCases = 38;
 
 std::time_t ParseIsoTime(const std::string& s) {
   std::tm tm{};
@@ -99,11 +91,10 @@ RawRequest ParseRequest(const std::string& text) {
 }
 
 TEST(SigV4Test, AwsKnownAnswers) {
-  const fs::path dir = TestDataDir();
-  if (!fs::is_directory(dir)) {
-    GTEST_SKIP() << "the AWS SigV4 test suite is not at " << dir
-                 << " (it is data kept beside the project, not in it)";
-  }
+  const fs::path dir = CKPT_SIGV4_TESTDATA;
+  ASSERT_TRUE(fs::is_directory(dir))
+      << "the AWS SigV4 test suite is not at " << dir
+      << " (src/storage/s3/testdata/aws-sigv4 in the repository)";
   std::vector<fs::path> cases;
   for (const auto& e : fs::directory_iterator(dir)) {
     if (e.is_directory() && fs::exists(e.path() / "context.json")) {
@@ -112,6 +103,7 @@ TEST(SigV4Test, AwsKnownAnswers) {
   }
   std::sort(cases.begin(), cases.end());
   ASSERT_FALSE(cases.empty()) << "no cases under " << dir;
+  EXPECT_EQ(cases.size(), kAwsCases) << "cases under " << dir;
   for (const fs::path& c : cases) {
     SCOPED_TRACE(c.filename().string());
     const nlohmann::json ctx =
