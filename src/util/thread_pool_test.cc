@@ -1,7 +1,12 @@
 #include "util/thread_pool.h"
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <set>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -10,20 +15,82 @@
 namespace ckpt {
 namespace {
 
+// Records the threads that run tasks and how many run at once. Each task
+// first waits (up to a deadline) until `expected` threads are in tasks
+// together: only tasks that really run in parallel get past it at once.
+class Concurrency {
+ public:
+  explicit Concurrency(size_t expected) : expected_(expected) {}
+
+  void Enter() {
+    std::unique_lock<std::mutex> lock(mu_);
+    threads_.insert(std::this_thread::get_id());
+    max_running_ = std::max(max_running_, ++running_);
+    cv_.notify_all();
+    cv_.wait_for(lock, std::chrono::seconds(10),
+                 [&] { return threads_.size() >= expected_; });
+  }
+  void Leave() {
+    std::lock_guard<std::mutex> lock(mu_);
+    --running_;
+  }
+
+  std::set<std::thread::id> threads() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return threads_;
+  }
+  int max_running() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return max_running_;
+  }
+
+ private:
+  const size_t expected_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::set<std::thread::id> threads_;
+  int running_ = 0;
+  int max_running_ = 0;
+};
+
+// Parallelism 4 on a pool of 8: the calling thread and 3 of the pool's run
+// the indices together, and never more than 4 at once.
 TEST(ThreadPoolTest, RunsEveryIndexOnceAcrossThreads) {
-  ThreadPool pool(3);
+  ThreadPool pool(8);
   std::vector<std::atomic<int>> seen(1000);
-  std::mutex mu;
-  std::set<std::thread::id> threads;
+  Concurrency concurrency(4);
   Status s = ParallelFor(&pool, 4, seen.size(), [&](size_t i) {
+    concurrency.Enter();
     seen[i]++;
-    std::lock_guard<std::mutex> lock(mu);
-    threads.insert(std::this_thread::get_id());
+    concurrency.Leave();
     return Status();
   });
   ASSERT_TRUE(s.ok()) << s.ToString();
   for (auto& n : seen) EXPECT_EQ(n.load(), 1);
-  EXPECT_GE(threads.size(), 1u);
+  const std::set<std::thread::id> threads = concurrency.threads();
+  EXPECT_EQ(threads.size(), 4u);
+  EXPECT_TRUE(threads.count(std::this_thread::get_id()))
+      << "the calling thread ran no index";
+  EXPECT_EQ(concurrency.max_running(), 4);
+}
+
+// An exception on one of the pool's threads becomes the call's error, as on
+// the calling thread, instead of ending the process.
+TEST(ThreadPoolTest, ExceptionsOnThePoolsThreadsBecomeErrors) {
+  ThreadPool pool(2);
+  Concurrency concurrency(3);
+  const std::thread::id caller = std::this_thread::get_id();
+  Status s = ParallelFor(&pool, 3, 3, [&](size_t i) -> Status {
+    concurrency.Enter();
+    concurrency.Leave();
+    if (std::this_thread::get_id() != caller) {
+      throw std::runtime_error("boom " + std::to_string(i));
+    }
+    return Status();
+  });
+  EXPECT_EQ(concurrency.threads().size(), 3u);
+  EXPECT_EQ(s.code(), ErrorCode::kIOError);
+  EXPECT_NE(s.message().find("boom"), std::string::npos) << s.ToString();
 }
 
 TEST(ThreadPoolTest, ReturnsTheErrorOfTheLowestFailedIndex) {
