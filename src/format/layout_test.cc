@@ -32,8 +32,9 @@ TEST(LayoutTest, StepDirNamesOutsideTheRangeDoNotParse) {
 TEST(LayoutTest, ManifestKeyRoundTripsThroughSplitStepKey) {
   for (int64_t step : {int64_t{0}, int64_t{42}, kMaxStep}) {
     int64_t s = -1;
-    std::string_view file;
-    ASSERT_TRUE(SplitStepKey(ManifestKey(step), &s, &file)) << step;
+    std::string_view file;  // points into key, which must outlive it
+    const std::string key = ManifestKey(step);
+    ASSERT_TRUE(SplitStepKey(key, &s, &file)) << step;
     EXPECT_EQ(s, step);
     EXPECT_EQ(file, kManifestName);
   }
