@@ -12,7 +12,8 @@ JOBS   ?= $(shell nproc)
 # A failing test prints only its failures, so they are what a log shows.
 export GTEST_BRIEF ?= 1
 
-.PHONY: all deps build demo test test-release check-format format asan tsan \
+.PHONY: all deps build demo test test-release check-format check-layering \
+        format asan tsan \
         fuzz-replay fuzz clean
 
 all: build
@@ -32,12 +33,17 @@ demo: build
 # corpus replayed under address and undefined-behaviour sanitizers.
 test: test-release asan tsan fuzz-replay
 
-test-release: build check-format
+test-release: build check-format check-layering
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
 # clang-format (Google style) over every C++ file the repository tracks.
 check-format: deps
 	git ls-files '*.cc' '*.h' | xargs clang-format --dry-run -Werror
+
+# Backend headers above the Storage interface, inline rank messages, files
+# grown past 700 lines (scripts/check-layering.sh).
+check-layering:
+	scripts/check-layering.sh
 
 format:
 	git ls-files '*.cc' '*.h' | xargs clang-format -i

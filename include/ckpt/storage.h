@@ -18,9 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -283,6 +281,11 @@ using StorageFactory = std::function<Result<std::unique_ptr<Storage>>(
 // Maps URL schemes to backends. Thread-safe.
 class StorageRegistry {
  public:
+  StorageRegistry();
+  ~StorageRegistry();
+  StorageRegistry(const StorageRegistry&) = delete;
+  StorageRegistry& operator=(const StorageRegistry&) = delete;
+
   // The process-wide registry, with the built-in backends registered.
   static StorageRegistry& Default();
 
@@ -293,8 +296,10 @@ class StorageRegistry {
   std::vector<std::string> Schemes() const;
 
  private:
-  mutable std::mutex mu_;
-  std::map<std::string, StorageFactory> factories_;
+  // The factories and the mutex that guards them (storage.cc), so that this
+  // header needs no mutex of its own.
+  struct Backends;
+  std::unique_ptr<Backends> backends_;
 };
 
 // Registers mem://, file:// and s3://.

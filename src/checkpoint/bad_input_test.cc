@@ -30,7 +30,6 @@
 #include "format/constants.h"
 #include "format/layout.h"
 #include "format/manifest.h"
-#include "storage/memory/memory_storage.h"
 #include "testing/backends.h"
 #include "testing/files.h"
 #include "testing/temp_dir.h"
@@ -42,7 +41,6 @@ namespace {
 
 using Steps = std::vector<int64_t>;
 using Model = testing::SeededModel;
-using testing::DataKeyOf;
 using testing::ExpectLoads;
 using testing::ListedSteps;
 using testing::Snapshot;
@@ -117,7 +115,7 @@ class DamagedTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_NO_FATAL_FAILURE(OpenAndCommitTwo(root_.url(), mgr_));
-    data2_ = DataKeyOf(storage(), 2);
+    data2_ = testing::DataKeyOf(storage(), 2);
   }
 
   // A fresh manager on the same store, as another process would see it: a
@@ -318,8 +316,10 @@ class FrozenMtimeStorage : public StorageWrapper {
 };
 
 TEST(VerifyTest, RereadsAManifestTheManagerHasCached) {
-  auto owned =
-      std::make_unique<FrozenMtimeStorage>(NewMemoryStorage("mem://frozen"));
+  const testing::TestRoot root(testing::Backend::kMemory, "frozen");
+  Result<std::unique_ptr<Storage>> store = root.Open();
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto owned = std::make_unique<FrozenMtimeStorage>(*std::move(store));
   FrozenMtimeStorage* frozen = owned.get();
   Result<std::unique_ptr<CheckpointManager>> mgr =
       CheckpointManager::Open(std::move(owned));
@@ -639,7 +639,7 @@ class FileRootTest : public ::testing::Test {
 
 TEST_F(FileRootTest, TruncatedDataFile) {
   ASSERT_NO_FATAL_FAILURE(OpenAndSaveTwo());
-  const std::string key = DataKeyOf(mgr_->storage(), 2);
+  const std::string key = testing::DataKeyOf(mgr_->storage(), 2);
   const std::string path = dir_ + "/root/" + key;
   struct stat st;
   ASSERT_EQ(::stat(path.c_str(), &st), 0);
@@ -670,7 +670,7 @@ TEST_F(FileRootTest, TruncatedDataFile) {
 
 TEST_F(FileRootTest, TruncatedToNothing) {
   ASSERT_NO_FATAL_FAILURE(OpenAndSaveTwo());
-  const std::string key = DataKeyOf(mgr_->storage(), 2);
+  const std::string key = testing::DataKeyOf(mgr_->storage(), 2);
   ASSERT_EQ(::truncate((dir_ + "/root/" + key).c_str(), 0), 0);
   EXPECT_ERROR(mgr_->LoadAll(2).status(), ErrorCode::kDataLoss, key);
   Result<VerifyReport> v = mgr_->Verify(2);

@@ -17,6 +17,7 @@
 #include <set>
 
 #include "checkpoint/manager_impl.h"
+#include "util/dtype_text.h"
 #include "util/names.h"
 
 namespace ckpt {
@@ -24,15 +25,6 @@ namespace ckpt {
 using format::Manifest;
 
 namespace {
-
-std::string DescribeTensor(DType dt, const std::vector<int64_t>& shape) {
-  std::string s(DTypeName(dt));
-  s += " [";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    s += (i ? ", " : "") + std::to_string(shape[i]);
-  }
-  return s + "]";
-}
 
 std::span<std::byte> BytesOf(std::string& s) {
   return std::span<std::byte>(reinterpret_cast<std::byte*>(s.data()), s.size());
@@ -92,8 +84,10 @@ CheckpointManager::Impl::MatchEntries(const Manifest& m, const State& state,
       if (rec->dtype != e.tensor.dtype || rec->shape != e.full_shape()) {
         return InvalidArgumentError(
             op + ": entry " + Quote(e.name) + " is " +
-            DescribeTensor(rec->dtype, rec->shape) + " in the checkpoint but " +
-            DescribeTensor(e.tensor.dtype, e.full_shape()) + " in the state");
+            DescribeTensorType(rec->dtype, rec->shape) +
+            " in the checkpoint but " +
+            DescribeTensorType(e.tensor.dtype, e.full_shape()) +
+            " in the state");
       }
       if (!e.tensor.writable) {
         return InvalidArgumentError(op + ": entry " + Quote(e.name) +

@@ -7,6 +7,7 @@
 
 #include "format/constants.h"
 #include "util/boxes.h"
+#include "util/dtype_text.h"
 #include "util/names.h"
 
 namespace ckpt {
@@ -37,19 +38,6 @@ Offer MakeOffer(const State& state, std::string host) {
   }
   return offer;
 }
-
-namespace {
-
-std::string DescribeShape(DType dtype, const std::vector<int64_t>& shape) {
-  std::string s(DTypeName(dtype));
-  s += " [";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    s += (i ? ", " : "") + std::to_string(shape[i]);
-  }
-  return s + "]";
-}
-
-}  // namespace
 
 Result<SavePlan> MakePlan(const std::vector<Offer>& offers) {
   SavePlan plan;
@@ -94,9 +82,10 @@ Result<SavePlan> MakePlan(const std::vector<Offer>& offers) {
         return InvalidArgumentError(
             "entry " + Quote(p.name) +
             " differs between ranks: " + std::string(EntryKindName(e.kind)) +
-            " " + DescribeShape(e.dtype, e.shape) + " vs " +
+            " " + DescribeTensorType(e.dtype, e.shape) + " vs " +
             std::string(EntryKindName(p.kind)) + " " +
-            DescribeShape(p.dtype, p.shape) + " on rank " + std::to_string(r));
+            DescribeTensorType(p.dtype, p.shape) + " on rank " +
+            std::to_string(r));
       }
       if (e.kind == EntryKind::kMetadata) continue;
       auto [pit, pinserted] = piece_index.emplace(

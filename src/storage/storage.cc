@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <map>
+#include <memory>
 
+#include "util/mutex.h"
 #include "util/names.h"
 
 namespace ckpt {
@@ -60,6 +63,14 @@ Result<ParsedUrl> ParseUrl(std::string_view url) {
   return out;
 }
 
+struct StorageRegistry::Backends {
+  mutable Mutex mu;
+  std::map<std::string, StorageFactory> factories GUARDED_BY(mu);
+};
+
+StorageRegistry::StorageRegistry() : backends_(std::make_unique<Backends>()) {}
+StorageRegistry::~StorageRegistry() = default;
+
 StorageRegistry& StorageRegistry::Default() {
   static StorageRegistry* registry = [] {
     auto* r = new StorageRegistry();
@@ -70,14 +81,14 @@ StorageRegistry& StorageRegistry::Default() {
 }
 
 void StorageRegistry::Register(std::string scheme, StorageFactory factory) {
-  std::lock_guard<std::mutex> lock(mu_);
-  factories_[std::move(scheme)] = std::move(factory);
+  MutexLock lock(&backends_->mu);
+  backends_->factories[std::move(scheme)] = std::move(factory);
 }
 
 std::vector<std::string> StorageRegistry::Schemes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&backends_->mu);
   std::vector<std::string> out;
-  for (const auto& [k, v] : factories_) out.push_back(k);
+  for (const auto& [k, v] : backends_->factories) out.push_back(k);
   return out;
 }
 
@@ -86,11 +97,12 @@ Result<std::unique_ptr<Storage>> StorageRegistry::Open(
   CKPT_ASSIGN_OR_RETURN(ParsedUrl parsed, ParseUrl(url));
   StorageFactory factory;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = factories_.find(parsed.scheme);
-    if (it == factories_.end()) {
+    MutexLock lock(&backends_->mu);
+    const auto& factories = backends_->factories;
+    auto it = factories.find(parsed.scheme);
+    if (it == factories.end()) {
       std::string known;
-      for (const auto& [k, v] : factories_) {
+      for (const auto& [k, v] : factories) {
         known += known.empty() ? "" : ", ";
         known += k + "://";
       }
@@ -99,6 +111,8 @@ Result<std::unique_ptr<Storage>> StorageRegistry::Open(
     }
     factory = it->second;
   }
+  // Outside the lock: opening may take long (an S3 round trip), and a
+  // factory may itself consult the registry.
   return factory(parsed, options);
 }
 

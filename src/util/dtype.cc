@@ -1,6 +1,9 @@
 #include "ckpt/dtype.h"
 
 #include <array>
+#include <string>
+
+#include "util/dtype_text.h"
 
 namespace ckpt {
 namespace {
@@ -52,6 +55,15 @@ std::optional<DType> ParseDType(std::string_view name) {
     if (info.name == name) return info.dtype;
   }
   return std::nullopt;
+}
+
+std::string DescribeTensorType(DType dtype, std::span<const int64_t> shape) {
+  std::string s(DTypeName(dtype));
+  s += " [";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    s += (i ? ", " : "") + std::to_string(shape[i]);
+  }
+  return s + "]";
 }
 
 }  // namespace ckpt

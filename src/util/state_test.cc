@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "util/dtype_text.h"
+
 namespace ckpt {
 namespace {
 
@@ -501,6 +503,12 @@ TEST(DTypeTest, NamesAndSizesRoundTrip) {
   EXPECT_FALSE(ParseDType("F7").has_value());
   EXPECT_FALSE(ParseDType("f32").has_value());
   EXPECT_FALSE(ParseDType("").has_value());
+}
+
+TEST(DTypeTest, ErrorsNameATensorTypeOneWay) {
+  const std::vector<int64_t> shape = {2, 3};
+  EXPECT_EQ(DescribeTensorType(DType::kF32, shape), "F32 [2, 3]");
+  EXPECT_EQ(DescribeTensorType(DType::kBF16, {}), "BF16 []");
 }
 
 }  // namespace

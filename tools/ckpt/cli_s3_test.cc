@@ -23,7 +23,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::Contains;
-using testing::ReadFile;
 using testing::RunResult;
 
 class CliS3Test : public ::testing::Test {
@@ -84,7 +83,7 @@ TEST_F(CliS3Test, LsShowVerifyExportAndGcOnAnS3Root) {
   const std::string out = (dir_ / "step3.safetensors").string();
   r = Ckpt({"export", root_, "--step", "3", out});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const std::string exported = ReadFile(out);
+  const std::string exported = testing::ReadFile(out);
   auto header = format::ParseSafetensorsFile(exported, out);
   ASSERT_TRUE(header.ok()) << header.status().ToString();
   bool found = false;

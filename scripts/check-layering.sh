@@ -1,0 +1,42 @@
+#!/bin/sh
+# The layering rules a reviewer would otherwise have to remember
+# (README, "Source tree"):
+#   - src/checkpoint and src/format know a storage backend only through the
+#     Storage interface: no header of src/storage/<backend>/ is included there;
+#   - messages between ranks are encoded and decoded only in
+#     src/checkpoint/messages.cc, never as JSON built inline;
+#   - no non-test source file under src/ or tools/ grows past 700 lines, and
+#     the manager stays a facade (400).
+# Prints every breach and exits 1 when there is one.
+set -eu
+cd "$(dirname "$0")/.."
+status=0
+
+leaks=$(git grep -nE '#include "storage/(file|s3|memory)/' -- \
+  'src/checkpoint/*' 'src/format/*' || true)
+if [ -n "$leaks" ]; then
+  echo "check-layering: a backend header included above the Storage interface:"
+  echo "$leaks"
+  status=1
+fi
+
+inline_json=$(git grep -nE 'json::parse|\.dump\(\)' -- 'src/checkpoint/*.cc' \
+  ':!src/checkpoint/*_test.cc' || true)
+if [ -n "$inline_json" ]; then
+  echo "check-layering: JSON built or parsed in src/checkpoint (rank" \
+    "messages belong in messages.cc, manifests in src/format):"
+  echo "$inline_json"
+  status=1
+fi
+
+for f in $(git ls-files 'src/*.cc' 'src/*.h' 'tools/*.cc' 'tools/*.h' |
+  grep -v '_test\.cc$'); do
+  limit=700
+  [ "$f" = src/checkpoint/manager.cc ] && limit=400
+  lines=$(wc -l <"$f")
+  if [ "$lines" -gt "$limit" ]; then
+    echo "check-layering: $f has $lines lines (limit $limit): split it by mechanism"
+    status=1
+  fi
+done
+exit $status
