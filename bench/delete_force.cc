@@ -27,7 +27,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <span>
 #include <string>
@@ -35,8 +34,11 @@
 #include <vector>
 
 #include "ckpt/ckpt.h"
+#include "proc_status.h"
 
 namespace {
+
+using ckpt::bench::ProcStatus;
 
 constexpr double kMiB = 1024.0 * 1024.0;
 constexpr double kTargetMiB = 256.0;  // issue #15: delete --force of 1 GiB
@@ -53,19 +55,6 @@ struct Args {
   std::fprintf(stderr, "bench_delete_force: %s: %s\n", what.c_str(),
                s.ToString().c_str());
   std::exit(1);
-}
-
-// A "Vm...:   1234 kB" line of /proc/self/status, in bytes; 0 if absent.
-uint64_t ProcStatus(std::string_view field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.starts_with(field) && line.size() > field.size() &&
-        line[field.size()] == ':') {
-      return std::strtoull(line.c_str() + field.size() + 1, nullptr, 10) * 1024;
-    }
-  }
-  return 0;
 }
 
 // Element `i` of the weights: never zero, different from its neighbours, so
