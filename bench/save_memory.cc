@@ -39,8 +39,11 @@
 #include <vector>
 
 #include "ckpt/ckpt.h"
+#include "proc_status.h"
 
 namespace {
+
+using ckpt::bench::ProcStatus;
 
 constexpr double kMiB = 1024.0 * 1024.0;
 constexpr double kLimitMiB = 64.0;
@@ -126,19 +129,6 @@ uint64_t MaxRss() {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   return static_cast<uint64_t>(ru.ru_maxrss) * 1024;
-}
-
-// A "Vm...:   1234 kB" line of /proc/self/status, in bytes; 0 if absent.
-uint64_t ProcStatus(std::string_view field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.starts_with(field) && line.size() > field.size() &&
-        line[field.size()] == ':') {
-      return std::strtoull(line.c_str() + field.size() + 1, nullptr, 10) * 1024;
-    }
-  }
-  return 0;
 }
 
 // Resets VmHWM to the current RSS. False where the kernel does not allow it.

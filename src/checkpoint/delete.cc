@@ -7,7 +7,8 @@
 //   3. Dependants refuse the delete (FailedPrecondition, naming them) unless
 //      rewrite_dependants (`ckpt delete --force`) is set: then each
 //      dependant, oldest first, gets the chunks it uses of this step copied
-//      into a new object of its own, and its manifest is replaced
+//      into a new object of its own (streamed a chunk at a time through one
+//      buffer, so memory stays at one chunk), and its manifest is replaced
 //      atomically, and recorded in the catalog again; only after all of
 //      them does the delete go on.
 //   4. Delete the manifest first: from then on the step is not a checkpoint,
@@ -16,6 +17,7 @@
 //      backend's temporaries) and that no other manifest names; anything
 //      else in the directory is left alone. Update the LATEST hint.
 #include <algorithm>
+#include <memory>
 #include <set>
 
 #include "checkpoint/manager_impl.h"
@@ -125,46 +127,57 @@ Status CheckpointManager::Impl::RewriteDependant(int64_t dependant,
   CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> old,
                         manifests_.Read(dependant));
   Manifest m = *old;
-  // The chunks to copy, read (and checked) into memory.
+  // The chunks to copy, each a piece of its own in the new object, under a
+  // name none of the dependant's tensors has.
   std::set<std::string> names;
   for (const auto& e : m.entries) names.insert(e.name);
-  std::vector<format::ChunkRecord*> moved;
-  std::vector<std::vector<std::byte>> bytes;
-  std::vector<PieceToWrite> pieces;
+  struct Moved {
+    const format::EntryRecord* entry;
+    format::ChunkRecord* chunk;
+  };
+  std::vector<Moved> moved;
+  std::vector<format::TensorLayout> tensors;
   uint64_t largest = 1;
   for (auto& e : m.entries) {
     for (auto& p : e.pieces) {
       for (auto& c : p.chunks) {
         if (format::StepOfKey(m.objects[c.object].key) != step) continue;
-        bytes.emplace_back(c.length);
-        CKPT_RETURN_IF_ERROR_CTX(ReadChunk(*storage_, *old, e, c, bytes.back()),
-                                 op);
         std::string name;
-        for (size_t n = pieces.size();; ++n) {
+        for (size_t n = tensors.size();; ++n) {
           name = format::RunTensorName(e.name, n);
           if (!names.count(name)) break;
         }
         names.insert(name);
-        pieces.push_back(PieceToWrite{
-            name, DType::kU8, {static_cast<int64_t>(c.length)}, {}});
-        moved.push_back(&c);
+        tensors.push_back(format::TensorLayout{
+            name, DType::kU8, {static_cast<int64_t>(c.length)}});
+        moved.push_back(Moved{&e, &c});
         largest = std::max(largest, c.length);
       }
     }
   }
-  for (size_t i = 0; i < pieces.size(); ++i) pieces[i].bytes = bytes[i];
-  if (!pieces.empty()) {
+  if (!moved.empty()) {
     // The rewrite is a new attempt at the step's manifest: the manifest
     // names it, so `attempt` and the newest object's name agree.
     m.attempt = NewAttemptId();
     const std::string key = format::DataObjectKey(dependant, 0, m.attempt);
-    CKPT_ASSIGN_OR_RETURN(WrittenObject written,
-                          WriteDataObject(*storage_, key, pieces, largest));
+    // One chunk at a time through one buffer, each checked as it is read:
+    // the memory a rewrite takes is one chunk, however much it copies.
+    CKPT_ASSIGN_OR_RETURN(
+        DataObjectStream out,
+        DataObjectStream::Start(*storage_, key, std::move(tensors), largest));
+    const auto buffer = std::make_unique_for_overwrite<std::byte[]>(largest);
+    for (const Moved& mv : moved) {
+      const std::span<std::byte> bytes(buffer.get(), mv.chunk->length);
+      CKPT_RETURN_IF_ERROR_CTX(
+          ReadChunk(*storage_, *old, *mv.entry, *mv.chunk, bytes), op);
+      CKPT_RETURN_IF_ERROR_CTX(out.Append(bytes), op);
+    }
+    CKPT_ASSIGN_OR_RETURN(WrittenObject written, out.Close());
     const uint32_t index = static_cast<uint32_t>(m.objects.size());
     m.objects.push_back(format::ObjectRecord{key, written.size, 0});
     for (size_t i = 0; i < moved.size(); ++i) {
-      moved[i]->object = index;
-      moved[i]->offset = written.chunks[i][0].offset;
+      moved[i].chunk->object = index;
+      moved[i].chunk->offset = written.chunks[i][0].offset;
     }
   }
   // Keep the objects still named, in order, and the steps they lie in.

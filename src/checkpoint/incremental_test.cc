@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "checkpoint/test_util.h"
+#include "checkpoint/writer.h"
 #include "ckpt/checkpoint_manager.h"
 #include "format/constants.h"
 #include "format/layout.h"
@@ -18,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "testing/backends.h"
 #include "testing/fault_storage.h"
+#include "util/mutex.h"
 
 namespace ckpt {
 namespace {
@@ -328,6 +330,194 @@ TEST_F(IncrementalTest, DeleteRefusesDependedOnAndForceRewritesDependants) {
   EXPECT_TRUE(v->ok()) << v->problems.front();
   ExpectNoUnnamedObjects(*mgr);
   (void)at2;
+}
+
+// Watches, once armed, a forced delete of step `from` that rewrites step
+// `into`: the bytes read from `from`'s objects, the bytes appended to new
+// objects of `into`, and the most read but not yet written at any moment.
+class CopyWatcher : public StorageWrapper {
+ public:
+  CopyWatcher(Storage* target, int64_t from, int64_t into)
+      : StorageWrapper(target),
+        from_(format::StepDirName(from) + "/"),
+        into_(format::StepDirName(into) + "/") {}
+
+  void Arm() EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    armed_ = true;
+  }
+  uint64_t read() EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    return read_;
+  }
+  uint64_t appended() EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    return appended_;
+  }
+  uint64_t largest_read() EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    return largest_read_;
+  }
+  uint64_t most_unwritten() EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    return most_unwritten_;
+  }
+
+  Status ReadRange(std::string_view key, uint64_t offset,
+                   std::span<std::byte> out) override EXCLUDES(mu_) {
+    Status s = StorageWrapper::ReadRange(key, offset, out);
+    MutexLock lock(&mu_);
+    if (s.ok() && armed_ && key.starts_with(from_)) {
+      read_ += out.size();
+      largest_read_ = std::max<uint64_t>(largest_read_, out.size());
+      if (read_ > appended_) {
+        most_unwritten_ = std::max(most_unwritten_, read_ - appended_);
+      }
+    }
+    return s;
+  }
+
+  Result<std::unique_ptr<WritableObject>> NewWritable(
+      std::string_view key) override {
+    Result<std::unique_ptr<WritableObject>> out =
+        StorageWrapper::NewWritable(key);
+    if (!out.ok() || !key.starts_with(into_)) return out;
+    return std::unique_ptr<WritableObject>(
+        std::make_unique<Counted>(std::move(out).value(), this));
+  }
+
+ private:
+  class Counted : public WritableObject {
+   public:
+    Counted(std::unique_ptr<WritableObject> target, CopyWatcher* watcher)
+        : target_(std::move(target)), watcher_(watcher) {}
+    Status Append(std::span<const std::byte> data) override {
+      Status s = target_->Append(data);
+      if (s.ok()) watcher_->Appended(data.size());
+      return s;
+    }
+    Status Close() override { return target_->Close(); }
+    uint64_t size() const override { return target_->size(); }
+
+   private:
+    std::unique_ptr<WritableObject> target_;
+    CopyWatcher* watcher_;
+  };
+
+  void Appended(uint64_t n) EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    if (armed_) appended_ += n;
+  }
+
+  const std::string from_;
+  const std::string into_;
+  Mutex mu_;
+  bool armed_ GUARDED_BY(mu_) = false;
+  uint64_t read_ GUARDED_BY(mu_) = 0;
+  uint64_t appended_ GUARDED_BY(mu_) = 0;
+  uint64_t largest_read_ GUARDED_BY(mu_) = 0;
+  uint64_t most_unwritten_ GUARDED_BY(mu_) = 0;
+};
+
+// A forced delete streams what it copies: at no moment has it read more
+// than one chunk that it has not written yet, however much the dependant
+// inherits; the dependant then loads bit-identical on its own.
+TEST_F(IncrementalTest, ForcedDeleteCopiesOneChunkAtATime) {
+  constexpr uint64_t kBigChunk = 256 << 10;
+  const std::string url = FileRoot();
+  auto base = OpenStorage(url);
+  ASSERT_TRUE(base.ok());
+  auto wrapper = std::make_unique<CopyWatcher>(base->get(), 1, 2);
+  CopyWatcher* watch = wrapper.get();
+  Options o = MakeOptions();
+  o.chunk_size = kBigChunk;
+  auto mgr = CheckpointManager::Open(std::move(wrapper), o);
+  ASSERT_TRUE(mgr.ok());
+  Tables m({65536});  // 4 MiB: 16 chunks, of which step 2 rewrites one
+  State s = m.ToState();
+  ASSERT_NO_FATAL_FAILURE(SaveOneAndTwo(**mgr, m, s));
+  watch->Arm();
+  ASSERT_TRUE(
+      (*mgr)->Delete(1, DeleteOptions{.rewrite_dependants = true}).ok());
+  EXPECT_GE(watch->read(), 15 * kBigChunk);
+  EXPECT_GE(watch->appended(), watch->read()) << "copied bytes went missing";
+  EXPECT_LE(watch->largest_read(), kBigChunk);
+  EXPECT_LE(watch->most_unwritten(), kBigChunk)
+      << "the copy held more than one chunk in memory";
+  EXPECT_EQ(testing::ListedSteps(**mgr), Steps{2});
+  Result<CheckpointDescription> d2 = (*mgr)->Describe(2);
+  ASSERT_TRUE(d2.ok());
+  EXPECT_TRUE(d2->info.depends_on.empty());
+  ExpectLoadsTables(**mgr, 2, m);
+  Result<VerifyReport> v = (*mgr)->Verify(2);
+  ASSERT_TRUE(v.ok());
+  EXPECT_TRUE(v->ok()) << v->problems.front();
+  ExpectNoUnnamedObjects(**mgr);
+}
+
+// The streamed writer writes the very bytes WriteDataObject writes, below
+// and above the size from which the data starts on a page, with pieces of
+// several chunks and of another dtype; misused, it publishes nothing.
+TEST(DataObjectStreamTest, WritesWhatWriteDataObjectWrites) {
+  testing::TestRoot root(testing::Backend::kMemory, "stream");
+  Result<std::unique_ptr<Storage>> storage = root.Open();
+  ASSERT_TRUE(storage.ok());
+  Storage& st = **storage;
+  for (uint64_t total : {uint64_t{10000}, format::kPageAlignFrom + 12344}) {
+    SCOPED_TRACE("data bytes " + std::to_string(total));
+    const std::vector<std::byte> bytes = testing::RandomBytes(total, total);
+    const uint64_t a = total / 3, b = 4 * (total / 8);  // b: whole F32s
+    const std::vector<PieceToWrite> pieces = {
+        {"a", DType::kU8, {static_cast<int64_t>(a)}, {bytes.data(), a}},
+        {"b",
+         DType::kF32,
+         {static_cast<int64_t>(b / 4)},
+         {bytes.data() + a, b}},
+        {"c@1",
+         DType::kU8,
+         {static_cast<int64_t>(total - a - b)},
+         {bytes.data() + a + b, total - a - b}}};
+    constexpr uint64_t kSmallChunk = 1000;
+    Result<WrittenObject> whole =
+        WriteDataObject(st, "whole", pieces, kSmallChunk);
+    ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+    std::vector<format::TensorLayout> tensors;
+    for (const PieceToWrite& p : pieces) {
+      tensors.push_back({p.tensor_name, p.dtype, p.lengths});
+    }
+    Result<DataObjectStream> stream =
+        DataObjectStream::Start(st, "streamed", tensors, kSmallChunk);
+    ASSERT_TRUE(stream.ok()) << stream.status().ToString();
+    for (const PieceToWrite& p : pieces) {
+      ASSERT_TRUE(stream->Append(p.bytes).ok());
+    }
+    Result<WrittenObject> streamed = stream->Close();
+    ASSERT_TRUE(streamed.ok()) << streamed.status().ToString();
+    EXPECT_EQ(st.ReadAll("streamed").value(), st.ReadAll("whole").value());
+    EXPECT_EQ(streamed->size, whole->size);
+    ASSERT_EQ(streamed->chunks.size(), whole->chunks.size());
+    for (size_t i = 0; i < whole->chunks.size(); ++i) {
+      ASSERT_EQ(streamed->chunks[i].size(), whole->chunks[i].size());
+      EXPECT_GT(whole->chunks[i].size(), 1u) << "piece " << i;
+      for (size_t c = 0; c < whole->chunks[i].size(); ++c) {
+        EXPECT_EQ(streamed->chunks[i][c].offset, whole->chunks[i][c].offset);
+        EXPECT_EQ(streamed->chunks[i][c].length, whole->chunks[i][c].length);
+        EXPECT_EQ(streamed->chunks[i][c].checksum,
+                  whole->chunks[i][c].checksum);
+      }
+    }
+
+    {
+      Result<DataObjectStream> misused =
+          DataObjectStream::Start(st, "misused", tensors, kSmallChunk);
+      ASSERT_TRUE(misused.ok());
+      EXPECT_EQ(misused->Append(pieces[1].bytes).code(),
+                ErrorCode::kInvalidArgument);
+      ASSERT_TRUE(misused->Append(pieces[0].bytes).ok());
+      EXPECT_EQ(misused->Close().status().code(), ErrorCode::kInvalidArgument);
+    }  // destroyed unpublished
+    EXPECT_EQ(st.Stat("misused").status().code(), ErrorCode::kNotFound);
+  }
 }
 
 // The data object step `step`'s own save wrote (rank 0).

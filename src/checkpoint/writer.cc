@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <future>
 
+#include "ckpt/state.h"
 #include "format/constants.h"
-#include "format/safetensors.h"
 #include "util/checksum.h"
 
 namespace ckpt {
@@ -14,57 +14,81 @@ namespace {
 // of their own anyway).
 constexpr size_t kSlice = size_t{8} << 20;
 
+std::span<const std::byte> AsBytes(std::string_view s) {
+  return std::span<const std::byte>(
+      reinterpret_cast<const std::byte*>(s.data()), s.size());
+}
+
+Status AppendSlices(WritableObject& out, std::span<const std::byte> bytes,
+                    bool in_place) {
+  for (size_t pos = 0; pos < bytes.size(); pos += kSlice) {
+    const auto slice = bytes.subspan(pos, std::min(kSlice, bytes.size() - pos));
+    CKPT_RETURN_IF_ERROR(in_place ? out.AppendRetained(slice)
+                                  : out.Append(slice));
+  }
+  return Status();
+}
+
 }  // namespace
+
+Result<DataObjectLayout> LayOutDataObject(
+    std::vector<format::TensorLayout> tensors, uint64_t chunk_size) {
+  if (chunk_size == 0) return InvalidArgumentError("chunk size 0");
+  // Large objects start their data on a page, so that page-aligned memory
+  // (the asynchronous save's staging) lines up with its place in the file.
+  // A shape that is invalid or overflows fails the encoding below, whatever
+  // alignment this picks.
+  uint64_t data_bytes = 0;
+  for (const format::TensorLayout& t : tensors) {
+    Result<uint64_t> n =
+        TensorView{.dtype = t.dtype, .shape = t.shape}.ByteSize();
+    if (n.ok()) data_bytes += std::min(*n, UINT64_MAX - data_bytes);
+  }
+  const uint64_t alignment = data_bytes >= format::kPageAlignFrom
+                                 ? format::kSafetensorsPageAlignment
+                                 : format::kSafetensorsAlignment;
+  DataObjectLayout layout;
+  CKPT_ASSIGN_OR_RETURN(
+      layout.header, format::EncodeSafetensorsHeader(tensors, {}, alignment));
+  uint64_t offset = layout.header.size();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const uint64_t n = tensors[i].end - tensors[i].begin;
+    layout.piece_bytes.push_back(n);
+    for (uint64_t pos = 0; pos < n; pos += chunk_size) {
+      const uint64_t len = std::min<uint64_t>(chunk_size, n - pos);
+      layout.chunks.push_back(DataObjectLayout::Chunk{i, pos, len, offset});
+      offset += len;
+    }
+  }
+  layout.size = offset;
+  return layout;
+}
 
 Result<WrittenObject> WriteDataObject(Storage& storage, const std::string& key,
                                       const std::vector<PieceToWrite>& pieces,
                                       uint64_t chunk_size, bool in_place) {
-  std::vector<format::TensorLayout> layout;
-  layout.reserve(pieces.size());
-  uint64_t data_bytes = 0;
+  std::vector<format::TensorLayout> tensors;
+  tensors.reserve(pieces.size());
   for (const PieceToWrite& p : pieces) {
-    layout.push_back(format::TensorLayout{p.tensor_name, p.dtype, p.lengths});
-    data_bytes += p.bytes.size();
+    tensors.push_back(format::TensorLayout{p.tensor_name, p.dtype, p.lengths});
   }
-  // Large objects start their data on a page, so that page-aligned memory
-  // (the asynchronous save's staging) lines up with its place in the file.
-  const uint64_t alignment = data_bytes >= format::kPageAlignFrom
-                                 ? format::kSafetensorsPageAlignment
-                                 : format::kSafetensorsAlignment;
-  CKPT_ASSIGN_OR_RETURN(std::string header,
-                        format::EncodeSafetensorsHeader(layout, {}, alignment));
-  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<WritableObject> out,
-                        storage.NewWritable(key));
-  auto as_bytes = [](std::string_view s) {
-    return std::span<const std::byte>(
-        reinterpret_cast<const std::byte*>(s.data()), s.size());
-  };
-  CKPT_RETURN_IF_ERROR(out->Append(as_bytes(header)));
-
-  // The chunk layout is known before a byte is written, so the checksums
-  // are computed on a second thread while this one streams the bytes out:
-  // on two cores, hashing then hides behind the copy into the storage.
-  struct ChunkSpan {
-    size_t piece;
-    uint64_t pos;  // within the piece
-    uint64_t len;
-    uint64_t offset;  // within the object
-  };
-  std::vector<ChunkSpan> chunks;
-  uint64_t offset = header.size();
+  CKPT_ASSIGN_OR_RETURN(DataObjectLayout layout,
+                        LayOutDataObject(std::move(tensors), chunk_size));
   for (size_t i = 0; i < pieces.size(); ++i) {
-    const uint64_t n = pieces[i].bytes.size();
-    if (n != layout[i].end - layout[i].begin) {
+    if (pieces[i].bytes.size() != layout.piece_bytes[i]) {
       return InvalidArgumentError("write " + key + ": piece " +
                                   pieces[i].tensor_name +
                                   " has the wrong number of bytes");
     }
-    for (uint64_t pos = 0; pos < n; pos += chunk_size) {
-      const uint64_t len = std::min<uint64_t>(chunk_size, n - pos);
-      chunks.push_back(ChunkSpan{i, pos, len, offset});
-      offset += len;
-    }
   }
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<WritableObject> out,
+                        storage.NewWritable(key));
+  CKPT_RETURN_IF_ERROR(out->Append(AsBytes(layout.header)));
+
+  // The chunk layout is known before a byte is written, so the checksums
+  // are computed on a second thread while this one streams the bytes out:
+  // on two cores, hashing then hides behind the copy into the storage.
+  const std::vector<DataObjectLayout::Chunk>& chunks = layout.chunks;
   std::vector<Checksum128> sums(chunks.size());
   // Declared after what it reads: its destructor waits for the thread on
   // every way out of this function.
@@ -76,12 +100,7 @@ Result<WrittenObject> WriteDataObject(Storage& storage, const std::string& key,
   });
   // The pieces outlive `out` (the caller owns them), as AppendRetained asks.
   for (const PieceToWrite& p : pieces) {
-    for (size_t pos = 0; pos < p.bytes.size(); pos += kSlice) {
-      const auto slice =
-          p.bytes.subspan(pos, std::min(kSlice, p.bytes.size() - pos));
-      CKPT_RETURN_IF_ERROR(in_place ? out->AppendRetained(slice)
-                                    : out->Append(slice));
-    }
+    CKPT_RETURN_IF_ERROR(AppendSlices(*out, p.bytes, in_place));
   }
   hashing.get();
   WrittenObject written;
@@ -91,8 +110,54 @@ Result<WrittenObject> WriteDataObject(Storage& storage, const std::string& key,
         format::ChunkRecord{0, chunks[c].offset, chunks[c].len, sums[c]});
   }
   CKPT_RETURN_IF_ERROR(out->Close());
-  written.size = offset;
+  written.size = layout.size;
   return written;
+}
+
+Result<DataObjectStream> DataObjectStream::Start(
+    Storage& storage, const std::string& key,
+    std::vector<format::TensorLayout> tensors, uint64_t chunk_size) {
+  CKPT_ASSIGN_OR_RETURN(DataObjectLayout layout,
+                        LayOutDataObject(std::move(tensors), chunk_size));
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<WritableObject> out,
+                        storage.NewWritable(key));
+  CKPT_RETURN_IF_ERROR(out->Append(AsBytes(layout.header)));
+  return DataObjectStream(key, std::move(layout), std::move(out));
+}
+
+Status DataObjectStream::Append(std::span<const std::byte> bytes) {
+  const size_t piece = next_piece_;
+  if (piece == layout_.piece_bytes.size()) {
+    return InvalidArgumentError("write " + key_ +
+                                ": more pieces than it was started with");
+  }
+  if (bytes.size() != layout_.piece_bytes[piece]) {
+    return InvalidArgumentError("write " + key_ + ": piece " +
+                                std::to_string(piece) +
+                                " has the wrong number of bytes");
+  }
+  std::vector<format::ChunkRecord>& records = written_.chunks.emplace_back();
+  for (; next_chunk_ < layout_.chunks.size() &&
+         layout_.chunks[next_chunk_].piece == piece;
+       ++next_chunk_) {
+    const DataObjectLayout::Chunk& c = layout_.chunks[next_chunk_];
+    records.push_back(format::ChunkRecord{
+        0, c.offset, c.len, Xxh3_128(bytes.subspan(c.pos, c.len))});
+  }
+  CKPT_RETURN_IF_ERROR(AppendSlices(*out_, bytes, /*in_place=*/false));
+  ++next_piece_;
+  return Status();
+}
+
+Result<WrittenObject> DataObjectStream::Close() {
+  if (next_piece_ != layout_.piece_bytes.size()) {
+    return InvalidArgumentError(
+        "write " + key_ + ": closed after " + std::to_string(next_piece_) +
+        " of " + std::to_string(layout_.piece_bytes.size()) + " pieces");
+  }
+  CKPT_RETURN_IF_ERROR(out_->Close());
+  written_.size = layout_.size;
+  return std::move(written_);
 }
 
 }  // namespace ckpt

@@ -3,15 +3,21 @@
 // bytes stream out. The writer itself holds the header and the chunk list,
 // nothing more; what the storage buffers is the storage's (file://: a few
 // reused O_DIRECT blocks).
+//
+// DataObjectStream writes the same object a piece at a time, for a caller
+// that never holds every piece in memory at once (a forced delete copies a
+// dependant's chunks through one reused buffer).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "ckpt/storage.h"
 #include "format/manifest.h"
+#include "format/safetensors.h"
 
 namespace ckpt {
 
@@ -38,5 +44,59 @@ Result<WrittenObject> WriteDataObject(Storage& storage, const std::string& key,
                                       const std::vector<PieceToWrite>& pieces,
                                       uint64_t chunk_size,
                                       bool in_place = false);
+
+// A data object's layout, known from its pieces' names, dtypes and shapes
+// alone: the header, and where each chunk lies. Both writers write exactly
+// this. Large objects start their data on a page (kPageAlignFrom).
+struct DataObjectLayout {
+  struct Chunk {
+    size_t piece;
+    uint64_t pos;  // within the piece
+    uint64_t len;
+    uint64_t offset;  // within the object
+  };
+  std::string header;                 // the bytes before the data
+  std::vector<uint64_t> piece_bytes;  // in the order given
+  std::vector<Chunk> chunks;          // in the order of the bytes
+  uint64_t size = 0;                  // of the whole object
+};
+Result<DataObjectLayout> LayOutDataObject(
+    std::vector<format::TensorLayout> tensors, uint64_t chunk_size);
+
+// A data object written one piece at a time, byte for byte what
+// WriteDataObject writes for the same pieces and chunk size, for a caller
+// that cannot hold every piece in memory at once. The header goes out when
+// it starts; each Append takes the next piece's bytes and checksums them;
+// Close publishes the object. Nothing is published under the key unless
+// Close returns Ok (destroyed before that, the object is discarded); after
+// an error from Append, destroy it. Used by one thread at a time.
+class DataObjectStream {
+ public:
+  // Starts `key` with the header of pieces `tensors` (their names, dtypes and
+  // shapes; begin and end are ignored).
+  static Result<DataObjectStream> Start(
+      Storage& storage, const std::string& key,
+      std::vector<format::TensorLayout> tensors, uint64_t chunk_size);
+
+  // Appends the next piece: exactly as many bytes as its shape holds. They
+  // are copied, so the caller may reuse them once this returns.
+  Status Append(std::span<const std::byte> bytes);
+  // Once every piece is appended: makes the object durable and publishes it.
+  Result<WrittenObject> Close();
+
+ private:
+  DataObjectStream(std::string key, DataObjectLayout layout,
+                   std::unique_ptr<WritableObject> out)
+      : key_(std::move(key)),
+        layout_(std::move(layout)),
+        out_(std::move(out)) {}
+
+  std::string key_;
+  DataObjectLayout layout_;
+  std::unique_ptr<WritableObject> out_;
+  size_t next_piece_ = 0;
+  size_t next_chunk_ = 0;  // the first chunk of the next piece
+  WrittenObject written_;
+};
 
 }  // namespace ckpt

@@ -28,10 +28,12 @@ std::string FormatBytes(uint64_t bytes) {
   return buf;
 }
 
+bool ProgressBar::Enabled() { return isatty(STDERR_FILENO) == 1; }
+
 ProgressBar::ProgressBar(std::string label, uint64_t total)
     : label_(std::move(label)),
       total_(total),
-      enabled_(isatty(STDERR_FILENO) == 1),
+      enabled_(Enabled()),
       start_(std::chrono::steady_clock::now()) {}
 
 ProgressBar::~ProgressBar() {

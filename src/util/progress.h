@@ -1,8 +1,10 @@
 // A one-line progress bar for long operations. The `ckpt` command draws
 // them: `verify`, one per checkpoint it reads (with --json too: the bar is
 // on stderr, the JSON on stdout); `import`, one over the save; `export`, one
-// over the load and one over writing the file. `import` and `export` draw
-// none with --json. The library itself never draws one.
+// over the load and one over writing the file; `delete --force`, one over
+// the bytes it copies into the dependants; `gc`, one over the bytes it
+// frees. `import`, `export`, `delete` and `gc` draw none with --json. The
+// library itself never draws one.
 //
 // It draws on stderr only when stderr is a terminal, so logs and pipes stay
 // clean; otherwise every call is a no-op. Redraws are limited to about ten a
@@ -28,6 +30,9 @@ std::string FormatBytes(uint64_t bytes);
 class ProgressBar {
  public:
   ProgressBar(std::string label, uint64_t total);
+  // Whether bars draw here (stderr is a terminal): a command may skip work
+  // it would do only to size a bar.
+  static bool Enabled();
   // Ends the line if the bar was drawn but not finished (an error path), so
   // the next message starts on a line of its own.
   ~ProgressBar();

@@ -1,8 +1,11 @@
 // Runs the built `ckpt` binary as a user would, on roots made with the C++
 // API, and checks its exit codes, its output and what it leaves on disk.
 
+#include <pty.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -23,6 +26,7 @@
 #include "testing/subprocess.h"
 #include "testing/temp_dir.h"
 #include "util/bytes.h"
+#include "util/progress.h"
 
 namespace ckpt {
 namespace {
@@ -146,6 +150,61 @@ class CliTest : public ::testing::Test {
       for (const CheckpointInfo& info : *infos) steps.push_back(info.step);
     }
     return steps;
+  }
+
+  // Steps 1 to 3 of an incremental chain under `root`: a 16 KiB table in
+  // 4 KiB chunks, of which step N rewrites chunk N. Step 2 depends on step
+  // 1, step 3 on steps 1 and 2.
+  void SaveChain(const std::string& root) {
+    auto manager = OpenManager(root, 4096);
+    ASSERT_NE(manager, nullptr);
+    std::vector<float> table(4096);
+    for (int64_t step = 1; step <= 3; ++step) {
+      table[step * 1024] = static_cast<float>(step);  // chunk `step` changes
+      State state;
+      state.AddTensor("table", View(table));
+      SaveOptions options;
+      options.incremental = true;
+      ASSERT_TRUE(manager->Save(step, state, options).ok());
+    }
+  }
+
+  // `ckpt args` with stdout and stderr on a pseudo-terminal, as a person
+  // runs it: what it printed there (both streams, in order) in `out`.
+  RunResult CkptOnTerminal(const std::vector<std::string>& args) {
+    std::vector<std::string> words = {CKPT_CLI_PATH};
+    words.insert(words.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& w : words) argv.push_back(w.data());
+    argv.push_back(nullptr);
+    RunResult r;
+    int terminal = -1;
+    const pid_t pid = forkpty(&terminal, nullptr, nullptr, nullptr);
+    if (pid == 0) {
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    if (pid < 0) {
+      ADD_FAILURE() << "forkpty: " << std::strerror(errno);
+      return r;
+    }
+    char buf[4096];
+    for (;;) {
+      const ssize_t n = read(terminal, buf, sizeof(buf));
+      if (n > 0) {
+        r.out.append(buf, n);
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else {
+        break;  // EIO: the program ended, and the terminal with it
+      }
+    }
+    close(terminal);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    r.exit_code =
+        WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return r;
   }
 
   std::vector<fs::path> DataFiles(const std::string& root) {
@@ -877,19 +936,7 @@ TEST_F(CliTest, BenchRefusesBadSizesAndCounts) {
 // --- incremental checkpoints and delete
 
 TEST_F(CliTest, IncrementalChainLsVerifyAndDelete) {
-  {
-    auto manager = OpenManager(root_, 4096);
-    ASSERT_NE(manager, nullptr);
-    std::vector<float> table(4096);  // 16 KiB: 4 chunks
-    for (int64_t step = 1; step <= 3; ++step) {
-      table[step * 1024] = static_cast<float>(step);  // chunk `step` changes
-      State state;
-      state.AddTensor("table", View(table));
-      SaveOptions options;
-      options.incremental = true;
-      ASSERT_TRUE(manager->Save(step, state, options).ok());
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(SaveChain(root_));
   RunResult r = Ckpt({"ls", root_, "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   nlohmann::json ls = nlohmann::json::parse(r.out);
@@ -970,19 +1017,7 @@ TEST_F(CliTest, DeleteJsonListsWhatItDeleted) {
 // --force copies the bytes dependants reference into their own directories:
 // those new objects are not in the report, and nothing of theirs went.
 TEST_F(CliTest, DeleteForceJsonListsOnlyTheDeletedStep) {
-  {
-    auto manager = OpenManager(root_, 4096);
-    ASSERT_NE(manager, nullptr);
-    std::vector<float> table(4096);  // 16 KiB: 4 chunks
-    for (int64_t step = 1; step <= 3; ++step) {
-      table[step * 1024] = static_cast<float>(step);
-      State state;
-      state.AddTensor("table", View(table));
-      SaveOptions options;
-      options.incremental = true;
-      ASSERT_TRUE(manager->Save(step, state, options).ok());
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(SaveChain(root_));
   const auto [keys, bytes] = StepObjects(root_, "step-000000000001");
   const auto [kept2, kept2_bytes] = StepObjects(root_, "step-000000000002");
 
@@ -1023,6 +1058,54 @@ TEST_F(CliTest, ImportAndExportDrawNoBarIntoAPipe) {
     ASSERT_EQ(py_out.exit_code, 0) << py_out.err;
     EXPECT_EQ(ParseJson(py_out.out), ParseJson(py_in.out));
   }
+}
+
+// On a terminal `delete --force` draws a bar over the bytes it copies into
+// the dependants, and `gc` one over the bytes it frees; into a pipe, and
+// with --json, they draw none.
+TEST_F(CliTest, DeleteForceAndGcDrawABarOnATerminalOnly) {
+  // Step 2 reads chunks 0, 1 and 3 of step 1, step 3 chunks 0 and 1.
+  const std::string copied = "20.0 KiB / 20.0 KiB";
+  const std::vector<std::string> hows = {"pipe", "terminal --json", "terminal"};
+  for (size_t i = 0; i < hows.size(); ++i) {
+    const std::string& how = hows[i];
+    SCOPED_TRACE(how);
+    const std::string root = Path("chain" + std::to_string(i));
+    ASSERT_NO_FATAL_FAILURE(SaveChain(root));
+    std::vector<std::string> args = {"delete", root, "--step", "1", "--force"};
+    RunResult r;
+    if (how == "pipe") {
+      r = Ckpt(args);
+      EXPECT_EQ(r.err, "");
+    } else if (how == "terminal --json") {
+      args.push_back("--json");
+      r = CkptOnTerminal(args);
+      EXPECT_FALSE(Contains(r.out, "copy into")) << r.out;
+    } else {
+      r = CkptOnTerminal(args);
+      EXPECT_TRUE(Contains(r.out, "delete step 1: copy into 2, 3 ["));
+      EXPECT_TRUE(Contains(r.out, "] 100%  " + copied));
+      EXPECT_TRUE(Contains(r.out, "deleted step 1"));
+    }
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_EQ(CommittedSteps(root), (std::vector<int64_t>{2, 3}));
+  }
+
+  SaveSteps({1, 2, 3, 4});
+  RunResult r = Ckpt({"gc", root_, "--keep-last", "3"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  r = CkptOnTerminal({"gc", root_, "--keep-last", "2", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_FALSE(Contains(r.out, "gc " + root_ + " [")) << r.out;
+  const auto [doomed, bytes] = StepObjects(root_, "step-000000000003");
+  r = CkptOnTerminal({"gc", root_, "--keep-last", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_TRUE(Contains(r.out, "gc " + root_ + " ["));
+  EXPECT_TRUE(Contains(
+      r.out, "] 100%  " + FormatBytes(bytes) + " / " + FormatBytes(bytes)));
+  EXPECT_TRUE(Contains(r.out, "deleted step 3"));
+  EXPECT_EQ(CommittedSteps(root_), (std::vector<int64_t>{4}));
 }
 
 }  // namespace

@@ -1,5 +1,8 @@
 #include "counting_storage.h"
 
+#include <map>
+#include <string>
+
 #include "util/mutex.h"
 
 namespace ckpt::cli {
@@ -18,22 +21,58 @@ class CountingStorage : public StorageWrapper {
   Status ReadRange(std::string_view key, uint64_t offset,
                    std::span<std::byte> out) override {
     Status s = StorageWrapper::ReadRange(key, offset, out);
-    if (s.ok()) Count(out.size(), 0);
+    if (s.ok()) Count({.read = out.size()});
     return s;
   }
 
-  void Count(uint64_t read, uint64_t written) EXCLUDES(mu_) {
+  Result<ObjectInfo> Stat(std::string_view key) override EXCLUDES(mu_) {
+    Result<ObjectInfo> info = StorageWrapper::Stat(key);
+    if (info.ok()) {
+      MutexLock lock(&mu_);
+      sizes_[info->key] = info->size;
+    }
+    return info;
+  }
+
+  Result<std::vector<ObjectInfo>> List(std::string_view prefix) override
+      EXCLUDES(mu_) {
+    Result<std::vector<ObjectInfo>> listed = StorageWrapper::List(prefix);
+    if (listed.ok()) {
+      MutexLock lock(&mu_);
+      for (const ObjectInfo& o : *listed) sizes_[o.key] = o.size;
+    }
+    return listed;
+  }
+
+  Status Delete(std::string_view key) override EXCLUDES(mu_) {
+    Status s = StorageWrapper::Delete(key);
+    if (!s.ok()) return s;
+    uint64_t size = 0;
+    {
+      MutexLock lock(&mu_);
+      if (auto it = sizes_.find(key); it != sizes_.end()) {
+        size = it->second;
+        sizes_.erase(it);
+      }
+    }
+    Count({.deleted = size});
+    return s;
+  }
+
+  void Count(const ByteCounts& more) EXCLUDES(mu_) {
     MutexLock lock(&mu_);
-    read_ += read;
-    written_ += written;
-    progress_(read_, written_);
+    counts_.read += more.read;
+    counts_.written += more.written;
+    counts_.deleted += more.deleted;
+    progress_(counts_);
   }
 
  private:
   const ByteProgressFn progress_;
   Mutex mu_;
-  uint64_t read_ GUARDED_BY(mu_) = 0;
-  uint64_t written_ GUARDED_BY(mu_) = 0;
+  ByteCounts counts_ GUARDED_BY(mu_);
+  // The sizes listings gave, for Delete to count.
+  std::map<std::string, uint64_t, std::less<>> sizes_ GUARDED_BY(mu_);
 };
 
 // Forwards to the target object, AppendRetained included, so a backend that
@@ -46,12 +85,12 @@ class CountingWritable : public WritableObject {
 
   Status Append(std::span<const std::byte> data) override {
     Status s = target_->Append(data);
-    if (s.ok()) storage_->Count(0, data.size());
+    if (s.ok()) storage_->Count({.written = data.size()});
     return s;
   }
   Status AppendRetained(std::span<const std::byte> data) override {
     Status s = target_->AppendRetained(data);
-    if (s.ok()) storage_->Count(0, data.size());
+    if (s.ok()) storage_->Count({.written = data.size()});
     return s;
   }
   Status Close() override { return target_->Close(); }

@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <climits>
 #include <memory>
 #include <set>
@@ -11,6 +12,7 @@
 #include "common.h"
 #include "format/constants.h"
 #include "format/layout.h"
+#include "format/manifest.h"
 #include "util/progress.h"
 
 namespace ckpt::cli {
@@ -25,14 +27,31 @@ struct GcArgs {
 };
 
 Status RunGc(const GcArgs& args) {
+  // On a terminal a bar follows the bytes freed; a dry run first says how
+  // many that will be.
+  const bool draw = !args.json && !args.dry_run && ProgressBar::Enabled();
+  std::unique_ptr<ProgressBar> bar;
+  ByteProgressFn progress;
+  if (draw) {
+    progress = [&bar](const ByteCounts& counts) {
+      if (bar) bar->Update(counts.deleted);
+    };
+  }
   CKPT_ASSIGN_OR_RETURN(auto manager,
-                        OpenRootWithCatalog(args.root,
-                                            /*create=*/false, args.catalog));
+                        OpenRootWithCatalog(args.root, /*create=*/false,
+                                            args.catalog, std::move(progress)));
   // Always pass the policy: with no retention flag it is all-off, and GC
   // removes only dead attempts, whatever the manager's default would be.
+  if (draw) {
+    CKPT_ASSIGN_OR_RETURN(GcReport planned,
+                          manager->GarbageCollect(
+                              {.dry_run = true, .retention = args.retention}));
+    bar = std::make_unique<ProgressBar>("gc " + args.root, planned.bytes_freed);
+  }
   CKPT_ASSIGN_OR_RETURN(GcReport report,
                         manager->GarbageCollect({.dry_run = args.dry_run,
                                                  .retention = args.retention}));
+  if (bar) bar->Finish();
   if (args.json) {
     PrintJson({{"dry_run", args.dry_run},
                {"deleted_steps", report.deleted_steps},
@@ -78,10 +97,56 @@ std::vector<ObjectInfo> Gone(const std::vector<ObjectInfo>& before,
   return gone;
 }
 
+// The bytes `delete --force` of `step` copies: the chunks its dependants
+// read from its objects.
+Result<uint64_t> BytesToCopy(CheckpointManager& manager, int64_t step,
+                             std::vector<std::string>* dependants) {
+  CKPT_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> infos, manager.List());
+  uint64_t bytes = 0;
+  for (const CheckpointInfo& info : infos) {
+    if (!std::ranges::count(info.depends_on, step)) continue;
+    dependants->push_back(std::to_string(info.step));
+    const std::string key = format::ManifestKey(info.step);
+    CKPT_ASSIGN_OR_RETURN(std::string raw, manager.storage().ReadAll(key));
+    CKPT_ASSIGN_OR_RETURN(format::Manifest m, format::DecodeManifest(raw, key));
+    for (const format::EntryRecord& e : m.entries) {
+      for (const format::PieceRecord& p : e.pieces) {
+        for (const format::ChunkRecord& c : p.chunks) {
+          if (format::StepOfKey(m.objects[c.object].key) == step) {
+            bytes += c.length;
+          }
+        }
+      }
+    }
+  }
+  return bytes;
+}
+
 Status RunDelete(const DeleteArgs& args) {
+  // On a terminal a bar follows the bytes --force copies (it reads each
+  // once).
+  const bool draw = args.force && !args.json && ProgressBar::Enabled();
+  std::unique_ptr<ProgressBar> bar;
+  ByteProgressFn progress;
+  if (draw) {
+    progress = [&bar](const ByteCounts& counts) {
+      if (bar) bar->Update(counts.read);
+    };
+  }
   CKPT_ASSIGN_OR_RETURN(auto manager,
-                        OpenRootWithCatalog(args.root,
-                                            /*create=*/false, args.catalog));
+                        OpenRootWithCatalog(args.root, /*create=*/false,
+                                            args.catalog, std::move(progress)));
+  if (draw) {
+    // Only for the bar: should it fail, Delete says why.
+    std::vector<std::string> dependants;
+    Result<uint64_t> bytes = BytesToCopy(*manager, args.step, &dependants);
+    if (bytes.ok() && *bytes > 0) {
+      bar = std::make_unique<ProgressBar>(
+          fmt::format("delete step {}: copy into {}", args.step,
+                      Join(dependants, ", ")),
+          *bytes);
+    }
+  }
   // Delete reports no objects, so --json lists the step's directory before
   // and after: what went is what it deleted (objects other checkpoints
   // still name stay, and --force writes only into the dependants' own
@@ -94,6 +159,7 @@ Status RunDelete(const DeleteArgs& args) {
   }
   CKPT_RETURN_IF_ERROR(
       manager->Delete(args.step, {.rewrite_dependants = args.force}));
+  if (bar) bar->Finish();
   if (!args.json) {
     fmt::print("deleted step {}\n", args.step);
     return Status();

@@ -165,7 +165,9 @@ Status RunImport(const ImportArgs& args) {
   if (!args.json) {
     bar =
         std::make_unique<ProgressBar>("import " + args.file, header.data_size);
-    progress = [&bar](uint64_t, uint64_t written) { bar->Update(written); };
+    progress = [&bar](const ByteCounts& counts) {
+      bar->Update(counts.written);
+    };
   }
   // The file is checked before the root is touched: a bad file must not leave
   // even an empty new root behind.
@@ -279,8 +281,8 @@ Status RunExport(const ExportArgs& args) {
   std::unique_ptr<ProgressBar> bar;
   ByteProgressFn progress;
   if (!args.json) {
-    progress = [&bar](uint64_t read, uint64_t) {
-      if (bar) bar->Update(read);
+    progress = [&bar](const ByteCounts& counts) {
+      if (bar) bar->Update(counts.read);
     };
   }
   CKPT_ASSIGN_OR_RETURN(
