@@ -97,12 +97,12 @@ Result<std::unique_ptr<Storage>> StorageRegistry::Open(
   CKPT_ASSIGN_OR_RETURN(ParsedUrl parsed, ParseUrl(url));
   StorageFactory factory;
   {
-    MutexLock lock(&backends_->mu);
-    const auto& factories = backends_->factories;
-    auto it = factories.find(parsed.scheme);
-    if (it == factories.end()) {
+    Backends& b = *backends_;
+    MutexLock lock(&b.mu);
+    auto it = b.factories.find(parsed.scheme);
+    if (it == b.factories.end()) {
       std::string known;
-      for (const auto& [k, v] : factories) {
+      for (const auto& [k, v] : b.factories) {
         known += known.empty() ? "" : ", ";
         known += k + "://";
       }
