@@ -106,14 +106,36 @@ struct Options {
   double min_seconds_between_saves = 0;
   // Remove dead attempts' objects after every successful Save.
   bool gc_after_save = true;
-  // Objects of an unfinished attempt younger than this are left alone by
-  // GarbageCollect, unless their step is at or below the newest committed
-  // one (such an attempt can no longer commit).
+  // Without a lease (lease_seconds 0), objects of an unfinished attempt
+  // younger than this are left alone by GarbageCollect, unless their step is
+  // at or below the newest committed one. Holding the lease, GarbageCollect
+  // needs no guess: no other party can be writing, so every attempt no
+  // manifest names is dead.
   int64_t gc_grace_seconds = 3600;
   // When an incremental save writes everything anyway.
   IncrementalPolicy incremental = {};
   // Create the root if it does not exist (read-only tools pass false).
   bool create = true;
+
+  // --- Who writes -----------------------------------------------------------
+  // One party writes a root at a time (docs/concurrency.md). The coordinator
+  // takes the root's lease at its first Save, Delete or GarbageCollect,
+  // renews it every third of this period while the manager lives, and gives
+  // it back when the manager is destroyed; a commit whose lease was taken
+  // over fails and commits nothing. A party that finds the lease held waits
+  // up to lease_wait_seconds for it to free (a holder that died frees it
+  // when it expires, at once if it died on this host), then fails with
+  // FailedPrecondition naming the holder. Loads never take it. 0 (for now
+  // the default): no lease, and one writer per root is the caller's
+  // promise; `ckpt delete`, `gc` and `import` take the lease of a root that
+  // has one. 60 is a good period.
+  double lease_seconds = 0;
+  // -1: lease_seconds + 10, so a job restarted elsewhere after a crash
+  // outwaits the lease its dead incarnation left.
+  double lease_wait_seconds = -1;
+  // Take the lease whoever holds it (`--break-lease`), for a holder known
+  // dead that cannot be waited for; a live holder's next commit then fails.
+  bool break_lease = false;
   // The ranks of the job; null means a single process. Not owned.
   Communicator* communicator = nullptr;
   // Where the coordinator records every committed checkpoint, and marks the

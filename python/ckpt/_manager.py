@@ -47,6 +47,20 @@ class CheckpointManager:
     storage alone. catalog_required=True makes it an error instead (a wrong
     URL, e.g. an unknown scheme, always is).
 
+    lease_seconds, lease_wait_seconds, break_lease: with lease_seconds > 0
+    (60 is a good period; default 0, off), one process writes a root at a
+    time. The first save, delete() or gc() takes the root's lease
+    (an object LEASE-<n> in the root), which the manager renews while it
+    lives and gives back when it is destroyed (del, or the end of the
+    process; a killed process's lease expires, at once for a restart on
+    the same host); a save whose lease was taken over
+    commits nothing. Finding the lease held by another live process, the
+    manager waits up to lease_wait_seconds (default lease_seconds + 10,
+    enough for the lease of a crashed job to expire), then raises
+    ckpt.FailedPrecondition naming the holder (job, host, pid, since when).
+    break_lease=True takes it anyway, for a holder known dead. Loads never
+    take the lease.
+
     communicator: the ranks of a many-rank job, e.g.
     ckpt.mpi_communicator() under mpirun. Every rank opens the same root
     with the same communicator and calls save() and load() together; a
@@ -66,7 +80,8 @@ class CheckpointManager:
                  create=True, chunk_size=4 << 20, async_staging_bytes=0,
                  full_every=0, max_chain=0, min_referenced_fraction=0.0,
                  catalog=None, catalog_required=False,
-                 communicator=None):
+                 lease_seconds=0.0, lease_wait_seconds=-1.0,
+                 break_lease=False, communicator=None):
         if catalog is True:
             catalog = "default"
         elif catalog is False:
@@ -86,6 +101,8 @@ class CheckpointManager:
             full_every=full_every, max_chain=max_chain,
             min_referenced_fraction=min_referenced_fraction,
             catalog=catalog, catalog_required=catalog_required,
+            lease_seconds=lease_seconds,
+            lease_wait_seconds=lease_wait_seconds, break_lease=break_lease,
             communicator=communicator)
 
     @property

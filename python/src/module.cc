@@ -303,47 +303,51 @@ void InitModule(py::module_& m) {
       .def_property_readonly("step", &AsyncSave::step);
 
   py::class_<Manager>(m, "Manager")
-      .def(py::init(
-               [](const std::string& url, int keep_last,
-                  int64_t keep_every_n_steps, int64_t keep_every_seconds,
-                  int keep_best, std::string best_metric,
-                  bool best_higher_is_better, double min_seconds_between_saves,
-                  std::string job_id, bool gc_after_save,
-                  int64_t gc_grace_seconds, bool create, uint64_t chunk_size,
-                  uint64_t async_staging_bytes, int full_every, int max_chain,
-                  double min_referenced_fraction, const py::object& catalog,
-                  bool catalog_required, const py::object& communicator) {
-                 Options o;
-                 o.job_id = std::move(job_id);
-                 o.retention.keep_last = keep_last;
-                 o.retention.keep_every_n_steps = keep_every_n_steps;
-                 o.retention.keep_every_seconds = keep_every_seconds;
-                 o.retention.keep_best = keep_best;
-                 o.retention.best_metric = std::move(best_metric);
-                 o.retention.best_higher_is_better = best_higher_is_better;
-                 o.min_seconds_between_saves = min_seconds_between_saves;
-                 o.gc_after_save = gc_after_save;
-                 o.gc_grace_seconds = gc_grace_seconds;
-                 o.create = create;
-                 o.chunk_size = chunk_size;
-                 o.async_staging_bytes = async_staging_bytes;
-                 o.incremental.full_every = full_every;
-                 o.incremental.max_chain = max_chain;
-                 o.incremental.min_referenced_fraction =
-                     min_referenced_fraction;
-                 if (py::isinstance<PyCatalog>(catalog)) {
-                   o.catalog = catalog.cast<const PyCatalog&>().catalog;
-                 } else if (!catalog.is_none()) {
-                   o.catalog = OpenJobCatalogOrThrow(
-                       catalog.cast<std::string>(), catalog_required);
-                 }
-                 std::shared_ptr<Communicator> comm;
-                 if (!communicator.is_none()) {
-                   comm = communicator.cast<const PyCommunicator&>().comm;
-                 }
-                 return std::make_unique<Manager>(url, std::move(o),
-                                                  std::move(comm));
-               }),
+      .def(py::init([](const std::string& url, int keep_last,
+                       int64_t keep_every_n_steps, int64_t keep_every_seconds,
+                       int keep_best, std::string best_metric,
+                       bool best_higher_is_better,
+                       double min_seconds_between_saves, std::string job_id,
+                       bool gc_after_save, int64_t gc_grace_seconds,
+                       bool create, uint64_t chunk_size,
+                       uint64_t async_staging_bytes, int full_every,
+                       int max_chain, double min_referenced_fraction,
+                       const py::object& catalog, bool catalog_required,
+                       double lease_seconds, double lease_wait_seconds,
+                       bool break_lease, const py::object& communicator) {
+             Options o;
+             o.lease_seconds = lease_seconds;
+             o.lease_wait_seconds = lease_wait_seconds;
+             o.break_lease = break_lease;
+             o.job_id = std::move(job_id);
+             o.retention.keep_last = keep_last;
+             o.retention.keep_every_n_steps = keep_every_n_steps;
+             o.retention.keep_every_seconds = keep_every_seconds;
+             o.retention.keep_best = keep_best;
+             o.retention.best_metric = std::move(best_metric);
+             o.retention.best_higher_is_better = best_higher_is_better;
+             o.min_seconds_between_saves = min_seconds_between_saves;
+             o.gc_after_save = gc_after_save;
+             o.gc_grace_seconds = gc_grace_seconds;
+             o.create = create;
+             o.chunk_size = chunk_size;
+             o.async_staging_bytes = async_staging_bytes;
+             o.incremental.full_every = full_every;
+             o.incremental.max_chain = max_chain;
+             o.incremental.min_referenced_fraction = min_referenced_fraction;
+             if (py::isinstance<PyCatalog>(catalog)) {
+               o.catalog = catalog.cast<const PyCatalog&>().catalog;
+             } else if (!catalog.is_none()) {
+               o.catalog = OpenJobCatalogOrThrow(catalog.cast<std::string>(),
+                                                 catalog_required);
+             }
+             std::shared_ptr<Communicator> comm;
+             if (!communicator.is_none()) {
+               comm = communicator.cast<const PyCommunicator&>().comm;
+             }
+             return std::make_unique<Manager>(url, std::move(o),
+                                              std::move(comm));
+           }),
            py::arg("url"), py::kw_only(), py::arg("keep_last"),
            py::arg("keep_every_n_steps"), py::arg("keep_every_seconds"),
            py::arg("keep_best"), py::arg("best_metric"),
@@ -354,7 +358,8 @@ void InitModule(py::module_& m) {
            py::arg("async_staging_bytes"), py::arg("full_every"),
            py::arg("max_chain"), py::arg("min_referenced_fraction"),
            py::arg("catalog"), py::arg("catalog_required"),
-           py::arg("communicator"))
+           py::arg("lease_seconds"), py::arg("lease_wait_seconds"),
+           py::arg("break_lease"), py::arg("communicator"))
       .def(
           "save",
           [](Manager& self, int64_t step, const py::list& entries,

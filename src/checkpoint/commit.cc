@@ -12,6 +12,10 @@
 //      losing the race to another commit of the step is AlreadyExists. If the
 //      commit certainly did not happen, the outcome tells every rank to remove
 //      the object it wrote.
+//      Just before the write the coordinator checks that it still holds
+//      the root's lease (the fence, lease.h), and just after it checks
+//      again: taken over in between, it withdraws a manifest that names an
+//      object the new owner removed.
 //   7. Remember the manifest (no need to decode what was just encoded),
 //      record the checkpoint in the catalog, rewrite the LATEST hint, apply
 //      retention and remove dead attempts. The commit stands whatever
@@ -148,6 +152,31 @@ Status CheckpointManager::Impl::Publish(const Manifest& m,
   return s;
 }
 
+Status CheckpointManager::Impl::RecheckAfterPublish(const Manifest& m) {
+  Status lease = lease_->Check();
+  if (lease.ok()) return lease;
+  // Taken over between the fence and the write: the new owner may have
+  // removed objects this manifest names before it existed. A manifest
+  // whose objects are all there stands; one that lost any is withdrawn, as
+  // if the commit had lost the race.
+  for (const format::ObjectRecord& o : m.objects) {
+    Result<ObjectInfo> info = storage_->Stat(o.key);
+    if (info.ok() && info->size == o.size) continue;
+    Status removed = storage_->Delete(format::ManifestKey(m.step));
+    if (!removed.ok() && removed.code() != ErrorCode::kNotFound) {
+      LogWarning("withdrawing step " + std::to_string(m.step) + ": " +
+                 removed.ToString());
+    }
+    manifests_.Forget(m.step);
+    return FailedPreconditionError(
+        lease.message() + "; while it committed, the new owner removed " +
+        o.key + ", so the manifest was withdrawn: nothing was committed");
+  }
+  LogWarning(lease.message() + "; step " + std::to_string(m.step) +
+             " was committed whole just before");
+  return Status();
+}
+
 bool CheckpointManager::Impl::MayHaveCommitted(int64_t step,
                                                const Status& failure) {
   // Another commit won: ours did not happen. Any other failure may have
@@ -202,9 +231,18 @@ SaveOutcome CheckpointManager::Impl::Commit(
   if (Status s = CheckReferences(*m); !s.ok()) {
     return SaveOutcome{s.WithContext(op), {}, true};
   }
+  // The fence: a coordinator whose lease was taken over (it stalled past
+  // the lease period, or was broken) may no longer write the root; the new
+  // owner may have collected what this save wrote.
+  if (Status s = lease_->Check(); !s.ok()) {
+    return SaveOutcome{s.WithContext(op + ": nothing was committed"), {}, true};
+  }
   const std::string bytes = format::EncodeManifest(*m);
   if (Status s = Publish(*m, bytes); !s.ok()) {
     return SaveOutcome{s.WithContext(op), {}, !MayHaveCommitted(step, s)};
+  }
+  if (Status s = RecheckAfterPublish(*m); !s.ok()) {
+    return SaveOutcome{s.WithContext(op), {}, true};
   }
   return SaveOutcome{Status(), AfterCommit(std::move(m).value(), bytes)};
 }

@@ -9,9 +9,13 @@
 //   2. Read the manifests that remain: the objects they name are live;
 //      damaged steps are left untouched for someone to look at.
 //   3. Dead attempts: ckpt's own objects (data objects, a backend's
-//      temporaries) that no manifest names, in a step at or below the newest
-//      committed one, or older than gc_grace_seconds. Root-level temporaries
-//      (of the LATEST hint) once old. Nothing else is ever deleted.
+//      temporaries) that no manifest names. Holding the root's lease
+//      (lease.h), every such object is dead, whatever its step or age: every
+//      writer holds the lease, so none is writing now. Without a lease
+//      (Options::lease_seconds 0) only those in a step at or below the
+//      newest committed one, or older than gc_grace_seconds. Root-level
+//      temporaries (of the LATEST hint, of a lease) once old. Nothing else
+//      is ever deleted.
 //   4. Writes that died unfinished show in no listing but a store may keep
 //      them (s3://: incomplete multipart uploads): the same rule picks the
 //      dead ones to abort; a store that cannot tell does not fail the run.
@@ -21,6 +25,7 @@
 #include "checkpoint/manager_impl.h"
 #include "checkpoint/retention.h"
 #include "format/constants.h"
+#include "format/layout.h"
 #include "util/log.h"
 
 namespace ckpt {
@@ -94,6 +99,9 @@ Result<GcReport> CheckpointManager::Impl::GarbageCollect(
   const int64_t grace_ms = options_.gc_grace_seconds * 1000;
   const std::set<std::string> already(report.deleted_objects.begin(),
                                       report.deleted_objects.end());
+  // Holding the lease (a dry run: as if holding it), no other party can be
+  // writing, so an attempt no manifest names can never commit.
+  const bool owned = lease_->enabled();
   for (const ObjectInfo& o : all) {
     if (live.referenced.count(o.key) || already.count(o.key)) continue;
     const bool old = now - o.mtime_unix_ms > grace_ms;
@@ -105,11 +113,16 @@ Result<GcReport> CheckpointManager::Impl::GarbageCollect(
       const bool ours =
           format::ParseDataObjectKey(o.key, nullptr, nullptr, nullptr) ||
           IsTemporaryOf(*storage_, o.key);
-      // An attempt at a step at or below the newest committed one can no
-      // longer commit; a newer one may still be running elsewhere.
-      dead = ours && (step <= live.newest || old);
+      // Without the lease: an attempt at a step at or below the newest
+      // committed one can no longer commit; a newer one may still be
+      // running elsewhere.
+      dead = ours && (owned || step <= live.newest || old);
     } else {
-      dead = IsTemporaryOf(*storage_, o.key, format::kLatestName) && old;
+      // A root-level object's dead write: of the LATEST hint or a lease.
+      const std::optional<std::string> of = storage_->TemporaryOf(o.key);
+      dead = of &&
+             (*of == format::kLatestName || format::ParseLeaseKey(*of) >= 0) &&
+             old;
     }
     if (!dead) continue;
     if (!gc.dry_run) {
@@ -135,7 +148,8 @@ Result<GcReport> CheckpointManager::Impl::GarbageCollect(
         const bool ours = manifest || format::ParseDataObjectKey(
                                           o.key, nullptr, nullptr, nullptr);
         const bool old = now - o.mtime_unix_ms > grace_ms;
-        const bool dead = ours && (old || (step <= live.newest && !manifest));
+        const bool dead =
+            ours && (owned || old || (step <= live.newest && !manifest));
         if (dead && gc.dry_run) report.deleted_objects.push_back(o.key);
         return dead && !gc.dry_run;
       });

@@ -163,8 +163,12 @@ TEST_P(GcTest, KeepLastOnSaveLeavesTheNewestTwo) {
   EXPECT_EQ(Read(*mgr, "LATEST"), "5\n");
 }
 
-TEST_P(GcTest, RemovesDeadAttemptsAndNothingElse) {
+// Without a lease (lease_seconds 0) gc must guess which unfinished attempts
+// may still be running: those above the newest step, within the grace
+// period.
+TEST_P(GcTest, WithoutALeaseRemovesDeadAttemptsAndNothingElse) {
   Options o = MakeOptions();
+  o.lease_seconds = 0;
   o.gc_grace_seconds = 3600;
   auto mgr = OpenManager(o);
   ASSERT_NE(mgr, nullptr);
@@ -269,6 +273,42 @@ TEST_P(GcTest, RemovesDeadAttemptsAndNothingElse) {
     ASSERT_TRUE(v.ok()) << v.status().ToString();
     EXPECT_TRUE(v->ok()) << v->problems.front();
   }
+}
+
+// Holding the root's lease, gc needs no guess: nobody else can be writing,
+// so every attempt no manifest names is dead at once, whatever its step or
+// age. The lease itself, the user's files and damaged steps stay.
+TEST_P(GcTest, HoldingTheLeaseRemovesEveryUnnamedAttemptAtOnce) {
+  Options o = MakeOptions();
+  o.lease_seconds = 60;
+  o.gc_grace_seconds = 3600;
+  auto mgr = OpenManager(o);
+  ASSERT_NE(mgr, nullptr);
+  for (int64_t step = 1; step <= 5; ++step) SaveModel(*mgr, step);
+  Storage& st = mgr->storage();
+  Put(*mgr, format::ManifestKey(2), "{\"xxh3_128\": garbage");
+  const std::string damaged_extra =
+      format::DataObjectKey(2, 1, "00000000deadbeef");
+  Put(*mgr, damaged_extra, "an attempt under a damaged step");
+  const bool file = GetParam() == Backend::kFile;
+  Keys dead = {format::DataObjectKey(3, 0, "0123456789abcdef"),
+               format::DataObjectKey(9, 0, "fedcba9876543210"),
+               format::DataObjectKey(12, 3, "fedcba9876543210")};
+  if (file) dead.push_back("step-000000000010/y.ckpt-tmp-0123456789abcdef");
+  const Keys foreign = {"step-000000000009/notes.txt", "user/data.bin",
+                        "LEASE-000000000001.bak"};
+  for (const std::string& k : dead) Put(*mgr, k, "an attempt's bytes");
+  for (const std::string& k : foreign) Put(*mgr, k, "the user's bytes");
+
+  Result<GcReport> done = mgr->GarbageCollect();
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(Sorted(done->deleted_objects), Sorted(dead));
+  const Keys keys = AllKeys(st);
+  for (const std::string& k : dead) EXPECT_FALSE(Contains(keys, k)) << k;
+  for (const std::string& k : foreign) EXPECT_TRUE(Contains(keys, k)) << k;
+  EXPECT_TRUE(Contains(keys, damaged_extra));
+  EXPECT_TRUE(Contains(keys, format::LeaseKey(1)));
+  for (int64_t step : {1, 3, 4, 5}) ExpectLoads(*mgr, step, Model(step));
 }
 
 TEST_P(GcTest, DryRunWithRetentionDeletesNothingAndMatchesARealRun) {
@@ -568,8 +608,13 @@ class BeforeManifestDelete : public StorageWrapper {
   std::function<void()> hook_;
 };
 
+// Two collections cannot overlap while both take the lease (one waits or is
+// refused: LeaseTest); without it, or when a lease is broken, the deletes
+// themselves must still end as one.
 TEST_P(GcTest, TwoCollectionsAtOnceEndAsOne) {
-  auto other = OpenManager(MakeOptions());
+  Options unleased = MakeOptions();
+  unleased.lease_seconds = 0;
+  auto other = OpenManager(unleased);
   ASSERT_NE(other, nullptr);
   for (int64_t step = 1; step <= 5; ++step) SaveModel(*other, step);
   RetentionPolicy keep_one;
@@ -583,7 +628,7 @@ TEST_P(GcTest, TwoCollectionsAtOnceEndAsOne) {
   ASSERT_TRUE(base.ok());
   auto racing = std::make_unique<BeforeManifestDelete>(
       base->get(), [&] { theirs = other->GarbageCollect(gc); });
-  auto mgr = CheckpointManager::Open(std::move(racing), MakeOptions());
+  auto mgr = CheckpointManager::Open(std::move(racing), unleased);
   ASSERT_TRUE(mgr.ok()) << mgr.status().ToString();
   Result<GcReport> ours = (*mgr)->GarbageCollect(gc);
   ASSERT_TRUE(ours.ok()) << ours.status().ToString();

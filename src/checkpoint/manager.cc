@@ -64,6 +64,20 @@ CheckpointManager::Impl::Impl(std::unique_ptr<Storage> storage, Options options)
     options_.communicator = local_.get();
   }
   if (options_.job_id.empty()) options_.job_id = storage_->url();
+  // Only the coordinator writes what the lease guards.
+  LeaseSettings lease;
+  if (comm().rank() == 0) {
+    lease.period_ms = static_cast<int64_t>(options_.lease_seconds * 1000);
+  } else {
+    lease.period_ms = 0;
+  }
+  lease.wait_ms = static_cast<int64_t>((options_.lease_wait_seconds < 0
+                                            ? options_.lease_seconds + 10
+                                            : options_.lease_wait_seconds) *
+                                       1000);
+  lease.break_lease = options_.break_lease;
+  lease.job_id = options_.job_id;
+  lease_ = std::make_unique<RootLease>(*storage_, std::move(lease));
   if (!options_.now_unix_ms) {
     options_.now_unix_ms = [] {
       return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -101,6 +115,19 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
   if (options.io_threads < 1) {
     return InvalidArgumentError("open " + storage->url() +
                                 ": io_threads must be at least 1");
+  }
+  // A week bounds both: past it a lease is no lease, and the milliseconds
+  // must fit an int64_t.
+  constexpr double kWeek = 7 * 86400;
+  if (!(options.lease_seconds == 0 ||
+        (options.lease_seconds >= 1 && options.lease_seconds <= kWeek)) ||
+      !(options.lease_wait_seconds == -1 ||
+        (options.lease_wait_seconds >= 0 &&
+         options.lease_wait_seconds <= kWeek))) {
+    return InvalidArgumentError(
+        "open " + storage->url() +
+        ": lease_seconds must be 0 (no lease) or from 1 to 604800, and "
+        "lease_wait_seconds from 0 to 604800 (or -1 for the default)");
   }
   if (options.min_seconds_between_saves < 0 || options.gc_grace_seconds < 0 ||
       options.retention.keep_last < 0 || options.retention.keep_best < 0 ||
@@ -195,7 +222,9 @@ Status CheckpointManager::Delete(int64_t step) {
   MutexLock lock(&impl_->mu());
   impl_->WaitIdle();
   return Guard("delete", [&] {
-    return impl_->Delete(step, nullptr, nullptr, nullptr, false);
+    return impl_->Owning("delete", [&] {
+      return impl_->Delete(step, nullptr, nullptr, nullptr, false);
+    });
   });
 }
 
@@ -205,15 +234,22 @@ Status CheckpointManager::Delete(int64_t step, const DeleteOptions& options) {
   MutexLock lock(&impl_->mu());
   impl_->WaitIdle();
   return Guard("delete", [&] {
-    return impl_->Delete(step, nullptr, nullptr, nullptr, false,
-                         options.rewrite_dependants);
+    return impl_->Owning("delete", [&] {
+      return impl_->Delete(step, nullptr, nullptr, nullptr, false,
+                           options.rewrite_dependants);
+    });
   });
 }
 
 Result<GcReport> CheckpointManager::GarbageCollect(const GcOptions& options) {
   MutexLock lock(&impl_->mu());
   impl_->WaitIdle();
-  return Guard("gc", [&] { return impl_->GarbageCollect(options); });
+  return Guard("gc", [&]() -> Result<GcReport> {
+    // A dry run writes nothing, so it needs no lease: it reports what a
+    // collection holding the lease would remove.
+    if (options.dry_run) return impl_->GarbageCollect(options);
+    return impl_->Owning("gc", [&] { return impl_->GarbageCollect(options); });
+  });
 }
 
 Storage& CheckpointManager::storage() { return impl_->storage(); }

@@ -11,6 +11,7 @@
 //   verify.cc      Verify
 //   delete.cc      Delete and delete --force (rewriting dependants)
 //   gc.cc          retention and dead attempts
+//   lease.cc       who owns the root for writing (RootLease)
 //   manifests.cc   the committed manifests of the root (ManifestStore)
 //   messages.cc    the messages between ranks
 //   manager.cc     the public facade: options, locking, no exception escapes
@@ -33,6 +34,7 @@
 #include <vector>
 
 #include "checkpoint/catalog_record.h"
+#include "checkpoint/lease.h"
 #include "checkpoint/manifests.h"
 #include "checkpoint/messages.h"
 #include "checkpoint/planner.h"
@@ -94,6 +96,20 @@ class CheckpointManager::Impl {
   const Options& options() const { return options_; }
   Communicator& comm() { return *options_.communicator; }
   Mutex& mu() RETURN_CAPABILITY(mu_) { return mu_; }
+  // The root's ownership (lease.h): taken by the coordinator before it
+  // writes, checked before each commit.
+  RootLease& lease() { return *lease_; }
+  // Runs `f` holding the root's lease. A manager that has not saved (a
+  // tool's delete or gc) gives the lease back after, so that the next party
+  // does not wait for it to expire; a job keeps it while it lives.
+  template <typename F>
+  auto Owning(std::string_view purpose, F&& f) -> decltype(f()) {
+    bool taken = false;
+    CKPT_RETURN_IF_ERROR(lease_->Acquire(purpose, &taken));
+    auto result = f();
+    if (taken && !saving_) lease_->Release();
+    return result;
+  }
 
   // --- save.cc
   // `state_error`, when set, stands for the state (a rank whose state could
@@ -145,6 +161,9 @@ class CheckpointManager::Impl {
   // --- save.cc
   // Step 1 on the coordinator.
   SaveDecision DecideSave(int64_t step, const SaveOptions& save);
+  // Step 2b on the coordinator: the lease, and the decision under it.
+  SaveDecision ConfirmSave(int64_t step, const SaveOptions& save,
+                           const SaveDecision& decided);
   // The parent an incremental save of `step` compares with (parent -1 for a
   // full save): IncrementalPolicy applied to the newest committed checkpoint
   // below `step`.
@@ -180,6 +199,9 @@ class CheckpointManager::Impl {
   Status CheckReferences(const format::Manifest& m);
   // Writes the manifest with create-if-absent: THE COMMIT.
   Status Publish(const format::Manifest& m, const std::string& bytes);
+  // The fence again after Publish: withdraws the manifest if the lease was
+  // lost meanwhile and an object it names is gone.
+  Status RecheckAfterPublish(const format::Manifest& m);
   // Whether a failed Publish of `step` may still have left its manifest.
   bool MayHaveCommitted(int64_t step, const Status& failure);
   // After the commit: catalog, LATEST, retention. Failures only warn.
@@ -218,6 +240,8 @@ class CheckpointManager::Impl {
 
   std::unique_ptr<Storage> storage_;
   Options options_;
+  // After storage_, so released before the storage goes.
+  std::unique_ptr<RootLease> lease_;
   std::unique_ptr<Communicator> local_;
   Mutex mu_;  // serializes the public calls
   ManifestStore manifests_;
@@ -234,6 +258,8 @@ class CheckpointManager::Impl {
   StagingArena staging_;
   State staged_;
   std::unique_ptr<ThreadPool> io_pool_;  // made on first use
+  // Whether this manager took the lease to save: then it keeps it.
+  bool saving_ = false;
   // The step this manager's last successful Save committed; -1 for none.
   int64_t last_saved_step_ = -1;
 };

@@ -7,6 +7,12 @@
 //      so every rank acts on the same one.
 //   2. Every rank offers what it holds; the offers are all-gathered and every
 //      rank computes the same plan (planner.h): who writes which piece.
+//   2b. The coordinator takes the root's lease unless it holds it
+//      (lease.h: another live writer is waited for, then refused) and
+//      broadcasts the decision it confirms: decided again under the lease
+//      when it was taken just now, since the root may have changed. Not
+//      before the plan: a save that cannot be planned writes nothing at
+//      all, not even a lease.
 //   3. Every rank writes its pieces to "step-N/rRRRRR-<attempt>.safetensors",
 //      checksumming chunks as they stream out, and makes the object durable.
 //      An incremental save first agrees on whether enough is unchanged to
@@ -105,6 +111,22 @@ SaveDecision CheckpointManager::Impl::DecideSave(int64_t step,
   SaveDecision out = save.incremental ? DecideParent(step) : SaveDecision();
   out.attempt = NewAttemptId();
   return out;
+}
+
+SaveDecision CheckpointManager::Impl::ConfirmSave(int64_t step,
+                                                  const SaveOptions& save,
+                                                  const SaveDecision& decided) {
+  bool taken = false;
+  if (Status s = lease_->Acquire("save", &taken); !s.ok()) {
+    SaveDecision refused;
+    refused.status = s.WithContext("save step " + std::to_string(step));
+    return refused;
+  }
+  saving_ = true;
+  if (!taken) return decided;
+  SaveDecision again = DecideSave(step, save);
+  again.attempt = decided.attempt;
+  return again;
 }
 
 SaveDecision CheckpointManager::Impl::DecideParent(int64_t step) {
@@ -314,6 +336,20 @@ Result<SaveResult> CheckpointManager::Impl::Save(int64_t step,
   Result<SavePlan> planned = MakePlan(decoded);
   if (!planned.ok()) return planned.status().WithContext(op);
   const SavePlan& plan = *planned;
+
+  // 2b. Own the root, then confirm the decision.
+  std::string confirmed;
+  if (c.rank() == 0) {
+    confirmed = EncodeSaveDecision(ConfirmSave(step, save, decision));
+  }
+  CKPT_ASSIGN_OR_RETURN(confirmed, c.Broadcast(confirmed, 0));
+  CKPT_ASSIGN_OR_RETURN(decision, DecodeSaveDecision(confirmed));
+  CKPT_RETURN_IF_ERROR(decision.status);
+  if (decision.skip) {
+    SaveResult skipped;
+    skipped.skipped = true;
+    return skipped;
+  }
 
   // 3. Write this rank's pieces.
   std::vector<size_t> mine;

@@ -26,6 +26,35 @@ int64_t ParseStepDirName(std::string_view name) {
   return v;
 }
 
+namespace {
+
+constexpr std::string_view kLeasePrefix = "LEASE-";
+constexpr size_t kLeaseDigits = 12;
+
+}  // namespace
+
+std::string LeaseKey(int64_t generation) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%012lld",
+                static_cast<long long>(generation));
+  return std::string(kLeasePrefix) + buf;
+}
+
+std::string_view LeasePrefix() { return kLeasePrefix; }
+
+int64_t ParseLeaseKey(std::string_view key) {
+  if (key.size() != kLeasePrefix.size() + kLeaseDigits ||
+      !key.starts_with(kLeasePrefix)) {
+    return -1;
+  }
+  int64_t v = 0;
+  for (char c : key.substr(kLeasePrefix.size())) {
+    if (c < '0' || c > '9') return -1;
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
 std::string ManifestKey(int64_t step) {
   return StepDirName(step) + "/" + std::string(kManifestName);
 }

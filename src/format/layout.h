@@ -3,6 +3,8 @@
 // are in format/constants.h.
 //
 //   LATEST                                 the newest committed step (a hint)
+//   LEASE-000000000007                     who owns the root for writing,
+//                                          generation 7 (checkpoint/lease.h)
 //   step-000000000042/                     a step directory, holding
 //     MANIFEST.json                        the commit, and
 //     r00003-0123456789abcdef.safetensors  rank 3's data of one attempt
@@ -33,6 +35,13 @@ bool ParseDataObjectKey(std::string_view key, int64_t* step, int* rank,
                         std::string* attempt);
 // "LATEST", the hint naming the newest committed step.
 std::string LatestKey();
+// "LEASE-000000000007": generation 7 of the root's ownership lease.
+std::string LeaseKey(int64_t generation);
+// What every LeaseKey starts with (for listing them).
+std::string_view LeasePrefix();
+// The generation LeaseKey(generation) names (exactly); -1 if `key` is not
+// one.
+int64_t ParseLeaseKey(std::string_view key);
 
 // Splits "step-000000000042/file" into the step and the file name; false
 // unless `key` is exactly one step directory and one (non-empty) file name.

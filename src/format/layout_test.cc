@@ -114,6 +114,24 @@ TEST(LayoutTest, LatestKey) {
   EXPECT_FALSE(SplitStepKey(LatestKey(), nullptr, nullptr));
 }
 
+TEST(LayoutTest, LeaseKeysRoundTripAndNothingElseParses) {
+  for (int64_t g :
+       {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{999999999999}}) {
+    EXPECT_EQ(ParseLeaseKey(LeaseKey(g)), g) << g;
+    EXPECT_TRUE(LeaseKey(g).starts_with(LeasePrefix()));
+  }
+  EXPECT_EQ(LeaseKey(7), "LEASE-000000000007");
+  for (std::string_view bad :
+       {"LEASE-", "LEASE-7", "LEASE-00000000000x", "LEASE-0000000000070",
+        "lease-000000000007", "LEASE-000000000007.ckpt-tmp-0123456789abcdef",
+        "step-000000000007/LEASE-000000000007", "LATEST"}) {
+    EXPECT_EQ(ParseLeaseKey(bad), -1) << bad;
+  }
+  // 13 digits do not fit the name: such a generation does not come back as
+  // another one.
+  EXPECT_EQ(ParseLeaseKey(LeaseKey(1000000000000)), -1);
+}
+
 TEST(LayoutTest, RunTensorNameRoundTrip) {
   EXPECT_EQ(RunTensorName("emb", 12), "emb@12");
   for (uint64_t n : {uint64_t{0}, uint64_t{1}, uint64_t{10}, uint64_t{12345},

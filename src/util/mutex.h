@@ -13,6 +13,7 @@
 // Thread-safe, as mutexes are; not recursive.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 
@@ -64,6 +65,12 @@ class CondVar {
     // The lock is the caller's: adopt it for the wait and hand it back.
     std::unique_lock<std::mutex> lock(mu->mu_, std::adopt_lock);
     cv_.wait(lock);
+    lock.release();
+  }
+  // As Wait, but returns after `timeout` at the latest.
+  void WaitFor(Mutex* mu, std::chrono::milliseconds timeout) REQUIRES(mu) {
+    std::unique_lock<std::mutex> lock(mu->mu_, std::adopt_lock);
+    cv_.wait_for(lock, timeout);
     lock.release();
   }
   void Signal() { cv_.notify_one(); }

@@ -7,6 +7,7 @@
 #include <ctime>
 #include <sstream>
 
+#include "format/layout.h"
 #include "util/names.h"
 
 namespace ckpt::cli {
@@ -88,9 +89,23 @@ Result<std::unique_ptr<CheckpointManager>> OpenRoot(const std::string& root,
 
 Result<std::unique_ptr<CheckpointManager>> OpenRootWithCatalog(
     const std::string& root, bool create, const std::string& catalog_url,
-    ByteProgressFn progress) {
+    const LeaseArgs& lease, ByteProgressFn progress) {
   Options options;
   options.create = create;
+  options.lease_wait_seconds = lease.wait_seconds;
+  options.break_lease = lease.break_lease;
+  // A root whose writers take leases (it has a lease object) is written
+  // under one here too, so a command never writes beside a running job that
+  // owns the root.
+  {
+    Result<std::unique_ptr<Storage>> storage =
+        OpenStorage(root, {.create = false});
+    if (storage.ok()) {
+      Result<std::vector<ObjectInfo>> leases =
+          (*storage)->List(format::LeasePrefix());
+      if (leases.ok() && !leases->empty()) options.lease_seconds = 60;
+    }
+  }
   Result<std::unique_ptr<Catalog>> catalog =
       OpenCatalog(catalog_url.empty() ? DefaultCatalogUrl() : catalog_url);
   if (catalog.ok()) {
@@ -102,6 +117,17 @@ Result<std::unique_ptr<CheckpointManager>> OpenRootWithCatalog(
     return catalog.status();
   }
   return Open(root, std::move(options), std::move(progress));
+}
+
+void AddLeaseOptions(CLI::App& app, LeaseArgs& lease) {
+  app.add_option("--lease-wait", lease.wait_seconds,
+                 "seconds to wait for another process's lease on the root "
+                 "(a running job's, another command's) to be given back or "
+                 "expire; default 0: refuse at once, naming the holder")
+      ->check(CLI::Range(0.0, 86400.0));
+  app.add_flag("--break-lease", lease.break_lease,
+               "take the root's lease even though another process holds "
+               "it: only for a holder known dead (its next commit fails)");
 }
 
 CLI::Option* AddCatalogOption(CLI::App& app, std::string& url) {

@@ -27,11 +27,18 @@ Result<std::unique_ptr<CheckpointManager>> OpenRoot(
 // catalog that cannot be opened is only a warning (storage holds the work;
 // `ckpt catalog sync` catches the catalog up); one the user named is an
 // error.
+// How a command that writes takes the root's lease (docs/concurrency.md).
+struct LeaseArgs {
+  double wait_seconds = 0;   // --lease-wait: 0 refuses at once
+  bool break_lease = false;  // --break-lease
+};
 Result<std::unique_ptr<CheckpointManager>> OpenRootWithCatalog(
     const std::string& root, bool create, const std::string& catalog_url,
-    ByteProgressFn progress = {});
+    const LeaseArgs& lease, ByteProgressFn progress = {});
 // Adds --catalog URL (empty: the default catalog).
 CLI::Option* AddCatalogOption(CLI::App& app, std::string& url);
+// Adds --lease-wait SECONDS and --break-lease.
+void AddLeaseOptions(CLI::App& app, LeaseArgs& lease);
 
 // Accepts a decimal integer in [0, max] and nothing else. CLI11's own
 // integer conversion silently clamps values that overflow, and a checkpoint

@@ -23,6 +23,7 @@ struct GcArgs {
   RetentionPolicy retention;
   bool dry_run = false;
   std::string catalog;
+  LeaseArgs lease;
   bool json = false;
 };
 
@@ -37,9 +38,10 @@ Status RunGc(const GcArgs& args) {
       if (bar) bar->Update(counts.deleted);
     };
   }
-  CKPT_ASSIGN_OR_RETURN(auto manager,
-                        OpenRootWithCatalog(args.root, /*create=*/false,
-                                            args.catalog, std::move(progress)));
+  CKPT_ASSIGN_OR_RETURN(
+      auto manager,
+      OpenRootWithCatalog(args.root, /*create=*/false, args.catalog, args.lease,
+                          std::move(progress)));
   // Always pass the policy: with no retention flag it is all-off, and GC
   // removes only dead attempts, whatever the manager's default would be.
   if (draw) {
@@ -82,6 +84,7 @@ struct DeleteArgs {
   int64_t step = -1;
   bool force = false;
   std::string catalog;
+  LeaseArgs lease;
   bool json = false;
 };
 
@@ -133,9 +136,10 @@ Status RunDelete(const DeleteArgs& args) {
       if (bar) bar->Update(counts.read);
     };
   }
-  CKPT_ASSIGN_OR_RETURN(auto manager,
-                        OpenRootWithCatalog(args.root, /*create=*/false,
-                                            args.catalog, std::move(progress)));
+  CKPT_ASSIGN_OR_RETURN(
+      auto manager,
+      OpenRootWithCatalog(args.root, /*create=*/false, args.catalog, args.lease,
+                          std::move(progress)));
   if (draw) {
     // Only for the bar: should it fail, Delete says why.
     std::vector<std::string> dependants;
@@ -198,6 +202,7 @@ void AddDeleteCommand(CLI::App& app, Command& selected) {
   sub->add_flag("--force", args->force,
                 "rewrite the checkpoints that depend on it first");
   AddCatalogOption(*sub, args->catalog);
+  AddLeaseOptions(*sub, args->lease);
   AddJsonFlag(*sub, args->json);
   sub->callback([args, &selected] {
     selected = {"delete", [args] { return RunDelete(*args); }};
@@ -241,6 +246,7 @@ void AddGcCommand(CLI::App& app, Command& selected) {
       ->needs(metric);
   sub->add_flag("--dry-run", args->dry_run, "print, delete nothing");
   AddCatalogOption(*sub, args->catalog);
+  AddLeaseOptions(*sub, args->lease);
   AddJsonFlag(*sub, args->json);
   sub->callback([args, &selected] {
     selected = {"gc", [args] { return RunGc(*args); }};

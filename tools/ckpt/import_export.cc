@@ -89,6 +89,7 @@ struct ImportArgs {
   int64_t step = 0;
   int64_t epoch = -1;
   std::string catalog;
+  LeaseArgs lease;
   bool json = false;
 };
 
@@ -171,9 +172,10 @@ Status RunImport(const ImportArgs& args) {
   }
   // The file is checked before the root is touched: a bad file must not leave
   // even an empty new root behind.
-  CKPT_ASSIGN_OR_RETURN(auto manager,
-                        OpenRootWithCatalog(args.root, /*create=*/true,
-                                            args.catalog, std::move(progress)));
+  CKPT_ASSIGN_OR_RETURN(
+      auto manager,
+      OpenRootWithCatalog(args.root, /*create=*/true, args.catalog, args.lease,
+                          std::move(progress)));
   CKPT_ASSIGN_OR_RETURN(SaveResult saved,
                         manager->Save(args.step, state, options));
   if (bar) bar->Finish();
@@ -382,6 +384,7 @@ void AddImportCommand(CLI::App& app, Command& selected) {
   sub->add_option("--epoch", args->epoch, "the epoch to record")
       ->check(NonNegativeInteger(INT64_MAX));
   AddCatalogOption(*sub, args->catalog);
+  AddLeaseOptions(*sub, args->lease);
   AddJsonFlag(*sub, args->json);
   sub->callback([args, &selected] {
     selected = {"import", [args] { return RunImport(*args); }};

@@ -1,0 +1,365 @@
+#include "checkpoint/lease.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <fstream>
+#include <set>
+
+#include "checkpoint/manager_impl.h"
+#include "format/layout.h"
+#include "util/log.h"
+#include "util/names.h"
+
+namespace ckpt {
+
+using format::LeaseRecord;
+
+namespace {
+
+int64_t SteadyMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+int64_t SystemMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The owners of the leases this process holds now: a record of this process
+// whose owner is not among them was left by a holder that is gone (a
+// manager destroyed without releasing, as a simulated crash leaves it).
+Mutex live_mu;
+std::set<std::string>& LiveOwners() REQUIRES(live_mu) {
+  static std::set<std::string>* owners = new std::set<std::string>();
+  return *owners;
+}
+
+bool ProcessRuns(int64_t pid) {
+  if (pid <= 0 || pid > INT_MAX) return false;
+  return kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
+}
+
+std::string When(int64_t unix_ms) {
+  const std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+}  // namespace
+
+std::string LeaseHostName() {
+  char buf[HOST_NAME_MAX + 1] = {};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown";
+  return buf;
+}
+
+std::string LeaseBootId() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(in, id);
+  return id;
+}
+
+RootLease::RootLease(Storage& storage, LeaseSettings settings)
+    : storage_(storage),
+      settings_(std::move(settings)),
+      owner_(NewAttemptId()) {}
+
+RootLease::~RootLease() { Release(); }
+
+int64_t RootLease::Now() const {
+  return settings_.now_unix_ms ? settings_.now_unix_ms() : SystemMs();
+}
+
+int64_t RootLease::generation() const {
+  MutexLock lock(&mu_);
+  return generation_;
+}
+
+Result<RootLease::Current> RootLease::ReadCurrent() {
+  CKPT_ASSIGN_OR_RETURN(std::vector<ObjectInfo> listed,
+                        storage_.List(format::LeasePrefix()));
+  Current current;
+  std::string key;
+  for (const ObjectInfo& o : listed) {
+    const int64_t g = format::ParseLeaseKey(o.key);
+    if (g > current.generation) {
+      current.generation = g;
+      key = o.key;
+    }
+  }
+  if (current.generation < 0) return current;
+  Result<std::string> bytes = storage_.ReadAll(key);
+  if (!bytes.ok()) {
+    // Its winner removed it on taking a later generation: read again.
+    if (bytes.status().code() == ErrorCode::kNotFound) return ReadCurrent();
+    return bytes.status();
+  }
+  Result<LeaseRecord> record = format::DecodeLease(*bytes, key);
+  if (record.ok()) {
+    current.record = std::move(record).value();
+  } else {
+    current.damage = record.status();
+  }
+  return current;
+}
+
+std::optional<std::string> RootLease::FreeBecause(const Current& current) {
+  if (!current.record) {
+    if (settings_.break_lease) return "broken on request";
+    return std::nullopt;
+  }
+  const LeaseRecord& r = *current.record;
+  if (r.released) return "released";
+  if (Now() > r.expires_unix_ms) return "expired at " + When(r.expires_unix_ms);
+  const std::string boot = LeaseBootId();
+  if (r.host == LeaseHostName() && !boot.empty() && r.boot_id == boot) {
+    if (r.pid == getpid()) {
+      MutexLock lock(&live_mu);
+      if (!LiveOwners().count(r.owner)) {
+        return "its holder in this process is gone";
+      }
+    } else if (!ProcessRuns(r.pid)) {
+      return "its process " + std::to_string(r.pid) + " is gone";
+    }
+  }
+  // Judged by this process's own clock, which another host's cannot skew:
+  // a holder that has not renewed for a whole period is gone or stuck.
+  const std::string seen = std::to_string(current.generation) + "/" +
+                           std::to_string(r.renewed_unix_ms);
+  if (watched_ != seen) {
+    watched_ = seen;
+    watched_since_ms_ = SteadyMs();
+  } else if (SteadyMs() - watched_since_ms_ > settings_.period_ms) {
+    return "not renewed for " + std::to_string(settings_.period_ms / 1000) +
+           " s";
+  }
+  if (settings_.break_lease) return "broken on request";
+  return std::nullopt;
+}
+
+Status RootLease::Create(int64_t generation, std::string_view purpose) {
+  const std::string key = format::LeaseKey(generation);
+  LeaseRecord r;
+  r.owner = owner_;
+  r.job_id = settings_.job_id;
+  r.purpose = std::string(purpose);
+  r.host = LeaseHostName();
+  r.boot_id = LeaseBootId();
+  r.pid = getpid();
+  r.started_unix_ms = r.renewed_unix_ms = Now();
+  r.expires_unix_ms = r.started_unix_ms + settings_.period_ms;
+  const std::string bytes = format::EncodeLease(r);
+  if (storage_.capabilities().atomic_create_if_absent) {
+    CKPT_RETURN_IF_ERROR(
+        storage_.PutString(key, bytes, PutMode::kCreateIfAbsent));
+  } else {
+    // Check, write, read back: the best a store without an atomic create
+    // allows (see the top of lease.h).
+    if (storage_.Stat(key).ok()) return AlreadyExistsError(key);
+    CKPT_RETURN_IF_ERROR(storage_.PutString(key, bytes));
+    CKPT_ASSIGN_OR_RETURN(std::string back, storage_.ReadAll(key));
+    if (back != bytes) return AlreadyExistsError(key);
+  }
+  generation_ = generation;
+  record_ = r;
+  {
+    MutexLock lock(&live_mu);
+    LiveOwners().insert(owner_);
+  }
+  // The earlier generations are history now.
+  for (int64_t g = generation - 1; g >= 1; --g) {
+    Status s = storage_.Delete(format::LeaseKey(g));
+    if (s.code() == ErrorCode::kNotFound) break;
+  }
+  return Status();
+}
+
+std::string RootLease::Describe(const Current& current) const {
+  if (!current.record) {
+    return format::LeaseKey(current.generation) + " cannot be read (" +
+           current.damage.ToString() + ")";
+  }
+  const LeaseRecord& r = *current.record;
+  std::string s = "it is held";
+  if (!r.job_id.empty()) s += " by job " + Quote(r.job_id);
+  s += " (" + r.purpose + ", host " + r.host + ", pid " +
+       std::to_string(r.pid) + ") since " + When(r.started_unix_ms) +
+       ", renewed until " + When(r.expires_unix_ms);
+  return s;
+}
+
+Status RootLease::Acquire(std::string_view purpose, bool* taken) {
+  if (taken) *taken = false;
+  if (!enabled()) return Status();
+  MutexLock lock(&mu_);
+  const std::string op =
+      "take the lease of " + storage_.url() + " to " + std::string(purpose);
+  // Held: the renewing thread keeps it, and the fence at commit finds out
+  // if it was taken over. Lost: start over like anyone else.
+  if (generation_ >= 0) return Status();
+  lost_ = Status();
+  const int64_t deadline = SteadyMs() + settings_.wait_ms;
+  bool told = false;
+  while (true) {
+    Result<Current> current = ReadCurrent();
+    if (!current.ok()) return current.status().WithContext(op);
+    if (current->record && current->record->owner == owner_ &&
+        !current->record->released) {
+      // Ours, from before a lost renewal: renew it.
+      generation_ = current->generation;
+      record_ = *current->record;
+      CKPT_RETURN_IF_ERROR_CTX(Renew(), op);
+      break;
+    }
+    std::optional<std::string> free =
+        current->generation < 0 ? std::optional<std::string>("none yet")
+                                : FreeBecause(*current);
+    if (free) {
+      Status s = Create(std::max<int64_t>(current->generation + 1, 1), purpose);
+      if (s.ok()) {
+        if (current->generation >= 1 && current->record &&
+            !current->record->released) {
+          LogWarning(op + ": took over " +
+                     format::LeaseKey(current->generation) + " (" + *free +
+                     "); " + Describe(*current));
+        }
+        break;
+      }
+      if (s.code() == ErrorCode::kAlreadyExists) continue;  // another won
+      return s.WithContext(op);
+    }
+    const int64_t left = deadline - SteadyMs();
+    if (left <= 0) {
+      const std::string wait =
+          settings_.wait_ms > 0
+              ? " after waiting " + std::to_string(settings_.wait_ms / 1000) +
+                    " s"
+              : "";
+      return FailedPreconditionError(
+          op + wait + ": another party owns the root: " + Describe(*current) +
+          ". Only one process may write a root at a time; loads are always "
+          "allowed. Stop that process (a lease whose holder is gone frees "
+          "itself once it expires), or take the lease by force "
+          "(--break-lease, break_lease=True) if it is known dead: its next "
+          "commit then fails");
+    }
+    if (!told) {
+      LogWarning(op + ": waiting up to " + std::to_string(left / 1000) +
+                 " s: " + Describe(*current));
+      told = true;
+    }
+    wake_.WaitFor(&mu_,
+                  std::chrono::milliseconds(std::min<int64_t>(left, 250)));
+  }
+  if (taken) *taken = true;
+  stop_ = false;
+  if (!renewer_.joinable()) renewer_ = std::thread([this] { RenewLoop(); });
+  return Status();
+}
+
+Status RootLease::Renew(bool only_if_due) {
+  Result<Current> current = ReadCurrent();
+  if (!current.ok()) return current.status();
+  if (current->generation != generation_ || !current->record ||
+      current->record->owner != owner_) {
+    const std::string lost = "the lease of " + storage_.url() +
+                             " was taken over: " + Describe(*current);
+    return FailedPreconditionError(lost);
+  }
+  const int64_t now = Now();
+  if (only_if_due && now - record_.renewed_unix_ms < settings_.period_ms / 3) {
+    return Status();
+  }
+  record_.renewed_unix_ms = now;
+  record_.expires_unix_ms = record_.renewed_unix_ms + settings_.period_ms;
+  return storage_.PutString(format::LeaseKey(generation_),
+                            format::EncodeLease(record_));
+}
+
+Status RootLease::Check() {
+  if (!enabled()) return Status();
+  MutexLock lock(&mu_);
+  if (generation_ < 0) {
+    if (!lost_.ok()) return lost_;
+    return FailedPreconditionError("the lease of " + storage_.url() +
+                                   " is not held");
+  }
+  // Renewing on the way costs a write; the thread renews in time anyway,
+  // so only a lease a third spent is rewritten here.
+  Status s = Renew(/*only_if_due=*/true);
+  if (s.code() == ErrorCode::kFailedPrecondition) {
+    lost_ = s;
+    generation_ = -1;
+  }
+  return s;
+}
+
+void RootLease::RenewLoop() {
+  // The process's signals (a preemption notice, SIGTERM) are for the
+  // application's threads and handlers, never for this one.
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, nullptr);
+  MutexLock lock(&mu_);
+  while (!stop_) {
+    wake_.WaitFor(&mu_, std::chrono::milliseconds(settings_.period_ms / 3));
+    if (stop_ || generation_ < 0) continue;
+    Status s = Renew();
+    if (s.code() == ErrorCode::kFailedPrecondition) {
+      LogWarning(s.message() + "; this process's next commit will fail");
+      lost_ = s;
+      generation_ = -1;
+    } else if (!s.ok()) {
+      LogWarning("renewing the lease of " + storage_.url() + ": " +
+                 s.ToString());
+    }
+  }
+}
+
+void RootLease::StopRenewing() {
+  {
+    MutexLock lock(&mu_);
+    stop_ = true;
+    wake_.SignalAll();
+  }
+  if (renewer_.joinable()) renewer_.join();
+}
+
+void RootLease::Release() {
+  if (!enabled()) return;
+  StopRenewing();
+  MutexLock lock(&mu_);
+  {
+    MutexLock live(&live_mu);
+    LiveOwners().erase(owner_);
+  }
+  if (generation_ < 0) return;
+  Result<Current> current = ReadCurrent();
+  if (current.ok() && current->generation == generation_ && current->record &&
+      current->record->owner == owner_) {
+    record_.released = true;
+    record_.renewed_unix_ms = Now();
+    Status s = storage_.PutString(format::LeaseKey(generation_),
+                                  format::EncodeLease(record_));
+    if (!s.ok()) {
+      LogWarning("releasing the lease of " + storage_.url() + ": " +
+                 s.ToString() + " (it expires by itself)");
+    }
+  }
+  generation_ = -1;
+}
+
+}  // namespace ckpt

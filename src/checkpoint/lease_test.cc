@@ -1,0 +1,283 @@
+// Root ownership (lease.h, docs/concurrency.md): one writer at a time, a
+// clear refusal naming the holder, takeover of a holder that is gone, and a
+// fence that keeps a holder whose lease was taken over from committing.
+#include "checkpoint/lease.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <limits>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "checkpoint/test_util.h"
+#include "ckpt/checkpoint_manager.h"
+#include "format/layout.h"
+#include "format/lease_record.h"
+#include "testing/backends.h"
+
+namespace ckpt {
+namespace {
+
+using testing::Backend;
+using testing::ExpectLoads;
+using Model = testing::SeededModel;
+
+bool Mentions(const Status& s, std::string_view text) {
+  return s.message().find(text) != std::string::npos;
+}
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The pid of a process that has exited (and been reaped).
+int64_t DeadPid() {
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  int status = 0;
+  waitpid(child, &status, 0);
+  return child;
+}
+
+class LeaseTest : public ::testing::TestWithParam<Backend> {
+ protected:
+  // Options with the lease on, as a job that opts in has them.
+  static Options Leased() {
+    Options o;
+    o.lease_seconds = 60;
+    return o;
+  }
+  std::unique_ptr<CheckpointManager> Open(Options o = Leased()) {
+    if (o.job_id.empty()) o.job_id = "job-" + std::to_string(opened_++);
+    Result<std::unique_ptr<Storage>> storage = root_.Open();
+    EXPECT_TRUE(storage.ok()) << storage.status().ToString();
+    if (!storage.ok()) return nullptr;
+    auto mgr = CheckpointManager::Open(*std::move(storage), std::move(o));
+    EXPECT_TRUE(mgr.ok()) << mgr.status().ToString();
+    return mgr.ok() ? std::move(mgr).value() : nullptr;
+  }
+  static Options NoWait() {
+    Options o = Leased();
+    o.lease_wait_seconds = 0;
+    return o;
+  }
+  Status Save(CheckpointManager& mgr, int64_t step) {
+    Model m(static_cast<int>(step));
+    return mgr.Save(step, m.ToState()).status();
+  }
+  // Writes `record` as the root's lease generation `generation`.
+  void PlantLease(int64_t generation, const format::LeaseRecord& record) {
+    Result<std::unique_ptr<Storage>> storage = root_.Open();
+    ASSERT_TRUE(storage.ok());
+    ASSERT_TRUE((*storage)
+                    ->PutString(format::LeaseKey(generation),
+                                format::EncodeLease(record))
+                    .ok());
+  }
+  std::vector<std::string> DataObjects() {
+    Result<std::unique_ptr<Storage>> storage = root_.Open();
+    std::vector<std::string> keys;
+    if (!storage.ok()) return keys;
+    Result<std::vector<ObjectInfo>> all = (*storage)->List("");
+    if (!all.ok()) return keys;
+    for (const ObjectInfo& o : *all) {
+      if (format::ParseDataObjectKey(o.key, nullptr, nullptr, nullptr)) {
+        keys.push_back(o.key);
+      }
+    }
+    return keys;
+  }
+  static format::LeaseRecord Record(std::string host, int64_t pid,
+                                    int64_t expires_unix_ms) {
+    format::LeaseRecord r;
+    r.owner = "00000000feedface";
+    r.job_id = "the-old-job";
+    r.purpose = "save";
+    r.host = std::move(host);
+    r.boot_id = LeaseBootId();
+    r.pid = pid;
+    r.started_unix_ms = r.renewed_unix_ms = 1000;
+    r.expires_unix_ms = std::max<int64_t>(expires_unix_ms, 1000);
+    return r;
+  }
+
+  testing::TestRoot root_{GetParam(), "lease"};
+  int opened_ = 0;
+};
+
+TEST_P(LeaseTest, ASecondWriterIsRefusedNamingTheHolderAndWritesNothing) {
+  auto job = Open();
+  ASSERT_TRUE(Save(*job, 10).ok());
+  auto second = Open(NoWait());
+  const std::vector<std::string> before = DataObjects();
+  Status s = Save(*second, 20);
+  ASSERT_EQ(s.code(), ErrorCode::kFailedPrecondition) << s.ToString();
+  EXPECT_TRUE(Mentions(s, "job-0")) << s.ToString();
+  EXPECT_TRUE(Mentions(s, "pid " + std::to_string(getpid()))) << s.ToString();
+  EXPECT_TRUE(Mentions(s, "host " + LeaseHostName())) << s.ToString();
+  EXPECT_TRUE(Mentions(s, root_.url())) << s.ToString();
+  EXPECT_TRUE(Mentions(s, "--break-lease")) << s.ToString();
+  EXPECT_EQ(DataObjects(), before);
+  // Deletes and collections are refused the same way; loads are not.
+  EXPECT_EQ(second->Delete(10).code(), ErrorCode::kFailedPrecondition);
+  EXPECT_EQ(second->GarbageCollect().status().code(),
+            ErrorCode::kFailedPrecondition);
+  EXPECT_TRUE(second->GarbageCollect({.dry_run = true}).ok());
+  ExpectLoads(*second, 10, Model(10));
+  // The holder goes on saving.
+  ASSERT_TRUE(Save(*job, 30).ok());
+  // Gone, it gives the lease back: the next writer need not wait.
+  job.reset();
+  ASSERT_TRUE(Save(*second, 40).ok());
+  ExpectLoads(*second, 40, Model(40));
+}
+
+TEST_P(LeaseTest, AWriterWaitsForTheHolderToFinish) {
+  auto job = Open();
+  ASSERT_TRUE(Save(*job, 1).ok());
+  Options wait = Leased();
+  wait.lease_wait_seconds = 30;
+  auto next = Open(wait);
+  std::thread finish([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    job.reset();
+  });
+  const auto start = std::chrono::steady_clock::now();
+  Status s = Save(*next, 2);
+  finish.join();
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+  ExpectLoads(*next, 2, Model(2));
+}
+
+TEST_P(LeaseTest, ToolsGiveTheLeaseBackAfterEachCall) {
+  auto writer = Open(NoWait());
+  ASSERT_TRUE(Save(*writer, 1).ok());
+  ASSERT_TRUE(Save(*writer, 2).ok());
+  writer.reset();
+  auto tool = Open(NoWait());
+  ASSERT_TRUE(tool->Delete(1).ok());
+  ASSERT_TRUE(tool->GarbageCollect().ok());
+  // The tool still exists, and a job can take the root at once.
+  auto job = Open(NoWait());
+  ASSERT_TRUE(Save(*job, 3).ok());
+  EXPECT_EQ(tool->Delete(2).code(), ErrorCode::kFailedPrecondition);
+}
+
+TEST_P(LeaseTest, AHolderThatIsGoneIsTakenOverAtOnce) {
+  // Crashed on this host: its pid no longer runs.
+  PlantLease(1, Record(LeaseHostName(), DeadPid(), NowMs() + 3600'000));
+  auto job = Open(NoWait());
+  ASSERT_TRUE(Save(*job, 5).ok());
+  ExpectLoads(*job, 5, Model(5));
+}
+
+TEST_P(LeaseTest, AnExpiredLeaseOfAnotherHostIsTakenOver) {
+  PlantLease(3, Record("some-other-host", 1, NowMs() - 1000));
+  auto job = Open(NoWait());
+  ASSERT_TRUE(Save(*job, 5).ok());
+  Result<std::unique_ptr<Storage>> storage = root_.Open();
+  ASSERT_TRUE(storage.ok());
+  // The next generation, and the old one removed.
+  EXPECT_TRUE((*storage)->Stat(format::LeaseKey(4)).ok());
+  EXPECT_EQ((*storage)->Stat(format::LeaseKey(3)).status().code(),
+            ErrorCode::kNotFound);
+}
+
+TEST_P(LeaseTest, ALiveLeaseOfAnotherHostIsWaitedForThenRefused) {
+  PlantLease(1, Record("some-other-host", 1, NowMs() + 3600'000));
+  Options o = Leased();
+  o.lease_wait_seconds = 1;
+  auto job = Open(o);
+  Status s = Save(*job, 5);
+  ASSERT_EQ(s.code(), ErrorCode::kFailedPrecondition) << s.ToString();
+  EXPECT_TRUE(Mentions(s, "the-old-job")) << s.ToString();
+  EXPECT_TRUE(Mentions(s, "some-other-host")) << s.ToString();
+  EXPECT_TRUE(Mentions(s, "after waiting 1 s")) << s.ToString();
+  EXPECT_TRUE(DataObjects().empty());
+}
+
+TEST_P(LeaseTest, ADamagedLeaseIsRefusedUntilBroken) {
+  Result<std::unique_ptr<Storage>> storage = root_.Open();
+  ASSERT_TRUE(storage.ok());
+  ASSERT_TRUE((*storage)->PutString(format::LeaseKey(2), "{not json").ok());
+  auto job = Open(NoWait());
+  Status s = Save(*job, 1);
+  ASSERT_EQ(s.code(), ErrorCode::kFailedPrecondition) << s.ToString();
+  EXPECT_TRUE(Mentions(s, "LEASE-000000000002")) << s.ToString();
+  Options force = NoWait();
+  force.break_lease = true;
+  auto breaker = Open(force);
+  ASSERT_TRUE(Save(*breaker, 1).ok());
+  ExpectLoads(*breaker, 1, Model(1));
+}
+
+// The fence: a job whose lease was broken (it stalled; an operator judged it
+// dead) commits nothing, and its data is gone with it.
+TEST_P(LeaseTest, AHolderWhoseLeaseWasBrokenCommitsNothing) {
+  auto stalled = Open();
+  ASSERT_TRUE(Save(*stalled, 1).ok());
+  Options force = NoWait();
+  force.break_lease = true;
+  auto breaker = Open(force);
+  ASSERT_TRUE(Save(*breaker, 2).ok());
+  Status s = Save(*stalled, 3);
+  ASSERT_EQ(s.code(), ErrorCode::kFailedPrecondition) << s.ToString();
+  EXPECT_TRUE(Mentions(s, "taken over")) << s.ToString();
+  EXPECT_EQ(breaker->LoadAll(3).status().code(), ErrorCode::kNotFound);
+  for (const std::string& key : DataObjects()) {
+    EXPECT_NE(format::StepOfKey(key), 3) << key;
+  }
+  ExpectLoads(*breaker, 1, Model(1));
+  ExpectLoads(*breaker, 2, Model(2));
+}
+
+TEST_P(LeaseTest, WithoutALeaseNothingIsWrittenForIt) {
+  Options o;  // the default: no lease
+  auto a = Open(o);
+  auto b = Open(o);
+  ASSERT_TRUE(Save(*a, 1).ok());
+  ASSERT_TRUE(Save(*b, 2).ok());
+  Result<std::unique_ptr<Storage>> storage = root_.Open();
+  ASSERT_TRUE(storage.ok());
+  Result<std::vector<ObjectInfo>> leases =
+      (*storage)->List(format::LeasePrefix());
+  ASSERT_TRUE(leases.ok());
+  EXPECT_TRUE(leases->empty());
+}
+
+TEST(LeaseOptionsTest, NonsenseIsRefusedAtOpen) {
+  for (auto [seconds, wait] :
+       {std::pair{-1.0, -1.0},
+        {0.5, -1.0},
+        {60.0, -2.0},
+        {60.0, -0.5},
+        {1e301, 0.0},
+        {60.0, 1e301},
+        {std::numeric_limits<double>::infinity(), 0.0},
+        {std::numeric_limits<double>::quiet_NaN(), 0.0},
+        {60.0, std::numeric_limits<double>::quiet_NaN()}}) {
+    Options o;
+    o.lease_seconds = seconds;
+    o.lease_wait_seconds = wait;
+    testing::TestRoot root(Backend::kMemory, "lease-options");
+    auto mgr = CheckpointManager::Open(root.url(), o);
+    ASSERT_FALSE(mgr.ok()) << seconds << " " << wait;
+    EXPECT_EQ(mgr.status().code(), ErrorCode::kInvalidArgument);
+    EXPECT_TRUE(Mentions(mgr.status(), "lease_seconds"));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, LeaseTest,
+                         ::testing::Values(Backend::kMemory, Backend::kFile),
+                         testing::BackendTestName);
+
+}  // namespace
+}  // namespace ckpt
