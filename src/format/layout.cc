@@ -7,6 +7,28 @@
 
 namespace ckpt::format {
 
+namespace {
+
+constexpr std::string_view kLeasePrefix = "LEASE-";
+constexpr size_t kLeaseDigits = 12;
+
+// `prefix` followed by exactly `digits` decimal digits: their value;
+// otherwise -1.
+int64_t ParseNumbered(std::string_view name, std::string_view prefix,
+                      size_t digits) {
+  if (name.size() != prefix.size() + digits || !name.starts_with(prefix)) {
+    return -1;
+  }
+  int64_t v = 0;
+  for (char c : name.substr(prefix.size())) {
+    if (c < '0' || c > '9') return -1;
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
+}  // namespace
+
 std::string StepDirName(int64_t step) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "step-%012lld", static_cast<long long>(step));
@@ -14,24 +36,8 @@ std::string StepDirName(int64_t step) {
 }
 
 int64_t ParseStepDirName(std::string_view name) {
-  if (name.size() != kStepPrefix.size() + kStepDigits ||
-      !name.starts_with(kStepPrefix)) {
-    return -1;
-  }
-  int64_t v = 0;
-  for (char c : name.substr(kStepPrefix.size())) {
-    if (c < '0' || c > '9') return -1;
-    v = v * 10 + (c - '0');
-  }
-  return v;
+  return ParseNumbered(name, kStepPrefix, kStepDigits);
 }
-
-namespace {
-
-constexpr std::string_view kLeasePrefix = "LEASE-";
-constexpr size_t kLeaseDigits = 12;
-
-}  // namespace
 
 std::string LeaseKey(int64_t generation) {
   char buf[32];
@@ -43,16 +49,7 @@ std::string LeaseKey(int64_t generation) {
 std::string_view LeasePrefix() { return kLeasePrefix; }
 
 int64_t ParseLeaseKey(std::string_view key) {
-  if (key.size() != kLeasePrefix.size() + kLeaseDigits ||
-      !key.starts_with(kLeasePrefix)) {
-    return -1;
-  }
-  int64_t v = 0;
-  for (char c : key.substr(kLeasePrefix.size())) {
-    if (c < '0' || c > '9') return -1;
-    v = v * 10 + (c - '0');
-  }
-  return v;
+  return ParseNumbered(key, kLeasePrefix, kLeaseDigits);
 }
 
 std::string ManifestKey(int64_t step) {
