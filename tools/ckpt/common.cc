@@ -66,15 +66,13 @@ CLI::App* AddSubcommand(CLI::App& app, std::string name,
 
 namespace {
 
-Result<std::unique_ptr<CheckpointManager>> Open(const std::string& root,
-                                                Options options,
+Result<std::unique_ptr<Storage>> OpenStorageFor(const std::string& root,
+                                                bool create,
                                                 ByteProgressFn progress) {
-  if (!progress) return CheckpointManager::Open(root, std::move(options));
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Storage> storage,
-                        OpenStorage(root, {.create = options.create}));
-  return CheckpointManager::Open(
-      NewCountingStorage(std::move(storage), std::move(progress)),
-      std::move(options));
+                        OpenStorage(root, {.create = create}));
+  if (!progress) return storage;
+  return NewCountingStorage(std::move(storage), std::move(progress));
 }
 
 }  // namespace
@@ -84,7 +82,9 @@ Result<std::unique_ptr<CheckpointManager>> OpenRoot(const std::string& root,
                                                     ByteProgressFn progress) {
   Options options;
   options.create = create;
-  return Open(root, std::move(options), std::move(progress));
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Storage> storage,
+                        OpenStorageFor(root, create, std::move(progress)));
+  return CheckpointManager::Open(std::move(storage), std::move(options));
 }
 
 Result<std::unique_ptr<CheckpointManager>> OpenRootWithCatalog(
@@ -94,18 +94,6 @@ Result<std::unique_ptr<CheckpointManager>> OpenRootWithCatalog(
   options.create = create;
   options.lease_wait_seconds = lease.wait_seconds;
   options.break_lease = lease.break_lease;
-  // A root whose writers take leases (it has a lease object) is written
-  // under one here too, so a command never writes beside a running job that
-  // owns the root.
-  {
-    Result<std::unique_ptr<Storage>> storage =
-        OpenStorage(root, {.create = false});
-    if (storage.ok()) {
-      Result<std::vector<ObjectInfo>> leases =
-          (*storage)->List(format::LeasePrefix());
-      if (leases.ok() && !leases->empty()) options.lease_seconds = 60;
-    }
-  }
   Result<std::unique_ptr<Catalog>> catalog =
       OpenCatalog(catalog_url.empty() ? DefaultCatalogUrl() : catalog_url);
   if (catalog.ok()) {
@@ -116,7 +104,14 @@ Result<std::unique_ptr<CheckpointManager>> OpenRootWithCatalog(
   } else {
     return catalog.status();
   }
-  return Open(root, std::move(options), std::move(progress));
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Storage> storage,
+                        OpenStorageFor(root, create, std::move(progress)));
+  // A root whose writers take leases (it has a lease object) is written
+  // under one here too, so a command never writes beside a running job that
+  // owns the root.
+  Result<std::vector<ObjectInfo>> leases = storage->List(format::LeasePrefix());
+  if (leases.ok() && !leases->empty()) options.lease_seconds = 60;
+  return CheckpointManager::Open(std::move(storage), std::move(options));
 }
 
 void AddLeaseOptions(CLI::App& app, LeaseArgs& lease) {
