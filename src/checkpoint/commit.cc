@@ -244,7 +244,10 @@ SaveOutcome CheckpointManager::Impl::Commit(
   if (Status s = RecheckAfterPublish(*m); !s.ok()) {
     return SaveOutcome{s.WithContext(op), {}, true};
   }
-  return SaveOutcome{Status(), AfterCommit(std::move(m).value(), bytes)};
+  SaveOutcome outcome;
+  outcome.info = InfoFromManifest(*m);
+  outcome.deleted_steps = AfterCommit(std::move(m).value(), bytes);
+  return outcome;
 }
 
 }  // namespace ckpt

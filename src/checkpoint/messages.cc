@@ -1,5 +1,6 @@
 #include "checkpoint/messages.h"
 
+#include <bit>
 #include <cstring>
 
 #include "ckpt/dtype.h"
@@ -60,6 +61,11 @@ class Writer {
   void Sum(const Checksum128& c) {
     U64(c.high);
     U64(c.low);
+  }
+  void F64(double v) { U64(std::bit_cast<uint64_t>(v)); }
+  void Strs(const std::vector<std::string>& v) {
+    Count(v.size());
+    for (const std::string& s : v) Str(s);
   }
   void Stat(const Status& s) {
     U8(static_cast<uint8_t>(s.code()));
@@ -138,6 +144,12 @@ class Reader {
   std::vector<int64_t> I64s() {
     std::vector<int64_t> v(Count(8));
     for (int64_t& x : v) x = I64();
+    return v;
+  }
+  double F64() { return std::bit_cast<double>(U64()); }
+  std::vector<std::string> Strs() {
+    std::vector<std::string> v(Count(4));
+    for (std::string& s : v) s = Str();
     return v;
   }
   Checksum128 Sum() {
@@ -302,11 +314,64 @@ Result<WriteResult> DecodeWriteResult(std::string_view bytes) {
   return r.Finish(std::move(m));
 }
 
+void PutInfo(Writer& w, const CheckpointInfo& i) {
+  w.I64(i.step);
+  w.I64(i.epoch);
+  w.I64(i.created_unix_ms);
+  w.Str(i.job_id);
+  w.I64(i.world_size);
+  w.Strs(i.hosts);
+  w.U64(i.bytes);
+  w.I64s(i.depends_on);
+  w.U64(i.referenced_bytes);
+  w.I64(i.parent);
+  w.I64(i.chain);
+  w.Count(i.metrics.size());
+  for (const auto& [name, value] : i.metrics) {
+    w.Str(name);
+    w.F64(value);
+  }
+  w.Count(i.metadata.size());
+  for (const auto& [key, value] : i.metadata) {
+    w.Str(key);
+    w.Str(value);
+  }
+  w.U64(i.num_entries);
+  w.Str(i.incomplete);
+}
+
+CheckpointInfo GetInfo(Reader& r) {
+  CheckpointInfo i;
+  i.step = r.I64();
+  i.epoch = r.I64();
+  i.created_unix_ms = r.I64();
+  i.job_id = r.Str();
+  i.world_size = r.I32();
+  i.hosts = r.Strs();
+  i.bytes = r.U64();
+  i.depends_on = r.I64s();
+  i.referenced_bytes = r.U64();
+  i.parent = r.I64();
+  i.chain = r.I64();
+  for (size_t n = r.Count(12); n > 0 && r.ok(); --n) {
+    std::string name = r.Str();
+    i.metrics[std::move(name)] = r.F64();
+  }
+  for (size_t n = r.Count(8); n > 0 && r.ok(); --n) {
+    std::string key = r.Str();
+    i.metadata[std::move(key)] = r.Str();
+  }
+  i.num_entries = r.U64();
+  i.incomplete = r.Str();
+  return i;
+}
+
 std::string EncodeSaveOutcome(const SaveOutcome& m) {
   Writer w(MessageType::kSaveOutcome);
   w.Stat(m.status);
   w.I64s(m.deleted_steps);
   w.U8(m.discard);
+  PutInfo(w, m.info);
   return w.Take();
 }
 
@@ -316,6 +381,7 @@ Result<SaveOutcome> DecodeSaveOutcome(std::string_view bytes) {
   m.status = r.Stat();
   m.deleted_steps = r.I64s();
   m.discard = r.Bool();
+  m.info = GetInfo(r);
   return r.Finish(std::move(m));
 }
 

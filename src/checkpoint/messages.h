@@ -19,12 +19,13 @@
 #include <vector>
 
 #include "checkpoint/planner.h"
+#include "ckpt/checkpoint_manager.h"
 #include "ckpt/status.h"
 #include "util/checksum.h"
 
 namespace ckpt {
 
-inline constexpr uint8_t kMessageVersion = 1;
+inline constexpr uint8_t kMessageVersion = 2;
 
 // Save step 1: the coordinator's decision, broadcast to every rank.
 struct SaveDecision {
@@ -81,6 +82,10 @@ struct SaveOutcome {
   // orphan waits for a collection). Never set when the commit's fate is
   // unknown.
   bool discard = false;
+  // With an ok status: the committed checkpoint, as the coordinator wrote
+  // it, so that no rank reads the manifest back (a read that fails after
+  // the commit would make ranks disagree about a save that happened).
+  CheckpointInfo info = {};
 };
 
 // Load: the step rank 0 chose, so ranks racing a commit load the same one.

@@ -1,5 +1,6 @@
 #include "checkpoint/messages.h"
 
+#include <cmath>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -86,6 +87,40 @@ TEST(MessagesTest, EveryMessageSurvivesEncoding) {
   ASSERT_TRUE(o2.ok());
   EXPECT_EQ(o2->deleted_steps, (std::vector<int64_t>{3, 5, 8}));
   EXPECT_FALSE(o2->discard);
+  // The committed checkpoint travels whole, so no rank reads it back.
+  SaveOutcome with_info;
+  with_info.info.step = 42;
+  with_info.info.epoch = 3;
+  with_info.info.created_unix_ms = 1700000000123;
+  with_info.info.job_id = "job \xff";
+  with_info.info.world_size = 16384;
+  with_info.info.hosts = {"node-1", "node-2"};
+  with_info.info.bytes = uint64_t{1} << 40;
+  with_info.info.depends_on = {30, 40};
+  with_info.info.referenced_bytes = 77;
+  with_info.info.parent = 40;
+  with_info.info.chain = 2;
+  with_info.info.metrics = {{"loss", 0.125}, {"negative_zero", -0.0}};
+  with_info.info.metadata = {{"note", "{\"a\": 1}"}, {"", ""}};
+  with_info.info.num_entries = 9;
+  auto o4 = DecodeSaveOutcome(EncodeSaveOutcome(with_info));
+  ASSERT_TRUE(o4.ok()) << o4.status().ToString();
+  const CheckpointInfo& i = o4->info;
+  EXPECT_EQ(i.step, 42);
+  EXPECT_EQ(i.epoch, 3);
+  EXPECT_EQ(i.created_unix_ms, 1700000000123);
+  EXPECT_EQ(i.job_id, "job \xff");
+  EXPECT_EQ(i.world_size, 16384);
+  EXPECT_EQ(i.hosts, with_info.info.hosts);
+  EXPECT_EQ(i.bytes, uint64_t{1} << 40);
+  EXPECT_EQ(i.depends_on, (std::vector<int64_t>{30, 40}));
+  EXPECT_EQ(i.referenced_bytes, 77u);
+  EXPECT_EQ(i.parent, 40);
+  EXPECT_EQ(i.chain, 2);
+  EXPECT_EQ(i.metrics, with_info.info.metrics);
+  EXPECT_TRUE(std::signbit(i.metrics.at("negative_zero")));
+  EXPECT_EQ(i.metadata, with_info.info.metadata);
+  EXPECT_EQ(i.num_entries, 9u);
   auto o3 = DecodeSaveOutcome(EncodeSaveOutcome({IOError("full"), {}, true}));
   ASSERT_TRUE(o3.ok());
   EXPECT_EQ(o3->status.code(), ErrorCode::kIOError);
