@@ -125,11 +125,10 @@ struct Options {
   // over fails and commits nothing. A party that finds the lease held waits
   // up to lease_wait_seconds for it to free (a holder that died frees it
   // when it expires, at once if it died on this host), then fails with
-  // FailedPrecondition naming the holder. Loads never take it. 0 (for now
-  // the default): no lease, and one writer per root is the caller's
-  // promise; `ckpt delete`, `gc` and `import` take the lease of a root that
-  // has one. 60 is a good period.
-  double lease_seconds = 0;
+  // FailedPrecondition naming the holder. Loads never take it; `ckpt
+  // delete`, `gc` and `import` take it too. 0 turns ownership off: no
+  // lease, and one writer per root is the caller's promise.
+  double lease_seconds = 60;
   // -1: lease_seconds + 10, so a job restarted elsewhere after a crash
   // outwaits the lease its dead incarnation left.
   double lease_wait_seconds = -1;
@@ -219,6 +218,11 @@ struct CheckpointInfo {
   std::map<std::string, double> metrics;
   std::map<std::string, std::string> metadata;
   size_t num_entries = 0;
+  // Empty when every data object the manifest names is present with its
+  // recorded size (one listing of the root, no data read); otherwise what
+  // is missing, e.g. "data object step-... is missing". Latest() and
+  // resume skip such a step; `ckpt ls` marks it.
+  std::string incomplete;
 };
 
 struct EntryInfo {

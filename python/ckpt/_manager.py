@@ -47,9 +47,9 @@ class CheckpointManager:
     storage alone. catalog_required=True makes it an error instead (a wrong
     URL, e.g. an unknown scheme, always is).
 
-    lease_seconds, lease_wait_seconds, break_lease: with lease_seconds > 0
-    (60 is a good period; default 0, off), one process writes a root at a
-    time. The first save, delete() or gc() takes the root's lease
+    lease_seconds, lease_wait_seconds, break_lease: one process writes a
+    root at a time (default lease_seconds=60; 0 turns ownership off, and
+    one writer per root is then the caller's promise). The first save, delete() or gc() takes the root's lease
     (an object LEASE-<n> in the root), which the manager renews while it
     lives and gives back when it is destroyed (del, or the end of the
     process; a killed process's lease expires, at once for a restart on
@@ -80,7 +80,7 @@ class CheckpointManager:
                  create=True, chunk_size=4 << 20, async_staging_bytes=0,
                  full_every=0, max_chain=0, min_referenced_fraction=0.0,
                  catalog=None, catalog_required=False,
-                 lease_seconds=0.0, lease_wait_seconds=-1.0,
+                 lease_seconds=60.0, lease_wait_seconds=-1.0,
                  break_lease=False, communicator=None):
         if catalog is True:
             catalog = "default"

@@ -244,6 +244,9 @@ void InitModule(py::module_& m) {
       .def_readonly("metrics", &CheckpointInfo::metrics)
       .def_readonly("metadata", &CheckpointInfo::metadata)
       .def_readonly("num_entries", &CheckpointInfo::num_entries)
+      .def_readonly("incomplete", &CheckpointInfo::incomplete,
+                    "empty when every data object is present; else what "
+                    "is missing (loads and resumes skip the step)")
       .def("__repr__", [](const CheckpointInfo& i) {
         return Repr("CheckpointInfo",
                     "step=" + std::to_string(i.step) +

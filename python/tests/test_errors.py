@@ -79,3 +79,29 @@ def test_corrupt_data_file_raises_data_loss(root):
         mgr.load_into({"w": np.zeros(1000, np.float32)})
     with pytest.raises(ckpt.DataLoss):
         ckpt.open(root).load()
+
+
+def test_a_step_that_lost_a_data_object_is_listed_as_incomplete(root):
+    mgr = ckpt.open(root)
+    mgr.save(1, {"w": np.arange(10, dtype=np.float32)})
+    mgr.save(2, {"w": np.arange(10, dtype=np.float32) + 1})
+    [data] = glob.glob(os.path.join(root, "step-*2", "*.safetensors"))
+    os.remove(data)
+    first, second = mgr.list()
+    assert first.incomplete == ""
+    assert "missing" in second.incomplete
+    assert os.path.basename(data) in second.incomplete
+    # Resuming skips it for the newest complete one.
+    assert mgr.latest() == 1
+    np.testing.assert_array_equal(mgr.load()["w"], np.arange(10, dtype=np.float32))
+
+
+def test_a_second_writer_on_one_root_is_refused_naming_the_first(root):
+    first = ckpt.open(root)
+    first.save(1, {"w": np.zeros(3)})
+    second = ckpt.open(root, lease_wait_seconds=0)
+    with pytest.raises(ckpt.FailedPrecondition, match="another party owns"):
+        second.save(2, {"w": np.ones(3)})
+    del first  # the first job ends and gives the root back
+    second.save(2, {"w": np.ones(3)})
+    assert [i.step for i in second.list()] == [1, 2]

@@ -148,10 +148,14 @@ TEST_P(ErrorInjectionTest, AtEveryCall) {
       }
     }
     const bool after_commit = n > commit;
+    // The winner of a lease generation deletes the earlier ones as history;
+    // one that stays behind costs nothing (the next winner retries), so a
+    // single failure there does not fail the save.
+    const bool history = !c.persistent && log[n].starts_with("delete LEASE-");
     for (size_t r = 0; r < statuses.size(); ++r) {
       EXPECT_EQ(statuses[r].code(), statuses[0].code())
           << "ranks disagree: " << statuses[r].ToString();
-      if (after_commit) {
+      if (after_commit || history) {
         EXPECT_TRUE(statuses[r].ok()) << statuses[r].ToString();
       } else {
         ASSERT_FALSE(statuses[r].ok()) << "rank " << r << " reported success";
@@ -166,7 +170,7 @@ TEST_P(ErrorInjectionTest, AtEveryCall) {
     ASSERT_TRUE(mgr.ok());
     auto latest = (*mgr)->Latest();
     ASSERT_TRUE(latest.ok() && latest->has_value());
-    if (after_commit) {
+    if (after_commit || history) {
       EXPECT_EQ(**latest, 2);
       EXPECT_EQ(CatalogLatest(), 2);
       EXPECT_EQ(CheckStep(**mgr, 2, c.ranks), "");

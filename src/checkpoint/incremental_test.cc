@@ -99,7 +99,7 @@ void ExpectLoadsTables(CheckpointManager& mgr, int64_t step,
 }
 
 // Every object under the root is a manifest of a listed checkpoint, an
-// object one of them names, or LATEST.
+// object one of them names, LATEST, or the root's lease.
 void ExpectNoUnnamedObjects(CheckpointManager& mgr) {
   std::set<std::string> named = {std::string(format::kLatestName)};
   for (int64_t step : testing::ListedSteps(mgr)) {
@@ -108,10 +108,8 @@ void ExpectNoUnnamedObjects(CheckpointManager& mgr) {
     ASSERT_TRUE(d.ok()) << d.status().ToString();
     for (const ObjectInfo& o : d->objects) named.insert(o.key);
   }
-  Result<std::vector<ObjectInfo>> all = mgr.storage().List("");
-  ASSERT_TRUE(all.ok());
-  for (const ObjectInfo& o : *all) {
-    EXPECT_TRUE(named.count(o.key)) << o.key << " is named by no manifest";
+  for (const std::string& key : testing::CheckpointObjectKeys(mgr.storage())) {
+    EXPECT_TRUE(named.count(key)) << key << " is named by no manifest";
   }
   // And every named object exists.
   for (const std::string& key : named) {

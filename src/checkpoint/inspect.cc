@@ -20,6 +20,9 @@ Result<std::optional<int64_t>> CheckpointManager::Impl::Latest() {
 
 Result<std::vector<CheckpointInfo>> CheckpointManager::Impl::List() {
   CKPT_ASSIGN_OR_RETURN(auto listed, manifests_.List());
+  // Listed after the manifests, as NewestComplete does: a save committing
+  // meanwhile wrote its objects before its manifest, so it is not marked.
+  CKPT_ASSIGN_OR_RETURN(auto sizes, manifests_.ObjectSizes());
   std::vector<CheckpointInfo> out;
   for (auto it = listed.rbegin(); it != listed.rend(); ++it) {
     Result<std::shared_ptr<const Manifest>> m =
@@ -30,6 +33,7 @@ Result<std::vector<CheckpointInfo>> CheckpointManager::Impl::List() {
       continue;
     }
     out.push_back(InfoFromManifest(**m));
+    out.back().incomplete = ManifestStore::MissingObject(**m, sizes);
   }
   return out;
 }

@@ -48,12 +48,8 @@ int64_t DeadPid() {
 
 class LeaseTest : public ::testing::TestWithParam<Backend> {
  protected:
-  // Options with the lease on, as a job that opts in has them.
-  static Options Leased() {
-    Options o;
-    o.lease_seconds = 60;
-    return o;
-  }
+  // The default options: the lease on, 60 s.
+  static Options Leased() { return Options(); }
   std::unique_ptr<CheckpointManager> Open(Options o = Leased()) {
     if (o.job_id.empty()) o.job_id = "job-" + std::to_string(opened_++);
     Result<std::unique_ptr<Storage>> storage = root_.Open();
@@ -239,8 +235,24 @@ TEST_P(LeaseTest, AHolderWhoseLeaseWasBrokenCommitsNothing) {
   ExpectLoads(*breaker, 2, Model(2));
 }
 
-TEST_P(LeaseTest, WithoutALeaseNothingIsWrittenForIt) {
-  Options o;  // the default: no lease
+// Nothing to turn on: two jobs opened with the default options on one root
+// do not both write.
+TEST_P(LeaseTest, ByDefaultASecondWriterIsRefused) {
+  EXPECT_EQ(Options().lease_seconds, 60);
+  auto a = Open(Options());
+  Options no_wait;
+  no_wait.lease_wait_seconds = 0;
+  auto b = Open(no_wait);
+  ASSERT_TRUE(Save(*a, 1).ok());
+  Status s = Save(*b, 2);
+  EXPECT_EQ(s.code(), ErrorCode::kFailedPrecondition) << s.ToString();
+  EXPECT_TRUE(Mentions(s, "another party owns the root")) << s.ToString();
+  ExpectLoads(*b, 1, Model(1));
+}
+
+TEST_P(LeaseTest, TurnedOffNothingIsWrittenForIt) {
+  Options o;
+  o.lease_seconds = 0;  // ownership off: one writer is the caller's promise
   auto a = Open(o);
   auto b = Open(o);
   ASSERT_TRUE(Save(*a, 1).ok());

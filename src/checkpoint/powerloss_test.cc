@@ -15,6 +15,7 @@
 #include <optional>
 #include <set>
 
+#include "checkpoint/test_util.h"
 #include "ckpt/checkpoint_manager.h"
 #include "format/constants.h"
 #include "format/layout.h"
@@ -228,10 +229,8 @@ void PowerLossTest::CheckRecovered(const std::string& url, int keep_last,
       expected.insert(format::ManifestKey(s));
       for (const ObjectInfo& o : d->objects) expected.insert(o.key);
     }
-    auto objects = (*mgr)->storage().List("");
-    ASSERT_TRUE(objects.ok());
-    std::set<std::string> present;
-    for (const ObjectInfo& o : *objects) present.insert(o.key);
+    const std::set<std::string> present =
+        testing::CheckpointObjectKeys((*mgr)->storage());
     if (!present.count(std::string(format::kLatestName))) {
       expected.erase(std::string(format::kLatestName));
     }

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -129,6 +130,27 @@ inline void ExpectLoads(CheckpointManager& mgr, int64_t step,
   Result<std::map<std::string, std::string>> info = got->state.Metadata("info");
   ASSERT_TRUE(info.ok()) << info.status().ToString();
   EXPECT_EQ(info->at("seed"), std::to_string(want.seed));
+}
+
+// The key of every object under the root except the ownership lease's
+// generations (LEASE-<n>: who writes, not what was saved), so that "only
+// the committed checkpoints' objects are left" can be checked exactly. A
+// root holds at most two generations; more is a leak and fails here.
+inline std::set<std::string> CheckpointObjectKeys(Storage& storage) {
+  std::set<std::string> keys;
+  Result<std::vector<ObjectInfo>> objects = storage.List("");
+  EXPECT_TRUE(objects.ok()) << objects.status().ToString();
+  if (!objects.ok()) return keys;
+  int leases = 0;
+  for (const ObjectInfo& o : *objects) {
+    if (format::ParseLeaseKey(o.key) >= 0) {
+      ++leases;
+    } else {
+      keys.insert(o.key);
+    }
+  }
+  EXPECT_LE(leases, 2) << "lease generations pile up in " << storage.url();
+  return keys;
 }
 
 // Key, size and modification time of every object: "nothing changed".

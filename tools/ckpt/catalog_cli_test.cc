@@ -278,6 +278,8 @@ TEST_P(CatalogCliTest, GcAndImportKeepTheCatalogCurrent) {
   auto mgr = Open(root, "kept");
   ASSERT_NE(mgr, nullptr);
   for (int64_t step = 1; step <= 3; ++step) Save(*mgr, step, 1.0);
+  // The job ends (a running one owns the root: gc beside it is refused).
+  mgr.reset();
   // The default catalog ($CKPT_CATALOG here) records what gc deletes...
   RunResult r = Ckpt({"gc", root, "--keep-last", "1"});
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -20,6 +21,7 @@
 
 #include "ckpt/checkpoint_manager.h"
 #include "ckpt/communicator.h"
+#include "format/layout.h"
 #include "format/safetensors.h"
 #include "gtest/gtest.h"
 #include "testing/files.h"
@@ -320,6 +322,51 @@ TEST_F(CliTest, LsOfAnEmptyRoot) {
   RunResult r = Ckpt({"ls", root_, "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(ParseJson(r.out), nlohmann::json::array());
+}
+
+// A committed step whose data object went missing (an operator's rm, a
+// lifecycle rule) is still listed, marked, with the object it lacks; a step
+// whose object is truncated likewise. The complete ones are not marked.
+TEST_F(CliTest, LsMarksAStepWhoseDataIsMissing) {
+  SaveSteps({10, 20, 30});
+  std::vector<fs::path> step20, step30;
+  for (const auto& e : fs::recursive_directory_iterator(root_)) {
+    if (!e.is_regular_file() || e.path().filename() == "MANIFEST.json") {
+      continue;
+    }
+    const std::string dir = e.path().parent_path().filename().string();
+    if (dir == format::StepDirName(20)) step20.push_back(e.path());
+    if (dir == format::StepDirName(30)) step30.push_back(e.path());
+  }
+  ASSERT_FALSE(step20.empty());
+  ASSERT_FALSE(step30.empty());
+  fs::remove(step20[0]);
+  fs::resize_file(step30[0], fs::file_size(step30[0]) - 1);
+
+  RunResult r = Ckpt({"ls", root_});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<std::string> lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), 6u) << r.out;  // heading, 3 steps, 2 reasons
+  EXPECT_TRUE(Contains(lines[0], "STATUS"));
+  EXPECT_TRUE(Contains(lines[1], "complete")) << lines[1];
+  EXPECT_FALSE(Contains(lines[1], "INCOMPLETE")) << lines[1];
+  EXPECT_TRUE(Contains(lines[2], "INCOMPLETE")) << lines[2];
+  EXPECT_TRUE(Contains(lines[3], "INCOMPLETE")) << lines[3];
+  EXPECT_TRUE(Contains(lines[4], "step 20 is incomplete")) << lines[4];
+  EXPECT_TRUE(Contains(lines[4], step20[0].filename().string())) << lines[4];
+  EXPECT_TRUE(Contains(lines[4], "missing")) << lines[4];
+  EXPECT_TRUE(Contains(lines[5], "step 30 is incomplete")) << lines[5];
+  EXPECT_TRUE(Contains(lines[5], "bytes but the manifest records")) << lines[5];
+
+  r = Ckpt({"ls", root_, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = ParseJson(r.out);
+  ASSERT_EQ(j.size(), 3u);
+  EXPECT_EQ(j[0]["complete"], true);
+  EXPECT_EQ(j[0]["incomplete"], "");
+  EXPECT_EQ(j[1]["complete"], false);
+  EXPECT_TRUE(Contains(j[1]["incomplete"].get<std::string>(), "missing"));
+  EXPECT_EQ(j[2]["complete"], false);
 }
 
 TEST_F(CliTest, ShowDescribesEntries) {
@@ -759,6 +806,38 @@ TEST_F(CliTest, GcKeepLast) {
   EXPECT_GT(j["bytes_freed"].get<uint64_t>(), 0u);
   EXPECT_EQ(CommittedSteps(root_), std::vector<int64_t>{3});
   EXPECT_EQ(Ckpt({"verify", root_, "--all"}).exit_code, 0);
+}
+
+// A running job owns its root: `ckpt gc` and `ckpt delete` beside it are
+// refused at once, naming the holder and how to proceed, and change
+// nothing; with --lease-wait they wait for the job to end and then run.
+TEST_F(CliTest, CommandsBesideARunningJobAreRefusedOrWait) {
+  SaveSteps({10, 20});
+  auto job = OpenManager(root_);
+  ASSERT_NE(job, nullptr);
+  State state;
+  state.AddBlob("position", "30");
+  ASSERT_TRUE(job->Save(30, state).ok());
+
+  RunResult r = Ckpt({"gc", root_, "--keep-last", "1"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(Contains(r.err, "another party owns the root"));
+  EXPECT_TRUE(Contains(r.err, "pid " + std::to_string(::getpid())));
+  EXPECT_TRUE(Contains(r.err, "--break-lease"));
+  r = Ckpt({"delete", root_, "--step", "10"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(Contains(r.err, "another party owns the root"));
+  EXPECT_EQ(CommittedSteps(root_), (std::vector<int64_t>{10, 20, 30}));
+
+  // The job ends a moment after the command started waiting.
+  std::thread end([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    job.reset();
+  });
+  r = Ckpt({"delete", root_, "--step", "10", "--lease-wait", "30"});
+  end.join();
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(CommittedSteps(root_), (std::vector<int64_t>{20, 30}));
 }
 
 TEST_F(CliTest, GcKeepBestByMetric) {

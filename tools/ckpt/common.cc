@@ -7,7 +7,6 @@
 #include <ctime>
 #include <sstream>
 
-#include "format/layout.h"
 #include "util/names.h"
 
 namespace ckpt::cli {
@@ -106,11 +105,6 @@ Result<std::unique_ptr<CheckpointManager>> OpenRootWithCatalog(
   }
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Storage> storage,
                         OpenStorageFor(root, create, std::move(progress)));
-  // A root whose writers take leases (it has a lease object) is written
-  // under one here too, so a command never writes beside a running job that
-  // owns the root.
-  Result<std::vector<ObjectInfo>> leases = storage->List(format::LeasePrefix());
-  if (leases.ok() && !leases->empty()) options.lease_seconds = 60;
   return CheckpointManager::Open(std::move(storage), std::move(options));
 }
 
@@ -214,7 +208,9 @@ nlohmann::json InfoToJson(const CheckpointInfo& info) {
           {"chain", info.chain},
           {"metrics", info.metrics},
           {"metadata", info.metadata},
-          {"num_entries", info.num_entries}};
+          {"num_entries", info.num_entries},
+          {"complete", info.incomplete.empty()},
+          {"incomplete", info.incomplete}};
 }
 
 void PrintJson(const nlohmann::json& j) {

@@ -42,14 +42,25 @@ Status RunLs(const LsArgs& args) {
     return Status();
   }
   std::vector<std::vector<std::string>> rows = {
-      {"STEP", "EPOCH", "CREATED (UTC)", "SIZE", "WORLD", "DEPENDS_ON"}};
+      {"STEP", "EPOCH", "CREATED (UTC)", "SIZE", "WORLD", "DEPENDS_ON",
+       "STATUS"}};
+  std::vector<const CheckpointInfo*> incomplete;
   for (const CheckpointInfo& info : infos) {
     rows.push_back({std::to_string(info.step), EpochText(info.epoch),
                     FormatTime(info.created_unix_ms), FormatBytes(info.bytes),
-                    std::to_string(info.world_size),
-                    StepsText(info.depends_on)});
+                    std::to_string(info.world_size), StepsText(info.depends_on),
+                    info.incomplete.empty() ? "complete" : "INCOMPLETE"});
+    if (!info.incomplete.empty()) incomplete.push_back(&info);
   }
   PrintTable(rows);
+  // Why a step is marked, and what a resume does about it, so an operator
+  // does not have to guess from a log.
+  for (const CheckpointInfo* info : incomplete) {
+    fmt::print(
+        "step {} is incomplete: {}; loads and resumes skip it (`ckpt verify "
+        "{}` checks it, `ckpt delete {}` removes it)\n",
+        info->step, info->incomplete, info->step, info->step);
+  }
   return Status();
 }
 
@@ -153,8 +164,11 @@ void AddLsCommand(CLI::App& app, Command& selected) {
       app, "ls", "List the committed checkpoints.",
       "List the committed checkpoints under ROOT, oldest first: step, epoch, "
       "creation time (UTC), bytes written, world size and the earlier steps "
-      "an incremental checkpoint depends on. A step directory without a "
-      "valid manifest is not a checkpoint and is not listed (`ckpt verify "
+      "an incremental checkpoint depends on, and whether it is complete: "
+      "a step whose manifest names a data object that is missing or has "
+      "another size (seen in one listing, no data read) is marked "
+      "INCOMPLETE, and loads and resumes skip it. A step directory without "
+      "a valid manifest is not a checkpoint and is not listed (`ckpt verify "
       "--all` reports damaged ones).",
       "  ckpt ls /data/run42\n"
       "  ckpt ls file:///data/run42 --json\n");
