@@ -188,14 +188,13 @@ bool CheckpointManager::Impl::MayHaveCommitted(int64_t step,
 }
 
 std::vector<int64_t> CheckpointManager::Impl::AfterCommit(
-    Manifest m, const std::string& bytes) {
+    Manifest m, const std::string& bytes, const CheckpointInfo& info) {
   const int64_t step = m.step;
   const std::string op =
       "commit step " + std::to_string(step) + " in " + Where();
   // The coordinator keeps what it just wrote instead of decoding it again
   // (a large manifest takes seconds to parse); the cache still checks the
   // object's size and mtime on every use.
-  const CheckpointInfo info = InfoFromManifest(m);
   // The catalog, however it fails, holds this save up once at most.
   CatalogRecorder::Batch catalog_batch(catalog_);
   manifests_.Forget(step);
@@ -246,7 +245,8 @@ SaveOutcome CheckpointManager::Impl::Commit(
   }
   SaveOutcome outcome;
   outcome.info = InfoFromManifest(*m);
-  outcome.deleted_steps = AfterCommit(std::move(m).value(), bytes);
+  outcome.deleted_steps =
+      AfterCommit(std::move(m).value(), bytes, outcome.info);
   return outcome;
 }
 

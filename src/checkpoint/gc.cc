@@ -49,7 +49,7 @@ Result<GcReport> CheckpointManager::Impl::GarbageCollect(
   // 1. Retention.
   const RetentionPolicy policy =
       gc.retention ? *gc.retention : options_.retention;
-  CKPT_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> infos, List());
+  CKPT_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> infos, ListCommitted());
   // In a dry run a step that only doomed steps depend on may go: those
   // dependants are still there.
   std::vector<int64_t> doomed = StepsToDelete(infos, policy);

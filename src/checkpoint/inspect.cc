@@ -23,6 +23,17 @@ Result<std::vector<CheckpointInfo>> CheckpointManager::Impl::List() {
   // Listed after the manifests, as NewestComplete does: a save committing
   // meanwhile wrote its objects before its manifest, so it is not marked.
   CKPT_ASSIGN_OR_RETURN(auto sizes, manifests_.ObjectSizes());
+  return Infos(listed, &sizes);
+}
+
+Result<std::vector<CheckpointInfo>> CheckpointManager::Impl::ListCommitted() {
+  CKPT_ASSIGN_OR_RETURN(auto listed, manifests_.List());
+  return Infos(listed, nullptr);
+}
+
+std::vector<CheckpointInfo> CheckpointManager::Impl::Infos(
+    const std::vector<std::pair<int64_t, ObjectInfo>>& listed,
+    const std::map<std::string, uint64_t>* sizes) {
   std::vector<CheckpointInfo> out;
   for (auto it = listed.rbegin(); it != listed.rend(); ++it) {
     Result<std::shared_ptr<const Manifest>> m =
@@ -33,7 +44,8 @@ Result<std::vector<CheckpointInfo>> CheckpointManager::Impl::List() {
       continue;
     }
     out.push_back(InfoFromManifest(**m));
-    out.back().incomplete = ManifestStore::MissingObject(**m, sizes);
+    if (sizes)
+      out.back().incomplete = ManifestStore::MissingObject(**m, *sizes);
   }
   return out;
 }

@@ -26,11 +26,13 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "checkpoint/catalog_record.h"
@@ -138,7 +140,17 @@ class CheckpointManager::Impl {
 
   // --- inspect.cc
   Result<std::optional<int64_t>> Latest();
+  // Every committed checkpoint, oldest first, each judged complete or not
+  // (CheckpointInfo::incomplete) from one listing of the step objects.
   Result<std::vector<CheckpointInfo>> List();
+  // The same without the judgement, so without that listing: for retention
+  // and the catalog, which run after every save and do not need it.
+  Result<std::vector<CheckpointInfo>> ListCommitted();
+  // The facts of the `listed` manifests that validate (the others skipped
+  // with a warning); with `sizes`, each judged against them.
+  std::vector<CheckpointInfo> Infos(
+      const std::vector<std::pair<int64_t, ObjectInfo>>& listed,
+      const std::map<std::string, uint64_t>* sizes);
   Result<CheckpointDescription> Describe(std::optional<int64_t> step);
 
   // --- verify.cc
@@ -205,8 +217,9 @@ class CheckpointManager::Impl {
   // Whether a failed Publish of `step` may still have left its manifest.
   bool MayHaveCommitted(int64_t step, const Status& failure);
   // After the commit: catalog, LATEST, retention. Failures only warn.
-  std::vector<int64_t> AfterCommit(format::Manifest m,
-                                   const std::string& bytes);
+  // `info` is InfoFromManifest(m), which the outcome carries too.
+  std::vector<int64_t> AfterCommit(format::Manifest m, const std::string& bytes,
+                                   const CheckpointInfo& info);
 
   // --- load.cc
   // The asked-for step, or the newest valid one; agreed across ranks.
@@ -247,7 +260,7 @@ class CheckpointManager::Impl {
   ManifestStore manifests_;
   // What this manager tells options_.catalog (catalog_record.h).
   CatalogRecorder catalog_{options_.catalog, *storage_,
-                           [this] { return List(); }};
+                           [this] { return ListCommitted(); }};
   // Asynchronous save. The staged state is the background thread's while
   // busy_.
   CondVar idle_;                       // signalled when busy_ turns false
