@@ -355,6 +355,9 @@ TEST_F(CliTest, LsMarksAStepWhoseDataIsMissing) {
   EXPECT_TRUE(Contains(lines[4], "step 20 is incomplete")) << lines[4];
   EXPECT_TRUE(Contains(lines[4], step20[0].filename().string())) << lines[4];
   EXPECT_TRUE(Contains(lines[4], "missing")) << lines[4];
+  // The commands it suggests are ones that run.
+  EXPECT_TRUE(Contains(lines[4], "ckpt delete " + root_ + " --step 20"));
+  EXPECT_TRUE(Contains(lines[4], "ckpt verify " + root_ + " --step 20"));
   EXPECT_TRUE(Contains(lines[5], "step 30 is incomplete")) << lines[5];
   EXPECT_TRUE(Contains(lines[5], "bytes but the manifest records")) << lines[5];
 

@@ -57,9 +57,9 @@ Status RunLs(const LsArgs& args) {
   // does not have to guess from a log.
   for (const CheckpointInfo* info : incomplete) {
     fmt::print(
-        "step {} is incomplete: {}; loads and resumes skip it (`ckpt verify "
-        "{}` checks it, `ckpt delete {}` removes it)\n",
-        info->step, info->incomplete, info->step, info->step);
+        "step {0} is incomplete: {1}; loads and resumes skip it (`ckpt verify "
+        "{2} --step {0}` checks it, `ckpt delete {2} --step {0}` removes it)\n",
+        info->step, info->incomplete, args.root);
   }
   return Status();
 }
