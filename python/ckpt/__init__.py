@@ -1,5 +1,7 @@
 """ckpt: durable, atomic checkpoints of NumPy arrays and PyTorch tensors.
 
+    pip install ckpt-<version>-py3-none-linux_x86_64.whl   (make wheel)
+
     import ckpt
     mgr = ckpt.open("file:///data/run42", keep_last=3)
     mgr.save(step, {"model": model.state_dict(), "epoch": epoch})
@@ -7,7 +9,8 @@
 
 A state is a dict; its values may be NumPy arrays (bool, int8..int64,
 uint8..uint64, float16, float32, float64), CPU torch tensors (those dtypes
-and bfloat16), bytes (blobs), int, float, str, bool and None (metadata
+and bfloat16), memoryviews, array.arrays and other objects with the buffer
+protocol (tensors too; NumPy is optional), bytes (blobs), int, float, str, bool and None (metadata
 entries that load as the same Python type), ckpt.Metadata (a JSON object
 kept as one entry), and dicts, lists and tuples of these. Nested containers
 become dotted entry names ("model.fc.weight") and are rebuilt on load.
@@ -28,6 +31,7 @@ AlreadyExists, DataLoss, IOError, Unavailable, Aborted, FailedPrecondition.
 """
 
 from ckpt._ckpt import (
+    __version__,
     Aborted,
     AlreadyExists,
     HAS_MPI,
@@ -53,7 +57,7 @@ from ckpt._tree import Metadata
 from ckpt._values import RankLocal, Shard
 
 __all__ = [
-    "HAS_MPI", "Aborted", "AlreadyExists", "AsyncSave", "Catalog",
+    "__version__", "HAS_MPI", "Aborted", "AlreadyExists", "AsyncSave", "Catalog",
     "CatalogCheckpoint", "CatalogJob", "CheckpointInfo", "CheckpointManager",
     "Communicator", "DataLoss", "EntryInfo", "Error", "FailedPrecondition",
     "IOError", "InvalidArgument", "Metadata", "NotFound", "RankLocal",

@@ -3,6 +3,8 @@
   NumPy array or scalar  tensor, its own dtype (bool, int8..int64,
                          uint8..uint64, float16, float32, float64)
   torch.Tensor (CPU)     tensor; bfloat16 is stored as BF16
+  memoryview, array.array, any other object with the buffer protocol
+                         tensor, dtype from its format, shape from its shape
   bytes, bytearray       blob
   int, float, str, bool, metadata entry {"python_type": T, "value": V}, so
   None                   that load returns the same Python type
@@ -10,9 +12,12 @@
   ckpt.Shard(a, ...)     this rank's box of a tensor sharded across ranks
   ckpt.RankLocal(v)      an array or bytes that belong to this rank alone
 
-Saving borrows the memory of C-contiguous, little-endian arrays and tensors:
-no copy is made. Any other array (a transposed view, a big-endian dtype) is
-first copied into a C-contiguous one.
+Saving borrows the memory of C-contiguous, little-endian arrays, tensors
+and buffers: no copy is made. Any other array (a transposed view, a
+big-endian dtype) is first copied into a C-contiguous one.
+
+NumPy is optional: without it, buffers are the tensors, and load() returns
+tensors as memoryviews (ckpt._buffer).
 """
 
 import json
@@ -20,10 +25,13 @@ import math
 import sys
 import warnings
 
-import numpy as np
-
-from ckpt import _ckpt
+from ckpt import _buffer, _ckpt
 from ckpt._tree import Metadata
+
+try:
+    import numpy as np
+except ImportError:
+    np = None
 
 TYPE_KEY = "python_type"
 
@@ -154,18 +162,24 @@ def _metadata_json(name, obj):
             f"entry {name!r}: cannot be stored as JSON: {e}") from None
 
 
+def _bad(name, why):
+    return _ckpt.InvalidArgument(f"entry {name!r}: {why}")
+
+
 def encode(name, value):
     """(kind, value, dtype) of the entry that stores `value`, for _ckpt."""
     if isinstance(value, Metadata):
         return "metadata", _metadata_json(name, dict(value)), None
-    if isinstance(value, np.ndarray) or (isinstance(value, np.generic)
-                                         and _saveable(value.dtype)):
+    if np is not None and (isinstance(value, np.ndarray) or (
+            isinstance(value, np.generic) and _saveable(value.dtype))):
         return "tensor", _saveable_array(name, np.asarray(value)), None
     torch = _loaded_torch()
     if torch is not None and isinstance(value, torch.Tensor):
         return ("tensor", *_tensor_array(name, value, torch))
-    if isinstance(value, (bytes, bytearray, memoryview)):
+    if isinstance(value, (bytes, bytearray)):
         return "blob", bytes(value), None
+    if _buffer.has_buffer(value):
+        return "tensor", _buffer.open_buffer(name, value, False, _bad), None
     if value is None:
         scalar = {TYPE_KEY: "none"}
     elif isinstance(value, bool):
@@ -210,6 +224,8 @@ def decode_metadata(text):
 
 def decode_tensor(name, array, dtype, as_torch):
     """The value to return for a loaded tensor entry (see CheckpointManager.load)."""
+    if np is None:
+        return _decode_view(name, array, dtype, as_torch)
     if dtype == "BF16":
         try:
             import torch
@@ -233,6 +249,34 @@ def decode_tensor(name, array, dtype, as_torch):
             f"lacks: returning a NumPy array", stacklevel=3)
         return array
     return torch.from_numpy(array)
+
+
+def _decode_view(name, view, dtype, as_torch):
+    """decode_tensor without NumPy: `view` is a memoryview."""
+    if as_torch or dtype == "BF16":
+        try:
+            import torch
+        except ImportError:
+            torch = None
+        if torch is not None:
+            t = torch.frombuffer(view.obj, dtype=_torch_dtype(torch, dtype)) \
+                if view.nbytes else torch.empty(0, dtype=_torch_dtype(
+                    torch, dtype))
+            return t.reshape(tuple(view.shape) if view.nbytes else (0,))
+    if dtype in _RAW_DTYPES or dtype == "F16":
+        warnings.warn(
+            f"entry {name!r} is {dtype}, which a memoryview cannot hold: "
+            f"returning its raw bits (format {view.format!r})",
+            stacklevel=3)
+    return view
+
+
+def _torch_dtype(torch, dtype):
+    return {"BOOL": torch.bool, "U8": torch.uint8, "I8": torch.int8,
+            "I16": torch.int16, "I32": torch.int32, "I64": torch.int64,
+            "F16": torch.float16, "BF16": torch.bfloat16,
+            "F32": torch.float32, "F64": torch.float64}.get(dtype,
+                                                            torch.uint8)
 
 
 def fill_target(name, value, stored_dtype):
@@ -262,6 +306,17 @@ def fill_target(name, value, stored_dtype):
             raise _unsupported(name, f"torch dtype {t.dtype}")
         array = t.numpy()
         return array, _raw_dtype(array.dtype, stored_dtype), finish
+    if isinstance(value, (bytes, bytearray)):
+        return None
+    if np is None or not isinstance(value, np.ndarray):
+        if not _buffer.has_buffer(value):
+            return None
+        buf = _buffer.open_buffer(name, value, True, _bad)
+        raw = _RAW_DTYPES.get(stored_dtype)
+        if raw is not None and buf.dtype in ("U8", "I8", "U16", "I16") and \
+                _ckpt._WIDTHS[buf.dtype] == raw:
+            return buf, stored_dtype, None
+        return buf, None, None
     if isinstance(value, np.ndarray):
         if not _saveable(value.dtype):
             raise _unsupported(name, f"NumPy dtype {value.dtype}")
@@ -288,5 +343,4 @@ def _raw_dtype(array_dtype, stored_dtype):
 
 def blob_kind(value):
     """The entry kind load_into asks for, for a value that is not an array."""
-    return "blob" if isinstance(value, (bytes, bytearray, memoryview)) else \
-        "metadata"
+    return "blob" if isinstance(value, (bytes, bytearray)) else "metadata"

@@ -1,0 +1,26 @@
+# ckpt_make_pic(target): builds `target` and every static library it links,
+# transitively, as position-independent code, so that a shared library
+# (libckpt.so) can take them in. It walks the link closure instead of naming
+# the layers, so that a new layer needs no change here.
+function(ckpt_make_pic target)
+  get_target_property(type ${target} TYPE)
+  get_target_property(imported ${target} IMPORTED)
+  get_property(seen GLOBAL PROPERTY CKPT_PIC_SEEN)
+  if(imported OR target IN_LIST seen)
+    return()
+  endif()
+  set_property(GLOBAL APPEND PROPERTY CKPT_PIC_SEEN ${target})
+  if(NOT type STREQUAL "INTERFACE_LIBRARY")
+    set_target_properties(${target} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+    get_target_property(deps ${target} LINK_LIBRARIES)
+  else()
+    set(deps "")
+  endif()
+  get_target_property(ideps ${target} INTERFACE_LINK_LIBRARIES)
+  foreach(dep IN LISTS deps ideps)
+    string(REGEX REPLACE "^\\$<LINK_ONLY:(.*)>$" "\\1" dep "${dep}")
+    if(TARGET ${dep})
+      ckpt_make_pic(${dep})
+    endif()
+  endforeach()
+endfunction()

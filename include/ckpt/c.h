@@ -1,0 +1,422 @@
+/* ckpt's C API: the one stable binary boundary of the library.
+ *
+ * libckpt.so exports these functions and nothing else; the Python package
+ * (ctypes) and any other language bind this header. No C++ exception or type
+ * crosses it.
+ *
+ * Conventions
+ * - Objects are opaque handles, made by a create or open function and freed
+ *   by its destroy or close function; passing NULL to those is a no-op.
+ * - A call that can fail returns an int: CKPT_OK (0) or one of the error
+ *   codes below. Its last parameter is `char** errptr`: on failure, when
+ *   errptr is not NULL, *errptr receives the library's message (naming the
+ *   object and the operation), to be freed with ckpt_free (a message
+ *   already there is freed first). On success *errptr is left as it was.
+ *   A call that makes a handle and can fail returns it through an out
+ *   parameter, which is set only on success.
+ * - Records with many fields (a checkpoint's description, a save's result,
+ *   catalog rows) come back as JSON text in a buffer the caller frees with
+ *   ckpt_free; each function says which fields the object has. Fields may be
+ *   added in later versions of the same ABI; none is removed or changed.
+ * - Steps are 0 to 999,999,999,999. Where a function takes a step to read,
+ *   CKPT_NEWEST (-1) means the newest complete checkpoint.
+ * - Buffers passed in (tensor data, blob bytes) are borrowed, not copied:
+ *   they must stay valid, and for a save unchanged, until the call that uses
+ *   them returns (for ckpt_manager_save_async: until it returns, since it
+ *   copies the state before returning).
+ * - Every call that does I/O blocks the calling thread only; calls on one
+ *   manager are serialized by the library. Handles may be used from any
+ *   thread, one call at a time per state.
+ *
+ * Example (error handling shortened):
+ *
+ *   char* err = NULL;
+ *   ckpt_options_t* opts = ckpt_options_create();
+ *   ckpt_options_set(opts, "keep_last", "3", &err);
+ *   ckpt_manager_t* m = NULL;
+ *   ckpt_manager_open("file:///data/run42", opts, &m, &err);
+ *   ckpt_options_destroy(opts);
+ *   float w[6] = {0};
+ *   int64_t shape[2] = {2, 3};
+ *   ckpt_entry_t e = {.name = "w", .kind = CKPT_KIND_TENSOR, .dtype = "F32",
+ *                     .ndim = 2, .shape = shape, .data = w,
+ *                     .nbytes = sizeof w};
+ *   ckpt_state_t* s = ckpt_state_create();
+ *   ckpt_state_add(s, &e, 1, 0, &err);
+ *   ckpt_manager_save(m, 7, s, NULL, NULL, &err);
+ *   ckpt_state_destroy(s);
+ *   ckpt_manager_close(m);
+ */
+#ifndef CKPT_C_H_
+#define CKPT_C_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define CKPT_EXPORT __attribute__((visibility("default")))
+#else
+#define CKPT_EXPORT
+#endif
+
+/* The ABI version: part of the library's SONAME (libckpt.so.1). It changes
+ * only when a function or struct of this header changes incompatibly. */
+#define CKPT_ABI_VERSION 1
+
+/* Status codes (the C++ library's ckpt::ErrorCode). */
+enum {
+  CKPT_OK = 0,
+  CKPT_INVALID_ARGUMENT = 1,
+  CKPT_NOT_FOUND = 2,
+  CKPT_ALREADY_EXISTS = 3,
+  CKPT_DATA_LOSS = 4,
+  CKPT_IO_ERROR = 5,
+  CKPT_UNAVAILABLE = 6,
+  CKPT_ABORTED = 7,
+  CKPT_FAILED_PRECONDITION = 8
+};
+
+/* The newest complete checkpoint, where a step to read is asked for. */
+#define CKPT_NEWEST (-1)
+
+/* The library's version ("0.1.0"), and the ABI version it was built with:
+ * a program that binds at run time compares the latter with
+ * CKPT_ABI_VERSION. */
+CKPT_EXPORT const char* ckpt_version(void);
+CKPT_EXPORT int ckpt_abi_version(void);
+
+/* The name of a status code ("DataLoss"; "OK"; "Unknown" for other values). */
+CKPT_EXPORT const char* ckpt_code_name(int code);
+
+/* Frees a buffer this library returned (error messages, JSON text). */
+CKPT_EXPORT void ckpt_free(void* p);
+
+/* ---------------------------------------------------------------- options */
+
+/* Options of a manager; every one has a default (the C++ ckpt::Options). */
+typedef struct ckpt_options_t ckpt_options_t;
+
+CKPT_EXPORT ckpt_options_t* ckpt_options_create(void);
+CKPT_EXPORT void ckpt_options_destroy(ckpt_options_t* options);
+
+/* Sets one option from its text: an integer, a number, "true"/"false", or a
+ * string, as the option needs. A name or value it does not know is
+ * CKPT_INVALID_ARGUMENT naming both. The options (docs in
+ * include/ckpt/checkpoint_manager.h):
+ *   job_id                    string
+ *   keep_last, keep_every_n_steps, keep_every_seconds, keep_best
+ *                             integers >= 0 (retention; 0: rule off)
+ *   best_metric               string
+ *   best_higher_is_better     bool
+ *   min_seconds_between_saves number
+ *   gc_after_save, create     bool
+ *   gc_grace_seconds          integer
+ *   full_every, max_chain     integers (incremental saves)
+ *   min_referenced_fraction   number in [0, 1]
+ *   lease_seconds             number (0: no lease)
+ *   lease_wait_seconds        number (< 0: the manager's default)
+ *   break_lease               bool
+ *   chunk_size, async_staging_bytes
+ *                             integers (bytes)
+ *   io_threads                integer >= 1
+ *   catalog                   a catalog URL ("default": $CKPT_CATALOG, else
+ *                             ~/.local/state/ckpt/catalog.sqlite; "": none),
+ *                             opened by ckpt_manager_open
+ *   catalog_required          bool: a catalog that cannot be opened fails
+ *                             ckpt_manager_open (default: one warning, and
+ *                             the job runs without it)
+ */
+CKPT_EXPORT int ckpt_options_set(ckpt_options_t* options, const char* name,
+                                 const char* value, char** errptr);
+
+/* ------------------------------------------------------------------ state */
+
+/* What a checkpoint is made of: named entries, borrowing the caller's
+ * buffers (see ckpt::State). */
+typedef struct ckpt_state_t ckpt_state_t;
+
+enum {
+  CKPT_KIND_TENSOR = 0,  /* dtype + shape + bytes */
+  CKPT_KIND_BLOB = 1,    /* bytes */
+  CKPT_KIND_METADATA = 2 /* a JSON object's text */
+};
+
+enum {
+  CKPT_PLACE_WHOLE = 0,      /* the whole entry; replicated when several
+                                ranks add it */
+  CKPT_PLACE_RANK_LOCAL = 1, /* this rank's own tensor or blob */
+  CKPT_PLACE_PIECE = 2       /* this rank's box of a sharded tensor */
+};
+
+/* One entry, in (ckpt_state_add) or out (ckpt_state_get). */
+typedef struct ckpt_entry_t {
+  const char* name; /* UTF-8, the library's entry-name rules */
+  int kind;         /* CKPT_KIND_* */
+  int placement;    /* CKPT_PLACE_* */
+  /* Tensors: a safetensors dtype name ("F32", "BF16", "I64", ...), the
+   * number of dimensions and the shape (of this rank's box for a piece). */
+  const char* dtype;
+  int ndim;
+  const int64_t* shape;
+  /* Tensors: the C-contiguous little-endian bytes, nbytes = elements x
+   * dtype size. Blobs: the bytes. Metadata: the JSON text (nbytes its
+   * length). For a load, a tensor's buffer is where its bytes go; blobs
+   * and metadata are placeholders (data may be NULL) that the load fills,
+   * read back with ckpt_state_get. */
+  void* data;
+  uint64_t nbytes;
+  /* Pieces: the global shape and this box's offsets, ndim each. */
+  const int64_t* global_shape;
+  const int64_t* offsets;
+  /* ckpt_state_get only: the saving rank of a rank-local entry, else -1. */
+  int owner;
+} ckpt_entry_t;
+
+CKPT_EXPORT ckpt_state_t* ckpt_state_create(void);
+CKPT_EXPORT void ckpt_state_destroy(ckpt_state_t* state);
+
+/* Adds n entries in one call (a 10,000-tensor state is one call). With
+ * for_load nonzero the entries are targets of a load: tensors must be
+ * writable memory. Names, dtypes, shapes and sizes are checked here; the
+ * first bad entry fails the call with CKPT_INVALID_ARGUMENT naming it, and
+ * then no entry of this call is kept. Metadata text and rank-local blobs
+ * are copied; tensor buffers and other blobs are borrowed. */
+CKPT_EXPORT int ckpt_state_add(ckpt_state_t* state, const ckpt_entry_t* entries,
+                               size_t n, int for_load, char** errptr);
+
+CKPT_EXPORT size_t ckpt_state_size(const ckpt_state_t* state);
+
+/* Entry i (0-based, in the order added). The pointers stay valid until the
+ * state changes or is destroyed. */
+CKPT_EXPORT int ckpt_state_get(const ckpt_state_t* state, size_t i,
+                               ckpt_entry_t* out, char** errptr);
+
+/* ----------------------------------------------------------- communicator */
+
+/* The ranks of a many-rank job. Built from a table of functions, so that a
+ * communicator written in any language (or in another shared library, as
+ * libckpt_mpi.so's) can serve. Each function returns CKPT_OK or an error
+ * code; on error it may write a message (NUL-terminated, at most errlen
+ * bytes) into errbuf. */
+typedef struct ckpt_bytes_list_t ckpt_bytes_list_t;
+
+/* Appends one rank's (or the root's) bytes to a result list: what
+ * all_gather calls once per rank, in rank order, and broadcast once. */
+CKPT_EXPORT void ckpt_bytes_list_push(ckpt_bytes_list_t* list, const void* data,
+                                      size_t size);
+
+typedef struct ckpt_communicator_ops_t {
+  int (*rank)(void* ctx);
+  int (*size)(void* ctx);
+  /* Writes this rank's host name into buf (NULL: the library's own). */
+  int (*host_name)(void* ctx, char* buf, size_t len);
+  int (*barrier)(void* ctx, char* errbuf, size_t errlen);
+  /* Every rank contributes `mine`; push every rank's bytes to `out`. */
+  int (*all_gather)(void* ctx, const void* mine, size_t size,
+                    ckpt_bytes_list_t* out, char* errbuf, size_t errlen);
+  /* Push `root`'s bytes (`data` on the root) to `out`. */
+  int (*broadcast)(void* ctx, const void* data, size_t size, int root,
+                   ckpt_bytes_list_t* out, char* errbuf, size_t errlen);
+  /* Gives up on the group (NULL: nothing to do). */
+  void (*abort)(void* ctx, const char* why);
+  /* Frees ctx when the communicator is destroyed (NULL: nothing to do). */
+  void (*destroy)(void* ctx);
+} ckpt_communicator_ops_t;
+
+typedef struct ckpt_communicator_t ckpt_communicator_t;
+
+/* A communicator over `ops` (copied) and `ctx`. */
+CKPT_EXPORT ckpt_communicator_t* ckpt_communicator_create(
+    const ckpt_communicator_ops_t* ops, void* ctx);
+/* A manager keeps its communicator alive: destroying the handle while a
+ * manager uses it is safe. */
+CKPT_EXPORT void ckpt_communicator_destroy(ckpt_communicator_t* comm);
+CKPT_EXPORT int ckpt_communicator_rank(const ckpt_communicator_t* comm);
+CKPT_EXPORT int ckpt_communicator_size(const ckpt_communicator_t* comm);
+/* The host name (a buffer to free with ckpt_free). */
+CKPT_EXPORT char* ckpt_communicator_host_name(const ckpt_communicator_t* comm);
+CKPT_EXPORT int ckpt_communicator_barrier(ckpt_communicator_t* comm,
+                                          char** errptr);
+
+/* The communicator of a manager's options (NULL: one process). */
+CKPT_EXPORT void ckpt_options_set_communicator(ckpt_options_t* options,
+                                               ckpt_communicator_t* comm);
+
+/* ---------------------------------------------------------------- catalog */
+
+/* The catalog of committed checkpoints (SQLite file or PostgreSQL). */
+typedef struct ckpt_catalog_t ckpt_catalog_t;
+
+/* Opens (creating and migrating) the catalog at `url`: a path,
+ * sqlite:///path, postgresql://...; "" or "default": $CKPT_CATALOG, else
+ * ~/.local/state/ckpt/catalog.sqlite. */
+CKPT_EXPORT int ckpt_catalog_open(const char* url, ckpt_catalog_t** out,
+                                  char** errptr);
+CKPT_EXPORT void ckpt_catalog_close(ckpt_catalog_t* catalog);
+/* The catalog's URL (valid while the catalog is open). */
+CKPT_EXPORT const char* ckpt_catalog_url(const ckpt_catalog_t* catalog);
+
+/* A manager records its saves in `catalog` (which it keeps alive). */
+CKPT_EXPORT void ckpt_options_set_catalog(ckpt_options_t* options,
+                                          ckpt_catalog_t* catalog);
+
+/* Catalog rows as JSON. A checkpoint row is an object with job_id, root,
+ * step, epoch, scheme, world_size, hosts (array), bytes, manifest_checksum,
+ * metrics (object), created_unix_ms, state ("committed" or "deleted"). A
+ * job is an object with job_id, root, first_seen_unix_ms,
+ * last_seen_unix_ms, committed, latest_step. */
+/* Every job: an array of jobs. */
+CKPT_EXPORT int ckpt_catalog_jobs(ckpt_catalog_t* catalog, char** json,
+                                  char** errptr);
+/* The job's newest committed checkpoint: a row, or null. */
+CKPT_EXPORT int ckpt_catalog_latest(ckpt_catalog_t* catalog, const char* job,
+                                    char** json, char** errptr);
+/* The job's committed checkpoint with the lowest (highest, when
+ * higher_is_better) `metric`: a row, or null. */
+CKPT_EXPORT int ckpt_catalog_best(ckpt_catalog_t* catalog, const char* job,
+                                  const char* metric, int higher_is_better,
+                                  char** json, char** errptr);
+/* Rows oldest step first, of `job` and/or `root` ("" or NULL: every one),
+ * committed only unless include_deleted, the newest `limit` (0: all). */
+CKPT_EXPORT int ckpt_catalog_list(ckpt_catalog_t* catalog, const char* job,
+                                  const char* root, int include_deleted,
+                                  int64_t limit, char** json, char** errptr);
+
+/* ---------------------------------------------------------------- manager */
+
+typedef struct ckpt_manager_t ckpt_manager_t;
+
+/* Opens the root at `url` (a path, file://, s3://BUCKET/PREFIX, mem://NAME)
+ * with `options` (NULL: the defaults; the manager copies what it needs, so
+ * the options may be destroyed at once). With a communicator, every rank
+ * opens the same root. */
+CKPT_EXPORT int ckpt_manager_open(const char* url,
+                                  const ckpt_options_t* options,
+                                  ckpt_manager_t** out, char** errptr);
+/* Waits for a save in flight, gives the root's lease back, frees. */
+CKPT_EXPORT void ckpt_manager_close(ckpt_manager_t* manager);
+
+/* The root's URL (valid while the manager is open). */
+CKPT_EXPORT const char* ckpt_manager_url(const ckpt_manager_t* manager);
+CKPT_EXPORT int ckpt_manager_rank(const ckpt_manager_t* manager);
+CKPT_EXPORT int ckpt_manager_world_size(const ckpt_manager_t* manager);
+
+/* What a save records beside the state, and how it saves. */
+typedef struct ckpt_save_options_t ckpt_save_options_t;
+
+CKPT_EXPORT ckpt_save_options_t* ckpt_save_options_create(void);
+CKPT_EXPORT void ckpt_save_options_destroy(ckpt_save_options_t* options);
+/* -1: no epoch (the default). */
+CKPT_EXPORT void ckpt_save_options_set_epoch(ckpt_save_options_t* options,
+                                             int64_t epoch);
+/* Nonzero: write only the chunks that differ from the newest checkpoint. */
+CKPT_EXPORT void ckpt_save_options_set_incremental(ckpt_save_options_t* options,
+                                                   int incremental);
+/* A metric (keep_best ranks by it) and a free-form metadata pair. */
+CKPT_EXPORT int ckpt_save_options_set_metric(ckpt_save_options_t* options,
+                                             const char* name, double value,
+                                             char** errptr);
+CKPT_EXPORT int ckpt_save_options_set_metadata(ckpt_save_options_t* options,
+                                               const char* key,
+                                               const char* value,
+                                               char** errptr);
+/* The [first, end) row ranges (of dimension 0) of tensor `name` that may have
+ * changed since this manager's previous save: n pairs in `ranges`
+ * (first0, end0, first1, end1, ...). */
+CKPT_EXPORT int ckpt_save_options_set_dirty_rows(ckpt_save_options_t* options,
+                                                 const char* name,
+                                                 const int64_t* ranges,
+                                                 size_t n, char** errptr);
+
+/* A save's result, as JSON: an object with skipped (bool), info (the
+ * committed checkpoint, below) and deleted_steps (retention's).
+ *
+ * A checkpoint's info: an object with step, epoch (-1: none),
+ * created_unix_ms, job_id, world_size, hosts, bytes, depends_on,
+ * referenced_bytes, parent (-1: a full save), chain, metrics, metadata,
+ * num_entries, incomplete ("" when every data object is present). */
+
+/* Saves `state` as `step` on every rank together. options may be NULL.
+ * result (may be NULL) receives the save's result. */
+CKPT_EXPORT int ckpt_manager_save(ckpt_manager_t* manager, int64_t step,
+                                  const ckpt_state_t* state,
+                                  const ckpt_save_options_t* options,
+                                  char** result, char** errptr);
+
+/* A save running in the background. */
+typedef struct ckpt_save_t ckpt_save_t;
+
+/* Copies `state` into the manager's staging memory and returns: the
+ * caller's buffers are free again. The save then runs in the background;
+ * errors come from ckpt_save_wait. Never NULL. */
+CKPT_EXPORT ckpt_save_t* ckpt_manager_save_async(
+    ckpt_manager_t* manager, int64_t step, const ckpt_state_t* state,
+    const ckpt_save_options_t* options);
+CKPT_EXPORT int64_t ckpt_save_step(const ckpt_save_t* save);
+/* Nonzero once ckpt_save_wait would not block. */
+CKPT_EXPORT int ckpt_save_done(const ckpt_save_t* save);
+/* Blocks until the save has ended; its outcome (every call the same). */
+CKPT_EXPORT int ckpt_save_wait(ckpt_save_t* save, char** result, char** errptr);
+/* Frees the handle; the save itself goes on. */
+CKPT_EXPORT void ckpt_save_destroy(ckpt_save_t* save);
+
+/* Loads `step` (CKPT_NEWEST: the newest complete) into the entries of
+ * `state` (added with for_load): tensors into their buffers, blobs and
+ * metadata into the state (read them with ckpt_state_get). With strict, an
+ * entry of the checkpoint that the state lacks is an error. info (may be
+ * NULL) receives the checkpoint's info. Everything is checked before a
+ * byte lands; a checksum mismatch midway is CKPT_DATA_LOSS and may leave
+ * buffers partly written. */
+CKPT_EXPORT int ckpt_manager_load(ckpt_manager_t* manager, int64_t step,
+                                  ckpt_state_t* state, int strict, char** info,
+                                  char** errptr);
+
+/* Every saving rank's value of the rank-local entry `name`, at any world
+ * size: *out receives a new state (free with ckpt_state_destroy) whose
+ * entries are named by rank ("0", "1", ...) and own their bytes. */
+CKPT_EXPORT int ckpt_manager_load_rank_local(ckpt_manager_t* manager,
+                                             int64_t step, const char* name,
+                                             ckpt_state_t** out, char** info,
+                                             char** errptr);
+
+/* The newest complete step into *step, or -1 when there is none. */
+CKPT_EXPORT int ckpt_manager_latest(ckpt_manager_t* manager, int64_t* step,
+                                    char** errptr);
+
+/* Every committed checkpoint, oldest first: a JSON array of infos. */
+CKPT_EXPORT int ckpt_manager_list(ckpt_manager_t* manager, char** json,
+                                  char** errptr);
+
+/* A checkpoint's entries: {"info": info, "entries": [entry...]}, an entry
+ * being {name, owner (-1: the job's), kind ("tensor", "blob", "metadata"),
+ * dtype, shape, num_pieces, bytes, json (metadata only)}. */
+CKPT_EXPORT int ckpt_manager_describe(ckpt_manager_t* manager, int64_t step,
+                                      char** json, char** errptr);
+
+/* Re-reads a checkpoint and checks every chunk: {step, chunks_checked,
+ * bytes_checked, problems (array of strings; empty: intact)}. A damaged
+ * checkpoint is a report with problems, not an error. */
+CKPT_EXPORT int ckpt_manager_verify(ckpt_manager_t* manager, int64_t step,
+                                    char** json, char** errptr);
+
+/* Deletes the committed checkpoint `step`. Checkpoints that depend on it
+ * are refused (CKPT_FAILED_PRECONDITION naming them) unless
+ * rewrite_dependants, which first makes each of them self-contained. */
+CKPT_EXPORT int ckpt_manager_delete(ckpt_manager_t* manager, int64_t step,
+                                    int rewrite_dependants, char** errptr);
+
+/* Applies the retention policy and removes dead attempts' objects:
+ * {deleted_steps, deleted_objects, bytes_freed}. With dry_run, deletes nothing
+ * and reports what it would. */
+CKPT_EXPORT int ckpt_manager_gc(ckpt_manager_t* manager, int dry_run,
+                                char** json, char** errptr);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* CKPT_C_H_ */

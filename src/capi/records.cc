@@ -1,0 +1,93 @@
+#include "records.h"
+
+#include <string>
+
+namespace ckpt::records {
+
+using nlohmann::json;
+
+json InfoJson(const CheckpointInfo& info) {
+  return {{"step", info.step},
+          {"epoch", info.epoch},
+          {"created_unix_ms", info.created_unix_ms},
+          {"job_id", info.job_id},
+          {"world_size", info.world_size},
+          {"hosts", info.hosts},
+          {"bytes", info.bytes},
+          {"depends_on", info.depends_on},
+          {"referenced_bytes", info.referenced_bytes},
+          {"parent", info.parent},
+          {"chain", info.chain},
+          {"metrics", info.metrics},
+          {"metadata", info.metadata},
+          {"num_entries", info.num_entries},
+          {"incomplete", info.incomplete}};
+}
+
+json SaveResultJson(const SaveResult& result) {
+  return {{"skipped", result.skipped},
+          {"info", InfoJson(result.info)},
+          {"deleted_steps", result.deleted_steps}};
+}
+
+json EntryJson(const EntryInfo& e) {
+  json out = {{"name", e.name},
+              {"owner", e.owner},
+              {"kind", std::string(EntryKindName(e.kind))},
+              {"dtype", std::string(DTypeName(e.dtype))},
+              {"shape", e.shape},
+              {"num_pieces", e.num_pieces},
+              {"bytes", e.bytes}};
+  if (e.kind == EntryKind::kMetadata) out["json"] = e.json;
+  return out;
+}
+
+json DescriptionJson(const CheckpointDescription& desc) {
+  json entries = json::array();
+  for (const EntryInfo& e : desc.entries) entries.push_back(EntryJson(e));
+  return {{"info", InfoJson(desc.info)}, {"entries", std::move(entries)}};
+}
+
+json VerifyJson(const VerifyReport& r) {
+  return {{"step", r.step},
+          {"chunks_checked", r.chunks_checked},
+          {"bytes_checked", r.bytes_checked},
+          {"problems", r.problems}};
+}
+
+json GcJson(const GcReport& r) {
+  return {{"deleted_steps", r.deleted_steps},
+          {"deleted_objects", r.deleted_objects},
+          {"bytes_freed", r.bytes_freed}};
+}
+
+json CatalogRowJson(const CatalogCheckpoint& c) {
+  return {{"job_id", c.job_id},
+          {"root", c.root},
+          {"step", c.step},
+          {"epoch", c.epoch},
+          {"scheme", c.scheme},
+          {"world_size", c.world_size},
+          {"hosts", c.hosts},
+          {"bytes", c.bytes},
+          {"manifest_checksum", c.manifest_checksum},
+          {"metrics", c.metrics},
+          {"created_unix_ms", c.created_unix_ms},
+          {"state", std::string(CheckpointStateName(c.state))}};
+}
+
+json CatalogJobJson(const CatalogJob& j) {
+  return {
+      {"job_id", j.job_id},
+      {"root", j.root},
+      {"first_seen_unix_ms", j.first_seen_unix_ms},
+      {"last_seen_unix_ms", j.last_seen_unix_ms},
+      {"committed", j.committed},
+      {"latest_step", j.latest_step ? json(*j.latest_step) : json(nullptr)}};
+}
+
+std::string Dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace ckpt::records

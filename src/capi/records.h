@@ -1,0 +1,26 @@
+// The JSON texts the C API returns for records with many fields
+// (include/ckpt/c.h documents each object's fields). The CLI's --json output
+// builds on the same functions, so both speak of a checkpoint alike.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/catalog.h"
+#include "ckpt/checkpoint_manager.h"
+
+namespace ckpt::records {
+
+nlohmann::json InfoJson(const CheckpointInfo& info);
+nlohmann::json SaveResultJson(const SaveResult& result);
+nlohmann::json EntryJson(const EntryInfo& entry);
+nlohmann::json DescriptionJson(const CheckpointDescription& desc);
+nlohmann::json VerifyJson(const VerifyReport& report);
+nlohmann::json GcJson(const GcReport& report);
+nlohmann::json CatalogRowJson(const CatalogCheckpoint& row);
+nlohmann::json CatalogJobJson(const CatalogJob& job);
+
+// Compact text; bytes that are not UTF-8 (which names and metadata cannot
+// hold, but a damaged catalog row might) become U+FFFD instead of throwing.
+std::string Dump(const nlohmann::json& j);
+
+}  // namespace ckpt::records
