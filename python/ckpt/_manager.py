@@ -182,11 +182,11 @@ class CheckpointManager:
         saved it; at another world size it is left out (see
         load_rank_local).
         """
-        _, entries, omitted = self._m.load(step)
+        info, entries, omitted = self._m.load(step)
         tree, values = None, {}
         for name, kind, dtype, value in entries:
             if name == _tree.TREE_ENTRY and kind == "metadata":
-                tree = json.loads(value)
+                tree = value
             elif kind == "tensor":
                 values[name] = _values.decode_tensor(name, value, dtype,
                                                      as_torch)
@@ -196,7 +196,8 @@ class CheckpointManager:
                 values[name] = _values.decode_metadata(value)
         if tree is None:
             return _tree.unflatten_dotted(values)
-        return _tree.unflatten(tree, values, omitted - set(values))
+        return _tree.unflatten(tree, values, omitted - set(values),
+                               f"load step {info.step} in {self.url}")
 
     def load_into(self, state, step=None, *, strict=False):
         """Fills `state` in place from `step` (default: the newest).
@@ -313,6 +314,13 @@ class CheckpointManager:
                 isinstance(k, str) and isinstance(v, (int, float))
                 for k, v in metrics.items()):
             raise _ckpt.InvalidArgument("metrics must map str to numbers")
+        texts = [(f"metadata key {k!r}", k) for k in metadata]
+        texts += [(f"metadata[{k!r}]", v) for k, v in metadata.items()]
+        texts += [(f"metric name {k!r}", k) for k in metrics]
+        for what, text in texts:
+            problem = _tree.text_problem(text, c_string=True)
+            if problem is not None:
+                raise _ckpt.InvalidArgument(f"{what}: {problem}")
         return (-1 if epoch is None else epoch, dict(metrics), dict(metadata))
 
 

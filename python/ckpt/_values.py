@@ -25,7 +25,7 @@ import math
 import sys
 import warnings
 
-from ckpt import _buffer, _ckpt
+from ckpt import _buffer, _ckpt, _tree
 from ckpt._tree import Metadata
 
 try:
@@ -169,6 +169,7 @@ def _bad(name, why):
 def encode(name, value):
     """(kind, value, dtype) of the entry that stores `value`, for _ckpt."""
     if isinstance(value, Metadata):
+        _tree.check_json(name, value)
         return "metadata", _metadata_json(name, dict(value)), None
     if np is not None and (isinstance(value, np.ndarray) or (
             isinstance(value, np.generic) and _saveable(value.dtype))):
@@ -193,6 +194,9 @@ def encode(name, value):
         v = float(value)
         scalar = {TYPE_KEY: "float", "value": v if math.isfinite(v) else repr(v)}
     elif isinstance(value, str):
+        problem = _tree.text_problem(value)
+        if problem is not None:
+            raise _bad(name, f"the str cannot be saved: {problem}")
         scalar = {TYPE_KEY: "str", "value": str(value)}
     else:
         raise _ckpt.InvalidArgument(
