@@ -193,7 +193,8 @@ class CheckpointManager:
             elif kind == "blob":
                 values[name] = value
             else:
-                values[name] = _values.decode_metadata(value)
+                values[name] = _values.decode_metadata(
+                    value, name, f"load step {info.step} in {self.url}")
         if tree is None:
             return _tree.unflatten_dotted(values)
         return _tree.unflatten(tree, values, omitted - set(values),
@@ -246,7 +247,8 @@ class CheckpointManager:
             finish()
         for name, kind, value in values:
             if kind == "metadata":
-                value = _values.decode_metadata(value)
+                value = _values.decode_metadata(
+                    value, name, f"load_into step {info.step} in {self.url}")
             path, leaf = paths[name]
             if isinstance(leaf, _values.RankLocal):
                 leaf.value = value

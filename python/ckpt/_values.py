@@ -206,23 +206,38 @@ def encode(name, value):
     return "metadata", _metadata_json(name, scalar), None
 
 
-def decode_metadata(text):
-    """The Python value of a metadata entry's JSON."""
+def decode_metadata(text, name="", where="load"):
+    """The Python value of a metadata entry's JSON.
+
+    A typed scalar ({"python_type": T, "value": V}) whose value does not fit
+    its type was not written by ckpt: ckpt.DataLoss, naming the entry and
+    `where` (the operation and the checkpoint).
+    """
     obj = json.loads(text)
     if not (isinstance(obj, dict) and TYPE_KEY in obj
             and set(obj) <= {TYPE_KEY, "value"}):
         return Metadata(obj)
     kind, v = obj[TYPE_KEY], obj.get("value")
-    if kind == "none":
+    if kind == "none" and "value" not in obj:
         return None
-    if kind == "bool":
-        return bool(v)
-    if kind == "int":
-        return int(v)
-    if kind == "float":
-        return float(v)  # also "nan", "inf", "-inf"
-    if kind == "str":
-        return str(v)
+    if kind == "bool" and isinstance(v, bool):
+        return v
+    if kind == "int" and not isinstance(v, bool):
+        if isinstance(v, int):
+            return v
+        if isinstance(v, str) and v.lstrip("-").isdigit() and v.isascii():
+            return int(v)
+    if kind == "float" and not isinstance(v, bool):
+        if isinstance(v, (int, float)):
+            return float(v)
+        if v in ("nan", "inf", "-inf"):
+            return float(v)
+    if kind == "str" and isinstance(v, str):
+        return v
+    if kind in ("none", "bool", "int", "float", "str"):
+        raise _ckpt.DataLoss(
+            f"{where}: entry {name!r} is a {kind} whose stored value {v!r} "
+            f"is not one; the entry is damaged")
     return Metadata(obj)
 
 

@@ -343,6 +343,25 @@ def test_a_tree_of_a_newer_version_is_failed_precondition(mgr):
     assert f"step 2 in {mgr.url}" in str(e.value)
 
 
+@pytest.mark.parametrize("stored", [
+    '{"python_type":"int","value":[1]}',
+    '{"python_type":"int","value":"12x"}',
+    '{"python_type":"bool","value":1}',
+    '{"python_type":"float","value":"fast"}',
+    '{"python_type":"str","value":7}',
+    '{"python_type":"none","value":0}',
+])
+def test_a_damaged_typed_scalar_is_data_loss_naming_it(mgr, stored):
+    entries = [e for e in mgr._entries({"n": 1}) if e[0] != "n"]
+    entries.append(("n", "metadata", stored, None, None))
+    mgr._m.save(1, entries, -1, {}, {}, False, {})
+    with pytest.raises(ckpt.DataLoss, match="entry 'n'") as e:
+        mgr.load(1)
+    assert f"step 1 in {mgr.url}" in str(e.value)
+    with pytest.raises(ckpt.DataLoss, match="entry 'n'"):
+        mgr.load_into({"n": 0})
+
+
 def test_load_into_does_not_read_the_tree(mgr):
     save_raw(mgr, 1, {"version": 1, "root": {"dict": [["k", 7]]}})
     assert_damaged(mgr, 1)
