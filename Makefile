@@ -2,8 +2,8 @@
 #   make demo   install dependencies, build, train the demo model, kill it
 #               twice with SIGKILL, resume, compare with an uninterrupted run
 #   make test   install dependencies, build, run every test
-# Extra: make build, make format, make check-format, make asan, make tsan,
-#        make fuzz (docs/reliability.md).
+# Extra: make build, make wheel, make format, make check-format, make asan,
+#        make tsan, make fuzz (docs/reliability.md).
 
 PRESET ?= release
 BUILD  := build/$(PRESET)
@@ -12,8 +12,8 @@ JOBS   ?= $(shell nproc)
 # A failing test prints only its failures, so they are what a log shows.
 export GTEST_BRIEF ?= 1
 
-.PHONY: all deps build demo test test-release check-format check-layering \
-        format asan tsan \
+.PHONY: all deps build wheel demo test test-release test-wheel check-format \
+        check-layering format asan tsan \
         fuzz-replay fuzz clean
 
 all: build
@@ -28,13 +28,26 @@ build: deps
 demo: build
 	scripts/demo.sh $(BUILD)
 
-# Every test of the build, then the same under address and undefined-behaviour
+# The Python wheel, dist/ckpt-<version>-py3-none-linux_x86_64.whl: the
+# package, libckpt.so and the libraries it needs (scripts/build-wheel.sh).
+wheel: build
+	scripts/build-wheel.sh $(BUILD) dist
+
+# Every test of the build, the wheel installed and tested in fresh virtual
+# environments, then the same under address and undefined-behaviour
 # sanitizers, the threaded tests under the thread sanitizer, and the fuzz
 # corpus replayed under address and undefined-behaviour sanitizers.
-test: test-release asan tsan fuzz-replay
+test: test-release test-wheel asan tsan fuzz-replay
 
 test-release: build check-format check-layering
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+# The wheel installed with pip into a fresh venv of /usr/bin/python3 (the
+# whole python/tests suite, run from outside the source tree) and of every
+# other CPython 3.9+ under pyenv (python/tests/test_no_numpy.py), then
+# examples/python/train.py and bench/peers/peers.py (scripts/test-wheel.sh).
+test-wheel: wheel
+	scripts/test-wheel.sh $(BUILD) dist
 
 # clang-format (Google style) over every C++ file the repository tracks.
 check-format: deps

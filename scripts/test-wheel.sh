@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# The wheel, installed the way a user installs it (`make test`'s phase
+# test-wheel, after `make wheel`):
+#
+#   scripts/test-wheel.sh [BUILD_DIR] [WHEEL_DIR]     (build/release, dist)
+#
+# 1. A fresh virtual environment of /usr/bin/python3 with
+#    --system-site-packages (Debian's NumPy, PyTorch, h5py and pytest), the
+#    wheel installed with pip --no-index, and the whole python/tests suite
+#    run from a folder outside the source tree, with no PYTHONPATH: the
+#    installed package is the one imported. BUILD_DIR gives the tests'
+#    interop_helper.
+# 2. For every other CPython 3.9+ under pyenv's versions folder ($(pyenv
+#    root), ~/.pyenv, /root/.pyenv), without NumPy: a virtual environment,
+#    the wheel, and python/tests/test_no_numpy.py (plain unittest). None
+#    found: the step says so and is skipped.
+# 3. examples/python/train.py and bench/peers/peers.py (a small state) from
+#    the environment of 1.
+#
+# Runs every step, prints the time of each and the Python versions that
+# ran, and exits 1 if any step failed.
+set -uo pipefail
+
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+build="$(cd "${1:-$repo/build/release}" && pwd)" || exit 1
+dist="$(cd "${2:-$repo/dist}" && pwd)" || exit 1
+version="$(sed -n 's/^project(ckpt VERSION \([0-9.]*\).*/\1/p' "$repo/CMakeLists.txt")"
+wheel="$dist/ckpt-$version-py3-none-linux_$(uname -m).whl"
+if [ ! -f "$wheel" ]; then
+  echo "test-wheel: $wheel does not exist: run make wheel" >&2
+  exit 1
+fi
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/ckpt-test-wheel.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+cd "$work" || exit 1  # outside the source tree: nothing there is importable
+unset PYTHONPATH CKPT_LIBRARY PYTHONHOME
+export PYTHONDONTWRITEBYTECODE=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
+  PIP_NO_INPUT=1 PIP_NO_CACHE_DIR=1
+failed=()
+say() { echo "test-wheel: $*"; }
+join() {  # its arguments separated by ", ", or "none"
+  local out="" x
+  for x in "$@"; do out+="${out:+, }$x"; done
+  echo "${out:-none}"
+}
+
+# A fresh environment of interpreter $1 (venv options in $3...) at $2 with
+# the wheel installed.
+install_into() {
+  local python="$1" dir="$2"
+  shift 2
+  "$python" -m venv "$@" "$dir" &&
+    "$dir/bin/python" -m pip install --no-index --quiet "$wheel"
+}
+
+# --- 1. Debian's python, the whole suite ------------------------------------
+start=$SECONDS
+say "installing $(basename "$wheel") into a fresh venv of /usr/bin/python3"
+if install_into /usr/bin/python3 "$work/venv" --system-site-packages; then
+  py="$work/venv/bin/python"
+  where="$("$py" -c 'import ckpt; print(ckpt.__version__, ckpt.__file__)')"
+  say "imports ckpt $where"
+  case "${where#* }" in
+    "$work/venv/"*) ;;
+    *) say "ckpt was imported from ${where#* }, not from the venv"
+       failed+=("import") ;;
+  esac
+  # Saving and loading leave Open MPI alone: only mpi_communicator() loads it.
+  if ! "$py" -c 'import array, ckpt, sys, tempfile
+m = ckpt.open(tempfile.mkdtemp(dir="."))
+m.save(1, {"a": array.array("f", [1.0])})
+m.load()
+sys.exit("libmpi" in open("/proc/self/maps").read())'; then
+    say "import ckpt, save or load loaded Open MPI"
+    failed+=("Open MPI loaded without mpi_communicator()")
+  fi
+  [ -x "$build/python/interop_helper" ] ||
+    say "warning: $build/python/interop_helper is not built (make build)"
+  env=(CKPT_INTEROP_HELPER="$build/python/interop_helper"
+       CKPT_TRAIN_EXAMPLE="$repo/examples/python/train.py")
+  if mpiexec="$(command -v mpiexec)"; then
+    env+=(CKPT_MPIEXEC="$mpiexec")
+  fi
+  env "${env[@]}" "$py" -m pytest -q -p no:cacheprovider "$repo/python/tests" ||
+    failed+=("python/tests")
+else
+  failed+=("install into /usr/bin/python3's venv")
+fi
+say "python/tests on the installed wheel: $((SECONDS - start)) s"
+
+# --- 2. every other CPython 3.9+, without NumPy ----------------------------
+start=$SECONDS
+roots=()
+if command -v pyenv >/dev/null; then
+  roots+=("$(pyenv root)/versions")
+fi
+roots+=("${HOME:-/nonexistent}/.pyenv/versions" /root/.pyenv/versions)
+seen=" "
+ran=()
+skipped=()
+for root in "${roots[@]}"; do
+  [ -d "$root" ] || continue
+  real="$(cd "$root" 2>/dev/null && pwd -P)" || continue
+  case "$seen" in *" $real "*) continue ;; esac
+  seen+="$real "
+  while read -r dir <&3; do
+    name="$(basename "$dir")"
+    python="$dir/bin/python"
+    [ -x "$dir/bin/python3" ] && python="$dir/bin/python3"
+    if [ ! -x "$python" ]; then
+      skipped+=("$name (no interpreter)")
+      continue
+    fi
+    # Written for any Python, 2.7 included.
+    read -r impl v major minor < <("$python" -c 'import platform, sys
+sys.stdout.write("%s %d.%d.%d %d %d\n" % ((platform.python_implementation(),)
+    + tuple(sys.version_info[:3]) + tuple(sys.version_info[:2])))' 2>/dev/null)
+    if [ -z "${v:-}" ]; then
+      skipped+=("$name (does not run)")
+    elif [ "$impl" != CPython ]; then
+      skipped+=("$v ($impl)")
+    elif [ "$major" -lt 3 ] || { [ "$major" -eq 3 ] && [ "$minor" -lt 9 ]; }; then
+      skipped+=("$v (< 3.9)")
+    else
+      t=$SECONDS
+      log="$work/python-$v.log"
+      if install_into "$python" "$work/venv-$v" >"$log" 2>&1 &&
+         CKPT_EXPECT_NO_NUMPY=1 "$work/venv-$v/bin/python" -m unittest \
+           discover -s "$repo/python/tests" -p test_no_numpy.py >>"$log" 2>&1; then
+        say "Python $v: $(grep -E '^Ran ' "$log") OK ($((SECONDS - t)) s)"
+        ran+=("$v")
+      else
+        say "Python $v: FAILED"
+        cat "$log"
+        failed+=("Python $v")
+      fi
+    fi
+    unset impl v major minor
+  done 3< <(find "$real" -mindepth 1 -maxdepth 1 -type d -o -type l | sort -V)
+done
+if [ ${#ran[@]} -eq 0 ] && [ ${#skipped[@]} -eq 0 ]; then
+  say "no pyenv versions folder (looked in ${roots[*]}): the NumPy-free step is skipped"
+else
+  say "ran the NumPy-free tests on: $(join "${ran[@]}"); skipped: $(join "${skipped[@]}")"
+fi
+say "other Pythons: $((SECONDS - start)) s"
+
+# --- 3. the example trainer and the peers benchmark --------------------------
+start=$SECONDS
+if [ -x "$work/venv/bin/python" ]; then
+  "$work/venv/bin/python" "$repo/examples/python/train.py" \
+    --root "$work/train" --epochs 2 || failed+=("examples/python/train.py")
+  "$work/venv/bin/python" "$repo/bench/peers/peers.py" \
+    --size-mib 64 --tensors 8 --runs 1 --dir "$work/peers" ||
+    failed+=("bench/peers/peers.py")
+fi
+say "train.py and peers.py: $((SECONDS - start)) s"
+
+if [ ${#failed[@]} -gt 0 ]; then
+  say "FAILED: $(join "${failed[@]}") ($SECONDS s in all)"
+  exit 1
+fi
+say "all passed ($SECONDS s in all)"
