@@ -163,7 +163,11 @@ class State {
   State& AddBlob(std::string name, std::span<const std::byte> bytes);
   // A blob the State owns (a copy or a moved string).
   State& AddBlob(std::string name, std::string bytes);
-  // Metadata from a string map, or from JSON text (must be a JSON object).
+  // Metadata from a string map, or from JSON text (must be a JSON object
+  // at most kMaxMetadataDepth levels deep, each array or object a level and
+  // a value inside one a level more: the manifest that holds it adds its
+  // own levels, and its parser refuses JSON deeper than 64).
+  static constexpr size_t kMaxMetadataDepth = 62;
   State& AddMetadata(std::string name,
                      const std::map<std::string, std::string>& values);
   State& AddMetadataJson(std::string name, std::string json_object);

@@ -183,7 +183,51 @@ State& State::AddMetadata(std::string name,
   return AddMetadataJson(std::move(name), std::move(text));
 }
 
+namespace {
+
+// How deep JSON text nests, as the manifest's parser counts: each array or
+// object a level, and a value inside one a level more (an empty container
+// counts its own). Counted without parsing (strings skipped), so that text
+// nested too deep is refused before a recursive walk of it could exhaust
+// the stack.
+size_t JsonDepth(std::string_view text) {
+  size_t depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '{' || c == '[') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == '}' || c == ']') {
+      if (depth > 0) --depth;
+    } else if (c != ',' && c != ':' && c != ' ' && c != '\t' && c != '\n' &&
+               c != '\r') {
+      in_string = c == '"';
+      deepest = std::max(deepest, depth + 1);  // a value, or a key
+    }
+  }
+  return deepest;
+}
+
+}  // namespace
+
 State& State::AddMetadataJson(std::string name, std::string json_object) {
+  if (const size_t depth = JsonDepth(json_object); depth > kMaxMetadataDepth) {
+    if (status_.ok()) {
+      status_ = InvalidArgumentError(
+          "metadata " + Quote(name) + " nests " + std::to_string(depth) +
+          " levels deep (its arrays and objects, and a value inside them); a "
+          "checkpoint holds at most " +
+          std::to_string(kMaxMetadataDepth));
+    }
+    return *this;
+  }
   nlohmann::json j = nlohmann::json::parse(json_object, nullptr, false);
   if (j.is_discarded() || !j.is_object()) {
     if (status_.ok()) {

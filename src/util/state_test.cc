@@ -370,6 +370,41 @@ TEST(StateTest, MetadataJsonRejectsInvalidJson) {
   }
 }
 
+TEST(StateTest, MetadataNestedDeeperThanAManifestHoldsIsRefused) {
+  auto nested = [](size_t depth) {
+    // {"a":[{"a":[...]}]} with brackets inside strings that must not count.
+    std::string open, close;
+    for (size_t i = 0; i < depth; ++i) {
+      open += i % 2 == 0 ? "{\"[{\\\"\":" : "[";
+      close = (i % 2 == 0 ? "}" : "]") + close;
+    }
+    return open + "1" + close;
+  };
+  // The value 1 inside n containers is n + 1 levels deep.
+  State ok;
+  ok.AddMetadataJson("m", nested(State::kMaxMetadataDepth - 1));
+  EXPECT_TRUE(ok.status().ok()) << ok.status().ToString();
+  // An empty array counts its own level only: {"a":[[...[]...]]}.
+  auto arrays = [](size_t n) {
+    return "{\"a\":" + std::string(n, '[') + std::string(n, ']') + "}";
+  };
+  State empty_inside;
+  empty_inside.AddMetadataJson("m", arrays(State::kMaxMetadataDepth - 1));
+  EXPECT_TRUE(empty_inside.status().ok()) << empty_inside.status().ToString();
+  State one_more;
+  one_more.AddMetadataJson("m", arrays(State::kMaxMetadataDepth));
+  EXPECT_EQ(one_more.status().code(), ErrorCode::kInvalidArgument);
+  State deep;
+  deep.AddMetadataJson("m", nested(State::kMaxMetadataDepth));
+  EXPECT_EQ(deep.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_CONTAINS(deep.status().message(), "\"m\" nests 63 levels");
+  EXPECT_EQ(deep.size(), 0u);
+  // Far too deep for a recursive parser: refused by the count alone.
+  State hostile;
+  hostile.AddMetadataJson("m", std::string(1 << 20, '[') + "]");
+  EXPECT_EQ(hostile.status().code(), ErrorCode::kInvalidArgument);
+}
+
 TEST(StateTest, MetadataOfWrongKindIsNotFound) {
   State state;
   state.AddBlob("b", std::string("x"));
