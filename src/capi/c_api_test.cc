@@ -1,0 +1,614 @@
+// The C API as a program binding libckpt.so sees it: nothing but
+// include/ckpt/c.h, no C++ type of the library (this test links the shared
+// library alone, so that the hidden C++ inside it is what runs).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ckpt/c.h"
+
+namespace {
+
+using ::testing::HasSubstr;
+
+// A folder for one test, removed after it.
+class Folder {
+ public:
+  Folder() {
+    std::string t =
+        (std::filesystem::temp_directory_path() / "ckpt-c-api-XXXXXX").string();
+    path_ = mkdtemp(t.data());
+  }
+  ~Folder() { std::filesystem::remove_all(path_); }
+  std::string Sub(const char* name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// The message of a failed call, freed.
+struct Err {
+  char* text = nullptr;
+  ~Err() { ckpt_free(text); }
+  std::string str() const { return text ? text : ""; }
+};
+
+std::string Take(char* text) {
+  std::string s = text ? text : "";
+  ckpt_free(text);
+  return s;
+}
+
+ckpt_manager_t* Open(const std::string& root, ckpt_options_t* o = nullptr) {
+  Err err;
+  ckpt_manager_t* m = nullptr;
+  EXPECT_EQ(ckpt_manager_open(root.c_str(), o, &m, &err.text), CKPT_OK)
+      << err.str();
+  return m;
+}
+
+TEST(CApiTest, VersionsAndCodeNames) {
+  EXPECT_STREQ(ckpt_version(), "0.1.0");
+  EXPECT_EQ(ckpt_abi_version(), CKPT_ABI_VERSION);
+  EXPECT_STREQ(ckpt_code_name(CKPT_OK), "OK");
+  EXPECT_STREQ(ckpt_code_name(CKPT_DATA_LOSS), "DataLoss");
+  EXPECT_STREQ(ckpt_code_name(CKPT_FAILED_PRECONDITION), "FailedPrecondition");
+  EXPECT_STREQ(ckpt_code_name(42), "Unknown");
+}
+
+TEST(CApiTest, OptionsAreCheckedByNameAndValue) {
+  ckpt_options_t* o = ckpt_options_create();
+  Err err;
+  EXPECT_EQ(ckpt_options_set(o, "keep_last", "3", &err.text), CKPT_OK);
+  EXPECT_EQ(ckpt_options_set(o, "keep_lats", "3", &err.text),
+            CKPT_INVALID_ARGUMENT);
+  EXPECT_THAT(err.str(), HasSubstr("unknown option \"keep_lats\""));
+  EXPECT_THAT(err.str(), HasSubstr("keep_last"));  // the known ones
+  EXPECT_EQ(ckpt_options_set(o, "keep_last", "-1", &err.text),
+            CKPT_INVALID_ARGUMENT);
+  EXPECT_THAT(err.str(), HasSubstr("option keep_last: \"-1\""));
+  EXPECT_EQ(ckpt_options_set(o, "keep_last", "3x", &err.text),
+            CKPT_INVALID_ARGUMENT);
+  EXPECT_EQ(ckpt_options_set(o, "create", "maybe", &err.text),
+            CKPT_INVALID_ARGUMENT);
+  EXPECT_THAT(err.str(), HasSubstr("true or false"));
+  EXPECT_EQ(ckpt_options_set(o, "lease_seconds", "nan", &err.text),
+            CKPT_INVALID_ARGUMENT);
+  EXPECT_EQ(ckpt_options_set(o, "min_referenced_fraction", "1.5", &err.text),
+            CKPT_INVALID_ARGUMENT);
+  EXPECT_EQ(ckpt_options_set(o, "lease_seconds", "0.5", &err.text), CKPT_OK);
+  EXPECT_EQ(ckpt_options_set(nullptr, "x", "y", &err.text),
+            CKPT_INVALID_ARGUMENT);
+  ckpt_options_destroy(o);
+  ckpt_options_destroy(nullptr);
+}
+
+TEST(CApiTest, OpeningABadRootSaysWhy) {
+  Err err;
+  ckpt_manager_t* m = nullptr;
+  EXPECT_EQ(ckpt_manager_open("nope://x", nullptr, &m, &err.text),
+            CKPT_INVALID_ARGUMENT);
+  EXPECT_EQ(m, nullptr);
+  EXPECT_THAT(err.str(), HasSubstr("nope://x"));
+  Folder dir;
+  ckpt_options_t* o = ckpt_options_create();
+  ASSERT_EQ(ckpt_options_set(o, "create", "false", &err.text), CKPT_OK);
+  EXPECT_EQ(ckpt_manager_open(dir.Sub("absent").c_str(), o, &m, &err.text),
+            CKPT_NOT_FOUND);
+  ckpt_options_destroy(o);
+}
+
+TEST(CApiTest, BadEntriesAreRefusedNamingThem) {
+  ckpt_state_t* s = ckpt_state_create();
+  float x[4] = {};
+  int64_t shape[1] = {4};
+  ckpt_entry_t e = {.name = "w",
+                    .kind = CKPT_KIND_TENSOR,
+                    .dtype = "F32",
+                    .ndim = 1,
+                    .shape = shape,
+                    .data = x,
+                    .nbytes = 12};
+  Err err;
+  EXPECT_EQ(ckpt_state_add(s, &e, 1, 0, &err.text), CKPT_INVALID_ARGUMENT);
+  EXPECT_THAT(err.str(), HasSubstr("entry \"w\""));
+  EXPECT_THAT(err.str(), HasSubstr("16 bytes, but nbytes is 12"));
+  ckpt_state_destroy(s);
+
+  s = ckpt_state_create();
+  e.nbytes = sizeof x;
+  e.dtype = "F33";
+  EXPECT_EQ(ckpt_state_add(s, &e, 1, 0, &err.text), CKPT_INVALID_ARGUMENT);
+  EXPECT_THAT(err.str(), HasSubstr("unknown dtype \"F33\""));
+  ckpt_state_destroy(s);
+
+  s = ckpt_state_create();
+  e.dtype = "F32";
+  e.name = "a/../b";
+  EXPECT_EQ(ckpt_state_add(s, &e, 1, 0, &err.text), CKPT_INVALID_ARGUMENT);
+  ckpt_state_destroy(s);
+
+  s = ckpt_state_create();
+  ckpt_entry_t m = {.name = "cfg",
+                    .kind = CKPT_KIND_METADATA,
+                    .data = const_cast<char*>("[1]"),
+                    .nbytes = 3};
+  EXPECT_EQ(ckpt_state_add(s, &m, 1, 0, &err.text), CKPT_INVALID_ARGUMENT);
+  EXPECT_THAT(err.str(), HasSubstr("cfg"));
+  ckpt_entry_t k = {.name = "k", .kind = 7};
+  EXPECT_EQ(ckpt_state_add(s, &k, 1, 0, &err.text), CKPT_INVALID_ARGUMENT);
+  EXPECT_THAT(err.str(), HasSubstr("unknown kind 7"));
+  ckpt_entry_t out;
+  EXPECT_EQ(ckpt_state_get(s, 5, &out, &err.text), CKPT_NOT_FOUND);
+  ckpt_state_destroy(s);
+}
+
+TEST(CApiTest, SaveLoadDescribeVerifyDeleteGc) {
+  Folder dir;
+  ckpt_manager_t* m = Open(dir.Sub("root"));
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(ckpt_manager_rank(m), 0);
+  EXPECT_EQ(ckpt_manager_world_size(m), 1);
+  EXPECT_THAT(ckpt_manager_url(m), HasSubstr("root"));
+
+  std::vector<int32_t> ids = {7, -8, 9};
+  uint16_t bf16[2] = {0x3f80, 0xc000};
+  int64_t s3[1] = {3}, s2[1] = {2};
+  std::string blob("\0bytes\xff", 7);
+  std::string local = "rank zero's";
+  ckpt_entry_t entries[] = {
+      {.name = "ids",
+       .kind = CKPT_KIND_TENSOR,
+       .dtype = "I32",
+       .ndim = 1,
+       .shape = s3,
+       .data = ids.data(),
+       .nbytes = 12},
+      {.name = "h",
+       .kind = CKPT_KIND_TENSOR,
+       .dtype = "BF16",
+       .ndim = 1,
+       .shape = s2,
+       .data = bf16,
+       .nbytes = 4},
+      {.name = "blob",
+       .kind = CKPT_KIND_BLOB,
+       .data = blob.data(),
+       .nbytes = blob.size()},
+      {.name = "pos",
+       .kind = CKPT_KIND_BLOB,
+       .placement = CKPT_PLACE_RANK_LOCAL,
+       .data = local.data(),
+       .nbytes = local.size()},
+      {.name = "meta",
+       .kind = CKPT_KIND_METADATA,
+       .data = const_cast<char*>("{\"a\":1}"),
+       .nbytes = 7},
+  };
+  ckpt_state_t* s = ckpt_state_create();
+  Err err;
+  ASSERT_EQ(ckpt_state_add(s, entries, 5, 0, &err.text), CKPT_OK) << err.str();
+  EXPECT_EQ(ckpt_state_size(s), 5u);
+  ckpt_save_options_t* so = ckpt_save_options_create();
+  ckpt_save_options_set_epoch(so, 4);
+  ASSERT_EQ(ckpt_save_options_set_metric(so, "loss", 0.25, &err.text), CKPT_OK);
+  ASSERT_EQ(ckpt_save_options_set_metadata(so, "git", "abc", &err.text),
+            CKPT_OK);
+  EXPECT_EQ(ckpt_save_options_set_metric(so, "bad", 1.0 / 0.0, &err.text),
+            CKPT_INVALID_ARGUMENT);
+  char* result = nullptr;
+  ASSERT_EQ(ckpt_manager_save(m, 5, s, so, &result, &err.text), CKPT_OK)
+      << err.str();
+  const std::string r = Take(result);
+  EXPECT_THAT(r, HasSubstr("\"skipped\":false"));
+  EXPECT_THAT(r, HasSubstr("\"step\":5"));
+  EXPECT_THAT(r, HasSubstr("\"epoch\":4"));
+  EXPECT_THAT(r, HasSubstr("\"metrics\":{\"loss\":0.25}"));
+  EXPECT_THAT(r, HasSubstr("\"metadata\":{\"git\":\"abc\"}"));
+  // The same step again: AlreadyExists, with the library's message.
+  EXPECT_EQ(ckpt_manager_save(m, 5, s, nullptr, nullptr, &err.text),
+            CKPT_ALREADY_EXISTS);
+  EXPECT_THAT(err.str(), HasSubstr("step 5"));
+  ckpt_save_options_destroy(so);
+  ckpt_state_destroy(s);
+
+  // Load into fresh buffers.
+  std::vector<int32_t> ids2(3, 0);
+  uint16_t bf2[2] = {};
+  ckpt_entry_t targets[] = {
+      {.name = "ids",
+       .kind = CKPT_KIND_TENSOR,
+       .dtype = "I32",
+       .ndim = 1,
+       .shape = s3,
+       .data = ids2.data(),
+       .nbytes = 12},
+      {.name = "h",
+       .kind = CKPT_KIND_TENSOR,
+       .dtype = "BF16",
+       .ndim = 1,
+       .shape = s2,
+       .data = bf2,
+       .nbytes = 4},
+      {.name = "blob", .kind = CKPT_KIND_BLOB},
+      {.name = "pos",
+       .kind = CKPT_KIND_BLOB,
+       .placement = CKPT_PLACE_RANK_LOCAL},
+      {.name = "meta", .kind = CKPT_KIND_METADATA},
+  };
+  ckpt_state_t* t = ckpt_state_create();
+  ASSERT_EQ(ckpt_state_add(t, targets, 5, 1, &err.text), CKPT_OK) << err.str();
+  char* info = nullptr;
+  ASSERT_EQ(ckpt_manager_load(m, CKPT_NEWEST, t, 1, &info, &err.text), CKPT_OK)
+      << err.str();
+  EXPECT_THAT(Take(info), HasSubstr("\"step\":5"));
+  EXPECT_EQ(ids2, ids);
+  EXPECT_EQ(std::memcmp(bf2, bf16, 4), 0);
+  ckpt_entry_t got;
+  ASSERT_EQ(ckpt_state_get(t, 2, &got, &err.text), CKPT_OK);
+  EXPECT_EQ(got.kind, CKPT_KIND_BLOB);
+  EXPECT_EQ(std::string(static_cast<char*>(got.data), got.nbytes), blob);
+  ASSERT_EQ(ckpt_state_get(t, 3, &got, &err.text), CKPT_OK);
+  EXPECT_EQ(got.placement, CKPT_PLACE_RANK_LOCAL);
+  EXPECT_EQ(std::string(static_cast<char*>(got.data), got.nbytes), local);
+  ASSERT_EQ(ckpt_state_get(t, 4, &got, &err.text), CKPT_OK);
+  EXPECT_EQ(std::string(static_cast<char*>(got.data), got.nbytes), "{\"a\":1}");
+  ASSERT_EQ(ckpt_state_get(t, 0, &got, &err.text), CKPT_OK);
+  EXPECT_STREQ(got.dtype, "I32");
+  EXPECT_EQ(got.ndim, 1);
+  EXPECT_EQ(got.shape[0], 3);
+  ckpt_state_destroy(t);
+
+  // A load whose buffer has the wrong shape writes nothing.
+  int32_t wrong[2] = {11, 11};
+  ckpt_entry_t w = {.name = "ids",
+                    .kind = CKPT_KIND_TENSOR,
+                    .dtype = "I32",
+                    .ndim = 1,
+                    .shape = s2,
+                    .data = wrong,
+                    .nbytes = 8};
+  t = ckpt_state_create();
+  ASSERT_EQ(ckpt_state_add(t, &w, 1, 1, &err.text), CKPT_OK);
+  EXPECT_EQ(ckpt_manager_load(m, 5, t, 0, nullptr, &err.text),
+            CKPT_INVALID_ARGUMENT);
+  EXPECT_THAT(err.str(), HasSubstr("ids"));
+  EXPECT_EQ(wrong[0], 11);
+  ckpt_state_destroy(t);
+
+  // Every saving rank's rank-local value.
+  ckpt_state_t* locals = nullptr;
+  ASSERT_EQ(
+      ckpt_manager_load_rank_local(m, 5, "pos", &locals, nullptr, &err.text),
+      CKPT_OK)
+      << err.str();
+  ASSERT_EQ(ckpt_state_size(locals), 1u);
+  ASSERT_EQ(ckpt_state_get(locals, 0, &got, &err.text), CKPT_OK);
+  EXPECT_STREQ(got.name, "0");
+  EXPECT_EQ(std::string(static_cast<char*>(got.data), got.nbytes), local);
+  ckpt_state_destroy(locals);
+
+  char* json = nullptr;
+  ASSERT_EQ(ckpt_manager_describe(m, 5, &json, &err.text), CKPT_OK);
+  const std::string d = Take(json);
+  EXPECT_THAT(d, HasSubstr("\"name\":\"ids\""));
+  EXPECT_THAT(d, HasSubstr("\"dtype\":\"BF16\""));
+  EXPECT_THAT(d, HasSubstr("\"json\":\"{\\\"a\\\":1}\""));
+  ASSERT_EQ(ckpt_manager_verify(m, CKPT_NEWEST, &json, &err.text), CKPT_OK);
+  EXPECT_THAT(Take(json), HasSubstr("\"problems\":[]"));
+
+  int64_t latest = -7;
+  ASSERT_EQ(ckpt_manager_latest(m, &latest, &err.text), CKPT_OK);
+  EXPECT_EQ(latest, 5);
+  EXPECT_EQ(ckpt_manager_delete(m, 9, 0, &err.text), CKPT_NOT_FOUND);
+  EXPECT_THAT(err.str(), HasSubstr("9"));
+  ASSERT_EQ(ckpt_manager_delete(m, 5, 0, &err.text), CKPT_OK) << err.str();
+  ASSERT_EQ(ckpt_manager_latest(m, &latest, &err.text), CKPT_OK);
+  EXPECT_EQ(latest, -1);
+  ASSERT_EQ(ckpt_manager_list(m, &json, &err.text), CKPT_OK);
+  EXPECT_EQ(Take(json), "[]");
+  ASSERT_EQ(ckpt_manager_gc(m, 1, &json, &err.text), CKPT_OK);
+  EXPECT_THAT(Take(json), HasSubstr("\"bytes_freed\""));
+  ckpt_manager_close(m);
+  ckpt_manager_close(nullptr);
+}
+
+TEST(CApiTest, AsyncSaveReturnsOnceCopiedAndWaitsAlike) {
+  Folder dir;
+  ckpt_manager_t* m = Open(dir.Sub("root"));
+  std::vector<double> v(1 << 16, 1.5);
+  int64_t shape[1] = {static_cast<int64_t>(v.size())};
+  ckpt_entry_t e = {.name = "v",
+                    .kind = CKPT_KIND_TENSOR,
+                    .dtype = "F64",
+                    .ndim = 1,
+                    .shape = shape,
+                    .data = v.data(),
+                    .nbytes = v.size() * sizeof(double)};
+  ckpt_state_t* s = ckpt_state_create();
+  Err err;
+  ASSERT_EQ(ckpt_state_add(s, &e, 1, 0, &err.text), CKPT_OK);
+  ckpt_save_t* h = ckpt_manager_save_async(m, 1, s, nullptr);
+  ASSERT_NE(h, nullptr);
+  // The state was copied: the caller may change and free its memory.
+  ckpt_state_destroy(s);
+  std::fill(v.begin(), v.end(), -1.0);
+  EXPECT_EQ(ckpt_save_step(h), 1);
+  char* r1 = nullptr;
+  char* r2 = nullptr;
+  ASSERT_EQ(ckpt_save_wait(h, &r1, &err.text), CKPT_OK) << err.str();
+  EXPECT_TRUE(ckpt_save_done(h));
+  ASSERT_EQ(ckpt_save_wait(h, &r2, &err.text), CKPT_OK);
+  EXPECT_EQ(Take(r1), Take(r2));
+  ckpt_save_destroy(h);
+
+  std::vector<double> back(v.size());
+  e.data = back.data();
+  s = ckpt_state_create();
+  ASSERT_EQ(ckpt_state_add(s, &e, 1, 1, &err.text), CKPT_OK);
+  ASSERT_EQ(ckpt_manager_load(m, 1, s, 0, nullptr, &err.text), CKPT_OK);
+  EXPECT_EQ(back[0], 1.5);
+  EXPECT_EQ(back.back(), 1.5);
+  ckpt_state_destroy(s);
+  ckpt_manager_close(m);
+}
+
+TEST(CApiTest, IncrementalSaveWithDirtyRows) {
+  Folder dir;
+  // Chunks of 64 KiB, so that one changed row leaves 15 of 16 unchanged.
+  ckpt_options_t* o = ckpt_options_create();
+  char* e0 = nullptr;
+  ASSERT_EQ(ckpt_options_set(o, "chunk_size", "65536", &e0), CKPT_OK);
+  ckpt_manager_t* m = Open(dir.Sub("root"), o);
+  ckpt_options_destroy(o);
+  std::vector<float> table(4096 * 64, 0.5f);
+  int64_t shape[2] = {4096, 64};
+  ckpt_entry_t e = {.name = "emb",
+                    .kind = CKPT_KIND_TENSOR,
+                    .dtype = "F32",
+                    .ndim = 2,
+                    .shape = shape,
+                    .data = table.data(),
+                    .nbytes = table.size() * 4};
+  Err err;
+  for (int64_t step = 1; step <= 2; ++step) {
+    if (step == 2) table[0] = 9.0f;
+    ckpt_state_t* s = ckpt_state_create();
+    ASSERT_EQ(ckpt_state_add(s, &e, 1, 0, &err.text), CKPT_OK);
+    ckpt_save_options_t* so = ckpt_save_options_create();
+    ckpt_save_options_set_incremental(so, 1);
+    const int64_t rows[2] = {0, 1};
+    ASSERT_EQ(ckpt_save_options_set_dirty_rows(so, "emb", rows, 1, &err.text),
+              CKPT_OK);
+    char* r = nullptr;
+    ASSERT_EQ(ckpt_manager_save(m, step, s, so, &r, &err.text), CKPT_OK)
+        << err.str();
+    const std::string result = Take(r);
+    if (step == 2) {
+      EXPECT_THAT(result, HasSubstr("\"parent\":1"));
+      EXPECT_THAT(result, HasSubstr("\"depends_on\":[1]"));
+    }
+    ckpt_save_options_destroy(so);
+    ckpt_state_destroy(s);
+  }
+  // A parent with a dependant is refused, unless its dependants are
+  // rewritten first.
+  EXPECT_EQ(ckpt_manager_delete(m, 1, 0, &err.text), CKPT_FAILED_PRECONDITION);
+  EXPECT_THAT(err.str(), HasSubstr("2"));
+  ASSERT_EQ(ckpt_manager_delete(m, 1, 1, &err.text), CKPT_OK) << err.str();
+  std::vector<float> back(table.size());
+  e.data = back.data();
+  ckpt_state_t* s = ckpt_state_create();
+  ASSERT_EQ(ckpt_state_add(s, &e, 1, 1, &err.text), CKPT_OK);
+  ASSERT_EQ(ckpt_manager_load(m, 2, s, 0, nullptr, &err.text), CKPT_OK);
+  EXPECT_EQ(back, table);
+  ckpt_state_destroy(s);
+  ckpt_manager_close(m);
+}
+
+// A communicator of `size` ranks as threads of this process, written against
+// the C table alone (as one in another language would be).
+struct Group {
+  explicit Group(int n) : size(n), parts(n) {}
+  int size;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::string> parts;
+  int arrived = 0;
+  int64_t generation = 0;
+
+  std::vector<std::string> Gather(int rank, std::string mine) {
+    std::unique_lock<std::mutex> lock(mu);
+    // Wait until the previous round's parts were taken by everyone.
+    const int64_t gen = generation;
+    parts[rank] = std::move(mine);
+    if (++arrived == size) {
+      result = parts;
+      arrived = 0;
+      ++generation;
+      cv.notify_all();
+    } else {
+      cv.wait(lock, [&] { return generation != gen; });
+    }
+    return result;
+  }
+  std::vector<std::string> result;
+};
+
+struct RankCtx {
+  Group* group;
+  int rank;
+};
+
+RankCtx* Ctx(void* p) { return static_cast<RankCtx*>(p); }
+
+const ckpt_communicator_ops_t kGroupOps = {
+    .rank = [](void* c) -> int { return Ctx(c)->rank; },
+    .size = [](void* c) -> int { return Ctx(c)->group->size; },
+    .host_name = [](void* c, char* buf, size_t len) -> int {
+      std::snprintf(buf, len, "host-%d", Ctx(c)->rank);
+      return CKPT_OK;
+    },
+    .barrier = [](void* c, char*, size_t) -> int {
+      Ctx(c)->group->Gather(Ctx(c)->rank, "");
+      return CKPT_OK;
+    },
+    .all_gather = [](void* c, const void* mine, size_t size,
+                     ckpt_bytes_list_t* out, char*, size_t) -> int {
+      auto all = Ctx(c)->group->Gather(
+          Ctx(c)->rank, std::string(static_cast<const char*>(mine), size));
+      for (const auto& p : all) ckpt_bytes_list_push(out, p.data(), p.size());
+      return CKPT_OK;
+    },
+    .broadcast = [](void* c, const void* data, size_t size, int root,
+                    ckpt_bytes_list_t* out, char*, size_t) -> int {
+      auto all = Ctx(c)->group->Gather(
+          Ctx(c)->rank, std::string(static_cast<const char*>(data), size));
+      ckpt_bytes_list_push(out, all[root].data(), all[root].size());
+      return CKPT_OK;
+    },
+    .abort = nullptr,
+    .destroy = [](void* c) { delete Ctx(c); },
+};
+
+TEST(CApiTest, ACommunicatorFromAFunctionTableShardsASave) {
+  Folder dir;
+  const std::string root = dir.Sub("root");
+  Group group(2);
+  std::vector<std::vector<float>> halves = {{1, 2, 3, 4}, {5, 6, 7, 8}};
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      ckpt_communicator_t* comm =
+          ckpt_communicator_create(&kGroupOps, new RankCtx{&group, rank});
+      ckpt_options_t* o = ckpt_options_create();
+      ckpt_options_set_communicator(o, comm);
+      // The manager keeps the communicator alive.
+      ckpt_communicator_destroy(comm);
+      ckpt_manager_t* m = nullptr;
+      Err err;
+      if (ckpt_manager_open(root.c_str(), o, &m, &err.text) != CKPT_OK) {
+        errors[rank] = err.str();
+        ckpt_options_destroy(o);
+        return;
+      }
+      ckpt_options_destroy(o);
+      int64_t box[2] = {1, 4}, global[2] = {2, 4}, offsets[2] = {rank, 0};
+      ckpt_entry_t e = {.name = "w",
+                        .kind = CKPT_KIND_TENSOR,
+                        .placement = CKPT_PLACE_PIECE,
+                        .dtype = "F32",
+                        .ndim = 2,
+                        .shape = box,
+                        .data = halves[rank].data(),
+                        .nbytes = 16,
+                        .global_shape = global,
+                        .offsets = offsets};
+      ckpt_state_t* s = ckpt_state_create();
+      char* r = nullptr;
+      if (ckpt_state_add(s, &e, 1, 0, &err.text) != CKPT_OK ||
+          ckpt_manager_save(m, 3, s, nullptr, &r, &err.text) != CKPT_OK) {
+        errors[rank] = err.str();
+      } else if (Take(r).find("\"world_size\":2") == std::string::npos) {
+        errors[rank] = "world size not 2";
+      }
+      ckpt_state_destroy(s);
+      ckpt_manager_close(m);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+
+  // One process loads the whole tensor.
+  ckpt_manager_t* m = Open(root);
+  std::vector<float> whole(8);
+  int64_t shape[2] = {2, 4};
+  ckpt_entry_t e = {.name = "w",
+                    .kind = CKPT_KIND_TENSOR,
+                    .dtype = "F32",
+                    .ndim = 2,
+                    .shape = shape,
+                    .data = whole.data(),
+                    .nbytes = 32};
+  ckpt_state_t* s = ckpt_state_create();
+  Err err;
+  ASSERT_EQ(ckpt_state_add(s, &e, 1, 1, &err.text), CKPT_OK);
+  char* info = nullptr;
+  ASSERT_EQ(ckpt_manager_load(m, 3, s, 0, &info, &err.text), CKPT_OK)
+      << err.str();
+  EXPECT_THAT(Take(info), HasSubstr("\"hosts\":[\"host-0\",\"host-1\"]"));
+  EXPECT_EQ(whole, (std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}));
+  ckpt_state_destroy(s);
+  ckpt_manager_close(m);
+}
+
+TEST(CApiTest, ATableWithoutItsFunctionsIsRefused) {
+  ckpt_communicator_ops_t ops = {};
+  EXPECT_EQ(ckpt_communicator_create(&ops, nullptr), nullptr);
+  EXPECT_EQ(ckpt_communicator_create(nullptr, nullptr), nullptr);
+}
+
+TEST(CApiTest, CatalogRecordsAndAnswers) {
+  Folder dir;
+  const std::string url = dir.Sub("catalog.sqlite");
+  Err err;
+  ckpt_catalog_t* c = nullptr;
+  ASSERT_EQ(ckpt_catalog_open(url.c_str(), &c, &err.text), CKPT_OK)
+      << err.str();
+  EXPECT_THAT(ckpt_catalog_url(c), HasSubstr("catalog.sqlite"));
+  ckpt_options_t* o = ckpt_options_create();
+  ckpt_options_set_catalog(o, c);
+  ASSERT_EQ(ckpt_options_set(o, "job_id", "job-c", &err.text), CKPT_OK);
+  ckpt_manager_t* m = Open(dir.Sub("root"), o);
+  ckpt_options_destroy(o);
+  int64_t one[1] = {1};
+  uint8_t byte = 1;
+  ckpt_entry_t e = {.name = "b",
+                    .kind = CKPT_KIND_TENSOR,
+                    .dtype = "U8",
+                    .ndim = 1,
+                    .shape = one,
+                    .data = &byte,
+                    .nbytes = 1};
+  ckpt_state_t* s = ckpt_state_create();
+  ASSERT_EQ(ckpt_state_add(s, &e, 1, 0, &err.text), CKPT_OK);
+  for (int64_t step : {10, 20}) {
+    ckpt_save_options_t* so = ckpt_save_options_create();
+    ASSERT_EQ(ckpt_save_options_set_metric(so, "acc", step == 10 ? 0.9 : 0.5,
+                                           &err.text),
+              CKPT_OK);
+    ASSERT_EQ(ckpt_manager_save(m, step, s, so, nullptr, &err.text), CKPT_OK)
+        << err.str();
+    ckpt_save_options_destroy(so);
+  }
+  ckpt_state_destroy(s);
+  ckpt_manager_close(m);
+
+  char* json = nullptr;
+  ASSERT_EQ(ckpt_catalog_latest(c, "job-c", &json, &err.text), CKPT_OK);
+  EXPECT_THAT(Take(json), HasSubstr("\"step\":20"));
+  ASSERT_EQ(ckpt_catalog_best(c, "job-c", "acc", 1, &json, &err.text), CKPT_OK);
+  EXPECT_THAT(Take(json), HasSubstr("\"step\":10"));
+  ASSERT_EQ(ckpt_catalog_latest(c, "no-such-job", &json, &err.text), CKPT_OK);
+  EXPECT_EQ(Take(json), "null");
+  ASSERT_EQ(ckpt_catalog_list(c, "job-c", nullptr, 0, 1, &json, &err.text),
+            CKPT_OK);
+  const std::string list = Take(json);
+  EXPECT_THAT(list, HasSubstr("\"step\":20"));
+  EXPECT_THAT(list, ::testing::Not(HasSubstr("\"step\":10")));
+  ASSERT_EQ(ckpt_catalog_jobs(c, &json, &err.text), CKPT_OK);
+  EXPECT_THAT(Take(json), HasSubstr("\"latest_step\":20"));
+  ckpt_catalog_close(c);
+}
+
+}  // namespace
