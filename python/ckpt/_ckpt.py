@@ -225,13 +225,17 @@ def _make(fn, *args):
 
 
 def _encode(text, what):
+    """UTF-8 bytes of `text` for a C string: no lone surrogates (they have
+    no UTF-8) and no NUL (it would end the string early)."""
     if not isinstance(text, str):
         raise TypeError(f"{what} must be a str, not {type(text).__name__}")
+    if "\0" in text:
+        raise InvalidArgument(f"{what} {text!r} contains a NUL character")
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise ValueError(f"{what} {text!r} is not valid Unicode text "
-                         f"({e.reason})") from None
+        raise InvalidArgument(f"{what} {text!r} is not valid Unicode text "
+                              f"({e.reason})") from None
 
 
 def _raise_status(code, message):
