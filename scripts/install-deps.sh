@@ -10,7 +10,7 @@ packages=(
   libxxhash-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev
   libsqlite3-dev libpq-dev postgresql
-  pybind11-dev python3-pybind11 python3-numpy python3-pytest python3-torch
+  python3-numpy python3-pytest python3-torch
   python3-h5py
   python3 python3-venv patchelf
   libcurl4-openssl-dev libssl-dev
