@@ -37,19 +37,21 @@ from ckpt._ckpt import (
     HAS_MPI,
     AsyncSave,
     Catalog,
-    CatalogCheckpoint,
-    CatalogJob,
-    CheckpointInfo,
     Communicator,
     DataLoss,
-    EntryInfo,
     Error,
     FailedPrecondition,
     InvalidArgument,
     IOError,
     NotFound,
-    SaveResult,
     Unavailable,
+)
+from ckpt._records import (
+    CatalogCheckpoint,
+    CatalogJob,
+    CheckpointInfo,
+    EntryInfo,
+    SaveResult,
 )
 from ckpt._dist import mpi_communicator
 from ckpt._manager import CheckpointManager, open

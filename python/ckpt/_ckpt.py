@@ -18,6 +18,8 @@ import os
 import threading
 
 from ckpt import _buffer
+from ckpt._records import (CatalogJob, CatalogCheckpoint, CheckpointDescription,
+                           CheckpointInfo, SaveResult, row as _row)
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _LIB_DIR = os.path.join(_HERE, "_lib")
@@ -244,114 +246,6 @@ def _raise_status(code, message):
         if _lib.ckpt_code_name(c).decode() == code:
             raise _error(c, message)
     raise InvalidArgument(f"unknown error code {code}")
-
-
-# ----------------------------------------------------------------- records
-
-class _Record:
-    """A record the library returned as JSON, as read-only attributes."""
-
-    _fields = ()
-    _repr_fields = ()
-
-    def __init__(self, fields):
-        for name in self._fields:
-            object.__setattr__(self, name, fields.get(name))
-
-    def __setattr__(self, name, value):
-        raise AttributeError(f"{type(self).__name__} is read-only")
-
-    def __eq__(self, other):
-        return type(self) is type(other) and all(
-            getattr(self, f) == getattr(other, f) for f in self._fields)
-
-    __hash__ = None
-
-    def __repr__(self):
-        shown = ", ".join(f"{f}={getattr(self, f)!r}"
-                          for f in self._repr_fields)
-        return f"{type(self).__name__}({shown})"
-
-
-class CheckpointInfo(_Record):
-    """A committed checkpoint, as `ckpt ls` shows it: step, epoch (-1 when
-    not given), created_unix_ms, job_id, world_size, hosts, bytes (of the
-    data objects it wrote), depends_on, referenced_bytes (of earlier
-    checkpoints' objects it references), parent (-1 for a full save), chain
-    (incremental saves in a row that led to it), metrics, metadata,
-    num_entries, incomplete (empty when every data object is present; else
-    what is missing: loads and resumes skip the step)."""
-
-    _fields = ("step", "epoch", "created_unix_ms", "job_id", "world_size",
-               "hosts", "bytes", "depends_on", "referenced_bytes", "parent",
-               "chain", "metrics", "metadata", "num_entries", "incomplete")
-    _repr_fields = ("step", "epoch", "bytes", "num_entries")
-
-
-class SaveResult(_Record):
-    """What a save did: skipped (True when min_seconds_between_saves
-    skipped it), info (the committed checkpoint), deleted_steps (removed by
-    retention after the save)."""
-
-    _fields = ("skipped", "info", "deleted_steps")
-    _repr_fields = ("skipped", "info")
-
-    def __init__(self, fields):
-        super().__init__(fields)
-        object.__setattr__(self, "info", CheckpointInfo(fields["info"]))
-
-
-class EntryInfo(_Record):
-    """One entry of a checkpoint: name, owner (the saving rank of a
-    rank-local entry; -1 for the job's), kind ('tensor', 'blob' or
-    'metadata'), dtype (the safetensors name: 'F32', 'BF16', ...), shape,
-    bytes, json (metadata entries: the JSON)."""
-
-    _fields = ("name", "owner", "kind", "dtype", "shape", "num_pieces",
-               "bytes", "json")
-    _repr_fields = ("name", "kind", "dtype", "shape")
-
-    def __init__(self, fields):
-        super().__init__(fields)
-        if self.json is None:
-            object.__setattr__(self, "json", "")
-
-
-class CheckpointDescription(_Record):
-    """A checkpoint's info and its entries (EntryInfo)."""
-
-    _fields = ("info", "entries")
-    _repr_fields = ("info",)
-
-    def __init__(self, fields):
-        object.__setattr__(self, "info", CheckpointInfo(fields["info"]))
-        object.__setattr__(self, "entries",
-                           [EntryInfo(e) for e in fields["entries"]])
-
-
-class CatalogCheckpoint(_Record):
-    """One checkpoint's row in the catalog: job_id, root (the root's URL),
-    step, epoch (-1 when not given), scheme, world_size, hosts, bytes,
-    manifest_checksum, metrics, created_unix_ms, state ('committed' or
-    'deleted')."""
-
-    _fields = ("job_id", "root", "step", "epoch", "scheme", "world_size",
-               "hosts", "bytes", "manifest_checksum", "metrics",
-               "created_unix_ms", "state")
-    _repr_fields = ("job_id", "step", "epoch", "state")
-
-
-class CatalogJob(_Record):
-    """A job the catalog has seen: job_id, root, first_seen_unix_ms,
-    last_seen_unix_ms, committed, latest_step."""
-
-    _fields = ("job_id", "root", "first_seen_unix_ms", "last_seen_unix_ms",
-               "committed", "latest_step")
-    _repr_fields = ("job_id", "committed", "latest_step")
-
-
-def _row(fields):
-    return None if fields is None else CatalogCheckpoint(fields)
 
 
 # --------------------------------------------------------- handles, owned
