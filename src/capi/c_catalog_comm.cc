@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "c_api_internal.h"
-#include "records.h"
+#include "capi/records.h"
 
 using ckpt::capi::Guard;
 using ckpt::capi::NullArgument;

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "c_api_internal.h"
-#include "records.h"
+#include "capi/records.h"
 
 using ckpt::capi::Guard;
 using ckpt::capi::NullArgument;

@@ -1,4 +1,4 @@
-#include "records.h"
+#include "capi/records.h"
 
 #include <string>
 

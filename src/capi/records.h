@@ -1,6 +1,7 @@
-// The JSON texts the C API returns for records with many fields
-// (include/ckpt/c.h documents each object's fields). The CLI's --json output
-// builds on the same functions, so both speak of a checkpoint alike.
+// The JSON form of records with many fields: what the C API returns
+// (include/ckpt/c.h documents each object's fields), and what the ckpt
+// command's --json output builds on, so that both speak of a checkpoint
+// alike.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -10,6 +10,7 @@
 #include <climits>
 #include <memory>
 
+#include "capi/records.h"
 #include "ckpt/catalog_sync.h"
 #include "commands.h"
 #include "common.h"
@@ -46,20 +47,10 @@ std::string MetricsText(const std::map<std::string, double>& metrics) {
 }
 
 nlohmann::json RowToJson(const CatalogCheckpoint& c) {
-  return {{"job_id", c.job_id},
-          {"root", c.root},
-          {"step", c.step},
-          {"epoch", c.epoch},
-          {"scheme", c.scheme},
-          {"world_size", c.world_size},
-          {"hosts", c.hosts},
-          {"bytes", c.bytes},
-          {"manifest_checksum", c.manifest_checksum},
-          {"metrics", c.metrics},
-          {"created_unix_ms", c.created_unix_ms},
-          {"created", FormatTime(c.created_unix_ms)},
-          {"state", std::string(CheckpointStateName(c.state))},
-          {"updated_unix_ms", c.updated_unix_ms}};
+  nlohmann::json j = records::CatalogRowJson(c);
+  j["created"] = FormatTime(c.created_unix_ms);
+  j["updated_unix_ms"] = c.updated_unix_ms;
+  return j;
 }
 
 // --- jobs
@@ -76,16 +67,10 @@ Status RunJobs(const JobsArgs& args) {
   if (args.json) {
     nlohmann::json out = nlohmann::json::array();
     for (const CatalogJob& j : jobs) {
-      out.push_back(
-          {{"job_id", j.job_id},
-           {"root", j.root},
-           {"committed", j.committed},
-           {"latest_step", j.latest_step ? nlohmann::json(*j.latest_step)
-                                         : nlohmann::json(nullptr)},
-           {"first_seen_unix_ms", j.first_seen_unix_ms},
-           {"first_seen", FormatTime(j.first_seen_unix_ms)},
-           {"last_seen_unix_ms", j.last_seen_unix_ms},
-           {"last_seen", FormatTime(j.last_seen_unix_ms)}});
+      nlohmann::json row = records::CatalogJobJson(j);
+      row["first_seen"] = FormatTime(j.first_seen_unix_ms);
+      row["last_seen"] = FormatTime(j.last_seen_unix_ms);
+      out.push_back(std::move(row));
     }
     PrintJson(out);
     return Status();

@@ -7,6 +7,7 @@
 #include <ctime>
 #include <sstream>
 
+#include "capi/records.h"
 #include "util/names.h"
 
 namespace ckpt::cli {
@@ -194,23 +195,10 @@ std::string Join(const std::vector<std::string>& parts, std::string_view sep) {
 }
 
 nlohmann::json InfoToJson(const CheckpointInfo& info) {
-  return {{"step", info.step},
-          {"epoch", info.epoch},
-          {"created_unix_ms", info.created_unix_ms},
-          {"created", FormatTime(info.created_unix_ms)},
-          {"job_id", info.job_id},
-          {"world_size", info.world_size},
-          {"hosts", info.hosts},
-          {"bytes", info.bytes},
-          {"depends_on", info.depends_on},
-          {"referenced_bytes", info.referenced_bytes},
-          {"parent", info.parent},
-          {"chain", info.chain},
-          {"metrics", info.metrics},
-          {"metadata", info.metadata},
-          {"num_entries", info.num_entries},
-          {"complete", info.incomplete.empty()},
-          {"incomplete", info.incomplete}};
+  nlohmann::json j = records::InfoJson(info);
+  j["created"] = FormatTime(info.created_unix_ms);
+  j["complete"] = info.incomplete.empty();
+  return j;
 }
 
 void PrintJson(const nlohmann::json& j) {
