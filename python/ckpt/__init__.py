@@ -21,7 +21,8 @@ load_into, into yours), except that a non-contiguous or big-endian array is
 first copied into a C-contiguous one.
 
 Many ranks: CheckpointManager(url, communicator=ckpt.mpi_communicator())
-under mpirun; ckpt.Shard(array, offsets, global_shape) is one rank's box of
+under mpirun, or communicator=ckpt.torch_communicator() under torchrun;
+ckpt.Shard(array, offsets, global_shape) is one rank's box of
 a sharded tensor, ckpt.RankLocal(value) a value of one rank alone. The
 catalog: CheckpointManager(url, catalog=True) records every save;
 ckpt.Catalog().latest(job_id) says what to resume from.
@@ -54,6 +55,7 @@ from ckpt._records import (
     SaveResult,
 )
 from ckpt._dist import mpi_communicator
+from ckpt._torch_dist import torch_communicator
 from ckpt._manager import CheckpointManager, open
 from ckpt._tree import Metadata
 from ckpt._values import RankLocal, Shard
@@ -64,4 +66,5 @@ __all__ = [
     "Communicator", "DataLoss", "EntryInfo", "Error", "FailedPrecondition",
     "IOError", "InvalidArgument", "Metadata", "NotFound", "RankLocal",
     "SaveResult", "Shard", "Unavailable", "mpi_communicator", "open",
+    "torch_communicator",
 ]

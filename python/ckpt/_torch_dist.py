@@ -1,0 +1,263 @@
+"""ckpt.torch_communicator(): the ranks of a torch.distributed job.
+
+A communicator written in Python: a table of ctypes callbacks
+(ckpt_communicator_ops_t, include/ckpt/c.h) that run torch.distributed
+collectives on a gloo group, handed to ckpt_communicator_create. The
+library calls them from the thread that saves or loads (a save_async's
+thread too); ctypes takes the GIL for each call. No Python exception leaves
+a callback: it becomes the error code CKPT_ABORTED and its message.
+
+The callbacks are module-level and the same for every communicator; `ctx`
+is a number naming one entry of _CONTEXTS, which holds that communicator's
+group until the library destroys the communicator (a manager may keep it
+after the Python Communicator object is gone).
+"""
+
+import ctypes
+import itertools
+import socket
+import threading
+
+from ckpt import _ckpt
+
+_ABORTED = 7  # CKPT_ABORTED
+
+_INT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+_HOST_NAME = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                              ctypes.c_size_t)
+_BARRIER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                            ctypes.c_size_t)
+_ALL_GATHER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                               ctypes.c_size_t, ctypes.c_void_p,
+                               ctypes.c_void_p, ctypes.c_size_t)
+_BROADCAST = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                              ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p,
+                              ctypes.c_void_p, ctypes.c_size_t)
+_ABORT = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p)
+_DESTROY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+class _Ops(ctypes.Structure):
+    _fields_ = [
+        ("rank", _INT),
+        ("size", _INT),
+        ("host_name", _HOST_NAME),
+        ("barrier", _BARRIER),
+        ("all_gather", _ALL_GATHER),
+        ("broadcast", _BROADCAST),
+        ("abort", _ABORT),
+        ("destroy", _DESTROY),
+    ]
+
+
+# Declared here, apart from _ckpt's table: function objects of their own.
+_create = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.POINTER(_Ops),
+                           ctypes.c_void_p)(
+    ("ckpt_communicator_create", _ckpt._lib))
+_push = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p,
+                         ctypes.c_size_t)(("ckpt_bytes_list_push", _ckpt._lib))
+
+# ctx number -> _Group, for as long as the library holds the communicator.
+_CONTEXTS = {}
+_ids = itertools.count(1)
+_lock = threading.Lock()
+
+
+class _Group:
+    """One communicator's torch.distributed group and what it needs."""
+
+    def __init__(self, dist, torch, group, rank, size):
+        self.dist, self.torch = dist, torch
+        self.group, self.rank, self.size = group, rank, size
+
+    def global_rank(self, rank):
+        """The global rank of the group's `rank` (torch's src= wants it)."""
+        c10d = self.dist.distributed_c10d
+        if self.group is None or self.group is c10d._get_default_group():
+            return rank
+        get = getattr(self.dist, "get_global_rank", None) or getattr(
+            c10d, "_get_global_rank")
+        return get(self.group, rank)
+
+    def barrier(self):
+        self.dist.barrier(group=self.group)
+
+    def all_gather(self, mine, size, out):
+        torch, dist = self.torch, self.dist
+        sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(self.size)]
+        dist.all_gather(sizes, torch.tensor([size], dtype=torch.int64),
+                        group=self.group)
+        sizes = [int(s[0]) for s in sizes]
+        width = max(max(sizes), 1)
+        buf = torch.zeros(width, dtype=torch.uint8)
+        if size:
+            ctypes.memmove(buf.data_ptr(), mine, size)
+        parts = [torch.empty(width, dtype=torch.uint8)
+                 for _ in range(self.size)]
+        dist.all_gather(parts, buf, group=self.group)
+        for part, n in zip(parts, sizes):
+            _push(out, part.data_ptr(), n)
+
+    def broadcast(self, data, size, root, out):
+        torch, dist = self.torch, self.dist
+        src = self.global_rank(root)
+        n = torch.tensor([size if self.rank == root else 0],
+                         dtype=torch.int64)
+        dist.broadcast(n, src=src, group=self.group)
+        n = int(n[0])
+        buf = torch.zeros(max(n, 1), dtype=torch.uint8)
+        if self.rank == root and n:
+            ctypes.memmove(buf.data_ptr(), data, n)
+        dist.broadcast(buf, src=src, group=self.group)
+        _push(out, buf.data_ptr(), n)
+
+
+def _write_error(errbuf, errlen, e):
+    try:
+        if not errbuf or not errlen:
+            return
+        text = f"{type(e).__name__}: {e}".encode("utf-8", "replace")
+        text = text[:errlen - 1].replace(b"\0", b" ")
+        ctypes.memmove(errbuf, text + b"\0", len(text) + 1)
+    except BaseException:  # noqa: B036 - nothing may leave a callback
+        pass
+
+
+def _run(ctx, errbuf, errlen, what):
+    try:
+        what(_CONTEXTS[ctx])
+        return 0
+    except BaseException as e:  # noqa: B036 - nothing may leave a callback
+        _write_error(errbuf, errlen, e)
+        return _ABORTED
+
+
+def _rank(ctx):
+    try:
+        return _CONTEXTS[ctx].rank
+    except BaseException:  # noqa: B036
+        return 0
+
+
+def _size(ctx):
+    try:
+        return _CONTEXTS[ctx].size
+    except BaseException:  # noqa: B036
+        return 1
+
+
+def _host_name(ctx, buf, length):
+    try:
+        name = socket.gethostname().encode("utf-8", "replace")
+        name = name[:length - 1].replace(b"\0", b" ")
+        ctypes.memmove(buf, name + b"\0", len(name) + 1)
+        return 0
+    except BaseException:  # noqa: B036
+        return _ABORTED
+
+
+def _barrier(ctx, errbuf, errlen):
+    return _run(ctx, errbuf, errlen, lambda g: g.barrier())
+
+
+def _all_gather(ctx, mine, size, out, errbuf, errlen):
+    return _run(ctx, errbuf, errlen, lambda g: g.all_gather(mine, size, out))
+
+
+def _broadcast(ctx, data, size, root, out, errbuf, errlen):
+    return _run(ctx, errbuf, errlen,
+                lambda g: g.broadcast(data, size, root, out))
+
+
+def _destroy(ctx):
+    try:
+        with _lock:
+            _CONTEXTS.pop(ctx, None)
+    except BaseException:  # noqa: B036 - also at interpreter exit
+        pass
+
+
+# One table for every communicator; alive as long as this module.
+_OPS = _Ops(rank=_INT(_rank), size=_INT(_size),
+            host_name=_HOST_NAME(_host_name), barrier=_BARRIER(_barrier),
+            all_gather=_ALL_GATHER(_all_gather),
+            broadcast=_BROADCAST(_broadcast), abort=_ABORT(),
+            destroy=_DESTROY(_destroy))
+
+# The gloo group made for the default group, per default group: every rank
+# makes the same calls, so every rank makes it (once) at the same point.
+_own_groups = {}
+
+
+def _backend(dist, group):
+    try:
+        return str(dist.get_backend(group)).lower()
+    except Exception:  # noqa: BLE001 - an unknown backend is not gloo
+        return ""
+
+
+def torch_communicator(group=None):
+    """The ranks of a torch.distributed job, for
+    CheckpointManager(communicator=...): run the program under torchrun
+    and call torch.distributed.init_process_group first.
+
+    ckpt's collectives (a few small all-gathers, broadcasts and barriers
+    inside save() and load(), and a save_async's thread) run on CPU tensors
+    over gloo. With group=None, ckpt makes a gloo group of its own over
+    every rank (whatever the default group's backend, NCCL included), so
+    that its collectives never interleave with the program's: every rank
+    must call torch_communicator() (as with any torch.distributed.new_group
+    call), at the same point. A `group` passed in must have a gloo backend
+    and is used as it is: then the program must not run collectives on it
+    while ckpt saves or loads (a save_async included).
+
+    Raises ckpt.FailedPrecondition when torch.distributed is not available
+    or not initialized, ckpt.Unavailable without PyTorch.
+    """
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError as e:
+        raise _ckpt.Unavailable(
+            f"ckpt.torch_communicator(): PyTorch is not installed ({e})"
+        ) from None
+    if not dist.is_available():
+        raise _ckpt.FailedPrecondition(
+            "ckpt.torch_communicator(): this PyTorch has no "
+            "torch.distributed")
+    if not dist.is_initialized():
+        raise _ckpt.FailedPrecondition(
+            "ckpt.torch_communicator(): call "
+            "torch.distributed.init_process_group first (run the program "
+            "under torchrun)")
+    if group is None:
+        default = dist.distributed_c10d._get_default_group()
+        own = _own_groups.get(id(default))
+        if own is None or own[0] is not default:
+            if not dist.is_gloo_available():
+                raise _ckpt.Unavailable(
+                    "ckpt.torch_communicator(): this PyTorch has no gloo "
+                    "backend, which ckpt's collectives need")
+            own = (default, dist.new_group(backend="gloo"))
+            _own_groups[id(default)] = own
+        group = own[1]
+    elif "gloo" not in _backend(dist, group):
+        raise _ckpt.InvalidArgument(
+            f"ckpt.torch_communicator(group=...): the group's backend is "
+            f"{_backend(dist, group) or 'unknown'}, not gloo; pass a gloo "
+            f"group (torch.distributed.new_group(backend=\"gloo\")) or "
+            f"group=None")
+    rank = dist.get_rank(group)
+    size = dist.get_world_size(group)
+    if rank < 0:
+        raise _ckpt.InvalidArgument(
+            "ckpt.torch_communicator(group=...): this process is not a "
+            "member of the group")
+    with _lock:
+        ctx = next(_ids)
+        _CONTEXTS[ctx] = _Group(dist, torch, group, rank, size)
+    handle = _create(ctypes.byref(_OPS), ctx)
+    if not handle:
+        _destroy(ctx)
+        raise MemoryError("ckpt: cannot create a communicator")
+    return _ckpt.Communicator(handle)

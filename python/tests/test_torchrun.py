@@ -1,0 +1,144 @@
+"""ckpt.torch_communicator() under torchrun: real jobs of 1 to 4 processes
+(gloo, CPU) save, commit and load with every rank taking part, as under
+mpirun (test_cluster.py); torchrun_job.py is the job."""
+
+import gc
+import os
+import re
+import signal
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+import ckpt
+
+
+
+def _skip(why):
+    # A warning too: pytest -q (as CTest runs it) prints warnings, not the
+    # reasons of skips.
+    warnings.warn(pytest.PytestWarning(f"test_torchrun.py skipped: {why}"))
+    pytest.skip(why, allow_module_level=True)
+
+
+try:
+    import torch.distributed as dist
+except ImportError as e:
+    _skip(f"PyTorch is not importable ({e}): no torchrun jobs")
+if not dist.is_available():
+    _skip("this PyTorch has no torch.distributed: no torchrun jobs")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+JOB = os.path.join(HERE, "torchrun_job.py")
+
+
+def torchrun(n, *ops):
+    """Runs torchrun_job.py OPS on n processes; its stderr. Each job has a
+    time limit, so that a hang fails the test instead of stalling it."""
+    env = dict(os.environ)
+    # The job imports the very package under test.
+    package_dir = os.path.dirname(os.path.dirname(ckpt.__file__))
+    env["PYTHONPATH"] = os.pathsep.join(
+        [package_dir] + [p for p in [env.get("PYTHONPATH")] if p])
+    env["OMP_NUM_THREADS"] = "1"
+    # --redirects 1 --tee 1: torchrun 1.13 under Python 3.11 cannot parse
+    # its default "0" for these (a Std flag it cannot find by value).
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           "--nproc_per_node", str(n), "--redirects", "1", "--tee", "1",
+           JOB, *[str(op) for op in ops]]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # torchrun and its workers
+        out, err = proc.communicate()
+        pytest.fail(f"torchrun -n {n} {' '.join(map(str, ops))} hung:\n"
+                    f"{out}{err}")
+    assert proc.returncode == 0, (
+        f"torchrun -n {n} {' '.join(map(str, ops))} exited "
+        f"{proc.returncode}:\n{out}{err}")
+    return err
+
+
+def test_torch_communicator_needs_an_initialized_process_group():
+    assert not dist.is_initialized()
+    with pytest.raises(ckpt.FailedPrecondition,
+                       match="init_process_group first"):
+        ckpt.torch_communicator()
+
+
+def test_save_at_2_and_4_ranks_load_at_1_2_3(tmp_path):
+    two, four, bad = tmp_path / "two", tmp_path / "four", tmp_path / "bad"
+    torchrun(4, "save", four)
+    # Rank 1 saves "bias" with another shape: the plan refuses it.
+    err = torchrun(2, "save", two, "bad", bad, "load", four, 4,
+                   "load", two, 2)
+    errors = dict(re.findall(r"rank (\d+) error (\w+): ", err))
+    assert errors == {"0": "InvalidArgument", "1": "InvalidArgument"}, err
+    assert 'entry "bias" differs between ranks' in err
+    assert ckpt.open(str(bad), create=False).list() == []
+    for m in (1, 3):
+        torchrun(m, "load", two, 2, "load", four, 4)
+    # A single process, with no communicator, sees the same checkpoints.
+    for root, n in ((two, 2), (four, 4)):
+        mgr = ckpt.open(str(root), create=False)
+        assert [(i.step, i.world_size) for i in mgr.list()] == [(6, n), (7, n)]
+        assert mgr.list()[-1].metrics == {"loss": 0.25}
+        assert mgr.load_rank_local("rng") == {
+            r: f"rng of rank {r}".encode() for r in range(n)}
+        w = mgr.load()["w"]
+        assert np.array_equal(
+            w, np.arange(120, dtype=np.float32).reshape(30, 4) / 7)
+
+
+@pytest.fixture
+def one_rank_group(tmp_path):
+    """A gloo process group of this process alone."""
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store",
+                            rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def test_one_rank_group_and_a_failing_collective(one_rank_group, root,
+                                                 monkeypatch):
+    from ckpt import _torch_dist
+    before = set(_torch_dist._CONTEXTS)
+    comm = ckpt.torch_communicator()
+    assert (comm.rank, comm.size) == (0, 1) and comm.host_name
+    comm.barrier()
+    mgr = ckpt.open(root, communicator=comm)
+    del comm  # the manager keeps the communicator, and its callbacks, alive
+    x = np.arange(6.0)
+    mgr.save_async(1, {"x": x, "r": ckpt.RankLocal(b"mine")}).wait()
+    out = mgr.load()
+    assert np.array_equal(out["x"], x) and out["r"] == b"mine"
+
+    def boom(*args):
+        raise RuntimeError("the group broke")
+
+    # An exception in a callback is the library's error, on the caller.
+    monkeypatch.setattr(_torch_dist._Group, "all_gather", boom)
+    with pytest.raises(ckpt.Aborted, match="RuntimeError: the group broke"):
+        mgr.save(2, {"x": x})
+    assert mgr.latest() == 1
+    # Once the library lets the communicator go, so does this package.
+    monkeypatch.undo()
+    assert len(set(_torch_dist._CONTEXTS) - before) == 1
+    del mgr
+    gc.collect()
+    assert set(_torch_dist._CONTEXTS) <= before
+
+
+def test_a_gloo_group_passed_in_is_used_as_it_is(one_rank_group, root):
+    comm = ckpt.torch_communicator(dist.group.WORLD)
+    mgr = ckpt.open(root, communicator=comm)
+    mgr.save(3, {"y": np.ones(4, np.int32), "note": "given group"})
+    assert mgr.load()["note"] == "given group"
