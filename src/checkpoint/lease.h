@@ -23,9 +23,10 @@
 //   2. Renew: a thread rewrites the holder's generation with a new expiry
 //      every third of the lease period. Finding a higher generation, it
 //      stops: the lease was taken over.
-//   3. Fence (Check): before a commit, the holder checks that its generation
-//      is still the highest and names it. A holder that was taken over
-//      commits nothing.
+//   3. Fence (Check): before a commit, and before a delete or a collection
+//      removes anything, the holder checks that its generation is still the
+//      highest and names it. A holder that was taken over commits and
+//      deletes nothing.
 //   4. Release: the holder rewrites its generation as released, so the next
 //      party takes it at once; the winner of a later generation removes the
 //      earlier ones.
@@ -33,7 +34,8 @@
 // On a store that cannot create-if-absent atomically (some S3-compatible
 // servers ignore If-None-Match), step 1 checks for the generation first and
 // reads it back after writing; two takers racing within one round trip may
-// both believe they won, and the fence at commit narrows what that can cost.
+// both believe they won; the one whose record was overwritten fails its next
+// fence, which narrows what that can cost to the round trip after a fence.
 //
 // Acquire and Release are called by one thread at a time (the manager's
 // turn); Check and generation from any.
