@@ -184,10 +184,99 @@ TEST_P(LeaseTest, AnExpiredLeaseOfAnotherHostIsTakenOver) {
   ASSERT_TRUE(Save(*job, 5).ok());
   Result<std::unique_ptr<Storage>> storage = root_.Open();
   ASSERT_TRUE(storage.ok());
-  // The next generation, and the old one removed.
+  // The next generation; the one before stays until the next takeover,
+  // which removes it.
+  EXPECT_TRUE((*storage)->Stat(format::LeaseKey(4)).ok());
+  EXPECT_TRUE((*storage)->Stat(format::LeaseKey(3)).ok());
+  job.reset();
+  auto next = Open(NoWait());
+  ASSERT_TRUE(Save(*next, 6).ok());
+  EXPECT_TRUE((*storage)->Stat(format::LeaseKey(5)).ok());
   EXPECT_TRUE((*storage)->Stat(format::LeaseKey(4)).ok());
   EXPECT_EQ((*storage)->Stat(format::LeaseKey(3)).status().code(),
             ErrorCode::kNotFound);
+}
+
+// A holder that died while it deleted the generations before its own left a
+// gap; the next taker removes every generation before the previous one all
+// the same, so that they do not pile up.
+TEST_P(LeaseTest, OldGenerationsGoEvenPastAGap) {
+  format::LeaseRecord released = Record("some-other-host", 1, NowMs() - 1000);
+  released.released = true;
+  PlantLease(1, released);
+  PlantLease(3, released);
+  auto job = Open(NoWait());
+  ASSERT_TRUE(Save(*job, 5).ok());
+  Result<std::unique_ptr<Storage>> storage = root_.Open();
+  ASSERT_TRUE(storage.ok());
+  Result<std::vector<ObjectInfo>> leases =
+      (*storage)->List(format::LeasePrefix());
+  ASSERT_TRUE(leases.ok());
+  std::vector<std::string> keys;
+  for (const ObjectInfo& o : *leases) keys.push_back(o.key);
+  EXPECT_EQ(keys, (std::vector<std::string>{format::LeaseKey(3),
+                                            format::LeaseKey(4)}));
+}
+
+// Shows no lease generation in the first listing of them, after running
+// `meanwhile`: a listing that another party's takeover (a new generation
+// created, an older one deleted) overtook on both ends.
+class OvertakenListing : public StorageWrapper {
+ public:
+  OvertakenListing(Storage* target, std::function<void()> meanwhile)
+      : StorageWrapper(target), meanwhile_(std::move(meanwhile)) {}
+  Result<std::vector<ObjectInfo>> List(std::string_view prefix) override {
+    if (prefix != format::LeasePrefix() || !meanwhile_) {
+      return StorageWrapper::List(prefix);
+    }
+    std::function<void()> meanwhile = std::move(meanwhile_);
+    meanwhile_ = nullptr;
+    meanwhile();
+    return std::vector<ObjectInfo>();
+  }
+
+ private:
+  std::function<void()> meanwhile_;
+};
+
+// Of two takers of a released lease, one whose listing missed the other's
+// takeover (and so saw no lease at all) must not believe it won as well:
+// the generation it would create is still there (the previous one is kept),
+// and had it gone too, the listing after the create shows the newer one.
+TEST_P(LeaseTest, ATakerWhoseListingWasOvertakenDoesNotWinToo) {
+  for (const bool previous_gone : {false, true}) {
+    SCOPED_TRACE(previous_gone ? "generation 1 gone" : "generation 1 kept");
+    testing::TestRoot root(GetParam(), "lease-race");
+    Result<std::unique_ptr<Storage>> storage = root.Open();
+    ASSERT_TRUE(storage.ok());
+    {
+      RootLease first(**storage, LeaseSettings{.job_id = "first"});
+      ASSERT_TRUE(first.Acquire("save").ok());
+    }  // released: generation 1 is free to take
+    RootLease winner(**storage, LeaseSettings{.job_id = "winner"});
+    OvertakenListing racing(storage->get(), [&] {
+      ASSERT_TRUE(winner.Acquire("save").ok());
+      EXPECT_EQ(winner.generation(), 2);
+      if (previous_gone) {
+        ASSERT_TRUE((*storage)->Delete(format::LeaseKey(1)).ok());
+      }
+    });
+    RootLease loser(racing, LeaseSettings{.job_id = "loser"});
+    const Status s = loser.Acquire("save");
+    EXPECT_EQ(s.code(), ErrorCode::kFailedPrecondition) << s.ToString();
+    EXPECT_TRUE(Mentions(s, "winner")) << s.ToString();
+    EXPECT_EQ(loser.generation(), -1);
+    EXPECT_TRUE(winner.Check().ok());
+    // The loser left no generation of its own behind.
+    Result<std::vector<ObjectInfo>> leases =
+        (*storage)->List(format::LeasePrefix());
+    ASSERT_TRUE(leases.ok());
+    for (const ObjectInfo& o : *leases) {
+      Result<std::string> bytes = (*storage)->ReadAll(o.key);
+      ASSERT_TRUE(bytes.ok());
+      EXPECT_EQ(bytes->find("\"loser\""), std::string::npos) << o.key;
+    }
+  }
 }
 
 TEST_P(LeaseTest, ALiveLeaseOfAnotherHostIsWaitedForThenRefused) {
