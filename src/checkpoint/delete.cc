@@ -11,8 +11,11 @@
 //      buffer, so memory stays at one chunk), and its manifest is replaced
 //      atomically, and recorded in the catalog again; only after all of
 //      them does the delete go on.
-//   4. Delete the manifest first: from then on the step is not a checkpoint,
-//      and a crash leaves only garbage. Mark it deleted in the catalog.
+//   4. Check that the root's lease is still this party's (lease.h): a
+//      holder that was taken over, or that only believed it won (a store
+//      without an atomic create-if-absent), deletes nothing. Then delete
+//      the manifest first: from then on the step is not a checkpoint, and
+//      a crash leaves only garbage. Mark it deleted in the catalog.
 //   5. Delete the step's objects that are ckpt's own (data objects, a
 //      backend's temporaries) and that no other manifest names; anything
 //      else in the directory is left alone. Update the LATEST hint.
@@ -38,6 +41,16 @@ std::string ListSteps(const std::vector<int64_t>& steps) {
 }
 
 }  // namespace
+
+Status CheckpointManager::Impl::CheckLeaseBeforeDeleting(
+    const std::string& op) {
+  // The same refusal as the fence at commit: another party owns the root
+  // now, and may be writing what a listing taken before showed as garbage.
+  if (Status s = lease_->Check(); !s.ok()) {
+    return s.WithContext(op + ": nothing was deleted");
+  }
+  return Status();
+}
 
 Status CheckpointManager::Impl::Delete(int64_t step,
                                        const std::set<int64_t>* going,
@@ -73,6 +86,7 @@ Status CheckpointManager::Impl::Delete(int64_t step,
   // 3. Refuse, or rewrite the dependants first (oldest first; each rewrite
   // is complete, new object durable then manifest replaced, before the next).
   if (!dependants.empty() && rewrite_dependants && !dry_run) {
+    CKPT_RETURN_IF_ERROR(CheckLeaseBeforeDeleting(op));
     CatalogRecorder::Batch catalog_batch(catalog_);  // one wait, one warning
     for (int64_t d : dependants) {
       CKPT_RETURN_IF_ERROR_CTX(RewriteDependant(d, step), op);
@@ -94,8 +108,11 @@ Status CheckpointManager::Impl::Delete(int64_t step,
       doomed.push_back(o);  // ckpt's own; anything else is left alone
     }
   }
-  // 4. The manifest first.
+  // 4. The manifest first, once the lease is known to be still ours: what
+  // was judged above from the listings holds only while no other party
+  // writes.
   if (!dry_run) {
+    CKPT_RETURN_IF_ERROR(CheckLeaseBeforeDeleting(op));
     // Another party deleting the same step may have removed it first: the
     // outcome is the same, so that is no error.
     if (Status s = storage_->Delete(manifest_key);

@@ -15,7 +15,9 @@
 //      (Options::lease_seconds 0) only those in a step at or below the
 //      newest committed one, or older than gc_grace_seconds. Root-level
 //      temporaries (of the LATEST hint, of a lease) once old. Nothing else
-//      is ever deleted.
+//      is ever deleted. Before deleting any, the lease is checked again
+//      after the listing: taken over (or never truly won, on a store without
+//      an atomic create-if-absent), the collection deletes nothing more.
 //   4. Writes that died unfinished show in no listing but a store may keep
 //      them (s3://: incomplete multipart uploads): the same rule picks the
 //      dead ones to abort; a store that cannot tell does not fail the run.
@@ -95,6 +97,14 @@ Result<GcReport> CheckpointManager::Impl::GarbageCollect(
 
   // 3. Dead attempts.
   CKPT_ASSIGN_OR_RETURN(std::vector<ObjectInfo> all, storage_->List(""));
+  // Still the owner after that listing: then nothing in it was written by
+  // a party that took the root over (or that raced us for it on a store
+  // without an atomic create and also believes it won), so what no
+  // manifest names is dead. Lost, delete nothing.
+  if (!gc.dry_run) {
+    CKPT_RETURN_IF_ERROR(
+        CheckLeaseBeforeDeleting("garbage collection in " + Where()));
+  }
   const int64_t now = options_.now_unix_ms();
   const int64_t grace_ms = options_.gc_grace_seconds * 1000;
   const std::set<std::string> already(report.deleted_objects.begin(),

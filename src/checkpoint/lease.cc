@@ -173,16 +173,42 @@ Status RootLease::Create(int64_t generation, std::string_view purpose) {
     CKPT_ASSIGN_OR_RETURN(std::string back, storage_.ReadAll(key));
     if (back != bytes) return AlreadyExistsError(key);
   }
+  // A listing is no snapshot: one that ran while another party took the
+  // lease (creating one generation, deleting an older one) may have missed
+  // both, and shown an older generation as the newest, or none at all; the
+  // generation just created is then behind the current one. Listing again
+  // settles it, since the newest generation is only deleted once a newer
+  // one exists. Behind: withdraw it and start over.
+  Result<std::vector<ObjectInfo>> listing =
+      storage_.List(format::LeasePrefix());
+  if (!listing.ok()) {
+    // Unsure it won, it must not hold a generation that keeps others out.
+    storage_.Delete(key).IgnoreError();
+    return listing.status();
+  }
+  const std::vector<ObjectInfo>& listed = *listing;
+  for (const ObjectInfo& o : listed) {
+    if (format::ParseLeaseKey(o.key) > generation) {
+      storage_.Delete(key).IgnoreError();
+      return AlreadyExistsError(o.key);
+    }
+  }
   generation_ = generation;
   record_ = r;
   {
     MutexLock lock(&live_mu);
     LiveOwners().insert(owner_);
   }
-  // The earlier generations are history now.
-  for (int64_t g = generation - 1; g >= 1; --g) {
-    Status s = storage_.Delete(format::LeaseKey(g));
-    if (s.code() == ErrorCode::kNotFound) break;
+  // The generations before the previous one are history now. The previous
+  // one stays until the next takeover, so that a listing that runs while
+  // this one is created still finds a generation no older than it. All of
+  // those listed go, not a run down to the first gap: a holder that died
+  // part-way through this left older ones behind.
+  for (const ObjectInfo& o : listed) {
+    const int64_t g = format::ParseLeaseKey(o.key);  // -1: not a generation
+    if (g >= 1 && g < generation - 1) {
+      storage_.Delete(o.key).IgnoreError();  // else the next taker's
+    }
   }
   return Status();
 }

@@ -16,24 +16,30 @@
 //      (same host name and boot id, pid not running; or this process, by a
 //      holder that no longer exists), or broken on request. Free: create the
 //      next generation with create-if-absent; of two takers exactly one wins,
-//      and the loser starts over. Not free: wait (up to the wait allowed) for
+//      and the loser starts over. Then list again: a listing that ran while
+//      another party took over may have missed its new generation, and a
+//      taker that finds a newer one than it created withdraws it and starts
+//      over too. Not free: wait (up to the wait allowed) for
 //      it to become free, then refuse with FailedPrecondition naming the
 //      root, the holder (job, purpose, host, pid, since when, until when) and
 //      how to proceed.
 //   2. Renew: a thread rewrites the holder's generation with a new expiry
 //      every third of the lease period. Finding a higher generation, it
 //      stops: the lease was taken over.
-//   3. Fence (Check): before a commit, the holder checks that its generation
-//      is still the highest and names it. A holder that was taken over
-//      commits nothing.
+//   3. Fence (Check): before a commit, and before a delete or a collection
+//      removes anything, the holder checks that its generation is still the
+//      highest and names it. A holder that was taken over commits and
+//      deletes nothing.
 //   4. Release: the holder rewrites its generation as released, so the next
 //      party takes it at once; the winner of a later generation removes the
-//      earlier ones.
+//      ones before the previous one (kept, so that a listing racing with a
+//      takeover still sees a generation no older than the one it replaced).
 //
 // On a store that cannot create-if-absent atomically (some S3-compatible
 // servers ignore If-None-Match), step 1 checks for the generation first and
 // reads it back after writing; two takers racing within one round trip may
-// both believe they won, and the fence at commit narrows what that can cost.
+// both believe they won; the one whose record was overwritten fails its next
+// fence, which narrows what that can cost to the round trip after a fence.
 //
 // Acquire and Release are called by one thread at a time (the manager's
 // turn); Check and generation from any.

@@ -8,8 +8,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
 #include <limits>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,6 +21,7 @@
 #include "format/layout.h"
 #include "format/lease_record.h"
 #include "testing/backends.h"
+#include "testing/step_model.h"
 
 namespace ckpt {
 namespace {
@@ -181,10 +184,99 @@ TEST_P(LeaseTest, AnExpiredLeaseOfAnotherHostIsTakenOver) {
   ASSERT_TRUE(Save(*job, 5).ok());
   Result<std::unique_ptr<Storage>> storage = root_.Open();
   ASSERT_TRUE(storage.ok());
-  // The next generation, and the old one removed.
+  // The next generation; the one before stays until the next takeover,
+  // which removes it.
+  EXPECT_TRUE((*storage)->Stat(format::LeaseKey(4)).ok());
+  EXPECT_TRUE((*storage)->Stat(format::LeaseKey(3)).ok());
+  job.reset();
+  auto next = Open(NoWait());
+  ASSERT_TRUE(Save(*next, 6).ok());
+  EXPECT_TRUE((*storage)->Stat(format::LeaseKey(5)).ok());
   EXPECT_TRUE((*storage)->Stat(format::LeaseKey(4)).ok());
   EXPECT_EQ((*storage)->Stat(format::LeaseKey(3)).status().code(),
             ErrorCode::kNotFound);
+}
+
+// A holder that died while it deleted the generations before its own left a
+// gap; the next taker removes every generation before the previous one all
+// the same, so that they do not pile up.
+TEST_P(LeaseTest, OldGenerationsGoEvenPastAGap) {
+  format::LeaseRecord released = Record("some-other-host", 1, NowMs() - 1000);
+  released.released = true;
+  PlantLease(1, released);
+  PlantLease(3, released);
+  auto job = Open(NoWait());
+  ASSERT_TRUE(Save(*job, 5).ok());
+  Result<std::unique_ptr<Storage>> storage = root_.Open();
+  ASSERT_TRUE(storage.ok());
+  Result<std::vector<ObjectInfo>> leases =
+      (*storage)->List(format::LeasePrefix());
+  ASSERT_TRUE(leases.ok());
+  std::vector<std::string> keys;
+  for (const ObjectInfo& o : *leases) keys.push_back(o.key);
+  EXPECT_EQ(keys, (std::vector<std::string>{format::LeaseKey(3),
+                                            format::LeaseKey(4)}));
+}
+
+// Shows no lease generation in the first listing of them, after running
+// `meanwhile`: a listing that another party's takeover (a new generation
+// created, an older one deleted) overtook on both ends.
+class OvertakenListing : public StorageWrapper {
+ public:
+  OvertakenListing(Storage* target, std::function<void()> meanwhile)
+      : StorageWrapper(target), meanwhile_(std::move(meanwhile)) {}
+  Result<std::vector<ObjectInfo>> List(std::string_view prefix) override {
+    if (prefix != format::LeasePrefix() || !meanwhile_) {
+      return StorageWrapper::List(prefix);
+    }
+    std::function<void()> meanwhile = std::move(meanwhile_);
+    meanwhile_ = nullptr;
+    meanwhile();
+    return std::vector<ObjectInfo>();
+  }
+
+ private:
+  std::function<void()> meanwhile_;
+};
+
+// Of two takers of a released lease, one whose listing missed the other's
+// takeover (and so saw no lease at all) must not believe it won as well:
+// the generation it would create is still there (the previous one is kept),
+// and had it gone too, the listing after the create shows the newer one.
+TEST_P(LeaseTest, ATakerWhoseListingWasOvertakenDoesNotWinToo) {
+  for (const bool previous_gone : {false, true}) {
+    SCOPED_TRACE(previous_gone ? "generation 1 gone" : "generation 1 kept");
+    testing::TestRoot root(GetParam(), "lease-race");
+    Result<std::unique_ptr<Storage>> storage = root.Open();
+    ASSERT_TRUE(storage.ok());
+    {
+      RootLease first(**storage, LeaseSettings{.job_id = "first"});
+      ASSERT_TRUE(first.Acquire("save").ok());
+    }  // released: generation 1 is free to take
+    RootLease winner(**storage, LeaseSettings{.job_id = "winner"});
+    OvertakenListing racing(storage->get(), [&] {
+      ASSERT_TRUE(winner.Acquire("save").ok());
+      EXPECT_EQ(winner.generation(), 2);
+      if (previous_gone) {
+        ASSERT_TRUE((*storage)->Delete(format::LeaseKey(1)).ok());
+      }
+    });
+    RootLease loser(racing, LeaseSettings{.job_id = "loser"});
+    const Status s = loser.Acquire("save");
+    EXPECT_EQ(s.code(), ErrorCode::kFailedPrecondition) << s.ToString();
+    EXPECT_TRUE(Mentions(s, "winner")) << s.ToString();
+    EXPECT_EQ(loser.generation(), -1);
+    EXPECT_TRUE(winner.Check().ok());
+    // The loser left no generation of its own behind.
+    Result<std::vector<ObjectInfo>> leases =
+        (*storage)->List(format::LeasePrefix());
+    ASSERT_TRUE(leases.ok());
+    for (const ObjectInfo& o : *leases) {
+      Result<std::string> bytes = (*storage)->ReadAll(o.key);
+      ASSERT_TRUE(bytes.ok());
+      EXPECT_EQ(bytes->find("\"loser\""), std::string::npos) << o.key;
+    }
+  }
 }
 
 TEST_P(LeaseTest, ALiveLeaseOfAnotherHostIsWaitedForThenRefused) {
@@ -233,6 +325,107 @@ TEST_P(LeaseTest, AHolderWhoseLeaseWasBrokenCommitsNothing) {
   }
   ExpectLoads(*breaker, 1, Model(1));
   ExpectLoads(*breaker, 2, Model(2));
+}
+
+// What a holder that lost the lease tries.
+enum class Removal { kDelete, kDeleteForce, kGcDeadAttempts, kGcRetention };
+
+// A holder of a root (steps 1 to 4, 2 and 3 incremental on 1, and a dead
+// attempt) loses the lease through `take` (which returns the new holder's
+// lease, if any, to keep until the end), then tries `removal`: refused as
+// taken over, it must have deleted nothing. Each removal gets a fresh root,
+// since a refused holder that tries again takes the lease anew.
+void ExpectALostLeaseDeletesNothing(
+    Backend backend, Removal removal,
+    const std::function<std::unique_ptr<RootLease>(Storage&)>& take) {
+  testing::TestRoot root(backend, "lease-lost");
+  Options o;
+  o.job_id = "holder";
+  o.lease_wait_seconds = 0;
+  o.chunk_size = 4096;
+  auto holder = CheckpointManager::Open(root.url(), o);
+  ASSERT_TRUE(holder.ok()) << holder.status().ToString();
+  for (int64_t step : {1, 2, 3, 4}) {
+    testing::StepModel m(step, 1);
+    const bool incremental = step == 2 || step == 3;
+    ASSERT_TRUE(
+        (*holder)->Save(step, m.ForRank(0), {.incremental = incremental}).ok());
+  }
+  Result<std::unique_ptr<Storage>> storage = root.Open();
+  ASSERT_TRUE(storage.ok());
+  // A dead attempt, which the holder would remove while it owns the root.
+  ASSERT_TRUE((*storage)
+                  ->PutString(format::DataObjectKey(9, 0, "0123456789abcdef"),
+                              "dead attempt")
+                  .ok());
+  const std::set<std::string> before = testing::CheckpointObjectKeys(**storage);
+  const std::unique_ptr<RootLease> taker = take(**storage);
+  ASSERT_FALSE(::testing::Test::HasFatalFailure());
+
+  Status s;
+  switch (removal) {
+    case Removal::kDelete:
+      s = (*holder)->Delete(3);
+      break;
+    case Removal::kDeleteForce:  // steps 2 and 3 depend on it
+      s = (*holder)->Delete(1, {.rewrite_dependants = true});
+      break;
+    case Removal::kGcDeadAttempts:
+      s = (*holder)->GarbageCollect().status();
+      break;
+    case Removal::kGcRetention: {
+      RetentionPolicy keep_one;
+      keep_one.keep_last = 1;
+      s = (*holder)->GarbageCollect({.retention = keep_one}).status();
+      break;
+    }
+  }
+  EXPECT_EQ(s.code(), ErrorCode::kFailedPrecondition) << s.ToString();
+  EXPECT_TRUE(Mentions(s, "taken over")) << s.ToString();
+  EXPECT_TRUE(Mentions(s, "nothing was deleted")) << s.ToString();
+  EXPECT_EQ(testing::CheckpointObjectKeys(**storage), before);
+  for (int64_t step : {1, 2, 3, 4}) {
+    EXPECT_EQ(testing::CheckStep(**holder, step, 1), "") << "step " << step;
+  }
+}
+
+constexpr Removal kRemovals[] = {Removal::kDelete, Removal::kDeleteForce,
+                                 Removal::kGcDeadAttempts,
+                                 Removal::kGcRetention};
+
+TEST_P(LeaseTest, AHolderWhoseLeaseWasBrokenDeletesNothing) {
+  for (Removal removal : kRemovals) {
+    SCOPED_TRACE("removal " + std::to_string(static_cast<int>(removal)));
+    ExpectALostLeaseDeletesNothing(GetParam(), removal, [](Storage& storage) {
+      auto breaker = std::make_unique<RootLease>(
+          storage, LeaseSettings{.break_lease = true, .job_id = "breaker"});
+      EXPECT_TRUE(breaker->Acquire("gc").ok());
+      return breaker;
+    });
+  }
+}
+
+// Two takers racing on a store without an atomic create-if-absent may both
+// believe they won one generation; the record that landed last is the
+// lease, and the other party finds that out before it deletes anything.
+TEST_P(LeaseTest, ATakerWhoseWriteWasOverwrittenDeletesNothing) {
+  for (Removal removal : kRemovals) {
+    SCOPED_TRACE("removal " + std::to_string(static_cast<int>(removal)));
+    ExpectALostLeaseDeletesNothing(GetParam(), removal, [](Storage& storage) {
+      Result<std::vector<ObjectInfo>> leases =
+          storage.List(format::LeasePrefix());
+      EXPECT_TRUE(leases.ok() && leases->size() == 1);
+      if (!leases.ok() || leases->size() != 1)
+        return std::unique_ptr<RootLease>();
+      format::LeaseRecord other =
+          Record(LeaseHostName(), getpid(), NowMs() + 3600'000);
+      other.job_id = "the-other-taker";
+      EXPECT_TRUE(
+          storage.PutString(leases->front().key, format::EncodeLease(other))
+              .ok());
+      return std::unique_ptr<RootLease>();
+    });
+  }
 }
 
 // Nothing to turn on: two jobs opened with the default options on one root

@@ -163,6 +163,11 @@ class CheckpointManager::Impl {
                 std::vector<std::string>* deleted, uint64_t* bytes,
                 bool dry_run, bool rewrite_dependants = false);
 
+  // The lease check before a delete or a collection removes anything:
+  // FailedPrecondition ("taken over") naming `op` when the lease is no
+  // longer this party's.
+  Status CheckLeaseBeforeDeleting(const std::string& op);
+
   // --- gc.cc
   // `keep`: a step retention must not delete now (with what it depends on):
   // the one a save just committed, which may lie below the newest.

@@ -6,6 +6,14 @@
 // that. S3 is read-after-write consistent and ckpt relies on it (a save
 // reads back what it wrote), so this replaces the file store's putObject
 // with one that answers only once the object's bytes are in the file.
+//
+// s3rver also writes the object's file in place: a client killed in the
+// middle of a PUT left an empty or short object under the key (the
+// concurrency stress test found a lease that could no longer be read), and
+// two PUTs of one key at once could interleave their bytes. On S3 a PUT
+// takes effect whole or not at all, so this writes the body beside the
+// object and renames it into place only once all of it (as many bytes as
+// the request's Content-Length says) has arrived.
 'use strict';
 
 const crypto = require('crypto');
@@ -25,20 +33,40 @@ FilesystemStore.prototype.putObject = async function putObject(object) {
   const source = Buffer.isBuffer(object.content)
     ? Readable.from([object.content])
     : object.content;
-  await new Promise((resolve, reject) => {
-    pipeline(
-      source,
-      new Transform({
-        transform(chunk, encoding, callback) {
-          md5.update(chunk, encoding);
-          size += chunk.length;
-          callback(null, chunk);
-        },
-      }),
-      fs.createWriteStream(objectPath),
-      (err) => (err ? reject(err) : resolve()),
-    );
-  });
+  // Beside the object, so that the rename is atomic; a short name of its
+  // own, since the object's name may already be as long as a name can be.
+  const partial = path.join(
+    path.dirname(objectPath),
+    `.put-${crypto.randomBytes(8).toString('hex')}`,
+  );
+  try {
+    await new Promise((resolve, reject) => {
+      pipeline(
+        source,
+        new Transform({
+          transform(chunk, encoding, callback) {
+            md5.update(chunk, encoding);
+            size += chunk.length;
+            callback(null, chunk);
+          },
+        }),
+        fs.createWriteStream(partial),
+        (err) => (err ? reject(err) : resolve()),
+      );
+    });
+    // The request's own header (a multipart upload's completion streams
+    // the parts, and carries none).
+    const declared = object.content.headers
+      ? object.content.headers['content-length']
+      : undefined;
+    if (declared !== undefined && Number(declared) !== size) {
+      throw new Error(`PUT ${object.key}: ${size} of ${declared} bytes came`);
+    }
+    await fs.rename(partial, objectPath);
+  } catch (err) {
+    await fs.remove(partial);
+    throw err;
+  }
   const digest = md5.digest('hex');
   await this.putMetadata(object.bucket, object.key, object.metadata, digest);
   return { size, md5: digest };
