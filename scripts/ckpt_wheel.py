@@ -341,13 +341,11 @@ def assemble(build_dir, out_dir, source_dir=SOURCE_DIR):
 
 
 def cmake_build(build_dir, source_dir=SOURCE_DIR):
-    """Configures build_dir and builds only libckpt.so.1 and, where CMake
-    finds MPI, libckpt_mpi.so.1 (no test, tool or example is compiled).
-    The project is configured as `make build` configures it, tests
-    included (GTest must be installed): src/testing does not configure
-    with -DCKPT_BUILD_TESTS=OFF."""
+    """Configures build_dir without the tests (so GoogleTest need not be
+    installed) and builds only libckpt.so.1 and, where CMake finds MPI,
+    libckpt_mpi.so.1 (no test, tool or example is compiled)."""
     configure = ["cmake", "-S", source_dir, "-B", build_dir,
-                 "-DCMAKE_BUILD_TYPE=RelWithDebInfo"]
+                 "-DCMAKE_BUILD_TYPE=RelWithDebInfo", "-DCKPT_BUILD_TESTS=OFF"]
     if (shutil.which("ninja")
             and not os.path.exists(os.path.join(build_dir, "CMakeCache.txt"))):
         configure += ["-G", "Ninja"]
