@@ -182,8 +182,9 @@ CKPT_EXPORT void ckpt_state_destroy(ckpt_state_t* state);
 /* Adds n entries in one call (a 10,000-tensor state is one call). With
  * for_load nonzero the entries are targets of a load: tensors must be
  * writable memory. Names, dtypes, shapes and sizes are checked here; the
- * first bad entry fails the call with CKPT_INVALID_ARGUMENT naming it, and
- * then no entry of this call is kept. Metadata text and rank-local blobs
+ * first bad entry fails the call with CKPT_INVALID_ARGUMENT naming it. A
+ * state a call failed on holds only part of that call's entries: destroy
+ * it rather than save or load with it. Metadata text and rank-local blobs
  * are copied; tensor buffers and other blobs are borrowed. */
 CKPT_EXPORT int ckpt_state_add(ckpt_state_t* state, const ckpt_entry_t* entries,
                                size_t n, int for_load, char** errptr);
