@@ -353,7 +353,8 @@ typedef struct ckpt_save_t ckpt_save_t;
 
 /* Copies `state` into the manager's staging memory and returns: the
  * caller's buffers are free again. The save then runs in the background;
- * errors come from ckpt_save_wait. Never NULL. */
+ * errors come from ckpt_save_wait. NULL only when the manager or the state
+ * is NULL, or memory for the handle ran out. */
 CKPT_EXPORT ckpt_save_t* ckpt_manager_save_async(
     ckpt_manager_t* manager, int64_t step, const ckpt_state_t* state,
     const ckpt_save_options_t* options);
