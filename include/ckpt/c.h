@@ -189,6 +189,15 @@ CKPT_EXPORT void ckpt_state_destroy(ckpt_state_t* state);
 CKPT_EXPORT int ckpt_state_add(ckpt_state_t* state, const ckpt_entry_t* entries,
                                size_t n, int for_load, char** errptr);
 
+/* Marks the state failed with `code` (a CKPT_* error, not CKPT_OK) and
+ * `message`, as if an add had failed; an earlier error stays. A rank that
+ * cannot build its state (a binding found bad input before the library saw
+ * it) still saves with it: a many-rank save then fails on every rank with
+ * this error, naming the rank, and commits nothing, instead of the other
+ * ranks waiting for this one. */
+CKPT_EXPORT int ckpt_state_set_error(ckpt_state_t* state, int code,
+                                     const char* message, char** errptr);
+
 CKPT_EXPORT size_t ckpt_state_size(const ckpt_state_t* state);
 
 /* Entry i (0-based, in the order added). The pointers stay valid until the

@@ -178,6 +178,10 @@ class State {
 
   // The first error made while adding; Ok when every Add succeeded.
   const Status& status() const { return status_; }
+  // Records `error` (not Ok) as if an Add had failed; an earlier error
+  // stays. A rank that cannot build its state still calls Save with it, so
+  // that every rank fails with the error instead of waiting for this one.
+  void SetError(Status error);
 
   const std::vector<Entry>& entries() const { return entries_; }
   size_t size() const { return entries_.size(); }

@@ -118,6 +118,7 @@ _SIGNATURES = {
     "ckpt_state_destroy": (None, [_p]),
     "ckpt_state_add": (_i, [_p, ctypes.POINTER(_Entry), ctypes.c_size_t, _i,
                             _err]),
+    "ckpt_state_set_error": (_i, [_p, _i, _s, _err]),
     "ckpt_state_size": (ctypes.c_size_t, [_p]),
     "ckpt_state_get": (_i, [_p, ctypes.c_size_t, ctypes.POINTER(_Entry),
                             _err]),
@@ -680,7 +681,7 @@ class Manager(_Owned):
 
     def save(self, step, entries, epoch, metrics, metadata, incremental,
              dirty_rows):
-        state = _State(entries)
+        state = self._state_to_save(entries)
         options = _SaveOptions(epoch, metrics, metadata, incremental,
                                dirty_rows)
         return SaveResult(_call(_lib.ckpt_manager_save, self._handle(),
@@ -690,7 +691,7 @@ class Manager(_Owned):
                    dirty_rows):
         # The library has copied the state by the time it returns: the
         # arrays are the caller's again, and `state` may go.
-        state = _State(entries)
+        state = self._state_to_save(entries)
         options = _SaveOptions(epoch, metrics, metadata, incremental,
                                dirty_rows)
         h = _lib.ckpt_manager_save_async(self._handle(), _step(step),
@@ -698,6 +699,30 @@ class Manager(_Owned):
         if not h:
             raise MemoryError("ckpt: cannot start an asynchronous save")
         return AsyncSave(h, self)
+
+    def _state_to_save(self, entries):
+        """The state of `entries`, or, when they are an exception (what
+        the caller found wrong before the library saw them) or the library
+        refuses one, a state failed with that error. With many ranks the
+        save then still takes part in the collectives, so that every rank
+        fails with this rank's error instead of waiting for it; alone, the
+        error is raised at once."""
+        error = entries if isinstance(entries, BaseException) else None
+        if error is None:
+            try:
+                return _State(entries)
+            except Exception as e:  # noqa: BLE001 - reported to every rank
+                error = e
+        if self.world_size == 1:
+            raise error
+        code = next((c for c in range(1, len(_CODES))
+                     if isinstance(error, _CODES[c])), _CODES.index(Aborted))
+        message = str(error) if isinstance(error, Error) else \
+            f"{type(error).__name__}: {error}"
+        state = _State()
+        _call(_lib.ckpt_state_set_error, state._h, code,
+              message.encode("utf-8", "replace").replace(b"\0", b" "))
+        return state
 
     def describe(self, step):
         return CheckpointDescription(_call(

@@ -140,9 +140,8 @@ class CheckpointManager:
         ranges (of dimension 0) that may have changed since this manager's
         previous save: its other rows are referenced without being hashed.
         """
-        return self._m.save(step, self._entries(state),
-                            *self._save_options(metadata, epoch, metrics),
-                            incremental, self._dirty_rows(dirty_rows))
+        return self._m.save(step, *self._save_arguments(
+            state, metadata, epoch, metrics, incremental, dirty_rows))
 
     def save_async(self, step, state, metadata=None, epoch=None,
                    metrics=None, *, incremental=False, dirty_rows=None):
@@ -160,10 +159,8 @@ class CheckpointManager:
         failure goes unseen. A state larger than async_staging_bytes is
         saved synchronously.
         """
-        return self._m.save_async(step, self._entries(state),
-                                  *self._save_options(metadata, epoch,
-                                                      metrics),
-                                  incremental, self._dirty_rows(dirty_rows))
+        return self._m.save_async(step, *self._save_arguments(
+            state, metadata, epoch, metrics, incremental, dirty_rows))
 
     def load(self, step=None, *, as_torch=False):
         """Loads `step` (default: the newest committed) and returns its state.
@@ -228,6 +225,8 @@ class CheckpointManager:
                     f"entry {extra[0]!r} ({len(extra)} missing)")
         entries, finishers, paths = [], [], {}
         for name, path, leaf in leaves:
+            if _values.holds_nothing(leaf):
+                continue
             value, place = _values.placement(name, leaf)
             e = stored.get(name)
             target = _values.fill_target(
@@ -284,10 +283,28 @@ class CheckpointManager:
         """Deletes the committed checkpoint `step`."""
         self._m.delete(step)
 
+    def _save_arguments(self, state, metadata, epoch, metrics, incremental,
+                        dirty_rows):
+        """The library's save arguments. What is wrong with them raises
+        here in a single process; with many ranks it becomes the save's
+        error on every rank (the other ranks are in the save already and
+        would wait for this one), in place of the entries. `state` may be
+        a function that returns the state, so that its errors count too."""
+        try:
+            return (self._entries(state() if callable(state) else state),
+                    *self._save_options(metadata, epoch, metrics),
+                    incremental, self._dirty_rows(dirty_rows))
+        except Exception as e:  # noqa: BLE001 - reported to every rank
+            if self.world_size == 1:
+                raise
+            return e, -1, {}, {}, False, {}
+
     def _entries(self, state):
         leaves, tree = _tree.flatten(state)
         entries = []
         for name, _, leaf in leaves:
+            if _values.holds_nothing(leaf):
+                continue
             value, place = _values.placement(name, leaf)
             entries.append((name, *_values.encode(name, value), place))
         entries.append((_tree.TREE_ENTRY, "metadata", json.dumps(tree), None,

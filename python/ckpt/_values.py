@@ -50,7 +50,8 @@ class Shard:
     `value` (a NumPy array or CPU torch tensor) holds the box of the global
     tensor, of shape `global_shape`, that starts at `offsets` (one per
     dimension); its shape is the box's lengths. Across the ranks the boxes
-    must tile the global shape. save() writes each rank's piece; load()
+    must tile the global shape; a rank that holds none of it (more ranks
+    than rows) passes an empty box. save() writes each rank's piece; load()
     returns the whole tensor; load_into() fills the box from whatever pieces
     were saved, at any world size and any split.
     """
@@ -84,6 +85,14 @@ class RankLocal:
 
     def __repr__(self):
         return f"ckpt.RankLocal({self.value!r})"
+
+
+def holds_nothing(value):
+    """True for a Shard whose box is empty while its tensor is not: the
+    rank holds none of the tensor (more ranks than rows), so it offers no
+    piece and fills nothing, though the entry stays in the state's tree."""
+    return (isinstance(value, Shard) and math.prod(value.global_shape) > 0
+            and 0 in tuple(getattr(value.value, "shape", ())))
 
 
 def placement(name, value):

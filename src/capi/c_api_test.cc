@@ -479,6 +479,33 @@ const ckpt_communicator_ops_t kGroupOps = {
     .destroy = [](void* c) { delete Ctx(c); },
 };
 
+// Saves `s` as step 3 of `root` as `rank` of `group`: "" or the error, as
+// "<code>: <message>".
+std::string SaveOnRank(Group& group, const std::string& root, int rank,
+                       ckpt_state_t* s) {
+  ckpt_communicator_t* comm =
+      ckpt_communicator_create(&kGroupOps, new RankCtx{&group, rank});
+  ckpt_options_t* o = ckpt_options_create();
+  ckpt_options_set_communicator(o, comm);
+  // The manager keeps the communicator alive.
+  ckpt_communicator_destroy(comm);
+  ckpt_manager_t* m = nullptr;
+  Err err;
+  const int opened = ckpt_manager_open(root.c_str(), o, &m, &err.text);
+  ckpt_options_destroy(o);
+  if (opened != CKPT_OK) return err.str();
+  char* r = nullptr;
+  std::string outcome;
+  if (int code = ckpt_manager_save(m, 3, s, nullptr, &r, &err.text);
+      code != CKPT_OK) {
+    outcome = std::string(ckpt_code_name(code)) + ": " + err.str();
+  } else if (Take(r).find("\"world_size\":2") == std::string::npos) {
+    outcome = "world size not 2";
+  }
+  ckpt_manager_close(m);
+  return outcome;
+}
+
 TEST(CApiTest, ACommunicatorFromAFunctionTableShardsASave) {
   Folder dir;
   const std::string root = dir.Sub("root");
@@ -488,20 +515,6 @@ TEST(CApiTest, ACommunicatorFromAFunctionTableShardsASave) {
   std::vector<std::thread> threads;
   for (int rank = 0; rank < 2; ++rank) {
     threads.emplace_back([&, rank] {
-      ckpt_communicator_t* comm =
-          ckpt_communicator_create(&kGroupOps, new RankCtx{&group, rank});
-      ckpt_options_t* o = ckpt_options_create();
-      ckpt_options_set_communicator(o, comm);
-      // The manager keeps the communicator alive.
-      ckpt_communicator_destroy(comm);
-      ckpt_manager_t* m = nullptr;
-      Err err;
-      if (ckpt_manager_open(root.c_str(), o, &m, &err.text) != CKPT_OK) {
-        errors[rank] = err.str();
-        ckpt_options_destroy(o);
-        return;
-      }
-      ckpt_options_destroy(o);
       int64_t box[2] = {1, 4}, global[2] = {2, 4}, offsets[2] = {rank, 0};
       ckpt_entry_t e = {.name = "w",
                         .kind = CKPT_KIND_TENSOR,
@@ -514,15 +527,11 @@ TEST(CApiTest, ACommunicatorFromAFunctionTableShardsASave) {
                         .global_shape = global,
                         .offsets = offsets};
       ckpt_state_t* s = ckpt_state_create();
-      char* r = nullptr;
-      if (ckpt_state_add(s, &e, 1, 0, &err.text) != CKPT_OK ||
-          ckpt_manager_save(m, 3, s, nullptr, &r, &err.text) != CKPT_OK) {
-        errors[rank] = err.str();
-      } else if (Take(r).find("\"world_size\":2") == std::string::npos) {
-        errors[rank] = "world size not 2";
-      }
+      Err err;
+      errors[rank] = ckpt_state_add(s, &e, 1, 0, &err.text) == CKPT_OK
+                         ? SaveOnRank(group, root, rank, s)
+                         : err.str();
       ckpt_state_destroy(s);
-      ckpt_manager_close(m);
     });
   }
   for (auto& t : threads) t.join();
@@ -550,6 +559,68 @@ TEST(CApiTest, ACommunicatorFromAFunctionTableShardsASave) {
   EXPECT_EQ(whole, (std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}));
   ckpt_state_destroy(s);
   ckpt_manager_close(m);
+}
+
+// A binding that finds bad input on one rank marks that rank's state
+// failed and still saves: every rank gets the error, none waits forever.
+TEST(CApiTest, AStateMarkedFailedOnOneRankFailsTheSaveOnEveryRank) {
+  Folder dir;
+  const std::string root = dir.Sub("root");
+  Group group(2);
+  std::vector<std::string> outcomes(2);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      std::vector<float> x = {1, 2};
+      int64_t shape[1] = {2};
+      ckpt_entry_t e = {.name = "x",
+                        .kind = CKPT_KIND_TENSOR,
+                        .dtype = "F32",
+                        .ndim = 1,
+                        .shape = shape,
+                        .data = x.data(),
+                        .nbytes = 8};
+      ckpt_state_t* s = ckpt_state_create();
+      Err err;
+      if (ckpt_state_add(s, &e, 1, 0, &err.text) != CKPT_OK) {
+        outcomes[rank] = "add: " + err.str();
+      } else if (rank == 1 && ckpt_state_set_error(s, CKPT_INVALID_ARGUMENT,
+                                                   "entry \"y\": not a tensor",
+                                                   &err.text) != CKPT_OK) {
+        outcomes[rank] = "set_error: " + err.str();
+      } else {
+        outcomes[rank] = SaveOnRank(group, root, rank, s);
+      }
+      ckpt_state_destroy(s);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_THAT(outcomes[0], testing::StartsWith("InvalidArgument: save step 3"));
+  EXPECT_THAT(outcomes[0],
+              testing::EndsWith(": rank 1: entry \"y\": not a tensor"));
+  EXPECT_EQ(outcomes[1], outcomes[0]);
+  ckpt_manager_t* m = Open(root);
+  int64_t latest = 0;
+  Err err;
+  ASSERT_EQ(ckpt_manager_latest(m, &latest, &err.text), CKPT_OK);
+  EXPECT_EQ(latest, -1) << "step " << latest << " was committed";
+  ckpt_manager_close(m);
+
+  ckpt_state_t* s = ckpt_state_create();
+  EXPECT_EQ(ckpt_state_set_error(s, CKPT_OK, "fine", &err.text),
+            CKPT_INVALID_ARGUMENT);
+  EXPECT_THAT(err.str(), HasSubstr("0 is not an error code"));
+  EXPECT_EQ(ckpt_state_set_error(s, CKPT_DATA_LOSS, "first", &err.text),
+            CKPT_OK);
+  EXPECT_EQ(ckpt_state_set_error(s, CKPT_ABORTED, "second", &err.text),
+            CKPT_OK);
+  ckpt_manager_t* single = Open(dir.Sub("single"));
+  char* r = nullptr;
+  EXPECT_EQ(ckpt_manager_save(single, 1, s, nullptr, &r, &err.text),
+            CKPT_DATA_LOSS);
+  EXPECT_THAT(err.str(), testing::EndsWith(": first"));
+  ckpt_manager_close(single);
+  ckpt_state_destroy(s);
 }
 
 TEST(CApiTest, ATableWithoutItsFunctionsIsRefused) {

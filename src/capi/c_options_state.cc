@@ -381,6 +381,24 @@ int ckpt_state_add(ckpt_state_t* state, const ckpt_entry_t* entries, size_t n,
   });
 }
 
+int ckpt_state_set_error(ckpt_state_t* state, int code, const char* message,
+                         char** errptr) {
+  return Guard(errptr, [&]() -> ckpt::Status {
+    if (state == nullptr || message == nullptr) {
+      return NullArgument("ckpt_state_set_error", "the state or the message");
+    }
+    if (code <= CKPT_OK || code > CKPT_FAILED_PRECONDITION) {
+      return ckpt::InvalidArgumentError(
+          "ckpt_state_set_error: " + std::to_string(code) +
+          " is not an error code (1 to " +
+          std::to_string(CKPT_FAILED_PRECONDITION) + ")");
+    }
+    state->state.SetError(
+        ckpt::Status(static_cast<ckpt::ErrorCode>(code), message));
+    return ckpt::Status();
+  });
+}
+
 size_t ckpt_state_size(const ckpt_state_t* state) {
   return state == nullptr ? 0 : state->state.size();
 }

@@ -48,6 +48,10 @@ std::string_view EntryKindName(EntryKind kind) {
   return "unknown";
 }
 
+void State::SetError(Status error) {
+  if (status_.ok() && !error.ok()) status_ = std::move(error);
+}
+
 Entry* State::Add(std::string name, EntryKind kind) {
   if (!status_.ok()) return nullptr;
   if (Status s = ValidateEntryName(name); !s.ok()) {
