@@ -20,6 +20,10 @@ buffers) nor on load (it reads into the arrays it returns, or, with
 load_into, into yours), except that a non-contiguous or big-endian array is
 first copied into a C-contiguous one.
 
+PyTorch's distributed-checkpoint calls (save, load in place, async_save,
+Stateful objects, DTensor and ShardedTensor leaves) and safetensors
+consolidation are in ckpt.torch: import ckpt.torch.
+
 Many ranks: CheckpointManager(url, communicator=ckpt.mpi_communicator())
 under mpirun, or communicator=ckpt.torch_communicator() under torchrun;
 ckpt.Shard(array, offsets, global_shape) is one rank's box of

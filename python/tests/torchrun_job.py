@@ -13,6 +13,22 @@
                     ranks: every rank must get an error (it prints its class
                     to stderr: "rank R error CLASS: message") and nothing
                     may be committed
+  tsave ROOT        ckpt.torch.save (step 5) and async_save (step 6) of a
+                    replicated model and its Adam optimizer (Stateful), a
+                    DTensor (test double) sharded over a 2-d mesh at 4 ranks
+                    and a 1-d one otherwise, and a ShardedTensor (test
+                    double) split by rows, a rank holding none at 4 ranks
+  tload ROOT        ckpt.torch.load of step 6 into fresh objects: the DTensor
+                    in another layout (Shard(1), or Shard(1) x Replicate on a
+                    2 x 2 mesh at 4 ranks), the rows split over the ranks
+                    that run now; checks every value bit for bit
+  real ROOT         where this PyTorch can make them: a real ShardedTensor
+                    (ChunkShardingSpec by rows) saved with ckpt.torch and
+                    loaded back into another, bit for bit
+  tbad ROOT         ckpt.torch.save and async_save where rank 1's state
+                    cannot be saved (its object's state_dict() raises, then
+                    a Partial DTensor): every rank gets the same error
+                    (printed as for bad), nothing is committed
 
 Exits 1 on any mismatch. Several operations in one job save starting
 PyTorch (the slow part) more than once.
@@ -25,6 +41,9 @@ import torch
 import torch.distributed as dist
 
 import ckpt
+import ckpt.torch as ct
+
+import sharded_doubles as sd
 
 ROWS, COLS = 30, 4
 
@@ -46,6 +65,12 @@ def my_rows(rank, size):
 def same_bits(a, b):
     return (a.dtype == b.dtype and a.shape == b.shape
             and a.numpy().tobytes() == b.numpy().tobytes())
+
+
+def report(rank, error):
+    # One write, so that the ranks' lines do not interleave.
+    sys.stderr.write(f"rank {rank} error {type(error).__name__}: {error}\n")
+    sys.stderr.flush()
 
 
 def fail(rank, what):
@@ -115,14 +140,138 @@ def bad(root, rank, size, comm):
         mgr.save(3, state)
     except ckpt.Error as e:
         # Every rank prints the class it got; the test compares them.
-        print(f"rank {rank} error {type(e).__name__}: {e}", file=sys.stderr,
-              flush=True)
+        report(rank, e)
     else:
         fail(rank, "a save with another shape on rank 1 succeeded")
     if mgr.list():
         fail(rank, f"something was committed: {mgr.list()}")
     if mgr.latest() is not None:
         fail(rank, "latest() is not None")
+
+
+def trained_model(steps):
+    """A model and its Adam optimizer, trained the same way on every rank."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(),
+                                torch.nn.Linear(7, 2))
+    opt = torch.optim.Adam(model.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(steps):
+        loss = model(torch.randn(3, 5, generator=g)).square().sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model, opt
+
+
+def dtensor_whole():
+    return torch.arange(7 * 5, dtype=torch.float64).reshape(7, 5).sqrt()
+
+
+def rows_whole():
+    return torch.arange(3 * 3, dtype=torch.int32).reshape(3, 3) - 4
+
+
+def sharded_state(rank, size, model, opt, save_layout):
+    if save_layout:
+        mesh_shape = [2, 2] if size == 4 else [size]
+        placements = [sd.Shard(0), sd.Shard(1)][:len(mesh_shape)]
+    elif size == 4:
+        mesh_shape, placements = [2, 2], [sd.Shard(1), sd.Replicate()]
+    else:
+        mesh_shape, placements = [size], [sd.Shard(1)]
+    mesh = sd.DeviceMesh(mesh_shape, rank)
+    w2 = dtensor_whole() if save_layout else torch.zeros(7, 5,
+                                                         dtype=torch.float64)
+    rows = rows_whole() if save_layout else torch.zeros(3, 3,
+                                                        dtype=torch.int32)
+    return {"model": model, "optim": opt,
+            "sharded": {"w2": sd.distribute(w2, mesh, placements),
+                        "rows": sd.chunk_rows(rows, rank, size)},
+            "step": 5 if save_layout else 0}
+
+
+def tsave(root, rank, size):
+    model, opt = trained_model(3)
+    state = sharded_state(rank, size, model, opt, True)
+    if rank == 3 and state["sharded"]["rows"].local_shards():
+        fail(rank, "the test means rank 3 to hold no row")
+    ct.save(state, root, 5, epoch=2)
+    ct.async_save(state, root, 6, metrics={"loss": 0.5}).wait()
+    if ct.latest(root) != 6:
+        fail(rank, f"latest is {ct.latest(root)}")
+
+
+def tload(root, rank, size):
+    model, opt = trained_model(0)
+    state = sharded_state(rank, size, model, opt, False)
+    info = ct.load(state, root)
+    if info.step != 6 or state["step"] != 5:
+        fail(rank, f"loaded step {info.step}, step entry {state['step']}")
+    ref_model, ref_opt = trained_model(3)
+    for (name, got), want in zip(model.state_dict().items(),
+                                 ref_model.state_dict().values()):
+        if not same_bits(got, want):
+            fail(rank, f"model {name} differs")
+    got, want = opt.state_dict()["state"], ref_opt.state_dict()["state"]
+    if sorted(got) != sorted(want) or any(
+            not same_bits(got[i][k], want[i][k])
+            for i in want for k in ("exp_avg", "exp_avg_sq")):
+        fail(rank, "the optimizer's moments differ")
+    w2, rows = state["sharded"]["w2"], state["sharded"]["rows"]
+    expected = sd.distribute(dtensor_whole(), w2.device_mesh, w2.placements)
+    if not same_bits(w2.to_local(), expected.to_local()):
+        fail(rank, f"DTensor shard differs {w2.to_local()}")
+    for mine, want in zip(rows.local_shards(),
+                          sd.chunk_rows(rows_whole(), rank,
+                                        size).local_shards()):
+        if not same_bits(mine.tensor, want.tensor):
+            fail(rank, "ShardedTensor shard differs")
+
+
+def real(root, rank, size):
+    from torch.distributed._shard import sharded_tensor
+    from torch.distributed._shard.sharding_spec import ChunkShardingSpec
+    spec = ChunkShardingSpec(
+        dim=0, placements=[f"rank:{r}/cpu" for r in range(size)])
+    whole = rows_whole()
+    saved = sharded_tensor.empty(spec, *whole.shape, dtype=whole.dtype)
+    for shard in saved.local_shards():
+        lo = shard.metadata.shard_offsets[0]
+        shard.tensor.copy_(whole[lo:lo + shard.tensor.shape[0]])
+    ct.save({"rows": saved}, root, 1)
+    loaded = sharded_tensor.empty(spec, *whole.shape, dtype=whole.dtype)
+    ct.load({"rows": loaded}, root)
+    for shard in loaded.local_shards():
+        lo = shard.metadata.shard_offsets[0]
+        if not same_bits(shard.tensor, whole[lo:lo + shard.tensor.shape[0]]):
+            fail(rank, "a real ShardedTensor's shard differs")
+
+
+class Broken:
+    def state_dict(self):
+        raise RuntimeError("this object cannot say its state")
+
+    def load_state_dict(self, state):
+        pass
+
+
+def tbad(root, rank, size):
+    mesh = sd.DeviceMesh([size], rank)
+    partial = sd.DTensor(torch.zeros(2), [2], mesh, [sd.Partial()])
+    for i, bad_leaf in enumerate((Broken(), partial)):
+        state = {"x": torch.ones(3), "odd": bad_leaf if rank == 1 else 0}
+        try:
+            if i == 0:
+                ct.save(state, root, 1)
+            else:
+                ct.async_save(state, root, 1).wait()
+        except ckpt.Error as e:
+            report(rank, e)
+        else:
+            fail(rank, "a save with a bad leaf on rank 1 succeeded")
+    if ct.latest(root) is not None:
+        fail(rank, f"something was committed: {ct.latest(root)}")
 
 
 def main():
@@ -144,6 +293,14 @@ def main():
             args = args[1:]
         elif op == "bad":
             bad(root, rank, size, comm)
+        elif op == "tsave":
+            tsave(root, rank, size)
+        elif op == "tload":
+            tload(root, rank, size)
+        elif op == "real":
+            real(root, rank, size)
+        elif op == "tbad":
+            tbad(root, rank, size)
         else:
             fail(rank, f"unknown operation {op}")
     comm.barrier()

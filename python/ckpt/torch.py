@@ -1,0 +1,486 @@
+"""ckpt.torch: PyTorch's distributed-checkpoint calls, on ckpt.
+
+    import ckpt.torch as ct
+    state = {"model": model, "optim": optimizer, "step": step}
+    ct.save(state, "/data/run42", step)         # or ct.async_save(...)
+    ct.load(state, "/data/run42")               # the newest, in place
+
+Every rank of a torchrun job makes the same calls; ckpt's collectives run
+on a gloo group of their own (ckpt.torch_communicator()), whatever backend
+the job uses. What a state dict may hold, beside what ckpt.CheckpointManager
+saves (tensors, scalars, bytes, nested dicts, lists and tuples):
+
+  Stateful objects   anything with state_dict() and load_state_dict() (an
+                     nn.Module, an optimizer, an object of the program's):
+                     save() stores its state_dict(); load() fills that
+                     state_dict()'s tensors in place, creates what the
+                     checkpoint holds and it lacks (a fresh optimizer's
+                     moments), then calls load_state_dict() with it
+  DTensor            (PyTorch 2: FSDP2, tensor parallel) each rank's local
+                     shard is its box of the global tensor: Shard(d) on any
+                     mesh dimension, Replicate(), uneven shards; a box that
+                     several ranks hold is written once. Loading fills each
+                     rank's local shard from whatever split was saved:
+                     another world size, mesh or placement
+  ShardedTensor      (FSDP1) each rank's local shard, likewise (one local
+                     shard per rank)
+
+Tensors must be on the CPU. Debian's PyTorch 1.13 has no DTensor
+(HAS_DTENSOR is False there) and, under Python 3.11, cannot import
+ShardedTensor; everything else works with it.
+
+`root` is a URL or path, or a ckpt.CheckpointManager for retention, the
+catalog or other options (ckpt.open(url, keep_last=3,
+communicator=ckpt.torch_communicator())). For a URL, this module opens one
+manager per root and keeps it (and the root's lease) for the next calls of
+the process; close() lets them go.
+
+consolidate(root, out_path, ...) writes a checkpoint as Hugging Face
+safetensors: one model.safetensors, or several files and
+model.safetensors.index.json beyond max_shard_size.
+"""
+
+import gc
+import json
+import math
+import os
+import threading
+from collections.abc import Mapping
+
+import torch
+
+from ckpt import _ckpt, _manager, _torch_dist, _tree, _values
+from ckpt._consolidate import consolidate
+
+try:
+    from torch.distributed.tensor import DTensor as _DTensor
+except ImportError:
+    try:
+        from torch.distributed._tensor import DTensor as _DTensor
+    except ImportError:
+        _DTensor = None
+
+HAS_DTENSOR = _DTensor is not None
+
+__all__ = ["HAS_DTENSOR", "async_save", "close", "consolidate", "latest",
+           "load", "manager", "save"]
+
+# url -> (manager, the communicator it was opened with, or a key naming the
+# default process group). A manager holds its root's lease between saves.
+_managers = {}
+_lock = threading.Lock()
+
+
+def save(state_dict, root, step, *, communicator=None, epoch=None,
+         metrics=None, metadata=None, incremental=False):
+    """Saves `state_dict` as checkpoint `step` of `root`; a SaveResult.
+
+    Every rank calls it with its own state dict. `epoch`, `metrics` (str
+    -> float) and `metadata` (str -> str) go into the manifest;
+    incremental=True writes only what changed since the newest checkpoint.
+    Raises ckpt.AlreadyExists if `step` is committed, and on every rank
+    the same error when one rank's state cannot be saved (nothing is then
+    committed).
+    """
+    mgr = manager(root, communicator=communicator)
+    # A function, so that an error of a state_dict() on one rank reaches
+    # every rank as the save's error.
+    return mgr.save(step, lambda: _saved(state_dict), metadata, epoch,
+                    metrics, incremental=incremental)
+
+
+def async_save(state_dict, root, step, *, communicator=None, epoch=None,
+               metrics=None, metadata=None, incremental=False):
+    """Starts saving `state_dict` as `step` and returns a handle (wait(),
+    done()) once its tensors are copied: the caller may change them at
+    once. One save of a root is in flight at a time: the next call waits
+    for it. A failure is raised by wait() and, once, by the next save."""
+    mgr = manager(root, communicator=communicator)
+    return mgr.save_async(step, lambda: _saved(state_dict), metadata, epoch,
+                          metrics, incremental=incremental)
+
+
+def load(state_dict, root, step=None, *, communicator=None, strict=False):
+    """Fills `state_dict` in place from `step` of `root` (default: the
+    newest committed); the CheckpointInfo of the step loaded.
+
+    Tensors (and DTensors' and ShardedTensors' local shards) receive their
+    bytes in place, at any world size and split; scalars, strings and bytes
+    are replaced in their dicts and lists; Stateful objects are filled and
+    then given load_state_dict(). Every tensor of `state_dict` must be in
+    the checkpoint with its dtype and global shape; with strict=True the
+    checkpoint may hold nothing else either. Raises ckpt.NotFound when
+    `root` has no committed checkpoint.
+    """
+    mgr = manager(root, communicator=communicator)
+    desc = mgr.describe(step)
+    plan = _LoadPlan(desc)
+    target = plan.target(state_dict, ())
+    info = mgr.load_into(target, desc.info.step, strict=strict)
+    plan.finish()
+    return info
+
+
+def latest(root, *, communicator=None):
+    """The newest committed step of `root`, or None."""
+    return manager(root, communicator=communicator).latest()
+
+
+def manager(root, *, communicator=None):
+    """The ckpt.CheckpointManager that save() and load() use for `root`.
+
+    A manager passed in is returned as it is. For a URL or path, the
+    manager of the earlier calls with the same communicator is reused;
+    with communicator=None, every rank of an initialized torch.distributed
+    job takes part (ckpt.torch_communicator()), else this process alone.
+    """
+    if isinstance(root, _manager.CheckpointManager):
+        return root
+    url = os.fspath(root)
+    key = communicator if communicator is not None else _default_group_key()
+    with _lock:
+        held = _managers.get(url)
+        if held is not None and held[1] is key:
+            return held[0]
+        if held is not None:
+            # Another communicator: the old manager gives the lease back
+            # first, so that the new one does not wait for it.
+            del _managers[url]
+            del held
+            gc.collect()
+        comm = communicator
+        if comm is None and key is not None:
+            comm = _torch_dist.torch_communicator()
+        mgr = _manager.CheckpointManager(url, communicator=comm)
+        _managers[url] = (mgr, key)
+        return mgr
+
+
+def close(root=None):
+    """Lets go of the managers this module opened (of `root` only, if
+    given), which gives their roots' leases back once their saves end."""
+    with _lock:
+        if root is None:
+            _managers.clear()
+        else:
+            _managers.pop(os.fspath(root), None)
+    gc.collect()
+
+
+def _default_group_key():
+    """The default process group when torch.distributed is initialized
+    (the key of its managers), else None."""
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    return dist.distributed_c10d._get_default_group()
+
+
+def _is_stateful(value):
+    return (not isinstance(value, torch.Tensor)
+            and callable(getattr(value, "state_dict", None))
+            and callable(getattr(value, "load_state_dict", None)))
+
+
+def _is_dtensor(value):
+    if _DTensor is not None and isinstance(value, _DTensor):
+        return True
+    # By its interface too, so that a test double stands in for it.
+    return all(hasattr(value, a)
+               for a in ("placements", "device_mesh", "to_local"))
+
+
+def _is_sharded_tensor(value):
+    # By its interface, so that a test double stands in for it: Debian's
+    # PyTorch cannot import the class under Python 3.11.
+    return (callable(getattr(value, "local_shards", None))
+            and callable(getattr(value, "size", None)))
+
+
+def _saved(value, path=()):
+    """The state ckpt.CheckpointManager saves for a torch state dict."""
+    if _is_stateful(value):
+        return _saved(value.state_dict(), path)
+    if _is_dtensor(value):
+        return _dtensor_shard(value, path)
+    if _is_sharded_tensor(value):
+        return _sharded_tensor_shard(value, path)
+    if isinstance(value, Mapping) and not isinstance(value, _tree.Metadata):
+        return {k: _saved(v, path + (k,)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        items = [_saved(v, path + (i,)) for i, v in enumerate(value)]
+        return items if isinstance(value, list) else tuple(items)
+    return value
+
+
+class _LoadPlan:
+    """What load() hands ckpt.CheckpointManager.load_into for a torch
+    state dict, and what it does afterwards: Stateful objects get
+    load_state_dict(), and values that load_into replaced in the copies of
+    the caller's containers go back into the caller's own."""
+
+    def __init__(self, desc):
+        self.stored = {e.name: e for e in desc.entries}
+        tree = self.stored.get(_tree.TREE_ENTRY)
+        self.tree = None
+        if tree is not None and tree.kind == "metadata":
+            self.tree = _tree_root(tree.json)
+        self.where = f"load step {desc.info.step}"
+        self.after = []  # run in order once the bytes are in
+
+    def target(self, value, path):
+        if _is_stateful(value):
+            return self._stateful(value, path)
+        if _is_dtensor(value):
+            return _dtensor_shard(value, path)
+        if _is_sharded_tensor(value):
+            return _sharded_tensor_shard(value, path)
+        if isinstance(value, Mapping) and not isinstance(value,
+                                                         _tree.Metadata):
+            out = {k: self.target(v, path + (k,)) for k, v in value.items()}
+            self.after.append(lambda: _put_back(value, out))
+            return out
+        if isinstance(value, list):
+            out = [self.target(v, path + (i,)) for i, v in enumerate(value)]
+            self.after.append(lambda: _put_back(value, out))
+            return out
+        if isinstance(value, tuple):
+            return tuple(self.target(v, path + (i,))
+                         for i, v in enumerate(value))
+        return value
+
+    def _stateful(self, obj, path):
+        """The stored state of `obj` with its own tensors as targets, and
+        new ones for what the checkpoint holds and obj.state_dict() lacks.
+        Once loaded, the structure is what obj.load_state_dict() gets."""
+        state = obj.state_dict()
+        node = _subtree(self.tree, path)
+        if node is not None:
+            mine = {name: leaf for name, _, leaf in _leaves(state, path)}
+            stored = set()
+            state = _build(node, self, mine, stored)
+            missing = sorted(set(mine) - stored)
+            if missing:
+                raise _ckpt.NotFound(
+                    f"{self.where}: the checkpoint has no entry "
+                    f"{missing[0]!r} of {_show(path)}'s state_dict() "
+                    f"({len(missing)} missing)")
+        # Else (no tree: a checkpoint from C++) what the object has.
+        target = self.target(state, path)
+        self.after.append(lambda: obj.load_state_dict(state))
+        return target
+
+    def new_leaf(self, name):
+        """An empty value for entry `name`, which load_into fills."""
+        e = self.stored.get(name)
+        if e is None:
+            raise _ckpt.DataLoss(
+                f"{self.where}: the state's tree names the entry {name!r}, "
+                f"which the checkpoint lacks")
+        if e.kind == "tensor":
+            dtype = _values._torch_dtype(torch, e.dtype)
+            return torch.empty([int(d) for d in e.shape], dtype=dtype)
+        return b"" if e.kind == "blob" else None
+
+    def finish(self):
+        for step in self.after:
+            step()
+
+
+def _put_back(original, loaded):
+    """Puts into the caller's container what load_into replaced (scalars,
+    strings, bytes, tuples of them) in its copy `loaded`."""
+    keys = list(original) if isinstance(original, Mapping) else \
+        range(len(original))
+    for key in keys:
+        original[key] = _restored(original[key], loaded[key])
+
+
+def _restored(mine, loaded):
+    """The caller's value `mine` after the load: itself where its memory
+    was filled (tensors, sharded tensors, containers put back on their
+    own), else the loaded value; a tuple is rebuilt."""
+    if isinstance(mine, tuple):
+        items = [_restored(m, v) for m, v in zip(mine, loaded)]
+        if hasattr(mine, "_fields"):  # a namedtuple
+            return type(mine)(*items)
+        return type(mine)(items)
+    if (isinstance(mine, (torch.Tensor, list)) or _is_stateful(mine)
+            or _is_dtensor(mine) or _is_sharded_tensor(mine)
+            or isinstance(mine, Mapping) and not isinstance(mine,
+                                                            _tree.Metadata)
+            or _values._buffer.has_buffer(mine)
+            and not isinstance(mine, (bytes, bytearray))):
+        return mine
+    return loaded
+
+
+def _leaves(state, path):
+    """(dotted name, path, leaf) of every leaf of `state` at `path`."""
+    out = []
+    _walk(state, path, out)
+    return out
+
+
+def _walk(value, path, out):
+    if isinstance(value, Mapping) and not isinstance(value, _tree.Metadata):
+        for k, v in value.items():
+            _walk(v, path + (k,), out)
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _walk(v, path + (i,), out)
+    else:
+        out.append((".".join(str(k) for k in path), path, value))
+
+
+def _tree_root(text):
+    """The root node of a stored tree description, or None if it is not
+    one this module can walk (load_into then judges it)."""
+    try:
+        tree = json.loads(text)
+        if tree.get("version") == _tree.TREE_VERSION:
+            return tree["root"]
+    except (ValueError, AttributeError, KeyError, TypeError):
+        pass
+    return None
+
+
+def _subtree(node, path):
+    """The tree node at `path`, or None."""
+    for key in path:
+        if not isinstance(node, dict) or len(node) != 1:
+            return None
+        [(kind, children)] = node.items()
+        if kind == "dict":
+            found = [child for k, child in children if k == key]
+            if len(found) != 1:
+                return None
+            node = found[0]
+        elif isinstance(key, int) and 0 <= key < len(children):
+            node = children[key]
+        else:
+            return None
+    return node
+
+
+def _build(node, plan, mine, stored):
+    """The structure the tree `node` describes, each leaf the caller's own
+    (from `mine`, by entry name) or a new one for load_into to fill; adds
+    the entry names to `stored`."""
+    if isinstance(node, str):
+        stored.add(node)
+        return mine[node] if node in mine else plan.new_leaf(node)
+    if not isinstance(node, dict) or len(node) != 1:
+        raise _ckpt.DataLoss(f"{plan.where}: the state's tree is damaged "
+                             f"(a node {node!r:.80})")
+    [(kind, children)] = node.items()
+    if kind == "dict":
+        return {key: _build(child, plan, mine, stored)
+                for key, child in children}
+    items = [_build(child, plan, mine, stored) for child in children]
+    return items if kind == "list" else tuple(items)
+
+
+def _show(path):
+    return ".".join(str(k) for k in path) or "the state"
+
+
+def _local_tensor(dtensor):
+    local = getattr(dtensor, "_local_tensor", None)
+    return local if local is not None else dtensor.to_local()
+
+
+def _dtensor_shard(dt, path):
+    """A DTensor as this rank's ckpt.Shard of the global tensor (an empty
+    box where this rank holds none of it)."""
+    local = _local_tensor(dt)
+    global_shape = [int(d) for d in dt.shape]
+    offsets = _dtensor_offsets(dt, global_shape, list(local.shape), path)
+    return _values.Shard(local, offsets, global_shape)
+
+
+def _dtensor_offsets(dt, global_shape, local_shape, path):
+    mesh, placements = dt.device_mesh, tuple(dt.placements)
+    computed = _torch_local_box(global_shape, mesh, placements)
+    if computed is None:
+        computed = _local_box(global_shape, mesh, placements, path)
+    lengths, offsets = computed
+    if math.prod(local_shape) == 0:
+        return [0] * len(global_shape)
+    if list(lengths) != local_shape:
+        raise _ckpt.InvalidArgument(
+            f"entry {_show(path)!r}: the DTensor's local shard has shape "
+            f"{local_shape}, but its placements {placements} give this rank "
+            f"a box of {list(lengths)}")
+    return offsets
+
+
+def _torch_local_box(global_shape, mesh, placements):
+    """PyTorch's own (lengths, offsets) of this rank's box, which knows
+    every placement of the installed version; None where it is absent."""
+    compute = None
+    for module in ("torch.distributed.tensor._utils",
+                   "torch.distributed._tensor._utils"):
+        try:
+            mod = __import__(module, fromlist=["_"])
+        except ImportError:
+            continue
+        compute = getattr(mod, "compute_local_shape_and_global_offset", None)
+        if compute is not None:
+            break
+    if compute is None or not hasattr(mesh, "mesh"):
+        return None
+    lengths, offsets = compute(torch.Size(global_shape), mesh, placements)
+    if len(offsets) != len(global_shape):  # a rank outside the mesh
+        return [0] * len(global_shape), [0] * len(global_shape)
+    return [int(x) for x in lengths], [int(x) for x in offsets]
+
+
+def _local_box(global_shape, mesh, placements, path):
+    """(lengths, offsets) of this rank's box under `placements`, as DTensor
+    cuts: on each mesh dimension in turn, Shard(d) splits what is left of
+    dimension d into mesh-size chunks of ceil(n / size) elements (the last
+    ones shorter or empty), and Replicate() keeps it whole."""
+    coordinate = mesh.get_coordinate()
+    ndim = len(global_shape)
+    if coordinate is None:  # this rank is not in the mesh
+        return [0] * ndim, [0] * ndim
+    lengths, offsets = list(global_shape), [0] * ndim
+    for mesh_dim, p in enumerate(placements):
+        if p.is_replicate():
+            continue
+        if not p.is_shard() or type(p).__name__ != "Shard":
+            raise _ckpt.InvalidArgument(
+                f"entry {_show(path)!r}: the DTensor placement {p} is not "
+                f"one ckpt saves (Shard(d) and Replicate(); reduce a "
+                f"Partial first)")
+        d = p.dim + ndim if p.dim < 0 else p.dim
+        n = mesh.size(mesh_dim)
+        chunk = -(-lengths[d] // n)
+        start = min(chunk * coordinate[mesh_dim], lengths[d])
+        end = min(start + chunk, lengths[d])
+        offsets[d] += start
+        lengths[d] = end - start
+    return lengths, offsets
+
+
+def _sharded_tensor_shard(st, path):
+    """A ShardedTensor as this rank's ckpt.Shard of the global tensor."""
+    shards = st.local_shards()
+    global_shape = [int(d) for d in st.size()]
+    if not shards:
+        empty = torch.empty([0] * len(global_shape))
+        return _values.Shard(empty, [0] * len(global_shape), global_shape)
+    if len(shards) > 1:
+        raise _ckpt.InvalidArgument(
+            f"entry {_show(path)!r}: this rank holds {len(shards)} shards of "
+            f"the ShardedTensor; ckpt saves one box per rank (place one "
+            f"shard on each rank)")
+    shard = shards[0]
+    offsets = [int(o) for o in shard.metadata.shard_offsets]
+    sizes = [int(s) for s in shard.metadata.shard_sizes]
+    if sizes != list(shard.tensor.shape):
+        raise _ckpt.InvalidArgument(
+            f"entry {_show(path)!r}: the ShardedTensor's local shard has "
+            f"shape {list(shard.tensor.shape)}, its metadata says {sizes}")
+    return _values.Shard(shard.tensor, offsets, global_shape)
