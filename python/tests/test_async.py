@@ -87,8 +87,18 @@ def longest_stall_during(action):
 
 
 def test_gil_is_released_during_save_and_load(mgr):
-    big = {"w": np.ones(32 << 20, dtype=np.float32)}  # 128 MiB
     steps = iter(range(1, 100))
+    # A call must last long enough for a held GIL to show as a stall: a
+    # fast disk saves 128 MiB in 30 ms, so the state grows (up to 1 GiB)
+    # until a save takes 0.1 s.
+    n = 32 << 20
+    while True:
+        big = {"w": np.ones(n, dtype=np.float32)}
+        start = time.perf_counter()
+        mgr.save(next(steps), big)
+        if time.perf_counter() - start > 0.1 or n >= 256 << 20:
+            break
+        n *= 2
 
     def ticks_through(action):
         # With the GIL held the ticking thread stalls for the whole call,
