@@ -78,7 +78,9 @@ sys.exit("libmpi" in open("/proc/self/maps").read())'; then
   [ -x "$build/python/interop_helper" ] ||
     say "warning: $build/python/interop_helper is not built (make build)"
   env=(CKPT_INTEROP_HELPER="$build/python/interop_helper"
-       CKPT_TRAIN_EXAMPLE="$repo/examples/python/train.py")
+       CKPT_CLI="$build/tools/ckpt/ckpt"
+       CKPT_TRAIN_EXAMPLE="$repo/examples/python/train.py"
+       CKPT_TORCHRUN_EXAMPLE="$repo/examples/python/torchrun_train.py")
   if mpiexec="$(command -v mpiexec)"; then
     env+=(CKPT_MPIEXEC="$mpiexec")
   fi
