@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <vector>
+
+#include "util/parallel_copy.h"
 
 namespace ckpt {
 namespace {
@@ -67,6 +70,9 @@ uint64_t StagingBytes(const State& state) {
 
 Status StageState(const State& state, std::span<std::byte> memory, State& out) {
   CKPT_RETURN_IF_ERROR(state.status());
+  // The places first, then every copy at once on the machine's cores: the
+  // copy is the caller's whole stall.
+  std::vector<CopyJob> copies;
   uint64_t used = 0;
   for (const Entry& e : state.entries()) {
     if (e.kind == EntryKind::kMetadata) {
@@ -80,7 +86,7 @@ Status StageState(const State& state, std::span<std::byte> memory, State& out) {
                                   " does not fit in the staging memory");
     }
     std::byte* dst = memory.data() + used;
-    if (n > 0) std::memcpy(dst, e.tensor.data, n);
+    if (n > 0) copies.push_back(CopyJob{dst, e.tensor.data, n});
     used += n;
     TensorView view{e.tensor.dtype, e.tensor.shape, dst, false};
     if (e.kind == EntryKind::kBlob) {
@@ -97,7 +103,8 @@ Status StageState(const State& state, std::span<std::byte> memory, State& out) {
       out.AddTensor(e.name, std::move(view));
     }
   }
-  return out.status();
+  CKPT_RETURN_IF_ERROR(out.status());
+  return ParallelCopy(copies);
 }
 
 }  // namespace ckpt

@@ -40,8 +40,8 @@ class StagingArena {
 uint64_t StagingBytes(const State& state);
 
 // Fills `out` (empty) with a copy of every entry of `state`, its tensor and
-// blob bytes placed in `memory` (at least StagingBytes(state) bytes). `out`
-// borrows `memory`.
+// blob bytes placed in `memory` (at least StagingBytes(state) bytes), copied
+// on every core (ParallelCopy). `out` borrows `memory`.
 Status StageState(const State& state, std::span<std::byte> memory, State& out);
 
 }  // namespace ckpt

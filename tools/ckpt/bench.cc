@@ -12,7 +12,9 @@
 //   3. ckpt Save of the state (fsync and commit included), then Load into the
 //      same buffers (checksums checked), cold (the checkpoint's pages
 //      dropped the same way) and warm.
-// Then memcpy of the state into a reused buffer, and SaveAsync: the time the
+// Then memcpy of the state into a reused buffer, by one thread and by as many
+// threads as the machine has cores (each copying its share of every tensor:
+// what the cores reach together), and SaveAsync: the time the
 // caller is stalled (the first save, which maps the staging memory, is
 // reported apart) and the time until the save is committed. Peak memory is
 // getrusage's ru_maxrss after the synchronous phases and after the
@@ -32,6 +34,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench_report.h"
@@ -363,8 +366,20 @@ Status MeasureSaveLoad(CheckpointManager& mgr, const std::string& root,
   return Status();
 }
 
+// Copies share `part` of `parts` of every tensor into `copy`.
+void CopyShare(const std::vector<std::unique_ptr<Buffer>>& tensors,
+               std::byte* copy, int part, int parts) {
+  uint64_t at = 0;
+  for (const auto& t : tensors) {
+    const uint64_t begin = t->size() * part / parts;
+    const uint64_t end = t->size() * (part + 1) / parts;
+    std::memcpy(copy + at + begin, t->data() + begin, end - begin);
+    at += t->size();
+  }
+}
+
 // The first touch of a buffer of the state's size, then `runs` copies of
-// the state into it.
+// the state into it by one thread, and `runs` by one thread per core.
 Status MeasureMemcpy(const std::vector<std::unique_ptr<Buffer>>& tensors,
                      uint64_t state_bytes, int runs, Figures& f) {
   Buffer copy;
@@ -373,12 +388,21 @@ Status MeasureMemcpy(const std::vector<std::unique_ptr<Buffer>>& tensors,
   f.first_touch = Seconds(t0, Clock::now());
   for (int r = 0; r < runs; ++r) {
     t0 = Clock::now();
-    uint64_t at = 0;
-    for (const auto& t : tensors) {
-      std::memcpy(copy.data() + at, t->data(), t->size());
-      at += t->size();
-    }
+    CopyShare(tensors, copy.data(), 0, 1);
     f.memcpy.push_back(Seconds(t0, Clock::now()));
+  }
+  f.parallel_memcpy_threads =
+      std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int n = f.parallel_memcpy_threads;
+  for (int r = 0; r < runs; ++r) {
+    t0 = Clock::now();
+    std::vector<std::thread> threads;
+    for (int part = 1; part < n; ++part) {
+      threads.emplace_back(CopyShare, std::cref(tensors), copy.data(), part, n);
+    }
+    CopyShare(tensors, copy.data(), 0, n);
+    for (auto& t : threads) t.join();
+    f.parallel_memcpy.push_back(Seconds(t0, Clock::now()));
   }
   return Status();
 }

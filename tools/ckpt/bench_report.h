@@ -19,7 +19,8 @@ double Median(std::vector<double> v);
 struct Figures {
   std::vector<double> raw_write_buffered, raw_write_direct, raw_read_cold,
       raw_read_warm, raw_read_direct, save, load_cold, load_warm, memcpy,
-      async_stall, async_total;
+      parallel_memcpy, async_stall, async_total;
+  int parallel_memcpy_threads = 1;
   double first_touch = 0;
   double async_first_stall = 0;
 };

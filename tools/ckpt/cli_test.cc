@@ -966,6 +966,9 @@ TEST_F(CliTest, BenchJsonReportsEveryFigureRatioAndTarget) {
                                 "raw_read_direct_gbps",
                                 "memcpy_gbps",
                                 "memcpy_seconds",
+                                "parallel_memcpy_gbps",
+                                "parallel_memcpy_seconds",
+                                "parallel_memcpy_threads",
                                 "first_touch_gbps",
                                 "save_gbps",
                                 "save_seconds",
@@ -984,10 +987,12 @@ TEST_F(CliTest, BenchJsonReportsEveryFigureRatioAndTarget) {
                  {"save_vs_raw_write_best", "save_vs_raw_write_buffered",
                   "save_vs_raw_write_direct", "load_cold_vs_raw_read_cold",
                   "load_cold_vs_raw_read_direct", "load_warm_vs_raw_read_warm",
-                  "async_stall_vs_memcpy", "async_first_stall_vs_memcpy"});
+                  "async_stall_vs_memcpy", "async_first_stall_vs_memcpy",
+                  "async_stall_vs_parallel_memcpy"});
   for (const char* k :
        {"save_vs_raw_write_best >= 0.90", "load_cold_vs_raw_read_cold >= 0.90",
-        "async_stall_vs_memcpy <= 1.5", "sync_peak_above_state_mib <= 64",
+        "async_stall_vs_memcpy <= 1.5", "async_stall_vs_parallel_memcpy <= 1.5",
+        "sync_peak_above_state_mib <= 64",
         "async_peak_above_state_and_staging_mib <= 64"}) {
     ASSERT_TRUE(j["targets"].contains(k)) << k;
     EXPECT_TRUE(j["targets"][k].is_boolean()) << k;
