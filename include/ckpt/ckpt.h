@@ -5,6 +5,7 @@
 #include "ckpt/catalog_sync.h"
 #include "ckpt/checkpoint_manager.h"
 #include "ckpt/communicator.h"
+#include "ckpt/device.h"
 #include "ckpt/dtype.h"
 #include "ckpt/runner.h"
 #include "ckpt/sampler.h"
