@@ -73,7 +73,8 @@ asan: deps
 	ctest --test-dir build/asan --output-on-failure -j $(JOBS) -E '^mpi_'
 
 # The tests that run many threads: ranks as threads, concurrent storage.
-TSAN_TESTS := util_test storage_test checkpoint_test checkpoint_powerloss_test
+TSAN_TESTS := util_test device_test storage_test checkpoint_test \
+              checkpoint_powerloss_test
 tsan: deps
 	cmake --preset tsan >/dev/null
 	cmake --build build/tsan -j $(JOBS) --target $(TSAN_TESTS)
