@@ -3,17 +3,35 @@
 // (two readers may see two different tensors), so it is rejected here.
 #pragma once
 
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string_view>
 
 #include "ckpt/status.h"
 
 namespace ckpt::format {
 
-// Parses `text`; a syntax error or a duplicate key in any object is DataLoss
-// with `what` (the file or object name) in the message. Nesting deeper than
-// 64 levels is refused.
+// One step of the way from the root to a value: an element of an array, or
+// the member of an object under `key`.
+struct JsonStep {
+  bool in_array = false;
+  std::string_view key;
+};
+
+// Called on each object and array as it closes, with the steps that lead to
+// it. Returning true says it took the value (moved it out); the tree keeps a
+// discarded value in its place, which no JSON text can produce. A reader of a
+// large document turns its many small objects into records this way instead
+// of holding a tree several times the text's size.
+using JsonFold =
+    std::function<bool(std::span<const JsonStep> path, nlohmann::json& value)>;
+
+// Parses `text` in one pass, in time linear in its size; a syntax error or a
+// duplicate key in any object is DataLoss with `what` (the file or object
+// name) in the message. Nesting deeper than 64 levels is refused.
 Result<nlohmann::json> ParseJsonStrict(std::string_view text,
-                                       std::string_view what);
+                                       std::string_view what,
+                                       const JsonFold& fold = nullptr);
 
 }  // namespace ckpt::format

@@ -1,7 +1,14 @@
-// Overlap detection among boxes (pieces of a tensor), in O(n log n + n·k)
-// where k is how many boxes share a stretch of dimension 0 — a row split has
-// k = 1, a grid of r × c blocks k = c — rather than comparing every pair,
-// which at 16,384 ranks would be 134 million comparisons per tensor.
+// Overlap detection among boxes (pieces of a tensor) without comparing every
+// pair, which at 16,384 ranks would be 134 million comparisons per tensor.
+//
+// Dimensions along which all boxes share a point are set aside (every pair
+// overlaps there). Boxes varying along one dimension are sorted along it;
+// along two, swept along one with the open boxes ordered along the other:
+// O(n log n) whatever the dimensions, so a split of any one dimension, or a
+// grid over any two, costs the same. Along three or more, the boxes open at
+// each start along the sweep dimension are checked as a problem of one
+// dimension fewer: O(n log n) per dimension for grids, where each box is open
+// at one start; a box spanning m starts is checked m times.
 #pragma once
 
 #include <cstdint>
@@ -16,8 +23,8 @@ struct BoxRef {
   const std::vector<int64_t>* lengths;
 };
 
-// Indices of two boxes that share an element, or nullopt. Empty boxes
-// overlap nothing. All boxes have the same number of dimensions.
+// Indices of two boxes that share an element, the smaller first, or nullopt.
+// Empty boxes overlap nothing. All boxes have the same number of dimensions.
 std::optional<std::pair<size_t, size_t>> FindOverlap(
     const std::vector<BoxRef>& boxes);
 
