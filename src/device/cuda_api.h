@@ -65,6 +65,7 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext* ctx, CUdevice device);
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice device);
 CUresult cuCtxGetCurrent(CUcontext* ctx);
 CUresult cuCtxSetCurrent(CUcontext ctx);
+CUresult cuCtxSynchronize(void);
 CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t bytes);
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t bytes);
 CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t bytes,

@@ -18,6 +18,7 @@ namespace ckpt {
   X(cuDevicePrimaryCtxRelease_v2) \
   X(cuCtxGetCurrent)              \
   X(cuCtxSetCurrent)              \
+  X(cuCtxSynchronize)             \
   X(cuMemcpyDtoH_v2)              \
   X(cuMemcpyHtoD_v2)              \
   X(cuMemcpyDtoHAsync_v2)         \
@@ -352,6 +353,14 @@ Status CudaDriver::CopyToDeviceAsync(const CudaStream& stream, CUdeviceptr dst,
   CKPT_RETURN_IF_ERROR(context.Enter(stream.device(), op));
   return Check(api_->cuMemcpyHtoDAsync_v2(dst, src, n, stream.handle()),
                "cuMemcpyHtoDAsync_v2", op);
+}
+
+Status CudaDriver::SynchronizeDevice(int device, std::string_view what) const {
+  const std::string op =
+      OnDevice(std::string(what) + ": wait for the device", device);
+  ScopedContext context(*this);
+  CKPT_RETURN_IF_ERROR(context.Enter(device, op));
+  return Check(api_->cuCtxSynchronize(), "cuCtxSynchronize", op);
 }
 
 Status CudaDriver::Synchronize(const CudaStream& stream,

@@ -143,6 +143,11 @@ class CudaDriver {
   // Returns when all the work queued on `stream` is done, or its error.
   Status Synchronize(const CudaStream& stream, std::string_view what) const;
 
+  // Returns when all the work queued on every stream of `device` (in its
+  // primary context, which PyTorch and most frameworks use) is done: what
+  // ckpt waits for before a copy when the caller names no stream of its own.
+  Status SynchronizeDevice(int device, std::string_view what) const;
+
   // Work queued on `waiter` after this call runs after the work queued on
   // `waited` before it, without blocking the host. Both are streams of
   // `device` (null: the legacy default stream). A save orders ckpt's stream

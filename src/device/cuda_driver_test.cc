@@ -284,6 +284,22 @@ TEST_F(CudaDriverTest, SaveStreamRunsAfterTheCallersWork) {
   ASSERT_EQ(fake().cuStreamSynchronize(caller), CUDA_SUCCESS);
 }
 
+TEST_F(CudaDriverTest, SynchronizeDeviceWaitsForEveryStreamOfIt) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  constexpr size_t kBytes = 1 << 20;
+  ASSERT_EQ(fake().inject("stream_delay_us", 20000), 0);
+  const std::vector<std::byte> data = RandomBytes(kBytes, 9);
+  const CUdeviceptr device = Alloc(kBytes);
+  std::memset(reinterpret_cast<void*>(device), 0, kBytes);
+  CUstream caller = FrameworkStream();
+  ASSERT_EQ(fake().cuMemcpyHtoDAsync_v2(device, data.data(), kBytes, caller),
+            CUDA_SUCCESS);
+  // A caller that names no stream: ckpt waits for the whole device.
+  ASSERT_TRUE(cuda_->SynchronizeDevice(0, "save").ok());
+  EXPECT_EQ(std::memcmp(reinterpret_cast<void*>(device), data.data(), kBytes),
+            0);
+}
+
 TEST_F(CudaDriverTest, CallersStreamRunsAfterTheLoad) {
   ASSERT_NO_FATAL_FAILURE(Start());
   constexpr size_t kBytes = 1 << 20;

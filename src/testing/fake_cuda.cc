@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string_view>
 #include <thread>
 #include <utility>
@@ -37,6 +38,8 @@ struct CUstream_st {
   void Launch(std::function<CUresult()> work);
   // Waits until the queue is empty; the first error since the last call.
   CUresult Drain();
+  // Waits until the queue is empty, leaving any error to Drain.
+  void WaitIdle();
 
   const int device;
   Mutex mu;
@@ -109,6 +112,19 @@ struct Fake {
 Fake& State() {
   static Fake* fake = new Fake;  // never destroyed: streams may outlive exit
   return *fake;
+}
+
+// The live streams, for cuCtxSynchronize. A lock of their own, which no
+// stream's worker takes, so a context synchronize can hold it while it
+// waits for them.
+struct Streams {
+  Mutex mu;
+  std::set<CUstream_st*> live GUARDED_BY(mu);
+};
+
+Streams& LiveStreams() {
+  static Streams* streams = new Streams;  // as State()
+  return *streams;
 }
 
 CUctx_st primary_contexts[kMaxDevices] = {{0}, {1}, {2}, {3},
@@ -240,6 +256,11 @@ void CUstream_st::Launch(std::function<CUresult()> work) {
   MutexLock lock(&mu);
   queue.push_back(std::move(work));
   changed.SignalAll();
+}
+
+void CUstream_st::WaitIdle() {
+  MutexLock lock(&mu);
+  while (!queue.empty() || busy) changed.Wait(&mu);
 }
 
 CUresult CUstream_st::Drain() {
@@ -380,6 +401,22 @@ CUresult cuCtxSetCurrent(CUcontext ctx) {
   return CUDA_SUCCESS;
 }
 
+// Waits for every stream of the current context's device; as the driver's
+// does, it leaves a stream's asynchronous error to that stream.
+CUresult cuCtxSynchronize(void) {
+  {
+    Fake& f = State();
+    MutexLock lock(&f.mu);
+    if (CUresult r = CheckContext(f); r != CUDA_SUCCESS) return r;
+  }
+  Streams& streams = LiveStreams();
+  MutexLock lock(&streams.mu);
+  for (CUstream_st* stream : streams.live) {
+    if (stream->device == current_context->device) stream->WaitIdle();
+  }
+  return CUDA_SUCCESS;
+}
+
 CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t bytes) {
   return Copy(dst, reinterpret_cast<const void*>(src), bytes, true, nullptr);
 }
@@ -409,11 +446,19 @@ CUresult cuStreamCreate(CUstream* stream, unsigned int flags) {
     device = current_context->device;
   }
   *stream = new CUstream_st(device);
+  Streams& streams = LiveStreams();
+  MutexLock lock(&streams.mu);
+  streams.live.insert(*stream);
   return CUDA_SUCCESS;
 }
 
 CUresult cuStreamDestroy_v2(CUstream stream) {
   if (stream == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  {
+    Streams& streams = LiveStreams();
+    MutexLock lock(&streams.mu);
+    streams.live.erase(stream);
+  }
   delete stream;  // runs the work still queued first
   Fake& f = State();
   MutexLock lock(&f.mu);

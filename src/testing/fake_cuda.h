@@ -18,7 +18,8 @@
 //     asynchronous copies do overlap their caller, and work on two streams
 //     that nothing orders races (ThreadSanitizer sees it). The error of an
 //     asynchronous copy surfaces at cuStreamSynchronize. The legacy default
-//     stream (null) runs its work at once.
+//     stream (null) runs its work at once. cuCtxSynchronize waits for every
+//     stream of the current context's device.
 //   - Host registration: registering memory that overlaps a registered range
 //     fails with CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, unregistering an
 //     address that does not start one with ..._NOT_REGISTERED.
