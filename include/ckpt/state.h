@@ -23,6 +23,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ckpt/device.h"
 #include "ckpt/dtype.h"
 #include "ckpt/status.h"
 
@@ -34,6 +35,11 @@ struct TensorView {
   std::vector<int64_t> shape;  // empty: a 0-d (scalar) tensor
   std::byte* data = nullptr;   // may be null when the tensor has no bytes
   bool writable = false;       // Load may write into it
+  // Where `data` points. On a CUDA device it is the device address (a
+  // CUdeviceptr): Save copies the bytes into page-locked host memory first,
+  // Load copies them in from there (State::SetCudaStream says when). Last,
+  // so that aggregate initializers of the fields above keep working.
+  MemoryLocation location;
 
   // Number of elements and of bytes, with overflow checked.
   Result<uint64_t> NumElements() const;
@@ -183,6 +189,17 @@ class State {
   // that every rank fails with the error instead of waiting for this one.
   void SetError(Status error);
 
+  // The caller's CUDA stream (a CUstream) that orders ckpt's device copies,
+  // for a state with tensors on a device. Save, and SaveAsync until it
+  // returns, copy from the device after the work queued on it so far; Load
+  // copies into the device after it too, and has finished its copies when
+  // it returns. Null (the default): ckpt synchronizes each device it
+  // touches first (cuCtxSynchronize), which waits for all its streams.
+  void SetCudaStream(void* stream) { cuda_stream_ = stream; }
+  void* cuda_stream() const { return cuda_stream_; }
+  // Whether any tensor lives on a device: the device paths run only then.
+  bool HasDeviceTensors() const;
+
   const std::vector<Entry>& entries() const { return entries_; }
   size_t size() const { return entries_.size(); }
   const Entry* Find(std::string_view name) const;
@@ -207,6 +224,7 @@ class State {
   std::unordered_map<std::string, size_t> index_;
   std::vector<std::unique_ptr<std::byte[]>> owned_;
   Status status_;
+  void* cuda_stream_ = nullptr;
 };
 
 }  // namespace ckpt

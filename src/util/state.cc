@@ -69,6 +69,13 @@ Entry* State::Add(std::string name, EntryKind kind) {
   return &e;
 }
 
+bool State::HasDeviceTensors() const {
+  for (const Entry& e : entries_) {
+    if (!e.tensor.location.is_host()) return true;
+  }
+  return false;
+}
+
 std::span<std::byte> State::Own(size_t bytes) {
   // make_unique_for_overwrite: no zeroing, the bytes are written right away.
   owned_.push_back(
@@ -88,6 +95,14 @@ State& State::AddTensor(std::string name, TensorView view) {
     if (status_.ok()) {
       status_ = InvalidArgumentError("tensor " + Quote(name) +
                                      " has bytes but a null data pointer");
+    }
+    return *this;
+  }
+  if (!view.location.is_host() && view.location.device() < 0) {
+    if (status_.ok()) {
+      status_ = InvalidArgumentError(
+          "tensor " + Quote(name) + " is on a CUDA device with ordinal " +
+          std::to_string(view.location.device()) + "; ordinals start at 0");
     }
     return *this;
   }
