@@ -4,9 +4,11 @@
 //      AsyncSavePolicy::kSkip a single process returns "skipped" instead),
 //      join the last background thread and report its error, if any, once.
 //   2. Copy the state into the reused staging memory (staging.h: huge pages,
-//      large entries page-aligned). A state above async_staging_bytes is
-//      saved synchronously instead; a state that cannot be staged still goes
-//      on, carrying its error, so every rank fails the collectives together.
+//      large entries page-aligned; device tensors copied by the CUDA driver
+//      into it, page-locked, after the caller's stream). A state above
+//      async_staging_bytes is saved synchronously instead; a state that cannot
+//      be staged still goes on, carrying its error, so every rank fails the
+//      collectives together.
 //   3. Mark the manager busy; the caller returns and may change its tensors.
 //   4. A background thread runs the save protocol (save.cc) on the staged
 //      copy; with many ranks its collectives run on that thread. The handle
@@ -61,6 +63,26 @@ Status CheckpointManager::Impl::TakeAsyncError() {
   return std::exchange(async_error_, Status());
 }
 
+Status CheckpointManager::Impl::Stage(const State& state, uint64_t need,
+                                      std::string_view op) {
+  staged_ = State();
+  Status staged = state.status();
+  if (staged.ok()) {
+    staged = Guard(op, [&]() -> Status {
+      CKPT_ASSIGN_OR_RETURN(std::span<std::byte> memory,
+                            staging_.Reserve(need));
+      if (const Entry* e = FirstDeviceTensor(state)) {
+        CKPT_ASSIGN_OR_RETURN(CudaDriver * cuda, DriverFor(*e, op));
+        CKPT_RETURN_IF_ERROR(
+            staging_.Register(*cuda, e->tensor.location.device(), op));
+      }
+      return StageState(state, memory, staged_);
+    });
+  }
+  if (!staged.ok()) staged_ = State();
+  return staged;
+}
+
 void CheckpointManager::Impl::StartAsync(
     int64_t step, const State& state, const SaveOptions& save,
     const std::shared_ptr<internal::SaveHandleState>& handle) {
@@ -86,16 +108,8 @@ void CheckpointManager::Impl::StartAsync(
     handle->Finish(Guard("save", [&] { return Save(step, state, save); }));
     return;
   }
-  Status staged = state.status();
-  staged_ = State();
-  if (staged.ok()) {
-    staged = Guard("asynchronous save: stage the state", [&]() -> Status {
-      CKPT_ASSIGN_OR_RETURN(std::span<std::byte> memory,
-                            staging_.Reserve(need));
-      return StageState(state, memory, staged_);
-    });
-  }
-  if (!staged.ok()) staged_ = State();
+  const Status staged =
+      Stage(state, need, "asynchronous save: stage the state");
   // 3. Busy; 4. save in the background.
   busy_ = true;
   worker_ = std::thread([this, step, save, staged, handle] {

@@ -13,7 +13,11 @@
 //   4. Only then read: blobs and metadata directly, tensors as the chunks
 //      that intersect this rank's box, in slabs on the I/O pool, each chunk
 //      checked against its checksum (a mismatch is DataLoss naming object,
-//      range and entry; buffers may then be partly written).
+//      range and entry; buffers may then be partly written). Tensors on a
+//      CUDA device are read into the staging memory, page-locked, and
+//      copied to their devices once every read has succeeded: a failed load
+//      leaves device memory as it was.
+#include <algorithm>
 #include <set>
 
 #include "checkpoint/manager_impl.h"
@@ -151,18 +155,28 @@ Result<CheckpointInfo> CheckpointManager::Impl::Load(
                         MatchEntries(*m, state, load, op));
   CKPT_RETURN_IF_ERROR(CheckObjects(*m, records));
   // 4. Read.
+  const CudaDriver* cuda = nullptr;
+  std::vector<DeviceCopy> to_devices;  // in the order of the state's entries
+  if (const Entry* first = FirstDeviceTensor(state)) {
+    CKPT_ASSIGN_OR_RETURN(cuda, DriverFor(*first, op));
+    CKPT_ASSIGN_OR_RETURN(to_devices, BounceDeviceTensors(state, *cuda, op));
+  }
+  size_t next_device = 0;
   std::vector<BoxRead> reads;  // tensors, read in parallel at the end
   for (const format::EntryRecord* rec : records) {
     Entry* e = state.Find(rec->name);
     switch (rec->kind) {
       case EntryKind::kTensor: {
-        // The box this rank holds: a piece, or the whole tensor.
+        // The box this rank holds: a piece, or the whole tensor. Records
+        // follow the state's entries, so device tensors come in order.
         const std::vector<int64_t> offsets =
             e->is_piece() ? e->offsets
                           : std::vector<int64_t>(rec->shape.size(), 0);
+        std::byte* into = e->tensor.location.is_host()
+                              ? e->tensor.data
+                              : to_devices[next_device++].host;
         AddSlabs(BoxRead{rec, offsets, e->tensor.shape,
-                         std::span<std::byte>(e->tensor.data,
-                                              *e->tensor.ByteSize())},
+                         std::span<std::byte>(into, *e->tensor.ByteSize())},
                  reads);
         break;
       }
@@ -179,7 +193,33 @@ Result<CheckpointInfo> CheckpointManager::Impl::Load(
     }
   }
   CKPT_RETURN_IF_ERROR_CTX(ReadBoxes(*storage_, *m, reads, IoPool()), op);
+  if (cuda != nullptr) {
+    CKPT_RETURN_IF_ERROR(
+        CopyToDevices(*cuda, to_devices, state.cuda_stream(), op));
+  }
   return InfoFromManifest(*m);
+}
+
+Result<std::vector<DeviceCopy>> CheckpointManager::Impl::BounceDeviceTensors(
+    const State& state, const CudaDriver& cuda, const std::string& op) {
+  // Each on a page of its own, as large staged entries are.
+  constexpr uint64_t kPage = 4096;
+  std::vector<std::pair<const Entry*, uint64_t>> placed;
+  uint64_t used = 0;
+  for (const Entry& e : state.entries()) {
+    if (e.tensor.location.is_host()) continue;
+    placed.emplace_back(&e, used);
+    used = (used + *e.tensor.ByteSize() + kPage - 1) / kPage * kPage;
+  }
+  CKPT_ASSIGN_OR_RETURN(std::span<std::byte> memory,
+                        staging_.Reserve(std::max(used, kPage)));
+  CKPT_RETURN_IF_ERROR(
+      staging_.Register(cuda, placed[0].first->tensor.location.device(), op));
+  std::vector<DeviceCopy> copies;
+  for (const auto& [e, at] : placed) {
+    copies.push_back(DeviceCopy{e, memory.data() + at});
+  }
+  return copies;
 }
 
 Status CheckpointManager::Impl::ReadInto(

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "checkpoint/catalog_record.h"
+#include "checkpoint/device_copy.h"
 #include "checkpoint/lease.h"
 #include "checkpoint/manifests.h"
 #include "checkpoint/messages.h"
@@ -121,6 +122,11 @@ class CheckpointManager::Impl {
                           const Status& state_error = Status());
 
   // --- async_save.cc
+  // Copies `state` into the staging memory (`need`: StagingBytes(state)) as
+  // staged_, page-locking it first when a tensor is on a device; on an
+  // error staged_ is empty. Only with the manager's turn (no asynchronous
+  // save in flight).
+  Status Stage(const State& state, uint64_t need, std::string_view op);
   // Waits (releasing mu_ meanwhile) until no asynchronous save is in flight.
   void WaitIdle() REQUIRES(mu_);
   // The error of the last background save, once (then it is cleared).
@@ -235,6 +241,12 @@ class CheckpointManager::Impl {
   Result<std::vector<const format::EntryRecord*>> MatchEntries(
       const format::Manifest& m, const State& state, const LoadOptions& load,
       const std::string& op);
+  // Host memory for each device tensor of `state` (which has one): the
+  // staging memory, page-locked, that Load reads into before it copies to
+  // the devices.
+  Result<std::vector<DeviceCopy>> BounceDeviceTensors(const State& state,
+                                                      const CudaDriver& cuda,
+                                                      const std::string& op);
   // Checks that the objects `m` names for `entries` exist with the recorded
   // sizes, before a single byte is read into the caller's buffers.
   Status CheckObjects(const format::Manifest& m,

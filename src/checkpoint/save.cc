@@ -23,6 +23,9 @@
 //   6-7. The coordinator commits (commit.cc) and broadcasts the outcome;
 //      every rank reads the committed manifest and returns the same result.
 //
+// A state with tensors on a CUDA device is first copied to host memory
+// (async_save.cc, Stage), and the copy goes through these steps.
+//
 // A crash anywhere leaves the earlier checkpoints as they were, plus either
 // nothing or the complete new one: without its manifest a step does not exist.
 // A rank whose state is bad, or that throws, still takes part in every
@@ -306,6 +309,13 @@ Result<SaveResult> CheckpointManager::Impl::Save(int64_t step,
                                                  const SaveOptions& save,
                                                  const Status& state_error) {
   const std::string op = "save step " + std::to_string(step) + " in " + Where();
+  // A state with tensors on a device is saved from a copy in the staging
+  // memory, page-locked, as an asynchronous save is: the writer moves host
+  // bytes only. A rank whose copy fails still takes part, with the error.
+  if (state_error.ok() && !IsStaged(state) && state.HasDeviceTensors()) {
+    const Status staged = Stage(state, StagingBytes(state), "stage the state");
+    return Save(step, staged_, save, staged);
+  }
   Communicator& c = comm();
   // 1. The coordinator decides.
   std::string decision_bytes;

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <vector>
 
+#include "checkpoint/device_copy.h"
+#include "util/log.h"
 #include "util/parallel_copy.h"
 
 namespace ckpt {
@@ -35,11 +37,36 @@ uint64_t EntryBytes(const Entry& e) {
 }  // namespace
 
 StagingArena::~StagingArena() {
+  Unregister();
   if (data_ != nullptr) ::munmap(data_, capacity_);
+}
+
+Status StagingArena::Register(const CudaDriver& cuda, int device,
+                              std::string_view what) {
+  if (registered_by_ != nullptr || data_ == nullptr) return Status();
+  CKPT_RETURN_IF_ERROR(cuda.Register(device, data_, capacity_,
+                                     std::string(what) + ": staging memory"));
+  registered_by_ = &cuda;
+  registered_device_ = device;
+  return Status();
+}
+
+void StagingArena::Unregister() {
+  if (registered_by_ == nullptr) return;
+  // Unregistering memory the driver registered fails only if the driver is
+  // gone; the memory is unmapped next either way.
+  if (Status s = registered_by_->Unregister(registered_device_, data_,
+                                            "release the staging memory");
+      !s.ok()) {
+    LogWarning(s.ToString());
+  }
+  registered_by_ = nullptr;
+  registered_device_ = -1;
 }
 
 Result<std::span<std::byte>> StagingArena::Reserve(uint64_t bytes) {
   if (bytes <= capacity_) return std::span<std::byte>(data_, capacity_);
+  Unregister();
   if (data_ != nullptr) {
     ::munmap(data_, capacity_);
     data_ = nullptr;
@@ -73,6 +100,7 @@ Status StageState(const State& state, std::span<std::byte> memory, State& out) {
   // The places first, then every copy at once on the machine's cores: the
   // copy is the caller's whole stall.
   std::vector<CopyJob> copies;
+  std::vector<DeviceCopy> device_copies;
   uint64_t used = 0;
   for (const Entry& e : state.entries()) {
     if (e.kind == EntryKind::kMetadata) {
@@ -86,7 +114,11 @@ Status StageState(const State& state, std::span<std::byte> memory, State& out) {
                                   " does not fit in the staging memory");
     }
     std::byte* dst = memory.data() + used;
-    if (n > 0) copies.push_back(CopyJob{dst, e.tensor.data, n});
+    if (!e.tensor.location.is_host()) {
+      device_copies.push_back(DeviceCopy{&e, dst});
+    } else if (n > 0) {
+      copies.push_back(CopyJob{dst, e.tensor.data, n});
+    }
     used += n;
     TensorView view{e.tensor.dtype, e.tensor.shape, dst, false};
     if (e.kind == EntryKind::kBlob) {
@@ -104,6 +136,13 @@ Status StageState(const State& state, std::span<std::byte> memory, State& out) {
     }
   }
   CKPT_RETURN_IF_ERROR(out.status());
+  if (!device_copies.empty()) {
+    constexpr std::string_view kOp = "copy from the device";
+    CKPT_ASSIGN_OR_RETURN(CudaDriver * cuda,
+                          DriverFor(*device_copies[0].entry, kOp));
+    CKPT_RETURN_IF_ERROR(
+        CopyFromDevices(*cuda, device_copies, state.cuda_stream(), kOp));
+  }
   return ParallelCopy(copies);
 }
 

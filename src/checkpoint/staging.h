@@ -5,6 +5,10 @@
 // when a larger state comes): touching fresh pages costs far more than
 // copying into pages already mapped, and the copy is what stalls training.
 //
+// For a state with tensors on a CUDA device the arena's memory is
+// page-locked (registered with the driver) the first time, so the device
+// copies into it run at full speed; it stays registered while it is reused.
+//
 // Thread-compatible, with no lock of its own: one thread at a time uses an
 // arena (the manager's, under the manager's lock); StagingBytes and
 // StageState are safe from any thread.
@@ -16,6 +20,7 @@
 
 #include "ckpt/state.h"
 #include "ckpt/status.h"
+#include "device/cuda_driver.h"
 
 namespace ckpt {
 
@@ -31,17 +36,33 @@ class StagingArena {
   Result<std::span<std::byte>> Reserve(uint64_t bytes);
   uint64_t capacity() const { return capacity_; }
 
+  // Page-locks the memory Reserve gave (cuMemHostRegister through
+  // `device`'s context) unless it is already: pinning touches every page,
+  // so it is done once, not per save. Memory Reserve maps anew is
+  // unregistered. A refusal is an error naming `what`: staging memory that
+  // silently stayed pageable would make every device save slow.
+  Status Register(const CudaDriver& cuda, int device, std::string_view what);
+  bool registered() const { return registered_by_ != nullptr; }
+
  private:
+  // Undoes Register, if it was done; before the memory is unmapped.
+  void Unregister();
+
   std::byte* data_ = nullptr;
   uint64_t capacity_ = 0;
+  // The driver that registered the memory, and through which device.
+  const CudaDriver* registered_by_ = nullptr;
+  int registered_device_ = -1;
 };
 
 // Bytes of staging memory a copy of `state` needs.
 uint64_t StagingBytes(const State& state);
 
 // Fills `out` (empty) with a copy of every entry of `state`, its tensor and
-// blob bytes placed in `memory` (at least StagingBytes(state) bytes), copied
-// on every core (ParallelCopy). `out` borrows `memory`.
+// blob bytes placed in `memory` (at least StagingBytes(state) bytes): host
+// bytes copied on every core (ParallelCopy), device tensors by the CUDA
+// driver (device_copy.h). `out` borrows `memory`, and all its entries are
+// on the host.
 Status StageState(const State& state, std::span<std::byte> memory, State& out);
 
 }  // namespace ckpt
