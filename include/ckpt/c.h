@@ -198,6 +198,28 @@ CKPT_EXPORT int ckpt_state_add(ckpt_state_t* state, const ckpt_entry_t* entries,
 CKPT_EXPORT int ckpt_state_set_error(ckpt_state_t* state, int code,
                                      const char* message, char** errptr);
 
+/* Marks entry `index` (0-based, in the order added) as living on CUDA
+ * device `device` (numbered as the CUDA driver numbers the devices this
+ * process sees), or on the host with -1, the default. Its data pointer is
+ * then a device address (a CUdeviceptr): a save copies the bytes into
+ * page-locked host memory first (ckpt_manager_save_async returns once they
+ * are copied), a load copies them to the device last. The CUDA driver
+ * (libcuda.so.1, or the library CKPT_CUDA_DRIVER names) is loaded on the
+ * first save or load of a device entry; without one that call fails with
+ * CKPT_UNAVAILABLE naming the entry. Tensors only: a blob or a metadata
+ * entry is CKPT_INVALID_ARGUMENT naming it. */
+CKPT_EXPORT int ckpt_state_set_location(ckpt_state_t* state, size_t index,
+                                        int device, char** errptr);
+
+/* The caller's CUDA stream (a CUstream, on the device of the state's device
+ * entries) that orders ckpt's copies: a save copies from the device after
+ * the work queued on it so far, a load writes to the device after it too
+ * and has finished when it returns. 0, the default: ckpt synchronizes each
+ * device it copies from or to first (cuCtxSynchronize), which waits for all
+ * the device's work. */
+CKPT_EXPORT int ckpt_state_set_cuda_stream(ckpt_state_t* state, uint64_t stream,
+                                           char** errptr);
+
 CKPT_EXPORT size_t ckpt_state_size(const ckpt_state_t* state);
 
 /* Entry i (0-based, in the order added). The pointers stay valid until the

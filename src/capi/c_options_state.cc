@@ -11,6 +11,7 @@
 
 #include "c_api_internal.h"
 #include "ckpt/dtype.h"
+#include "util/names.h"
 
 using ckpt::capi::Guard;
 using ckpt::capi::NullArgument;
@@ -395,6 +396,48 @@ int ckpt_state_set_error(ckpt_state_t* state, int code, const char* message,
     }
     state->state.SetError(
         ckpt::Status(static_cast<ckpt::ErrorCode>(code), message));
+    return ckpt::Status();
+  });
+}
+
+int ckpt_state_set_location(ckpt_state_t* state, size_t index, int device,
+                            char** errptr) {
+  return Guard(errptr, [&]() -> ckpt::Status {
+    if (state == nullptr) {
+      return NullArgument("ckpt_state_set_location", "the state");
+    }
+    if (index >= state->state.size()) {
+      return ckpt::NotFoundError("ckpt_state_set_location: entry " +
+                                 std::to_string(index) + " of a state of " +
+                                 std::to_string(state->state.size()));
+    }
+    // Found by name for a writable entry: entries() is read-only.
+    ckpt::Entry& e = *state->state.Find(state->state.entries()[index].name);
+    const std::string op =
+        "ckpt_state_set_location: entry " + ckpt::Quote(e.name);
+    if (e.kind != ckpt::EntryKind::kTensor) {
+      return ckpt::InvalidArgumentError(
+          op + " is a " + std::string(ckpt::EntryKindName(e.kind)) +
+          "; only tensors live on a device");
+    }
+    if (device < -1) {
+      return ckpt::InvalidArgumentError(op + ": device " +
+                                        std::to_string(device) +
+                                        " is neither an ordinal nor -1");
+    }
+    e.tensor.location = device < 0 ? ckpt::MemoryLocation::Host()
+                                   : ckpt::MemoryLocation::Cuda(device);
+    return ckpt::Status();
+  });
+}
+
+int ckpt_state_set_cuda_stream(ckpt_state_t* state, uint64_t stream,
+                               char** errptr) {
+  return Guard(errptr, [&]() -> ckpt::Status {
+    if (state == nullptr) {
+      return NullArgument("ckpt_state_set_cuda_stream", "the state");
+    }
+    state->state.SetCudaStream(reinterpret_cast<void*>(stream));
     return ckpt::Status();
   });
 }
