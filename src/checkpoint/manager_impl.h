@@ -279,7 +279,8 @@ class CheckpointManager::Impl {
   CatalogRecorder catalog_{options_.catalog, *storage_,
                            [this] { return ListCommitted(); }};
   // Asynchronous save. The staged state is the background thread's while
-  // busy_.
+  // busy_. The staging memory is also where a Save of device tensors stages
+  // and a Load of them reads, both with the manager's turn.
   CondVar idle_;                       // signalled when busy_ turns false
   bool busy_ GUARDED_BY(mu_) = false;  // a background save is in flight
   // Of the last background save, not reported yet.
