@@ -80,7 +80,7 @@ struct Fake {
   CkptFakeCudaResetFn reset = nullptr;
 };
 
-// A view of `bytes` bytes of F32 at device address `p` on `device`.
+// A writable F32 view of `shape` at device address `p` on `device`.
 TensorView DeviceView(CUdeviceptr p, std::vector<int64_t> shape,
                       int device = 0) {
   return TensorView{DType::kF32, std::move(shape),
