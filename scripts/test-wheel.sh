@@ -79,6 +79,7 @@ sys.exit("libmpi" in open("/proc/self/maps").read())'; then
     say "warning: $build/python/interop_helper is not built (make build)"
   env=(CKPT_INTEROP_HELPER="$build/python/interop_helper"
        CKPT_CLI="$build/tools/ckpt/ckpt"
+       CKPT_FAKE_CUDA="$build/src/testing/libckpt_fake_cuda.so"
        CKPT_TRAIN_EXAMPLE="$repo/examples/python/train.py"
        CKPT_TORCHRUN_EXAMPLE="$repo/examples/python/torchrun_train.py")
   if mpiexec="$(command -v mpiexec)"; then

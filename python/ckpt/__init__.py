@@ -8,8 +8,8 @@
     state = mgr.load(as_torch=True)        # the newest committed step
 
 A state is a dict; its values may be NumPy arrays (bool, int8..int64,
-uint8..uint64, float16, float32, float64), CPU torch tensors (those dtypes
-and bfloat16), memoryviews, array.arrays and other objects with the buffer
+uint8..uint64, float16, float32, float64), torch tensors (those dtypes
+and bfloat16; CUDA ones too, and any __cuda_array_interface__ object), memoryviews, array.arrays and other objects with the buffer
 protocol (tensors too; NumPy is optional), bytes (blobs), int, float, str, bool and None (metadata
 entries that load as the same Python type), ckpt.Metadata (a JSON object
 kept as one entry), and dicts, lists and tuples of these. Nested containers

@@ -17,7 +17,7 @@ import json
 import os
 import threading
 
-from ckpt import _buffer
+from ckpt import _buffer, _device
 from ckpt._records import (CatalogJob, CatalogCheckpoint, CheckpointDescription,
                            CheckpointInfo, SaveResult, row as _row)
 
@@ -119,6 +119,8 @@ _SIGNATURES = {
     "ckpt_state_add": (_i, [_p, ctypes.POINTER(_Entry), ctypes.c_size_t, _i,
                             _err]),
     "ckpt_state_set_error": (_i, [_p, _i, _s, _err]),
+    "ckpt_state_set_location": (_i, [_p, ctypes.c_size_t, _i, _err]),
+    "ckpt_state_set_cuda_stream": (_i, [_p, ctypes.c_uint64, _err]),
     "ckpt_state_size": (ctypes.c_size_t, [_p]),
     "ckpt_state_get": (_i, [_p, ctypes.c_size_t, ctypes.POINTER(_Entry),
                             _err]),
@@ -443,8 +445,13 @@ def _tensor_memory(name, value, dtype, for_load):
         own, address, nbytes, shape = (value.dtype, value.address,
                                        value.nbytes, value.shape)
         width = _WIDTHS[own]
+    elif isinstance(value, _device.DeviceArray):
+        own, address, nbytes, shape = (value.dtype, value.address,
+                                       value.nbytes, value.shape)
+        width = _WIDTHS[own]
     else:
-        raise _bad_entry(name, "a tensor must be a NumPy array or a buffer")
+        raise _bad_entry(name, "a tensor must be a NumPy array, a buffer or "
+                               "a CUDA array")
     if dtype is not None:
         if dtype not in _WIDTHS:
             raise _bad_entry(name, f"unknown dtype {dtype}")
@@ -535,6 +542,20 @@ class _State(_Owned):
                                          ctypes.c_void_p)
                     e.nbytes = len(text)
         _call(_lib.ckpt_state_add, self._h, array, n, 1 if for_load else 0)
+        # Entries in CUDA memory: where they live, and the stream their
+        # bytes are ordered on (the first device tensor's: PyTorch's current
+        # stream), which the library's copies wait for.
+        start = len(self) - n
+        stream = None
+        for i, item in enumerate(entries):
+            value = item[2]
+            if isinstance(value, _device.DeviceArray):
+                _call(_lib.ckpt_state_set_location, self._h, start + i,
+                      value.device)
+                if stream is None and value.stream:
+                    stream = value.stream
+        if stream is not None:
+            _call(_lib.ckpt_state_set_cuda_stream, self._h, stream)
 
     def __len__(self):
         return _lib.ckpt_state_size(self._handle())
@@ -729,8 +750,10 @@ class Manager(_Owned):
             _lib.ckpt_manager_describe, self._handle(), _step(step),
             out=True))
 
-    def load(self, step):
-        """(info, [(name, kind, dtype, value)], {names left out})."""
+    def load(self, step, new_device_tensor=None):
+        """(info, [(name, kind, dtype, value)], {names left out}).
+        new_device_tensor(name, dtype, shape), when given, makes each tensor
+        to load into (a _device.DeviceArray), in place of host arrays."""
         desc = self.describe(step)
         same_world = desc.info.world_size == self.world_size
         rank = self.rank
@@ -741,7 +764,11 @@ class Manager(_Owned):
                 continue
             kept.append(e)
             place = None if e.owner < 0 else ("local",)
-            if e.kind == "tensor":
+            if e.kind == "tensor" and new_device_tensor is not None:
+                array = new_device_tensor(e.name, e.dtype, e.shape)
+                arrays.append(array.owner)
+                entries.append((e.name, "tensor", array, e.dtype, place))
+            elif e.kind == "tensor":
                 array = new_tensor(e.dtype, e.shape)
                 arrays.append(array)
                 entries.append((e.name, "tensor",

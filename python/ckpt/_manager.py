@@ -4,7 +4,7 @@ import json
 import os
 from collections.abc import Mapping
 
-from ckpt import _ckpt, _tree, _values
+from ckpt import _ckpt, _device, _tree, _values
 
 
 class CheckpointManager:
@@ -162,8 +162,13 @@ class CheckpointManager:
         return self._m.save_async(step, *self._save_arguments(
             state, metadata, epoch, metrics, incremental, dirty_rows))
 
-    def load(self, step=None, *, as_torch=False):
+    def load(self, step=None, *, as_torch=False, device=None):
         """Loads `step` (default: the newest committed) and returns its state.
+
+        device="cuda:N" (or a torch.device) loads every tensor into a new
+        torch tensor on that GPU, straight from the library's page-locked
+        memory, ordered on the device's current stream (needs PyTorch with
+        CUDA); default: host memory.
 
         Tensors come back as NumPy arrays that own their memory (the bytes
         are read straight into them), or as torch tensors sharing that
@@ -179,11 +184,13 @@ class CheckpointManager:
         saved it; at another world size it is left out (see
         load_rank_local).
         """
-        info, entries, omitted = self._m.load(step)
+        info, entries, omitted = self._m.load(step, _device_tensors(device))
         tree, values = None, {}
         for name, kind, dtype, value in entries:
             if name == _tree.TREE_ENTRY and kind == "metadata":
                 tree = value
+            elif kind == "tensor" and device is not None:
+                values[name] = value  # a torch tensor on the device
             elif kind == "tensor":
                 values[name] = _values.decode_tensor(name, value, dtype,
                                                      as_torch)
@@ -341,6 +348,31 @@ class CheckpointManager:
             if problem is not None:
                 raise _ckpt.InvalidArgument(f"{what}: {problem}")
         return (-1 if epoch is None else epoch, dict(metrics), dict(metadata))
+
+
+def _device_tensors(device):
+    """For load(device=...): a function making each tensor to load into on
+    that device, or None for host memory."""
+    if device is None:
+        return None
+    try:
+        import torch
+    except ImportError:
+        raise _ckpt.Unavailable(
+            f"load(device={device!r}) makes torch tensors on the device: "
+            f"PyTorch is not importable") from None
+    device = torch.device(device)
+    if device.type != "cuda":
+        raise _ckpt.InvalidArgument(
+            f"load(device={str(device)!r}): a CUDA device (\"cuda:0\"), or "
+            f"device=None for host memory")
+
+    def new(name, dtype, shape):
+        t = torch.empty(shape, dtype=_values._torch_dtype(torch, dtype),
+                        device=device)
+        return _device.device_array(name, t, torch, True)
+
+    return new
 
 
 def open(url, **options):  # noqa: A001 - ckpt.open, like io.open

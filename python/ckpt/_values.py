@@ -3,6 +3,8 @@
   NumPy array or scalar  tensor, its own dtype (bool, int8..int64,
                          uint8..uint64, float16, float32, float64)
   torch.Tensor (CPU)     tensor; bfloat16 is stored as BF16
+  torch.Tensor (CUDA), any __cuda_array_interface__ object
+                         tensor in device memory (ckpt._device)
   memoryview, array.array, any other object with the buffer protocol
                          tensor, dtype from its format, shape from its shape
   bytes, bytearray       blob
@@ -25,7 +27,7 @@ import math
 import sys
 import warnings
 
-from ckpt import _buffer, _ckpt, _tree
+from ckpt import _buffer, _ckpt, _device, _tree
 from ckpt._tree import Metadata
 
 try:
@@ -137,7 +139,7 @@ def _cpu_tensor(name, tensor, torch):
     if tensor.device.type != "cpu":
         raise _ckpt.InvalidArgument(
             f"entry {name!r}: the tensor is on {tensor.device}; ckpt saves "
-            f"CPU tensors (use tensor.cpu())")
+            f"CPU and CUDA tensors (use tensor.cpu())")
     if tensor.layout != torch.strided:
         raise _ckpt.InvalidArgument(
             f"entry {name!r}: a {tensor.layout} tensor; ckpt saves dense "
@@ -184,6 +186,8 @@ def encode(name, value):
             isinstance(value, np.generic) and _saveable(value.dtype))):
         return "tensor", _saveable_array(name, np.asarray(value)), None
     torch = _loaded_torch()
+    if _device.is_device_value(value, torch):
+        return "tensor", _device.device_array(name, value, torch, False), None
     if torch is not None and isinstance(value, torch.Tensor):
         return ("tensor", *_tensor_array(name, value, torch))
     if isinstance(value, (bytes, bytearray)):
@@ -318,6 +322,9 @@ def fill_target(name, value, stored_dtype):
     (for non-contiguous or big-endian targets).
     """
     torch = _loaded_torch()
+    if _device.is_device_value(value, torch):
+        array = _device.device_array(name, value, torch, True)
+        return array, _raw_device_dtype(array, stored_dtype), None
     if torch is not None and isinstance(value, torch.Tensor):
         t = _cpu_tensor(name, value, torch)
         finish = None
@@ -357,6 +364,16 @@ def fill_target(name, value, stored_dtype):
             return value, dtype, None
         staging = np.empty(value.shape, value.dtype.newbyteorder("="))
         return staging, dtype, lambda: np.copyto(value, staging)
+    return None
+
+
+def _raw_device_dtype(array, stored_dtype):
+    """The stored dtype where NumPy-less raw bits fill a device array of an
+    integer dtype as wide (as _raw_dtype does for host arrays)."""
+    raw = _RAW_DTYPES.get(stored_dtype)
+    if raw is not None and array.dtype[0] in "IU" and \
+            _ckpt._WIDTHS[array.dtype] == raw:
+        return stored_dtype
     return None
 
 

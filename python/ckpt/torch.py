@@ -25,7 +25,8 @@ saves (tensors, scalars, bytes, nested dicts, lists and tuples):
   ShardedTensor      (FSDP1) each rank's local shard, likewise (one local
                      shard per rank)
 
-Tensors must be on the CPU. Debian's PyTorch 1.13 has no DTensor
+Tensors may be on the CPU or a CUDA device (read and filled in place, no
+.cpu() copy). Debian's PyTorch 1.13 has no DTensor
 (HAS_DTENSOR is False there) and, under Python 3.11, cannot import
 ShardedTensor; everything else works with it.
 
