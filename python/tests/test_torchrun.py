@@ -5,9 +5,6 @@ mpirun (test_cluster.py); torchrun_job.py is the job."""
 import gc
 import os
 import re
-import signal
-import subprocess
-import sys
 import warnings
 
 import numpy as np
@@ -15,13 +12,14 @@ import pytest
 
 import ckpt
 
+import torchrun_util
 
+torchrun_util.skip_without_torchrun("test_torchrun.py")
 
-def _skip(why):
-    # A warning too: pytest -q (as CTest runs it) prints warnings, not the
-    # reasons of skips.
-    warnings.warn(pytest.PytestWarning(f"test_torchrun.py skipped: {why}"))
-    pytest.skip(why, allow_module_level=True)
+import torch.distributed as dist  # noqa: E402 - after the skip
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+JOB = os.path.join(HERE, "torchrun_job.py")
 
 
 def _skip_test(why):
@@ -29,44 +27,11 @@ def _skip_test(why):
     pytest.skip(why)
 
 
-try:
-    import torch.distributed as dist
-except ImportError as e:
-    _skip(f"PyTorch is not importable ({e}): no torchrun jobs")
-if not dist.is_available():
-    _skip("this PyTorch has no torch.distributed: no torchrun jobs")
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-JOB = os.path.join(HERE, "torchrun_job.py")
-
-
 def torchrun(n, *ops):
-    """Runs torchrun_job.py OPS on n processes; its stderr. Each job has a
-    time limit, so that a hang fails the test instead of stalling it."""
-    env = dict(os.environ)
-    # The job imports the very package under test.
-    package_dir = os.path.dirname(os.path.dirname(ckpt.__file__))
-    env["PYTHONPATH"] = os.pathsep.join(
-        [package_dir] + [p for p in [env.get("PYTHONPATH")] if p])
-    env["OMP_NUM_THREADS"] = "1"
-    # --redirects 1 --tee 1: torchrun 1.13 under Python 3.11 cannot parse
-    # its default "0" for these (a Std flag it cannot find by value).
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           "--nproc_per_node", str(n), "--redirects", "1", "--tee", "1",
-           JOB, *[str(op) for op in ops]]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # torchrun and its workers
-        out, err = proc.communicate()
-        pytest.fail(f"torchrun -n {n} {' '.join(map(str, ops))} hung:\n"
-                    f"{out}{err}")
-    assert proc.returncode == 0, (
-        f"torchrun -n {n} {' '.join(map(str, ops))} exited "
-        f"{proc.returncode}:\n{out}{err}")
+    """Runs torchrun_job.py OPS on n processes; its stderr."""
+    rc, out, err = torchrun_util.torchrun(n, JOB, ops)
+    assert rc == 0, (f"torchrun -n {n} {' '.join(map(str, ops))} exited "
+                     f"{rc}:\n{out}{err}")
     return err
 
 

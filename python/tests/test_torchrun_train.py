@@ -5,30 +5,13 @@ at 2 ranks."""
 
 import os
 import re
-import signal
-import subprocess
-import sys
-import warnings
-
-import pytest
 
 import ckpt
 
+import torchrun_util
 
-def _skip(why):
-    # A warning too: pytest -q (as CTest runs it) prints warnings, not the
-    # reasons of skips.
-    warnings.warn(pytest.PytestWarning(f"test_torchrun_train.py skipped: "
-                                       f"{why}"))
-    pytest.skip(why, allow_module_level=True)
-
-
-try:
-    import torch.distributed as dist
-except ImportError as e:
-    _skip(f"PyTorch is not importable ({e}): no torchrun jobs")
-if not dist.is_available():
-    _skip("this PyTorch has no torch.distributed: no torchrun jobs")
+TEST = "test_torchrun_train.py"
+torchrun_util.skip_without_torchrun(TEST)
 
 
 def _example():
@@ -44,11 +27,11 @@ def _example():
 
 EXAMPLE = _example()
 if EXAMPLE is None:
-    _skip("CKPT_TORCHRUN_EXAMPLE is not set and examples/python/"
+    torchrun_util.skip_module(TEST, "CKPT_TORCHRUN_EXAMPLE is not set and examples/python/"
           "torchrun_train.py is not next to this test (run the tests with "
           "ctest or from the source tree)")
 if not os.path.exists(EXAMPLE):
-    _skip(f"CKPT_TORCHRUN_EXAMPLE={EXAMPLE} does not exist")
+    torchrun_util.skip_module(TEST, f"CKPT_TORCHRUN_EXAMPLE={EXAMPLE} does not exist")
 
 STEPS, SAVE_EVERY = 12, 3
 # torchrun's report of a worker that died of signal 9.
@@ -56,33 +39,14 @@ KILLED = re.compile(r"failed \(exitcode: -9\) local_rank: 0")
 
 
 def train(n, root, out, *extra):
-    """Runs the example on n processes; (exit code, its output). Each job has
-    a time limit, so that a hang fails the test instead of stalling it."""
-    env = dict(os.environ)
-    # The job imports the very package under test.
-    package_dir = os.path.dirname(os.path.dirname(ckpt.__file__))
-    env["PYTHONPATH"] = os.pathsep.join(
-        [package_dir] + [p for p in [env.get("PYTHONPATH")] if p])
-    env["OMP_NUM_THREADS"] = "1"
-    # --redirects 1 --tee 1: torchrun 1.13 under Python 3.11 cannot parse
-    # its default "0" for these (a Std flag it cannot find by value).
+    """Runs the example on n processes; (exit code, its output)."""
     # --monitor_interval 1: torchrun notices a killed worker within a second
     # (its default is 5).
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           "--nproc_per_node", str(n), "--redirects", "1", "--tee", "1",
-           "--monitor_interval", "1", EXAMPLE, "--root", str(root),
-           "--steps", str(STEPS), "--save-every", str(SAVE_EVERY),
-           "--out", str(out), *[str(a) for a in extra]]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    try:
-        output, _ = proc.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # torchrun and its workers
-        output, _ = proc.communicate()
-        pytest.fail(f"torchrun -n {n} {' '.join(cmd[-10:])} hung:\n{output}")
-    return proc.returncode, output
+    rc, stdout, stderr = torchrun_util.torchrun(
+        n, EXAMPLE, ["--root", root, "--steps", STEPS, "--save-every",
+                     SAVE_EVERY, "--out", out, *extra],
+        extra=["--monitor_interval", "1"])
+    return rc, stdout + stderr
 
 
 def rank0_lines(output):
