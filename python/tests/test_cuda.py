@@ -210,3 +210,42 @@ print("committed:", [i.step for i in mgr.list()])
         out.stdout
     assert 'tensor "w" on cuda:0' in out.stdout, out.stdout
     assert "committed: []" in out.stdout
+
+
+class DeviceModel:
+    """A model whose parameters live in device memory, as a CUDA model's
+    state_dict() hands them out (Stateful: state_dict, load_state_dict)."""
+
+    def __init__(self, seed):
+        self.params = {"fc.weight": DeviceArray(weights(seed, (64, 32))),
+                       "fc.bias": DeviceArray(weights(seed + 1, (64,))),
+                       "steps": DeviceArray(np.array([seed], np.int64))}
+        self.loaded = None
+
+    def state_dict(self):
+        return dict(self.params)
+
+    def load_state_dict(self, state):
+        self.loaded = state
+
+
+def test_a_device_models_state_dict_through_ckpt_torch_in_place(root):
+    import ckpt.torch as ct
+    saved = DeviceModel(10)
+    want = {k: v.read() for k, v in saved.params.items()}
+    ct.save({"model": saved, "step": 3}, root, 3)
+    handle = ct.async_save({"model": saved, "step": 4}, root, 4)
+    saved.params["fc.weight"].write(np.zeros((64, 32), np.float32))
+    assert handle.wait().info.step == 4
+    for step in (3, 4):
+        fresh = DeviceModel(20)
+        before = {k: v.ptr.value for k, v in fresh.params.items()}
+        state = {"model": fresh, "step": 0}
+        ct.load(state, root, step)
+        assert state["step"] == step
+        # Filled where they are, then handed to load_state_dict.
+        assert {k: v.ptr.value for k, v in fresh.params.items()} == before
+        assert fresh.loaded is not None
+        for name, value in fresh.params.items():
+            assert value.read().tobytes() == want[name].tobytes(), name
+    ct.close()
