@@ -348,6 +348,12 @@ CKPT_EXPORT void ckpt_save_options_set_epoch(ckpt_save_options_t* options,
 /* Nonzero: write only the chunks that differ from the newest checkpoint. */
 CKPT_EXPORT void ckpt_save_options_set_incremental(ckpt_save_options_t* options,
                                                    int incremental);
+/* Nonzero: ckpt_manager_save_async returns at once and copies the state on
+ * the background thread, so the copy overlaps the caller's next step; the
+ * caller keeps the state and its buffers alive and unchanged until
+ * ckpt_save_wait_staged returns. */
+CKPT_EXPORT void ckpt_save_options_set_stage_in_background(
+    ckpt_save_options_t* options, int in_background);
 /* A metric (keep_best ranks by it) and a free-form metadata pair. */
 CKPT_EXPORT int ckpt_save_options_set_metric(ckpt_save_options_t* options,
                                              const char* name, double value,
@@ -394,6 +400,10 @@ CKPT_EXPORT int64_t ckpt_save_step(const ckpt_save_t* save);
 CKPT_EXPORT int ckpt_save_done(const ckpt_save_t* save);
 /* Blocks until the save has ended; its outcome (every call the same). */
 CKPT_EXPORT int ckpt_save_wait(ckpt_save_t* save, char** result, char** errptr);
+/* Blocks until the state has been copied into the staging memory (at once
+ * unless the save was started with stage_in_background); the copy's error,
+ * which ckpt_save_wait reports too. */
+CKPT_EXPORT int ckpt_save_wait_staged(ckpt_save_t* save, char** errptr);
 /* Frees the handle; the save itself goes on. */
 CKPT_EXPORT void ckpt_save_destroy(ckpt_save_t* save);
 

@@ -21,7 +21,9 @@
 //
 // Asynchronous save. SaveAsync copies the state into staging memory the
 // manager keeps (allocated once, reused by every later SaveAsync) and returns
-// once the copy is done; the caller may then change its tensors. Writing and
+// once the copy is done; the caller may then change its tensors (with
+// SaveOptions::stage_in_background it returns at once, and the caller waits
+// for the copy with WaitStaged()). Writing and
 // committing go on in a background thread. At most one save is in flight:
 // while it is, every other call of the manager (Save, SaveAsync, Load, List,
 // ...) first waits for it to end, except a SaveAsync under
@@ -193,6 +195,13 @@ struct SaveOptions {
   // pieces it holds.
   std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> dirty_rows =
       {};
+  // SaveAsync only: return at once and copy the state into the staging
+  // memory on the background thread (device tensors on ckpt's streams), so
+  // the copy overlaps the caller's next forward and backward pass. The
+  // caller must keep the State and every buffer it names alive and
+  // unchanged until the handle's WaitStaged() returns (before its optimizer
+  // step). Default: SaveAsync returns once the copy is done.
+  bool stage_in_background = false;
 };
 
 struct LoadOptions {
@@ -305,6 +314,12 @@ class SaveHandle {
   // Blocks until the save has committed or failed and returns its result;
   // every call returns the same one. Every rank gets the same result.
   Result<SaveResult> Wait() const;
+  // Blocks until the state has been copied into the staging memory, after
+  // which the caller may change its tensors (at once, unless the save was
+  // started with SaveOptions::stage_in_background). Returns the copy's
+  // error, which Wait() reports too; a save that ended without copying
+  // (refused, or saved synchronously) returns its own error or Ok.
+  Status WaitStaged() const;
 
  private:
   friend class CheckpointManager;

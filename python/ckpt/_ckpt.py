@@ -145,6 +145,7 @@ _SIGNATURES = {
     "ckpt_save_options_destroy": (None, [_p]),
     "ckpt_save_options_set_epoch": (None, [_p, _i64]),
     "ckpt_save_options_set_incremental": (None, [_p, _i]),
+    "ckpt_save_options_set_stage_in_background": (None, [_p, _i]),
     "ckpt_save_options_set_metric": (_i, [_p, _s, ctypes.c_double, _err]),
     "ckpt_save_options_set_metadata": (_i, [_p, _s, _s, _err]),
     "ckpt_save_options_set_dirty_rows": (_i, [
@@ -154,6 +155,7 @@ _SIGNATURES = {
     "ckpt_save_step": (_i64, [_p]),
     "ckpt_save_done": (_i, [_p]),
     "ckpt_save_wait": (_i, [_p, _err, _err]),
+    "ckpt_save_wait_staged": (_i, [_p, _err]),
     "ckpt_save_destroy": (None, [_p]),
     "ckpt_manager_load": (_i, [_p, _i64, _p, _i, _err, _err]),
     "ckpt_manager_load_rank_local": (_i, [_p, _i64, _s,
@@ -617,15 +619,31 @@ class AsyncSave(_Owned):
 
     _free = "ckpt_save_destroy"
 
-    def __init__(self, handle, manager):
+    def __init__(self, handle, manager, state=None):
         super().__init__(handle)
         self._manager = manager  # the manager outlives its saves' handles
+        # Staged in the background: the state (and the arrays it borrows)
+        # must live until the copy is done.
+        self._state = state
+
+    def wait_staged(self):
+        """Blocks until the state has been copied into the library's
+        staging memory, after which the arrays may change (at once, unless
+        the save was started with stage_in_background=True); raises the
+        copy's error, which wait() raises too."""
+        try:
+            _call(_lib.ckpt_save_wait_staged, self._handle())
+        finally:
+            self._state = None
 
     def wait(self):
         """Blocks until the save has committed and returns its SaveResult,
         or raises its error (every call gives the same outcome)."""
-        return SaveResult(_call(_lib.ckpt_save_wait, self._handle(),
-                                out=True))
+        try:
+            return SaveResult(_call(_lib.ckpt_save_wait, self._handle(),
+                                    out=True))
+        finally:
+            self._state = None
 
     def done(self):
         """True once wait() would not block."""
@@ -709,17 +727,20 @@ class Manager(_Owned):
                                 _step(step), state._h, options._h, out=True))
 
     def save_async(self, step, entries, epoch, metrics, metadata, incremental,
-                   dirty_rows):
-        # The library has copied the state by the time it returns: the
-        # arrays are the caller's again, and `state` may go.
+                   dirty_rows, stage_in_background=False):
+        # The library has copied the state by the time it returns, and the
+        # arrays are the caller's again, unless the copy runs in the
+        # background: then the handle keeps `state` until it is done.
         state = self._state_to_save(entries)
         options = _SaveOptions(epoch, metrics, metadata, incremental,
                                dirty_rows)
+        _lib.ckpt_save_options_set_stage_in_background(
+            options._h, 1 if stage_in_background else 0)
         h = _lib.ckpt_manager_save_async(self._handle(), _step(step),
                                          state._h, options._h)
         if not h:
             raise MemoryError("ckpt: cannot start an asynchronous save")
-        return AsyncSave(h, self)
+        return AsyncSave(h, self, state if stage_in_background else None)
 
     def _state_to_save(self, entries):
         """The state of `entries`, or, when they are an exception (what

@@ -144,7 +144,8 @@ class CheckpointManager:
             state, metadata, epoch, metrics, incremental, dirty_rows))
 
     def save_async(self, step, state, metadata=None, epoch=None,
-                   metrics=None, *, incremental=False, dirty_rows=None):
+                   metrics=None, *, incremental=False, dirty_rows=None,
+                   stage_in_background=False):
         """Starts saving `state` as `step` and returns a handle.
 
         The library copies the arrays into staging memory it keeps for the
@@ -158,9 +159,16 @@ class CheckpointManager:
         the next save or save_async, which then saves nothing, so that no
         failure goes unseen. A state larger than async_staging_bytes is
         saved synchronously.
+
+        stage_in_background=True returns before the copy, which the
+        library then makes on its own thread (CUDA tensors on its own
+        streams), so that it overlaps the next forward and backward pass:
+        the arrays must not change until handle.wait_staged() returns
+        (call it before the optimizer step).
         """
         return self._m.save_async(step, *self._save_arguments(
-            state, metadata, epoch, metrics, incremental, dirty_rows))
+            state, metadata, epoch, metrics, incremental, dirty_rows),
+            stage_in_background=stage_in_background)
 
     def load(self, step=None, *, as_torch=False, device=None):
         """Loads `step` (default: the newest committed) and returns its state.

@@ -91,14 +91,19 @@ def save(state_dict, root, step, *, communicator=None, epoch=None,
 
 
 def async_save(state_dict, root, step, *, communicator=None, epoch=None,
-               metrics=None, metadata=None, incremental=False):
+               metrics=None, metadata=None, incremental=False,
+               stage_in_background=False):
     """Starts saving `state_dict` as `step` and returns a handle (wait(),
-    done()) once its tensors are copied: the caller may change them at
-    once. One save of a root is in flight at a time: the next call waits
-    for it. A failure is raised by wait() and, once, by the next save."""
+    done(), wait_staged()) once its tensors are copied: the caller may
+    change them at once. With stage_in_background=True it returns before
+    the copy, which then overlaps the next forward and backward pass: call
+    handle.wait_staged() before the optimizer step changes the tensors.
+    One save of a root is in flight at a time: the next call waits for it.
+    A failure is raised by wait() and, once, by the next save."""
     mgr = manager(root, communicator=communicator)
     return mgr.save_async(step, lambda: _saved(state_dict), metadata, epoch,
-                          metrics, incremental=incremental)
+                          metrics, incremental=incremental,
+                          stage_in_background=stage_in_background)
 
 
 def load(state_dict, root, step=None, *, communicator=None, strict=False):

@@ -137,6 +137,30 @@ def test_save_async_copies_the_device_memory_before_returning(root):
     assert mgr.load()["w"].tobytes() == w.tobytes()
 
 
+def test_staging_in_the_background_until_wait_staged(root):
+    mgr = ckpt.open(root)
+    w, h = weights(7), weights(8, (4, 4))
+    dev = DeviceArray(w)
+    host = h.copy()
+    handle = mgr.save_async(2, {"w": dev, "h": host},
+                            stage_in_background=True)
+    handle.wait_staged()  # before the optimizer step changes the arrays
+    dev.write(np.zeros_like(w))
+    host[:] = 0
+    assert handle.wait().info.step == 2
+    got = mgr.load()
+    assert got["w"].tobytes() == w.tobytes()
+    assert got["h"].tobytes() == h.tobytes()
+    # A copy that fails: wait_staged raises it, nothing is committed.
+    check(cuda.ckpt_fake_cuda_inject(b"copy_fails_on_call", 0), "inject")
+    failed = mgr.save_async(3, {"w": dev}, stage_in_background=True)
+    with pytest.raises(ckpt.Error, match="CUDA_ERROR_ILLEGAL_ADDRESS"):
+        failed.wait_staged()
+    with pytest.raises(ckpt.Error, match="CUDA_ERROR_ILLEGAL_ADDRESS"):
+        failed.wait()
+    assert mgr.latest() == 2
+
+
 def test_the_copies_wait_for_the_arrays_stream_and_reshard(root):
     stream = ctypes.c_void_p()
     check(cuda.cuStreamCreate(ctypes.byref(stream), 0), "cuStreamCreate")

@@ -131,10 +131,15 @@ TEST_F(CApiDeviceTest, SavesAndLoadsDeviceTensorsBitIdentically) {
   ASSERT_EQ(ckpt_manager_save(manager_, 1, s, nullptr, nullptr, &err.text),
             CKPT_OK)
       << err.str();
-  ckpt_save_t* h = ckpt_manager_save_async(manager_, 2, s, nullptr);
+  // Staged on the background thread: the state lives until the copy is.
+  ckpt_save_options_t* so = ckpt_save_options_create();
+  ckpt_save_options_set_stage_in_background(so, 1);
+  ckpt_save_t* h = ckpt_manager_save_async(manager_, 2, s, so);
+  ckpt_save_options_destroy(so);
+  ASSERT_EQ(ckpt_save_wait_staged(h, &err.text), CKPT_OK) << err.str();
+  ckpt_state_destroy(s);
   ASSERT_EQ(ckpt_save_wait(h, nullptr, &err.text), CKPT_OK) << err.str();
   ckpt_save_destroy(h);
-  ckpt_state_destroy(s);
 
   const CUdeviceptr back = ToDevice(std::vector<float>(10000));
   ckpt_state_t* into = State(reinterpret_cast<void*>(back), 10000, 0, true);

@@ -132,6 +132,14 @@ int ckpt_save_wait(ckpt_save_t* save, char** result, char** errptr) {
   });
 }
 
+int ckpt_save_wait_staged(ckpt_save_t* save, char** errptr) {
+  return Guard(errptr, [&]() -> ckpt::Status {
+    if (save == nullptr)
+      return NullArgument("ckpt_save_wait_staged", "the save");
+    return save->handle.WaitStaged();
+  });
+}
+
 void ckpt_save_destroy(ckpt_save_t* save) { delete save; }
 
 int ckpt_manager_load(ckpt_manager_t* manager, int64_t step,

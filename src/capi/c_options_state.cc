@@ -313,6 +313,13 @@ void ckpt_save_options_set_incremental(ckpt_save_options_t* options,
   if (options != nullptr) options->options.incremental = incremental != 0;
 }
 
+void ckpt_save_options_set_stage_in_background(ckpt_save_options_t* options,
+                                               int in_background) {
+  if (options != nullptr) {
+    options->options.stage_in_background = in_background != 0;
+  }
+}
+
 int ckpt_save_options_set_metric(ckpt_save_options_t* options, const char* name,
                                  double value, char** errptr) {
   return Guard(errptr, [&]() -> ckpt::Status {

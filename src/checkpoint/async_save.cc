@@ -9,7 +9,11 @@
 //      async_staging_bytes is saved synchronously instead; a state that cannot
 //      be staged still goes on, carrying its error, so every rank fails the
 //      collectives together.
-//   3. Mark the manager busy; the caller returns and may change its tensors.
+//      With SaveOptions::stage_in_background the copy is step 4's first
+//      part instead, on the background thread, and the handle's WaitStaged()
+//      tells the caller when it may change its tensors.
+//   3. Mark the manager busy; the caller returns and may change its tensors
+//      (with stage_in_background: once WaitStaged() returns).
 //   4. A background thread runs the save protocol (save.cc) on the staged
 //      copy; with many ranks its collectives run on that thread. The handle
 //      gets the result first, then the manager turns idle.
@@ -22,11 +26,27 @@
 #include "checkpoint/manager_impl.h"
 
 namespace ckpt {
+namespace {
+
+constexpr std::string_view kStage = "asynchronous save: stage the state";
+
+}  // namespace
 
 void internal::SaveHandleState::Finish(Result<SaveResult> r) {
   {
     MutexLock lock(&mu);
+    // A save that ends without staging (refused, saved synchronously) has
+    // nothing left to read of the caller's state either.
+    if (!staged.has_value()) staged.emplace(r.ok() ? Status() : r.status());
     result.emplace(std::move(r));
+  }
+  done.SignalAll();
+}
+
+void internal::SaveHandleState::Staged(Status staging) {
+  {
+    MutexLock lock(&mu);
+    staged.emplace(std::move(staging));
   }
   done.SignalAll();
 }
@@ -37,6 +57,16 @@ bool SaveHandle::Done() const {
   if (!shared_) return true;
   MutexLock lock(&shared_->mu);
   return shared_->result.has_value();
+}
+
+Status SaveHandle::WaitStaged() const {
+  if (!shared_) {
+    return FailedPreconditionError(
+        "wait for staging: the handle belongs to no save");
+  }
+  MutexLock lock(&shared_->mu);
+  while (!shared_->staged.has_value()) shared_->done.Wait(&shared_->mu);
+  return *shared_->staged;
 }
 
 Result<SaveResult> SaveHandle::Wait() const {
@@ -108,13 +138,22 @@ void CheckpointManager::Impl::StartAsync(
     handle->Finish(Guard("save", [&] { return Save(step, state, save); }));
     return;
   }
-  const Status staged =
-      Stage(state, need, "asynchronous save: stage the state");
-  // 3. Busy; 4. save in the background.
+  Status staged;
+  if (!save.stage_in_background) {
+    staged = Stage(state, need, kStage);
+    handle->Staged(staged);
+  }
+  // 3. Busy; 4. save in the background (staging first, if it is to run
+  // there: the caller keeps `state` alive until WaitStaged returns).
   busy_ = true;
-  worker_ = std::thread([this, step, save, staged, handle] {
+  worker_ = std::thread([this, step, save, staged, handle, need, &state] {
+    Status staging = staged;
+    if (save.stage_in_background) {
+      staging = Stage(state, need, kStage);
+      handle->Staged(staging);
+    }
     Result<SaveResult> r =
-        Guard("save", [&] { return Save(step, staged_, save, staged); });
+        Guard("save", [&] { return Save(step, staged_, save, staging); });
     {
       MutexLock l(&mu_);
       if (!r.ok()) {

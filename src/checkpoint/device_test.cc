@@ -269,6 +269,42 @@ TEST_F(DeviceTest, SaveAsyncHoldsTheBytesOfWhenItReturned) {
   EXPECT_EQ(Stats().registrations, 1);
 }
 
+// The opt-in mode: SaveAsync returns before the copy, which runs on the
+// background thread; the caller changes its tensors after WaitStaged().
+TEST_F(DeviceTest, StagingInTheBackgroundHoldsTheBytesOfWhenItWasStaged) {
+  const auto before = RandomBytes(kBytes, 13);
+  const auto after = RandomBytes(kBytes, 14);
+  const CUdeviceptr p = ToDevice(before);
+  std::vector<float> host(16, 2.5f);
+  State s;
+  s.AddTensor("w", DeviceView(p, {kFloats}));
+  s.AddTensor(
+      "h",
+      TensorView{
+          DType::kF32, {16}, reinterpret_cast<std::byte*>(host.data()), false});
+  auto mgr = Open();
+  ASSERT_EQ(fake_.inject("stream_delay_us", 2000), 0);
+  SaveHandle h = mgr->SaveAsync(1, s, {.stage_in_background = true});
+  ASSERT_TRUE(h.WaitStaged().ok());
+  ASSERT_EQ(fake_.cuMemcpyHtoD_v2(p, after.data(), kBytes), CUDA_SUCCESS);
+  host.assign(16, -1.0f);
+  Result<SaveResult> saved = h.Wait();
+  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+  EXPECT_EQ(Saved(1, "w"), before);
+  EXPECT_TRUE(h.WaitStaged().ok());  // again, after the save: the same
+  // A copy that fails: WaitStaged reports it, the save commits nothing.
+  ASSERT_EQ(fake_.inject("copy_fails_on_call", 0), 0);
+  SaveHandle failed = mgr->SaveAsync(2, s, {.stage_in_background = true});
+  const Status staging = failed.WaitStaged();
+  EXPECT_NE(staging.message().find("CUDA_ERROR_ILLEGAL_ADDRESS"),
+            std::string::npos)
+      << staging.ToString();
+  EXPECT_FALSE(failed.Wait().ok());
+  EXPECT_EQ(*mgr->Latest(), 1);
+  // A handle of no save, and one of a synchronous fallback, never block.
+  EXPECT_EQ(SaveHandle().WaitStaged().code(), ErrorCode::kFailedPrecondition);
+}
+
 TEST_F(DeviceTest, IncrementalSavesWriteOnlyWhatChangedOnTheDevice) {
   auto bytes = RandomBytes(1 << 20, 5);
   const CUdeviceptr p = ToDevice(bytes);

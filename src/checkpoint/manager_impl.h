@@ -59,10 +59,15 @@ struct SaveHandleState {
   explicit SaveHandleState(int64_t step) : step(step) {}
   void Finish(Result<SaveResult> r) EXCLUDES(mu);
 
+  // The state is in the staging memory (or was never to be): WaitStaged
+  // returns `staging`.
+  void Staged(Status staging) EXCLUDES(mu);
+
   const int64_t step;
   Mutex mu;
-  CondVar done;  // signalled when result is set
+  CondVar done;  // signalled when result or staged is set
   std::optional<Result<SaveResult>> result GUARDED_BY(mu);
+  std::optional<Status> staged GUARDED_BY(mu);
 };
 }  // namespace internal
 
