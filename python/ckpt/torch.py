@@ -262,7 +262,9 @@ class _LoadPlan:
         state = obj.state_dict()
         node = _subtree(self.tree, path)
         if node is not None:
-            mine = {name: leaf for name, _, leaf in _leaves(state, path)}
+            # The names the checkpoint gives the object's own leaves.
+            leaves, _ = _tree.flatten(state)
+            mine = {_show(path + sub): leaf for _, sub, leaf in leaves}
             stored = set()
             state = _build(node, self, mine, stored)
             missing = sorted(set(mine) - stored)
@@ -319,24 +321,6 @@ def _restored(mine, loaded):
             and not isinstance(mine, (bytes, bytearray))):
         return mine
     return loaded
-
-
-def _leaves(state, path):
-    """(dotted name, path, leaf) of every leaf of `state` at `path`."""
-    out = []
-    _walk(state, path, out)
-    return out
-
-
-def _walk(value, path, out):
-    if isinstance(value, Mapping) and not isinstance(value, _tree.Metadata):
-        for k, v in value.items():
-            _walk(v, path + (k,), out)
-    elif isinstance(value, (list, tuple)):
-        for i, v in enumerate(value):
-            _walk(v, path + (i,), out)
-    else:
-        out.append((".".join(str(k) for k in path), path, value))
 
 
 def _tree_root(text):
