@@ -43,15 +43,9 @@ Result<std::map<int, std::unique_ptr<CudaStream>>> OrderedStreams(
   for (const DeviceCopy& c : copies) {
     const int device = c.entry->tensor.location.device();
     if (streams.count(device)) continue;
-    const std::string what = Tensors(op, copies, device);
-    CKPT_ASSIGN_OR_RETURN(std::unique_ptr<CudaStream> stream,
-                          cuda.NewStream(device, what));
-    if (caller != nullptr) {
-      CKPT_RETURN_IF_ERROR(
-          cuda.WaitForStream(device, stream->handle(), caller, what));
-    } else {
-      CKPT_RETURN_IF_ERROR(cuda.SynchronizeDevice(device, what));
-    }
+    CKPT_ASSIGN_OR_RETURN(
+        std::unique_ptr<CudaStream> stream,
+        OrderedStream(cuda, device, caller, Tensors(op, copies, device)));
     streams.emplace(device, std::move(stream));
   }
   return streams;
@@ -84,6 +78,20 @@ Status Copy(const CudaDriver& cuda, std::span<const DeviceCopy> copies,
 }
 
 }  // namespace
+
+Result<std::unique_ptr<CudaStream>> OrderedStream(const CudaDriver& cuda,
+                                                  int device, CUstream caller,
+                                                  std::string_view what) {
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<CudaStream> stream,
+                        cuda.NewStream(device, what));
+  if (caller != nullptr) {
+    CKPT_RETURN_IF_ERROR(
+        cuda.WaitForStream(device, stream->handle(), caller, what));
+  } else {
+    CKPT_RETURN_IF_ERROR(cuda.SynchronizeDevice(device, what));
+  }
+  return stream;
+}
 
 const Entry* FirstDeviceTensor(const State& state) {
   for (const Entry& e : state.entries()) {

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string_view>
 
@@ -32,6 +33,13 @@ const Entry* FirstDeviceTensor(const State& state);
 // tensor on a device: Unavailable naming the operation, the entry and the
 // device when there is no driver.
 Result<CudaDriver*> DriverFor(const Entry& entry, std::string_view op);
+
+// A new stream of ckpt's on `device`, its work ordered after what
+// `caller` (a CUstream of `device`) has queued so far; null: after all the
+// device's work (the device is synchronized now).
+Result<std::unique_ptr<CudaStream>> OrderedStream(const CudaDriver& cuda,
+                                                  int device, CUstream caller,
+                                                  std::string_view what);
 
 // Copies each device tensor into its host memory, after `caller_stream`'s
 // work (a CUstream of the tensors' device; null: after all the work of

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/device_pipeline.h"
 #include "checkpoint/test_util.h"
 #include "ckpt/checkpoint_manager.h"
 #include "device/cuda_api.h"
@@ -119,10 +120,11 @@ class DeviceTest : public ::testing::Test {
     ASSERT_EQ(fake_.cuInit(0), CUDA_SUCCESS);
   }
 
-  std::unique_ptr<CheckpointManager> Open(Communicator* comm = nullptr) {
+  std::unique_ptr<CheckpointManager> Open(Communicator* comm = nullptr,
+                                          uint64_t chunk_size = 4096) {
     Options o;
     o.communicator = comm;
-    o.chunk_size = 4096;
+    o.chunk_size = chunk_size;
     auto mgr = CheckpointManager::Open(root_->url(), o);
     EXPECT_TRUE(mgr.ok()) << mgr.status().ToString();
     return mgr.ok() ? std::move(mgr).value() : nullptr;
@@ -355,6 +357,80 @@ TEST_F(DeviceTest, TheCopyWaitsForTheCallersStream) {
   into.SetCudaStream(FrameworkStream());
   ASSERT_TRUE(mgr->Load(1, into).ok());
   EXPECT_EQ(FromDevice(back, kBytes), computed);
+}
+
+// A full save reads device tensors through a few page-locked blocks
+// (DeviceReadPipeline), not a copy of the state: here a state larger than
+// those blocks, with a large tensor spanning several, many small ones
+// sharing blocks on two devices, an empty one, host entries between them,
+// and chunks that straddle blocks. Every byte is copied once, from
+// registered memory only, and a copy failing in a later block fails the
+// save naming the tensor, committing nothing.
+TEST_F(DeviceTest, AFullSaveStreamsThroughBlocksSmallerThanTheState) {
+  constexpr size_t kBig = (40 << 20) + 12;
+  constexpr int kSmall = 150;
+  constexpr size_t kSmallFloats = 1001;
+  const auto big = RandomBytes(kBig, 20);
+  std::vector<std::vector<std::byte>> small;
+  std::vector<double> host(5000);
+  std::iota(host.begin(), host.end(), 0.25);
+  State s;
+  s.AddTensor("big", DeviceView(ToDevice(big, 0), {kBig / 4}, 0));
+  s.AddTensor("host", View(host));
+  s.AddTensor("empty", DeviceView(Zeros(4, 1), {0}, 1));
+  int64_t device_bytes = kBig;
+  for (int i = 0; i < kSmall; ++i) {
+    small.push_back(RandomBytes(kSmallFloats * 4, 100 + i));
+    s.AddTensor(
+        "small/" + std::to_string(i),
+        DeviceView(ToDevice(small.back(), i % 2), {kSmallFloats}, i % 2));
+    device_bytes += kSmallFloats * 4;
+  }
+  ASSERT_GT(device_bytes,
+            static_cast<int64_t>(DeviceReadPipeline::kMemoryBytes));
+  // Three pages: chunks end inside blocks, and blocks inside chunks.
+  auto mgr = Open(nullptr, 3 * 4096);
+  Result<SaveResult> saved = mgr->Save(1, s);
+  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+  CkptFakeCudaStats st = Stats();
+  EXPECT_EQ(st.registered_bytes,
+            static_cast<int64_t>(DeviceReadPipeline::kMemoryBytes));
+  EXPECT_EQ(st.pageable_async_copies, 0);
+  EXPECT_EQ(st.bytes_to_host, device_bytes);
+
+  State into;
+  const CUdeviceptr big2 = Zeros(kBig, 0);
+  std::vector<double> host2(host.size());
+  std::vector<CUdeviceptr> small2;
+  into.AddTensor("big", DeviceView(big2, {kBig / 4}, 0));
+  into.AddTensor("host", View(host2));
+  into.AddTensor("empty", DeviceView(Zeros(4, 1), {0}, 1));
+  for (int i = 0; i < kSmall; ++i) {
+    small2.push_back(Zeros(kSmallFloats * 4, i % 2));
+    into.AddTensor("small/" + std::to_string(i),
+                   DeviceView(small2.back(), {kSmallFloats}, i % 2));
+  }
+  // Load checks every chunk's checksum, so they were computed right.
+  Result<CheckpointInfo> loaded = mgr->Load(1, into);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(FromDevice(big2, kBig, 0), big);
+  EXPECT_EQ(host2, host);
+  for (int i = 0; i < kSmall; ++i) {
+    ASSERT_EQ(FromDevice(small2[i], kSmallFloats * 4, i % 2), small[i]) << i;
+  }
+
+  // The third block's copy fails.
+  ASSERT_EQ(fake_.inject("copy_fails_after_bytes", 20 << 20), 0);
+  Result<SaveResult> failed = mgr->Save(2, s);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.status().message().find("CUDA_ERROR_ILLEGAL_ADDRESS"),
+            std::string::npos)
+      << failed.status().ToString();
+  EXPECT_NE(failed.status().message().find("tensor \"big\""), std::string::npos)
+      << failed.status().ToString();
+  fake_.reset();
+  ASSERT_EQ(fake_.cuInit(0), CUDA_SUCCESS);
+  EXPECT_EQ(Steps(), std::vector<int64_t>{1});
 }
 
 // 4 ranks as threads each save a device piece of "weights" (rows split in

@@ -37,6 +37,7 @@
 
 #include "checkpoint/catalog_record.h"
 #include "checkpoint/device_copy.h"
+#include "checkpoint/device_pipeline.h"
 #include "checkpoint/lease.h"
 #include "checkpoint/manifests.h"
 #include "checkpoint/messages.h"
@@ -200,6 +201,9 @@ class CheckpointManager::Impl {
   WriteResult WriteFull(int64_t step, const std::string& attempt,
                         const State& state, const SavePlan& plan,
                         const std::vector<size_t>& mine);
+  // The reads of this rank's device pieces of a full save, through bounce_.
+  Result<std::unique_ptr<DeviceReadPipeline>> StartDeviceReads(
+      const State& state, std::vector<DeviceReadPipeline::Segment> pieces);
   // Step 3 of an incremental save on this rank (collective: every rank
   // calls it): rows that reference the parent's objects name them in refs.
   WriteResult WriteIncremental(int64_t step, const std::string& attempt,
@@ -292,6 +296,9 @@ class CheckpointManager::Impl {
   Status async_error_ GUARDED_BY(mu_);
   std::thread worker_ GUARDED_BY(mu_);  // the last background save's thread
   StagingArena staging_;
+  // The page-locked blocks a full Save of device tensors reads through
+  // (DeviceReadPipeline::kMemoryBytes), mapped and registered once.
+  StagingArena bounce_;
   State staged_;
   std::unique_ptr<ThreadPool> io_pool_;  // made on first use
   // Whether this manager took the lease to save: then it keeps it.

@@ -23,8 +23,11 @@
 //   6-7. The coordinator commits (commit.cc) and broadcasts the outcome;
 //      every rank reads the committed manifest and returns the same result.
 //
-// A state with tensors on a CUDA device is first copied to host memory
-// (async_save.cc, Stage), and the copy goes through these steps.
+// A state with tensors on a CUDA device: in step 3 a full save reads each
+// device piece through a few page-locked blocks (device_pipeline.h),
+// checksumming and writing one block while the next is copied; an
+// incremental one first copies the state to host memory (async_save.cc,
+// Stage), since it checksums every chunk before it knows what to write.
 //
 // A crash anywhere leaves the earlier checkpoints as they were, plus either
 // nothing or the complete new one: without its manifest a step does not exist.
@@ -168,22 +171,30 @@ WriteResult CheckpointManager::Impl::WriteFull(
     const SavePlan& plan, const std::vector<size_t>& mine) {
   if (mine.empty()) return WriteResult();
   std::vector<PieceToWrite> pieces;
+  std::vector<DeviceReadPipeline::Segment> device_pieces;
   for (size_t i : mine) {
     const PlannedPiece& p = plan.pieces[i];
     const PlannedEntry& e = plan.entries[p.entry];
+    const Entry& entry = *state.Find(e.name);
     PieceToWrite w;
     w.tensor_name = e.name;
     w.dtype = e.dtype;
     w.lengths = p.lengths;
-    w.bytes =
-        std::span<const std::byte>(state.Find(e.name)->tensor.data, p.bytes);
+    w.bytes = std::span<const std::byte>(entry.tensor.data, p.bytes);
+    w.on_device = !entry.tensor.location.is_host();
+    if (w.on_device) device_pieces.push_back({&entry, p.bytes});
     pieces.push_back(std::move(w));
   }
   const std::string key = format::DataObjectKey(step, comm().rank(), attempt);
-  Result<WrittenObject> written = Guard("write " + key, [&] {
-    return WriteDataObject(*storage_, key, pieces, options_.chunk_size,
-                           IsStaged(state));
-  });
+  Result<WrittenObject> written =
+      Guard("write " + key, [&]() -> Result<WrittenObject> {
+        std::unique_ptr<DeviceReadPipeline> device;
+        if (!device_pieces.empty()) {
+          CKPT_ASSIGN_OR_RETURN(device, StartDeviceReads(state, device_pieces));
+        }
+        return WriteDataObject(*storage_, key, pieces, options_.chunk_size,
+                               IsStaged(state), device.get());
+      });
   if (!written.ok()) return Failed(written.status());
   WriteResult result;
   result.key = key;
@@ -198,6 +209,20 @@ WriteResult CheckpointManager::Impl::WriteFull(
   return result;
 }
 
+Result<std::unique_ptr<DeviceReadPipeline>>
+CheckpointManager::Impl::StartDeviceReads(
+    const State& state, std::vector<DeviceReadPipeline::Segment> pieces) {
+  constexpr std::string_view kOp = "copy from the device";
+  const Entry& first = *pieces.front().entry;
+  CKPT_ASSIGN_OR_RETURN(CudaDriver * cuda, DriverFor(first, kOp));
+  CKPT_ASSIGN_OR_RETURN(std::span<std::byte> memory,
+                        bounce_.Reserve(DeviceReadPipeline::kMemoryBytes));
+  CKPT_RETURN_IF_ERROR(
+      bounce_.Register(*cuda, first.tensor.location.device(), kOp));
+  return DeviceReadPipeline::Start(*cuda, memory, std::move(pieces),
+                                   state.cuda_stream(), std::string(kOp));
+}
+
 WriteResult CheckpointManager::Impl::WriteIncremental(
     int64_t step, const std::string& attempt, const State& state,
     const SaveOptions& save, const SavePlan& plan,
@@ -207,14 +232,23 @@ WriteResult CheckpointManager::Impl::WriteIncremental(
   // larger.
   Result<std::shared_ptr<const Manifest>> old = manifests_.Read(parent);
   const Manifest* base = old.ok() ? old->get() : nullptr;
-  Result<IncrementalWrites> w = Guard("plan incremental writes", [&] {
-    // Dirty rows say what changed since the caller's previous save; they
-    // describe the parent only if that save is the parent (not when it was
-    // deleted since, skipped, or made by another process).
-    return PlanIncrementalWrites(plan, mine, state, base, options_.chunk_size,
-                                 c.size(), save.dirty_rows,
-                                 parent == last_saved_step_);
-  });
+  Result<IncrementalWrites> w =
+      Guard("plan incremental writes", [&]() -> Result<IncrementalWrites> {
+        // Its device tensors were not staged: this rank did not ask for an
+        // incremental save, though the coordinator did.
+        if (!IsStaged(state) && state.HasDeviceTensors()) {
+          return FailedPreconditionError(
+              "plan incremental writes: SaveOptions::incremental is off on "
+              "this "
+              "rank and on on rank 0; every rank must pass the same");
+        }
+        // Dirty rows say what changed since the caller's previous save; they
+        // describe the parent only if that save is the parent (not when it was
+        // deleted since, skipped, or made by another process).
+        return PlanIncrementalWrites(
+            plan, mine, state, base, options_.chunk_size, c.size(),
+            save.dirty_rows, parent == last_saved_step_);
+      });
   // Every rank learns what all could reference, so all drop the references
   // together when too little is unchanged.
   ReferenceStats own;
@@ -309,10 +343,13 @@ Result<SaveResult> CheckpointManager::Impl::Save(int64_t step,
                                                  const SaveOptions& save,
                                                  const Status& state_error) {
   const std::string op = "save step " + std::to_string(step) + " in " + Where();
-  // A state with tensors on a device is saved from a copy in the staging
-  // memory, page-locked, as an asynchronous save is: the writer moves host
-  // bytes only. A rank whose copy fails still takes part, with the error.
-  if (state_error.ok() && !IsStaged(state) && state.HasDeviceTensors()) {
+  // An incremental save of a state with tensors on a device is saved from a
+  // copy in the staging memory, page-locked, as an asynchronous save is: it
+  // checksums the bytes before it knows which to write. A full save streams
+  // them through the bounce blocks instead (WriteFull). A rank whose copy
+  // fails still takes part, with the error.
+  if (state_error.ok() && !IsStaged(state) && save.incremental &&
+      state.HasDeviceTensors()) {
     const Status staged = Stage(state, StagingBytes(state), "stage the state");
     return Save(step, staged_, save, staged);
   }

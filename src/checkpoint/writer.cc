@@ -64,9 +64,46 @@ Result<DataObjectLayout> LayOutDataObject(
   return layout;
 }
 
+namespace {
+
+// Appends the device piece `piece` of `layout`, read from `device`, to
+// `out`, checksumming each chunk into `sums` as its bytes pass.
+Status AppendFromDevice(WritableObject& out, DeviceReadPipeline& device,
+                        const DataObjectLayout& layout, size_t piece,
+                        std::vector<Checksum128>& sums) {
+  const std::vector<DataObjectLayout::Chunk>& chunks = layout.chunks;
+  size_t c = std::lower_bound(chunks.begin(), chunks.end(), piece,
+                              [](const DataObjectLayout::Chunk& ch, size_t p) {
+                                return ch.piece < p;
+                              }) -
+             chunks.begin();
+  Xxh3Hasher hasher;
+  uint64_t in_chunk = 0;
+  return device.Read(layout.piece_bytes[piece],
+                     [&](std::span<const std::byte> bytes) -> Status {
+                       CKPT_RETURN_IF_ERROR(out.Append(bytes));
+                       while (!bytes.empty()) {
+                         const uint64_t n = std::min<uint64_t>(
+                             bytes.size(), chunks[c].len - in_chunk);
+                         hasher.Update(bytes.first(n));
+                         bytes = bytes.subspan(n);
+                         in_chunk += n;
+                         if (in_chunk == chunks[c].len) {
+                           sums[c++] = hasher.Digest();
+                           hasher.Reset();
+                           in_chunk = 0;
+                         }
+                       }
+                       return Status();
+                     });
+}
+
+}  // namespace
+
 Result<WrittenObject> WriteDataObject(Storage& storage, const std::string& key,
                                       const std::vector<PieceToWrite>& pieces,
-                                      uint64_t chunk_size, bool in_place) {
+                                      uint64_t chunk_size, bool in_place,
+                                      DeviceReadPipeline* device) {
   std::vector<format::TensorLayout> tensors;
   tensors.reserve(pieces.size());
   for (const PieceToWrite& p : pieces) {
@@ -75,6 +112,11 @@ Result<WrittenObject> WriteDataObject(Storage& storage, const std::string& key,
   CKPT_ASSIGN_OR_RETURN(DataObjectLayout layout,
                         LayOutDataObject(std::move(tensors), chunk_size));
   for (size_t i = 0; i < pieces.size(); ++i) {
+    if (pieces[i].on_device && device == nullptr) {
+      return InvalidArgumentError("write " + key + ": piece " +
+                                  pieces[i].tensor_name +
+                                  " is on a device, and no device reader");
+    }
     if (pieces[i].bytes.size() != layout.piece_bytes[i]) {
       return InvalidArgumentError("write " + key + ": piece " +
                                   pieces[i].tensor_name +
@@ -92,15 +134,19 @@ Result<WrittenObject> WriteDataObject(Storage& storage, const std::string& key,
   std::vector<Checksum128> sums(chunks.size());
   // Declared after what it reads: its destructor waits for the thread on
   // every way out of this function.
+  // Device pieces are checksummed as their blocks arrive instead.
   std::future<void> hashing = std::async(std::launch::async, [&] {
     for (size_t c = 0; c < chunks.size(); ++c) {
-      sums[c] = Xxh3_128(
-          pieces[chunks[c].piece].bytes.subspan(chunks[c].pos, chunks[c].len));
+      const PieceToWrite& p = pieces[chunks[c].piece];
+      if (p.on_device) continue;
+      sums[c] = Xxh3_128(p.bytes.subspan(chunks[c].pos, chunks[c].len));
     }
   });
   // The pieces outlive `out` (the caller owns them), as AppendRetained asks.
-  for (const PieceToWrite& p : pieces) {
-    CKPT_RETURN_IF_ERROR(AppendSlices(*out, p.bytes, in_place));
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    CKPT_RETURN_IF_ERROR(pieces[i].on_device
+                             ? AppendFromDevice(*out, *device, layout, i, sums)
+                             : AppendSlices(*out, pieces[i].bytes, in_place));
   }
   hashing.get();
   WrittenObject written;

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/device_pipeline.h"
 #include "ckpt/storage.h"
 #include "format/manifest.h"
 #include "format/safetensors.h"
@@ -25,7 +26,10 @@ struct PieceToWrite {
   std::string tensor_name;  // name inside the safetensors file
   DType dtype = DType::kU8;
   std::vector<int64_t> lengths;  // the piece's shape
+  // Host memory; on a device, only its size counts: the bytes come from the
+  // DeviceReadPipeline given to WriteDataObject.
   std::span<const std::byte> bytes;
+  bool on_device = false;
 };
 
 struct WrittenObject {
@@ -40,10 +44,14 @@ struct WrittenObject {
 // the storage may write them without copying (WritableObject::
 // AppendRetained); otherwise it copies them into its own blocks, which for
 // ordinary 4 KiB pages is faster than having the kernel pin every page.
+// Pieces `on_device` are read, in order, from `device` (which the caller
+// started on exactly those pieces) and checksummed as each block arrives,
+// while it is in the cache.
 Result<WrittenObject> WriteDataObject(Storage& storage, const std::string& key,
                                       const std::vector<PieceToWrite>& pieces,
                                       uint64_t chunk_size,
-                                      bool in_place = false);
+                                      bool in_place = false,
+                                      DeviceReadPipeline* device = nullptr);
 
 // A data object's layout, known from its pieces' names, dtypes and shapes
 // alone: the header, and where each chunk lies. Both writers write exactly

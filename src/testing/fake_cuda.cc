@@ -548,6 +548,7 @@ CUresult cuMemHostRegister_v2(void* p, size_t bytes, unsigned int flags) {
   if (f.register_call.Fails()) return CUDA_ERROR_NOT_PERMITTED;
   f.registered[start] = bytes;
   ++f.stats.registrations;
+  f.stats.registered_bytes += static_cast<int64_t>(bytes);
   return CUDA_SUCCESS;
 }
 
@@ -555,9 +556,10 @@ CUresult cuMemHostUnregister(void* p) {
   Fake& f = State();
   MutexLock lock(&f.mu);
   if (CUresult r = CheckContext(f); r != CUDA_SUCCESS) return r;
-  if (f.registered.erase(reinterpret_cast<uintptr_t>(p)) == 0) {
-    return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
-  }
+  auto it = f.registered.find(reinterpret_cast<uintptr_t>(p));
+  if (it == f.registered.end()) return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+  f.stats.registered_bytes -= static_cast<int64_t>(it->second);
+  f.registered.erase(it);
   --f.stats.registrations;
   return CUDA_SUCCESS;
 }

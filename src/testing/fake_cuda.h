@@ -39,6 +39,7 @@ struct CkptFakeCudaStats {
   int64_t pageable_async_copies;  // of them, asynchronous from or to memory
                                   // not registered
   int64_t registrations;          // host ranges registered now
+  int64_t registered_bytes;       // bytes of them
   int64_t allocations;            // device allocations alive now
   int64_t streams;                // streams alive now
   int64_t events;                 // events alive now
