@@ -14,8 +14,9 @@
 #    root), ~/.pyenv, /root/.pyenv), without NumPy: a virtual environment,
 #    the wheel, and python/tests/test_no_numpy.py (plain unittest). None
 #    found: the step says so and is skipped.
-# 3. examples/python/train.py and bench/peers/peers.py (a small state) from
-#    the environment of 1.
+# 3. examples/python/train.py, bench/peers/peers.py (a small state) and
+#    bench/peers/peers_gpu.py (the same on a CUDA device; without one in
+#    PyTorch it prints why it skipped) from the environment of 1.
 #
 # Runs every step, prints the time of each and the Python versions that
 # ran, and exits 1 if any step failed.
@@ -157,8 +158,11 @@ if [ -x "$work/venv/bin/python" ]; then
   "$work/venv/bin/python" "$repo/bench/peers/peers.py" \
     --size-mib 64 --tensors 8 --runs 1 --dir "$work/peers" ||
     failed+=("bench/peers/peers.py")
+  "$work/venv/bin/python" "$repo/bench/peers/peers_gpu.py" \
+    --size-mib 64 --tensors 8 --runs 1 --dir "$work/peers-gpu" ||
+    failed+=("bench/peers/peers_gpu.py")
 fi
-say "train.py and peers.py: $((SECONDS - start)) s"
+say "train.py, peers.py and peers_gpu.py: $((SECONDS - start)) s"
 
 if [ ${#failed[@]} -gt 0 ]; then
   say "FAILED: $(join "${failed[@]}") ($SECONDS s in all)"

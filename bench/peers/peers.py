@@ -65,6 +65,42 @@ def save_numpy(state, path):
     fsync_path(os.path.dirname(path))
 
 
+def remove(path):
+    """Frees the disk for the next saver (ckpt's retention does it)."""
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+    elif os.path.exists(path):
+        os.unlink(path)
+
+
+def run_rounds(savers, names, state, runs, base, settle=None):
+    """Runs each saver in `names` once per round on `state`, in a fresh path
+    under `base`, rotating the order; returns {name: [(blocked, finished)]}
+    in seconds. A saver returns None, or a callable that waits for the save
+    it started: the caller was blocked until the saver returned, and the
+    save finished when the callable did. `settle` runs before each timing
+    (and after a save, inside it): a device's queued work."""
+    times = {s: [] for s in names}
+    for r in range(runs):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for s in order:
+            path = os.path.join(base, f"{s}-{r}")
+            if hasattr(savers[s], "before"):
+                savers[s].before()
+            if settle:
+                settle()
+            t0 = time.perf_counter()
+            finish = savers[s](state, path)
+            t1 = time.perf_counter()
+            if finish is not None:
+                finish()
+            if settle:
+                settle()
+            times[s].append((t1 - t0, time.perf_counter() - t0))
+            remove(path)
+    return times
+
+
 class CkptSaver:
     """ckpt's Save (fsync of the data file, the manifest and their
     directory included). The previous step is deleted before the timing
@@ -115,25 +151,12 @@ def main():
     for s in names:
         if s not in savers:
             sys.exit(f"peers.py: unknown saver {s!r}")
-    times = {s: [] for s in names}
     try:
-        for r in range(a.runs):
-            order = names[r % len(names):] + names[:r % len(names)]
-            for s in order:
-                path = os.path.join(base, f"{s}-{r}")
-                if hasattr(savers[s], "before"):
-                    savers[s].before()
-                t0 = time.perf_counter()
-                savers[s](state, path)
-                times[s].append(time.perf_counter() - t0)
-                # Free the disk for the next one (ckpt's retention does it).
-                if os.path.isdir(path):
-                    shutil.rmtree(path)
-                elif os.path.exists(path):
-                    os.unlink(path)
+        rounds = run_rounds(savers, names, state, a.runs, base)
     finally:
         if not a.dir:
             shutil.rmtree(base, ignore_errors=True)
+    times = {s: [finished for _, finished in v] for s, v in rounds.items()}
 
     med = {s: statistics.median(v) for s, v in times.items()}
     out = {

@@ -84,7 +84,8 @@ CUresult cuMemHostRegister_v2(void* p, size_t bytes, unsigned int flags);
 CUresult cuMemHostUnregister(void* p);
 CUresult cuPointerGetAttribute(void* data, int attribute, CUdeviceptr ptr);
 
-// ckpt never allocates device memory; tests do, through the double.
+// Device memory: ckpt's saves and loads never allocate it; ckpt bench
+// --device does (CudaDriver::Allocate), and the tests, through the double.
 CUresult cuMemAlloc_v2(CUdeviceptr* ptr, size_t bytes);
 CUresult cuMemFree_v2(CUdeviceptr ptr);
 

@@ -35,10 +35,18 @@ namespace ckpt {
   X(cuMemHostUnregister)          \
   X(cuPointerGetAttribute)
 
+// Entry points that only Allocate and Free call, which a save or a load never
+// does: a library without them (every real driver has them) still loads, and
+// only the call that needs one fails, naming it.
+#define CKPT_CUDA_OPTIONAL_ENTRY_POINTS(X) \
+  X(cuMemAlloc_v2)                         \
+  X(cuMemFree_v2)
+
 // The loaded entry points, typed by their declarations in cuda_api.h.
 struct CudaDriver::Api {
 #define CKPT_CUDA_POINTER(name) decltype(&::name) name = nullptr;
   CKPT_CUDA_ENTRY_POINTS(CKPT_CUDA_POINTER)
+  CKPT_CUDA_OPTIONAL_ENTRY_POINTS(CKPT_CUDA_POINTER)
 #undef CKPT_CUDA_POINTER
 };
 
@@ -76,15 +84,18 @@ std::string DlError() {
   return e != nullptr ? e : "unknown error";
 }
 
+std::string LacksEntryPoint(const std::string& path, const char* name) {
+  return "CUDA driver " + path + " lacks the entry point " + name +
+         " (a driver older than ckpt needs?)";
+}
+
 template <typename F>
 Status Resolve(void* library, const std::string& path, const char* name,
                F* out) {
   dlerror();
   void* symbol = dlsym(library, name);
   if (symbol == nullptr) {
-    return UnavailableError("CUDA driver " + path + " lacks the entry point " +
-                            name +
-                            " (a driver older than ckpt needs?): " + DlError());
+    return UnavailableError(LacksEntryPoint(path, name) + ": " + DlError());
   }
   *out = reinterpret_cast<F>(symbol);
   return Status::Ok();
@@ -186,6 +197,10 @@ Result<std::unique_ptr<CudaDriver>> CudaDriver::Open(const std::string& path) {
   CKPT_RETURN_IF_ERROR(Resolve(library, path, #name, &api.name));
   CKPT_CUDA_ENTRY_POINTS(CKPT_CUDA_RESOLVE)
 #undef CKPT_CUDA_RESOLVE
+#define CKPT_CUDA_RESOLVE_OPTIONAL(name) \
+  api.name = reinterpret_cast<decltype(api.name)>(dlsym(library, #name));
+  CKPT_CUDA_OPTIONAL_ENTRY_POINTS(CKPT_CUDA_RESOLVE_OPTIONAL)
+#undef CKPT_CUDA_RESOLVE_OPTIONAL
 
   // Whatever stops the driver from starting (no device, a driver older than
   // the kernel module, a broken installation), ckpt cannot use it.
@@ -426,6 +441,33 @@ Status CudaDriver::Register(int device, void* p, size_t n,
   CKPT_RETURN_IF_ERROR(context.Enter(device, op));
   return Check(api_->cuMemHostRegister_v2(p, n, CU_MEMHOSTREGISTER_PORTABLE),
                "cuMemHostRegister_v2", op);
+}
+
+Result<CUdeviceptr> CudaDriver::Allocate(int device, size_t n,
+                                         std::string_view what) const {
+  const std::string op = OnDevice(
+      std::string(what) + ": allocate " + std::to_string(n) + " bytes", device);
+  if (api_->cuMemAlloc_v2 == nullptr) {
+    return UnavailableError(op + ": " +
+                            LacksEntryPoint(path_, "cuMemAlloc_v2"));
+  }
+  ScopedContext context(*this);
+  CKPT_RETURN_IF_ERROR(context.Enter(device, op));
+  CUdeviceptr p = 0;
+  CKPT_RETURN_IF_ERROR(Check(api_->cuMemAlloc_v2(&p, n), "cuMemAlloc_v2", op));
+  return p;
+}
+
+Status CudaDriver::Free(int device, CUdeviceptr p,
+                        std::string_view what) const {
+  const std::string op =
+      OnDevice(std::string(what) + ": free device memory", device);
+  if (api_->cuMemFree_v2 == nullptr) {
+    return UnavailableError(op + ": " + LacksEntryPoint(path_, "cuMemFree_v2"));
+  }
+  ScopedContext context(*this);
+  CKPT_RETURN_IF_ERROR(context.Enter(device, op));
+  return Check(api_->cuMemFree_v2(p), "cuMemFree_v2", op);
 }
 
 Status CudaDriver::Unregister(int device, void* p,

@@ -172,6 +172,13 @@ class CudaDriver {
   Status Register(int device, void* p, size_t n, std::string_view what) const;
   Status Unregister(int device, void* p, std::string_view what) const;
 
+  // `n` bytes of the memory of `device` (cuMemAlloc_v2), until Free. Not for
+  // ckpt's saves and loads, which only copy the caller's tensors: for a
+  // program that makes device tensors of its own (ckpt bench --device).
+  Result<CUdeviceptr> Allocate(int device, size_t n,
+                               std::string_view what) const;
+  Status Free(int device, CUdeviceptr p, std::string_view what) const;
+
  private:
   struct Api;
   class ScopedContext;

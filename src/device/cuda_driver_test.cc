@@ -514,6 +514,54 @@ TEST_F(CudaDriverTest, OutOfMemoryIsUnavailable) {
   EXPECT_EQ(fake().inject("no_such_fault", 0), -1);
 }
 
+TEST_F(CudaDriverTest, AllocatesAndFreesDeviceMemory) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  const int64_t before = fake().stats().allocations;
+  Result<CUdeviceptr> p = cuda_->Allocate(1, 4096 + 3, "bench");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(fake().stats().allocations, before + 1);
+  Result<MemoryLocation> where =
+      cuda_->Locate(reinterpret_cast<const void*>(*p), "t");
+  ASSERT_TRUE(where.ok()) << where.status().ToString();
+  EXPECT_EQ(*where, MemoryLocation::Cuda(1));
+  // The whole allocation is the device's to copy to and from.
+  const std::vector<std::byte> data = RandomBytes(4096 + 3, 7);
+  std::vector<std::byte> back(data.size());
+  ASSERT_TRUE(
+      cuda_->CopyToDevice(1, *p, data.data(), data.size(), nullptr, "t").ok());
+  ASSERT_TRUE(
+      cuda_->CopyToHost(1, back.data(), *p, back.size(), nullptr, "t").ok());
+  EXPECT_EQ(back, data);
+  ASSERT_TRUE(cuda_->Free(1, *p, "bench").ok());
+  EXPECT_EQ(fake().stats().allocations, before);
+  // The test thread's own context is as it left it.
+  CUcontext current = nullptr;
+  ASSERT_EQ(fake().cuCtxGetCurrent(&current), CUDA_SUCCESS);
+  EXPECT_EQ(current, framework_[0]);
+
+  Status twice = cuda_->Free(1, *p, "bench");
+  EXPECT_EQ(twice.code(), ErrorCode::kInvalidArgument);
+  EXPECT_THAT(twice.message(),
+              HasSubstr("bench: free device memory on cuda:1: cuMemFree_v2: "
+                        "CUDA_ERROR_INVALID_VALUE"));
+}
+
+TEST_F(CudaDriverTest, AFailedAllocationNamesTheCall) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  ASSERT_EQ(fake().inject("alloc_fails", 1), 0);
+  Result<CUdeviceptr> first = cuda_->Allocate(0, 64, "bench");
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  Result<CUdeviceptr> second = cuda_->Allocate(0, 1 << 20, "bench tensor 1");
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), ErrorCode::kUnavailable);
+  EXPECT_EQ(second.status().message(),
+            "bench tensor 1: allocate 1048576 bytes on cuda:0: cuMemAlloc_v2: "
+            "CUDA_ERROR_OUT_OF_MEMORY (out of memory)");
+  EXPECT_TRUE(cuda_->Free(0, *first, "bench").ok());
+  Result<CUdeviceptr> absent = cuda_->Allocate(2, 64, "bench");
+  EXPECT_EQ(absent.status().code(), ErrorCode::kInvalidArgument);
+}
+
 TEST_F(CudaDriverTest, ManyThreadsCopyAtOnce) {
   ASSERT_NO_FATAL_FAILURE(Start());
   constexpr int kThreads = 8;

@@ -59,16 +59,53 @@ json AtMost(const json& v, double limit) {
   return v.get<double>() <= limit;
 }
 
-json FiguresJson(const Figures& f, double bytes, const PeakRss& rss) {
-  // Beyond the process before the state was built, the state itself and
-  // this program's own 16 MiB raw-I/O block: what ckpt added.
-  const double own = static_cast<double>(rss.baseline + kBlock);
+// The raw disk baselines, the same for a state anywhere.
+json RawDiskFigures(const Figures& f, double bytes) {
   json figures = {
       {"raw_write_buffered_gbps", Gbps(f.raw_write_buffered, bytes)},
       {"raw_write_direct_gbps", Gbps(f.raw_write_direct, bytes)},
       {"raw_read_cold_gbps", Gbps(f.raw_read_cold, bytes)},
       {"raw_read_warm_gbps", Gbps(f.raw_read_warm, bytes)},
       {"raw_read_direct_gbps", Gbps(f.raw_read_direct, bytes)},
+  };
+  json raw_write_best = figures["raw_write_buffered_gbps"];
+  if (figures["raw_write_direct_gbps"].is_number() &&
+      figures["raw_write_direct_gbps"].get<double>() >
+          raw_write_best.get<double>()) {
+    raw_write_best = figures["raw_write_direct_gbps"];
+  }
+  figures["raw_write_best_gbps"] = raw_write_best;
+  return figures;
+}
+
+json RawDiskRanges(const Figures& f, double bytes) {
+  return {
+      {"raw_write_buffered_gbps", Spread(f.raw_write_buffered, bytes)},
+      {"raw_write_direct_gbps", Spread(f.raw_write_direct, bytes)},
+      {"raw_read_cold_gbps", Spread(f.raw_read_cold, bytes)},
+      {"raw_read_warm_gbps", Spread(f.raw_read_warm, bytes)},
+      {"raw_read_direct_gbps", Spread(f.raw_read_direct, bytes)},
+  };
+}
+
+json RssFigures(const PeakRss& rss) {
+  return {{"baseline_rss_mib", rss.baseline / kMiB},
+          {"peak_rss_sync_mib", rss.sync / kMiB},
+          {"peak_rss_async_mib", rss.async / kMiB}};
+}
+
+// MiB of `peak` beyond the process before the state was built, the bench's
+// own buffers (the 16 MiB raw-I/O block and any other) and `held` bytes of
+// copies of the state that are expected: what ckpt added.
+double PeakAbove(uint64_t peak, const PeakRss& rss, double held) {
+  const double own = static_cast<double>(rss.baseline + kBlock + rss.own);
+  return (static_cast<double>(peak) - held - own) / kMiB;
+}
+
+json FiguresJson(const Figures& f, double bytes, const PeakRss& rss) {
+  json figures = RawDiskFigures(f, bytes);
+  figures.update(RssFigures(rss));
+  figures.update({
       {"memcpy_gbps", Gbps(f.memcpy, bytes)},
       {"memcpy_seconds", MedianSeconds(f.memcpy)},
       {"parallel_memcpy_gbps", Gbps(f.parallel_memcpy, bytes)},
@@ -84,35 +121,34 @@ json FiguresJson(const Figures& f, double bytes, const PeakRss& rss) {
       {"async_first_stall_seconds", f.async_first_stall},
       {"async_stall_seconds", MedianSeconds(f.async_stall)},
       {"async_total_seconds", MedianSeconds(f.async_total)},
-      {"baseline_rss_mib", rss.baseline / kMiB},
-      {"peak_rss_sync_mib", rss.sync / kMiB},
-      {"peak_rss_async_mib", rss.async / kMiB},
-      {"sync_peak_above_state_mib", (double(rss.sync) - bytes - own) / kMiB},
+      {"sync_peak_above_state_mib", PeakAbove(rss.sync, rss, bytes)},
       {"async_peak_above_state_and_staging_mib",
-       (double(rss.async) - 2 * bytes - own) / kMiB},
-  };
-  json raw_write_best = figures["raw_write_buffered_gbps"];
-  if (figures["raw_write_direct_gbps"].is_number() &&
-      figures["raw_write_direct_gbps"].get<double>() >
-          raw_write_best.get<double>()) {
-    raw_write_best = figures["raw_write_direct_gbps"];
-  }
-  figures["raw_write_best_gbps"] = raw_write_best;
+       PeakAbove(rss.async, rss, 2 * bytes)},
+  });
   return figures;
 }
 
 json RangesJson(const Figures& f, double bytes) {
-  return {
-      {"raw_write_buffered_gbps", Spread(f.raw_write_buffered, bytes)},
-      {"raw_write_direct_gbps", Spread(f.raw_write_direct, bytes)},
-      {"raw_read_cold_gbps", Spread(f.raw_read_cold, bytes)},
-      {"raw_read_warm_gbps", Spread(f.raw_read_warm, bytes)},
-      {"raw_read_direct_gbps", Spread(f.raw_read_direct, bytes)},
+  json ranges = RawDiskRanges(f, bytes);
+  ranges.update({
       {"save_gbps", Spread(f.save, bytes)},
       {"load_cold_gbps", Spread(f.load_cold, bytes)},
       {"load_warm_gbps", Spread(f.load_warm, bytes)},
       {"memcpy_gbps", Spread(f.memcpy, bytes)},
       {"parallel_memcpy_gbps", Spread(f.parallel_memcpy, bytes)},
+  });
+  return ranges;
+}
+
+// Save beside the raw write, for a state anywhere.
+json SaveRatios(const json& figures) {
+  return {
+      {"save_vs_raw_write_best",
+       Ratio(figures.at("save_gbps"), figures.at("raw_write_best_gbps"))},
+      {"save_vs_raw_write_buffered",
+       Ratio(figures.at("save_gbps"), figures.at("raw_write_buffered_gbps"))},
+      {"save_vs_raw_write_direct",
+       Ratio(figures.at("save_gbps"), figures.at("raw_write_direct_gbps"))},
   };
 }
 
@@ -120,13 +156,8 @@ json RatiosJson(const json& figures) {
   auto fig = [&figures](const char* key) -> const json& {
     return figures.at(key);
   };
-  return {
-      {"save_vs_raw_write_best",
-       Ratio(fig("save_gbps"), fig("raw_write_best_gbps"))},
-      {"save_vs_raw_write_buffered",
-       Ratio(fig("save_gbps"), fig("raw_write_buffered_gbps"))},
-      {"save_vs_raw_write_direct",
-       Ratio(fig("save_gbps"), fig("raw_write_direct_gbps"))},
+  json ratios = SaveRatios(figures);
+  ratios.update({
       {"load_cold_vs_raw_read_cold",
        Ratio(fig("load_cold_gbps"), fig("raw_read_cold_gbps"))},
       {"load_cold_vs_raw_read_direct",
@@ -139,7 +170,8 @@ json RatiosJson(const json& figures) {
        Ratio(fig("async_stall_seconds"), fig("parallel_memcpy_seconds"))},
       {"async_first_stall_vs_memcpy",
        Ratio(fig("async_first_stall_seconds"), fig("memcpy_seconds"))},
-  };
+  });
+  return ratios;
 }
 
 json TargetsJson(const json& figures, const json& ratios) {
@@ -159,6 +191,121 @@ json TargetsJson(const json& figures, const json& ratios) {
   };
 }
 
+// --- A state on a device: pinned copies, not memcpy, are the bar.
+
+json DeviceFiguresJson(const Figures& f, double bytes, const PeakRss& rss) {
+  json figures = RawDiskFigures(f, bytes);
+  figures.update(RssFigures(rss));
+  figures.update({
+      {"pinned_d2h_gbps", Gbps(f.pinned_d2h, bytes)},
+      {"pinned_d2h_seconds", MedianSeconds(f.pinned_d2h)},
+      {"pinned_h2d_gbps", Gbps(f.pinned_h2d, bytes)},
+      {"pinned_h2d_seconds", MedianSeconds(f.pinned_h2d)},
+      {"save_gbps", Gbps(f.save, bytes)},
+      {"save_seconds", MedianSeconds(f.save)},
+      {"load_device_cold_gbps", Gbps(f.load_cold, bytes)},
+      {"load_device_cold_seconds", MedianSeconds(f.load_cold)},
+      {"async_first_stall_seconds", f.async_first_stall},
+      {"async_stall_seconds", MedianSeconds(f.async_stall)},
+      {"async_total_seconds", MedianSeconds(f.async_total)},
+      {"async_background_return_seconds",
+       MedianSeconds(f.async_background_return)},
+      {"async_background_staged_seconds",
+       MedianSeconds(f.async_background_staged)},
+      {"async_background_total_seconds",
+       MedianSeconds(f.async_background_total)},
+      // Save, SaveAsync and Load of a device state each hold one host copy
+      // of it (the staging memory, reused).
+      {"sync_peak_above_staging_mib", PeakAbove(rss.sync, rss, bytes)},
+      {"async_peak_above_staging_mib", PeakAbove(rss.async, rss, bytes)},
+  });
+  return figures;
+}
+
+json DeviceRangesJson(const Figures& f, double bytes) {
+  json ranges = RawDiskRanges(f, bytes);
+  ranges.update({
+      {"pinned_d2h_gbps", Spread(f.pinned_d2h, bytes)},
+      {"pinned_h2d_gbps", Spread(f.pinned_h2d, bytes)},
+      {"save_gbps", Spread(f.save, bytes)},
+      {"load_device_cold_gbps", Spread(f.load_cold, bytes)},
+  });
+  return ranges;
+}
+
+json DeviceRatiosJson(const json& figures) {
+  auto fig = [&figures](const char* key) -> const json& {
+    return figures.at(key);
+  };
+  json ratios = SaveRatios(figures);
+  ratios.update({
+      {"load_device_vs_raw_read_cold",
+       Ratio(fig("load_device_cold_gbps"), fig("raw_read_cold_gbps"))},
+      {"load_device_vs_raw_read_direct",
+       Ratio(fig("load_device_cold_gbps"), fig("raw_read_direct_gbps"))},
+      {"async_stall_vs_pinned_d2h",
+       Ratio(fig("async_stall_seconds"), fig("pinned_d2h_seconds"))},
+      {"async_first_stall_vs_pinned_d2h",
+       Ratio(fig("async_first_stall_seconds"), fig("pinned_d2h_seconds"))},
+      {"async_background_staged_vs_pinned_d2h",
+       Ratio(fig("async_background_staged_seconds"),
+             fig("pinned_d2h_seconds"))},
+  });
+  return ratios;
+}
+
+json DeviceTargetsJson(const json& ratios) {
+  return {
+      {"async_stall_vs_pinned_d2h <= 1.3",
+       AtMost(ratios.at("async_stall_vs_pinned_d2h"), 1.3)},
+      {"save_vs_raw_write_best >= 0.90",
+       AtLeast(ratios.at("save_vs_raw_write_best"), 0.90)},
+      {"load_device_vs_raw_read_cold >= 0.85",
+       AtLeast(ratios.at("load_device_vs_raw_read_cold"), 0.85)},
+  };
+}
+
+json Report(json config, json figures, json ranges, json ratios, json targets) {
+  return {{"config", std::move(config)},
+          {"figures", std::move(figures)},
+          {"ranges", std::move(ranges)},
+          {"ratios", std::move(ratios)},
+          {"targets", std::move(targets)}};
+}
+
+// The table's rows, in the order people read them: rates (with their
+// ranges), then the other figures.
+struct Layout {
+  std::vector<const char*> rates;
+  std::vector<const char*> others;
+};
+
+Layout HostLayout() {
+  return {
+      {"raw_write_buffered_gbps", "raw_write_direct_gbps", "raw_read_cold_gbps",
+       "raw_read_warm_gbps", "raw_read_direct_gbps", "memcpy_gbps",
+       "parallel_memcpy_gbps", "save_gbps", "load_cold_gbps", "load_warm_gbps"},
+      {"first_touch_gbps", "memcpy_seconds", "parallel_memcpy_seconds",
+       "parallel_memcpy_threads", "save_seconds", "load_cold_seconds",
+       "load_warm_seconds", "async_first_stall_seconds", "async_stall_seconds",
+       "async_total_seconds", "peak_rss_sync_mib", "peak_rss_async_mib",
+       "sync_peak_above_state_mib", "async_peak_above_state_and_staging_mib"}};
+}
+
+Layout DeviceLayout() {
+  return {
+      {"raw_write_buffered_gbps", "raw_write_direct_gbps", "raw_read_cold_gbps",
+       "raw_read_warm_gbps", "raw_read_direct_gbps", "pinned_d2h_gbps",
+       "pinned_h2d_gbps", "save_gbps", "load_device_cold_gbps"},
+      {"pinned_d2h_seconds", "pinned_h2d_seconds", "save_seconds",
+       "load_device_cold_seconds", "async_first_stall_seconds",
+       "async_stall_seconds", "async_total_seconds",
+       "async_background_return_seconds", "async_background_staged_seconds",
+       "async_background_total_seconds", "peak_rss_sync_mib",
+       "peak_rss_async_mib", "sync_peak_above_staging_mib",
+       "async_peak_above_staging_mib"}};
+}
+
 }  // namespace
 
 json MakeReport(json config, double bytes, const Figures& f,
@@ -166,25 +313,37 @@ json MakeReport(json config, double bytes, const Figures& f,
   json figures = FiguresJson(f, bytes, rss);
   json ratios = RatiosJson(figures);
   json targets = TargetsJson(figures, ratios);
-  return {{"config", std::move(config)},
-          {"figures", std::move(figures)},
-          {"ranges", RangesJson(f, bytes)},
-          {"ratios", std::move(ratios)},
-          {"targets", std::move(targets)}};
+  return Report(std::move(config), std::move(figures), RangesJson(f, bytes),
+                std::move(ratios), std::move(targets));
+}
+
+json MakeDeviceReport(json config, double bytes, const Figures& f,
+                      const PeakRss& rss) {
+  json figures = DeviceFiguresJson(f, bytes, rss);
+  json ratios = DeviceRatiosJson(figures);
+  json targets = DeviceTargetsJson(ratios);
+  json report =
+      Report(std::move(config), std::move(figures), DeviceRangesJson(f, bytes),
+             std::move(ratios), std::move(targets));
+  report["load_verified"] = true;
+  return report;
 }
 
 void PrintReport(const json& report) {
   const json& config = report.at("config");
   const json& figures = report.at("figures");
   const json& ranges = report.at("ranges");
+  const bool on_device = config.contains("device");
+  const Layout layout = on_device ? DeviceLayout() : HostLayout();
   auto num = [](const json& v, const char* fmt_spec) -> std::string {
     if (!v.is_number()) return "-";
     return fmt::format(fmt::runtime(fmt_spec), v.get<double>());
   };
   fmt::print(
-      "ckpt bench: {:.2f} GiB in {} {} tensors, {} rounds (medians), {}\n",
+      "ckpt bench: {:.2f} GiB in {} {} tensors{}, {} rounds (medians), {}\n",
       config.at("state_bytes").get<double>() / kMiB / 1024,
       config.at("tensors").get<int>(), config.at("dtype").get<std::string>(),
+      on_device ? " on " + config.at("device").get<std::string>() : "",
       config.at("runs").get<int>(), config.at("dir").get<std::string>());
   std::vector<std::vector<std::string>> rows = {{"figure", "value", "range"}};
   auto range_text = [&](const char* key) -> std::string {
@@ -192,26 +351,18 @@ void PrintReport(const json& report) {
     if (!r.is_array()) return "";
     return fmt::format("{:.2f}-{:.2f}", r[0].get<double>(), r[1].get<double>());
   };
-  for (const char* key :
-       {"raw_write_buffered_gbps", "raw_write_direct_gbps",
-        "raw_read_cold_gbps", "raw_read_warm_gbps", "raw_read_direct_gbps",
-        "memcpy_gbps", "parallel_memcpy_gbps", "save_gbps", "load_cold_gbps",
-        "load_warm_gbps"}) {
+  for (const char* key : layout.rates) {
     rows.push_back({key, num(figures.at(key), "{:.3f}"), range_text(key)});
   }
-  for (const char* key :
-       {"first_touch_gbps", "memcpy_seconds", "parallel_memcpy_seconds",
-        "parallel_memcpy_threads", "save_seconds", "load_cold_seconds",
-        "load_warm_seconds", "async_first_stall_seconds", "async_stall_seconds",
-        "async_total_seconds", "peak_rss_sync_mib", "peak_rss_async_mib",
-        "sync_peak_above_state_mib",
-        "async_peak_above_state_and_staging_mib"}) {
+  for (const char* key : layout.others) {
     rows.push_back({key, num(figures.at(key), "{:.3f}"), ""});
   }
   for (auto& [key, value] : report.at("ratios").items()) {
     rows.push_back({key, num(value, "{:.2f}"), ""});
   }
   PrintTable(rows);
+  if (on_device)
+    fmt::print("load verified: the device bytes are those saved\n");
   for (auto& [key, value] : report.at("targets").items()) {
     fmt::print("target {}: {}\n", key,
                value.is_boolean() ? (value.get<bool>() ? "met" : "NOT met")

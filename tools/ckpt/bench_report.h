@@ -20,6 +20,11 @@ struct Figures {
   std::vector<double> raw_write_buffered, raw_write_direct, raw_read_cold,
       raw_read_warm, raw_read_direct, save, load_cold, load_warm, memcpy,
       parallel_memcpy, async_stall, async_total;
+  // A state on a device: its copies to and from a registered host block,
+  // and SaveAsync with the copy staged in the background: its return, its
+  // WaitStaged() and its commit, from the call.
+  std::vector<double> pinned_d2h, pinned_h2d, async_background_return,
+      async_background_staged, async_background_total;
   int parallel_memcpy_threads = 1;
   double first_touch = 0;
   double async_first_stall = 0;
@@ -31,15 +36,22 @@ struct PeakRss {
   uint64_t baseline = 0;
   uint64_t sync = 0;
   uint64_t async = 0;
+  // Host memory the bench holds beside the raw loops' block: a device run's
+  // registered block.
+  uint64_t own = 0;
 };
 
 // Everything the bench reports, as `--json` prints it: `config` as given,
 // then the figures, their ranges, the ratios and the targets.
 nlohmann::json MakeReport(nlohmann::json config, double bytes, const Figures& f,
                           const PeakRss& rss);
+// The same for a state on a device (config names it in "device"), whose
+// load was checked ("load_verified").
+nlohmann::json MakeDeviceReport(nlohmann::json config, double bytes,
+                                const Figures& f, const PeakRss& rss);
 
-// The report for people: a heading, a table of figures and ratios, and one
-// line per target.
+// The report for people, of either kind: a heading, a table of figures and
+// ratios, and one line per target.
 void PrintReport(const nlohmann::json& report);
 
 }  // namespace ckpt::cli

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -1014,10 +1015,89 @@ TEST_F(CliTest, BenchRefusesBadSizesAndCounts) {
                                              {"bench", "--size", "0"},
                                              {"bench", "--tensors", "0"},
                                              {"bench", "--runs", "0"},
-                                             {"bench", "--dtype", "F33"}}) {
+                                             {"bench", "--dtype", "F33"},
+                                             {"bench", "--device", "bogus"},
+                                             {"bench", "--device", "cuda:"}}) {
     RunResult r = Ckpt(args);
     EXPECT_EQ(r.exit_code, 2) << args[1] << " " << args[2] << ": " << r.err;
   }
+}
+
+// CKPT_CUDA_DRIVER set to `path` for the programs a test runs.
+class DriverEnv {
+ public:
+  explicit DriverEnv(const char* path) { setenv("CKPT_CUDA_DRIVER", path, 1); }
+  ~DriverEnv() { unsetenv("CKPT_CUDA_DRIVER"); }
+};
+
+// A state on the double's device 0 (its "device memory" is host memory): the
+// run measures every device figure and checks the bytes it loaded back.
+TEST_F(CliTest, BenchOnADeviceReportsItsFiguresAndVerifiesTheLoad) {
+  DriverEnv driver(CKPT_FAKE_CUDA);
+  const std::string dir = Path("bench");
+  RunResult r = Ckpt({"bench", "--device", "cuda:0", "--size", "8MiB",
+                      "--tensors", "4", "--runs", "1", "--dir", dir, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = ParseJson(r.out);
+  ASSERT_TRUE(j.is_object());
+  EXPECT_EQ(j["config"]["device"], "cuda:0");
+  EXPECT_EQ(j["config"]["cuda_driver"], CKPT_FAKE_CUDA);
+  EXPECT_EQ(j["config"]["state_bytes"], 8 << 20);
+  EXPECT_EQ(j["load_verified"], true);
+  for (const char* k :
+       {"pinned_d2h_gbps", "pinned_h2d_gbps", "save_gbps",
+        "load_device_cold_gbps", "raw_write_best_gbps", "raw_read_cold_gbps",
+        "async_first_stall_seconds", "async_stall_seconds",
+        "async_total_seconds", "async_background_return_seconds",
+        "async_background_staged_seconds", "async_background_total_seconds",
+        "peak_rss_sync_mib", "peak_rss_async_mib"}) {
+    ASSERT_TRUE(j["figures"][k].is_number()) << k;
+    const double v = j["figures"][k].get<double>();
+    EXPECT_TRUE(std::isfinite(v) && v > 0) << k << " " << v;
+  }
+  for (const char* k : {"async_stall_vs_pinned_d2h", "save_vs_raw_write_best",
+                        "load_device_vs_raw_read_cold"}) {
+    ASSERT_TRUE(j["ratios"][k].is_number()) << k;
+    const double v = j["ratios"][k].get<double>();
+    EXPECT_TRUE(std::isfinite(v) && v > 0) << k << " " << v;
+  }
+  for (const char* k :
+       {"async_stall_vs_pinned_d2h <= 1.3", "save_vs_raw_write_best >= 0.90",
+        "load_device_vs_raw_read_cold >= 0.85"}) {
+    EXPECT_TRUE(j["targets"][k].is_boolean()) << k;
+  }
+  // The host run's own figures are not reported for a device.
+  EXPECT_FALSE(j["figures"].contains("memcpy_gbps"));
+  EXPECT_TRUE(fs::is_empty(dir));
+
+  RunResult table = Ckpt({"bench", "--device", "cuda", "--size", "64KiB",
+                          "--tensors", "2", "--runs", "1", "--dir", dir});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_TRUE(Contains(table.out, "on cuda:0"));
+  EXPECT_TRUE(Contains(table.out, "pinned_d2h_gbps"));
+  EXPECT_TRUE(Contains(table.out, "load verified"));
+  EXPECT_TRUE(Contains(table.out, "target async_stall_vs_pinned_d2h <= 1.3"));
+}
+
+TEST_F(CliTest, BenchOnADeviceWithoutADriverSaysSo) {
+  DriverEnv driver("/nonexistent/libcuda.so.1");
+  const std::string dir = Path("bench");
+  RunResult r = Ckpt({"bench", "--device", "cuda:0", "--size", "64KiB",
+                      "--runs", "1", "--dir", dir});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(Contains(r.err, "ckpt bench: Unavailable: "));
+  EXPECT_TRUE(Contains(r.err,
+                       "CUDA driver not found: dlopen "
+                       "/nonexistent/libcuda.so.1"));
+  EXPECT_FALSE(fs::exists(dir));
+}
+
+TEST_F(CliTest, BenchOnADeviceThatIsNotThereIsAnError) {
+  DriverEnv driver(CKPT_FAKE_CUDA);
+  RunResult r = Ckpt({"bench", "--device", "cuda:7", "--size", "64KiB",
+                      "--runs", "1", "--dir", Path("bench")});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(Contains(r.err, "--device cuda:7: no such device"));
 }
 
 // --- incremental checkpoints and delete

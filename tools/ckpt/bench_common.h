@@ -1,0 +1,143 @@
+// What `ckpt bench` measures the same way for a state in host memory
+// (bench.cc) and on a CUDA device (bench_device.cc): the arguments, the
+// state's plan, the directory it writes under, the raw disk baselines and
+// ckpt's asynchronous saves.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "bench_report.h"
+#include "ckpt/checkpoint_manager.h"
+
+namespace ckpt::cli {
+
+using BenchClock = std::chrono::steady_clock;
+
+struct BenchArgs {
+  std::string size = "2GiB";
+  int tensors = 64;
+  std::string dtype = "F32";
+  int runs = 5;
+  std::string dir;  // empty: a fresh directory under /var/tmp
+  bool keep = false;
+  bool json = false;
+  std::string device = "host";  // or cuda[:N] (ParseBenchDevice)
+};
+
+double Seconds(BenchClock::time_point a, BenchClock::time_point b);
+uint64_t MaxRssBytes();
+
+// "2GiB", "512MiB", "64KiB", "1000" (bytes); K/M/G mean the binary units.
+Result<uint64_t> ParseSize(const std::string& text);
+// "host", "cuda" (device 0) or "cuda:N".
+Result<MemoryLocation> ParseBenchDevice(const std::string& text);
+
+// "layer007.weight": the name of the state's tensor `t`.
+std::string BenchTensorName(int t);
+
+// Runs `step` and, when it succeeds, appends the seconds it took to `out`.
+Status Timed(std::vector<double>& out, const std::function<Status()>& step);
+
+// Anonymous memory whose pages are all touched once.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() { Free(); }
+
+  Status Map(uint64_t bytes);
+  void Free();
+  std::byte* data() const { return data_; }
+  uint64_t size() const { return size_; }
+
+ private:
+  std::byte* data_ = nullptr;
+  uint64_t size_ = 0;
+};
+
+// Drops the pages of every file under `dir` from the page cache, so the next
+// read is the device's (only these files: the rest of the machine keeps its
+// cache).
+void DropCachedTree(const std::string& dir);
+
+// Deletes every committed checkpoint under the bench's root.
+Status DeleteAll(CheckpointManager& mgr);
+
+// The state the bench saves, worked out from the arguments.
+struct StatePlan {
+  DType dtype = DType::kF32;
+  uint64_t per_tensor = 0;  // elements of each tensor
+  uint64_t state_bytes = 0;
+};
+
+// The directory the bench writes under: the raw file and the checkpoint root.
+// Going away it removes the raw file, and unless --keep the root (and the
+// directory, when the bench made it).
+class Workspace {
+ public:
+  explicit Workspace(bool keep) : keep_(keep) {}
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+  ~Workspace();
+
+  // `dir` (created if missing), or a fresh directory under /var/tmp.
+  Status Create(const std::string& dir);
+
+  const std::string& dir() const { return dir_; }
+  const std::string& raw_path() const { return raw_path_; }
+  const std::string& root() const { return root_; }
+
+ private:
+  const bool keep_;
+  bool made_ = false;
+  std::string dir_, raw_path_, root_;
+};
+
+// What every bench run starts from: the state's plan, the workspace, the raw
+// loops' block, a manager on the workspace's root, and the peak memory before
+// the state was built.
+struct BenchSetup {
+  explicit BenchSetup(bool keep) : workspace(keep) {}
+
+  // Plans the state, creates the workspace, maps the block and opens the
+  // manager.
+  Status Start(const BenchArgs& args);
+
+  // One round of the raw disk baselines: buffered write, cold and warm read,
+  // then (where the file system takes it) O_DIRECT write and read, of the
+  // state's size.
+  Status MeasureRawDisk(Figures& f) const;
+
+  // The configuration the report starts with.
+  nlohmann::json Config(const BenchArgs& args) const;
+
+  StatePlan plan;
+  Workspace workspace;
+  Buffer block;
+  bool direct = false;
+  std::unique_ptr<CheckpointManager> mgr;
+  int64_t step = 0;  // the last step saved
+  PeakRss rss;
+};
+
+// The first asynchronous save maps the staging memory; the others reuse
+// it. Each waits for the previous one first, as a training loop whose
+// steps outlast a save would.
+Status MeasureAsyncStall(CheckpointManager& mgr, const State& state, int runs,
+                         int64_t& step, Figures& f);
+
+// Prints the report as --json asks.
+void EmitReport(const nlohmann::json& report, bool json);
+
+// The bench of a state on a CUDA device (bench_device.cc).
+Status RunDeviceBench(const BenchArgs& args, int device);
+
+}  // namespace ckpt::cli
