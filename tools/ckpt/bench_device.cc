@@ -16,8 +16,9 @@
 // Then SaveAsync as for a host state, and SaveAsync with the copy staged in
 // the background (SaveOptions::stage_in_background): the time it takes to
 // return, to WaitStaged() and to commit. Peak host memory as for a host
-// state: the device state's Save, SaveAsync and Load each hold one host copy
-// of it (the manager's staging memory).
+// state: the device state's SaveAsync and Load hold one host copy of it (the
+// manager's staging memory), its Save only the 32 MiB of blocks it streams
+// through.
 #include <fmt/core.h>
 
 #include <algorithm>
