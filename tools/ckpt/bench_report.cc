@@ -214,8 +214,9 @@ json DeviceFiguresJson(const Figures& f, double bytes, const PeakRss& rss) {
        MedianSeconds(f.async_background_staged)},
       {"async_background_total_seconds",
        MedianSeconds(f.async_background_total)},
-      // Save, SaveAsync and Load of a device state each hold one host copy
-      // of it (the staging memory, reused).
+      // SaveAsync and Load of a device state hold one host copy of it (the
+      // staging memory, reused); Save only the 32 MiB of blocks it streams
+      // through.
       {"sync_peak_above_staging_mib", PeakAbove(rss.sync, rss, bytes)},
       {"async_peak_above_staging_mib", PeakAbove(rss.async, rss, bytes)},
   });
