@@ -239,8 +239,7 @@ WriteResult CheckpointManager::Impl::WriteIncremental(
         if (!IsStaged(state) && state.HasDeviceTensors()) {
           return FailedPreconditionError(
               "plan incremental writes: SaveOptions::incremental is off on "
-              "this "
-              "rank and on on rank 0; every rank must pass the same");
+              "this rank and on on rank 0; every rank must pass the same");
         }
         // Dirty rows say what changed since the caller's previous save; they
         // describe the parent only if that save is the parent (not when it was

@@ -79,23 +79,23 @@ Status AppendFromDevice(WritableObject& out, DeviceReadPipeline& device,
              chunks.begin();
   Xxh3Hasher hasher;
   uint64_t in_chunk = 0;
-  return device.Read(layout.piece_bytes[piece],
-                     [&](std::span<const std::byte> bytes) -> Status {
-                       CKPT_RETURN_IF_ERROR(out.Append(bytes));
-                       while (!bytes.empty()) {
-                         const uint64_t n = std::min<uint64_t>(
-                             bytes.size(), chunks[c].len - in_chunk);
-                         hasher.Update(bytes.first(n));
-                         bytes = bytes.subspan(n);
-                         in_chunk += n;
-                         if (in_chunk == chunks[c].len) {
-                           sums[c++] = hasher.Digest();
-                           hasher.Reset();
-                           in_chunk = 0;
-                         }
-                       }
-                       return Status();
-                     });
+  auto append = [&](std::span<const std::byte> bytes) -> Status {
+    CKPT_RETURN_IF_ERROR(out.Append(bytes));
+    while (!bytes.empty()) {
+      const uint64_t n =
+          std::min<uint64_t>(bytes.size(), chunks[c].len - in_chunk);
+      hasher.Update(bytes.first(n));
+      bytes = bytes.subspan(n);
+      in_chunk += n;
+      if (in_chunk == chunks[c].len) {
+        sums[c++] = hasher.Digest();
+        hasher.Reset();
+        in_chunk = 0;
+      }
+    }
+    return Status();
+  };
+  return device.Read(layout.piece_bytes[piece], append);
 }
 
 }  // namespace
@@ -132,9 +132,9 @@ Result<WrittenObject> WriteDataObject(Storage& storage, const std::string& key,
   // on two cores, hashing then hides behind the copy into the storage.
   const std::vector<DataObjectLayout::Chunk>& chunks = layout.chunks;
   std::vector<Checksum128> sums(chunks.size());
-  // Declared after what it reads: its destructor waits for the thread on
-  // every way out of this function.
-  // Device pieces are checksummed as their blocks arrive instead.
+  // Device pieces are checksummed as their blocks arrive instead. Declared
+  // after what it reads: its destructor waits for the thread on every way
+  // out of this function.
   std::future<void> hashing = std::async(std::launch::async, [&] {
     for (size_t c = 0; c < chunks.size(); ++c) {
       const PieceToWrite& p = pieces[chunks[c].piece];
