@@ -17,6 +17,22 @@ inline constexpr std::string_view kManifestMagic = "ckpt-manifest";
 // predate version 2 keep reading it; they refuse a version 2 manifest.
 inline constexpr int kManifestVersion = 1;
 inline constexpr int kIncrementalManifestVersion = 2;
+// Version 3: MANIFEST.json is a small commit record naming a binary
+// directory, and every rank writes a binary index of its own pieces
+// (format/index.h), so no reader decodes every rank's chunk list.
+inline constexpr int kScalableManifestVersion = 3;
+inline constexpr std::string_view kIndexSuffix = ".ckptidx";
+inline constexpr std::string_view kDirectorySuffix = ".ckptdir";
+inline constexpr std::string_view kDirectoryPrefix = "directory-";
+// The binary objects start with one of these 8 bytes (the last is the
+// encoding's version), then the body's length and checksum.
+inline constexpr std::string_view kIndexMagic =
+    std::string_view("CKPTIDX\x01", 8);
+inline constexpr std::string_view kDirectoryMagic =
+    std::string_view("CKPTDIR\x01", 8);
+inline constexpr size_t kBinaryHeaderBytes = 8 + 8 + 16;
+// An index or directory larger than this is refused before it is read.
+inline constexpr uint64_t kMaxBinaryMetadataBytes = uint64_t{1} << 30;
 // depends_on lists at most this many steps, so a chain of incremental saves
 // is cut (a full save) before it grows longer.
 inline constexpr int kMaxDependsOn = 64;

@@ -63,18 +63,19 @@ std::string DataObjectKey(int64_t step, int rank, std::string_view attempt) {
          std::string(kDataSuffix);
 }
 
-bool ParseDataObjectKey(std::string_view key, int64_t* step, int* rank,
-                        std::string* attempt) {
+namespace {
+
+// "r<5 digits>-<16 hex><suffix>" in a step directory.
+bool ParseRankObjectKey(std::string_view key, std::string_view suffix,
+                        int64_t* step, int* rank, std::string* attempt) {
   const size_t slash = key.find('/');
   if (slash == std::string_view::npos) return false;
   const int64_t s = ParseStepDirName(key.substr(0, slash));
   if (s < 0) return false;
   std::string_view file = key.substr(slash + 1);
-  // r<5 digits>-<16 hex>.safetensors
-  if (file.size() !=
-          1 + kRankDigits + 1 + kAttemptHexDigits + kDataSuffix.size() ||
+  if (file.size() != 1 + kRankDigits + 1 + kAttemptHexDigits + suffix.size() ||
       file[0] != 'r' || file[1 + kRankDigits] != '-' ||
-      !file.ends_with(kDataSuffix)) {
+      !file.ends_with(suffix)) {
     return false;
   }
   int r = 0;
@@ -88,6 +89,55 @@ bool ParseDataObjectKey(std::string_view key, int64_t* step, int* rank,
   }
   if (step) *step = s;
   if (rank) *rank = r;
+  if (attempt) *attempt = std::string(a);
+  return true;
+}
+
+bool IsAttempt(std::string_view a) {
+  if (a.size() != static_cast<size_t>(kAttemptHexDigits)) return false;
+  for (char c : a) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool ParseDataObjectKey(std::string_view key, int64_t* step, int* rank,
+                        std::string* attempt) {
+  return ParseRankObjectKey(key, kDataSuffix, step, rank, attempt);
+}
+
+std::string IndexObjectKey(int64_t step, int rank, std::string_view attempt) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "/r%05d-", rank);
+  return StepDirName(step) + buf + std::string(attempt) +
+         std::string(kIndexSuffix);
+}
+
+bool ParseIndexObjectKey(std::string_view key, int64_t* step, int* rank,
+                         std::string* attempt) {
+  return ParseRankObjectKey(key, kIndexSuffix, step, rank, attempt);
+}
+
+std::string DirectoryKey(int64_t step, std::string_view attempt) {
+  return StepDirName(step) + "/" + std::string(kDirectoryPrefix) +
+         std::string(attempt) + std::string(kDirectorySuffix);
+}
+
+bool ParseDirectoryKey(std::string_view key, int64_t* step,
+                       std::string* attempt) {
+  int64_t s;
+  std::string_view file;
+  if (!SplitStepKey(key, &s, &file) || !file.starts_with(kDirectoryPrefix) ||
+      !file.ends_with(kDirectorySuffix)) {
+    return false;
+  }
+  const std::string_view a = file.substr(
+      kDirectoryPrefix.size(),
+      file.size() - kDirectoryPrefix.size() - kDirectorySuffix.size());
+  if (!IsAttempt(a)) return false;
+  if (step) *step = s;
   if (attempt) *attempt = std::string(a);
   return true;
 }

@@ -8,6 +8,8 @@
 //   step-000000000042/                     a step directory, holding
 //     MANIFEST.json                        the commit, and
 //     r00003-0123456789abcdef.safetensors  rank 3's data of one attempt
+//     r00003-0123456789abcdef.ckptidx      and its index (version 3), with
+//     directory-0123456789abcdef.ckptdir   the checkpoint's directory
 //
 // Inside a data object, chunks of an entry written apart from the entry's
 // own tensor lie in U8 tensors named "<entry>@<n>" (RunTensorName).
@@ -33,6 +35,15 @@ std::string DataObjectKey(int64_t step, int rank, std::string_view attempt);
 // True for a key of the form DataObjectKey produces; fills what it names.
 bool ParseDataObjectKey(std::string_view key, int64_t* step, int* rank,
                         std::string* attempt);
+// Version 3 metadata (format/index.h):
+// "step-000000000042/r00003-0123456789abcdef.ckptidx", rank 3's index.
+std::string IndexObjectKey(int64_t step, int rank, std::string_view attempt);
+bool ParseIndexObjectKey(std::string_view key, int64_t* step, int* rank,
+                         std::string* attempt);
+// "step-000000000042/directory-0123456789abcdef.ckptdir"
+std::string DirectoryKey(int64_t step, std::string_view attempt);
+bool ParseDirectoryKey(std::string_view key, int64_t* step,
+                       std::string* attempt);
 // "LATEST", the hint naming the newest committed step.
 std::string LatestKey();
 // "LEASE-000000000007": generation 7 of the root's ownership lease.

@@ -83,8 +83,24 @@ json EncodeBody(const Manifest& m) {
   j["created_unix_ms"] = m.created_unix_ms;
   j["attempt"] = m.attempt;
   j["world_size"] = m.world_size;
-  j["hosts"] = m.hosts;
   j["chunk_size"] = m.chunk_size;
+  if (m.version == kScalableManifestVersion) {
+    // The commit record: everything else is in the directory and indexes.
+    j["depends_on"] = m.depends_on;
+    j["parent"] = m.parent;
+    j["chain"] = m.chain;
+    j["directory"] = {{"key", m.directory.key},
+                      {"size", m.directory.size},
+                      {"xxh3_128", m.directory.checksum.Hex()}};
+    j["data_bytes"] = m.data_bytes;
+    j["own_data_bytes"] = m.own_data_bytes;
+    j["metadata"] = m.metadata;
+    json metrics = json::object();
+    for (const auto& [k, v] : m.metrics) metrics[k] = v;
+    j["metrics"] = std::move(metrics);
+    return j;
+  }
+  j["hosts"] = m.hosts;
   json objects = json::array();
   for (const ObjectRecord& o : m.objects) {
     objects.push_back({{"key", o.key}, {"size", o.size}, {"rank", o.rank}});
@@ -156,7 +172,8 @@ using ChunkSpan = std::tuple<uint32_t, uint64_t, uint64_t, const std::string*>;
 // of the header can go into JSON.
 Status CheckHeader(const Manifest& m) {
   if (m.version != kManifestVersion &&
-      m.version != kIncrementalManifestVersion) {
+      m.version != kIncrementalManifestVersion &&
+      m.version != kScalableManifestVersion) {
     return Bad("unsupported manifest version");
   }
   if (m.step < 0) return Bad("negative step");
@@ -164,7 +181,9 @@ Status CheckHeader(const Manifest& m) {
     return Bad("world_size out of range");
   }
   if (m.step > kMaxStep) return Bad("step out of range");
-  if (m.hosts.size() != static_cast<size_t>(m.world_size)) {
+  // A version 3 commit record alone has no hosts: the directory does.
+  if ((m.version != kScalableManifestVersion || !m.hosts.empty()) &&
+      m.hosts.size() != static_cast<size_t>(m.world_size)) {
     return Bad("hosts lists " + std::to_string(m.hosts.size()) +
                " names for world_size " + std::to_string(m.world_size));
   }
@@ -216,6 +235,13 @@ Status CheckDependsOn(const Manifest& m, std::set<int64_t>& deps) {
        m.chain > kMaxDependsOn)) {
     return Bad("parent or chain out of range");
   }
+  // Version 3 writes both always: -1 and 0 for a full save.
+  if (m.version == kScalableManifestVersion &&
+      !(m.parent == -1 && m.chain == 0) &&
+      (m.parent < 0 || m.parent >= m.step || m.chain < 1 ||
+       m.chain > kMaxDependsOn)) {
+    return Bad("parent or chain out of range");
+  }
   return Status();
 }
 
@@ -245,12 +271,18 @@ Status CheckMetrics(const Manifest& m) {
 // DecodeManifest can read back.
 Status CheckMetadataEntry(const EntryRecord& e, const std::string& where) {
   if (!e.pieces.empty()) return Bad(where + ": metadata with pieces");
+  return CheckMetadataJson(e.json, where);
+}
+
+}  // namespace
+
+Status CheckMetadataJson(const std::string& text, const std::string& where) {
   // EncodeManifest embeds the JSON as it is: text that does not parse, or
   // nests deeper than DecodeManifest reads, would make the whole manifest
   // unreadable.
   int depth = 0;
   const json j = json::parse(
-      e.json,
+      text,
       [&depth](int d, json::parse_event_t, json&) {
         depth = std::max(depth, d);
         return true;
@@ -265,6 +297,8 @@ Status CheckMetadataEntry(const EntryRecord& e, const std::string& where) {
   }
   return Status();
 }
+
+namespace {
 
 // A piece's box lies inside the shape, its rank inside the world, and its
 // chunks inside their objects, holding exactly the box's bytes. Adds the box's

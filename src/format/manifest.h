@@ -57,6 +57,13 @@ struct ObjectRecord {
   int32_t rank = 0;
 };
 
+// Version 3: where the checkpoint's directory object is (index.h).
+struct DirectoryRef {
+  std::string key;  // "step-.../directory-<attempt>.ckptdir"
+  uint64_t size = 0;
+  Checksum128 checksum;  // xxh3-128 of the whole object
+};
+
 struct Manifest {
   int version = 0;
   std::string job_id;
@@ -77,6 +84,22 @@ struct Manifest {
   std::vector<EntryRecord> entries;
   std::map<std::string, std::string> metadata;  // the user's, per checkpoint
   std::map<std::string, double> metrics;        // for keep-best retention
+  // Version 3 only. The commit record names the directory and carries the
+  // data bytes, so listing needs no other object.
+  DirectoryRef directory;
+  uint64_t data_bytes = 0;      // all data objects the indexes name
+  uint64_t own_data_bytes = 0;  // those in this step's directory
+  // What of a version 3 checkpoint's metadata this holds: kAll (every piece;
+  // always so for versions 1 and 2), kNone (the commit record, or that and
+  // the directory: entries without pieces), kSome (the pieces of
+  // `loaded_ranks`, every entry's pieces that meet what a rank loads).
+  enum class Pieces { kAll, kNone, kSome };
+  Pieces pieces = Pieces::kAll;
+  std::vector<int32_t> loaded_ranks;  // kSome: sorted
+  // Version 3 with the directory read: the directory and every index
+  // object, which garbage collection must keep and completeness checks
+  // must find (`objects` are the data objects).
+  std::vector<ObjectRecord> metadata_objects;
   // Entry name -> index into `entries`, built by Reindex(). A stale index
   // (entries changed since) is detected by Find, which then scans.
   std::unordered_map<std::string, size_t> entry_index;
@@ -92,14 +115,20 @@ struct Manifest {
   // Bytes of the data objects in this checkpoint's own step directory: what
   // its save wrote (the rest it references).
   uint64_t OwnObjectBytes() const;
+  // Whether every piece of every entry is here (see `pieces`).
+  bool HasAllPieces() const { return pieces == Pieces::kAll; }
 };
 
 // The manifest file's bytes: the checksum envelope around the JSON body.
+// Version 3 writes the commit record: the header fields, the directory
+// reference and the data bytes, no hosts, objects or entries.
 std::string EncodeManifest(const Manifest& manifest);
 
 // Parses and validates a manifest file; `what` names it in errors. A
 // checksum mismatch, bad JSON, an unknown version or any inconsistency is
-// DataLoss, and nothing of the manifest is returned.
+// DataLoss, and nothing of the manifest is returned. A version 3 commit
+// record decodes to a Manifest with `pieces` kNone and no entries (index.h
+// reads the rest).
 Result<Manifest> DecodeManifest(std::string_view bytes, std::string_view what);
 
 // The consistency checks DecodeManifest applies (also used before writing):
@@ -107,5 +136,9 @@ Result<Manifest> DecodeManifest(std::string_view bytes, std::string_view what);
 // the shape and their bytes equal to their chunks' lengths, chunks inside
 // their objects and not overlapping, hosts match the world size.
 Status ValidateManifest(const Manifest& manifest);
+
+// A metadata entry's JSON: an object, nested no deeper than a manifest can
+// hold; DataLoss naming `where` otherwise.
+Status CheckMetadataJson(const std::string& text, const std::string& where);
 
 }  // namespace ckpt::format

@@ -5,6 +5,7 @@
 
 #include "format/constants.h"
 #include "format/json.h"
+#include "format/layout.h"
 #include "format/manifest.h"
 #include "util/names.h"
 
@@ -117,6 +118,9 @@ Result<PieceRecord> ReadPiece(const Manifest& m, const json& jp,
   return p;
 }
 
+Status DecodeUserFields(const json& j, const Reader& r, Manifest& m);
+Status DecodeCommitRecord(const json& j, const Reader& r, Manifest& m);
+
 // The body's fields, in the order of docs/format.md, with the pieces that
 // FoldPiece took out of the tree, in document order, in `folded`.
 Result<Manifest> DecodeBody(const json& j, const Reader& r,
@@ -128,11 +132,11 @@ Result<Manifest> DecodeBody(const json& j, const Reader& r,
     return r.Fail("format is " + Quote(magic) + ", not \"ckpt-manifest\"");
   }
   CKPT_ASSIGN_OR_RETURN(int64_t version, r.Int(j, "version", "manifest"));
-  if (version != kManifestVersion && version != kIncrementalManifestVersion) {
+  if (version != kManifestVersion && version != kIncrementalManifestVersion &&
+      version != kScalableManifestVersion) {
     return r.Fail("manifest version " + std::to_string(version) +
-                  " is not supported (this build reads versions " +
-                  std::to_string(kManifestVersion) + " and " +
-                  std::to_string(kIncrementalManifestVersion) + ")");
+                  " is not supported (this build reads versions 1 to " +
+                  std::to_string(kScalableManifestVersion) + ")");
   }
   m.version = static_cast<int>(version);
   CKPT_ASSIGN_OR_RETURN(m.job_id, r.Str(j, "job_id", "manifest"));
@@ -145,6 +149,10 @@ Result<Manifest> DecodeBody(const json& j, const Reader& r,
   if (world < 1 || world > kMaxWorldSize)
     return r.Fail("world_size out of range");
   m.world_size = static_cast<int32_t>(world);
+  if (m.version == kScalableManifestVersion) {
+    CKPT_RETURN_IF_ERROR(DecodeCommitRecord(j, r, m));
+    return m;
+  }
   CKPT_ASSIGN_OR_RETURN(const json* hosts, r.Field(j, "hosts", "manifest"));
   if (!hosts->is_array()) return r.Fail("hosts is not an array");
   for (const json& h : *hosts) {
@@ -246,6 +254,12 @@ Result<Manifest> DecodeBody(const json& j, const Reader& r,
     }
     m.entries.push_back(std::move(e));
   }
+  CKPT_RETURN_IF_ERROR(DecodeUserFields(j, r, m));
+  return m;
+}
+
+// The user's metadata and metrics, in every version.
+Status DecodeUserFields(const json& j, const Reader& r, Manifest& m) {
   CKPT_ASSIGN_OR_RETURN(const json* meta, r.Field(j, "metadata", "manifest"));
   if (!meta->is_object()) return r.Fail("metadata is not an object");
   for (auto& [k, v] : meta->items()) {
@@ -260,7 +274,42 @@ Result<Manifest> DecodeBody(const json& j, const Reader& r,
       return r.Fail("metric " + Quote(k) + " is not a number");
     m.metrics[k] = v.get<double>();
   }
-  return m;
+  return Status();
+}
+
+// Version 3's commit record after the common header: dependencies, the
+// directory's reference and the data bytes (docs/format.md section 7).
+Status DecodeCommitRecord(const json& j, const Reader& r, Manifest& m) {
+  CKPT_ASSIGN_OR_RETURN(const json* chunk_size,
+                        r.Field(j, "chunk_size", "manifest"));
+  CKPT_ASSIGN_OR_RETURN(m.chunk_size, r.UInt(*chunk_size, "chunk_size"));
+  CKPT_ASSIGN_OR_RETURN(m.depends_on, r.IntArray(j, "depends_on", "manifest"));
+  CKPT_ASSIGN_OR_RETURN(m.parent, r.Int(j, "parent", "manifest"));
+  CKPT_ASSIGN_OR_RETURN(m.chain, r.Int(j, "chain", "manifest"));
+  CKPT_ASSIGN_OR_RETURN(const json* dir, r.Field(j, "directory", "manifest"));
+  if (!dir->is_object()) return r.Fail("directory is not an object");
+  CKPT_ASSIGN_OR_RETURN(m.directory.key, r.Str(*dir, "key", "directory"));
+  CKPT_ASSIGN_OR_RETURN(const json* size, r.Field(*dir, "size", "directory"));
+  CKPT_ASSIGN_OR_RETURN(m.directory.size, r.UInt(*size, "directory size"));
+  CKPT_ASSIGN_OR_RETURN(std::string sum, r.Str(*dir, "xxh3_128", "directory"));
+  std::optional<Checksum128> c = Checksum128::FromHex(sum);
+  if (!c) return r.Fail("directory xxh3_128 is not 32 hex digits");
+  m.directory.checksum = *c;
+  CKPT_ASSIGN_OR_RETURN(const json* data, r.Field(j, "data_bytes", "manifest"));
+  CKPT_ASSIGN_OR_RETURN(m.data_bytes, r.UInt(*data, "data_bytes"));
+  CKPT_ASSIGN_OR_RETURN(const json* own,
+                        r.Field(j, "own_data_bytes", "manifest"));
+  CKPT_ASSIGN_OR_RETURN(m.own_data_bytes, r.UInt(*own, "own_data_bytes"));
+  CKPT_RETURN_IF_ERROR(DecodeUserFields(j, r, m));
+  if (m.directory.key != DirectoryKey(m.step, m.attempt)) {
+    return r.Fail("directory key " + Quote(m.directory.key) + " is not " +
+                  Quote(DirectoryKey(m.step, m.attempt)));
+  }
+  if (m.own_data_bytes > m.data_bytes) {
+    return r.Fail("own_data_bytes exceeds data_bytes");
+  }
+  m.pieces = Manifest::Pieces::kNone;
+  return Status();
 }
 
 // A JSON integer without a minus sign, as Reader::UInt accepts.

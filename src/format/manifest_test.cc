@@ -317,8 +317,8 @@ TEST(ManifestDamageTest, UpperCaseChecksumIsDataLoss) {
 
 TEST(ManifestDamageTest, WrongVersionIsNotSupported) {
   json body = BodyOf(EncodeManifest(SmallManifest()));
-  body["version"] = 3;
-  ExpectDecodeDataLoss(Envelope(body.dump()), "version 3 is not supported");
+  body["version"] = 4;
+  ExpectDecodeDataLoss(Envelope(body.dump()), "version 4 is not supported");
   // Version 2 needs its own fields.
   body["version"] = 2;
   ExpectDecodeDataLoss(Envelope(body.dump()), "parent");
@@ -611,7 +611,7 @@ TEST(ValidateManifestTest, HostsCountMustMatchWorldSize) {
 }
 
 TEST(ValidateManifestTest, HeaderFields) {
-  ExpectInvalid([](Manifest& m) { m.version = 3; }, "version");
+  ExpectInvalid([](Manifest& m) { m.version = 4; }, "version");
   ExpectInvalid([](Manifest& m) { m.step = -1; });
   ExpectInvalid([](Manifest& m) {
     m.world_size = 0;

@@ -1,0 +1,152 @@
+// Version 3 metadata: a small commit record (MANIFEST.json, manifest.h), one
+// binary directory per checkpoint and one binary index per rank, so that a
+// rank loading its own pieces reads kilobytes, not every rank's chunk list.
+// docs/format.md section 7 describes the bytes.
+//
+//   directory   the world (hosts), every rank's index object (size and
+//               checksum), every data object any index names (size), and
+//               the tensor directory: each entry's name, kind, dtype and
+//               global shape with its pieces summarized as runs (pieces of
+//               equal size at regular offsets, written by ranks at a regular
+//               stride), so a reader finds the ranks whose pieces meet a box
+//               without reading their indexes.
+//   rank index  the pieces one rank wrote, with their chunk rows, and the
+//               data objects those rows point into.
+//
+// Decoding is bounds-checked and checksummed; Assemble checks an index
+// against the directory before its pieces become part of a Manifest.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "format/manifest.h"
+
+namespace ckpt::format {
+
+// A data object a version 3 checkpoint names: always a key of the form
+// DataObjectKey(step, rank, attempt), stored as its parts.
+struct DataObjectId {
+  int64_t step = 0;
+  int32_t rank = 0;
+  uint64_t attempt = 0;  // the 16 hex digits, as a number
+  uint64_t size = 0;
+  std::string Key() const;
+};
+
+// Parses `key` as a DataObjectKey into `out` (size untouched).
+bool ParseDataObjectId(std::string_view key, DataObjectId* out);
+// The 16-hex-digit attempt as a number; false if it is not one.
+bool ParseAttempt(std::string_view attempt, uint64_t* out);
+
+struct IndexPiece {
+  uint32_t entry = 0;  // index into Directory::entries
+  std::vector<int64_t> offsets;
+  std::vector<int64_t> lengths;
+  // ChunkRecord::object indexes RankIndex::objects.
+  std::vector<ChunkRecord> chunks;
+};
+
+struct RankIndex {
+  int64_t step = 0;
+  int32_t rank = 0;
+  int32_t world_size = 1;
+  uint64_t attempt = 0;
+  std::vector<DataObjectId> objects;
+  std::vector<IndexPiece> pieces;
+};
+
+// Pieces i = 0 .. count-1 of an entry: rank first_rank + i * rank_stride
+// wrote the box at offsets + i * delta with `lengths`.
+struct PieceRun {
+  int32_t first_rank = 0;
+  int32_t rank_stride = 0;
+  uint64_t count = 1;
+  std::vector<int64_t> offsets;
+  std::vector<int64_t> lengths;
+  std::vector<int64_t> delta;
+};
+
+struct DirectoryEntry {
+  std::string name;
+  EntryKind kind = EntryKind::kTensor;
+  DType dtype = DType::kU8;
+  int32_t owner = -1;
+  std::vector<int64_t> shape;
+  std::string json;  // metadata entries
+  std::vector<PieceRun> runs;
+};
+
+struct IndexRef {
+  uint64_t size = 0;
+  Checksum128 checksum;
+};
+
+struct Directory {
+  int64_t step = 0;
+  int32_t world_size = 1;
+  uint64_t attempt = 0;
+  std::vector<std::string> hosts;     // by rank
+  std::vector<IndexRef> indexes;      // by rank: every rank writes one
+  std::vector<DataObjectId> objects;  // every data object an index names
+  std::vector<DirectoryEntry> entries;
+};
+
+// A piece as the directory sees it, for summarizing.
+struct PieceBox {
+  const std::vector<int64_t>* offsets;
+  const std::vector<int64_t>* lengths;
+  int32_t rank;
+};
+
+// Runs covering `pieces` in the order given (callers sort by rank): a piece
+// joins the current run when its lengths match and its offsets and rank
+// continue the run's stride.
+std::vector<PieceRun> SummarizePieces(const std::vector<PieceBox>& pieces);
+
+// Appends to `ranks` (unsorted, possibly repeated) every rank whose pieces of
+// `e` share an element with the box (offsets, lengths). O(runs x dims).
+void RanksMeeting(const DirectoryEntry& e, const std::vector<int64_t>& offsets,
+                  const std::vector<int64_t>& lengths,
+                  std::vector<int32_t>& ranks);
+
+std::string EncodeRankIndex(const RankIndex& index);
+Result<RankIndex> DecodeRankIndex(std::string_view bytes,
+                                  std::string_view what);
+std::string EncodeDirectory(const Directory& dir);
+// Also checks what can be checked without the indexes: names, kinds,
+// dtypes, shapes, runs inside the world and the shape, runs covering every
+// element exactly in count.
+Result<Directory> DecodeDirectory(std::string_view bytes,
+                                  std::string_view what);
+
+// What DecodeDirectory checks after the bytes parse.
+Status CheckDirectory(const Directory& dir, const std::string& what);
+
+// The Manifest of a version 3 checkpoint: `header` (its commit record), the
+// directory, and the indexes of some ranks (`all` when they are every
+// rank's). Each index must hold exactly the pieces the directory's runs give
+// its rank, with chunks that hold each box's bytes inside objects the
+// directory lists. With every index, the result is checked like a version 2
+// manifest (ValidateManifest: overlaps, coverage); with some, each piece is.
+Result<Manifest> Assemble(const Manifest& header, const Directory& dir,
+                          std::vector<RankIndex> indexes, bool all,
+                          std::string_view what);
+
+// The header and directory alone: every entry without pieces.
+Manifest WithDirectory(const Manifest& header, const Directory& dir);
+
+// Splits a full manifest into the version 3 directory and one index per
+// rank (`indexes[r]` for rank r): what ranks write in parallel on save.
+// The directory's index refs are filled from the encoded indexes; `header`
+// gets the commit record's fields (version 3, data bytes).
+struct SplitMetadata {
+  Directory directory;
+  std::vector<std::string> indexes;  // encoded, by rank
+  std::string directory_bytes;
+};
+Result<SplitMetadata> Split(const Manifest& m);
+
+}  // namespace ckpt::format

@@ -1,0 +1,460 @@
+// Version 3 metadata as a Manifest: checking a directory, summarizing pieces
+// into runs, finding the ranks whose pieces meet a box, assembling a
+// Manifest from a directory and some indexes, and splitting one apart.
+#include <algorithm>
+#include <set>
+#include <unordered_map>
+
+#include "format/constants.h"
+#include "format/index.h"
+#include "format/layout.h"
+#include "util/names.h"
+
+namespace ckpt::format {
+
+namespace {
+
+using Wide = __int128;
+
+Status Bad(const std::string& what, const std::string& why) {
+  return DataLossError(what + ": " + why);
+}
+
+std::string EntryWhere(const DirectoryEntry& e) {
+  return "entry " + Quote(e.name) +
+         (e.owner >= 0 ? " of rank " + std::to_string(e.owner) : "");
+}
+
+// Elements of a box, or -1 past 2^63.
+Wide Elements(const std::vector<int64_t>& lengths) {
+  Wide n = 1;
+  for (int64_t l : lengths) {
+    n *= l;
+    if (n > INT64_MAX) return -1;
+  }
+  return n;
+}
+
+// Whether the box of element i of `run` lies inside `shape`.
+bool RunElementInside(const PieceRun& run, Wide i,
+                      const std::vector<int64_t>& shape) {
+  for (size_t d = 0; d < shape.size(); ++d) {
+    const Wide o = run.offsets[d] + i * run.delta[d];
+    if (o < 0 || o + run.lengths[d] > shape[d]) return false;
+  }
+  return true;
+}
+
+// Floor division for 128-bit values (b > 0).
+Wide FloorDiv(Wide a, Wide b) {
+  Wide q = a / b;
+  if ((a % b != 0) && (a < 0)) --q;
+  return q;
+}
+
+// Order-free digest of a piece's identity, to compare the pieces indexes
+// hold with those the directory's runs promise without sorting boxes.
+uint64_t Mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  h ^= h >> 31;
+  h *= 0xbf58476d1ce4e5b9ULL;
+  return h ^ (h >> 29);
+}
+
+uint64_t PieceDigest(uint32_t entry, int32_t rank,
+                     const std::vector<int64_t>& o,
+                     const std::vector<int64_t>& l) {
+  uint64_t h = Mix(entry, static_cast<uint64_t>(rank));
+  for (size_t d = 0; d < o.size(); ++d) {
+    h = Mix(h, static_cast<uint64_t>(o[d]));
+    h = Mix(h, static_cast<uint64_t>(l[d]));
+  }
+  return h;
+}
+
+// Digests of the pieces the directory gives the ranks in `ranks` (every rank
+// when null).
+std::vector<uint64_t> PromisedPieces(const Directory& dir,
+                                     const std::vector<int32_t>* ranks) {
+  std::vector<uint64_t> out;
+  std::vector<int64_t> offsets;
+  for (uint32_t ei = 0; ei < dir.entries.size(); ++ei) {
+    for (const PieceRun& run : dir.entries[ei].runs) {
+      const auto emit = [&](uint64_t i) {
+        offsets = run.offsets;
+        for (size_t d = 0; d < offsets.size(); ++d) {
+          offsets[d] += static_cast<int64_t>(i) * run.delta[d];
+        }
+        const int32_t rank = static_cast<int32_t>(
+            run.first_rank + static_cast<int64_t>(i) * run.rank_stride);
+        out.push_back(PieceDigest(ei, rank, offsets, run.lengths));
+      };
+      if (ranks == nullptr) {
+        for (uint64_t i = 0; i < run.count; ++i) emit(i);
+        continue;
+      }
+      for (int32_t r : *ranks) {
+        const int64_t k = r - run.first_rank;
+        if (run.rank_stride == 0) {
+          if (k == 0) {
+            for (uint64_t i = 0; i < run.count; ++i) emit(i);
+          }
+        } else if (k % run.rank_stride == 0 && k / run.rank_stride >= 0 &&
+                   static_cast<uint64_t>(k / run.rank_stride) < run.count) {
+          emit(static_cast<uint64_t>(k / run.rank_stride));
+        }
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Status CheckDirectory(const Directory& dir, const std::string& what) {
+  std::set<std::pair<std::string_view, int32_t>> names;
+  std::set<std::string_view> global, local;
+  for (const DirectoryEntry& e : dir.entries) {
+    const std::string where = EntryWhere(e);
+    if (Status s = ValidateEntryName(e.name); !s.ok()) {
+      return Bad(what, s.message());
+    }
+    if (e.owner >= dir.world_size) {
+      return Bad(what, where + ": owner rank out of range");
+    }
+    if (!names.insert({e.name, e.owner}).second) {
+      return Bad(what, "duplicate " + where);
+    }
+    (e.owner >= 0 ? local : global).insert(e.name);
+    if (e.kind == EntryKind::kMetadata) {
+      CKPT_RETURN_IF_ERROR_CTX(CheckMetadataJson(e.json, where), what);
+      continue;
+    }
+    if (e.kind == EntryKind::kBlob &&
+        (e.dtype != DType::kU8 || e.shape.size() != 1)) {
+      return Bad(what, where + ": a blob must be U8 with one dimension");
+    }
+    const Wide total = Elements(e.shape);
+    if (total < 0 ||
+        total * static_cast<Wide>(DTypeSize(e.dtype)) > INT64_MAX) {
+      return Bad(what, where + ": shape byte count overflows");
+    }
+    Wide covered = 0;
+    for (const PieceRun& run : e.runs) {
+      const Wide last =
+          run.first_rank + static_cast<Wide>(run.count - 1) * run.rank_stride;
+      if (last < 0 || last >= dir.world_size) {
+        return Bad(what, where + ": a run's ranks leave the world");
+      }
+      // The boxes move linearly, so the first and last bound them all.
+      if (!RunElementInside(run, 0, e.shape) ||
+          !RunElementInside(run, static_cast<Wide>(run.count - 1), e.shape)) {
+        return Bad(what, where + ": a run's boxes leave the shape");
+      }
+      covered += static_cast<Wide>(run.count) * Elements(run.lengths);
+      if (covered > total) break;
+    }
+    if (covered != total) {
+      return Bad(what, where +
+                           ": pieces cover a different number of "
+                           "elements than the shape holds");
+    }
+  }
+  for (std::string_view n : local) {
+    if (global.count(n)) {
+      return Bad(what, "entry " + Quote(n) + " is both rank-local and global");
+    }
+  }
+  std::set<std::string> keys;
+  for (const DataObjectId& o : dir.objects) {
+    if (o.step > dir.step || o.rank >= kMaxWorldSize) {
+      return Bad(what, "object " + Quote(o.Key()) + " lies after this step");
+    }
+    if (!keys.insert(o.Key()).second) {
+      return Bad(what, "object " + Quote(o.Key()) + " listed twice");
+    }
+  }
+  return Status();
+}
+
+std::vector<PieceRun> SummarizePieces(const std::vector<PieceBox>& pieces) {
+  std::vector<PieceRun> runs;
+  for (const PieceBox& p : pieces) {
+    if (!runs.empty()) {
+      PieceRun& run = runs.back();
+      if (*p.lengths == run.lengths) {
+        const size_t dims = run.offsets.size();
+        if (run.count == 1) {
+          for (size_t d = 0; d < dims; ++d) {
+            run.delta[d] = (*p.offsets)[d] - run.offsets[d];
+          }
+          run.rank_stride = p.rank - run.first_rank;
+          run.count = 2;
+          continue;
+        }
+        bool follows =
+            p.rank ==
+            run.first_rank + static_cast<int64_t>(run.count) * run.rank_stride;
+        for (size_t d = 0; follows && d < dims; ++d) {
+          follows =
+              (*p.offsets)[d] ==
+              run.offsets[d] + static_cast<int64_t>(run.count) * run.delta[d];
+        }
+        if (follows) {
+          ++run.count;
+          continue;
+        }
+      }
+    }
+    PieceRun run;
+    run.first_rank = p.rank;
+    run.offsets = *p.offsets;
+    run.lengths = *p.lengths;
+    run.delta.assign(run.offsets.size(), 0);
+    runs.push_back(std::move(run));
+  }
+  return runs;
+}
+
+void RanksMeeting(const DirectoryEntry& e, const std::vector<int64_t>& offsets,
+                  const std::vector<int64_t>& lengths,
+                  std::vector<int32_t>& ranks) {
+  for (const PieceRun& run : e.runs) {
+    Wide lo = 0, hi = static_cast<Wide>(run.count);  // [lo, hi)
+    for (size_t d = 0; d < offsets.size() && lo < hi; ++d) {
+      const Wide a = offsets[d], w = lengths[d];
+      const Wide o = run.offsets[d], l = run.lengths[d], s = run.delta[d];
+      if (w == 0 || l == 0) {
+        hi = lo;  // an empty box meets nothing
+      } else if (s == 0) {
+        if (!(o < a + w && o + l > a)) hi = lo;
+      } else if (s > 0) {
+        // o + i*s < a + w  and  o + i*s + l > a
+        hi = std::min(hi, FloorDiv(a + w - o - 1, s) + 1);
+        lo = std::max(lo, FloorDiv(a - l - o, s) + 1);
+      } else {
+        const Wide t = -s;
+        lo = std::max(lo, FloorDiv(o - a - w, t) + 1);
+        hi = std::min(hi, FloorDiv(o + l - a - 1, t) + 1);
+      }
+    }
+    if (lo >= hi) continue;
+    if (run.rank_stride == 0) {
+      ranks.push_back(run.first_rank);
+      continue;
+    }
+    for (Wide i = lo; i < hi; ++i) {
+      ranks.push_back(
+          static_cast<int32_t>(run.first_rank + i * run.rank_stride));
+    }
+  }
+}
+
+Manifest WithDirectory(const Manifest& header, const Directory& dir) {
+  Manifest m = header;
+  m.hosts = dir.hosts;
+  m.objects.clear();
+  for (const DataObjectId& o : dir.objects) {
+    m.objects.push_back({o.Key(), o.size, o.rank});
+  }
+  m.metadata_objects.clear();
+  m.metadata_objects.push_back(
+      {header.directory.key, header.directory.size, 0});
+  for (int32_t r = 0; r < dir.world_size; ++r) {
+    m.metadata_objects.push_back(
+        {IndexObjectKey(m.step, r, m.attempt), dir.indexes[r].size, r});
+  }
+  m.entries.clear();
+  for (const DirectoryEntry& de : dir.entries) {
+    EntryRecord e;
+    e.name = de.name;
+    e.kind = de.kind;
+    e.dtype = de.dtype;
+    e.shape = de.shape;
+    e.json = de.json;
+    e.owner = de.owner;
+    m.entries.push_back(std::move(e));
+  }
+  m.pieces = Manifest::Pieces::kNone;
+  m.loaded_ranks.clear();
+  m.Reindex();
+  return m;
+}
+
+Result<Manifest> Assemble(const Manifest& header, const Directory& dir,
+                          std::vector<RankIndex> indexes, bool all,
+                          std::string_view what) {
+  const std::string w(what);
+  uint64_t attempt = 0;
+  if (!ParseAttempt(header.attempt, &attempt) || attempt != dir.attempt ||
+      dir.step != header.step || dir.world_size != header.world_size) {
+    return Bad(w,
+               "the directory belongs to another save (step, attempt or "
+               "world size differ from the commit record)");
+  }
+  Manifest m = WithDirectory(header, dir);
+  std::unordered_map<std::string, uint32_t> object_of;
+  for (uint32_t i = 0; i < m.objects.size(); ++i) {
+    object_of.emplace(m.objects[i].key, i);
+  }
+  std::vector<uint64_t> found;
+  std::vector<int32_t> ranks;
+  for (RankIndex& x : indexes) {
+    const std::string iw = w + ": index of rank " + std::to_string(x.rank);
+    if (x.step != dir.step || x.world_size != dir.world_size ||
+        x.attempt != dir.attempt || x.rank < 0 || x.rank >= dir.world_size) {
+      return Bad(iw, "belongs to another save");
+    }
+    ranks.push_back(x.rank);
+    std::vector<uint32_t> global(x.objects.size());
+    for (size_t i = 0; i < x.objects.size(); ++i) {
+      auto it = object_of.find(x.objects[i].Key());
+      if (it == object_of.end() ||
+          m.objects[it->second].size != x.objects[i].size) {
+        return Bad(iw, "object " + Quote(x.objects[i].Key()) +
+                           " is not in the directory with that size");
+      }
+      global[i] = it->second;
+    }
+    for (size_t pi = 0; pi < x.pieces.size(); ++pi) {
+      IndexPiece& p = x.pieces[pi];
+      const std::string pw = iw + " piece #" + std::to_string(pi);
+      if (p.entry >= dir.entries.size() ||
+          dir.entries[p.entry].kind == EntryKind::kMetadata) {
+        return Bad(pw, "names no tensor or blob entry");
+      }
+      EntryRecord& e = m.entries[p.entry];
+      PieceRecord rec;
+      rec.offsets = std::move(p.offsets);
+      rec.lengths = std::move(p.lengths);
+      rec.rank = x.rank;
+      for (ChunkRecord& c : p.chunks) c.object = global[c.object];
+      rec.chunks = std::move(p.chunks);
+      found.push_back(PieceDigest(p.entry, x.rank, rec.offsets, rec.lengths));
+      e.pieces.push_back(std::move(rec));
+    }
+  }
+  std::sort(ranks.begin(), ranks.end());
+  if (std::adjacent_find(ranks.begin(), ranks.end()) != ranks.end()) {
+    return Bad(w, "an index is given twice");
+  }
+  std::vector<uint64_t> promised = PromisedPieces(dir, all ? nullptr : &ranks);
+  std::sort(found.begin(), found.end());
+  std::sort(promised.begin(), promised.end());
+  if (found != promised) {
+    return Bad(w, "the indexes do not hold the pieces the directory lists");
+  }
+  if (all) {
+    if (ranks.size() != static_cast<size_t>(dir.world_size)) {
+      return Bad(w, "an index is missing");
+    }
+    m.pieces = Manifest::Pieces::kAll;
+    CKPT_RETURN_IF_ERROR_CTX(ValidateManifest(m), w);
+    return m;
+  }
+  // Only these ranks' pieces: each is checked alone (box inside the shape,
+  // chunks inside their objects holding the box's bytes); overlaps and
+  // coverage were checked when the checkpoint was committed.
+  for (const EntryRecord& e : m.entries) {
+    if (e.pieces.empty() || e.kind == EntryKind::kMetadata) continue;
+    for (size_t pi = 0; pi < e.pieces.size(); ++pi) {
+      const PieceRecord& p = e.pieces[pi];
+      bool inside = p.offsets.size() == e.shape.size() &&
+                    p.lengths.size() == e.shape.size();
+      for (size_t d = 0; inside && d < e.shape.size(); ++d) {
+        inside = p.offsets[d] <= e.shape[d] &&
+                 p.lengths[d] <= e.shape[d] - p.offsets[d];
+      }
+      if (!inside) {
+        return Bad(w, EntryWhere(dir.entries[&e - m.entries.data()]) +
+                          " piece of rank " + std::to_string(p.rank) +
+                          " lies outside the shape");
+      }
+      const Wide bytes =
+          Elements(p.lengths) * static_cast<Wide>(DTypeSize(e.dtype));
+      Wide sum = 0;
+      for (const ChunkRecord& c : p.chunks) {
+        const ObjectRecord& o = m.objects[c.object];
+        if (c.length == 0 || c.offset > o.size ||
+            c.length > o.size - c.offset) {
+          return Bad(w, "entry " + Quote(e.name) + ": a chunk of rank " +
+                            std::to_string(p.rank) + " runs past the end of " +
+                            Quote(o.key));
+        }
+        sum += c.length;
+      }
+      if (sum != bytes) {
+        return Bad(w, "entry " + Quote(e.name) + ": the chunks of rank " +
+                          std::to_string(p.rank) +
+                          " do not hold the box's bytes");
+      }
+    }
+  }
+  m.pieces = Manifest::Pieces::kSome;
+  m.loaded_ranks = std::move(ranks);
+  return m;
+}
+
+Result<SplitMetadata> Split(const Manifest& m) {
+  SplitMetadata out;
+  Directory& dir = out.directory;
+  dir.step = m.step;
+  dir.world_size = m.world_size;
+  if (!ParseAttempt(m.attempt, &dir.attempt)) {
+    return InvalidArgumentError("attempt " + Quote(m.attempt) +
+                                " is not 16 hex digits");
+  }
+  dir.hosts = m.hosts;
+  std::vector<RankIndex> indexes(m.world_size);
+  for (int32_t r = 0; r < m.world_size; ++r) {
+    indexes[r].step = m.step;
+    indexes[r].rank = r;
+    indexes[r].world_size = m.world_size;
+    indexes[r].attempt = dir.attempt;
+  }
+  for (const ObjectRecord& o : m.objects) {
+    DataObjectId id;
+    if (!ParseDataObjectId(o.key, &id)) {
+      return InvalidArgumentError("object " + Quote(o.key) +
+                                  " is not named like a data object");
+    }
+    id.size = o.size;
+    dir.objects.push_back(id);
+  }
+  // Per rank: global object index -> its own table's.
+  std::vector<std::unordered_map<uint32_t, uint32_t>> local(m.world_size);
+  for (uint32_t ei = 0; ei < m.entries.size(); ++ei) {
+    const EntryRecord& e = m.entries[ei];
+    DirectoryEntry de{e.name, e.kind, e.dtype, e.owner, e.shape, e.json, {}};
+    std::vector<size_t> order(e.pieces.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return e.pieces[a].rank < e.pieces[b].rank;
+    });
+    std::vector<PieceBox> boxes;
+    for (size_t i : order) {
+      const PieceRecord& p = e.pieces[i];
+      boxes.push_back({&p.offsets, &p.lengths, p.rank});
+      RankIndex& x = indexes[p.rank];
+      IndexPiece ip{ei, p.offsets, p.lengths, p.chunks};
+      for (ChunkRecord& c : ip.chunks) {
+        auto [it, fresh] = local[p.rank].emplace(
+            c.object, static_cast<uint32_t>(x.objects.size()));
+        if (fresh) x.objects.push_back(dir.objects[c.object]);
+        c.object = it->second;
+      }
+      x.pieces.push_back(std::move(ip));
+    }
+    de.runs = SummarizePieces(boxes);
+    dir.entries.push_back(std::move(de));
+  }
+  for (const RankIndex& x : indexes) {
+    out.indexes.push_back(EncodeRankIndex(x));
+    dir.indexes.push_back(
+        {out.indexes.back().size(), Xxh3_128(out.indexes.back())});
+  }
+  out.directory_bytes = EncodeDirectory(dir);
+  return out;
+}
+
+}  // namespace ckpt::format

@@ -1,0 +1,323 @@
+#include "format/index.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <set>
+
+#include "format/binary.h"
+#include "format/constants.h"
+#include "format/layout.h"
+
+namespace ckpt::format {
+namespace {
+
+constexpr std::string_view kAttempt = "0123456789abcdef";
+
+// Step 9 of a 4-rank job: "w" split by rows over all ranks, "grid" a 2 x 2
+// grid, a blob of rank 0, a metadata entry, a rank-local "loader" per rank,
+// and one piece whose chunks lie in an object of step 7 (a reference).
+Manifest FourRanks() {
+  Manifest m;
+  m.version = kScalableManifestVersion;
+  m.job_id = "job";
+  m.step = 9;
+  m.attempt = std::string(kAttempt);
+  m.world_size = 4;
+  m.hosts = {"a", "a", "b", "b"};
+  m.chunk_size = 64;
+  m.depends_on = {7};
+  m.parent = 7;
+  m.chain = 1;
+  std::vector<uint64_t> used(4, 8);
+  for (int r = 0; r < 4; ++r) {
+    m.objects.push_back({DataObjectKey(9, r, kAttempt), 4096, r});
+  }
+  m.objects.push_back({DataObjectKey(7, 2, "00000000000000aa"), 1024, 2});
+  uint64_t sum = 0;
+  auto piece = [&](std::vector<int64_t> o, std::vector<int64_t> l, int rank,
+                   uint64_t bytes, uint32_t object) {
+    PieceRecord p{std::move(o), std::move(l), rank, {}};
+    // Chunks of at most 64 bytes, laid out one after another.
+    for (uint64_t done = 0; done < bytes;) {
+      const uint64_t n = std::min<uint64_t>(64, bytes - done);
+      p.chunks.push_back({object, used[object % 4], n, {++sum, ~sum}});
+      used[object % 4] += n;
+      done += n;
+    }
+    return p;
+  };
+  EntryRecord w{"w", EntryKind::kTensor, DType::kF32, {8, 4}, {}, "", -1};
+  for (int r = 0; r < 4; ++r) {
+    w.pieces.push_back(piece({2 * r, 0}, {2, 4}, r, 32, r == 2 ? 4 : r));
+  }
+  EntryRecord g{"grid", EntryKind::kTensor, DType::kBF16, {4, 6}, {}, "", -1};
+  for (int r = 0; r < 4; ++r) {
+    g.pieces.push_back(piece({2 * (r / 2), 3 * (r % 2)}, {2, 3}, r, 12, r));
+  }
+  EntryRecord b{"rng", EntryKind::kBlob, DType::kU8, {100}, {}, "", -1};
+  b.pieces.push_back(piece({0}, {100}, 0, 100, 0));
+  EntryRecord meta{"cfg", EntryKind::kMetadata, DType::kU8, {},
+                   {},    "{\"lr\":\"0.1\"}",   -1};
+  m.entries = {w, g, b, meta};
+  for (int r = 0; r < 4; ++r) {
+    EntryRecord l{"loader", EntryKind::kTensor, DType::kI64, {3}, {}, "", r};
+    l.pieces.push_back(piece({0}, {3}, r, 24, r));
+    m.entries.push_back(std::move(l));
+  }
+  m.Reindex();
+  EXPECT_TRUE(ValidateManifest(m).ok()) << ValidateManifest(m).ToString();
+  return m;
+}
+
+// The commit record that goes with `s`.
+Manifest Header(const Manifest& m, const SplitMetadata& s) {
+  Manifest h = m;
+  h.hosts.clear();
+  h.objects.clear();
+  h.entries.clear();
+  h.directory = {DirectoryKey(m.step, m.attempt), s.directory_bytes.size(),
+                 Xxh3_128(s.directory_bytes)};
+  h.pieces = Manifest::Pieces::kNone;
+  return h;
+}
+
+Result<Manifest> Load(const Manifest& m, const SplitMetadata& s,
+                      std::vector<int> ranks, bool all) {
+  CKPT_ASSIGN_OR_RETURN(Directory d, DecodeDirectory(s.directory_bytes, "dir"));
+  std::vector<RankIndex> xs;
+  for (int r : ranks) {
+    CKPT_ASSIGN_OR_RETURN(RankIndex x, DecodeRankIndex(s.indexes[r], "index"));
+    xs.push_back(std::move(x));
+  }
+  return Assemble(Header(m, s), d, std::move(xs), all, "test");
+}
+
+std::string Describe(const EntryRecord& e) {
+  std::vector<std::string> pieces;
+  for (const PieceRecord& p : e.pieces) {
+    std::string s = std::to_string(p.rank) + ":";
+    for (size_t d = 0; d < p.offsets.size(); ++d) {
+      s += std::to_string(p.offsets[d]) + "+" + std::to_string(p.lengths[d]) +
+           ",";
+    }
+    for (const ChunkRecord& c : p.chunks) {
+      s += std::to_string(c.object) + "@" + std::to_string(c.offset) + "+" +
+           std::to_string(c.length) + "#" + c.checksum.Hex() + ";";
+    }
+    pieces.push_back(s);
+  }
+  std::sort(pieces.begin(), pieces.end());
+  std::string out = e.name + "/" + std::to_string(e.owner) + "/" + e.json;
+  for (const std::string& p : pieces) out += "|" + p;
+  return out;
+}
+
+TEST(IndexTest, EveryIndexAssemblesTheManifestBack) {
+  const Manifest m = FourRanks();
+  Result<SplitMetadata> s = Split(m);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  Result<Manifest> back = Load(m, *s, {0, 1, 2, 3}, true);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->HasAllPieces());
+  EXPECT_EQ(back->hosts, m.hosts);
+  ASSERT_EQ(back->objects.size(), m.objects.size());
+  for (size_t i = 0; i < m.objects.size(); ++i) {
+    EXPECT_EQ(back->objects[i].key, m.objects[i].key);
+    EXPECT_EQ(back->objects[i].size, m.objects[i].size);
+  }
+  ASSERT_EQ(back->entries.size(), m.entries.size());
+  for (size_t i = 0; i < m.entries.size(); ++i) {
+    EXPECT_EQ(Describe(back->entries[i]), Describe(m.entries[i]));
+    EXPECT_EQ(back->entries[i].dtype, m.entries[i].dtype);
+    EXPECT_EQ(back->entries[i].shape, m.entries[i].shape);
+  }
+  // The directory and every index are metadata objects to keep.
+  EXPECT_EQ(back->metadata_objects.size(), 5u);
+  EXPECT_NE(back->FindLocal("loader", 3), nullptr);
+}
+
+TEST(IndexTest, RegularSplitsBecomeOneRunEach) {
+  Result<Directory> d =
+      DecodeDirectory(Split(FourRanks())->directory_bytes, "d");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->entries[0].runs.size(), 1u);  // rows over 4 ranks
+  EXPECT_EQ(d->entries[0].runs[0].count, 4u);
+  EXPECT_EQ(d->entries[0].runs[0].rank_stride, 1);
+  EXPECT_EQ(d->entries[0].runs[0].delta, (std::vector<int64_t>{2, 0}));
+  // A 2 x 2 grid is two runs, one per row of the grid.
+  EXPECT_EQ(d->entries[1].runs.size(), 2u);
+  EXPECT_EQ(d->hosts, (std::vector<std::string>{"a", "a", "b", "b"}));
+}
+
+TEST(IndexTest, SomeIndexesGiveOnlyTheirRanksPieces) {
+  const Manifest m = FourRanks();
+  Result<SplitMetadata> s = Split(m);
+  ASSERT_TRUE(s.ok());
+  Result<Manifest> part = Load(m, *s, {2}, false);
+  ASSERT_TRUE(part.ok()) << part.status().ToString();
+  EXPECT_EQ(part->pieces, Manifest::Pieces::kSome);
+  EXPECT_EQ(part->loaded_ranks, (std::vector<int32_t>{2}));
+  const EntryRecord* w = part->Find("w");
+  ASSERT_NE(w, nullptr);
+  ASSERT_EQ(w->pieces.size(), 1u);
+  EXPECT_EQ(w->pieces[0].offsets, (std::vector<int64_t>{4, 0}));
+  // Its chunks point at step 7's object, by the directory's numbering.
+  EXPECT_EQ(part->objects[w->pieces[0].chunks[0].object].key,
+            DataObjectKey(7, 2, "00000000000000aa"));
+  EXPECT_TRUE(part->Find("rng")->pieces.empty());
+  EXPECT_EQ(part->Find("cfg")->json, "{\"lr\":\"0.1\"}");
+  // Claiming every rank with one index is refused.
+  EXPECT_FALSE(Load(m, *s, {2}, true).ok());
+}
+
+// Brute force against RanksMeeting over random grids and boxes.
+TEST(IndexTest, RanksMeetingMatchesEveryPieceChecked) {
+  std::mt19937 rng(7);
+  for (int round = 0; round < 200; ++round) {
+    const int64_t rows = 1 + rng() % 40, cols = 1 + rng() % 40;
+    const int64_t rs = 1 + rng() % rows, cs = 1 + rng() % cols;
+    std::vector<PieceRecord> pieces;
+    int rank = 0;
+    const bool transpose = rng() % 2;
+    for (int64_t a = 0; a < (transpose ? cols : rows);
+         a += (transpose ? cs : rs)) {
+      for (int64_t b = 0; b < (transpose ? rows : cols);
+           b += (transpose ? rs : cs)) {
+        const int64_t r0 = transpose ? b : a, c0 = transpose ? a : b;
+        pieces.push_back({{r0, c0},
+                          {std::min(rs, rows - r0), std::min(cs, cols - c0)},
+                          rank++,
+                          {}});
+      }
+    }
+    std::vector<PieceBox> boxes;
+    for (const PieceRecord& p : pieces) {
+      boxes.push_back({&p.offsets, &p.lengths, p.rank});
+    }
+    DirectoryEntry e{"t", EntryKind::kTensor,    DType::kF32, -1, {rows, cols},
+                     "",  SummarizePieces(boxes)};
+    for (int q = 0; q < 20; ++q) {
+      const int64_t r0 = rng() % rows, c0 = rng() % cols;
+      const std::vector<int64_t> off = {r0, c0};
+      const std::vector<int64_t> len = {
+          static_cast<int64_t>(rng() % (rows - r0 + 1)),
+          static_cast<int64_t>(rng() % (cols - c0 + 1))};
+      std::set<int32_t> want;
+      for (const PieceRecord& p : pieces) {
+        bool meet = true;
+        for (int d = 0; d < 2; ++d) {
+          meet = meet && len[d] > 0 && p.offsets[d] < off[d] + len[d] &&
+                 p.offsets[d] + p.lengths[d] > off[d];
+        }
+        if (meet) want.insert(p.rank);
+      }
+      std::vector<int32_t> got;
+      RanksMeeting(e, off, len, got);
+      EXPECT_EQ(std::set<int32_t>(got.begin(), got.end()), want)
+          << rows << "x" << cols << " split " << rs << "x" << cs << " query "
+          << r0 << "+" << len[0] << ", " << c0 << "+" << len[1];
+    }
+  }
+}
+
+TEST(IndexTest, EveryFlippedBitAndEveryTruncationIsCaught) {
+  Result<SplitMetadata> s = Split(FourRanks());
+  ASSERT_TRUE(s.ok());
+  for (const std::string* obj : {&s->indexes[2], &s->directory_bytes}) {
+    const bool is_index = obj != &s->directory_bytes;
+    auto decodes = [&](const std::string& b) {
+      return is_index ? DecodeRankIndex(b, "x").ok()
+                      : DecodeDirectory(b, "x").ok();
+    };
+    ASSERT_TRUE(decodes(*obj));
+    for (size_t i = 0; i < obj->size() * 8; ++i) {
+      std::string b = *obj;
+      b[i / 8] ^= static_cast<char>(1 << (i % 8));
+      EXPECT_FALSE(decodes(b)) << "bit " << i;
+    }
+    for (size_t n = 0; n < obj->size(); ++n) {
+      EXPECT_FALSE(decodes(obj->substr(0, n))) << "first " << n << " bytes";
+    }
+    EXPECT_FALSE(decodes(*obj + "x"));
+  }
+}
+
+TEST(IndexTest, AnIndexHoldingOtherPiecesIsRefused) {
+  const Manifest m = FourRanks();
+  Result<SplitMetadata> s = Split(m);
+  ASSERT_TRUE(s.ok());
+  // Well-formed, checksummed, but rank 1 claims a box the directory gives
+  // to nobody.
+  Result<RankIndex> x = DecodeRankIndex(s->indexes[1], "x");
+  ASSERT_TRUE(x.ok());
+  x->pieces[0].offsets[0] = 3;
+  s->indexes[1] = EncodeRankIndex(*x);
+  Result<Manifest> back = Load(m, *s, {1}, false);
+  ASSERT_FALSE(back.ok());
+  EXPECT_NE(back.status().message().find("do not hold the pieces"),
+            std::string::npos);
+  // An index of another attempt.
+  x->pieces[0].offsets[0] = 2;
+  x->attempt ^= 1;
+  s->indexes[1] = EncodeRankIndex(*x);
+  EXPECT_FALSE(Load(m, *s, {1}, false).ok());
+}
+
+TEST(IndexTest, ChunksThatDoNotHoldTheBoxAreRefused) {
+  Manifest m = FourRanks();
+  m.entries[0].pieces[1].chunks[0].length = 8;  // 32-byte box, 8 bytes
+  Result<SplitMetadata> s = Split(m);
+  ASSERT_TRUE(s.ok());
+  Result<Manifest> part = Load(m, *s, {1}, false);
+  ASSERT_FALSE(part.ok());
+  EXPECT_NE(part.status().message().find("do not hold the box's bytes"),
+            std::string::npos);
+  EXPECT_FALSE(Load(m, *s, {0, 1, 2, 3}, true).ok());
+}
+
+TEST(IndexTest, CommitRecordRoundTripsAndNamesItsDirectory) {
+  const Manifest m = FourRanks();
+  Result<SplitMetadata> s = Split(m);
+  ASSERT_TRUE(s.ok());
+  Manifest h = Header(m, *s);
+  h.data_bytes = 5 * 4096;
+  h.own_data_bytes = 4 * 4096;
+  h.metrics = {{"loss", 0.5}};
+  const std::string bytes = EncodeManifest(h);
+  EXPECT_EQ(bytes.find("entries"), std::string::npos);
+  Result<Manifest> back = DecodeManifest(bytes, "record");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->version, kScalableManifestVersion);
+  EXPECT_EQ(back->pieces, Manifest::Pieces::kNone);
+  EXPECT_EQ(back->directory.key, DirectoryKey(9, kAttempt));
+  EXPECT_EQ(back->directory.checksum, Xxh3_128(s->directory_bytes));
+  EXPECT_EQ(back->data_bytes, 5u * 4096);
+  EXPECT_EQ(back->parent, 7);
+  EXPECT_EQ(back->metrics.at("loss"), 0.5);
+  // A record naming another directory is not a checkpoint.
+  h.directory.key = DirectoryKey(9, "fedcba9876543210");
+  EXPECT_FALSE(DecodeManifest(EncodeManifest(h), "record").ok());
+}
+
+TEST(IndexTest, IntegersHaveOneSpelling) {
+  ByteWriter w;
+  w.Var(300);
+  w.SignedVar(-5);
+  w.Var(UINT64_MAX);
+  ByteReader r(w.bytes());
+  EXPECT_EQ(r.Var(), 300u);
+  EXPECT_EQ(r.SignedVar(), -5);
+  EXPECT_EQ(r.Var(), UINT64_MAX);
+  EXPECT_TRUE(r.ok() && r.done());
+  const std::string redundant("\x81\x00", 2), overflow(10, '\xff');
+  ByteReader a(redundant), b(overflow);
+  a.Var();
+  b.Var();
+  EXPECT_FALSE(a.ok());
+  EXPECT_FALSE(b.ok());
+}
+
+}  // namespace
+}  // namespace ckpt::format
