@@ -189,6 +189,24 @@ CKPT_EXPORT void ckpt_state_destroy(ckpt_state_t* state);
 CKPT_EXPORT int ckpt_state_add(ckpt_state_t* state, const ckpt_entry_t* entries,
                                size_t n, int for_load, char** errptr);
 
+/* Adds n whole tensors (CKPT_KIND_TENSOR, CKPT_PLACE_WHOLE) in one call
+ * from parallel arrays instead of one ckpt_entry_t each: the same entries,
+ * checks and messages as ckpt_state_add, for a binding that pays for every
+ * field it sets (Python's ctypes fills these arrays in bulk). `names` and
+ * `dtypes` hold n NUL-terminated strings back to back ("w\0b\0"),
+ * names_size and dtypes_size bytes in all; tensor i has ndims[i]
+ * dimensions, whose lengths follow tensor i-1's in `shapes` (shapes_size
+ * values in all; NULL when 0); data[i] and nbytes[i] are its buffer and
+ * size. Strings or dimensions fewer or more than n tensors use are
+ * CKPT_INVALID_ARGUMENT. */
+CKPT_EXPORT int ckpt_state_add_tensors(ckpt_state_t* state, size_t n,
+                                       const char* names, size_t names_size,
+                                       const char* dtypes, size_t dtypes_size,
+                                       const int* ndims, const int64_t* shapes,
+                                       size_t shapes_size, void* const* data,
+                                       const uint64_t* nbytes, int for_load,
+                                       char** errptr);
+
 /* Marks the state failed with `code` (a CKPT_* error, not CKPT_OK) and
  * `message`, as if an add had failed; an earlier error stays. A rank that
  * cannot build its state (a binding found bad input before the library saw

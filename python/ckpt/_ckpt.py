@@ -8,11 +8,16 @@ releases the GIL for the length of every call, so other threads run while
 the library reads and writes.
 
 Entries reach this module as flat (name, kind, value, dtype[, placement])
-tuples (see _manager.py and _values.py): a tensor's value is a NumPy array
-or a _buffer.Buffer, whose memory the library reads or fills in place.
+tuples (see _manager.py and _values.py): a tensor's value is a NumPy array,
+a _buffer.Buffer or a HostMemory (a CPU torch tensor's), whose memory the
+library reads or fills in place.
 """
 
+import array as _array
+import contextlib
 import ctypes
+import gc
+import itertools
 import json
 import os
 import threading
@@ -118,6 +123,9 @@ _SIGNATURES = {
     "ckpt_state_destroy": (None, [_p]),
     "ckpt_state_add": (_i, [_p, ctypes.POINTER(_Entry), ctypes.c_size_t, _i,
                             _err]),
+    "ckpt_state_add_tensors": (_i, [
+        _p, ctypes.c_size_t, _s, ctypes.c_size_t, _s, ctypes.c_size_t, _p,
+        _p, ctypes.c_size_t, _p, _p, _i, _err]),
     "ckpt_state_set_error": (_i, [_p, _i, _s, _err]),
     "ckpt_state_set_location": (_i, [_p, ctypes.c_size_t, _i, _err]),
     "ckpt_state_set_cuda_stream": (_i, [_p, ctypes.c_uint64, _err]),
@@ -251,6 +259,23 @@ def _raise_status(code, message):
         if _lib.ckpt_code_name(c).decode() == code:
             raise _error(c, message)
     raise InvalidArgument(f"unknown error code {code}")
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """Pauses Python's cycle collector while a save or load makes objects
+    by the thousand (tuples, arrays, tensors; no cycles among them): each
+    run of the collector walks every tracked object, and 10,000 tensors
+    set it off often enough to cost a fifth of such a save. Re-enabled
+    after, unless it was off before; a thread that pauses it meanwhile
+    sees it off and leaves it to the first."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 # --------------------------------------------------------- handles, owned
@@ -413,6 +438,10 @@ _NUMPY_NAMES = {"BOOL": "bool", "U8": "uint8", "F8_E4M3": "uint8",
                 "BF16": "uint16", "I16": "int16", "F16": "float16",
                 "U32": "uint32", "I32": "int32", "F32": "float32",
                 "U64": "uint64", "I64": "int64", "F64": "float64"}
+# The same as NumPy dtype objects, so that no load parses a dtype's name
+# once per tensor.
+_NUMPY_TYPES = ({k: _np.dtype(v) for k, v in _NUMPY_NAMES.items()}
+                if _np is not None else {})
 _WIDTHS = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1,
            "U16": 2, "I16": 2, "F16": 2, "BF16": 2, "U32": 4, "I32": 4,
            "F32": 4, "U64": 8, "I64": 8, "F64": 8}
@@ -443,7 +472,7 @@ def _tensor_memory(name, value, dtype, for_load):
             raise _bad_entry(name, "the array is read-only")
         address = value.__array_interface__["data"][0]
         nbytes, shape, width = value.nbytes, value.shape, value.itemsize
-    elif isinstance(value, _buffer.Buffer):
+    elif isinstance(value, (_buffer.Buffer, HostMemory)):
         own, address, nbytes, shape = (value.dtype, value.address,
                                        value.nbytes, value.shape)
         width = _WIDTHS[own]
@@ -464,6 +493,37 @@ def _tensor_memory(name, value, dtype, for_load):
     return address, nbytes, own, list(shape), value
 
 
+class HostMemory:
+    """A tensor's bytes in host memory by address, dtype name and shape:
+    what a CPU torch tensor becomes (_values.encode), with no NumPy view
+    made of it. `owner`, the tensor, keeps the memory alive."""
+
+    __slots__ = ("address", "nbytes", "dtype", "shape", "owner")
+
+    def __init__(self, address, nbytes, dtype, shape, owner):
+        self.address, self.nbytes, self.dtype = address, nbytes, dtype
+        self.shape, self.owner = shape, owner
+
+
+def _plain_tensor(item):
+    """Whether an entry is a whole tensor in host memory (what
+    ckpt_state_add_tensors takes)."""
+    return (item[1] == "tensor" and (len(item) < 5 or item[4] is None)
+            and not isinstance(item[2], _device.DeviceArray))
+
+
+def _packed_names(names):
+    """The UTF-8 of `names`, each ended by a NUL, back to back; the first
+    name that cannot be a C string raises _encode's error."""
+    text = "\0".join(names) if all(type(n) is str for n in names) else None
+    if text is not None and text.count("\0") == len(names) - 1:
+        try:
+            return (text + "\0").encode("utf-8")
+        except UnicodeEncodeError:
+            pass
+    return b"".join(_encode(n, "entry name") + b"\0" for n in names)
+
+
 class _State(_Owned):
     """A library state over Python values: the entries' memory is kept
     alive (and, for buffers, held open) as long as this object."""
@@ -479,6 +539,74 @@ class _State(_Owned):
             self._add(entries, for_load)
 
     def _add(self, entries, for_load):
+        # Every entry is checked here before the library sees any, so that
+        # the first bad one (in order) raises, as in one ckpt_state_add
+        # call; the library's own checks follow, in order too. Whole host
+        # tensors in a row go in through ckpt_state_add_tensors: filling
+        # a ctypes struct field by field costs microseconds a tensor, which
+        # for 10,000 small ones is most of a save.
+        calls = []
+        for plain, group in itertools.groupby(entries, _plain_tensor):
+            group = list(group)
+            calls.append(self._tensors(group, for_load) if plain else
+                         self._entries(group, for_load))
+        for call in calls:
+            call()
+        n = len(entries)
+        # Entries in CUDA memory: where they live, and the stream their
+        # bytes are ordered on (the first device tensor's: PyTorch's current
+        # stream), which the library's copies wait for.
+        start = len(self) - n
+        stream = None
+        for i, item in enumerate(entries):
+            value = item[2]
+            if isinstance(value, _device.DeviceArray):
+                _call(_lib.ckpt_state_set_location, self._h, start + i,
+                      value.device)
+                if stream is None and value.stream:
+                    stream = value.stream
+        if stream is not None:
+            _call(_lib.ckpt_state_set_cuda_stream, self._h, stream)
+
+    def _tensors(self, items, for_load):
+        """The ckpt_state_add_tensors call that adds `items`, whole host
+        tensors, once their checks have passed."""
+        dtypes, ndims, shapes, addresses, sizes = [], [], [], [], []
+        for i, (name, _, value, dtype, *_) in enumerate(items):
+            try:
+                if type(value) is HostMemory and dtype is None:
+                    own, address, nbytes, shape = (value.dtype, value.address,
+                                                   value.nbytes, value.shape)
+                else:
+                    address, nbytes, own, shape, _ = _tensor_memory(
+                        name, value, dtype, for_load)
+            except Exception:
+                # A bad name before or at this entry was its error first.
+                for item in items[:i + 1]:
+                    _encode(item[0], "entry name")
+                raise
+            dtypes.append(own)
+            ndims.append(len(shape))
+            shapes.extend(shape)
+            addresses.append(address)
+            sizes.append(nbytes)
+        names = _packed_names([item[0] for item in items])
+        kinds = ("\0".join(dtypes) + "\0").encode()
+        arrays = (_array.array("i", ndims), _array.array("q", shapes),
+                  _array.array("Q", addresses), _array.array("Q", sizes))
+        ndims, shapes, addresses, sizes = (a.buffer_info()[0] if len(a) else
+                                           None for a in arrays)
+        self._keep.extend(item[2] for item in items)
+
+        def call():
+            _call(_lib.ckpt_state_add_tensors, self._h, len(items), names,
+                  len(names), kinds, len(kinds), ndims, shapes,
+                  len(arrays[1]), addresses, sizes, 1 if for_load else 0)
+        return call
+
+    def _entries(self, entries, for_load):
+        """The ckpt_state_add call that adds `entries`, once their checks
+        have passed."""
         n = len(entries)
         array = (_Entry * n)()
         keep = self._keep
@@ -543,21 +671,8 @@ class _State(_Owned):
                     e.data = ctypes.cast(ctypes.c_char_p(text),
                                          ctypes.c_void_p)
                     e.nbytes = len(text)
-        _call(_lib.ckpt_state_add, self._h, array, n, 1 if for_load else 0)
-        # Entries in CUDA memory: where they live, and the stream their
-        # bytes are ordered on (the first device tensor's: PyTorch's current
-        # stream), which the library's copies wait for.
-        start = len(self) - n
-        stream = None
-        for i, item in enumerate(entries):
-            value = item[2]
-            if isinstance(value, _device.DeviceArray):
-                _call(_lib.ckpt_state_set_location, self._h, start + i,
-                      value.device)
-                if stream is None and value.stream:
-                    stream = value.stream
-        if stream is not None:
-            _call(_lib.ckpt_state_set_cuda_stream, self._h, stream)
+        return lambda: _call(_lib.ckpt_state_add, self._h, array, n,
+                             1 if for_load else 0)
 
     def __len__(self):
         return _lib.ckpt_state_size(self._handle())
@@ -578,7 +693,7 @@ def new_tensor(dtype, shape):
     """A fresh tensor to load into: a NumPy array when NumPy is there,
     else a memoryview (_buffer.new_tensor)."""
     if _np is not None:
-        return _np.empty(shape, _NUMPY_NAMES[dtype])
+        return _np.empty(shape, _NUMPY_TYPES[dtype])
     view, _ = _buffer.new_tensor(dtype, shape)
     return view
 
@@ -720,7 +835,8 @@ class Manager(_Owned):
 
     def save(self, step, entries, epoch, metrics, metadata, incremental,
              dirty_rows):
-        state = self._state_to_save(entries)
+        with gc_paused():
+            state = self._state_to_save(entries)
         options = _SaveOptions(epoch, metrics, metadata, incremental,
                                dirty_rows)
         return SaveResult(_call(_lib.ckpt_manager_save, self._handle(),
@@ -731,7 +847,8 @@ class Manager(_Owned):
         # The library has copied the state by the time it returns, and the
         # arrays are the caller's again, unless the copy runs in the
         # background: then the handle keeps `state` until it is done.
-        state = self._state_to_save(entries)
+        with gc_paused():
+            state = self._state_to_save(entries)
         options = _SaveOptions(epoch, metrics, metadata, incremental,
                                dirty_rows)
         _lib.ckpt_save_options_set_stage_in_background(
@@ -775,37 +892,50 @@ class Manager(_Owned):
         """(info, [(name, kind, dtype, value)], {names left out}).
         new_device_tensor(name, dtype, shape), when given, makes each tensor
         to load into (a _device.DeviceArray), in place of host arrays."""
-        desc = self.describe(step)
-        same_world = desc.info.world_size == self.world_size
+        with gc_paused():
+            step, kept, omitted, arrays, state = self._load_targets(
+                step, new_device_tensor)
+        info = CheckpointInfo(_call(_lib.ckpt_manager_load, self._handle(),
+                                    step, state._h, 0, out=True))
+        with gc_paused():
+            out = []
+            for i, (name, kind, dtype) in enumerate(kept):
+                value = arrays[i] if kind == "tensor" else state.bytes_of(i)
+                out.append((name, kind, dtype, value))
+        return info, out, omitted
+
+    def _load_targets(self, step, new_device_tensor):
+        """(step, [(name, kind, dtype)] kept, {names left out}, arrays,
+        state) of a load: the entries to ask for and where they go."""
+        # The description's JSON as it is: an EntryInfo object for each of
+        # 10,000 entries would cost more than the load of their bytes.
+        desc = _call(_lib.ckpt_manager_describe, self._handle(), _step(step),
+                     out=True)
+        same_world = desc["info"]["world_size"] == self.world_size
         rank = self.rank
         kept, omitted, entries, arrays = [], set(), [], []
-        for e in desc.entries:
-            if not (e.owner < 0 or (same_world and e.owner == rank)):
-                omitted.add(e.name)
+        for e in desc["entries"]:
+            name, owner, kind = e["name"], e["owner"], e["kind"]
+            if not (owner < 0 or (same_world and owner == rank)):
+                omitted.add(name)
                 continue
-            kept.append(e)
-            place = None if e.owner < 0 else ("local",)
-            if e.kind == "tensor" and new_device_tensor is not None:
-                array = new_device_tensor(e.name, e.dtype, e.shape)
+            kept.append((name, kind, e["dtype"]))
+            place = None if owner < 0 else ("local",)
+            if kind == "tensor" and new_device_tensor is not None:
+                array = new_device_tensor(name, e["dtype"], e["shape"])
                 arrays.append(array.owner)
-                entries.append((e.name, "tensor", array, e.dtype, place))
-            elif e.kind == "tensor":
-                array = new_tensor(e.dtype, e.shape)
+                entries.append((name, "tensor", array, e["dtype"], place))
+            elif kind == "tensor":
+                dtype, shape = e["dtype"], e["shape"]
+                array = new_tensor(dtype, shape)
                 arrays.append(array)
-                entries.append((e.name, "tensor",
-                                _target(array, e.dtype, e.shape), e.dtype,
-                                place))
+                entries.append((name, "tensor", _target(array, dtype, shape),
+                                dtype, place))
             else:
                 arrays.append(None)
-                entries.append((e.name, e.kind, None, None, place))
+                entries.append((name, kind, None, None, place))
         state = _State(entries, for_load=True)
-        info = CheckpointInfo(_call(_lib.ckpt_manager_load, self._handle(),
-                                    desc.info.step, state._h, 0, out=True))
-        out = []
-        for i, e in enumerate(kept):
-            value = arrays[i] if e.kind == "tensor" else state.bytes_of(i)
-            out.append((e.name, e.kind, e.dtype, value))
-        return info, out, omitted
+        return desc["info"]["step"], kept, omitted, arrays, state
 
     def load_into(self, step, entries, strict):
         """Fills the arrays of `entries` in place; (info, [(name, kind,

@@ -140,8 +140,10 @@ class CheckpointManager:
         ranges (of dimension 0) that may have changed since this manager's
         previous save: its other rows are referenced without being hashed.
         """
-        return self._m.save(step, *self._save_arguments(
-            state, metadata, epoch, metrics, incremental, dirty_rows))
+        with _ckpt.gc_paused():
+            arguments = self._save_arguments(state, metadata, epoch, metrics,
+                                             incremental, dirty_rows)
+        return self._m.save(step, *arguments)
 
     def save_async(self, step, state, metadata=None, epoch=None,
                    metrics=None, *, incremental=False, dirty_rows=None,
@@ -166,9 +168,11 @@ class CheckpointManager:
         the arrays must not change until handle.wait_staged() returns
         (call it before the optimizer step).
         """
-        return self._m.save_async(step, *self._save_arguments(
-            state, metadata, epoch, metrics, incremental, dirty_rows),
-            stage_in_background=stage_in_background)
+        with _ckpt.gc_paused():
+            arguments = self._save_arguments(state, metadata, epoch, metrics,
+                                             incremental, dirty_rows)
+        return self._m.save_async(step, *arguments,
+                                  stage_in_background=stage_in_background)
 
     def load(self, step=None, *, as_torch=False, device=None):
         """Loads `step` (default: the newest committed) and returns its state.
@@ -193,24 +197,27 @@ class CheckpointManager:
         load_rank_local).
         """
         info, entries, omitted = self._m.load(step, _device_tensors(device))
-        tree, values = None, {}
-        for name, kind, dtype, value in entries:
-            if name == _tree.TREE_ENTRY and kind == "metadata":
-                tree = value
-            elif kind == "tensor" and device is not None:
-                values[name] = value  # a torch tensor on the device
-            elif kind == "tensor":
-                values[name] = _values.decode_tensor(name, value, dtype,
-                                                     as_torch)
-            elif kind == "blob":
-                values[name] = value
-            else:
-                values[name] = _values.decode_metadata(
-                    value, name, f"load step {info.step} in {self.url}")
-        if tree is None:
-            return _tree.unflatten_dotted(values)
-        return _tree.unflatten(tree, values, omitted - set(values),
-                               f"load step {info.step} in {self.url}")
+        # Inline, not a helper: decode_tensor's warnings name the caller of
+        # load() by how many frames up it is.
+        with _ckpt.gc_paused():
+            tree, values = None, {}
+            for name, kind, dtype, value in entries:
+                if name == _tree.TREE_ENTRY and kind == "metadata":
+                    tree = value
+                elif kind == "tensor" and device is not None:
+                    values[name] = value  # a torch tensor on the device
+                elif kind == "tensor":
+                    values[name] = _values.decode_tensor(name, value, dtype,
+                                                         as_torch)
+                elif kind == "blob":
+                    values[name] = value
+                else:
+                    values[name] = _values.decode_metadata(
+                        value, name, f"load step {info.step} in {self.url}")
+            if tree is None:
+                return _tree.unflatten_dotted(values)
+            return _tree.unflatten(tree, values, omitted - set(values),
+                                   f"load step {info.step} in {self.url}")
 
     def load_into(self, state, step=None, *, strict=False):
         """Fills `state` in place from `step` (default: the newest).

@@ -129,6 +129,8 @@ def _flatten(value, path, leaves, seen, active, depth):
 
 
 def _check_key(key, path):
+    if type(key) is str and key.isascii() and "\0" not in key:
+        return  # the common key, fine without encoding it
     if isinstance(key, bool) or not isinstance(key, (str, int)):
         raise _ckpt.InvalidArgument(
             f"key {key!r} at {_show(path)}: keys must be str or int")
@@ -145,7 +147,7 @@ def _check_key(key, path):
 
 
 def _leaf(value, path, leaves, seen):
-    name = ".".join(str(k) for k in path)
+    name = ".".join(map(str, path))
     if name == TREE_ENTRY:
         raise _ckpt.InvalidArgument(
             f"entry name {TREE_ENTRY!r} is reserved by ckpt")

@@ -148,15 +148,34 @@ def _cpu_tensor(name, tensor, torch):
 
 
 def _tensor_array(name, tensor, torch):
-    """A NumPy view of a CPU tensor's memory, and the dtype to store."""
-    t = _cpu_tensor(name, tensor, torch)
-    if not t.is_contiguous():
-        t = t.contiguous()
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy(), "BF16"
-    if t.dtype not in _torch_saveable(torch):
+    """A CPU tensor's memory (_ckpt.HostMemory: its address, read from the
+    tensor, with no NumPy view made; a state of many small tensors spends
+    its time on such per-tensor steps), and the dtype to store (None: the
+    memory's)."""
+    if not tensor.is_cpu or tensor.layout != torch.strided:
+        _cpu_tensor(name, tensor, torch)  # raises, naming what is wrong
+    # No detach(): the address is read without autograd's say.
+    t = tensor if tensor.is_contiguous() else tensor.detach().contiguous()
+    dtype = _torch_names(torch).get(t.dtype)
+    if dtype is None:
         raise _unsupported(name, f"torch dtype {t.dtype}")
-    return _saveable_array(name, t.numpy()), None
+    return _ckpt.HostMemory(t.data_ptr(), t.numel() * t.element_size(), dtype,
+                            tuple(t.shape), t), None
+
+
+_TORCH_NAMES = {}
+
+
+def _torch_names(torch):
+    """The safetensors dtype of each torch dtype ckpt saves: those of
+    _torch_saveable, and bfloat16 as BF16. Made once."""
+    if not _TORCH_NAMES:
+        _TORCH_NAMES.update({
+            torch.bool: "BOOL", torch.uint8: "U8", torch.int8: "I8",
+            torch.int16: "I16", torch.int32: "I32", torch.int64: "I64",
+            torch.float16: "F16", torch.bfloat16: "BF16",
+            torch.float32: "F32", torch.float64: "F64"})
+    return _TORCH_NAMES
 
 
 def _torch_saveable(torch):
@@ -179,13 +198,18 @@ def _bad(name, why):
 
 def encode(name, value):
     """(kind, value, dtype) of the entry that stores `value`, for _ckpt."""
+    # A tensor first: it is neither Metadata nor NumPy, and a state of
+    # many small tensors pays for every check on the way.
+    torch = _loaded_torch()
+    if torch is not None and isinstance(value, torch.Tensor) and \
+            not value.is_cuda:
+        return ("tensor", *_tensor_array(name, value, torch))
     if isinstance(value, Metadata):
         _tree.check_json(name, value)
         return "metadata", _metadata_json(name, dict(value)), None
     if np is not None and (isinstance(value, np.ndarray) or (
             isinstance(value, np.generic) and _saveable(value.dtype))):
         return "tensor", _saveable_array(name, np.asarray(value)), None
-    torch = _loaded_torch()
     if _device.is_device_value(value, torch):
         return "tensor", _device.device_array(name, value, torch, False), None
     if torch is not None and isinstance(value, torch.Tensor):

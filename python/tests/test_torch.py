@@ -112,3 +112,48 @@ def test_unsupported_tensors_raise_invalid_argument(mgr):
         mgr.save(1, {"s": torch.eye(2).to_sparse()})
     with pytest.raises(ckpt.InvalidArgument, match="meta"):
         mgr.save(1, {"m": torch.empty(2, device="meta")})
+
+
+def test_many_small_tensors_between_other_entries_keep_order_and_bits(mgr):
+    # Runs of whole tensors go to the library in one call each; the entries
+    # between them (bytes, scalars, an array) in calls of their own.
+    base = random_tensor(torch.float32, (300, 8), seed=3)
+    state = {f"opt.{i}": random_tensor(TORCH_DTYPES[i % 10], (i % 4, 3),
+                                       seed=i) for i in range(200)}
+    state["blob"] = b"\0\1"
+    state["row"] = base[7]  # a view at an offset into its storage
+    state["step"] = 12
+    state["empty"] = torch.zeros(0, 5)
+    state["scalar"] = torch.tensor(2.5, dtype=torch.float64)
+    state["np"] = np.arange(6, dtype=np.int16).reshape(2, 3)
+    mgr.save(1, state)
+    got = mgr.load(as_torch=True)
+    assert list(got) == list(state)
+    for k, v in state.items():
+        if isinstance(v, torch.Tensor):
+            assert same_bits(v, got[k]), k
+    assert got["blob"] == b"\0\1" and got["step"] == 12
+    assert np.array_equal(got["np"].numpy(), state["np"])
+    assert [e.name for e in mgr.describe().entries if
+            e.name != "__python_tree__"] == list(state)
+
+
+def test_the_first_bad_entry_of_a_run_of_tensors_is_the_one_named(mgr):
+    # The names of a run are checked together, after its tensors: an error
+    # is still the first bad entry's, as when each was checked in turn.
+    def save(*entries):
+        mgr._m.save(1, [(n, "tensor", v, None, None) for n, v in entries],
+                    -1, {}, {}, False, {})
+
+    good, bad = np.zeros(2, np.float32), "not a tensor"
+    with pytest.raises(ckpt.InvalidArgument, match='"b": a tensor must be'):
+        save(("a", good), ("b", bad), ("c\0", good))
+    with pytest.raises(ckpt.InvalidArgument, match="NUL"):
+        save(("a", good), ("b\0", good), ("c", bad))
+    with pytest.raises(ckpt.InvalidArgument, match="NUL"):
+        save(("a", good), ("b\0", good))
+    with pytest.raises(TypeError, match="entry name must be a str"):
+        save(("a", good), (7, good))
+    with pytest.raises(ckpt.InvalidArgument, match=r"a/\.\./b"):
+        save(("a", good), ("a/../b", good))
+    assert mgr.latest() is None

@@ -151,6 +151,95 @@ TEST(CApiTest, BadEntriesAreRefusedNamingThem) {
   ckpt_state_destroy(s);
 }
 
+// ckpt_state_add_tensors: the arrays become the same entries as
+// ckpt_state_add's, save and load back bit for bit, and what does not add up
+// (strings or lengths too few or too many, a bad entry) is refused.
+TEST(CApiTest, TensorsAddedFromArraysSaveAndLoadAlike) {
+  Folder dir;
+  ckpt_manager_t* m = Open(dir.Sub("root"));
+  ASSERT_NE(m, nullptr);
+  std::vector<float> w = {1.5f, -2.0f, 3.25f, 0.0f, -0.0f, 7.0f};
+  int64_t step_count = 42;
+  uint16_t h[2] = {0x3f80, 0xc000};
+  const char names[] = "w\0step\0h";  // the last NUL is the literal's
+  const char dtypes[] = "F32\0I64\0BF16";
+  int ndims[] = {2, 0, 1};
+  int64_t shapes[] = {2, 3, 2};
+  void* data[] = {w.data(), &step_count, h};
+  uint64_t nbytes[] = {24, 8, 4};
+  Err err;
+  ckpt_state_t* s = ckpt_state_create();
+  ASSERT_EQ(
+      ckpt_state_add_tensors(s, 3, names, sizeof names, dtypes, sizeof dtypes,
+                             ndims, shapes, 3, data, nbytes, 0, &err.text),
+      CKPT_OK)
+      << err.str();
+  ASSERT_EQ(ckpt_state_size(s), 3u);
+  ckpt_entry_t e;
+  ASSERT_EQ(ckpt_state_get(s, 0, &e, &err.text), CKPT_OK);
+  EXPECT_STREQ(e.name, "w");
+  EXPECT_STREQ(e.dtype, "F32");
+  EXPECT_EQ(e.ndim, 2);
+  EXPECT_EQ(e.shape[1], 3);
+  EXPECT_EQ(e.data, w.data());
+  ASSERT_EQ(ckpt_state_get(s, 1, &e, &err.text), CKPT_OK);
+  EXPECT_STREQ(e.name, "step");
+  EXPECT_EQ(e.ndim, 0);
+  char* result = nullptr;
+  ASSERT_EQ(ckpt_manager_save(m, 1, s, nullptr, &result, &err.text), CKPT_OK)
+      << err.str();
+  ckpt_free(result);
+  ckpt_state_destroy(s);
+
+  std::vector<float> w2(6);
+  int64_t step2 = 0;
+  uint16_t h2[2] = {};
+  void* into[] = {w2.data(), &step2, h2};
+  s = ckpt_state_create();
+  ASSERT_EQ(
+      ckpt_state_add_tensors(s, 3, names, sizeof names, dtypes, sizeof dtypes,
+                             ndims, shapes, 3, into, nbytes, 1, &err.text),
+      CKPT_OK)
+      << err.str();
+  ASSERT_EQ(ckpt_manager_load(m, 1, s, 1, &result, &err.text), CKPT_OK)
+      << err.str();
+  ckpt_free(result);
+  ckpt_state_destroy(s);
+  EXPECT_EQ(std::memcmp(w2.data(), w.data(), 24), 0);
+  EXPECT_EQ(step2, 42);
+  EXPECT_EQ(std::memcmp(h2, h, 4), 0);
+
+  auto refused = [&](size_t n, size_t names_size, size_t shapes_size,
+                     const uint64_t* sizes) {
+    ckpt_state_t* bad = ckpt_state_create();
+    int code = ckpt_state_add_tensors(bad, n, names, names_size, dtypes,
+                                      sizeof dtypes, ndims, shapes, shapes_size,
+                                      data, sizes, 0, &err.text);
+    ckpt_state_destroy(bad);
+    return code == CKPT_INVALID_ARGUMENT ? err.str() : "accepted";
+  };
+  EXPECT_THAT(refused(3, sizeof names - 1, 3, nbytes),
+              HasSubstr("names holds 2 NUL-terminated strings in its 8 bytes, "
+                        "not 3"));
+  EXPECT_THAT(refused(2, sizeof names, 2, nbytes),
+              HasSubstr("names holds 2 bytes after its 2 strings"));
+  EXPECT_THAT(refused(3, sizeof names, 2, nbytes),
+              HasSubstr("tensor 2 (\"h\") has 1 dimensions, but shapes holds "
+                        "0 more lengths"));
+  EXPECT_THAT(refused(3, sizeof names, 4, nbytes),
+              HasSubstr("the 3 tensors have 3 dimensions, but shapes holds 4"));
+  EXPECT_THAT(refused(1, 2, 2, nbytes),
+              HasSubstr("dtypes holds 9 bytes after its 1 strings"));
+  uint64_t short_w[] = {20, 8, 4};
+  EXPECT_THAT(refused(3, sizeof names, 3, short_w),
+              HasSubstr("entry \"w\": its shape and dtype make 24 bytes, but "
+                        "nbytes is 20"));
+  EXPECT_EQ(ckpt_state_add_tensors(nullptr, 0, nullptr, 0, nullptr, 0, nullptr,
+                                   nullptr, 0, nullptr, nullptr, 0, &err.text),
+            CKPT_INVALID_ARGUMENT);
+  ckpt_manager_close(m);
+}
+
 TEST(CApiTest, SaveLoadDescribeVerifyDeleteGc) {
   Folder dir;
   ckpt_manager_t* m = Open(dir.Sub("root"));

@@ -203,7 +203,7 @@ int ckpt_manager_describe(ckpt_manager_t* manager, int64_t step, char** json,
     if (manager == nullptr) return Unopened("ckpt_manager_describe");
     auto r = manager->manager->Describe(StepOrNewest(step));
     if (!r.ok()) return r.status();
-    SetOut(json, Dump(ckpt::records::DescriptionJson(*r)));
+    SetOut(json, ckpt::records::DescriptionText(*r));
     return ckpt::Status();
   });
 }

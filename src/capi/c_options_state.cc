@@ -1,6 +1,7 @@
 // The C API's options, save options and states (include/ckpt/c.h).
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <map>
@@ -246,6 +247,36 @@ Status AddEntry(State& state, const ckpt_entry_t& e, bool for_load) {
   }
 }
 
+// n NUL-terminated strings back to back in `size` bytes, read one by one
+// without reading past the end (ckpt_state_add_tensors' names and dtypes).
+struct PackedStrings {
+  const char* data;
+  size_t size;
+  const char* what;
+  size_t at = 0;
+
+  Status Next(const char* fn, size_t i, size_t n, const char*& out) {
+    const void* end =
+        at < size ? std::memchr(data + at, '\0', size - at) : nullptr;
+    if (end == nullptr) {
+      return InvalidArgumentError(
+          std::string(fn) + ": " + what + " holds " + std::to_string(i) +
+          " NUL-terminated strings in its " + std::to_string(size) +
+          " bytes, not " + std::to_string(n));
+    }
+    out = data + at;
+    at = static_cast<size_t>(static_cast<const char*>(end) - data) + 1;
+    return Status();
+  }
+
+  Status AllUsed(const char* fn, size_t n) const {
+    if (at == size) return Status();
+    return InvalidArgumentError(
+        std::string(fn) + ": " + what + " holds " + std::to_string(size - at) +
+        " bytes after its " + std::to_string(n) + " strings");
+  }
+};
+
 }  // namespace
 }  // namespace ckpt::capi
 
@@ -384,6 +415,62 @@ int ckpt_state_add(ckpt_state_t* state, const ckpt_entry_t* entries, size_t n,
           ckpt::capi::AddEntry(state->state, entries[i], for_load != 0);
       if (!s.ok()) return s;
       if (!state->state.status().ok()) return state->state.status();
+    }
+    return state->state.status();
+  });
+}
+
+int ckpt_state_add_tensors(ckpt_state_t* state, size_t n, const char* names,
+                           size_t names_size, const char* dtypes,
+                           size_t dtypes_size, const int* ndims,
+                           const int64_t* shapes, size_t shapes_size,
+                           void* const* data, const uint64_t* nbytes,
+                           int for_load, char** errptr) {
+  return Guard(errptr, [&]() -> ckpt::Status {
+    constexpr const char* kFn = "ckpt_state_add_tensors";
+    if (state == nullptr ||
+        (n > 0 && (names == nullptr || dtypes == nullptr || ndims == nullptr ||
+                   data == nullptr || nbytes == nullptr)) ||
+        (shapes_size > 0 && shapes == nullptr)) {
+      return NullArgument(kFn, "the state or an array");
+    }
+    ckpt::capi::PackedStrings name_list{names, names_size, "names"};
+    ckpt::capi::PackedStrings dtype_list{dtypes, dtypes_size, "dtypes"};
+    size_t dim = 0;
+    for (size_t i = 0; i < n; ++i) {
+      ckpt_entry_t e = {};
+      e.kind = CKPT_KIND_TENSOR;
+      e.placement = CKPT_PLACE_WHOLE;
+      ckpt::Status s = name_list.Next(kFn, i, n, e.name);
+      if (s.ok()) s = dtype_list.Next(kFn, i, n, e.dtype);
+      if (!s.ok()) return s;
+      e.ndim = ndims[i];
+      // A negative or huge ndim is AddEntry's to refuse, naming the entry;
+      // within [0, 64] its lengths must be there to read.
+      if (e.ndim >= 0 && e.ndim <= 64) {
+        if (static_cast<size_t>(e.ndim) > shapes_size - dim) {
+          return ckpt::InvalidArgumentError(
+              std::string(kFn) + ": tensor " + std::to_string(i) + " (\"" +
+              e.name + "\") has " + std::to_string(e.ndim) +
+              " dimensions, but shapes holds " +
+              std::to_string(shapes_size - dim) + " more lengths");
+        }
+        e.shape = e.ndim > 0 ? shapes + dim : nullptr;
+        dim += static_cast<size_t>(e.ndim);
+      }
+      e.data = data[i];
+      e.nbytes = nbytes[i];
+      s = ckpt::capi::AddEntry(state->state, e, for_load != 0);
+      if (!s.ok()) return s;
+      if (!state->state.status().ok()) return state->state.status();
+    }
+    if (ckpt::Status s = name_list.AllUsed(kFn, n); !s.ok()) return s;
+    if (ckpt::Status s = dtype_list.AllUsed(kFn, n); !s.ok()) return s;
+    if (dim != shapes_size) {
+      return ckpt::InvalidArgumentError(
+          std::string(kFn) + ": the " + std::to_string(n) + " tensors have " +
+          std::to_string(dim) + " dimensions, but shapes holds " +
+          std::to_string(shapes_size) + " lengths");
     }
     return state->state.status();
   });

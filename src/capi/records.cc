@@ -48,6 +48,57 @@ json DescriptionJson(const CheckpointDescription& desc) {
   return {{"info", InfoJson(desc.info)}, {"entries", std::move(entries)}};
 }
 
+namespace {
+
+// Appends `s` as a JSON string, escaped as Dump escapes it: names and dtypes
+// are printable ASCII nearly always, which needs no escaping, so that the
+// common case costs no json value and no second string.
+void AppendString(std::string& out, const std::string& s) {
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u > 0x7e || c == '"' || c == '\\') {
+      out += Dump(json(s));
+      return;
+    }
+  }
+  out += '"';
+  out += s;
+  out += '"';
+}
+
+}  // namespace
+
+std::string DescriptionText(const CheckpointDescription& desc) {
+  // The keys in the order Dump writes them (sorted): a test holds the two
+  // texts equal.
+  std::string out = "{\"entries\":[";
+  for (size_t i = 0; i < desc.entries.size(); ++i) {
+    const EntryInfo& e = desc.entries[i];
+    out += i == 0 ? "{\"bytes\":" : ",{\"bytes\":";
+    out += std::to_string(e.bytes);
+    out += ",\"dtype\":";
+    AppendString(out, std::string(DTypeName(e.dtype)));
+    if (e.kind == EntryKind::kMetadata) {
+      out += ",\"json\":";
+      AppendString(out, e.json);
+    }
+    out += ",\"kind\":";
+    AppendString(out, std::string(EntryKindName(e.kind)));
+    out += ",\"name\":";
+    AppendString(out, e.name);
+    out += ",\"num_pieces\":" + std::to_string(e.num_pieces);
+    out += ",\"owner\":" + std::to_string(e.owner);
+    out += ",\"shape\":[";
+    for (size_t d = 0; d < e.shape.size(); ++d) {
+      if (d > 0) out += ',';
+      out += std::to_string(e.shape[d]);
+    }
+    out += "]}";
+  }
+  out += "],\"info\":" + Dump(InfoJson(desc.info)) + "}";
+  return out;
+}
+
 json VerifyJson(const VerifyReport& r) {
   return {{"step", r.step},
           {"chunks_checked", r.chunks_checked},
