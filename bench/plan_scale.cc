@@ -6,7 +6,17 @@
 // decoding the manifest. Prints time and manifest size per world size and the
 // growth ratio against the smallest, to show planning stays linear in ranks.
 //
+// Then the same checkpoint's metadata in both layouts: the JSON manifest
+// (version 1) and version 3 (a commit record, a directory, an index per
+// rank): bytes in all, what one loading rank reads and decodes to load its
+// own pieces back and to load twice as much at half the ranks, and the
+// coordinator's commit work. In version 3 that is building the directory
+// from the plan and the ranks' index digests and encoding it and the commit
+// record; each rank encodes its own index in parallel (index_encode_s is
+// one rank's share).
+//
 //   bench_plan_scale [--ranks 1024,4096,16384] [--pieces 100] [--json]
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +26,8 @@
 #include <vector>
 
 #include "checkpoint/planner.h"
+#include "format/constants.h"
+#include "format/index.h"
 #include "format/layout.h"
 #include "format/manifest.h"
 
@@ -27,11 +39,57 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
+// One layout's metadata figures at one world size.
+struct Layout {
+  int version;
+  uint64_t total_bytes, chunks;
+  uint64_t load_bytes, reshard_bytes;
+  double load_s, reshard_s, commit_s, index_encode_s;
+};
+
 struct Row {
   int ranks;
   double plan_s, build_s, validate_s, encode_s, decode_s;
   size_t manifest_bytes;
+  Layout json, v3;
 };
+
+[[noreturn]] void Die(const char* what, const ckpt::Status& s) {
+  std::fprintf(stderr, "%s: %s\n", what, s.ToString().c_str());
+  std::exit(1);
+}
+
+// What a rank reads and decodes to load the rows [row0, row0 + rows) of
+// every tensor from a version 3 checkpoint: the commit record, the
+// directory and the indexes of the ranks whose pieces meet those rows.
+// Returns seconds; adds the bytes read to `bytes`.
+double LoadV3(const std::string& record, const std::string& directory,
+              const std::vector<std::string>& indexes, int64_t row0,
+              int64_t rows, int64_t cols, uint64_t& bytes) {
+  auto t0 = Clock::now();
+  auto header = ckpt::format::DecodeManifest(record, "commit record");
+  if (!header.ok()) Die("decode commit record", header.status());
+  auto dir = ckpt::format::DecodeDirectory(directory, "directory");
+  if (!dir.ok()) Die("decode directory", dir.status());
+  bytes += record.size() + directory.size();
+  std::vector<int32_t> ranks;
+  for (const ckpt::format::DirectoryEntry& e : dir->entries) {
+    ckpt::format::RanksMeeting(e, {row0, 0}, {rows, cols}, ranks);
+  }
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  std::vector<ckpt::format::RankIndex> read;
+  for (int32_t r : ranks) {
+    bytes += indexes[r].size();
+    auto x = ckpt::format::DecodeRankIndex(indexes[r], "index");
+    if (!x.ok()) Die("decode index", x.status());
+    read.push_back(std::move(*x));
+  }
+  auto m = ckpt::format::Assemble(*header, *dir, std::move(read), false,
+                                  "version 3 metadata");
+  if (!m.ok()) Die("assemble", m.status());
+  return Seconds(t0, Clock::now());
+}
 
 Row Measure(int ranks, int pieces_per_rank) {
   constexpr int64_t kRowsPerRank = 4, kCols = 64;
@@ -110,6 +168,84 @@ Row Measure(int ranks, int pieces_per_rank) {
   }
   row.decode_s = Seconds(t4, t5);
   row.manifest_bytes = bytes.size();
+
+  // The JSON layout: every rank reads and decodes the whole manifest.
+  uint64_t chunks = 0;
+  for (const auto& e : m.entries) {
+    for (const auto& p : e.pieces) chunks += p.chunks.size();
+  }
+  row.json = {1,
+              bytes.size(),
+              chunks,
+              bytes.size(),
+              bytes.size(),
+              row.decode_s,
+              row.decode_s,
+              row.build_s + row.validate_s + row.encode_s,
+              0};
+
+  // Version 3. The ranks' indexes (each rank encodes its own).
+  m.version = ckpt::format::kScalableManifestVersion;
+  auto t6 = Clock::now();
+  auto split = ckpt::format::Split(m);
+  auto t7 = Clock::now();
+  if (!split.ok()) Die("split", split.status());
+  // The coordinator: the directory from the plan (no chunk row), with the
+  // digests the ranks sent, then the commit record.
+  ckpt::format::Directory dir;
+  dir.step = m.step;
+  dir.world_size = ranks;
+  ckpt::format::ParseAttempt(m.attempt, &dir.attempt);
+  dir.hosts = plan->hosts;
+  // Each rank checksums its own index (inside Split here).
+  dir.indexes = split->directory.indexes;
+  for (const auto& o : m.objects) {
+    ckpt::format::DataObjectId id;
+    ckpt::format::ParseDataObjectId(o.key, &id);
+    id.size = o.size;
+    dir.objects.push_back(id);
+  }
+  dir.entries = ckpt::DirectoryEntries(*plan);
+  const std::string directory = ckpt::format::EncodeDirectory(dir);
+  ckpt::format::Manifest record;
+  record.version = m.version;
+  record.job_id = m.job_id;
+  record.step = m.step;
+  record.attempt = m.attempt;
+  record.world_size = m.world_size;
+  record.chunk_size = m.chunk_size;
+  record.directory = {ckpt::format::DirectoryKey(m.step, m.attempt),
+                      directory.size(), ckpt::Xxh3_128(directory)};
+  for (const auto& o : dir.objects) record.data_bytes += o.size;
+  record.own_data_bytes = record.data_bytes;
+  const std::string record_bytes = ckpt::format::EncodeManifest(record);
+  auto t8 = Clock::now();
+  if (directory != split->directory_bytes) {
+    std::fprintf(stderr, "the directory built from the plan differs\n");
+    std::exit(1);
+  }
+  Layout& v3 = row.v3;
+  v3.version = ckpt::format::kScalableManifestVersion;
+  v3.chunks = chunks;
+  v3.total_bytes = record_bytes.size() + directory.size();
+  for (const std::string& x : split->indexes) v3.total_bytes += x.size();
+  v3.commit_s = Seconds(t7, t8);
+  v3.index_encode_s = Seconds(t6, t7) / ranks;
+  // A rank in the middle loads its own rows back; at half the ranks, a
+  // rank loads the rows of two old ranks.
+  const int64_t mid = ranks / 2;
+  // Best of three: a loading rank is one process among many, timed warm.
+  v3.load_s = v3.reshard_s = 1e9;
+  for (int round = 0; round < 3; ++round) {
+    v3.load_bytes = v3.reshard_bytes = 0;
+    v3.load_s = std::min(v3.load_s, LoadV3(record_bytes, directory,
+                                           split->indexes, mid * kRowsPerRank,
+                                           kRowsPerRank, kCols, v3.load_bytes));
+    v3.reshard_s =
+        std::min(v3.reshard_s, LoadV3(record_bytes, directory, split->indexes,
+                                      mid * kRowsPerRank, 2 * kRowsPerRank,
+                                      kCols, v3.reshard_bytes));
+  }
   return row;
 }
 
@@ -145,15 +281,27 @@ int main(int argc, char** argv) {
     std::printf("[");
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
-      std::printf(
-          "%s{\"ranks\":%d,\"pieces_per_rank\":%d,\"plan_s\":%.4f,"
-          "\"build_s\":%.4f,\"validate_s\":%.4f,\"encode_s\":%.4f,"
-          "\"decode_s\":%.4f,\"manifest_bytes\":%zu,"
-          "\"plan_validate_growth\":%.2f,\"rank_growth\":%.2f}",
-          i ? "," : "", r.ranks, pieces, r.plan_s, r.build_s, r.validate_s,
-          r.encode_s, r.decode_s, r.manifest_bytes,
-          (r.plan_s + r.validate_s) / base_total,
-          static_cast<double>(r.ranks) / base.ranks);
+      for (const Layout* l : {&r.json, &r.v3}) {
+        std::printf(
+            "%s{\"ranks\":%d,\"pieces_per_rank\":%d,\"format_version\":%d,"
+            "\"plan_s\":%.4f,\"build_s\":%.4f,\"validate_s\":%.4f,"
+            "\"encode_s\":%.4f,\"decode_s\":%.4f,\"manifest_bytes\":%zu,"
+            "\"plan_validate_growth\":%.2f,\"rank_growth\":%.2f,"
+            "\"metadata_bytes_total\":%llu,\"bytes_per_chunk\":%.1f,"
+            "\"load_rank_bytes_read\":%llu,\"load_rank_decode_s\":%.5f,"
+            "\"reshard_rank_bytes_read\":%llu,"
+            "\"reshard_rank_decode_s\":%.5f,\"commit_s\":%.4f,"
+            "\"index_encode_s\":%.6f}",
+            (i || l == &r.v3) ? "," : "", r.ranks, pieces, l->version, r.plan_s,
+            r.build_s, r.validate_s, r.encode_s, r.decode_s, r.manifest_bytes,
+            (r.plan_s + r.validate_s) / base_total,
+            static_cast<double>(r.ranks) / base.ranks,
+            static_cast<unsigned long long>(l->total_bytes),
+            static_cast<double>(l->total_bytes) / l->chunks,
+            static_cast<unsigned long long>(l->load_bytes), l->load_s,
+            static_cast<unsigned long long>(l->reshard_bytes), l->reshard_s,
+            l->commit_s, l->index_encode_s);
+      }
     }
     std::printf("]\n");
     return 0;
@@ -169,5 +317,32 @@ int main(int argc, char** argv) {
                 (r.plan_s + r.validate_s) / base_total,
                 static_cast<double>(r.ranks) / base.ranks);
   }
+  std::printf(
+      "\nmetadata per layout (a loading rank: its own rows; reshard: twice "
+      "the rows at half the ranks)\n\n");
+  std::printf("%8s %8s %10s %8s %11s %10s %11s %10s %9s\n", "ranks", "version",
+              "total MB", "B/chunk", "load KB", "load s", "reshard KB",
+              "reshard s", "commit s");
+  for (const Row& r : rows) {
+    for (const Layout* l : {&r.json, &r.v3}) {
+      std::printf("%8d %8d %10.1f %8.1f %11.1f %10.4f %11.1f %10.4f %9.3f\n",
+                  r.ranks, l->version, l->total_bytes / 1e6,
+                  static_cast<double>(l->total_bytes) / l->chunks,
+                  l->load_bytes / 1e3, l->load_s, l->reshard_bytes / 1e3,
+                  l->reshard_s, l->commit_s);
+    }
+  }
+  std::printf(
+      "\ntargets at the largest world (version 3): a loading rank reads "
+      "<= 1 MB in <= 0.1 s, <= 40 B per chunk, commit <= 2 s\n");
+  const Layout& top = rows.back().v3;
+  std::printf(
+      "  read %.3f MB, decode %.4f s, %.1f B/chunk, commit %.3f s: %s\n",
+      top.load_bytes / 1e6, top.load_s,
+      static_cast<double>(top.total_bytes) / top.chunks, top.commit_s,
+      (top.load_bytes <= 1000000 && top.load_s <= 0.1 &&
+       top.total_bytes <= 40 * top.chunks && top.commit_s <= 2)
+          ? "met"
+          : "NOT met");
   return 0;
 }

@@ -153,4 +153,44 @@ Result<SavePlan> MakePlan(const std::vector<Offer>& offers) {
   return plan;
 }
 
+std::vector<format::DirectoryEntry> DirectoryEntries(const SavePlan& plan) {
+  const size_t n = plan.entries.size();
+  std::vector<format::RunBuilder> builders(n);
+  std::vector<int> last(n, -1);
+  std::vector<char> in_order(n, 1);
+  // One pass in plan order, where the pieces lie in memory: a pass entry by
+  // entry would jump across all of them (at 16,384 ranks x 100 pieces, 5
+  // times slower). Runs need each entry's pieces by rank; an entry whose
+  // pieces are not is summarized from a sorted copy below.
+  for (const PlannedPiece& p : plan.pieces) {
+    if (p.writer < last[p.entry]) in_order[p.entry] = 0;
+    last[p.entry] = p.writer;
+    if (in_order[p.entry]) {
+      builders[p.entry].Add(p.offsets, p.lengths, p.writer);
+    }
+  }
+  std::vector<format::DirectoryEntry> out;
+  out.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    const PlannedEntry& e = plan.entries[i];
+    format::DirectoryEntry d{e.name,  e.kind, e.dtype, e.owner,
+                             e.shape, e.json, {}};
+    if (in_order[i]) {
+      d.runs = builders[i].Take();
+    } else {
+      std::vector<format::PieceBox> boxes;
+      for (size_t pi : e.pieces) {
+        const PlannedPiece& p = plan.pieces[pi];
+        boxes.push_back({&p.offsets, &p.lengths, p.writer});
+      }
+      std::stable_sort(
+          boxes.begin(), boxes.end(),
+          [](const auto& a, const auto& b) { return a.rank < b.rank; });
+      d.runs = format::SummarizePieces(boxes);
+    }
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
 }  // namespace ckpt

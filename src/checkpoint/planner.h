@@ -13,6 +13,7 @@
 
 #include "ckpt/state.h"
 #include "ckpt/status.h"
+#include "format/index.h"
 
 namespace ckpt {
 
@@ -66,5 +67,10 @@ Offer MakeOffer(const State& state, std::string host);
 // The agreed plan. Fails (the same way on every rank) if any offer carries an
 // error or the offers disagree about an entry.
 Result<SavePlan> MakePlan(const std::vector<Offer>& offers);
+
+// The tensor directory of a version 3 checkpoint saved by `plan`: every
+// entry, its pieces summarized as runs (format/index.h). Needs no chunk row,
+// so the coordinator builds it from the plan alone.
+std::vector<format::DirectoryEntry> DirectoryEntries(const SavePlan& plan);
 
 }  // namespace ckpt

@@ -112,10 +112,18 @@ bool Each(ByteReader& r, uint64_t n, uint64_t min_bytes, F one) {
 }  // namespace
 
 std::string DataObjectId::Key() const {
-  char hex[17];
-  std::snprintf(hex, sizeof(hex), "%016llx",
-                static_cast<unsigned long long>(attempt));
-  return DataObjectKey(step, rank, hex);
+  // Written by hand: a directory names one object per rank, and a loading
+  // rank makes every key (snprintf would be most of its decode time).
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string key = "step-000000000000/r00000-0000000000000000";
+  int64_t s = step;
+  for (int i = 16; i >= 5 && s > 0; --i, s /= 10) key[i] = '0' + s % 10;
+  int32_t r = rank;
+  for (int i = 23; i >= 19 && r > 0; --i, r /= 10) key[i] = '0' + r % 10;
+  for (int i = 0; i < 16; ++i)
+    key[25 + i] = kHex[(attempt >> (60 - 4 * i)) & 15];
+  key += kDataSuffix;
+  return key;
 }
 
 bool ParseAttempt(std::string_view attempt, uint64_t* out) {

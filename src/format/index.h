@@ -101,9 +101,20 @@ struct PieceBox {
   int32_t rank;
 };
 
-// Runs covering `pieces` in the order given (callers sort by rank): a piece
-// joins the current run when its lengths match and its offsets and rank
-// continue the run's stride.
+// Builds runs one piece at a time, in the order given (callers give an
+// entry's pieces by rank): a piece joins the current run when its lengths
+// match and its offsets and rank continue the run's stride.
+class RunBuilder {
+ public:
+  void Add(const std::vector<int64_t>& offsets,
+           const std::vector<int64_t>& lengths, int32_t rank);
+  std::vector<PieceRun> Take() { return std::move(runs_); }
+
+ private:
+  std::vector<PieceRun> runs_;
+};
+
+// The runs of `pieces`, in the order given.
 std::vector<PieceRun> SummarizePieces(const std::vector<PieceBox>& pieces);
 
 // Appends to `ranks` (unsorted, possibly repeated) every rank whose pieces of

@@ -3,6 +3,7 @@
 // Manifest from a directory and some indexes, and splitting one apart.
 #include <algorithm>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 
 #include "format/constants.h"
@@ -109,6 +110,20 @@ std::vector<uint64_t> PromisedPieces(const Directory& dir,
   return out;
 }
 
+using ObjectKeyParts = std::tuple<int64_t, int32_t, uint64_t>;
+
+ObjectKeyParts Parts(const DataObjectId& o) {
+  return {o.step, o.rank, o.attempt};
+}
+
+struct ObjectKeyHash {
+  size_t operator()(const ObjectKeyParts& k) const {
+    return Mix(Mix(static_cast<uint64_t>(std::get<0>(k)),
+                   static_cast<uint64_t>(std::get<1>(k))),
+               std::get<2>(k));
+  }
+};
+
 }  // namespace
 
 Status CheckDirectory(const Directory& dir, const std::string& what) {
@@ -165,55 +180,59 @@ Status CheckDirectory(const Directory& dir, const std::string& what) {
       return Bad(what, "entry " + Quote(n) + " is both rank-local and global");
     }
   }
-  std::set<std::string> keys;
+  std::vector<std::tuple<int64_t, int32_t, uint64_t>> ids;
+  ids.reserve(dir.objects.size());
   for (const DataObjectId& o : dir.objects) {
-    if (o.step > dir.step || o.rank >= kMaxWorldSize) {
+    if (o.step > dir.step) {
       return Bad(what, "object " + Quote(o.Key()) + " lies after this step");
     }
-    if (!keys.insert(o.Key()).second) {
-      return Bad(what, "object " + Quote(o.Key()) + " listed twice");
-    }
+    ids.emplace_back(o.step, o.rank, o.attempt);
+  }
+  std::sort(ids.begin(), ids.end());
+  if (auto it = std::adjacent_find(ids.begin(), ids.end()); it != ids.end()) {
+    DataObjectId o{std::get<0>(*it), std::get<1>(*it), std::get<2>(*it), 0};
+    return Bad(what, "object " + Quote(o.Key()) + " listed twice");
   }
   return Status();
 }
 
-std::vector<PieceRun> SummarizePieces(const std::vector<PieceBox>& pieces) {
-  std::vector<PieceRun> runs;
-  for (const PieceBox& p : pieces) {
-    if (!runs.empty()) {
-      PieceRun& run = runs.back();
-      if (*p.lengths == run.lengths) {
-        const size_t dims = run.offsets.size();
-        if (run.count == 1) {
-          for (size_t d = 0; d < dims; ++d) {
-            run.delta[d] = (*p.offsets)[d] - run.offsets[d];
-          }
-          run.rank_stride = p.rank - run.first_rank;
-          run.count = 2;
-          continue;
+void RunBuilder::Add(const std::vector<int64_t>& offsets,
+                     const std::vector<int64_t>& lengths, int32_t rank) {
+  if (!runs_.empty()) {
+    PieceRun& run = runs_.back();
+    if (lengths == run.lengths) {
+      const size_t dims = run.offsets.size();
+      if (run.count == 1) {
+        for (size_t d = 0; d < dims; ++d) {
+          run.delta[d] = offsets[d] - run.offsets[d];
         }
-        bool follows =
-            p.rank ==
-            run.first_rank + static_cast<int64_t>(run.count) * run.rank_stride;
-        for (size_t d = 0; follows && d < dims; ++d) {
-          follows =
-              (*p.offsets)[d] ==
-              run.offsets[d] + static_cast<int64_t>(run.count) * run.delta[d];
-        }
-        if (follows) {
-          ++run.count;
-          continue;
-        }
+        run.rank_stride = rank - run.first_rank;
+        run.count = 2;
+        return;
+      }
+      const int64_t n = static_cast<int64_t>(run.count);
+      bool follows = rank == run.first_rank + n * run.rank_stride;
+      for (size_t d = 0; follows && d < dims; ++d) {
+        follows = offsets[d] == run.offsets[d] + n * run.delta[d];
+      }
+      if (follows) {
+        ++run.count;
+        return;
       }
     }
-    PieceRun run;
-    run.first_rank = p.rank;
-    run.offsets = *p.offsets;
-    run.lengths = *p.lengths;
-    run.delta.assign(run.offsets.size(), 0);
-    runs.push_back(std::move(run));
   }
-  return runs;
+  PieceRun run;
+  run.first_rank = rank;
+  run.offsets = offsets;
+  run.lengths = lengths;
+  run.delta.assign(offsets.size(), 0);
+  runs_.push_back(std::move(run));
+}
+
+std::vector<PieceRun> SummarizePieces(const std::vector<PieceBox>& pieces) {
+  RunBuilder b;
+  for (const PieceBox& p : pieces) b.Add(*p.offsets, *p.lengths, p.rank);
+  return b.Take();
 }
 
 void RanksMeeting(const DirectoryEntry& e, const std::vector<int64_t>& offsets,
@@ -260,9 +279,14 @@ Manifest WithDirectory(const Manifest& header, const Directory& dir) {
   m.metadata_objects.clear();
   m.metadata_objects.push_back(
       {header.directory.key, header.directory.size, 0});
+  m.metadata_objects.reserve(dir.world_size + 1);
   for (int32_t r = 0; r < dir.world_size; ++r) {
-    m.metadata_objects.push_back(
-        {IndexObjectKey(m.step, r, m.attempt), dir.indexes[r].size, r});
+    // The data object's key with the index's suffix, built without
+    // formatting (a directory has one per rank).
+    std::string key = DataObjectId{m.step, r, dir.attempt, 0}.Key();
+    key.replace(key.size() - kDataSuffix.size(), kDataSuffix.size(),
+                kIndexSuffix);
+    m.metadata_objects.push_back({std::move(key), dir.indexes[r].size, r});
   }
   m.entries.clear();
   for (const DirectoryEntry& de : dir.entries) {
@@ -293,9 +317,11 @@ Result<Manifest> Assemble(const Manifest& header, const Directory& dir,
                "world size differ from the commit record)");
   }
   Manifest m = WithDirectory(header, dir);
-  std::unordered_map<std::string, uint32_t> object_of;
-  for (uint32_t i = 0; i < m.objects.size(); ++i) {
-    object_of.emplace(m.objects[i].key, i);
+  // By (step, rank, attempt): no key strings on a loading rank's path.
+  std::unordered_map<ObjectKeyParts, uint32_t, ObjectKeyHash> object_of;
+  object_of.reserve(dir.objects.size());
+  for (uint32_t i = 0; i < dir.objects.size(); ++i) {
+    object_of.emplace(Parts(dir.objects[i]), i);
   }
   std::vector<uint64_t> found;
   std::vector<int32_t> ranks;
@@ -308,7 +334,7 @@ Result<Manifest> Assemble(const Manifest& header, const Directory& dir,
     ranks.push_back(x.rank);
     std::vector<uint32_t> global(x.objects.size());
     for (size_t i = 0; i < x.objects.size(); ++i) {
-      auto it = object_of.find(x.objects[i].Key());
+      auto it = object_of.find(Parts(x.objects[i]));
       if (it == object_of.end() ||
           m.objects[it->second].size != x.objects[i].size) {
         return Bad(iw, "object " + Quote(x.objects[i].Key()) +
