@@ -94,8 +94,13 @@ Result<format::Manifest> ManifestOf(Storage& storage, int64_t step) {
 // Opens `url` as `mgr` and commits Model(1) and Model(2) as steps 1 and 2.
 void OpenAndCommitTwo(const std::string& url,
                       std::unique_ptr<CheckpointManager>& mgr) {
+  // JSON manifests: these tests edit them field by field. The indexed
+  // layout's objects are damaged in integrity_test and index_test, and its
+  // decoders fuzzed (fuzz/index_fuzz.cc).
+  Options options;
+  options.metadata_layout = Options::MetadataLayout::kJson;
   Result<std::unique_ptr<CheckpointManager>> opened =
-      CheckpointManager::Open(url);
+      CheckpointManager::Open(url, options);
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
   mgr = std::move(opened).value();
   for (int step : {1, 2}) {

@@ -16,6 +16,11 @@
 //      the root's lease (the fence, lease.h), and just after it checks
 //      again: taken over in between, it withdraws a manifest that names an
 //      object the new owner removed.
+//      With the indexed layout (version 3) the coordinator builds the
+//      directory from the plan and the ranks' index digests instead (no
+//      chunk row crosses the communicator), writes it durably as
+//      step-N/directory-<attempt>.ckptdir, and the manifest it publishes is
+//      the small commit record naming it.
 //   7. Remember the manifest (no need to decode what was just encoded),
 //      record the checkpoint in the catalog, rewrite the LATEST hint, apply
 //      retention and remove dead attempts. The commit stands whatever
@@ -112,6 +117,73 @@ Result<Manifest> CheckpointManager::Impl::BuildManifest(
   return m;
 }
 
+Result<Manifest> CheckpointManager::Impl::BuildIndexed(
+    int64_t step, const SaveOptions& save, const SaveDecision& decision,
+    const SavePlan& plan, const std::vector<WriteResult>& results,
+    std::string& directory) {
+  Manifest h;
+  h.version = format::kScalableManifestVersion;
+  h.job_id = options_.job_id;
+  h.step = step;
+  h.epoch = save.epoch;
+  h.created_unix_ms = options_.now_unix_ms();
+  h.attempt = decision.attempt;
+  h.world_size = static_cast<int32_t>(plan.hosts.size());
+  h.chunk_size = options_.chunk_size;
+  h.metadata = save.metadata;
+  h.metrics = save.metrics;
+  format::Directory dir;
+  dir.step = step;
+  dir.world_size = h.world_size;
+  format::ParseAttempt(decision.attempt, &dir.attempt);
+  dir.hosts = plan.hosts;
+  std::map<std::string, size_t> listed;  // object key -> index in dir
+  const auto add = [&](const std::string& key, uint64_t size) -> Status {
+    format::DataObjectId id;
+    if (!format::ParseDataObjectId(key, &id)) {
+      return AbortedError("object " + key + " is not named like a data object");
+    }
+    id.size = size;
+    if (!listed.emplace(key, dir.objects.size()).second) return Status();
+    dir.objects.push_back(id);
+    h.data_bytes += size;
+    if (id.step == step) {
+      h.own_data_bytes += size;
+    } else if (std::find(h.depends_on.begin(), h.depends_on.end(), id.step) ==
+               h.depends_on.end()) {
+      h.depends_on.push_back(id.step);
+    }
+    return Status();
+  };
+  for (size_t r = 0; r < results.size(); ++r) {
+    const WriteResult& res = results[r];
+    if (!res.indexed) {
+      return AbortedError("rank " + std::to_string(r) +
+                          " wrote no index (every rank must pass the same "
+                          "Options::metadata_layout)");
+    }
+    dir.indexes.push_back({res.index_size, res.index_checksum});
+    if (!res.key.empty()) CKPT_RETURN_IF_ERROR(add(res.key, res.size));
+    for (const ObjectRef& o : res.refs) {
+      CKPT_RETURN_IF_ERROR(add(o.key, o.size));
+    }
+  }
+  dir.entries = DirectoryEntries(plan);
+  CKPT_RETURN_IF_ERROR(
+      format::CheckDirectory(dir, "the directory would be inconsistent"));
+  if (!h.depends_on.empty()) {
+    std::sort(h.depends_on.begin(), h.depends_on.end());
+    h.parent = decision.parent;
+    h.chain = decision.parent_chain + 1;
+  }
+  directory = format::EncodeDirectory(dir);
+  h.directory = {format::DirectoryKey(step, h.attempt), directory.size(),
+                 Xxh3_128(directory)};
+  CKPT_RETURN_IF_ERROR_CTX(format::ValidateManifest(h),
+                           "the commit record would be inconsistent");
+  return format::WithDirectory(h, dir);
+}
+
 Status CheckpointManager::Impl::CheckReferences(const Manifest& m) {
   for (const format::ObjectRecord& o : m.objects) {
     int64_t in;
@@ -159,7 +231,10 @@ Status CheckpointManager::Impl::RecheckAfterPublish(const Manifest& m) {
   // removed objects this manifest names before it existed. A manifest
   // whose objects are all there stands; one that lost any is withdrawn, as
   // if the commit had lost the race.
-  for (const format::ObjectRecord& o : m.objects) {
+  std::vector<format::ObjectRecord> named = m.objects;
+  named.insert(named.end(), m.metadata_objects.begin(),
+               m.metadata_objects.end());
+  for (const format::ObjectRecord& o : named) {
     Result<ObjectInfo> info = storage_->Stat(o.key);
     if (info.ok() && info->size == o.size) continue;
     Status removed = storage_->Delete(format::ManifestKey(m.step));
@@ -225,23 +300,44 @@ SaveOutcome CheckpointManager::Impl::Commit(
     const SavePlan& plan, const std::vector<WriteResult>& results) {
   const std::string op =
       "commit step " + std::to_string(step) + " in " + Where();
-  Result<Manifest> m = BuildManifest(step, save, decision, plan, results);
+  const bool indexed =
+      options_.metadata_layout == Options::MetadataLayout::kIndexed;
+  std::string directory;
+  Result<Manifest> m =
+      indexed ? BuildIndexed(step, save, decision, plan, results, directory)
+              : BuildManifest(step, save, decision, plan, results);
   if (!m.ok()) return SaveOutcome{m.status().WithContext(op), {}, true};
+  // A commit that certainly did not happen: the ranks remove their objects
+  // (`discard`), and the coordinator the directory it wrote.
+  bool wrote_directory = false;
+  const auto failed = [&](Status s, bool discard) {
+    if (discard && wrote_directory) DiscardAttempt(m->directory.key);
+    return SaveOutcome{std::move(s), {}, discard};
+  };
   if (Status s = CheckReferences(*m); !s.ok()) {
-    return SaveOutcome{s.WithContext(op), {}, true};
+    return failed(s.WithContext(op), true);
   }
   // The fence: a coordinator whose lease was taken over (it stalled past
   // the lease period, or was broken) may no longer write the root; the new
   // owner may have collected what this save wrote.
   if (Status s = lease_->Check(); !s.ok()) {
-    return SaveOutcome{s.WithContext(op + ": nothing was committed"), {}, true};
+    return failed(s.WithContext(op + ": nothing was committed"), true);
+  }
+  if (indexed) {
+    // Durable before the commit record names it. The key carries the
+    // attempt, so no other save writes it.
+    if (Status s = storage_->PutString(m->directory.key, directory); !s.ok()) {
+      return failed(s.WithContext(op + ": write " + m->directory.key), true);
+    }
+    wrote_directory = true;
   }
   const std::string bytes = format::EncodeManifest(*m);
   if (Status s = Publish(*m, bytes); !s.ok()) {
-    return SaveOutcome{s.WithContext(op), {}, !MayHaveCommitted(step, s)};
+    const bool discard = !MayHaveCommitted(step, s);
+    return failed(s.WithContext(op), discard);
   }
   if (Status s = RecheckAfterPublish(*m); !s.ok()) {
-    return SaveOutcome{s.WithContext(op), {}, true};
+    return failed(s.WithContext(op), true);
   }
   SaveOutcome outcome;
   outcome.info = InfoFromManifest(*m);

@@ -117,6 +117,7 @@ void CheckAfterCrash(const std::string& url, bool save_ok,
     ASSERT_TRUE(d.ok());
     expected.insert(format::ManifestKey(c.step));
     for (const auto& o : d->objects) expected.insert(o.key);
+    for (const auto& o : d->metadata_objects) expected.insert(o.key);
   }
   // Beside them only the root's lease (who writes, not what was saved).
   const std::set<std::string> present =

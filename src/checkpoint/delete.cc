@@ -26,6 +26,7 @@
 #include "checkpoint/manager_impl.h"
 #include "checkpoint/writer.h"
 #include "format/constants.h"
+#include "util/log.h"
 
 namespace ckpt {
 
@@ -75,7 +76,7 @@ Status CheckpointManager::Impl::Delete(int64_t step,
   std::set<std::string> named_elsewhere;
   for (const auto& [s, oi] : listed) {
     if (s == step || (going && going->count(s))) continue;
-    Result<std::shared_ptr<const Manifest>> m = manifests_.Read(s, oi);
+    Result<std::shared_ptr<const Manifest>> m = manifests_.Summary(s, oi);
     if (!m.ok()) continue;
     const auto& deps = (*m)->depends_on;
     if (std::find(deps.begin(), deps.end(), step) != deps.end())
@@ -103,8 +104,7 @@ Status CheckpointManager::Impl::Delete(int64_t step,
   std::vector<ObjectInfo> doomed;
   for (const ObjectInfo& o : objects) {
     if (o.key == manifest_key || named_elsewhere.count(o.key)) continue;
-    if (format::ParseDataObjectKey(o.key, nullptr, nullptr, nullptr) ||
-        IsTemporaryOf(*storage_, o.key)) {
+    if (format::IsCkptObjectKey(o.key) || IsTemporaryOf(*storage_, o.key)) {
       doomed.push_back(o);  // ckpt's own; anything else is left alone
     }
   }
@@ -221,6 +221,14 @@ Status CheckpointManager::Impl::RewriteDependant(int64_t dependant,
     }
   }
   m.depends_on.assign(deps.begin(), deps.end());
+  // Rewritten as one JSON manifest whatever it was: a version 3 dependant's
+  // directory and indexes name the old attempt and become garbage.
+  if (m.version == format::kScalableManifestVersion) {
+    m.version = format::kIncrementalManifestVersion;
+    m.metadata_objects.clear();
+    m.data_bytes = m.own_data_bytes = 0;
+    m.directory = {};
+  }
   if (m.depends_on.empty()) {
     m.version = format::kManifestVersion;
     m.parent = -1;
@@ -233,6 +241,14 @@ Status CheckpointManager::Impl::RewriteDependant(int64_t dependant,
   CKPT_RETURN_IF_ERROR_CTX(
       storage_->PutString(format::ManifestKey(dependant), encoded), op);
   manifests_.Forget(dependant);
+  // A version 3 dependant's directory and indexes are named by nothing now.
+  // Best effort: what stays is garbage a collection removes.
+  for (const format::ObjectRecord& o : old->metadata_objects) {
+    if (Status s = storage_->Delete(o.key);
+        !s.ok() && s.code() != ErrorCode::kNotFound) {
+      LogWarning(op + ": could not remove " + o.key + ": " + s.ToString());
+    }
+  }
   // Its row must name the new manifest (checksum, bytes), or a reader that
   // checks rows against storage skips it.
   catalog_.Committed(InfoFromManifest(m), encoded);

@@ -86,13 +86,16 @@ Result<GcReport> CheckpointManager::Impl::GarbageCollect(
   LiveSet live;
   for (const auto& [step, info] : listed) {
     if (gc.dry_run && going.count(step)) continue;
-    Result<std::shared_ptr<const Manifest>> m = manifests_.Read(step, info);
+    Result<std::shared_ptr<const Manifest>> m = manifests_.Summary(step, info);
     if (!m.ok()) {
       live.damaged.insert(step);
       continue;
     }
     live.newest = std::max(live.newest, step);
     for (const auto& o : (*m)->objects) live.referenced.insert(o.key);
+    for (const auto& o : (*m)->metadata_objects) {
+      live.referenced.insert(o.key);
+    }
   }
 
   // 3. Dead attempts.
@@ -121,8 +124,7 @@ Result<GcReport> CheckpointManager::Impl::GarbageCollect(
     if (format::SplitStepKey(o.key, &step, &file)) {
       if (live.damaged.count(step) || file == format::kManifestName) continue;
       const bool ours =
-          format::ParseDataObjectKey(o.key, nullptr, nullptr, nullptr) ||
-          IsTemporaryOf(*storage_, o.key);
+          format::IsCkptObjectKey(o.key) || IsTemporaryOf(*storage_, o.key);
       // Without the lease: an attempt at a step at or below the newest
       // committed one can no longer commit; a newer one may still be
       // running elsewhere.
@@ -155,8 +157,7 @@ Result<GcReport> CheckpointManager::Impl::GarbageCollect(
           return false;
         }
         const bool manifest = file == format::kManifestName;
-        const bool ours = manifest || format::ParseDataObjectKey(
-                                          o.key, nullptr, nullptr, nullptr);
+        const bool ours = manifest || format::IsCkptObjectKey(o.key);
         const bool old = now - o.mtime_unix_ms > grace_ms;
         const bool dead =
             ours && (owned || old || (step <= live.newest && !manifest));

@@ -13,6 +13,7 @@
 #include <tuple>
 #include <vector>
 
+#include "checkpoint/manifests.h"
 #include "checkpoint/test_util.h"
 #include "ckpt/checkpoint_manager.h"
 #include "format/constants.h"
@@ -111,9 +112,18 @@ class ManagerTest : public ::testing::Test {
   // depends on `depends_on`: an incremental checkpoint, made by hand.
   void WriteDependentManifest(CheckpointManager& mgr, int64_t base,
                               int64_t step, Steps depends_on) {
-    Result<format::Manifest> m = format::DecodeManifest(
-        Read(mgr, format::ManifestKey(base)), "base manifest");
-    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    // Every piece of the base, written back as one JSON manifest whatever
+    // layout the base has.
+    ManifestStore store(mgr.storage());
+    Result<std::shared_ptr<const format::Manifest>> full = store.Read(base);
+    ASSERT_TRUE(full.ok()) << full.status().ToString();
+    std::optional<format::Manifest> m = **full;
+    if (m->version == format::kScalableManifestVersion) {
+      m->version = format::kIncrementalManifestVersion;
+      m->parent = base;
+      m->chain = 1;
+      m->metadata_objects.clear();
+    }
     m->step = step;
     m->depends_on = std::move(depends_on);
     ASSERT_TRUE(format::ValidateManifest(*m).ok());

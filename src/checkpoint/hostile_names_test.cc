@@ -90,8 +90,11 @@ class HostileNamesTest : public ::testing::Test {
   void SetUp() override {
     fs::create_directories(base_ / "outside");
     ASSERT_TRUE(testing::WriteFile(base_ / "outside" / "secret", kSecret));
-    // A committed checkpoint, then symlinks planted among its files.
-    auto mgr = CheckpointManager::Open(root_.string());
+    // A committed checkpoint, then symlinks planted among its files. A
+    // JSON manifest, which ManifestNamingAHostileObjectIsRefused edits.
+    Options options;
+    options.metadata_layout = Options::MetadataLayout::kJson;
+    auto mgr = CheckpointManager::Open(root_.string(), options);
     ASSERT_TRUE(mgr.ok());
     testing::StepModel model(1, 1, 1);
     ASSERT_TRUE((*mgr)->Save(1, model.ForRank(0)).ok());

@@ -107,6 +107,7 @@ void ExpectNoUnnamedObjects(CheckpointManager& mgr) {
     Result<CheckpointDescription> d = mgr.Describe(step);
     ASSERT_TRUE(d.ok()) << d.status().ToString();
     for (const ObjectInfo& o : d->objects) named.insert(o.key);
+    for (const auto& o : d->metadata_objects) named.insert(o.key);
   }
   for (const std::string& key : testing::CheckpointObjectKeys(mgr.storage())) {
     EXPECT_TRUE(named.count(key)) << key << " is named by no manifest";

@@ -37,7 +37,7 @@ std::vector<CheckpointInfo> CheckpointManager::Impl::Infos(
   std::vector<CheckpointInfo> out;
   for (auto it = listed.rbegin(); it != listed.rend(); ++it) {
     Result<std::shared_ptr<const Manifest>> m =
-        manifests_.Read(it->first, it->second);
+        manifests_.Summary(it->first, it->second);
     if (!m.ok()) {
       LogWarning("skipping step " + std::to_string(it->first) + ": " +
                  m.status().ToString());
@@ -93,6 +93,9 @@ Result<CheckpointDescription> CheckpointManager::Impl::Describe(
   for (const auto& rec : m->entries) d.entries.push_back(DescribeEntry(rec));
   for (const auto& o : m->objects) {
     d.objects.push_back(ObjectInfo{o.key, o.size, 0});
+  }
+  for (const auto& o : m->metadata_objects) {
+    d.metadata_objects.push_back(ObjectInfo{o.key, o.size, 0});
   }
   return d;
 }

@@ -1,5 +1,6 @@
 // Every single-bit flip, and every truncation, of every file of a small
-// checkpoint (two ranks' data files and the manifest) is caught: Verify
+// checkpoint (two ranks' data files and the manifest; with the indexed
+// layout also the directory and the two ranks' indexes) is caught: Verify
 // reports it, and Load never returns a wrong byte. Load fails (DataLoss) on
 // damage to anything it reads: the manifest and the tensor bytes. A data
 // file's safetensors header is for other readers — ckpt reads its bytes
@@ -24,13 +25,14 @@ using testing::StepModel;
 constexpr int kRanks = 2;
 constexpr int64_t kRows = 1;  // 96 floats per rank: a small checkpoint
 
-class IntegrityTest : public ::testing::Test {
+class IntegrityTest : public ::testing::TestWithParam<Options::MetadataLayout> {
  protected:
   void SetUp() override {
     StepModel model(1, kRanks, kRows);
     RunRanks(kRanks, [&](int rank, Communicator* comm) {
       Options o;
       o.communicator = comm;
+      o.metadata_layout = GetParam();
       auto mgr = CheckpointManager::Open(url_, o);
       ASSERT_TRUE(mgr.ok());
       auto saved = (*mgr)->Save(1, model.ForRank(rank));
@@ -42,7 +44,10 @@ class IntegrityTest : public ::testing::Test {
     auto objects = storage_->List("step-");
     ASSERT_TRUE(objects.ok());
     for (const ObjectInfo& o : *objects) keys_.push_back(o.key);
-    ASSERT_EQ(keys_.size(), 1u + kRanks);  // the manifest and 2 data files
+    // The manifest and 2 data files; indexed: also the directory and 2
+    // indexes.
+    const bool indexed = GetParam() == Options::MetadataLayout::kIndexed;
+    ASSERT_EQ(keys_.size(), indexed ? 2u + 2 * kRanks : 1u + kRanks);
   }
 
   // What Verify and Load make of the checkpoint as it is now; `in_header`:
@@ -65,7 +70,7 @@ class IntegrityTest : public ::testing::Test {
 
   // Bytes [0, end) of a data file are its length prefix and header.
   uint64_t HeaderEnd(const std::string& key, const std::string& bytes) {
-    if (key.ends_with(format::kManifestName)) return 0;
+    if (!key.ends_with(format::kDataSuffix)) return 0;
     uint64_t len = 0;
     for (int i = 7; i >= 0; --i) {
       len = (len << 8) | static_cast<unsigned char>(bytes[i]);
@@ -80,7 +85,7 @@ class IntegrityTest : public ::testing::Test {
   uint64_t checked_ = 0;
 };
 
-TEST_F(IntegrityTest, EverySingleBitFlip) {
+TEST_P(IntegrityTest, EverySingleBitFlip) {
   uint64_t bits = 0;
   for (const std::string& key : keys_) {
     const std::string original = storage_->ReadAll(key).value();
@@ -105,7 +110,7 @@ TEST_F(IntegrityTest, EverySingleBitFlip) {
               static_cast<unsigned long long>(bits), keys_.size());
 }
 
-TEST_F(IntegrityTest, EveryTruncation) {
+TEST_P(IntegrityTest, EveryTruncation) {
   uint64_t cuts = 0;
   for (const std::string& key : keys_) {
     const std::string original = storage_->ReadAll(key).value();
@@ -120,6 +125,16 @@ TEST_F(IntegrityTest, EveryTruncation) {
   std::printf("[ integrity ] %llu truncations, each caught\n",
               static_cast<unsigned long long>(cuts));
 }
+
+INSTANTIATE_TEST_SUITE_P(Layouts, IntegrityTest,
+                         ::testing::Values(Options::MetadataLayout::kIndexed,
+                                           Options::MetadataLayout::kJson),
+                         [](const auto& info) {
+                           return info.param ==
+                                          Options::MetadataLayout::kIndexed
+                                      ? "Indexed"
+                                      : "Json";
+                         });
 
 }  // namespace
 }  // namespace ckpt

@@ -4,7 +4,9 @@
 //      manifest validates and a listing shows every object it names with
 //      the recorded size (others are skipped with a warning). With many ranks,
 //      rank 0 picks and broadcasts, so ranks racing a concurrent commit never
-//      load different steps.
+//      load different steps. Of a version 3 checkpoint a rank reads the
+//      commit record, the directory and only the indexes of the ranks whose
+//      pieces meet the boxes it loads.
 //   2. Match the state against the manifest: every entry present with the
 //      same kind, dtype and global shape, views writable, rank-local entries
 //      only at the saving world size, no extras under `strict`.
@@ -36,10 +38,14 @@ std::span<std::byte> BytesOf(std::string& s) {
 
 }  // namespace
 
-Result<std::shared_ptr<const Manifest>> CheckpointManager::Impl::Resolve(
+Result<int64_t> CheckpointManager::Impl::ResolveStep(
     std::optional<int64_t> step) {
-  if (step) return manifests_.Read(*step);
-  if (comm().size() == 1) return manifests_.NewestComplete();
+  if (step) return *step;
+  if (comm().size() == 1) {
+    CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> newest,
+                          manifests_.NewestComplete());
+    return newest->step;
+  }
   std::string mine;
   if (comm().rank() == 0) {
     Result<std::shared_ptr<const Manifest>> m = manifests_.NewestComplete();
@@ -49,7 +55,32 @@ Result<std::shared_ptr<const Manifest>> CheckpointManager::Impl::Resolve(
   CKPT_ASSIGN_OR_RETURN(std::string agreed, comm().Broadcast(mine, 0));
   CKPT_ASSIGN_OR_RETURN(ResolvedStep resolved, DecodeResolvedStep(agreed));
   CKPT_RETURN_IF_ERROR(resolved.status);
-  return manifests_.Read(resolved.step);
+  return resolved.step;
+}
+
+Result<std::shared_ptr<const Manifest>> CheckpointManager::Impl::Resolve(
+    std::optional<int64_t> step) {
+  CKPT_ASSIGN_OR_RETURN(int64_t s, ResolveStep(step));
+  return manifests_.Read(s);
+}
+
+Result<std::shared_ptr<const Manifest>> CheckpointManager::Impl::ResolveFor(
+    std::optional<int64_t> step, const State& state) {
+  CKPT_ASSIGN_OR_RETURN(int64_t s, ResolveStep(step));
+  // The boxes this rank loads: of a version 3 checkpoint it reads only the
+  // indexes whose pieces meet them.
+  std::vector<ManifestStore::Want> wants;
+  for (const Entry& e : state.entries()) {
+    if (e.kind == EntryKind::kMetadata) continue;
+    ManifestStore::Want& w = wants.emplace_back();
+    w.name = e.name;
+    w.owner = e.rank_local ? comm().rank() : -1;
+    if (e.kind == EntryKind::kTensor && e.is_piece()) {
+      w.offsets = e.offsets;
+      w.lengths = e.tensor.shape;
+    }
+  }
+  return manifests_.ReadFor(s, wants);
 }
 
 Result<std::vector<const format::EntryRecord*>>
@@ -146,7 +177,8 @@ Result<CheckpointInfo> CheckpointManager::Impl::Load(
     std::optional<int64_t> step, State& state, const LoadOptions& load) {
   CKPT_RETURN_IF_ERROR(state.status());
   // 1. Resolve.
-  CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> m, Resolve(step));
+  CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> m,
+                        ResolveFor(step, state));
   const std::string op =
       "load step " + std::to_string(m->step) + " from " + Where();
   // 2-3. Everything that can be checked without reading data is checked

@@ -210,6 +210,11 @@ class CheckpointManager::Impl {
                                const State& state, const SaveOptions& save,
                                const SavePlan& plan,
                                const std::vector<size_t>& mine, int64_t parent);
+  // Step 3b (indexed layout): writes this rank's index object from
+  // `result`'s chunk rows, durably, and replaces the rows with its digest; a
+  // failure becomes `result`'s status.
+  void WriteIndex(int64_t step, const std::string& attempt,
+                  const SavePlan& plan, WriteResult& result);
   // Removes this rank's object `key` (if any) of an attempt that can no
   // longer commit.
   void DiscardAttempt(const std::string& key);
@@ -227,6 +232,14 @@ class CheckpointManager::Impl {
   Result<format::Manifest> BuildManifest(
       int64_t step, const SaveOptions& save, const SaveDecision& decision,
       const SavePlan& plan, const std::vector<WriteResult>& results);
+  // Version 3: the directory from the plan and the ranks' index digests,
+  // encoded into `directory`, and the commit record with it (as
+  // format::WithDirectory gives it: objects and metadata objects listed).
+  Result<format::Manifest> BuildIndexed(int64_t step, const SaveOptions& save,
+                                        const SaveDecision& decision,
+                                        const SavePlan& plan,
+                                        const std::vector<WriteResult>& results,
+                                        std::string& directory);
   // Every object of an earlier step that `m` references is still there.
   Status CheckReferences(const format::Manifest& m);
   // Writes the manifest with create-if-absent: THE COMMIT.
@@ -243,8 +256,13 @@ class CheckpointManager::Impl {
 
   // --- load.cc
   // The asked-for step, or the newest valid one; agreed across ranks.
+  Result<int64_t> ResolveStep(std::optional<int64_t> step);
+  // Its manifest with every piece.
   Result<std::shared_ptr<const format::Manifest>> Resolve(
       std::optional<int64_t> step);
+  // Its manifest with at least the pieces that meet `state`'s boxes.
+  Result<std::shared_ptr<const format::Manifest>> ResolveFor(
+      std::optional<int64_t> step, const State& state);
   // The records of `state`'s entries, once every check that needs no data
   // has passed.
   Result<std::vector<const format::EntryRecord*>> MatchEntries(

@@ -27,12 +27,12 @@ Result<std::vector<std::pair<int64_t, ObjectInfo>>> ManifestStore::List() {
   return out;
 }
 
-Result<std::shared_ptr<const Manifest>> ManifestStore::Read(
+Result<ManifestStore::Summarized> ManifestStore::ReadSummary(
     int64_t step, const ObjectInfo& info) {
-  auto it = cache_.find(step);
-  if (it != cache_.end() && it->second.first.size == info.size &&
-      it->second.first.mtime_unix_ms == info.mtime_unix_ms) {
-    return it->second.second;
+  auto it = summaries_.find(step);
+  if (it != summaries_.end() && it->second.info.size == info.size &&
+      it->second.info.mtime_unix_ms == info.mtime_unix_ms) {
+    return it->second;
   }
   const std::string key = format::ManifestKey(step);
   const std::string what = "manifest " + key + " in " + storage_.url();
@@ -45,12 +45,131 @@ Result<std::shared_ptr<const Manifest>> ManifestStore::Read(
   if (m.step != step) {
     return DataLossError(what + ": records step " + std::to_string(m.step));
   }
-  auto shared = std::make_shared<const Manifest>(std::move(m));
-  cache_[step] = {info, shared};
-  return shared;
+  Summarized out;
+  out.info = info;
+  if (m.version != format::kScalableManifestVersion) {
+    // The whole manifest: kept once, in the cache Read uses.
+    out.manifest = std::make_shared<const Manifest>(std::move(m));
+    cache_[step] = {info, out.manifest};
+    return out;
+  }
+  const std::string dwhat =
+      "directory " + m.directory.key + " in " + storage_.url();
+  if (m.directory.size > format::kMaxBinaryMetadataBytes) {
+    return DataLossError(dwhat + ": " + std::to_string(m.directory.size) +
+                         " bytes is beyond the size limit");
+  }
+  Result<std::string> dir_bytes = storage_.ReadAll(m.directory.key);
+  if (!dir_bytes.ok()) {
+    // A committed step whose directory is gone is damaged, not absent.
+    return DataLossError(dwhat + ": " + dir_bytes.status().message());
+  }
+  if (dir_bytes->size() != m.directory.size ||
+      Xxh3_128(*dir_bytes) != m.directory.checksum) {
+    return DataLossError(
+        dwhat +
+        ": is not the directory the commit record "
+        "names (its size or checksum is not the one recorded)");
+  }
+  CKPT_ASSIGN_OR_RETURN(format::Directory dir,
+                        format::DecodeDirectory(*dir_bytes, dwhat));
+  out.manifest =
+      std::make_shared<const Manifest>(format::WithDirectory(m, dir));
+  out.directory = std::make_shared<const format::Directory>(std::move(dir));
+  summaries_[step] = out;
+  return out;
 }
 
-Result<std::shared_ptr<const Manifest>> ManifestStore::Read(int64_t step) {
+Result<format::RankIndex> ManifestStore::ReadIndex(const Summarized& s,
+                                                   int32_t rank) {
+  const Manifest& m = *s.manifest;
+  const std::string key = format::IndexObjectKey(m.step, rank, m.attempt);
+  const std::string what = "index " + key + " in " + storage_.url();
+  const format::IndexRef& ref = s.directory->indexes[rank];
+  Result<std::string> bytes = storage_.ReadAll(key);
+  if (!bytes.ok()) return DataLossError(what + ": " + bytes.status().message());
+  if (bytes->size() != ref.size || Xxh3_128(*bytes) != ref.checksum) {
+    return DataLossError(what +
+                         ": is not the index the directory names "
+                         "(its size or checksum is not the one recorded)");
+  }
+  return format::DecodeRankIndex(*bytes, what);
+}
+
+Result<std::shared_ptr<const Manifest>> ManifestStore::Assembled(
+    const Summarized& s, std::vector<int32_t> ranks, bool all) {
+  std::vector<format::RankIndex> indexes;
+  indexes.reserve(ranks.size());
+  for (int32_t r : ranks) {
+    CKPT_ASSIGN_OR_RETURN(format::RankIndex x, ReadIndex(s, r));
+    indexes.push_back(std::move(x));
+  }
+  CKPT_ASSIGN_OR_RETURN(
+      Manifest m,
+      format::Assemble(*s.manifest, *s.directory, std::move(indexes), all,
+                       "step " + std::to_string(s.manifest->step) + " in " +
+                           storage_.url()));
+  m.Reindex();
+  return std::make_shared<const Manifest>(std::move(m));
+}
+
+Result<std::shared_ptr<const Manifest>> ManifestStore::Read(
+    int64_t step, const ObjectInfo& info) {
+  auto it = cache_.find(step);
+  if (it != cache_.end() && it->second.first.size == info.size &&
+      it->second.first.mtime_unix_ms == info.mtime_unix_ms) {
+    return it->second.second;
+  }
+  CKPT_ASSIGN_OR_RETURN(Summarized s, ReadSummary(step, info));
+  if (!s.directory) return s.manifest;
+  std::vector<int32_t> ranks(s.directory->world_size);
+  for (int32_t r = 0; r < s.directory->world_size; ++r) ranks[r] = r;
+  CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> m,
+                        Assembled(s, std::move(ranks), true));
+  cache_[step] = {info, m};
+  return m;
+}
+
+Result<std::shared_ptr<const Manifest>> ManifestStore::Summary(
+    int64_t step, const ObjectInfo& info) {
+  CKPT_ASSIGN_OR_RETURN(Summarized s, ReadSummary(step, info));
+  return s.manifest;
+}
+
+Result<std::shared_ptr<const Manifest>> ManifestStore::Summary(int64_t step) {
+  CKPT_ASSIGN_OR_RETURN(ObjectInfo info, StatManifest(step));
+  return Summary(step, info);
+}
+
+Result<std::shared_ptr<const Manifest>> ManifestStore::ReadFor(
+    int64_t step, const std::vector<Want>& wants) {
+  CKPT_ASSIGN_OR_RETURN(ObjectInfo info, StatManifest(step));
+  CKPT_ASSIGN_OR_RETURN(Summarized s, ReadSummary(step, info));
+  if (!s.directory) return s.manifest;
+  const Manifest& m = *s.manifest;
+  std::vector<int32_t> ranks;
+  for (const Want& w : wants) {
+    const format::EntryRecord* e = m.FindLocal(w.name, w.owner);
+    if (e == nullptr || e->kind == EntryKind::kMetadata) continue;
+    const format::DirectoryEntry& de =
+        s.directory->entries[static_cast<size_t>(e - m.entries.data())];
+    if (w.offsets.empty() || w.offsets.size() != de.shape.size() ||
+        w.lengths.size() != de.shape.size()) {
+      format::RanksMeeting(de, std::vector<int64_t>(de.shape.size(), 0),
+                           de.shape, ranks);
+    } else {
+      format::RanksMeeting(de, w.offsets, w.lengths, ranks);
+    }
+  }
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  if (ranks.size() == static_cast<size_t>(s.directory->world_size)) {
+    return Read(step, info);
+  }
+  return Assembled(s, std::move(ranks), false);
+}
+
+Result<ObjectInfo> ManifestStore::StatManifest(int64_t step) {
   if (step < 0) {
     return InvalidArgumentError("step " + std::to_string(step) +
                                 " is negative");
@@ -64,13 +183,18 @@ Result<std::shared_ptr<const Manifest>> ManifestStore::Read(int64_t step) {
     }
     return info.status();
   }
-  return Read(step, *info);
+  return info;
+}
+
+Result<std::shared_ptr<const Manifest>> ManifestStore::Read(int64_t step) {
+  CKPT_ASSIGN_OR_RETURN(ObjectInfo info, StatManifest(step));
+  return Read(step, info);
 }
 
 Result<std::shared_ptr<const Manifest>> ManifestStore::NewestValid() {
   CKPT_ASSIGN_OR_RETURN(auto manifests, List());
   for (const auto& [step, info] : manifests) {
-    Result<std::shared_ptr<const Manifest>> m = Read(step, info);
+    Result<std::shared_ptr<const Manifest>> m = Summary(step, info);
     if (m.ok()) return m;
     // A damaged manifest is not a checkpoint; the one before it may be.
     LogWarning("skipping step " + std::to_string(step) + ": " +
@@ -89,12 +213,15 @@ Result<std::map<std::string, uint64_t>> ManifestStore::ObjectSizes() {
 
 std::string ManifestStore::MissingObject(
     const Manifest& m, const std::map<std::string, uint64_t>& sizes) {
-  for (const format::ObjectRecord& o : m.objects) {
-    auto it = sizes.find(o.key);
-    if (it == sizes.end()) return "data object " + o.key + " is missing";
-    if (it->second != o.size) {
-      return "data object " + o.key + " is " + std::to_string(it->second) +
-             " bytes but the manifest records " + std::to_string(o.size);
+  for (const auto* list : {&m.objects, &m.metadata_objects}) {
+    const char* kind = list == &m.objects ? "data object " : "metadata object ";
+    for (const format::ObjectRecord& o : *list) {
+      auto it = sizes.find(o.key);
+      if (it == sizes.end()) return kind + o.key + " is missing";
+      if (it->second != o.size) {
+        return kind + o.key + " is " + std::to_string(it->second) +
+               " bytes but the manifest records " + std::to_string(o.size);
+      }
     }
   }
   return "";
@@ -109,7 +236,7 @@ Result<std::shared_ptr<const Manifest>> ManifestStore::NewestComplete() {
   // before it, so a save committing meanwhile is not judged incomplete.
   CKPT_ASSIGN_OR_RETURN(auto sizes, ObjectSizes());
   for (const auto& [step, info] : manifests) {
-    Result<std::shared_ptr<const Manifest>> m = Read(step, info);
+    Result<std::shared_ptr<const Manifest>> m = Summary(step, info);
     if (!m.ok()) {
       LogWarning("skipping step " + std::to_string(step) + ": " +
                  m.status().ToString());
@@ -125,6 +252,8 @@ Result<std::shared_ptr<const Manifest>> ManifestStore::NewestComplete() {
 }
 
 void ManifestStore::Remember(int64_t step, const ObjectInfo& info, Manifest m) {
+  // Read returns every piece; a version 3 summary is read again instead.
+  if (!m.HasAllPieces()) return;
   m.Reindex();
   cache_[step] = {info, std::make_shared<const Manifest>(std::move(m))};
 }

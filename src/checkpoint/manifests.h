@@ -12,11 +12,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "ckpt/status.h"
 #include "ckpt/storage.h"
+#include "format/index.h"
 #include "format/manifest.h"
 
 namespace ckpt {
@@ -29,23 +31,49 @@ class ManifestStore {
 
   // Steps with a MANIFEST.json object, newest first, with the object's info.
   Result<std::vector<std::pair<int64_t, ObjectInfo>>> List();
-  // Reads and validates step `step`'s manifest; NotFound if it has none.
+  // Reads and validates step `step`'s manifest with every piece (version
+  // 3: the commit record, the directory and every index); NotFound if it
+  // has none.
   Result<std::shared_ptr<const format::Manifest>> Read(int64_t step);
   // The same, for a manifest object already listed as `info`.
   Result<std::shared_ptr<const format::Manifest>> Read(int64_t step,
                                                        const ObjectInfo& info);
+  // What listing, completeness checks, retention and garbage collection
+  // need: for version 3 the commit record and the directory (every entry
+  // without pieces, every data, index and directory object with its size);
+  // for versions 1 and 2 the whole manifest, as Read.
+  Result<std::shared_ptr<const format::Manifest>> Summary(
+      int64_t step, const ObjectInfo& info);
+  Result<std::shared_ptr<const format::Manifest>> Summary(int64_t step);
+
+  // A box of an entry that a rank will read: ReadFor reads the indexes of
+  // the ranks whose pieces meet it.
+  struct Want {
+    std::string name;
+    int32_t owner = -1;
+    std::vector<int64_t> offsets;  // empty: the whole entry
+    std::vector<int64_t> lengths;
+  };
+  // Step `step` with at least the pieces that meet `wants`: for version 3
+  // the commit record, the directory and the indexes those pieces are in
+  // (Manifest::pieces kSome), each checked against the directory; for
+  // versions 1 and 2, Read.
+  Result<std::shared_ptr<const format::Manifest>> ReadFor(
+      int64_t step, const std::vector<Want>& wants);
+
   // The newest manifest that validates (damaged ones are skipped with a
-  // warning); NotFound if there is none.
+  // warning), as Summary gives it; NotFound if there is none.
   Result<std::shared_ptr<const format::Manifest>> NewestValid();
 
   // The newest manifest that validates and whose objects all exist with
-  // their recorded sizes, judged from one listing (no data is read). A
-  // committed step with a missing or resized object is skipped with a
-  // warning naming it: resuming from it would fail, and an older complete
-  // one may exist. NotFound if there is none.
+  // their recorded sizes, judged from one listing (no data is read), as
+  // Summary gives it. A committed step with a missing or resized object is
+  // skipped with a warning naming it: resuming from it would fail, and an
+  // older complete one may exist. NotFound if there is none.
   Result<std::shared_ptr<const format::Manifest>> NewestComplete();
-  // The first object of `m` missing from `listed` (key -> size) or of
-  // another size, as a message; empty if every object is there.
+  // The first object of `m` (a data object, or version 3's directory or
+  // index) missing from `listed` (key -> size) or of another size, as a
+  // message; empty if every object is there.
   static std::string MissingObject(
       const format::Manifest& m, const std::map<std::string, uint64_t>& sizes);
   // Every object under the step directories, with its size.
@@ -55,14 +83,31 @@ class ManifestStore {
   // so the coordinator need not decode what it encoded.
   void Remember(int64_t step, const ObjectInfo& info, format::Manifest m);
   // Drops the cached copy, so the next Read reads the object again.
-  void Forget(int64_t step) { cache_.erase(step); }
+  void Forget(int64_t step) {
+    cache_.erase(step);
+    summaries_.erase(step);
+  }
 
   // Rewrites the LATEST hint to name the newest valid step (removes it when
   // there is none). A hint only: failures are warnings.
   void UpdateLatestHint();
 
  private:
+  // A version 3 checkpoint's commit record and directory, read and checked.
+  struct Summarized {
+    ObjectInfo info;
+    std::shared_ptr<const format::Manifest> manifest;  // WithDirectory
+    std::shared_ptr<const format::Directory> directory;
+  };
+  Result<ObjectInfo> StatManifest(int64_t step);
+  Result<Summarized> ReadSummary(int64_t step, const ObjectInfo& info);
+  // Rank `rank`'s index of `s`, read and checked against the directory.
+  Result<format::RankIndex> ReadIndex(const Summarized& s, int32_t rank);
+  Result<std::shared_ptr<const format::Manifest>> Assembled(
+      const Summarized& s, std::vector<int32_t> ranks, bool all);
+
   Storage& storage_;
+  std::map<int64_t, Summarized> summaries_;
   std::map<int64_t,
            std::pair<ObjectInfo, std::shared_ptr<const format::Manifest>>>
       cache_;

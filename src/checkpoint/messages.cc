@@ -267,6 +267,9 @@ std::string EncodeWriteResult(const WriteResult& m) {
     w.U64(o.size);
     w.I64(o.rank);
   }
+  w.U8(m.indexed ? 1 : 0);
+  w.U64(m.index_size);
+  w.Sum(m.index_checksum);
   w.Count(m.pieces.size());
   for (const PieceChunks& p : m.pieces) {
     w.U64(p.piece);
@@ -293,6 +296,11 @@ Result<WriteResult> DecodeWriteResult(std::string_view bytes) {
     o.size = r.U64();
     o.rank = r.I32();
   }
+  const uint8_t indexed = r.U8();
+  if (indexed > 1) r.Fail("indexed flag out of range");
+  m.indexed = indexed == 1;
+  m.index_size = r.U64();
+  m.index_checksum = r.Sum();
   m.pieces.resize(r.Count(8 + 4));
   for (PieceChunks& p : m.pieces) {
     p.piece = r.U64();

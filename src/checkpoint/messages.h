@@ -25,7 +25,7 @@
 
 namespace ckpt {
 
-inline constexpr uint8_t kMessageVersion = 2;
+inline constexpr uint8_t kMessageVersion = 3;
 
 // Save step 1: the coordinator's decision, broadcast to every rank.
 struct SaveDecision {
@@ -70,6 +70,11 @@ struct WriteResult {
   std::string key;  // the object this rank wrote; empty: none
   uint64_t size = 0;
   std::vector<ObjectRef> refs;  // the parent's objects its rows point into
+  // Manifest version 3: the rank wrote its index object (its chunk rows)
+  // itself, and sends only its digest; `pieces` is then empty.
+  bool indexed = false;
+  uint64_t index_size = 0;
+  Checksum128 index_checksum;
   std::vector<PieceChunks> pieces;
 };
 

@@ -228,6 +228,7 @@ void PowerLossTest::CheckRecovered(const std::string& url, int keep_last,
       ASSERT_TRUE(d.ok());
       expected.insert(format::ManifestKey(s));
       for (const ObjectInfo& o : d->objects) expected.insert(o.key);
+      for (const auto& o : d->metadata_objects) expected.insert(o.key);
     }
     const std::set<std::string> present =
         testing::CheckpointObjectKeys((*mgr)->storage());

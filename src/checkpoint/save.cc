@@ -17,7 +17,11 @@
 //      checksumming chunks as they stream out, and makes the object durable.
 //      An incremental save first agrees on whether enough is unchanged to
 //      reference the parent, and writes only the runs that changed.
-//   4. Every rank's result (its chunks, or its error) is all-gathered.
+//   3b. With the indexed layout (manifest version 3) every rank also writes
+//      its chunk rows into its own index object, "step-N/rRRRRR-<attempt>
+//      .ckptidx", durably, and keeps only its digest for the coordinator.
+//   4. Every rank's result (its chunks or its index's digest, or its
+//      error) is all-gathered.
 //   5. If any rank failed, nobody commits; every rank returns that error and
 //      removes the object it wrote (best effort: a crash leaves garbage).
 //   6-7. The coordinator commits (commit.cc) and broadcasts the outcome;
@@ -144,7 +148,7 @@ SaveDecision CheckpointManager::Impl::DecideParent(int64_t step) {
   if (!sizes.ok()) return full;
   for (const auto& [s, info] : *listed) {
     if (s >= step) continue;
-    Result<std::shared_ptr<const Manifest>> m = manifests_.Read(s, info);
+    Result<std::shared_ptr<const Manifest>> m = manifests_.Summary(s, info);
     // A parent with a missing object would pass the gap on: compare with
     // the newest complete checkpoint instead.
     if (!m.ok() || !ManifestStore::MissingObject(**m, *sizes).empty()) {
@@ -229,8 +233,16 @@ WriteResult CheckpointManager::Impl::WriteIncremental(
     const std::vector<size_t>& mine, int64_t parent) {
   Communicator& c = comm();
   // A rank that cannot read the parent writes all its pieces: correct, just
-  // larger.
-  Result<std::shared_ptr<const Manifest>> old = manifests_.Read(parent);
+  // larger. Of a version 3 parent it reads only the indexes holding pieces
+  // that meet its own.
+  std::vector<ManifestStore::Want> wants;
+  for (size_t i : mine) {
+    const PlannedPiece& p = plan.pieces[i];
+    const PlannedEntry& e = plan.entries[p.entry];
+    wants.push_back({e.name, e.owner, p.offsets, p.lengths});
+  }
+  Result<std::shared_ptr<const Manifest>> old =
+      manifests_.ReadFor(parent, wants);
   const Manifest* base = old.ok() ? old->get() : nullptr;
   Result<IncrementalWrites> w =
       Guard("plan incremental writes", [&]() -> Result<IncrementalWrites> {
@@ -304,6 +316,64 @@ WriteResult CheckpointManager::Impl::WriteIncremental(
     }
   }
   return result;
+}
+
+void CheckpointManager::Impl::WriteIndex(int64_t step,
+                                         const std::string& attempt,
+                                         const SavePlan& plan,
+                                         WriteResult& result) {
+  if (!result.status.ok()) return;
+  const std::string key = format::IndexObjectKey(step, comm().rank(), attempt);
+  format::RankIndex x;
+  x.step = step;
+  x.rank = comm().rank();
+  x.world_size = comm().size();
+  format::ParseAttempt(attempt, &x.attempt);
+  // Its own object first, then the parent's it references.
+  const auto add = [&](const std::string& k, uint64_t size) {
+    format::DataObjectId id;
+    if (!format::ParseDataObjectId(k, &id)) return false;
+    id.size = size;
+    x.objects.push_back(id);
+    return true;
+  };
+  if (!result.key.empty()) add(result.key, result.size);
+  const uint32_t first_ref = static_cast<uint32_t>(x.objects.size());
+  for (const ObjectRef& o : result.refs) {
+    if (!add(o.key, o.size)) {
+      result.status = FailedPreconditionError(
+          "write " + key + ": the parent's object " + Quote(o.key) +
+          " is not named like a data object; save in full or with "
+          "Options::metadata_layout kJson");
+      return;
+    }
+  }
+  x.pieces.reserve(result.pieces.size());
+  for (const PieceChunks& p : result.pieces) {
+    const PlannedPiece& pp = plan.pieces[p.piece];
+    format::IndexPiece& ip = x.pieces.emplace_back();
+    ip.entry = static_cast<uint32_t>(pp.entry);
+    ip.offsets = pp.offsets;
+    ip.lengths = pp.lengths;
+    ip.chunks.reserve(p.chunks.size());
+    for (const ChunkRow& c : p.chunks) {
+      ip.chunks.push_back(format::ChunkRecord{
+          c.ref == ChunkRow::kOwnObject ? 0 : first_ref + c.ref, c.offset,
+          c.length, c.checksum});
+    }
+  }
+  const std::string bytes = format::EncodeRankIndex(x);
+  // Durable before the result goes out: the commit names it.
+  Status s =
+      Guard("write " + key, [&] { return storage_->PutString(key, bytes); });
+  if (!s.ok()) {
+    result.status = s;
+    return;
+  }
+  result.indexed = true;
+  result.index_size = bytes.size();
+  result.index_checksum = Xxh3_128(bytes);
+  result.pieces.clear();  // the coordinator needs only the digest
 }
 
 Result<std::vector<WriteResult>> CheckpointManager::Impl::GatherResults(
@@ -408,9 +478,17 @@ Result<SaveResult> CheckpointManager::Impl::Save(int64_t step,
                              decision.parent)
           : WriteFull(step, decision.attempt, state, plan, mine);
 
+  // 3b. Version 3: every rank writes its own index, in parallel.
+  const bool indexed =
+      options_.metadata_layout == Options::MetadataLayout::kIndexed;
+  if (indexed) WriteIndex(step, decision.attempt, plan, written);
+
   // 4. Gather the results; 5. any failure fails every rank, and each
   // removes what it wrote: nothing can commit this attempt any more.
   const std::string own_object = written.key;
+  const std::string own_index =
+      written.indexed ? format::IndexObjectKey(step, c.rank(), decision.attempt)
+                      : std::string();
   Result<std::vector<WriteResult>> results = GatherResults(std::move(written));
   if (!results.ok()) return results.status().WithContext(op);
   for (size_t r = 0; r < results->size(); ++r) {
@@ -418,6 +496,7 @@ Result<SaveResult> CheckpointManager::Impl::Save(int64_t step,
     if (s.ok()) continue;
     if (c.size() > 1) s = s.WithContext("rank " + std::to_string(r));
     DiscardAttempt(own_object);
+    DiscardAttempt(own_index);
     return s.WithContext(op);
   }
 
@@ -436,7 +515,10 @@ Result<SaveResult> CheckpointManager::Impl::Save(int64_t step,
   CKPT_ASSIGN_OR_RETURN(outcome_bytes, c.Broadcast(outcome_bytes, 0));
   CKPT_ASSIGN_OR_RETURN(SaveOutcome outcome, DecodeSaveOutcome(outcome_bytes));
   if (!outcome.status.ok()) {
-    if (outcome.discard) DiscardAttempt(own_object);
+    if (outcome.discard) {
+      DiscardAttempt(own_object);
+      DiscardAttempt(own_index);
+    }
     return outcome.status;
   }
   // Every rank returns the committed checkpoint as the coordinator wrote

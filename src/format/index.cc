@@ -287,11 +287,24 @@ Result<Directory> DecodeDirectory(std::string_view bytes,
   d.attempt = r.U64();
   std::vector<std::string_view> names;
   Each(r, r.Var(), 1, [&](uint64_t) { names.push_back(r.Str()); });
+  // One spelling: the table lists each name once, in the order ranks first
+  // use it, and every name is used.
+  size_t used = 0;
   Each(r, d.world_size, 1, [&](uint64_t) {
     const uint64_t i = r.Var();
-    if (r.ok() && i >= names.size()) r.Fail("host index out of range");
+    if (r.ok() && (i >= names.size() || i > used)) {
+      r.Fail("host index out of order or range");
+    }
+    if (r.ok() && i == used) ++used;
     if (r.ok()) d.hosts.emplace_back(names[i]);
   });
+  if (r.ok() && used != names.size()) r.Fail("unused host name");
+  if (r.ok()) {
+    std::unordered_map<std::string_view, int> seen;
+    for (std::string_view n : names) {
+      if (seen[n]++) r.Fail("host name listed twice");
+    }
+  }
   Each(r, d.world_size, 17, [&](uint64_t) {
     IndexRef x;
     x.size = r.Var();

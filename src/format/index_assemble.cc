@@ -314,7 +314,7 @@ Result<Manifest> Assemble(const Manifest& header, const Directory& dir,
       dir.step != header.step || dir.world_size != header.world_size) {
     return Bad(w,
                "the directory belongs to another save (step, attempt or "
-               "world size differ from the commit record)");
+               "world size are not the commit record's)");
   }
   Manifest m = WithDirectory(header, dir);
   // By (step, rank, attempt): no key strings on a loading rank's path.

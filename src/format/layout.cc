@@ -142,6 +142,12 @@ bool ParseDirectoryKey(std::string_view key, int64_t* step,
   return true;
 }
 
+bool IsCkptObjectKey(std::string_view key) {
+  return ParseDataObjectKey(key, nullptr, nullptr, nullptr) ||
+         ParseIndexObjectKey(key, nullptr, nullptr, nullptr) ||
+         ParseDirectoryKey(key, nullptr, nullptr);
+}
+
 std::string LatestKey() { return std::string(kLatestName); }
 
 bool SplitStepKey(std::string_view key, int64_t* step, std::string_view* file) {

@@ -44,6 +44,10 @@ bool ParseIndexObjectKey(std::string_view key, int64_t* step, int* rank,
 std::string DirectoryKey(int64_t step, std::string_view attempt);
 bool ParseDirectoryKey(std::string_view key, int64_t* step,
                        std::string* attempt);
+// A data object, index or directory key: the objects under a step
+// directory that ckpt writes besides the manifest, and garbage collection
+// may remove.
+bool IsCkptObjectKey(std::string_view key);
 // "LATEST", the hint naming the newest committed step.
 std::string LatestKey();
 // "LEASE-000000000007": generation 7 of the root's ownership lease.

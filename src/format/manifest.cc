@@ -58,12 +58,15 @@ const EntryRecord* Manifest::Find(std::string_view name) const {
 }
 
 uint64_t Manifest::TotalObjectBytes() const {
+  // Version 3's commit record says, even before the directory is read.
+  if (version == kScalableManifestVersion) return data_bytes;
   uint64_t total = 0;
   for (const ObjectRecord& o : objects) total += o.size;
   return total;
 }
 
 uint64_t Manifest::OwnObjectBytes() const {
+  if (version == kScalableManifestVersion) return own_data_bytes;
   uint64_t total = 0;
   for (const ObjectRecord& o : objects) {
     if (StepOfKey(o.key) == step) total += o.size;

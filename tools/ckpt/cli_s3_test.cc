@@ -129,10 +129,15 @@ TEST_F(CliS3Test, VerifyNamesADamagedObject) {
   SaveSteps({1});
   auto storage = OpenStorage(root_);
   ASSERT_TRUE(storage.ok());
-  auto objects = (*storage)->List("step-000000000001/r");
-  ASSERT_TRUE(objects.ok());
-  ASSERT_EQ(objects->size(), 1u);
-  const std::string key = (*objects)[0].key;
+  auto listed = (*storage)->List("step-000000000001/r");
+  ASSERT_TRUE(listed.ok());
+  // The data object (the rank's index lies beside it).
+  std::vector<ObjectInfo> objects;
+  for (const ObjectInfo& o : *listed) {
+    if (o.key.ends_with(".safetensors")) objects.push_back(o);
+  }
+  ASSERT_EQ(objects.size(), 1u);
+  const std::string key = objects[0].key;
   auto bytes = (*storage)->ReadAll(key);
   ASSERT_TRUE(bytes.ok());
   std::string damaged = *bytes;

@@ -332,7 +332,8 @@ TEST_F(CliTest, LsMarksAStepWhoseDataIsMissing) {
   SaveSteps({10, 20, 30});
   std::vector<fs::path> step20, step30;
   for (const auto& e : fs::recursive_directory_iterator(root_)) {
-    if (!e.is_regular_file() || e.path().filename() == "MANIFEST.json") {
+    // Data objects (the indexed layout also keeps a directory and indexes).
+    if (!e.is_regular_file() || e.path().extension() != ".safetensors") {
       continue;
     }
     const std::string dir = e.path().parent_path().filename().string();
@@ -1182,7 +1183,9 @@ TEST_F(CliTest, DeleteJsonListsWhatItDeleted) {
 }
 
 // --force copies the bytes dependants reference into their own directories:
-// those new objects are not in the report, and nothing of theirs went.
+// those new objects are not in the report, and none of their data objects
+// went (an indexed dependant's manifest is rewritten, and its old directory
+// and indexes with it).
 TEST_F(CliTest, DeleteForceJsonListsOnlyTheDeletedStep) {
   ASSERT_NO_FATAL_FAILURE(SaveChain(root_));
   const auto [keys, bytes] = StepObjects(root_, "step-000000000001");
@@ -1196,6 +1199,7 @@ TEST_F(CliTest, DeleteForceJsonListsOnlyTheDeletedStep) {
   EXPECT_EQ(j["bytes_freed"].get<uint64_t>(), bytes);
   EXPECT_EQ(CommittedSteps(root_), (std::vector<int64_t>{2, 3}));
   for (const std::string& key : kept2) {
+    if (!key.ends_with(".safetensors")) continue;
     EXPECT_TRUE(fs::exists(fs::path(root_) / key)) << key;
   }
   EXPECT_EQ(Ckpt({"verify", root_, "--all"}).exit_code, 0);

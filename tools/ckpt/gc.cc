@@ -7,6 +7,7 @@
 #include <memory>
 #include <set>
 
+#include "checkpoint/manifests.h"
 #include "ckpt/checkpoint_manager.h"
 #include "commands.h"
 #include "common.h"
@@ -106,12 +107,14 @@ Result<uint64_t> BytesToCopy(CheckpointManager& manager, int64_t step,
                              std::vector<std::string>* dependants) {
   CKPT_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> infos, manager.List());
   uint64_t bytes = 0;
+  // Every piece of each dependant, in any manifest version.
+  ManifestStore store(manager.storage());
   for (const CheckpointInfo& info : infos) {
     if (!std::ranges::count(info.depends_on, step)) continue;
     dependants->push_back(std::to_string(info.step));
-    const std::string key = format::ManifestKey(info.step);
-    CKPT_ASSIGN_OR_RETURN(std::string raw, manager.storage().ReadAll(key));
-    CKPT_ASSIGN_OR_RETURN(format::Manifest m, format::DecodeManifest(raw, key));
+    CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const format::Manifest> full,
+                          store.Read(info.step));
+    const format::Manifest& m = *full;
     for (const format::EntryRecord& e : m.entries) {
       for (const format::PieceRecord& p : e.pieces) {
         for (const format::ChunkRecord& c : p.chunks) {

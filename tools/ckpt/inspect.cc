@@ -98,9 +98,14 @@ nlohmann::json DescriptionToJson(const CheckpointDescription& d) {
   for (const ObjectInfo& o : d.objects) {
     objects.push_back({{"key", o.key}, {"size", o.size}});
   }
+  nlohmann::json metadata_objects = nlohmann::json::array();
+  for (const ObjectInfo& o : d.metadata_objects) {
+    metadata_objects.push_back({{"key", o.key}, {"size", o.size}});
+  }
   return {{"info", InfoToJson(d.info)},
           {"entries", std::move(entries)},
-          {"objects", std::move(objects)}};
+          {"objects", std::move(objects)},
+          {"metadata_objects", std::move(metadata_objects)}};
 }
 
 void PrintDescription(const CheckpointDescription& d) {
