@@ -1,5 +1,5 @@
 // Byte-level encoding of ckpt's binary metadata objects (the directory and
-// the per-rank indexes of a version 3 checkpoint, docs/format.md section 7):
+// the per-rank indexes of a version 3 checkpoint, docs/format.md section 8):
 // unsigned LEB128 integers, zigzag for the few signed ones, strings as a
 // length and bytes, checksums as two little-endian 64-bit halves.
 //

@@ -1,5 +1,5 @@
 // The bytes of version 3's binary objects: the per-rank index and the
-// directory (docs/format.md section 7). Every object is
+// directory (docs/format.md section 8). Every object is
 //
 //   magic (8 bytes) | body length (u64 LE) | xxh3-128 of the body | body
 //

@@ -1,7 +1,7 @@
 // Version 3 metadata: a small commit record (MANIFEST.json, manifest.h), one
 // binary directory per checkpoint and one binary index per rank, so that a
 // rank loading its own pieces reads kilobytes, not every rank's chunk list.
-// docs/format.md section 7 describes the bytes.
+// docs/format.md section 8 describes the bytes.
 //
 //   directory   the world (hosts), every rank's index object (size and
 //               checksum), every data object any index names (size), and

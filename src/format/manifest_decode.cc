@@ -278,7 +278,7 @@ Status DecodeUserFields(const json& j, const Reader& r, Manifest& m) {
 }
 
 // Version 3's commit record after the common header: dependencies, the
-// directory's reference and the data bytes (docs/format.md section 7).
+// directory's reference and the data bytes (docs/format.md section 8).
 Status DecodeCommitRecord(const json& j, const Reader& r, Manifest& m) {
   CKPT_ASSIGN_OR_RETURN(const json* chunk_size,
                         r.Field(j, "chunk_size", "manifest"));
