@@ -206,6 +206,10 @@ Row Measure(int ranks, int pieces_per_rank) {
     dir.objects.push_back(id);
   }
   dir.entries = ckpt::DirectoryEntries(*plan);
+  // The sums of each entry's pieces, which the ranks send with their digests.
+  for (size_t e = 0; e < dir.entries.size(); ++e) {
+    dir.entries[e].pieces_sum = split->directory.entries[e].pieces_sum;
+  }
   const std::string directory = ckpt::format::EncodeDirectory(dir);
   ckpt::format::Manifest record;
   record.version = m.version;

@@ -169,6 +169,16 @@ Result<Manifest> CheckpointManager::Impl::BuildIndexed(
     }
   }
   dir.entries = DirectoryEntries(plan);
+  for (size_t r = 0; r < results.size(); ++r) {
+    for (const WriteResult::EntrySum& e : results[r].entry_sums) {
+      if (e.entry >= dir.entries.size()) {
+        return AbortedError("rank " + std::to_string(r) +
+                            " sent a bad entry index");
+      }
+      dir.entries[e.entry].pieces_sum =
+          format::AddSums(dir.entries[e.entry].pieces_sum, e.sum);
+    }
+  }
   CKPT_RETURN_IF_ERROR(
       format::CheckDirectory(dir, "the directory would be inconsistent"));
   if (!h.depends_on.empty()) {

@@ -135,5 +135,53 @@ TEST_F(CompatTest, AVersionThreeSaveBuildsOnAVersionTwoParent) {
   ASSERT_TRUE(v.ok() && v->ok());
 }
 
+// `ckpt diff` compares entries by digest: the same state saved in either
+// layout describes alike, and a changed tensor differs.
+TEST(CompatLayouts, DigestsAgreeAcrossLayouts) {
+  testing::TempDir dir("digests");
+  std::vector<std::vector<EntryInfo>> described;
+  for (auto layout :
+       {Options::MetadataLayout::kJson, Options::MetadataLayout::kIndexed}) {
+    Options o;
+    o.chunk_size = 4096;
+    o.metadata_layout = layout;
+    const std::string root =
+        (dir.path() /
+         (layout == Options::MetadataLayout::kJson ? "json" : "indexed"))
+            .string();
+    auto mgr = CheckpointManager::Open(root, o);
+    ASSERT_TRUE(mgr.ok()) << mgr.status().ToString();
+    for (int64_t step : {1, 2}) {
+      Values v(step);
+      ASSERT_TRUE((*mgr)->Save(step, v.ToState()).ok());
+    }
+    for (int64_t step : {1, 2}) {
+      auto d = (*mgr)->Describe(step);
+      ASSERT_TRUE(d.ok()) << d.status().ToString();
+      described.push_back(d->entries);
+    }
+  }
+  ASSERT_EQ(described.size(), 4u);
+  for (int step = 0; step < 2; ++step) {
+    const auto& json = described[step];
+    const auto& indexed = described[2 + step];
+    ASSERT_EQ(json.size(), indexed.size());
+    for (size_t i = 0; i < json.size(); ++i) {
+      EXPECT_EQ(json[i].name, indexed[i].name);
+      EXPECT_EQ(json[i].digest, indexed[i].digest) << json[i].name;
+      EXPECT_EQ(json[i].bytes, indexed[i].bytes) << json[i].name;
+      EXPECT_EQ(json[i].num_pieces, indexed[i].num_pieces) << json[i].name;
+    }
+  }
+  // Step 2 changed the table and the counters, not the metadata.
+  for (int layout = 0; layout < 2; ++layout) {
+    const auto& one = described[2 * layout];
+    const auto& two = described[2 * layout + 1];
+    EXPECT_NE(one[0].digest, two[0].digest);  // table
+    EXPECT_NE(one[1].digest, two[1].digest);  // counters
+    EXPECT_EQ(one[3].digest, two[3].digest);  // run
+  }
+}
+
 }  // namespace
 }  // namespace ckpt

@@ -54,32 +54,34 @@ namespace {
 
 // A digest of what an entry holds (its boxes and its chunks' checksums), so
 // two checkpoints' entries compare without reading data.
-EntryInfo DescribeEntry(const format::EntryRecord& rec) {
+EntryInfo DescribeEntry(const format::EntryRecord& rec, bool with_pieces) {
   EntryInfo e;
   e.name = rec.name;
   e.owner = rec.owner;
   e.kind = rec.kind;
   e.dtype = rec.dtype;
   e.shape = rec.shape;
-  e.num_pieces = rec.pieces.size();
   e.json = rec.json;
-  Xxh3Hasher digest;
-  auto feed = [&](std::string_view s) {
-    digest.Update(std::span<const std::byte>(
-        reinterpret_cast<const std::byte*>(s.data()), s.size()));
-  };
-  feed(rec.kind == EntryKind::kMetadata ? rec.json : "");
-  for (const auto& p : rec.pieces) {
-    for (size_t i = 0; i < p.offsets.size(); ++i) {
-      feed(std::to_string(p.offsets[i]) + ":" + std::to_string(p.lengths[i]) +
-           ",");
+  // The digest: the JSON, or the order-free sum of the pieces (boxes and
+  // chunk checksums), the same in every manifest version; a version 3
+  // directory records the sum, so no index need be read.
+  Checksum128 sum;
+  if (rec.kind != EntryKind::kMetadata) {
+    if (with_pieces) {
+      e.num_pieces = rec.pieces.size();
+      sum = format::PiecesSum(rec);
+    } else {
+      e.num_pieces = rec.piece_count;
+      sum = rec.pieces_sum;
     }
-    for (const auto& c : p.chunks) {
-      e.bytes += c.length;
-      feed(c.checksum.Hex());
-    }
+    // The pieces tile the shape (checked at the commit), so they hold its
+    // bytes.
+    TensorView shape{rec.dtype, rec.shape, nullptr, false};
+    e.bytes = shape.ByteSize().ok() ? *shape.ByteSize() : 0;
   }
-  e.digest = digest.Digest().Hex();
+  const std::string text =
+      (rec.kind == EntryKind::kMetadata ? rec.json : "") + "|" + sum.Hex();
+  e.digest = Xxh3_128(text).Hex();
   return e;
 }
 
@@ -87,10 +89,16 @@ EntryInfo DescribeEntry(const format::EntryRecord& rec) {
 
 Result<CheckpointDescription> CheckpointManager::Impl::Describe(
     std::optional<int64_t> step) {
-  CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> m, Resolve(step));
+  // The commit record and the directory say all of it (versions 1 and 2:
+  // the manifest).
+  CKPT_ASSIGN_OR_RETURN(int64_t s, ResolveStep(step));
+  CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> m,
+                        manifests_.Summary(s));
   CheckpointDescription d;
   d.info = InfoFromManifest(*m);
-  for (const auto& rec : m->entries) d.entries.push_back(DescribeEntry(rec));
+  for (const auto& rec : m->entries) {
+    d.entries.push_back(DescribeEntry(rec, m->HasAllPieces()));
+  }
   for (const auto& o : m->objects) {
     d.objects.push_back(ObjectInfo{o.key, o.size, 0});
   }

@@ -270,6 +270,11 @@ std::string EncodeWriteResult(const WriteResult& m) {
   w.U8(m.indexed ? 1 : 0);
   w.U64(m.index_size);
   w.Sum(m.index_checksum);
+  w.Count(m.entry_sums.size());
+  for (const WriteResult::EntrySum& e : m.entry_sums) {
+    w.U32(e.entry);
+    w.Sum(e.sum);
+  }
   w.Count(m.pieces.size());
   for (const PieceChunks& p : m.pieces) {
     w.U64(p.piece);
@@ -301,6 +306,11 @@ Result<WriteResult> DecodeWriteResult(std::string_view bytes) {
   m.indexed = indexed == 1;
   m.index_size = r.U64();
   m.index_checksum = r.Sum();
+  m.entry_sums.resize(r.Count(4 + 16));
+  for (WriteResult::EntrySum& e : m.entry_sums) {
+    e.entry = r.U32();
+    e.sum = r.Sum();
+  }
   m.pieces.resize(r.Count(8 + 4));
   for (PieceChunks& p : m.pieces) {
     p.piece = r.U64();

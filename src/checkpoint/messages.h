@@ -75,6 +75,13 @@ struct WriteResult {
   bool indexed = false;
   uint64_t index_size = 0;
   Checksum128 index_checksum;
+  // And, per entry it wrote pieces of, format::PiecesSum of those pieces,
+  // which the directory adds up per entry.
+  struct EntrySum {
+    uint32_t entry = 0;  // index into SavePlan::entries
+    Checksum128 sum;
+  };
+  std::vector<EntrySum> entry_sums;
   std::vector<PieceChunks> pieces;
 };
 

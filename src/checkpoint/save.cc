@@ -349,6 +349,7 @@ void CheckpointManager::Impl::WriteIndex(int64_t step,
     }
   }
   x.pieces.reserve(result.pieces.size());
+  std::map<uint32_t, Checksum128> sums;  // entry -> PiecesSum of mine
   for (const PieceChunks& p : result.pieces) {
     const PlannedPiece& pp = plan.pieces[p.piece];
     format::IndexPiece& ip = x.pieces.emplace_back();
@@ -361,6 +362,9 @@ void CheckpointManager::Impl::WriteIndex(int64_t step,
           c.ref == ChunkRow::kOwnObject ? 0 : first_ref + c.ref, c.offset,
           c.length, c.checksum});
     }
+    Checksum128& sum = sums[ip.entry];
+    sum = format::AddSums(sum,
+                          format::PieceHash(ip.offsets, ip.lengths, ip.chunks));
   }
   const std::string bytes = format::EncodeRankIndex(x);
   // Durable before the result goes out: the commit names it.
@@ -371,6 +375,8 @@ void CheckpointManager::Impl::WriteIndex(int64_t step,
     return;
   }
   result.indexed = true;
+  for (const auto& [entry, sum] : sums)
+    result.entry_sums.push_back({entry, sum});
   result.index_size = bytes.size();
   result.index_checksum = Xxh3_128(bytes);
   result.pieces.clear();  // the coordinator needs only the digest

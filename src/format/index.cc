@@ -23,7 +23,7 @@ constexpr uint64_t kMinObjectBytes = 1 + 1 + 8 + 1;
 constexpr uint64_t kMinPieceBytes = 1 + 1 + 1;
 constexpr uint64_t kMinChunkBytes = 1 + 1 + 1 + 16;
 constexpr uint64_t kMinRunBytes = 3;
-constexpr uint64_t kMinEntryBytes = 1 + 1 + 1 + 1;
+constexpr uint64_t kMinEntryBytes = 1 + 1 + 1;
 constexpr size_t kMaxDims = 64;
 
 uint8_t KindCode(EntryKind k) {
@@ -268,6 +268,7 @@ std::string EncodeDirectory(const Directory& dir) {
       PutInts(w, run.lengths);
       for (int64_t d : run.delta) w.SignedVar(d);
     }
+    w.Sum(e.pieces_sum);
   }
   return Frame(kDirectoryMagic, w.bytes());
 }
@@ -351,6 +352,7 @@ Result<Directory> DecodeDirectory(std::string_view bytes,
       for (int64_t& x : run.delta) x = r.SignedVar();
       e.runs.push_back(std::move(run));
     });
+    e.pieces_sum = r.Sum();
     d.entries.push_back(std::move(e));
   });
   if (r.ok() && !r.done()) r.Fail("trailing bytes");

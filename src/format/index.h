@@ -77,6 +77,7 @@ struct DirectoryEntry {
   std::vector<int64_t> shape;
   std::string json;  // metadata entries
   std::vector<PieceRun> runs;
+  Checksum128 pieces_sum;  // tensors and blobs: PiecesSum (manifest.h)
 };
 
 struct IndexRef {

@@ -297,6 +297,8 @@ Manifest WithDirectory(const Manifest& header, const Directory& dir) {
     e.shape = de.shape;
     e.json = de.json;
     e.owner = de.owner;
+    for (const PieceRun& run : de.runs) e.piece_count += run.count;
+    e.pieces_sum = de.pieces_sum;
     m.entries.push_back(std::move(e));
   }
   m.pieces = Manifest::Pieces::kNone;
@@ -376,6 +378,12 @@ Result<Manifest> Assemble(const Manifest& header, const Directory& dir,
     }
     m.pieces = Manifest::Pieces::kAll;
     CKPT_RETURN_IF_ERROR_CTX(ValidateManifest(m), w);
+    for (const EntryRecord& e : m.entries) {
+      if (e.kind != EntryKind::kMetadata && PiecesSum(e) != e.pieces_sum) {
+        return Bad(w, "entry " + Quote(e.name) +
+                          ": its pieces are not those the directory sums");
+      }
+    }
     return m;
   }
   // Only these ranks' pieces: each is checked alone (box inside the shape,
@@ -472,6 +480,7 @@ Result<SplitMetadata> Split(const Manifest& m) {
       x.pieces.push_back(std::move(ip));
     }
     de.runs = SummarizePieces(boxes);
+    if (e.kind != EntryKind::kMetadata) de.pieces_sum = PiecesSum(e);
     dir.entries.push_back(std::move(de));
   }
   for (const RankIndex& x : indexes) {

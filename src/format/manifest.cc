@@ -57,6 +57,42 @@ const EntryRecord* Manifest::Find(std::string_view name) const {
   return FindLocal(name, -1);
 }
 
+Checksum128 PieceHash(const std::vector<int64_t>& offsets,
+                      const std::vector<int64_t>& lengths,
+                      const std::vector<ChunkRecord>& chunks) {
+  // Little-endian fixed-width fields: the same bytes on every host.
+  std::string bytes;
+  bytes.reserve(16 * offsets.size() + 16 * chunks.size());
+  const auto put = [&bytes](uint64_t v) {
+    for (int i = 0; i < 8; ++i)
+      bytes.push_back(static_cast<char>(v >> (8 * i)));
+  };
+  for (size_t d = 0; d < offsets.size(); ++d) {
+    put(static_cast<uint64_t>(offsets[d]));
+    put(static_cast<uint64_t>(lengths[d]));
+  }
+  for (const ChunkRecord& c : chunks) {
+    put(c.checksum.high);
+    put(c.checksum.low);
+  }
+  return Xxh3_128(bytes);
+}
+
+Checksum128 AddSums(const Checksum128& a, const Checksum128& b) {
+  Checksum128 out;
+  out.low = a.low + b.low;
+  out.high = a.high + b.high + (out.low < a.low ? 1 : 0);
+  return out;
+}
+
+Checksum128 PiecesSum(const EntryRecord& e) {
+  Checksum128 sum;
+  for (const PieceRecord& p : e.pieces) {
+    sum = AddSums(sum, PieceHash(p.offsets, p.lengths, p.chunks));
+  }
+  return sum;
+}
+
 uint64_t Manifest::TotalObjectBytes() const {
   // Version 3's commit record says, even before the directory is read.
   if (version == kScalableManifestVersion) return data_bytes;

@@ -48,7 +48,21 @@ struct EntryRecord {
   // A rank-local entry's rank; -1 for an entry of the whole job. Names are
   // unique per owner, so every rank can save its own "loader".
   int32_t owner = -1;
+  // Version 3 without the indexes (Manifest::pieces kNone): what the
+  // directory says of the pieces, which `pieces` does not hold.
+  uint64_t piece_count = 0;
+  Checksum128 pieces_sum;  // PiecesSum of all of them
 };
+
+// What an entry's pieces hold, independent of their order: the sum (128-bit,
+// wrapping) over pieces of PieceHash, XXH3-128 of the box and the chunk
+// checksums. Equal sums mean equal boxes holding equal bytes, in any
+// manifest version; the directory of version 3 records it per entry.
+Checksum128 PieceHash(const std::vector<int64_t>& offsets,
+                      const std::vector<int64_t>& lengths,
+                      const std::vector<ChunkRecord>& chunks);
+Checksum128 AddSums(const Checksum128& a, const Checksum128& b);
+Checksum128 PiecesSum(const EntryRecord& e);
 
 struct ObjectRecord {
   std::string
