@@ -16,6 +16,8 @@
 // one rank's share).
 //
 //   bench_plan_scale [--ranks 1024,4096,16384] [--pieces 100] [--json]
+//   bench_plan_scale --ranks 16384 --write-root /var/tmp/r16k
+//       writes that checkpoint (data of zeros) for timing the ckpt CLI
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -26,6 +28,8 @@
 #include <vector>
 
 #include "checkpoint/planner.h"
+#include "checkpoint/writer.h"
+#include "ckpt/storage.h"
 #include "format/constants.h"
 #include "format/index.h"
 #include "format/layout.h"
@@ -37,6 +41,113 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
+}
+
+[[noreturn]] void Die(const char* what, const ckpt::Status& s) {
+  std::fprintf(stderr, "%s: %s\n", what, s.ToString().c_str());
+  std::exit(1);
+}
+
+constexpr int64_t kRowsPerRank = 4, kCols = 64;
+
+// What every rank offers: a row block of each of `pieces` BF16 tensors.
+std::vector<ckpt::Offer> Offers(int ranks, int pieces) {
+  std::vector<ckpt::Offer> offers(ranks);
+  for (int r = 0; r < ranks; ++r) {
+    offers[r].host = "node" + std::to_string(r / 8);
+    for (int k = 0; k < pieces; ++k) {
+      ckpt::PieceOffer p;
+      p.name = "layers." + std::to_string(k) + ".weight";
+      p.dtype = ckpt::DType::kBF16;
+      p.shape = {ranks * kRowsPerRank, kCols};
+      p.offsets = {r * kRowsPerRank, 0};
+      p.lengths = {kRowsPerRank, kCols};
+      offers[r].pieces.push_back(std::move(p));
+    }
+  }
+  return offers;
+}
+
+// Writes step 1 of a `ranks`-rank job into the root `url` as a save would
+// (version 3, every rank's data object of zeros and index, the directory,
+// the commit record), one simulated rank after another, so that the ckpt
+// CLI can be timed on it: `ckpt ls`, `show`, `verify`.
+void WriteRoot(int ranks, int pieces, const std::string& url) {
+  auto storage = ckpt::OpenStorage(url);
+  if (!storage.ok()) Die("open the root", storage.status());
+  auto plan = ckpt::MakePlan(Offers(ranks, pieces));
+  if (!plan.ok()) Die("plan", plan.status());
+  const std::string attempt = "0123456789abcdef";
+  ckpt::format::Directory dir;
+  dir.step = 1;
+  dir.world_size = ranks;
+  ckpt::format::ParseAttempt(attempt, &dir.attempt);
+  dir.hosts = plan->hosts;
+  dir.entries = ckpt::DirectoryEntries(*plan);
+  const std::vector<std::byte> zeros(kRowsPerRank * kCols * 2);
+  std::vector<std::vector<size_t>> mine(ranks);
+  for (size_t i = 0; i < plan->pieces.size(); ++i) {
+    mine[plan->pieces[i].writer].push_back(i);
+  }
+  uint64_t data_bytes = 0;
+  for (int r = 0; r < ranks; ++r) {
+    std::vector<ckpt::PieceToWrite> write;
+    for (size_t i : mine[r]) {
+      const ckpt::PlannedPiece& p = plan->pieces[i];
+      write.push_back({plan->entries[p.entry].name, ckpt::DType::kBF16,
+                       p.lengths, zeros, false});
+    }
+    const std::string key = ckpt::format::DataObjectKey(1, r, attempt);
+    auto written = ckpt::WriteDataObject(**storage, key, write, 4 << 20);
+    if (!written.ok()) Die("write a data object", written.status());
+    ckpt::format::RankIndex x;
+    x.step = 1;
+    x.rank = r;
+    x.world_size = ranks;
+    x.attempt = dir.attempt;
+    x.objects.push_back({1, r, dir.attempt, written->size});
+    for (size_t k = 0; k < mine[r].size(); ++k) {
+      const ckpt::PlannedPiece& p = plan->pieces[mine[r][k]];
+      ckpt::format::IndexPiece ip{static_cast<uint32_t>(p.entry), p.offsets,
+                                  p.lengths, written->chunks[k]};
+      auto& sum = dir.entries[p.entry].pieces_sum;
+      sum = ckpt::format::AddSums(
+          sum, ckpt::format::PieceHash(ip.offsets, ip.lengths, ip.chunks));
+      x.pieces.push_back(std::move(ip));
+    }
+    const std::string index = ckpt::format::EncodeRankIndex(x);
+    if (auto s = (*storage)->PutString(
+            ckpt::format::IndexObjectKey(1, r, attempt), index);
+        !s.ok()) {
+      Die("write an index", s);
+    }
+    dir.indexes.push_back({index.size(), ckpt::Xxh3_128(index)});
+    dir.objects.push_back(x.objects[0]);
+    data_bytes += written->size;
+  }
+  const std::string directory = ckpt::format::EncodeDirectory(dir);
+  ckpt::format::Manifest record;
+  record.version = ckpt::format::kScalableManifestVersion;
+  record.job_id = "bench_plan_scale";
+  record.step = 1;
+  record.attempt = attempt;
+  record.world_size = ranks;
+  record.chunk_size = 4 << 20;
+  record.directory = {ckpt::format::DirectoryKey(1, attempt), directory.size(),
+                      ckpt::Xxh3_128(directory)};
+  record.data_bytes = record.own_data_bytes = data_bytes;
+  if (auto s = (*storage)->PutString(record.directory.key, directory);
+      !s.ok()) {
+    Die("write the directory", s);
+  }
+  if (auto s = (*storage)->PutString(ckpt::format::ManifestKey(1),
+                                     ckpt::format::EncodeManifest(record),
+                                     ckpt::PutMode::kCreateIfAbsent);
+      !s.ok()) {
+    Die("write the commit record", s);
+  }
+  std::printf("wrote step 1 of %d ranks x %d pieces to %s\n", ranks, pieces,
+              url.c_str());
 }
 
 // One layout's metadata figures at one world size.
@@ -53,11 +164,6 @@ struct Row {
   size_t manifest_bytes;
   Layout json, v3;
 };
-
-[[noreturn]] void Die(const char* what, const ckpt::Status& s) {
-  std::fprintf(stderr, "%s: %s\n", what, s.ToString().c_str());
-  std::exit(1);
-}
 
 // What a rank reads and decodes to load the rows [row0, row0 + rows) of
 // every tensor from a version 3 checkpoint: the commit record, the
@@ -92,20 +198,7 @@ double LoadV3(const std::string& record, const std::string& directory,
 }
 
 Row Measure(int ranks, int pieces_per_rank) {
-  constexpr int64_t kRowsPerRank = 4, kCols = 64;
-  std::vector<ckpt::Offer> offers(ranks);
-  for (int r = 0; r < ranks; ++r) {
-    offers[r].host = "node" + std::to_string(r / 8);
-    for (int k = 0; k < pieces_per_rank; ++k) {
-      ckpt::PieceOffer p;
-      p.name = "layers." + std::to_string(k) + ".weight";
-      p.dtype = ckpt::DType::kBF16;
-      p.shape = {ranks * kRowsPerRank, kCols};
-      p.offsets = {r * kRowsPerRank, 0};
-      p.lengths = {kRowsPerRank, kCols};
-      offers[r].pieces.push_back(std::move(p));
-    }
-  }
+  std::vector<ckpt::Offer> offers = Offers(ranks, pieces_per_rank);
   Row row{ranks};
   auto t0 = Clock::now();
   auto plan = ckpt::MakePlan(offers);
@@ -259,6 +352,7 @@ int main(int argc, char** argv) {
   std::vector<int> ranks = {1024, 4096, 16384};
   int pieces = 100;
   bool json = false;
+  std::string write_root;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--ranks") && i + 1 < argc) {
       ranks.clear();
@@ -270,12 +364,19 @@ int main(int argc, char** argv) {
       pieces = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--json")) {
       json = true;
+    } else if (!std::strcmp(argv[i], "--write-root") && i + 1 < argc) {
+      write_root = argv[++i];
     } else {
       std::fprintf(stderr,
                    "usage: bench_plan_scale [--ranks 1024,4096,16384] "
-                   "[--pieces 100] [--json]\n");
+                   "[--pieces 100] [--json] [--write-root URL]\n");
       return 2;
     }
+  }
+  if (!write_root.empty()) {
+    // A checkpoint on storage instead of figures: the largest world.
+    WriteRoot(ranks.back(), pieces, write_root);
+    return 0;
   }
   std::vector<Row> rows;
   for (int r : ranks) rows.push_back(Measure(r, pieces));

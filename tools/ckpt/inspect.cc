@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include <memory>
+#include <set>
 
 #include "ckpt/checkpoint_manager.h"
 #include "commands.h"
@@ -108,13 +109,30 @@ nlohmann::json DescriptionToJson(const CheckpointDescription& d) {
           {"metadata_objects", std::move(metadata_objects)}};
 }
 
+// The ranks' hosts: each rank's for a few ranks; for many, how many hosts
+// and the first of them (`--json` lists every rank's).
+std::string HostsText(const std::vector<std::string>& hosts) {
+  constexpr size_t kListed = 8;
+  if (hosts.size() <= kListed) return Join(hosts, ", ");
+  std::vector<std::string> distinct;
+  std::set<std::string_view> seen;
+  for (const std::string& h : hosts) {
+    if (seen.insert(h).second) distinct.push_back(h);
+  }
+  std::vector<std::string> first(
+      distinct.begin(),
+      distinct.begin() + std::min(distinct.size(), kListed / 2));
+  return std::to_string(distinct.size()) + " hosts: " + Join(first, ", ") +
+         (distinct.size() > first.size() ? ", ..." : "");
+}
+
 void PrintDescription(const CheckpointDescription& d) {
   const CheckpointInfo& info = d.info;
   fmt::print("step        {}\n", info.step);
   fmt::print("epoch       {}\n", EpochText(info.epoch));
   fmt::print("created     {}\n", FormatTime(info.created_unix_ms));
   fmt::print("job         {}\n", info.job_id);
-  fmt::print("world size  {} ({})\n", info.world_size, Join(info.hosts, ", "));
+  fmt::print("world size  {} ({})\n", info.world_size, HostsText(info.hosts));
   fmt::print("bytes       {} in {} objects\n", FormatBytes(info.bytes),
              d.objects.size());
   fmt::print("depends on  {}\n", StepsText(info.depends_on));
