@@ -123,6 +123,9 @@ CKPT_EXPORT void ckpt_options_destroy(ckpt_options_t* options);
  *   chunk_size, async_staging_bytes
  *                             integers (bytes)
  *   io_threads                integer >= 1
+ *   metadata_layout           "indexed" (manifest version 3, the default)
+ *                             or "json" (versions 1 and 2, for readers
+ *                             that predate version 3)
  *   catalog                   a catalog URL ("default": $CKPT_CATALOG, else
  *                             ~/.local/state/ckpt/catalog.sqlite; "": none),
  *                             opened by ckpt_manager_open

@@ -29,6 +29,10 @@ class CheckpointManager:
     manifests; default the URL), gc_after_save (remove dead attempts'
     objects after every save), gc_grace_seconds, create (create the root if
     it does not exist), chunk_size (bytes per checksummed chunk),
+    metadata_layout ("indexed", the default: a small commit record, a
+    directory and a binary index per rank, so a loading rank reads only
+    what it loads; "json": one JSON manifest, for readers that predate
+    manifest version 3; any layout loads whatever this says),
     async_staging_bytes (the most memory save_async keeps for its copy of
     the state; 0: as much as the state needs; a bigger state is saved
     synchronously). Incremental saves (save(..., incremental=True)) write a
@@ -81,7 +85,8 @@ class CheckpointManager:
                  full_every=0, max_chain=0, min_referenced_fraction=0.0,
                  catalog=None, catalog_required=False,
                  lease_seconds=60.0, lease_wait_seconds=-1.0,
-                 break_lease=False, communicator=None):
+                 break_lease=False, metadata_layout="indexed",
+                 communicator=None):
         if catalog is True:
             catalog = "default"
         elif catalog is False:
@@ -103,7 +108,7 @@ class CheckpointManager:
             catalog=catalog, catalog_required=catalog_required,
             lease_seconds=lease_seconds,
             lease_wait_seconds=lease_wait_seconds, break_lease=break_lease,
-            communicator=communicator)
+            metadata_layout=metadata_layout, communicator=communicator)
 
     @property
     def url(self):

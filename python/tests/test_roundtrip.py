@@ -218,3 +218,23 @@ def test_mem_and_file_urls(tmp_path):
     f.save(1, {"x": np.arange(3)})
     assert (ckpt.open("file://" + str(tmp_path)).load()["x"] ==
             np.arange(3)).all()
+
+
+@pytest.mark.parametrize("layout", ["indexed", "json"])
+def test_either_metadata_layout_round_trips(tmp_path, layout):
+    state = {"w": random_array(np.float32, (64, 3)), "n": 7}
+    m = ckpt.open(tmp_path / "root", metadata_layout=layout)
+    m.save(1, state)
+    step_dir = tmp_path / "root" / "step-000000000001"
+    indexed = any(p.suffix == ".ckptdir" for p in step_dir.iterdir())
+    assert indexed == (layout == "indexed")
+    # Any layout loads whatever the manager's own setting.
+    other = "json" if layout == "indexed" else "indexed"
+    got = ckpt.open(tmp_path / "root", metadata_layout=other).load()
+    assert_same(state["w"], got["w"])
+    assert got["n"] == 7
+
+
+def test_an_unknown_metadata_layout_is_refused_by_name(tmp_path):
+    with pytest.raises(Exception, match="metadata_layout"):
+        ckpt.open(tmp_path / "root", metadata_layout="xml")

@@ -146,6 +146,17 @@ const std::map<std::string, Setter, std::less<>>& Setters() {
       {"chunk_size", Integer(&Options::chunk_size)},
       {"async_staging_bytes", Integer(&Options::async_staging_bytes)},
       {"io_threads", Integer(&Options::io_threads, 1)},
+      {"metadata_layout",
+       [](ckpt_options_t& o, std::string_view n, std::string_view v) {
+         if (v == "indexed") {
+           o.options.metadata_layout = Options::MetadataLayout::kIndexed;
+         } else if (v == "json") {
+           o.options.metadata_layout = Options::MetadataLayout::kJson;
+         } else {
+           return BadValue(n, v, "\"indexed\" or \"json\"");
+         }
+         return Status();
+       }},
       {"catalog",
        [](ckpt_options_t& o, std::string_view, std::string_view v) {
          o.catalog_url = std::string(v);
