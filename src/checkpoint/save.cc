@@ -368,8 +368,16 @@ void CheckpointManager::Impl::WriteIndex(int64_t step,
   }
   const std::string bytes = format::EncodeRankIndex(x);
   // Durable before the result goes out: the commit names it.
-  Status s =
-      Guard("write " + key, [&] { return storage_->PutString(key, bytes); });
+  Status s = Guard("write " + key, [&]() -> Status {
+    // A large index goes the way data objects do (file://: O_DIRECT from
+    // this memory where it is aligned).
+    constexpr size_t kStreamFrom = size_t{1} << 20;
+    if (bytes.size() < kStreamFrom) return storage_->PutString(key, bytes);
+    CKPT_ASSIGN_OR_RETURN(std::unique_ptr<WritableObject> out,
+                          storage_->NewWritable(key));
+    CKPT_RETURN_IF_ERROR(out->AppendRetained(std::as_bytes(std::span(bytes))));
+    return out->Close();
+  });
   if (!s.ok()) {
     result.status = s;
     return;

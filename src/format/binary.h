@@ -19,11 +19,15 @@ namespace ckpt::format {
 class ByteWriter {
  public:
   void Var(uint64_t v) {
+    // Into a local buffer, one append: an index holds millions of these.
+    char buf[10];
+    size_t n = 0;
     while (v >= 0x80) {
-      out_.push_back(static_cast<char>((v & 0x7f) | 0x80));
+      buf[n++] = static_cast<char>((v & 0x7f) | 0x80);
       v >>= 7;
     }
-    out_.push_back(static_cast<char>(v));
+    buf[n++] = static_cast<char>(v);
+    out_.append(buf, n);
   }
   // Zigzag, so small negative numbers stay short.
   void SignedVar(int64_t v) {
@@ -31,7 +35,9 @@ class ByteWriter {
   }
   void U8(uint8_t v) { out_.push_back(static_cast<char>(v)); }
   void U64(uint64_t v) {
-    for (int i = 0; i < 8; ++i) out_.push_back(static_cast<char>(v >> (8 * i)));
+    char buf[8];
+    for (int i = 0; i < 8; ++i) buf[i] = static_cast<char>(v >> (8 * i));
+    out_.append(buf, 8);
   }
   void Str(std::string_view s) {
     Var(s.size());
@@ -41,6 +47,7 @@ class ByteWriter {
     U64(c.high);
     U64(c.low);
   }
+  void Reserve(size_t n) { out_.reserve(n); }
   std::string& bytes() { return out_; }
 
  private:

@@ -38,14 +38,26 @@ uint8_t KindCode(EntryKind k) {
   return 0;
 }
 
-std::string Frame(std::string_view magic, std::string& body) {
+// A writer whose first kBinaryHeaderBytes are left for Frame, so the body
+// is written once and never copied (an index can be tens of megabytes).
+ByteWriter Framable(size_t body_bytes) {
+  ByteWriter w;
+  w.Reserve(kBinaryHeaderBytes + body_bytes);
+  w.bytes().resize(kBinaryHeaderBytes);
+  return w;
+}
+
+// Fills in the header of a Framable writer's bytes and returns them.
+std::string Frame(std::string_view magic, ByteWriter& w) {
+  std::string& out = w.bytes();
+  const std::string_view body =
+      std::string_view(out).substr(kBinaryHeaderBytes);
   ByteWriter head;
   head.bytes().append(magic);
   head.U64(body.size());
   head.Sum(Xxh3_128(body));
-  std::string out = std::move(head.bytes());
-  out += body;
-  return out;
+  out.replace(0, kBinaryHeaderBytes, head.bytes());
+  return std::move(out);
 }
 
 // The body of a framed object, once magic, length and checksum hold.
@@ -160,7 +172,11 @@ bool ParseDataObjectId(std::string_view key, DataObjectId* out) {
 }
 
 std::string EncodeRankIndex(const RankIndex& index) {
-  ByteWriter w;
+  size_t estimate = 64 + 32 * index.objects.size();
+  for (const IndexPiece& p : index.pieces) {
+    estimate += 16 + 20 * p.offsets.size() + 40 * p.chunks.size();
+  }
+  ByteWriter w = Framable(estimate);
   w.Var(static_cast<uint64_t>(index.step));
   w.Var(static_cast<uint64_t>(index.rank));
   w.Var(static_cast<uint64_t>(index.world_size));
@@ -181,7 +197,7 @@ std::string EncodeRankIndex(const RankIndex& index) {
       w.Sum(c.checksum);
     }
   }
-  return Frame(kIndexMagic, w.bytes());
+  return Frame(kIndexMagic, w);
 }
 
 Result<RankIndex> DecodeRankIndex(std::string_view bytes,
@@ -223,7 +239,7 @@ Result<RankIndex> DecodeRankIndex(std::string_view bytes,
 }
 
 std::string EncodeDirectory(const Directory& dir) {
-  ByteWriter w;
+  ByteWriter w = Framable(64 + 48 * dir.world_size);
   w.Var(static_cast<uint64_t>(dir.step));
   w.Var(static_cast<uint64_t>(dir.world_size));
   w.U64(dir.attempt);
@@ -270,7 +286,7 @@ std::string EncodeDirectory(const Directory& dir) {
     }
     w.Sum(e.pieces_sum);
   }
-  return Frame(kDirectoryMagic, w.bytes());
+  return Frame(kDirectoryMagic, w);
 }
 
 Status CheckDirectory(const Directory& dir, const std::string& what);
