@@ -37,21 +37,28 @@ namespace ckpt {
 
 using format::Manifest;
 
-Result<Manifest> CheckpointManager::Impl::BuildManifest(
-    int64_t step, const SaveOptions& save, const SaveDecision& decision,
-    const SavePlan& plan, const std::vector<WriteResult>& results) {
+Manifest CheckpointManager::Impl::Header(int64_t step, const SaveOptions& save,
+                                         const SaveDecision& decision,
+                                         const SavePlan& plan) const {
   Manifest m;
-  m.version = format::kManifestVersion;
   m.job_id = options_.job_id;
   m.step = step;
   m.epoch = save.epoch;
   m.created_unix_ms = options_.now_unix_ms();
   m.attempt = decision.attempt;
   m.world_size = static_cast<int32_t>(plan.hosts.size());
-  m.hosts = plan.hosts;
   m.chunk_size = options_.chunk_size;
   m.metadata = save.metadata;
   m.metrics = save.metrics;
+  return m;
+}
+
+Result<Manifest> CheckpointManager::Impl::BuildManifest(
+    int64_t step, const SaveOptions& save, const SaveDecision& decision,
+    const SavePlan& plan, const std::vector<WriteResult>& results) {
+  Manifest m = Header(step, save, decision, plan);
+  m.version = format::kManifestVersion;
+  m.hosts = plan.hosts;
   // Chunks of each planned piece, gathered from the rank that wrote it.
   std::vector<std::vector<format::ChunkRecord>> chunks(plan.pieces.size());
   std::map<std::string, uint32_t> referenced;  // key -> index in m.objects
@@ -121,17 +128,8 @@ Result<Manifest> CheckpointManager::Impl::BuildIndexed(
     int64_t step, const SaveOptions& save, const SaveDecision& decision,
     const SavePlan& plan, const std::vector<WriteResult>& results,
     std::string& directory) {
-  Manifest h;
+  Manifest h = Header(step, save, decision, plan);
   h.version = format::kScalableManifestVersion;
-  h.job_id = options_.job_id;
-  h.step = step;
-  h.epoch = save.epoch;
-  h.created_unix_ms = options_.now_unix_ms();
-  h.attempt = decision.attempt;
-  h.world_size = static_cast<int32_t>(plan.hosts.size());
-  h.chunk_size = options_.chunk_size;
-  h.metadata = save.metadata;
-  h.metrics = save.metrics;
   format::Directory dir;
   dir.step = step;
   dir.world_size = h.world_size;

@@ -229,6 +229,11 @@ class CheckpointManager::Impl {
   SaveOutcome Commit(int64_t step, const SaveOptions& save,
                      const SaveDecision& decision, const SavePlan& plan,
                      const std::vector<WriteResult>& results);
+  // The fields every manifest version shares: job, step, epoch, time,
+  // attempt, world size, chunk size, the user's metadata and metrics.
+  format::Manifest Header(int64_t step, const SaveOptions& save,
+                          const SaveDecision& decision,
+                          const SavePlan& plan) const;
   Result<format::Manifest> BuildManifest(
       int64_t step, const SaveOptions& save, const SaveDecision& decision,
       const SavePlan& plan, const std::vector<WriteResult>& results);

@@ -113,13 +113,19 @@ Result<std::shared_ptr<const Manifest>> ManifestStore::Assembled(
   return std::make_shared<const Manifest>(std::move(m));
 }
 
-Result<std::shared_ptr<const Manifest>> ManifestStore::Read(
-    int64_t step, const ObjectInfo& info) {
+std::shared_ptr<const Manifest> ManifestStore::Cached(int64_t step,
+                                                      const ObjectInfo& info) {
   auto it = cache_.find(step);
   if (it != cache_.end() && it->second.first.size == info.size &&
       it->second.first.mtime_unix_ms == info.mtime_unix_ms) {
     return it->second.second;
   }
+  return nullptr;
+}
+
+Result<std::shared_ptr<const Manifest>> ManifestStore::Read(
+    int64_t step, const ObjectInfo& info) {
+  if (auto cached = Cached(step, info)) return cached;
   CKPT_ASSIGN_OR_RETURN(Summarized s, ReadSummary(step, info));
   if (!s.directory) return s.manifest;
   std::vector<int32_t> ranks(s.directory->world_size);
@@ -145,11 +151,7 @@ Result<std::shared_ptr<const Manifest>> ManifestStore::ReadFor(
     int64_t step, const std::vector<Want>& wants) {
   CKPT_ASSIGN_OR_RETURN(ObjectInfo info, StatManifest(step));
   // Every piece already read (Describe before a load reads them all).
-  if (auto it = cache_.find(step);
-      it != cache_.end() && it->second.first.size == info.size &&
-      it->second.first.mtime_unix_ms == info.mtime_unix_ms) {
-    return it->second.second;
-  }
+  if (auto cached = Cached(step, info)) return cached;
   CKPT_ASSIGN_OR_RETURN(Summarized s, ReadSummary(step, info));
   if (!s.directory) return s.manifest;
   const Manifest& m = *s.manifest;

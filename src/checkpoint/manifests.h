@@ -100,6 +100,9 @@ class ManifestStore {
     std::shared_ptr<const format::Directory> directory;
   };
   Result<ObjectInfo> StatManifest(int64_t step);
+  // Step `step` with every piece, if read since its object was `info`.
+  std::shared_ptr<const format::Manifest> Cached(int64_t step,
+                                                 const ObjectInfo& info);
   Result<Summarized> ReadSummary(int64_t step, const ObjectInfo& info);
   // Rank `rank`'s index of `s`, read and checked against the directory.
   Result<format::RankIndex> ReadIndex(const Summarized& s, int32_t rank);

@@ -389,39 +389,13 @@ Result<Manifest> Assemble(const Manifest& header, const Directory& dir,
   // Only these ranks' pieces: each is checked alone (box inside the shape,
   // chunks inside their objects holding the box's bytes); overlaps and
   // coverage were checked when the checkpoint was committed.
-  for (const EntryRecord& e : m.entries) {
-    if (e.pieces.empty() || e.kind == EntryKind::kMetadata) continue;
-    for (size_t pi = 0; pi < e.pieces.size(); ++pi) {
-      const PieceRecord& p = e.pieces[pi];
-      bool inside = p.offsets.size() == e.shape.size() &&
-                    p.lengths.size() == e.shape.size();
-      for (size_t d = 0; inside && d < e.shape.size(); ++d) {
-        inside = p.offsets[d] <= e.shape[d] &&
-                 p.lengths[d] <= e.shape[d] - p.offsets[d];
-      }
-      if (!inside) {
-        return Bad(w, EntryWhere(dir.entries[&e - m.entries.data()]) +
-                          " piece of rank " + std::to_string(p.rank) +
-                          " lies outside the shape");
-      }
-      const Wide bytes =
-          Elements(p.lengths) * static_cast<Wide>(DTypeSize(e.dtype));
-      Wide sum = 0;
-      for (const ChunkRecord& c : p.chunks) {
-        const ObjectRecord& o = m.objects[c.object];
-        if (c.length == 0 || c.offset > o.size ||
-            c.length > o.size - c.offset) {
-          return Bad(w, "entry " + Quote(e.name) + ": a chunk of rank " +
-                            std::to_string(p.rank) + " runs past the end of " +
-                            Quote(o.key));
-        }
-        sum += c.length;
-      }
-      if (sum != bytes) {
-        return Bad(w, "entry " + Quote(e.name) + ": the chunks of rank " +
-                          std::to_string(p.rank) +
-                          " do not hold the box's bytes");
-      }
+  for (size_t ei = 0; ei < m.entries.size(); ++ei) {
+    const EntryRecord& e = m.entries[ei];
+    for (const PieceRecord& p : e.pieces) {
+      CKPT_RETURN_IF_ERROR(
+          CheckPieceAlone(m, e, p,
+                          w + ": " + EntryWhere(dir.entries[ei]) +
+                              " piece of rank " + std::to_string(p.rank)));
     }
   }
   m.pieces = Manifest::Pieces::kSome;

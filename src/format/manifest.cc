@@ -455,6 +455,13 @@ Status CheckChunksDisjoint(const Manifest& m, std::vector<ChunkSpan>& spans) {
 
 }  // namespace
 
+Status CheckPieceAlone(const Manifest& m, const EntryRecord& e,
+                       const PieceRecord& p, const std::string& where) {
+  uint64_t covered = 0;
+  std::vector<ChunkSpan> spans;
+  return CheckPiece(m, e, p, where, covered, spans);
+}
+
 // The checks run in this order, so a manifest with several faults is
 // reported by the first.
 Status ValidateManifest(const Manifest& m) {

@@ -151,6 +151,13 @@ Result<Manifest> DecodeManifest(std::string_view bytes, std::string_view what);
 // their objects and not overlapping, hosts match the world size.
 Status ValidateManifest(const Manifest& manifest);
 
+// One piece of `e` checked alone, as ValidateManifest checks every piece:
+// its box inside the shape, its rank inside the world, its chunks inside
+// their objects of `m` and holding exactly the box's bytes. DataLoss naming
+// `where` otherwise.
+Status CheckPieceAlone(const Manifest& m, const EntryRecord& e,
+                       const PieceRecord& p, const std::string& where);
+
 // A metadata entry's JSON: an object, nested no deeper than a manifest can
 // hold; DataLoss naming `where` otherwise.
 Status CheckMetadataJson(const std::string& text, const std::string& where);
