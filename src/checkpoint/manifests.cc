@@ -34,6 +34,11 @@ Result<ManifestStore::Summarized> ManifestStore::ReadSummary(
       it->second.info.mtime_unix_ms == info.mtime_unix_ms) {
     return it->second;
   }
+  // A JSON manifest read (or remembered) whole is its own summary.
+  if (std::shared_ptr<const Manifest> whole = Cached(step, info);
+      whole && whole->version != format::kScalableManifestVersion) {
+    return Summarized{info, whole, nullptr};
+  }
   const std::string key = format::ManifestKey(step);
   const std::string what = "manifest " + key + " in " + storage_.url();
   if (info.size > format::kMaxManifestBytes) {
@@ -150,7 +155,7 @@ Result<std::shared_ptr<const Manifest>> ManifestStore::Summary(int64_t step) {
 Result<std::shared_ptr<const Manifest>> ManifestStore::ReadFor(
     int64_t step, const std::vector<Want>& wants) {
   CKPT_ASSIGN_OR_RETURN(ObjectInfo info, StatManifest(step));
-  // Every piece already read (Describe before a load reads them all).
+  // Every piece already read (verify, a forced delete, an earlier load).
   if (auto cached = Cached(step, info)) return cached;
   CKPT_ASSIGN_OR_RETURN(Summarized s, ReadSummary(step, info));
   if (!s.directory) return s.manifest;
