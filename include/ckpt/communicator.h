@@ -1,7 +1,8 @@
 // How the ranks of a job talk to each other during a save or a load.
 //
 // ckpt needs little: rank and size, each rank's host name, a barrier, an
-// all-gather and a broadcast of bytes. Implementations: one process
+// all-gather and a broadcast of bytes; tiers (ckpt/tiered.h) also send bytes
+// from one rank to another. Implementations: one process
 // (NewLocalCommunicator), ranks as threads (NewThreadCommunicators, for tests)
 // and MPI (ckpt/mpi_communicator.h, built when MPI is found).
 //
@@ -34,6 +35,18 @@ class Communicator {
   virtual Result<std::vector<std::string>> AllGather(std::string_view mine) = 0;
   // Every rank receives `root`'s `data` (other ranks' `data` is ignored).
   virtual Result<std::string> Broadcast(std::string_view data, int root) = 0;
+
+  // Point to point: sends `data` to rank `dest` and receives one message
+  // from rank `source`, at once (as MPI_Sendrecv), so ranks that pass
+  // messages around a ring cannot deadlock. -1 for `dest` sends nothing,
+  // -1 for `source` receives nothing (and returns ""). Messages between two
+  // ranks arrive in the order they were sent; a send may wait until its
+  // receiver takes an earlier one, so memory stays bounded. Unlike the
+  // collectives, only the two ranks of a message take part. Default:
+  // Unavailable (a communicator of the caller's that cannot do it; tiers
+  // need it, single-root saves do not).
+  virtual Result<std::string> SendRecv(std::string_view data, int dest,
+                                       int source);
 
   // Gives up on the group: collectives waiting on any rank (and later ones)
   // fail with `why`. For a rank that cannot take part any more (it threw);

@@ -12,6 +12,13 @@ std::string Communicator::host_name() const {
   return buf;
 }
 
+Result<std::string> Communicator::SendRecv(std::string_view data, int dest,
+                                           int source) {
+  return UnavailableError(
+      "this communicator cannot send from one rank to another (SendRecv), "
+      "which tiers need");
+}
+
 namespace {
 
 class LocalCommunicator : public Communicator {
@@ -24,6 +31,19 @@ class LocalCommunicator : public Communicator {
   }
   Result<std::string> Broadcast(std::string_view data, int root) override {
     if (root != 0) return InvalidArgumentError("broadcast root out of range");
+    return std::string(data);
+  }
+  // Rank 0 talks only to itself: what it sends is what it receives.
+  Result<std::string> SendRecv(std::string_view data, int dest,
+                               int source) override {
+    if (dest > 0 || source > 0 || dest < -1 || source < -1) {
+      return InvalidArgumentError("send/receive rank out of range");
+    }
+    if (source == -1) return std::string();
+    if (dest == -1) {
+      return FailedPreconditionError(
+          "receive from rank 0 with nothing sent: it would wait forever");
+    }
     return std::string(data);
   }
 };

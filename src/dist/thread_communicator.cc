@@ -2,6 +2,8 @@
 // and fast, without MPI. Every collective is a rendezvous of all N threads
 // on a shared slot table; the last thread to arrive publishes the results
 // and starts the next round.
+#include <deque>
+
 #include "ckpt/communicator.h"
 #include "util/mutex.h"
 
@@ -11,7 +13,8 @@ namespace {
 // Thread-safe: each rank's thread calls Exchange, any thread Abort.
 class Group {
  public:
-  explicit Group(int size) : size_(size), slots_(size) {}
+  explicit Group(int size)
+      : size_(size), slots_(size), boxes_(static_cast<size_t>(size) * size) {}
 
   // Deposits `mine` for `rank` and returns every rank's deposit of the same
   // round. An aborted group fails every waiting and later call.
@@ -36,23 +39,60 @@ class Group {
     return result_;
   }
 
+  // Queues `data` from `from` to `to`. With `wait_for_room`, first waits
+  // until the receiver has taken all but one earlier message (a plain send,
+  // so a sender cannot run far ahead); a send paired with a receive never
+  // waits, as MPI_Sendrecv does not, so a ring of them cannot deadlock.
+  Status Send(int from, int to, std::string data, bool wait_for_room)
+      EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    std::deque<std::string>& box = Box(from, to);
+    while (wait_for_room && box.size() >= 2 && aborted_.ok()) {
+      mail_.Wait(&mu_);
+    }
+    if (!aborted_.ok()) return aborted_;
+    box.push_back(std::move(data));
+    mail_.SignalAll();
+    return Status();
+  }
+
+  // The next message from `from` to `to`, once there is one.
+  Result<std::string> Receive(int from, int to) EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    std::deque<std::string>& box = Box(from, to);
+    while (box.empty() && aborted_.ok()) mail_.Wait(&mu_);
+    if (!aborted_.ok()) return aborted_;
+    std::string out = std::move(box.front());
+    box.pop_front();
+    mail_.SignalAll();
+    return out;
+  }
+
   void Abort(Status why) EXCLUDES(mu_) {
     MutexLock lock(&mu_);
     if (aborted_.ok()) aborted_ = std::move(why);
     round_done_.SignalAll();
+    mail_.SignalAll();
   }
 
   int size() const { return size_; }
 
  private:
+  std::deque<std::string>& Box(int from, int to) REQUIRES(mu_) {
+    return boxes_[static_cast<size_t>(from) * size_ + to];
+  }
+
   const int size_;
   Mutex mu_;
+  CondVar mail_;  // a message was queued or taken, or the group was aborted
   CondVar round_done_;  // a round completed, or the group was aborted
   std::vector<std::string> slots_ GUARDED_BY(mu_);
   std::vector<std::string> result_ GUARDED_BY(mu_);
   int arrived_ GUARDED_BY(mu_) = 0;
   uint64_t round_ GUARDED_BY(mu_) = 0;
   Status aborted_ GUARDED_BY(mu_);
+  // Point-to-point messages not yet received, by (sender, receiver).
+  std::vector<std::deque<std::string>> boxes_ GUARDED_BY(mu_);
 };
 
 class ThreadCommunicator : public Communicator {
@@ -83,6 +123,19 @@ class ThreadCommunicator : public Communicator {
         std::vector<std::string> all,
         group_->Exchange(rank_, rank_ == root ? std::string(data) : ""));
     return std::move(all[root]);
+  }
+
+  Result<std::string> SendRecv(std::string_view data, int dest,
+                               int source) override {
+    if (dest < -1 || dest >= size() || source < -1 || source >= size()) {
+      return InvalidArgumentError("send/receive rank out of range");
+    }
+    if (dest >= 0) {
+      CKPT_RETURN_IF_ERROR(group_->Send(rank_, dest, std::string(data),
+                                        /*wait_for_room=*/source < 0));
+    }
+    if (source < 0) return std::string();
+    return group_->Receive(source, rank_);
   }
 
   void Abort(Status why) override { group_->Abort(std::move(why)); }
