@@ -12,3 +12,4 @@
 #include "ckpt/state.h"
 #include "ckpt/status.h"
 #include "ckpt/storage.h"
+#include "ckpt/tiered.h"

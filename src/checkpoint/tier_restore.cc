@@ -1,0 +1,273 @@
+// Restore from the tiers (TieredManager::Restore) and what `ckpt ls` shows
+// of a local tier: the numbered protocol is at the top of
+// tiered_manager.cc.
+#include <algorithm>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "checkpoint/tier_share.h"
+#include "checkpoint/tier_transfer.h"
+#include "checkpoint/tiered_impl.h"
+#include "format/layout.h"
+#include "util/log.h"
+
+namespace ckpt {
+
+using format::ManifestKey;
+using format::SplitStepKey;
+using format::StepOfKey;
+
+namespace {
+
+// The parsed fields of a share description, for comparing two.
+std::map<std::string, std::string> DescriptionFields(const std::string& json) {
+  State tmp;
+  tmp.AddMetadataJson("d", json);
+  Result<std::map<std::string, std::string>> m = tmp.Metadata("d");
+  return m.ok() ? *m : std::map<std::string, std::string>{};
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> TieredManager::Impl::ScanNode() {
+  // One line per share step ("m <rank> <step>") and marker ("c <rank>
+  // <step> <world size>") in this node's local root.
+  CKPT_ASSIGN_OR_RETURN(std::vector<ObjectInfo> keys, node_->List("r"));
+  std::vector<std::string> lines;
+  for (const ObjectInfo& o : keys) {
+    int rank = 0;
+    std::string_view rest;
+    if (!SplitShareKey(o.key, &rank, &rest) || rank >= world_) continue;
+    int64_t step = 0;
+    int w = 0;
+    if (ParseTierMarkerKey(rest, &step, &w)) {
+      lines.push_back("c " + std::to_string(rank) + " " + std::to_string(step) +
+                      " " + std::to_string(w));
+    } else if (std::string_view file;
+               SplitStepKey(rest, &step, &file) && rest == ManifestKey(step)) {
+      lines.push_back("m " + std::to_string(rank) + " " + std::to_string(step));
+    }
+  }
+  return lines;
+}
+
+Status TieredManager::Impl::LoadLocal(int64_t step,
+                                      const std::vector<std::set<int>>& have,
+                                      State& state, const LoadOptions& options,
+                                      TierRestoreResult& out) {
+  // Fetch, in rank order, the shares whose own node lost them.
+  Status mine;
+  for (int q = 0; q < world_; ++q) {
+    if (have[q].count(node_of_[q])) continue;
+    ++out.ranks_fetched;
+    int holder = -1;
+    for (int r = 0; r < world_ && holder < 0; ++r) {
+      if (have[q].count(node_of_[r])) holder = r;
+    }
+    TransferSide send, receive;
+    if (rank_ == holder) {
+      Result<CheckpointManager*> from = Root(q);
+      send.root = from.ok() ? *from : nullptr;
+      send.peer = q;
+    }
+    if (rank_ == q) {
+      receive.root = roots_.at(rank_).get();
+      receive.peer = holder;
+      if (Status s = ClearStep(*receive.root, step); !s.ok()) mine = s;
+    }
+    if (send.peer < 0 && receive.peer < 0) continue;
+    if (send.peer >= 0 && !send.root) {
+      // Unreachable root: the receiver must still hear the end.
+      CKPT_RETURN_IF_ERROR(
+          comm_->SendRecv("Xthe holder cannot open its copy", q, -1).status());
+      continue;
+    }
+    CKPT_RETURN_IF_ERROR(
+        TransferStep(*comm_, step, opt_.transfer_block_bytes, send, receive));
+    if (rank_ == q) {
+      out.fetched_bytes = receive.bytes;
+      if (mine.ok()) mine = receive.status;
+      if (mine.ok()) Mark(*receive.root, step);
+    }
+  }
+  CheckpointManager& own = *roots_.at(rank_);
+  if (mine.ok()) {
+    Result<CheckpointDescription> d = own.Describe(step);
+    if (!d.ok()) mine = d.status();
+    std::string saved_for, job;
+    if (d.ok()) {
+      for (const EntryInfo& e : d->entries) {
+        if (e.name == kShareEntry) saved_for = e.json;
+        if (e.name == kShareJobEntry) job = e.json;
+      }
+      if (DescriptionFields(saved_for) !=
+              DescriptionFields(ShareDescription(state, rank_, world_)) ||
+          DescriptionFields(job)["durable"] != job_) {
+        mine = FailedPreconditionError(
+            "the share of step " + std::to_string(step) +
+            " was saved by another job, rank, world size or split");
+      }
+    }
+  }
+  if (mine.ok()) {
+    State view;
+    mine = BuildShareLoadView(state, view);
+    view.AddMetadataJson(kShareEntry, "{}");
+    view.AddMetadataJson(kShareJobEntry, "{}");
+    if (mine.ok()) {
+      Result<CheckpointInfo> info = own.Load(step, view, options);
+      if (info.ok()) {
+        out.info = *info;
+        mine = CopyBackLoaded(view, state);
+      } else {
+        mine = info.status();
+      }
+    }
+  }
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> all,
+                        comm_->AllGather(mine.ok() ? "" : mine.ToString()));
+  if (std::string why = FirstCause(all); !why.empty()) {
+    return AbortedError(why);
+  }
+  return Status();
+}
+
+Result<TierRestoreResult> TieredManager::Impl::Restore(
+    State& state, const LoadOptions& options) {
+  WaitInflight();
+  Result<std::vector<std::string>> scanned = ScanNode();
+  if (!scanned.ok()) {
+    LogWarning("tiers: listing the local tier " + node_url_ + ": " +
+               scanned.status().ToString());
+  }
+  std::string mine;
+  for (const std::string& line :
+       scanned.ok() ? *scanned : std::vector<std::string>{}) {
+    mine += line + "\n";
+  }
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> all, comm_->AllGather(mine));
+  // (step -> which nodes hold each rank's share), and the marked steps.
+  std::map<int64_t, std::vector<std::set<int>>> have;
+  std::set<int64_t> marked;
+  for (int r = 0; r < world_; ++r) {
+    std::istringstream in(all[r]);
+    std::string kind;
+    int q = 0;
+    int64_t step = 0;
+    while (in >> kind >> q >> step) {
+      if (kind == "c") {
+        int w = 0;
+        in >> w;
+        if (w == world_) marked.insert(step);
+      } else if (q >= 0 && q < world_) {
+        auto& nodes = have[step];
+        nodes.resize(world_);
+        nodes[q].insert(node_of_[r]);
+      }
+    }
+  }
+  std::optional<int64_t> local;
+  for (auto it = marked.rbegin(); it != marked.rend() && !local; ++it) {
+    auto h = have.find(*it);
+    if (h == have.end()) continue;
+    if (std::all_of(h->second.begin(), h->second.end(),
+                    [](const std::set<int>& s) { return !s.empty(); })) {
+      local = *it;
+    }
+  }
+  // Rank 0 asks the durable tier only when a listing shows it newer.
+  std::string choice;
+  if (rank_ == 0) {
+    int64_t listed = -1;
+    if (auto keys = durable_.storage().List("step-"); keys.ok()) {
+      for (const ObjectInfo& o : *keys) {
+        const int64_t step = StepOfKey(o.key);
+        if (step > listed && o.key == ManifestKey(step)) listed = step;
+      }
+    }
+    std::optional<int64_t> durable;
+    if (!local || listed > *local) {
+      Result<std::optional<int64_t>> latest = durable_.Latest();
+      if (latest.ok()) durable = *latest;
+    }
+    if (durable && (!local || *durable > *local)) {
+      choice = "D " + std::to_string(*durable);
+    } else if (local) {
+      choice = "L " + std::to_string(*local);
+    } else {
+      choice = "N 0";
+    }
+  }
+  CKPT_ASSIGN_OR_RETURN(choice, comm_->Broadcast(choice, 0));
+  TierRestoreResult out;
+  const int64_t step = std::stoll(choice.substr(2));
+  if (choice[0] == 'N') return out;
+  if (choice[0] == 'L') {
+    Status s = LoadLocal(step, have[step], state, options, out);
+    if (s.ok()) {
+      out.tier = Tier::kLocal;
+      out.step = step;
+      return out;
+    }
+    if (s.code() != ErrorCode::kAborted) return s;
+    out.local_skipped = s.ToString();
+    if (rank_ == 0) {
+      LogWarning("tiers: step " + std::to_string(step) +
+                 " of the local tier cannot be restored, loading the durable "
+                 "tier: " +
+                 out.local_skipped);
+    }
+    Result<CheckpointInfo> info = durable_.Load(std::nullopt, state, options);
+    if (!info.ok() && info.status().code() == ErrorCode::kNotFound) {
+      return Status(ErrorCode::kDataLoss,
+                    "tiers: the local tier's step " + std::to_string(step) +
+                        " cannot be restored and the durable tier holds "
+                        "nothing: " +
+                        out.local_skipped);
+    }
+    CKPT_RETURN_IF_ERROR(info.status());
+    out.info = *info;
+  } else {
+    CKPT_ASSIGN_OR_RETURN(out.info, durable_.Load(step, state, options));
+  }
+  out.tier = Tier::kDurable;
+  out.step = out.info.step;
+  return out;
+}
+
+Result<std::vector<LocalShareInfo>> ListLocalTier(const std::string& url) {
+  StorageOptions so;
+  so.create = false;
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Storage> node, OpenStorage(url, so));
+  CKPT_ASSIGN_OR_RETURN(std::vector<ObjectInfo> keys, node->List("r"));
+  std::map<std::pair<int, int64_t>, LocalShareInfo> shares;
+  std::map<std::pair<int, int64_t>, uint64_t> bytes;
+  std::map<std::pair<int, int64_t>, int> marks;
+  for (const ObjectInfo& o : keys) {
+    int rank = 0;
+    std::string_view rest;
+    if (!SplitShareKey(o.key, &rank, &rest)) continue;
+    int64_t step = 0;
+    int w = 0;
+    std::string_view file;
+    if (ParseTierMarkerKey(rest, &step, &w)) {
+      marks[{rank, step}] = w;
+    } else if (SplitStepKey(rest, &step, &file)) {
+      bytes[{rank, step}] += o.size;
+      if (rest == ManifestKey(step)) shares[{rank, step}] = {rank, step};
+    }
+  }
+  std::vector<LocalShareInfo> out;
+  for (auto& [key, info] : shares) {
+    info.bytes = bytes[key];
+    if (auto m = marks.find(key); m != marks.end()) {
+      info.marked = true;
+      info.world_size = m->second;
+    }
+    out.push_back(info);
+  }
+  return out;
+}
+
+}  // namespace ckpt

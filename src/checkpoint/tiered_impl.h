@@ -1,0 +1,76 @@
+// TieredManager's implementation, shared by the files of its mechanisms:
+// tiered_manager.cc (opening, the local-tier save, replication, pruning)
+// and tier_restore.cc (agreeing on the step, fetching shares, loading).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "checkpoint/staging.h"
+#include "ckpt/tiered.h"
+
+namespace ckpt {
+
+// "rank R: <error>" for the first rank that failed for a reason of its own
+// (a full tier), rather than because a peer did (an aborted transfer);
+// "" when no rank failed. Every rank gets the same answer.
+std::string FirstCause(const std::vector<std::string>& errors);
+
+class TieredManager::Impl {
+ public:
+  Impl(CheckpointManager& durable, TierOptions options)
+      : durable_(durable), opt_(std::move(options)) {}
+
+  ~Impl() { WaitInflight(); }
+
+  Status Init();
+  TierSaveHandle SaveAsync(int64_t step, const State& state,
+                           const TierSaveOptions& options);
+  Result<TierRestoreResult> Restore(State& state, const LoadOptions& options);
+
+  int node() const { return node_of_[rank_]; }
+  const std::string& node_url() const { return node_url_; }
+  CheckpointManager& durable() { return durable_; }
+
+ private:
+  Result<std::unique_ptr<Storage>> OpenLocal(const std::string& url) const {
+    if (opt_.open_local) return opt_.open_local(url);
+    return OpenStorage(url);
+  }
+  Result<CheckpointManager*> Root(int rank);
+  Status ClearStep(CheckpointManager& root, int64_t step);
+  void Mark(CheckpointManager& root, int64_t step);
+  void Prune(CheckpointManager& root, bool collect_garbage);
+  Result<TierSaveResult> RunSave(int64_t step, const TierSaveOptions& options,
+                                 bool local, bool durable);
+  Status LocalSave(int64_t step, const TierSaveOptions& options,
+                   TierSaveResult& result);
+  Result<std::vector<std::string>> ScanNode();
+  Status LoadLocal(int64_t step, const std::vector<std::set<int>>& have,
+                   State& state, const LoadOptions& options,
+                   TierRestoreResult& out);
+  void WaitInflight() {
+    if (worker_.joinable()) worker_.join();
+  }
+
+  CheckpointManager& durable_;
+  const TierOptions opt_;
+  std::unique_ptr<Communicator> own_comm_;
+  Communicator* comm_ = nullptr;
+  int rank_ = 0, world_ = 1;
+  std::vector<int> node_of_;
+  std::vector<int> send_to_, receive_from_;  // by replica
+  std::string node_url_;
+  std::shared_ptr<Storage> node_;  // this node's local root
+  std::string job_;  // the durable tier's URL, recorded in every share
+  // Roots of this node's shares by rank: its own, and replicas it holds.
+  std::map<int, std::unique_ptr<CheckpointManager>> roots_;
+  StagingArena arena_;
+  State staged_;
+  std::thread worker_;
+};
+
+}  // namespace ckpt

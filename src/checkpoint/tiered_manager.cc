@@ -1,0 +1,411 @@
+// TieredManager: the local tier (one-rank shares in node-local roots,
+// replicated to peers) and the durable tier (a CheckpointManager), saved
+// from one staged copy and restored from whichever has the newest complete
+// step. ckpt/tiered.h states the promises; docs/tiers.md the layout.
+//
+// A local-tier save (every rank, on the background thread):
+//   1. Save the rank's share as a one-rank checkpoint in its own root
+//      r<rank>/ of its node (a leftover of an earlier attempt at the step
+//      is deleted first).
+//   2. For each replica j: stream the share to peer j (TransferStep) while
+//      receiving peer j's source's share into this node's r<source>/.
+//   3. All-gather every rank's outcome. Any failure: the step is not
+//      committed on the local tier (no marker anywhere), every rank reports
+//      the same error, and the previous marked step stays whole.
+//   4. Write the marker tier-committed-<step>-w<W> into every root this rank
+//      wrote for the step: from now on the step is restorable.
+//   5. Prune each such root to the newest local_keep marked steps.
+// Then, when the durable tier is due, the same staged state is saved there
+// by its own protocol.
+//
+// Restore (every rank):
+//   1. List the node's local root; all-gather which shares and markers each
+//      node holds.
+//   2. Pick the newest step with a marker for this world size whose every
+//      share is on some node. Rank 0 lists the durable tier: if it has a
+//      newer committed step, it wins; rank 0 broadcasts the choice.
+//   3. Local: each rank whose node lacks its share fetches it from the
+//      lowest rank of a node that holds a replica; each rank checks that its
+//      share was saved for its rank, world size and boxes, and loads it.
+//      All-gather the outcome; any failure loads the durable tier instead.
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "checkpoint/tier_share.h"
+#include "checkpoint/tier_transfer.h"
+#include "checkpoint/tiered_impl.h"
+#include "ckpt/tiered.h"
+#include "format/layout.h"
+#include "util/log.h"
+
+namespace ckpt {
+
+using format::ManifestKey;
+using format::SplitStepKey;
+using format::StepDirName;
+using format::StepOfKey;
+
+const char* TierName(Tier tier) {
+  switch (tier) {
+    case Tier::kLocal:
+      return "local";
+    case Tier::kDurable:
+      return "durable";
+    case Tier::kNone:
+      break;
+  }
+  return "none";
+}
+
+struct TierSaveHandle::Shared {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Result<TierSaveResult> result = TierSaveResult{};
+};
+
+bool TierSaveHandle::Done() const {
+  if (!shared_) return true;
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  return shared_->done;
+}
+
+Result<TierSaveResult> TierSaveHandle::Wait() const {
+  if (!shared_) return FailedPreconditionError("a handle of no save");
+  std::unique_lock<std::mutex> lock(shared_->mu);
+  shared_->cv.wait(lock, [&] { return shared_->done; });
+  return shared_->result;
+}
+
+std::string FirstCause(const std::vector<std::string>& errors) {
+  const std::string aborted = Status(ErrorCode::kAborted, "").ToString();
+  int first = -1;
+  for (int r = 0; r < static_cast<int>(errors.size()); ++r) {
+    if (errors[r].empty()) continue;
+    if (errors[r].compare(0, aborted.size() - 1, aborted, 0,
+                          aborted.size() - 1) != 0) {
+      return "rank " + std::to_string(r) + ": " + errors[r];
+    }
+    if (first < 0) first = r;
+  }
+  return first < 0 ? ""
+                   : "rank " + std::to_string(first) + ": " + errors[first];
+}
+
+Status TieredManager::Impl::Init() {
+  if (opt_.local_url.empty()) {
+    return InvalidArgumentError("tiers: TierOptions::local_url is empty");
+  }
+  if (opt_.local_keep < 1 || opt_.replicas < 0 || opt_.local_every_steps < 0 ||
+      opt_.durable_every_steps < 0) {
+    return InvalidArgumentError(
+        "tiers: local_keep must be at least 1; replicas and the intervals "
+        "not negative");
+  }
+  comm_ = durable_.options().communicator;
+  if (!comm_) {
+    own_comm_ = NewLocalCommunicator();
+    comm_ = own_comm_.get();
+  }
+  rank_ = comm_->rank();
+  world_ = comm_->size();
+  job_ = durable_.storage().url();
+  if (!opt_.node_of_rank.empty()) {
+    if (static_cast<int>(opt_.node_of_rank.size()) != world_) {
+      return InvalidArgumentError("tiers: node_of_rank names " +
+                                  std::to_string(opt_.node_of_rank.size()) +
+                                  " ranks of " + std::to_string(world_));
+    }
+    node_of_ = opt_.node_of_rank;
+    for (int n : node_of_) {
+      if (n < 0) return InvalidArgumentError("tiers: a negative node index");
+    }
+  } else {
+    CKPT_ASSIGN_OR_RETURN(std::vector<std::string> hosts,
+                          comm_->AllGather(comm_->host_name()));
+    std::map<std::string, int> index;
+    for (const std::string& h : hosts) {
+      node_of_.push_back(
+          index.emplace(h, static_cast<int>(index.size())).first->second);
+    }
+  }
+  // Replicas go around the ranks ordered by node: a shift by the size of
+  // the largest node lands on the next node for nodes of equal size.
+  std::vector<int> order(world_);
+  for (int r = 0; r < world_; ++r) order[r] = r;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return node_of_[a] < node_of_[b]; });
+  std::map<int, int> per_node;
+  for (int n : node_of_) ++per_node[n];
+  int largest = 0;
+  for (const auto& [n, count] : per_node) largest = std::max(largest, count);
+  const int nodes = static_cast<int>(per_node.size());
+  if (opt_.replicas > nodes - 1) {
+    return InvalidArgumentError("tiers: " + std::to_string(opt_.replicas) +
+                                " replicas need " +
+                                std::to_string(opt_.replicas + 1) +
+                                " nodes; the job has " + std::to_string(nodes));
+  }
+  std::vector<int> position(world_);
+  for (int p = 0; p < world_; ++p) position[order[p]] = p;
+  for (int j = 1; j <= opt_.replicas; ++j) {
+    const int shift = (j * largest) % world_;
+    for (int r = 0; r < world_; ++r) {
+      const int to = order[(position[r] + shift) % world_];
+      if (node_of_[to] == node_of_[r]) {
+        return InvalidArgumentError(
+            "tiers: replica " + std::to_string(j) + " of rank " +
+            std::to_string(r) + " would land on its own node " +
+            std::to_string(node_of_[r]) +
+            " (nodes of unequal size); give node_of_rank or fewer replicas");
+      }
+    }
+    send_to_.push_back(order[(position[rank_] + shift) % world_]);
+    receive_from_.push_back(order[(position[rank_] - shift + world_) % world_]);
+  }
+  node_url_ = NodeRootUrl(opt_.local_url, node());
+  CKPT_ASSIGN_OR_RETURN(node_, OpenLocal(node_url_));
+  return Root(rank_).status();
+}
+
+Result<CheckpointManager*> TieredManager::Impl::Root(int rank) {
+  auto it = roots_.find(rank);
+  if (it != roots_.end()) return it->second.get();
+  const std::string url = ShareRootUrl(node_url_, rank);
+  std::unique_ptr<Storage> storage = NewShareStorage(node_, rank);
+  Options o;
+  o.job_id = url;
+  // The tiered manager is the only writer of its local roots; a share's
+  // root changes hands with its rank (a replica is written by a peer).
+  o.lease_seconds = 0;
+  o.gc_after_save = true;
+  o.chunk_size = durable_.options().chunk_size;
+  o.metadata_layout = durable_.options().metadata_layout;
+  o.io_threads = durable_.options().io_threads;
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointManager> m,
+                        CheckpointManager::Open(std::move(storage), o));
+  CheckpointManager* out = m.get();
+  roots_[rank] = std::move(m);
+  return out;
+}
+
+Status TieredManager::Impl::ClearStep(CheckpointManager& root, int64_t step) {
+  // Markers first: a step must never look committed while it is replaced.
+  CKPT_ASSIGN_OR_RETURN(
+      std::vector<ObjectInfo> markers,
+      root.storage().List(TierMarkerKey(step, 1).substr(0, 27)));
+  for (const ObjectInfo& m : markers) {
+    CKPT_RETURN_IF_ERROR(root.storage().Delete(m.key));
+  }
+  if (!root.storage().Stat(ManifestKey(step)).ok()) return Status();
+  Status s = root.Delete(step);
+  return s.code() == ErrorCode::kNotFound ? Status() : s;
+}
+
+void TieredManager::Impl::Mark(CheckpointManager& root, int64_t step) {
+  Status s = root.storage().Put(TierMarkerKey(step, world_), {},
+                                PutMode::kCreateIfAbsent);
+  if (!s.ok() && s.code() != ErrorCode::kAlreadyExists) {
+    // Other roots hold the step's marker too; one missing is no loss.
+    LogWarning("tiers: marking step " + std::to_string(step) + " in " +
+               root.storage().url() + ": " + s.ToString());
+  }
+}
+
+void TieredManager::Impl::Prune(CheckpointManager& root, bool collect_garbage) {
+  Result<std::vector<ObjectInfo>> listed =
+      root.storage().List("tier-committed-");
+  if (!listed.ok()) return;
+  std::map<int64_t, std::string> marked;  // step -> marker key
+  for (const ObjectInfo& o : *listed) {
+    int64_t step = 0;
+    int w = 0;
+    if (ParseTierMarkerKey(o.key, &step, &w)) marked[step] = o.key;
+  }
+  if (marked.empty()) return;
+  auto kept = marked.rbegin();
+  for (int i = 1; i < opt_.local_keep && std::next(kept) != marked.rend(); ++i)
+    ++kept;
+  const int64_t oldest_kept = kept->first;
+  const int64_t newest = marked.rbegin()->first;
+  Status failed;
+  if (Result<std::vector<CheckpointInfo>> steps = root.List(); steps.ok()) {
+    for (const CheckpointInfo& info : *steps) {
+      if (info.step < oldest_kept ||
+          (!marked.count(info.step) && info.step < newest)) {
+        if (Status s = root.Delete(info.step); !s.ok()) failed = s;
+      }
+    }
+  }
+  for (const auto& [step, key] : marked) {
+    if (step < oldest_kept) root.storage().Delete(key).IgnoreError();
+  }
+  if (collect_garbage) root.GarbageCollect().status().IgnoreError();
+  if (!failed.ok()) {
+    LogWarning("tiers: pruning " + root.storage().url() + ": " +
+               failed.ToString());
+  }
+}
+
+Status TieredManager::Impl::LocalSave(int64_t step,
+                                      const TierSaveOptions& options,
+                                      TierSaveResult& result) {
+  CheckpointManager& own = *roots_.at(rank_);
+  State share;
+  Status mine = BuildShareState(staged_, rank_, world_, share);
+  if (mine.ok()) {
+    // The share metadata names the durable tier: a share left in the local
+    // root by another job is never taken for this one's.
+    share.AddMetadata(kShareJobEntry, {{"durable", job_}});
+    mine = ClearStep(own, step);
+  }
+  if (mine.ok()) {
+    SaveOptions so;
+    so.epoch = options.save.epoch;
+    Result<SaveResult> saved = own.Save(step, share, so);
+    if (saved.ok()) {
+      result.local_bytes = saved->info.bytes;
+    } else {
+      mine = saved.status();
+    }
+  }
+  std::vector<CheckpointManager*> received;
+  for (size_t j = 0; j < send_to_.size(); ++j) {
+    TransferSide send{&own, send_to_[j]};
+    TransferSide receive{nullptr, receive_from_[j]};
+    Result<CheckpointManager*> into = Root(receive_from_[j]);
+    Status cleared = into.ok() ? ClearStep(**into, step) : into.status();
+    if (cleared.ok()) receive.root = *into;
+    CKPT_RETURN_IF_ERROR(
+        TransferStep(*comm_, step, opt_.transfer_block_bytes, send, receive));
+    if (!cleared.ok()) receive.status = cleared;
+    result.replicated_bytes += send.bytes;
+    if (mine.ok() && !send.status.ok()) mine = send.status;
+    if (mine.ok() && !receive.status.ok()) mine = receive.status;
+    if (receive.status.ok() && receive.root) received.push_back(receive.root);
+  }
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> all,
+                        comm_->AllGather(mine.ok() ? "" : mine.ToString()));
+  if (std::string why = FirstCause(all); !why.empty()) {
+    return AbortedError("local tier, step " + std::to_string(step) + ", " +
+                        why);
+  }
+  Mark(own, step);
+  for (CheckpointManager* root : received) Mark(*root, step);
+  Prune(own, false);
+  for (CheckpointManager* root : received) Prune(*root, true);
+  return Status();
+}
+
+Result<TierSaveResult> TieredManager::Impl::RunSave(
+    int64_t step, const TierSaveOptions& options, bool local, bool durable) {
+  TierSaveResult result;
+  result.step = step;
+  using Clock = std::chrono::steady_clock;
+  auto seconds_since = [](Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  if (local) {
+    const Clock::time_point t0 = Clock::now();
+    Status s = LocalSave(step, options, result);
+    result.local_seconds = seconds_since(t0);
+    result.local = s.ok();
+    if (!s.ok()) {
+      result.local_error = s.ToString();
+      if (rank_ == 0) LogWarning("tiers: " + result.local_error);
+      // A broken communicator fails every later collective too.
+      if (s.code() != ErrorCode::kAborted) return s;
+    }
+  }
+  if (durable) {
+    const Clock::time_point t0 = Clock::now();
+    CKPT_ASSIGN_OR_RETURN(result.durable_result,
+                          durable_.Save(step, staged_, options.save));
+    result.durable = !result.durable_result.skipped;
+    result.durable_seconds = seconds_since(t0);
+  }
+  return result;
+}
+
+TierSaveHandle TieredManager::Impl::SaveAsync(int64_t step, const State& state,
+                                              const TierSaveOptions& options) {
+  WaitInflight();
+  auto shared = std::make_shared<TierSaveHandle::Shared>();
+  const bool local =
+      opt_.local_every_steps > 0 && step % opt_.local_every_steps == 0;
+  const bool durable =
+      !options.skip_durable &&
+      (options.durable ||
+       (opt_.durable_every_steps > 0 && step % opt_.durable_every_steps == 0));
+  if (!local && !durable) {
+    TierSaveResult skipped;
+    skipped.step = step;
+    skipped.skipped = true;
+    shared->result = skipped;
+    shared->done = true;
+    return TierSaveHandle(shared);
+  }
+  // A rank that cannot stage still takes part, with a state that fails:
+  // every rank then fails the same way.
+  staged_ = State();
+  Status staged = state.status();
+  if (staged.ok()) {
+    Result<std::span<std::byte>> memory = arena_.Reserve(StagingBytes(state));
+    staged =
+        memory.ok() ? StageState(state, *memory, staged_) : memory.status();
+  }
+  if (!staged.ok()) {
+    staged_ = State();
+    staged_.SetError(staged);
+  }
+  worker_ = std::thread([this, shared, step, options, local, durable] {
+    Result<TierSaveResult> r = RunSave(step, options, local, durable);
+    std::lock_guard<std::mutex> lock(shared->mu);
+    shared->result = std::move(r);
+    shared->done = true;
+    shared->cv.notify_all();
+  });
+  return TierSaveHandle(shared);
+}
+
+// --- TieredManager -----------------------------------------------------------
+
+Result<std::unique_ptr<TieredManager>> TieredManager::Open(
+    CheckpointManager& durable, TierOptions options) {
+  auto impl = std::make_unique<Impl>(durable, std::move(options));
+  CKPT_RETURN_IF_ERROR(impl->Init());
+  return std::unique_ptr<TieredManager>(new TieredManager(std::move(impl)));
+}
+
+TieredManager::TieredManager(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)) {}
+TieredManager::~TieredManager() = default;
+
+Result<TierSaveResult> TieredManager::Save(int64_t step, const State& state,
+                                           const TierSaveOptions& options) {
+  return impl_->SaveAsync(step, state, options).Wait();
+}
+
+TierSaveHandle TieredManager::SaveAsync(int64_t step, const State& state,
+                                        const TierSaveOptions& options) {
+  return impl_->SaveAsync(step, state, options);
+}
+
+Result<TierRestoreResult> TieredManager::Restore(State& state,
+                                                 const LoadOptions& options) {
+  return impl_->Restore(state, options);
+}
+
+int TieredManager::node() const { return impl_->node(); }
+const std::string& TieredManager::local_url() const {
+  return impl_->node_url();
+}
+CheckpointManager& TieredManager::durable() { return impl_->durable(); }
+
+}  // namespace ckpt

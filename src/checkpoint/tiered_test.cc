@@ -1,0 +1,556 @@
+// Tiers (ckpt/tiered.h) with ranks as threads on simulated nodes: saves to
+// the local tier with replicas on other nodes, restores from it, from peers
+// when a node lost its memory (without reading the durable tier), from the
+// durable tier when it is newer or the world size changed; and faults: a
+// peer's tier full, a peer dying mid-transfer, a power loss at every
+// storage call of a tiered save.
+#include "ckpt/tiered.h"
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <mutex>
+
+#include "checkpoint/tier_share.h"
+#include "gtest/gtest.h"
+#include "testing/crash_storage.h"
+#include "testing/fault_storage.h"
+#include "testing/run_ranks.h"
+#include "testing/temp_dir.h"
+
+namespace ckpt {
+namespace {
+
+using testing::RunRanks;
+
+constexpr int64_t kRows = 64, kCols = 16;
+
+// One rank's training state: its rows of a sharded table, a replicated
+// tensor, a rank-local tensor and blob, and metadata; a function of
+// (rank, world, seed).
+struct RankState {
+  int64_t first = 0, rows = 0;
+  std::vector<float> table;
+  std::vector<double> bias;
+  std::vector<int64_t> position;
+  std::string rng;
+  bool rank_local;
+
+  RankState(int rank, int world, uint64_t seed, bool rank_local = true)
+      : rank_local(rank_local) {
+    first = kRows * rank / world;
+    rows = kRows * (rank + 1) / world - first;
+    table.resize(rows * kCols);
+    for (size_t i = 0; i < table.size(); ++i) {
+      table[i] = static_cast<float>(seed * 1000 + (first * kCols + i));
+    }
+    bias.assign(32, static_cast<double>(seed) / 7);
+    position = {static_cast<int64_t>(seed), rank};
+    rng = "rng-" + std::to_string(seed) + "-" + std::to_string(rank);
+  }
+
+  State Make() {
+    State s;
+    s.AddTensorPiece("table", {kRows, kCols}, {first, 0},
+                     View(std::span<float>(table), {rows, kCols}));
+    s.AddTensor("bias", View(bias));
+    if (rank_local) {  // rank-local entries load at the saving world size
+      s.AddRankLocalTensor("position", View(position));
+      s.AddRankLocalBlob("rng", rng);
+    }
+    s.AddMetadata("info", {{"kind", "test"}});
+    return s;
+  }
+
+  // Fills rng from what a load put into `s`.
+  void Take(const State& s) {
+    if (rank_local) rng = s.BlobString("rng").value();
+  }
+
+  bool operator==(const RankState& o) const {
+    return table == o.table && bias == o.bias &&
+           (!rank_local || (position == o.position && rng == o.rng));
+  }
+};
+
+// Counts the reads of every storage opened through it.
+struct ReadCounter {
+  std::atomic<int> reads{0};
+};
+
+class CountingStorage : public StorageWrapper {
+ public:
+  CountingStorage(std::unique_ptr<Storage> target, ReadCounter* counter)
+      : StorageWrapper(target.get()),
+        owned_(std::move(target)),
+        counter_(counter) {}
+  Status ReadRange(std::string_view key, uint64_t offset,
+                   std::span<std::byte> out) override {
+    ++counter_->reads;
+    return StorageWrapper::ReadRange(key, offset, out);
+  }
+  Result<std::string> ReadAll(std::string_view key) override {
+    ++counter_->reads;
+    return StorageWrapper::ReadAll(key);
+  }
+
+ private:
+  std::unique_ptr<Storage> owned_;
+  ReadCounter* counter_;
+};
+
+// A storage that owns its target and fails (a full tier) once armed.
+class FullAfterArming : public testing::FaultStorage {
+ public:
+  FullAfterArming(std::unique_ptr<Storage> target, std::atomic<bool>* armed)
+      : FaultStorage(target.get()), owned_(std::move(target)), armed_(armed) {}
+  Result<std::unique_ptr<WritableObject>> NewWritable(
+      std::string_view key) override {
+    if (armed_->load()) return IOError("no space left on device (test)");
+    return FaultStorage::NewWritable(key);
+  }
+  Status Put(std::string_view key, std::span<const std::byte> data,
+             PutMode mode) override {
+    if (armed_->load()) return IOError("no space left on device (test)");
+    return FaultStorage::Put(key, data, mode);
+  }
+
+ private:
+  std::unique_ptr<Storage> owned_;
+  std::atomic<bool>* armed_;
+};
+
+// Forwards to a thread communicator; point-to-point call `die_at` on this
+// rank aborts the group, as a peer that died mid-transfer does to MPI.
+class DyingCommunicator : public Communicator {
+ public:
+  DyingCommunicator(Communicator* inner, int die_at)
+      : inner_(inner), die_at_(die_at) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::string host_name() const override { return inner_->host_name(); }
+  Status Barrier() override { return inner_->Barrier(); }
+  Result<std::vector<std::string>> AllGather(std::string_view m) override {
+    return inner_->AllGather(m);
+  }
+  Result<std::string> Broadcast(std::string_view d, int root) override {
+    return inner_->Broadcast(d, root);
+  }
+  Result<std::string> SendRecv(std::string_view d, int dest,
+                               int source) override {
+    if (calls_++ == die_at_) {
+      inner_->Abort(AbortedError("rank " + std::to_string(rank()) + " died"));
+      return AbortedError("this rank died");
+    }
+    return inner_->SendRecv(d, dest, source);
+  }
+  void Abort(Status why) override { inner_->Abort(std::move(why)); }
+  bool died() const { return die_at_ >= 0 && calls_ > die_at_; }
+
+ private:
+  Communicator* inner_;
+  int die_at_;
+  int calls_ = 0;
+};
+
+std::string UniqueName(const std::string& what) {
+  static std::atomic<int> n{0};
+  return "tiered-" + what + "-" + std::to_string(getpid()) + "-" +
+         std::to_string(n++);
+}
+
+struct Job {
+  std::string durable_url;
+  std::string local_url;  // with {node}
+  std::vector<int> nodes;
+  int64_t local_every = 1, durable_every = 0;
+  int replicas = 1;
+  bool rank_local = true;  // the states have rank-local entries
+  std::function<Result<std::unique_ptr<Storage>>(const std::string&)> open;
+  std::function<Result<std::unique_ptr<Storage>>(const std::string&)>
+      open_durable;
+};
+
+// Opens both tiers for rank `comm` of `job`.
+struct Tiers {
+  std::unique_ptr<CheckpointManager> durable;
+  std::unique_ptr<TieredManager> tiers;
+
+  Tiers(const Job& job, Communicator* comm) {
+    Options o;
+    o.communicator = comm;
+    o.lease_seconds = 0;
+    o.chunk_size = 4096;
+    if (job.open_durable) {
+      durable =
+          CheckpointManager::Open(job.open_durable(job.durable_url).value(), o)
+              .value();
+    } else {
+      durable = CheckpointManager::Open(job.durable_url, o).value();
+    }
+    TierOptions t;
+    t.local_url = job.local_url;
+    t.node_of_rank = job.nodes;
+    t.local_every_steps = job.local_every;
+    t.durable_every_steps = job.durable_every;
+    t.replicas = job.replicas;
+    t.transfer_block_bytes = 4096;  // many messages per object
+    t.open_local = job.open;
+    Result<std::unique_ptr<TieredManager>> m = TieredManager::Open(*durable, t);
+    EXPECT_TRUE(m.ok()) << m.status().ToString();
+    if (m.ok()) tiers = std::move(*m);
+  }
+};
+
+Job MemJob(const std::string& name, std::vector<int> nodes) {
+  Job job;
+  job.durable_url = "mem://" + UniqueName(name) + "-durable";
+  job.local_url = "mem://" + UniqueName(name) + "-node{node}";
+  job.nodes = std::move(nodes);
+  return job;
+}
+
+// Saves steps with seeds = step on every rank; returns each rank's results.
+void SaveSteps(const Job& job, int world, const std::vector<int64_t>& steps,
+               std::vector<std::vector<TierSaveResult>>* results = nullptr) {
+  if (results) results->assign(world, {});
+  RunRanks(world, [&](int rank, Communicator* comm) {
+    Tiers t(job, comm);
+    ASSERT_TRUE(t.tiers);
+    for (int64_t step : steps) {
+      RankState s(rank, world, step, job.rank_local);
+      State state = s.Make();
+      Result<TierSaveResult> r = t.tiers->Save(step, state);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      if (results) (*results)[rank].push_back(*r);
+    }
+  });
+}
+
+// Restores on `world` ranks; checks every rank got step `want` (its seed)
+// from `tier`, bit for bit.
+std::vector<TierRestoreResult> RestoreAndCheck(const Job& job, int world,
+                                               int64_t want, Tier tier) {
+  std::vector<TierRestoreResult> out(world);
+  RunRanks(world, [&](int rank, Communicator* comm) {
+    Tiers t(job, comm);
+    ASSERT_TRUE(t.tiers);
+    RankState got(rank, world, 999, job.rank_local);
+    State state = got.Make();
+    Result<TierRestoreResult> r = t.tiers->Restore(state);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    out[rank] = *r;
+    EXPECT_EQ(r->tier, tier) << "rank " << rank << ": " << r->local_skipped;
+    EXPECT_EQ(r->step, want) << "rank " << rank;
+    got.Take(state);
+    EXPECT_TRUE(got == RankState(rank, world, want, job.rank_local))
+        << "rank " << rank;
+  });
+  return out;
+}
+
+TEST(TieredTest, SharesAndReplicasAreCommittedCheckpointsOnTheirNodes) {
+  Job job = MemJob("layout", {0, 0, 1, 1});
+  std::vector<std::vector<TierSaveResult>> results;
+  SaveSteps(job, 4, {1, 2}, &results);
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_TRUE(results[r][1].local) << results[r][1].local_error;
+    EXPECT_FALSE(results[r][1].durable);
+    EXPECT_GT(results[r][1].local_bytes, 0u);
+    // The data and the share's metadata (index, directory, manifest).
+    EXPECT_GT(results[r][1].replicated_bytes, results[r][1].local_bytes);
+  }
+  // Node 0 holds ranks 0 and 1 and replicas of 2 and 3; node 1 the rest.
+  for (int node = 0; node < 2; ++node) {
+    Result<std::vector<LocalShareInfo>> shares =
+        ListLocalTier(NodeRootUrl(job.local_url, node));
+    ASSERT_TRUE(shares.ok()) << shares.status().ToString();
+    std::map<int, std::vector<int64_t>> by_rank;
+    for (const LocalShareInfo& s : *shares) {
+      EXPECT_TRUE(s.marked);
+      EXPECT_EQ(s.world_size, 4);
+      by_rank[s.rank].push_back(s.step);
+    }
+    EXPECT_EQ(by_rank.size(), 4u) << "node " << node;
+    for (const auto& [rank, steps] : by_rank) {
+      EXPECT_EQ(steps, (std::vector<int64_t>{1, 2})) << "rank " << rank;
+    }
+  }
+  RestoreAndCheck(job, 4, 2, Tier::kLocal);
+}
+
+TEST(TieredTest, KeepsOnlyTheNewestMarkedSteps) {
+  Job job = MemJob("keep", {0, 1});
+  SaveSteps(job, 2, {1, 2, 3, 4});
+  Result<std::vector<LocalShareInfo>> shares =
+      ListLocalTier(NodeRootUrl(job.local_url, 0));
+  ASSERT_TRUE(shares.ok());
+  std::vector<std::pair<int, int64_t>> got;
+  for (const LocalShareInfo& s : *shares) got.push_back({s.rank, s.step});
+  EXPECT_EQ(got, (std::vector<std::pair<int, int64_t>>{
+                     {0, 3}, {0, 4}, {1, 3}, {1, 4}}));
+}
+
+TEST(TieredTest, ANodeReplacedByAnEmptyOneRecoversFromPeersNotDurable) {
+  testing::TempDir dir("tiered-wipe", "/dev/shm");
+  Job job;
+  job.durable_url = (dir.path() / "durable").string();
+  job.local_url = (dir.path() / "node{node}").string();
+  job.nodes = {0, 0, 1, 1};
+  job.durable_every = 2;
+  ReadCounter durable_reads;
+  job.open_durable =
+      [&](const std::string& url) -> Result<std::unique_ptr<Storage>> {
+    CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Storage> s, OpenStorage(url));
+    return std::unique_ptr<Storage>(
+        new CountingStorage(std::move(s), &durable_reads));
+  };
+  SaveSteps(job, 4, {2, 3});
+  std::filesystem::remove_all(dir.path() / "node1");
+  durable_reads.reads = 0;
+  std::vector<TierRestoreResult> r = RestoreAndCheck(job, 4, 3, Tier::kLocal);
+  EXPECT_EQ(durable_reads.reads.load(), 0) << "the durable tier was read";
+  EXPECT_EQ(r[0].fetched_bytes, 0u);
+  EXPECT_GT(r[2].fetched_bytes, 0u);
+  EXPECT_GT(r[3].fetched_bytes, 0u);
+  // The next save replicates again: losing node 0 now leaves step 4.
+  SaveSteps(job, 4, {4});
+  std::filesystem::remove_all(dir.path() / "node0");
+  durable_reads.reads = 0;
+  RestoreAndCheck(job, 4, 4, Tier::kLocal);
+  EXPECT_EQ(durable_reads.reads.load(), 0) << "the durable tier was read";
+  // Both nodes gone: the durable tier's step 4.
+  std::filesystem::remove_all(dir.path() / "node0");
+  std::filesystem::remove_all(dir.path() / "node1");
+  RestoreAndCheck(job, 4, 4, Tier::kDurable);
+}
+
+TEST(TieredTest, ANewerDurableStepWins) {
+  Job job = MemJob("newer", {0, 1});
+  job.local_every = 2;
+  job.durable_every = 3;
+  SaveSteps(job, 2, {2, 3});
+  RestoreAndCheck(job, 2, 3, Tier::kDurable);
+  SaveSteps(job, 2, {4});
+  RestoreAndCheck(job, 2, 4, Tier::kLocal);
+}
+
+TEST(TieredTest, AnotherWorldSizeRestoresFromTheDurableTier) {
+  Job job = MemJob("reshard", {0, 0, 1, 1});
+  job.rank_local = false;
+  job.local_every = 1;
+  job.durable_every = 2;
+  SaveSteps(job, 4, {2, 3});
+  Job two = job;
+  two.nodes = {0, 1};
+  RestoreAndCheck(two, 2, 2, Tier::kDurable);
+}
+
+TEST(TieredTest, SharesOfAnotherJobAreNeverLoaded) {
+  Job job = MemJob("other-job", {0, 1});
+  SaveSteps(job, 2, {1});
+  Job other = job;  // the same local root, another durable tier
+  other.durable_url = "mem://" + UniqueName("other-durable");
+  RunRanks(2, [&](int rank, Communicator* comm) {
+    Tiers t(other, comm);
+    ASSERT_TRUE(t.tiers);
+    RankState got(rank, 2, 999);
+    State state = got.Make();
+    Result<TierRestoreResult> r = t.tiers->Restore(state);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("another job"), std::string::npos)
+        << r.status().ToString();
+  });
+}
+
+TEST(TieredTest, APeersFullTierFailsTheLocalStepAndKeepsThePrevious) {
+  Job job = MemJob("full", {0, 1});
+  job.durable_every = 2;
+  std::atomic<bool> full{false};
+  job.open = [&](const std::string& url) -> Result<std::unique_ptr<Storage>> {
+    CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Storage> s, OpenStorage(url));
+    // Node 1's local tier fills up; node 0's does not.
+    if (url.find("node1") == std::string::npos) return s;
+    return std::unique_ptr<Storage>(new FullAfterArming(std::move(s), &full));
+  };
+  SaveSteps(job, 2, {1});
+  full = true;
+  std::vector<std::vector<TierSaveResult>> results;
+  SaveSteps(job, 2, {2}, &results);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_FALSE(results[r][0].local);
+    EXPECT_NE(results[r][0].local_error.find("no space left"),
+              std::string::npos)
+        << results[r][0].local_error;
+    EXPECT_TRUE(results[r][0].durable) << "the durable tier is still saved";
+  }
+  full = false;
+  // Step 2 is durable; the local tier's newest is step 1: durable wins.
+  RestoreAndCheck(job, 2, 2, Tier::kDurable);
+  // Without the durable tier's step 2, step 1 of the local tier, never
+  // the half-replicated step 2.
+  ASSERT_TRUE(CheckpointManager::Open(job.durable_url)
+                  .value()
+                  ->Delete(2, {.rewrite_dependants = false})
+                  .ok());
+  RestoreAndCheck(job, 2, 1, Tier::kLocal);
+}
+
+TEST(TieredTest, APeerDyingMidTransferCommitsNothingNew) {
+  Job job = MemJob("dies", {0, 0, 1, 1});
+  SaveSteps(job, 4, {1});
+  for (int die_at : {0, 3, 6}) {
+    SCOPED_TRACE("die at send " + std::to_string(die_at));
+    RunRanks(4, [&](int rank, Communicator* comm) {
+      DyingCommunicator dying(comm, rank == 2 ? die_at : -1);
+      Tiers t(job, &dying);
+      ASSERT_TRUE(t.tiers);
+      RankState s(rank, 4, 2);
+      State state = s.Make();
+      Result<TierSaveResult> r = t.tiers->Save(2, state);
+      EXPECT_FALSE(r.ok() && r->local) << "rank " << rank;
+      if (rank == 2) {
+        EXPECT_TRUE(dying.died()) << "die at " << die_at;
+      }
+    });
+    RestoreAndCheck(job, 4, 1, Tier::kLocal);
+  }
+}
+
+// Power loss at every mutating storage call of a tiered save (local shares,
+// replicas, markers, pruning, the durable save): afterwards the newest
+// restorable step is the last one saved or the one in flight, bit for bit,
+// and the durable tier's newest committed step is never lost.
+TEST(TieredTest, PowerLossAtEveryCallOfATieredSave) {
+  // One crash-simulating storage per root, shared by every opening of it
+  // (a power loss rewrites its target once); every mutating call counts
+  // toward the cut, which takes down every root at once.
+  struct Power {
+    std::mutex mu;
+    std::map<std::string, std::pair<std::unique_ptr<Storage>,
+                                    std::unique_ptr<testing::CrashStorage>>>
+        roots;
+    std::atomic<int64_t> calls{0};
+    int64_t cut_at = -1;
+
+    void Tick() {
+      if (calls++ == cut_at) {
+        std::lock_guard<std::mutex> lock(mu);
+        for (auto& [url, root] : roots) root.second->Crash();
+      }
+    }
+  };
+  struct Counted : StorageWrapper {
+    Counted(Storage* crash, Power* p) : StorageWrapper(crash), power(p) {}
+    Result<std::unique_ptr<WritableObject>> NewWritable(
+        std::string_view key) override {
+      power->Tick();
+      return StorageWrapper::NewWritable(key);
+    }
+    Status Put(std::string_view key, std::span<const std::byte> data,
+               PutMode mode) override {
+      power->Tick();
+      return StorageWrapper::Put(key, data, mode);
+    }
+    Status Delete(std::string_view key) override {
+      power->Tick();
+      return StorageWrapper::Delete(key);
+    }
+    Power* power;
+  };
+  auto run = [](int64_t cut_at, uint64_t seed) -> int64_t {
+    const std::string base = "mem://" + UniqueName("power");
+    Power power;
+    power.cut_at = cut_at;
+    auto wrap =
+        [&](const std::string& url) -> Result<std::unique_ptr<Storage>> {
+      std::lock_guard<std::mutex> lock(power.mu);
+      auto& root = power.roots[url];
+      if (!root.second) {
+        CKPT_ASSIGN_OR_RETURN(root.first, OpenStorage(url));
+        CKPT_ASSIGN_OR_RETURN(root.second,
+                              testing::CrashStorage::Wrap(root.first.get()));
+      }
+      return std::unique_ptr<Storage>(new Counted(root.second.get(), &power));
+    };
+    Job job;
+    job.durable_url = base + "-durable";
+    job.local_url = base + "-node{node}";
+    job.nodes = {0, 1};
+    job.durable_every = 2;
+    SaveSteps(job, 2, {1, 2});
+    job.open = wrap;
+    job.open_durable = wrap;
+    RunRanks(2, [&](int rank, Communicator* comm) {
+      Tiers t(job, comm);
+      if (!t.tiers) return;
+      RankState s(rank, 2, 4);
+      State state = s.Make();
+      t.tiers->Save(4, state).status().IgnoreError();
+    });
+    const int64_t total = power.calls.load();
+    {
+      std::lock_guard<std::mutex> lock(power.mu);
+      for (auto& [url, root] : power.roots) {
+        root.second->Crash();
+        EXPECT_TRUE(root.second
+                        ->PowerLoss({testing::Damage::Uncertain::kRandom, false,
+                                     true, seed})
+                        .ok());
+      }
+    }
+    // Reopen without the power cut: whatever survived.
+    Job after = job;
+    after.open = {};
+    after.open_durable = {};
+    int64_t restored = -1;
+    RunRanks(2, [&](int rank, Communicator* comm) {
+      Tiers t(after, comm);
+      ASSERT_TRUE(t.tiers);
+      RankState got(rank, 2, 999);
+      State state = got.Make();
+      Result<TierRestoreResult> r = t.tiers->Restore(state);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      EXPECT_TRUE(r->step == 2 || r->step == 4) << r->step;
+      got.Take(state);
+      EXPECT_TRUE(got == RankState(rank, 2, r->step)) << "step " << r->step;
+      EXPECT_GE(t.durable->Latest().value().value_or(-1), 2);
+      if (rank == 0) restored = r->step;
+    });
+    return cut_at < 0 ? total : restored;
+  };
+  const int64_t total = run(-1, 0);
+  ASSERT_GT(total, 10);
+  std::set<int64_t> seen;
+  for (int64_t cut = 0; cut <= total; ++cut) {
+    SCOPED_TRACE("power cut at call " + std::to_string(cut));
+    seen.insert(run(cut, static_cast<uint64_t>(cut)));
+  }
+  EXPECT_EQ(seen, (std::set<int64_t>{2, 4})) << "both outcomes occur";
+}
+
+TEST(TieredTest, BadOptionsAreRefused) {
+  auto durable = CheckpointManager::Open("mem://" + UniqueName("bad")).value();
+  TierOptions t;
+  EXPECT_EQ(TieredManager::Open(*durable, t).status().code(),
+            ErrorCode::kInvalidArgument);
+  t.local_url = "mem://" + UniqueName("bad-local");
+  t.replicas = 1;  // one process is one node
+  Result<std::unique_ptr<TieredManager>> m = TieredManager::Open(*durable, t);
+  EXPECT_EQ(m.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(m.status().message().find("2 nodes"), std::string::npos)
+      << m.status().ToString();
+  t.replicas = 0;
+  m = TieredManager::Open(*durable, t);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  State bad;
+  bad.AddMetadataJson(kShareEntry, "{}");
+  Result<TierSaveResult> r = (*m)->Save(1, bad);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->local);
+  EXPECT_NE(r->local_error.find(kShareEntry), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ckpt
