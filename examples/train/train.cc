@@ -58,6 +58,14 @@ struct Config {
   int keep_last = 3;
   int step_sleep_ms = 0;
   bool quiet = false;
+  // Tiers (ckpt/tiered.h): a node-local root ("{node}": the node's index),
+  // its interval, the durable root's interval, replicas, and which node
+  // each rank is on (simulated nodes; empty: by host name).
+  std::string local_tier;
+  int64_t local_every = 1;
+  int64_t durable_every = 0;
+  int replicas = 1;
+  std::vector<int> nodes;
 };
 
 // Uniform in [-scale, scale), from the top 24 bits: exact in a float.
@@ -422,7 +430,10 @@ int Usage() {
                "[--require-catalog]] [--epochs N]\n"
                "             [--samples N] [--batch N] [--seed N]\n"
                "             [--save-every-steps N] [--keep-last N] "
-               "[--step-sleep-ms N] [--quiet]\n");
+               "[--step-sleep-ms N] [--quiet]\n"
+               "             [--local-tier URL [--local-every N] "
+               "[--durable-every N] [--replicas K]\n"
+               "              [--nodes N,N,...]]\n");
   return 2;
 }
 
@@ -446,9 +457,24 @@ int Run(const Config& config, ckpt::Communicator& comm) {
     std::fprintf(stderr, "train: %s\n", mgr.status().ToString().c_str());
     return 1;
   }
+  std::unique_ptr<ckpt::TieredManager> tiers;
+  if (!config.local_tier.empty()) {
+    auto opened = ckpt::TieredManager::Open(
+        **mgr, {.local_url = config.local_tier,
+                .node_of_rank = config.nodes,
+                .local_every_steps = config.local_every,
+                .durable_every_steps = config.durable_every,
+                .replicas = config.replicas});
+    if (!opened.ok()) {
+      std::fprintf(stderr, "train: %s\n", opened.status().ToString().c_str());
+      return 1;
+    }
+    tiers = std::move(opened).value();
+  }
   Trainer trainer(config, comm);
   ckpt::RunnerOptions options{.max_epochs = config.epochs,
                               .save_every_steps = config.save_every_steps};
+  options.tiers = tiers.get();
   if (config.quiet) options.log = [](const std::string&) {};
   ckpt::JobRunner runner(trainer, **mgr, options);
   auto outcome = runner.Run();
@@ -503,6 +529,20 @@ int main(int argc, char** argv) {
       config.keep_last = std::atoi(v);
     else if (a == "--step-sleep-ms")
       config.step_sleep_ms = std::atoi(v);
+    else if (a == "--local-tier")
+      config.local_tier = v;
+    else if (a == "--local-every")
+      config.local_every = std::atoll(v);
+    else if (a == "--durable-every")
+      config.durable_every = std::atoll(v);
+    else if (a == "--replicas")
+      config.replicas = std::atoi(v);
+    else if (a == "--nodes")
+      for (const char* p = v; *p;) {
+        config.nodes.push_back(std::atoi(p));
+        while (*p && *p != ',') ++p;
+        if (*p == ',') ++p;
+      }
     else
       return Usage();
   }
@@ -515,7 +555,9 @@ int main(int argc, char** argv) {
   // MPI at all.
   if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr ||
       std::getenv("PMI_SIZE") != nullptr) {
-    MPI_Init(&argc, &argv);
+    // Tiers save on a background thread, one MPI call at a time.
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
     int code;
     {
       auto comm = ckpt::NewMpiCommunicator(MPI_COMM_WORLD);

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <random>
 #include <regex>
@@ -167,7 +168,12 @@ double WaitForRunner(Child& c, const std::string& log, Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-void KillTwentyTimesAndCompare(int world) {
+// Kills the trainer (with `extra` arguments) `kills` times at random
+// moments, runs it to the end (after `before_last`), and compares with an
+// uninterrupted run without them. Returns the last run's log.
+std::string KillAndCompare(int world, int kills,
+                           const std::vector<std::string>& extra = {},
+                           const std::function<void()>& before_last = {}) {
   const testing::TempDir temp("train-kill" + std::to_string(world));
   const std::string dir = temp.string();
   const std::string reference = dir + "/reference.bin";
@@ -175,11 +181,14 @@ void KillTwentyTimesAndCompare(int world) {
   const auto t0 = Clock::now();
   Child ref(Command(world, dir + "/ref_root", reference), ref_log_path);
   const double startup = WaitForRunner(ref, ref_log_path, t0);
-  ASSERT_EQ(ref.Wait(), 0) << ReadFile(ref_log_path);
+  EXPECT_EQ(ref.Wait(), 0) << ReadFile(ref_log_path);
   const double training =
       std::chrono::duration<double>(Clock::now() - t0).count() - startup;
   const std::string ref_log = ReadFile(ref_log_path);
-  ASSERT_NE(ref_log.find("epoch 3: loss"), std::string::npos) << ref_log;
+  if (ref_log.find("epoch 3: loss") == std::string::npos) {
+    ADD_FAILURE() << ref_log;
+    return "";
+  }
 
   // Random moments: one kill in four strikes while the trainer starts or
   // loads its checkpoint; the others strike a random time into training,
@@ -191,20 +200,20 @@ void KillTwentyTimesAndCompare(int world) {
   const std::string root = dir + "/root", out = dir + "/final.bin";
   std::set<int64_t> resumed_at;
   int killed_running = 0;
-  // Twenty kills; on a machine slow enough to crowd them into a few steps,
-  // up to forty more until they have landed at several steps.
+  // The kills asked for; on a machine slow enough to crowd them into a few
+  // steps, up to forty more until they have landed at several steps.
   auto spread = [&] { return resumed_at.size() >= 4 && killed_running >= 10; };
-  for (int kill = 0; kill < 20 || (kill < 60 && !spread()); ++kill) {
+  for (int kill = 0; kill < kills || (kill < kills + 40 && !spread()); ++kill) {
     const std::string log = dir + "/kill" + std::to_string(kill) + ".log";
     const auto start = Clock::now();
-    Child c(Command(world, root, out), log);
+    Child c(Command(world, root, out, extra), log);
     if (kill % 4 == 3) {
       std::this_thread::sleep_for(std::chrono::duration<double>(early(gen)));
     } else {
       WaitForRunner(c, log, start);
       // Extra kills strike later and later, so that the runs get past
       // their next saves and resume from new steps.
-      const double later = kill < 20 ? 1.0 : kill - 18.0;
+      const double later = kill < kills ? 1.0 : kill - kills + 2.0;
       std::this_thread::sleep_for(
           std::chrono::duration<double>(late(gen) * later));
     }
@@ -212,29 +221,55 @@ void KillTwentyTimesAndCompare(int world) {
     c.KillSession();
     for (int64_t s : ResumedSteps(ReadFile(log))) resumed_at.insert(s);
   }
+  if (before_last) before_last();
   const std::string last_log = dir + "/last.log";
-  ASSERT_EQ(RunToEnd(Command(world, root, out), last_log), 0)
+  EXPECT_EQ(RunToEnd(Command(world, root, out, extra), last_log), 0)
       << ReadFile(last_log);
   EXPECT_GE(killed_running, 10) << "most kills must hit a running trainer";
   EXPECT_GE(resumed_at.size(), 4u)
       << "the kills should land at many different steps";
   const std::string a = ReadFile(reference), b = ReadFile(out);
-  ASSERT_FALSE(a.empty());
+  EXPECT_FALSE(a.empty());
   EXPECT_TRUE(a == b) << "final state differs from the uninterrupted run's";
   // The final run prints the same digest as the reference.
   const size_t at = ref_log.find("final state sha256");
-  ASSERT_NE(at, std::string::npos) << ref_log;
+  EXPECT_NE(at, std::string::npos) << ref_log;
+  if (at == std::string::npos) return "";
   EXPECT_NE(ReadFile(last_log).find(ref_log.substr(at, 84)), std::string::npos)
       << ReadFile(last_log);
+  return ReadFile(last_log);
 }
 
-TEST(TrainTest, KilledTwentyTimesEndsBitIdentical) {
-  KillTwentyTimesAndCompare(1);
-}
+TEST(TrainTest, KilledTwentyTimesEndsBitIdentical) { KillAndCompare(1, 20); }
 
 TEST(TrainTest, KilledTwentyTimesUnderMpirunEndsBitIdentical) {
   ASSERT_NO_FATAL_FAILURE(ExpectMpirun());
-  KillTwentyTimesAndCompare(2);
+  KillAndCompare(2, 20);
+}
+
+// Tiers under mpirun -np 4 on two simulated nodes, each with its own local
+// tier under /dev/shm: a local save every step replicated to the other
+// node, a durable one every 8 steps. Killed fifty times, it resumes each
+// time from the newest complete step of either tier; then node 1's memory
+// is wiped (the node replaced) and the last run recovers its shares from
+// node 0's replicas; the end is bit-identical to an uninterrupted run.
+TEST(TrainTest, TieredKilledFiftyTimesUnderMpirunEndsBitIdentical) {
+  ASSERT_NO_FATAL_FAILURE(ExpectMpirun());
+  const testing::TempDir shm("train-tiers", "/dev/shm");
+  const std::string local = "file://" + shm.string() + "/node{node}";
+  const std::string last = KillAndCompare(
+      4, 50,
+      {"--local-tier", local, "--local-every", "1", "--durable-every", "8",
+       "--replicas", "1", "--nodes", "0,0,1,1"},
+      [&] {
+        std::error_code ec;
+        fs::remove_all(shm.path() / "node1", ec);
+        ASSERT_FALSE(ec) << ec.message();
+      });
+  EXPECT_NE(last.find("from the local tier (2 ranks' shares fetched from "
+                      "peers)"),
+            std::string::npos)
+      << last;
 }
 
 // A catalog file that cannot be opened does not keep the trainer from

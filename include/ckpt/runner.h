@@ -43,6 +43,7 @@
 #include "ckpt/sampler.h"
 #include "ckpt/state.h"
 #include "ckpt/status.h"
+#include "ckpt/tiered.h"
 
 namespace ckpt {
 
@@ -166,6 +167,17 @@ struct RunnerOptions {
   // used only when storage's newest committed step agrees; otherwise the
   // runner warns and uses storage's.
   bool resume_from_catalog = true;
+
+  // --- Tiers ----------------------------------------------------------------
+  // Resume from and save through these tiers (ckpt/tiered.h), whose durable
+  // tier must be the runner's manager. Every step is offered to them and
+  // their intervals decide (save_every_steps and save_every_seconds are
+  // then unused); epoch boundaries, the first save and a preemption go to
+  // the durable tier too. AddState is then called before Init as well
+  // (the tiers learn only from the load whether there is anything to
+  // resume), so its buffers must have their sizes from the start. Not
+  // owned. Null: the manager alone.
+  TieredManager* tiers = nullptr;
 
   // Where progress lines go ("resumed from step 12 ..."); rank 0 only.
   // Default: stderr. Set to a no-op to silence.

@@ -78,7 +78,9 @@ class JobRunner::Impl {
   }
   Result<Decision> Agree(bool preempt, bool stop);
   Result<std::optional<int64_t>> FindResumeStep();
-  Status Resume(int64_t step);
+  // Loads the step to resume from (tiers: whichever they agree on) into
+  // the job's state; leaves `step` empty for a fresh start.
+  Status Resume(std::optional<int64_t>* step);
   Status SaveNow(bool in_epoch, bool finished);
   Status DeleteAll();
 
@@ -90,6 +92,7 @@ class JobRunner::Impl {
   uint64_t signals_at_start_ = 0;
   std::vector<int64_t> progress_ = std::vector<int64_t>(kProgressSize, 0);
   std::optional<int64_t> last_saved_;
+  std::optional<int64_t> last_durable_;  // tiers: the last durable save
   double last_save_time_ = 0;
   bool preempted_ = false;
   Status error_;
@@ -156,13 +159,31 @@ Result<std::optional<int64_t>> JobRunner::Impl::FindResumeStep() {
   return std::optional<int64_t>(std::stoll(answer.substr(1)));
 }
 
-Status JobRunner::Impl::Resume(int64_t step) {
+Status JobRunner::Impl::Resume(std::optional<int64_t>* step) {
+  if (!options_.tiers && !*step) return Status();
   State state;
   CKPT_RETURN_IF_ERROR(job_.AddState(ctx_, state));
   state.AddTensor(kRunnerProgressEntry, View(progress_));
-  CKPT_RETURN_IF_ERROR(manager_.Load(step, state).status());
+  if (options_.tiers) {
+    // The tiers agree on the step (and tier) themselves.
+    CKPT_ASSIGN_OR_RETURN(TierRestoreResult r, options_.tiers->Restore(state));
+    if (r.tier == Tier::kNone) return Status();
+    *step = r.step;
+    std::string how;
+    if (r.ranks_fetched > 0) {
+      how = " (" + std::to_string(r.ranks_fetched) +
+            " ranks' shares fetched from peers)";
+    } else if (!r.local_skipped.empty()) {
+      how = " (the local tier's newer step failed: " + r.local_skipped + ")";
+    }
+    Log("restored step " + std::to_string(r.step) + " from the " +
+        TierName(r.tier) + " tier" + how);
+  } else {
+    if (!*step) return Status();
+    CKPT_RETURN_IF_ERROR(manager_.Load(**step, state).status());
+  }
   if (progress_[kStep] < 0 || progress_[kNextEpoch] < 0) {
-    return DataLossError("runner: step " + std::to_string(step) +
+    return DataLossError("runner: step " + std::to_string(**step) +
                          " holds a negative epoch or step in " +
                          kRunnerProgressEntry);
   }
@@ -177,7 +198,9 @@ Status JobRunner::Impl::SaveNow(bool in_epoch, bool finished) {
   // A step saved already (mid-epoch at the epoch's last step, or the one
   // resumed from) holds this state up to the end-of-epoch work, which a
   // resume from it redoes: saving again would only be refused.
-  if (last_saved_ == ctx_.step_) {
+  // With tiers every step may have been saved mid-epoch already: the
+  // epoch's end is saved again, so that both tiers hold its progress.
+  if (last_saved_ == ctx_.step_ && (in_epoch || !options_.tiers)) {
     if (!in_epoch) {
       Log("epoch " + std::to_string(ctx_.epoch_) + " ended at step " +
           std::to_string(ctx_.step_) + ", saved already");
@@ -194,9 +217,24 @@ Status JobRunner::Impl::SaveNow(bool in_epoch, bool finished) {
   so.metrics = ctx_.metrics_;
   so.metadata["runner.saved_at"] =
       preempted_ ? "preemption" : (in_epoch ? "step" : "epoch end");
-  CKPT_ASSIGN_OR_RETURN(SaveResult saved, manager_.Save(ctx_.step_, state, so));
+  bool skipped = false;
+  if (options_.tiers) {
+    TierSaveOptions to;
+    to.save = so;
+    // A step the durable tier holds already stays as it is there.
+    to.durable = !in_epoch || preempted_ || ctx_.step_ == 0;
+    to.skip_durable = last_durable_ == ctx_.step_;
+    CKPT_ASSIGN_OR_RETURN(TierSaveResult saved,
+                          options_.tiers->Save(ctx_.step_, state, to));
+    skipped = !saved.local && !saved.durable;
+    if (saved.durable) last_durable_ = ctx_.step_;
+  } else {
+    CKPT_ASSIGN_OR_RETURN(SaveResult saved,
+                          manager_.Save(ctx_.step_, state, so));
+    skipped = saved.skipped;
+  }
   last_save_time_ = NowSeconds();
-  if (saved.skipped) return Status();
+  if (skipped) return Status();
   last_saved_ = ctx_.step_;
   // Periodic mid-epoch saves are many; only the ones a user acts on show.
   if (!in_epoch || preempted_ || ctx_.step_ == 0) {
@@ -218,7 +256,7 @@ bool JobRunner::Impl::EndStep() {
   const bool every_n = options_.save_every_steps > 0 &&
                        ctx_.step_ % options_.save_every_steps == 0;
   preempted_ = d->preempt;
-  if (every_n || d->time_due || d->preempt) {
+  if (every_n || d->time_due || d->preempt || options_.tiers) {
     error_ = SaveNow(/*in_epoch=*/true, /*finished=*/false);
   }
   return error_.ok() && !preempted_;
@@ -244,10 +282,13 @@ Result<RunOutcome> JobRunner::Impl::Run() {
   last_save_time_ = NowSeconds();
   RunOutcome outcome;
 
-  CKPT_ASSIGN_OR_RETURN(std::optional<int64_t> from, FindResumeStep());
+  std::optional<int64_t> from;
+  if (!options_.tiers) {
+    CKPT_ASSIGN_OR_RETURN(from, FindResumeStep());
+  }
+  CKPT_RETURN_IF_ERROR(Resume(&from));
   bool finished = false;
   if (from) {
-    CKPT_RETURN_IF_ERROR(Resume(*from));
     last_saved_ = *from;
     outcome.resumed_from = *from;
     finished = progress_[kFinished] != 0;
