@@ -22,6 +22,7 @@
 
 #include "ckpt/checkpoint_manager.h"
 #include "ckpt/communicator.h"
+#include "ckpt/tiered.h"
 #include "format/layout.h"
 #include "format/safetensors.h"
 #include "gtest/gtest.h"
@@ -323,6 +324,49 @@ TEST_F(CliTest, LsOfAnEmptyRoot) {
   RunResult r = Ckpt({"ls", root_, "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(ParseJson(r.out), nlohmann::json::array());
+}
+
+// A node's local tier (ckpt/tiered.h): ls lists the shares it holds, which
+// steps the tier committed, and a share whose marker is gone as not
+// committed; the durable tier's root lists as any root.
+TEST_F(CliTest, LsOfALocalTierListsItsShares) {
+  const std::string local = root_ + "-local";
+  auto durable = CheckpointManager::Open(root_).value();
+  {
+    auto tiers = TieredManager::Open(*durable, {.local_url = local,
+                                                .durable_every_steps = 2,
+                                                .replicas = 0})
+                     .value();
+    std::vector<float> w(100, 1.0f);
+    State state;
+    state.AddTensor("w", View(w));
+    for (int64_t step : {1, 2}) {
+      Result<TierSaveResult> r = tiers->Save(step, state);
+      ASSERT_TRUE(r.ok() && r->local) << r.status().ToString();
+    }
+  }
+  fs::remove(fs::path(local) / "r00000" / "tier-committed-000000000002-w1");
+  RunResult r = Ckpt({"ls", local});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<std::string> lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), 4u) << r.out;  // title, heading, two shares
+  EXPECT_TRUE(Contains(lines[0], "local tier")) << r.out;
+  EXPECT_TRUE(Contains(lines[2], "committed by 1 ranks")) << r.out;
+  EXPECT_TRUE(Contains(lines[3], "NOT COMMITTED")) << r.out;
+  r = Ckpt({"ls", local, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = ParseJson(r.out);
+  ASSERT_EQ(j.size(), 2u) << r.out;
+  EXPECT_EQ(j[0]["tier"], "local");
+  EXPECT_EQ(j[0]["rank"], 0);
+  EXPECT_EQ(j[0]["step"], 1);
+  EXPECT_EQ(j[0]["marked"], true);
+  EXPECT_EQ(j[1]["marked"], false);
+  r = Ckpt({"ls", root_, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  j = ParseJson(r.out);
+  ASSERT_EQ(j.size(), 1u) << r.out;
+  EXPECT_EQ(j[0]["step"], 2);
 }
 
 // A committed step whose data object went missing (an operator's rm, a

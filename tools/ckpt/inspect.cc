@@ -6,6 +6,7 @@
 #include <set>
 
 #include "ckpt/checkpoint_manager.h"
+#include "ckpt/tiered.h"
 #include "commands.h"
 #include "common.h"
 #include "util/progress.h"
@@ -29,9 +30,44 @@ struct LsArgs {
   bool json = false;
 };
 
+// A node's local tier (docs/tiers.md): every rank's share it holds, by
+// rank then step, and whether the tier committed that step.
+Status PrintLocalTier(const LsArgs& args,
+                      const std::vector<LocalShareInfo>& shares) {
+  if (args.json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const LocalShareInfo& s : shares) {
+      out.push_back({{"tier", "local"},
+                     {"rank", s.rank},
+                     {"step", s.step},
+                     {"marked", s.marked},
+                     {"world_size", s.world_size},
+                     {"bytes", s.bytes}});
+    }
+    PrintJson(out);
+    return Status();
+  }
+  fmt::print("local tier: the shares of {} on this node\n", args.root);
+  std::vector<std::vector<std::string>> rows = {
+      {"RANK", "STEP", "SIZE", "STATUS"}};
+  for (const LocalShareInfo& s : shares) {
+    rows.push_back(
+        {std::to_string(s.rank), std::to_string(s.step), FormatBytes(s.bytes),
+         s.marked ? "committed by " + std::to_string(s.world_size) + " ranks"
+                  : "NOT COMMITTED (never restored)"});
+  }
+  PrintTable(rows);
+  return Status();
+}
+
 Status RunLs(const LsArgs& args) {
   CKPT_ASSIGN_OR_RETURN(auto manager, OpenRoot(args.root, /*create=*/false));
   CKPT_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> infos, manager->List());
+  if (infos.empty()) {
+    // No checkpoint at the top: it may be a node's local tier.
+    Result<std::vector<LocalShareInfo>> shares = ListLocalTier(args.root);
+    if (shares.ok() && !shares->empty()) return PrintLocalTier(args, *shares);
+  }
   if (args.json) {
     nlohmann::json out = nlohmann::json::array();
     for (const CheckpointInfo& info : infos) out.push_back(InfoToJson(info));
@@ -192,9 +228,12 @@ void AddLsCommand(CLI::App& app, Command& selected) {
       "another size (seen in one listing, no data read) is marked "
       "INCOMPLETE, and loads and resumes skip it. A step directory without "
       "a valid manifest is not a checkpoint and is not listed (`ckpt verify "
-      "--all` reports damaged ones).",
+      "--all` reports damaged ones). A node's local tier (docs/tiers.md) "
+      "lists the shares it holds: rank, step, size and whether the tier "
+      "committed the step.",
       "  ckpt ls /data/run42\n"
-      "  ckpt ls file:///data/run42 --json\n");
+      "  ckpt ls file:///data/run42 --json\n"
+      "  ckpt ls /dev/shm/run42            (a node's local tier)\n");
   AddRootArg(*sub, args->root);
   AddJsonFlag(*sub, args->json);
   sub->callback([args, &selected] {
