@@ -2,7 +2,9 @@
 # The demo (`make demo`): the demo trainer runs once uninterrupted, then
 # again while being killed with SIGKILL at two random moments — resuming
 # from its newest checkpoint each time — and the final model and optimizer
-# state of the two runs are compared byte for byte.
+# state of the two runs are compared byte for byte. A third run keeps a
+# local tier in memory (/dev/shm, a save every step) beside the durable
+# root (every 10 steps): killed with SIGKILL, it resumes from memory.
 #
 #   scripts/demo.sh [BUILD_DIR]      (default build/release)
 set -euo pipefail
@@ -11,6 +13,8 @@ build=${1:-build/release}
 train=$build/examples/train/train
 ckpt=$build/tools/ckpt/ckpt
 dir=$(mktemp -d /tmp/ckpt-demo-XXXXXX)
+shm=$(mktemp -d /dev/shm/ckpt-demo-XXXXXX)
+trap 'rm -rf "$shm"' EXIT
 args=(--epochs 6 --save-every-steps 5)
 
 echo "ckpt demo: checkpoints in $dir"
@@ -54,6 +58,35 @@ done
 echo
 echo "== checkpoints of the killed and resumed run"
 "$ckpt" ls "$dir/run"
+
+echo
+echo "== run 3: tiers — a save to memory every step, to the root every 10"
+tiers=(--local-tier "$shm/local" --local-every 1 --durable-every 10 --replicas 0)
+log=$dir/run-tiers.log
+"$train" --root "$dir/tiered" --out "$dir/tiered.bin" "${args[@]}" "${tiers[@]}" \
+  >"$log" 2>&1 &
+pid=$!
+until grep -q "^epoch 2: loss" "$log" || ! kill -0 "$pid" 2>/dev/null; do
+  sleep 0.01
+done
+sleep "$(awk -v m="$(( RANDOM % (epoch_ms + 1) ))" 'BEGIN { printf "%.3f", m / 1000 }')"
+kill -KILL "$pid" 2>/dev/null && echo "-- killed with SIGKILL in epoch 3" ||
+  echo "-- it finished before the kill"
+wait "$pid" 2>/dev/null || true
+echo "-- the local tier (one node) and the durable root hold:"
+"$ckpt" ls "$shm/local" | tail -n 3
+"$ckpt" ls "$dir/tiered" | tail -n 2
+"$train" --root "$dir/tiered" --out "$dir/tiered.bin" "${args[@]}" "${tiers[@]}" \
+  2>&1 | tee "$dir/run-tiers-2.log" | grep -E "restored|final state"
+if ! grep -q "from the local tier" "$dir/run-tiers-2.log"; then
+  echo "the tiered run did not resume from the local tier"
+  exit 1
+fi
+if ! cmp -s "$dir/reference.bin" "$dir/tiered.bin"; then
+  echo "final weights of the tiered run: DIFFERENT"
+  exit 1
+fi
+echo "final weights of the tiered run: bit-identical"
 
 echo
 if cmp -s "$dir/reference.bin" "$dir/run.bin"; then
