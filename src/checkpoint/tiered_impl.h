@@ -3,7 +3,10 @@
 // and tier_restore.cc (agreeing on the step, fetching shares, loading).
 #pragma once
 
+#include <condition_variable>
+#include <functional>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <thread>
@@ -24,7 +27,7 @@ class TieredManager::Impl {
   Impl(CheckpointManager& durable, TierOptions options)
       : durable_(durable), opt_(std::move(options)) {}
 
-  ~Impl() { WaitInflight(); }
+  ~Impl();
 
   Status Init();
   TierSaveHandle SaveAsync(int64_t step, const State& state,
@@ -52,9 +55,10 @@ class TieredManager::Impl {
   Status LoadLocal(int64_t step, const std::vector<std::set<int>>& have,
                    State& state, const LoadOptions& options,
                    TierRestoreResult& out);
-  void WaitInflight() {
-    if (worker_.joinable()) worker_.join();
-  }
+  // The save in flight runs on one thread kept for the manager's life
+  // (a thread per save would cost its start and exit in the next stall).
+  void WaitInflight();
+  void Submit(std::function<void()> job);
 
   CheckpointManager& durable_;
   const TierOptions opt_;
@@ -70,6 +74,11 @@ class TieredManager::Impl {
   std::map<int, std::unique_ptr<CheckpointManager>> roots_;
   StagingArena arena_;
   State staged_;
+  std::mutex worker_mu_;
+  std::condition_variable worker_cv_;
+  std::function<void()> queued_;  // queued, not started
+  bool busy_ = false;          // a job is queued or running
+  bool stop_ = false;
   std::thread worker_;
 };
 

@@ -364,7 +364,7 @@ TierSaveHandle TieredManager::Impl::SaveAsync(int64_t step, const State& state,
     staged_ = State();
     staged_.SetError(staged);
   }
-  worker_ = std::thread([this, shared, step, options, local, durable] {
+  Submit([this, shared, step, options, local, durable] {
     Result<TierSaveResult> r = RunSave(step, options, local, durable);
     std::lock_guard<std::mutex> lock(shared->mu);
     shared->result = std::move(r);
@@ -372,6 +372,44 @@ TierSaveHandle TieredManager::Impl::SaveAsync(int64_t step, const State& state,
     shared->cv.notify_all();
   });
   return TierSaveHandle(shared);
+}
+
+TieredManager::Impl::~Impl() {
+  WaitInflight();
+  {
+    std::lock_guard<std::mutex> lock(worker_mu_);
+    stop_ = true;
+  }
+  worker_cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+void TieredManager::Impl::WaitInflight() {
+  std::unique_lock<std::mutex> lock(worker_mu_);
+  worker_cv_.wait(lock, [&] { return !busy_; });
+}
+
+void TieredManager::Impl::Submit(std::function<void()> job) {
+  std::lock_guard<std::mutex> lock(worker_mu_);
+  queued_ = std::move(job);
+  busy_ = true;
+  worker_cv_.notify_all();
+  if (worker_.joinable()) return;
+  worker_ = std::thread([this] {
+    std::unique_lock<std::mutex> lock(worker_mu_);
+    for (;;) {
+      worker_cv_.wait(lock, [&] { return queued_ || stop_; });
+      if (!queued_) return;  // stopping
+      std::function<void()> job = std::move(queued_);
+      queued_ = nullptr;
+      lock.unlock();
+      job();
+      job = nullptr;
+      lock.lock();
+      busy_ = false;
+      worker_cv_.notify_all();
+    }
+  });
 }
 
 // --- TieredManager -----------------------------------------------------------
