@@ -6,8 +6,8 @@
 #include <condition_variable>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -77,7 +77,7 @@ class TieredManager::Impl {
   std::mutex worker_mu_;
   std::condition_variable worker_cv_;
   std::function<void()> queued_;  // queued, not started
-  bool busy_ = false;          // a job is queued or running
+  bool busy_ = false;             // a job is queued or running
   bool stop_ = false;
   std::thread worker_;
 };
