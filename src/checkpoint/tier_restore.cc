@@ -72,17 +72,11 @@ Status TieredManager::Impl::LoadLocal(int64_t step,
       send.peer = q;
     }
     if (rank_ == q) {
-      receive.root = roots_.at(rank_).get();
       receive.peer = holder;
-      if (Status s = ClearStep(*receive.root, step); !s.ok()) mine = s;
+      receive.status = ClearStep(*roots_.at(rank_), step);
+      if (receive.status.ok()) receive.root = roots_.at(rank_).get();
     }
     if (send.peer < 0 && receive.peer < 0) continue;
-    if (send.peer >= 0 && !send.root) {
-      // Unreachable root: the receiver must still hear the end.
-      CKPT_RETURN_IF_ERROR(
-          comm_->SendRecv("Xthe holder cannot open its copy", q, -1).status());
-      continue;
-    }
     CKPT_RETURN_IF_ERROR(
         TransferStep(*comm_, step, opt_.transfer_block_bytes, send, receive));
     if (rank_ == q) {

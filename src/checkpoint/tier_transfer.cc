@@ -25,16 +25,23 @@ std::span<const std::byte> Bytes(std::string_view s) {
 // nothing: memory is one block.
 class Sender {
  public:
-  Sender(CheckpointManager& root, int64_t step, uint64_t block)
+  // A null root sends only the end of a failed stream, so the receiver is
+  // not left waiting.
+  Sender(CheckpointManager* root, int64_t step, uint64_t block)
       : root_(root), block_(block) {
-    Result<CheckpointDescription> d = root.Describe(step);
+    if (!root) {
+      failed_ = FailedPreconditionError("the sender has no copy of step " +
+                                        std::to_string(step));
+      return;
+    }
+    Result<CheckpointDescription> d = root->Describe(step);
     if (!d.ok()) {
       failed_ = d.status();
       return;
     }
     for (const ObjectInfo& o : d->objects) objects_.push_back(o);
     for (const ObjectInfo& o : d->metadata_objects) objects_.push_back(o);
-    Result<ObjectInfo> manifest = root.storage().Stat(ManifestKey(step));
+    Result<ObjectInfo> manifest = root->storage().Stat(ManifestKey(step));
     if (!manifest.ok()) {
       failed_ = manifest.status();
       return;
@@ -67,7 +74,7 @@ class Sender {
     }
     const uint64_t n = std::min<uint64_t>(block_, o.size - offset_);
     std::string msg(1 + n, 'D');
-    Status read = root_.storage().ReadRange(
+    Status read = root_->storage().ReadRange(
         o.key, offset_, {reinterpret_cast<std::byte*>(msg.data() + 1), n});
     if (!read.ok()) return Finish(read);
     offset_ += n;
@@ -87,7 +94,7 @@ class Sender {
     return "X" + why.ToString();
   }
 
-  CheckpointManager& root_;
+  CheckpointManager* root_;
   const uint64_t block_;
   std::vector<ObjectInfo> objects_;
   size_t index_ = 0;
@@ -101,8 +108,12 @@ class Sender {
 // Writes what a sender sends into a root; after an error it only drains.
 class Receiver {
  public:
-  Receiver(CheckpointManager& root, int64_t step, int peer)
-      : storage_(root.storage()), step_(step), peer_(peer) {}
+  // A null root drains the stream and reports `why_no_root`.
+  Receiver(CheckpointManager* root, int64_t step, int peer,
+           const Status& why_no_root)
+      : storage_(root ? &root->storage() : nullptr), step_(step), peer_(peer) {
+    if (!root) Fail(why_no_root);
+  }
 
   bool done() const { return done_; }
   Status status() const { return status_; }
@@ -154,10 +165,12 @@ class Receiver {
 
   void Fail(Status why) {
     if (status_.ok()) {
-      status_ = Status(why.code(), "receiving step " + std::to_string(step_) +
-                                       " from rank " + std::to_string(peer_) +
-                                       " into " + storage_.url() + ": " +
-                                       why.message());
+      status_ =
+          Status(why.code(),
+                 "receiving step " + std::to_string(step_) + " from rank " +
+                     std::to_string(peer_) + " into " +
+                     (storage_ ? storage_->url() : std::string("nothing")) +
+                     ": " + why.message());
     }
     out_.reset();
   }
@@ -178,7 +191,7 @@ class Receiver {
       manifest_.reserve(size);
       return;
     }
-    Result<std::unique_ptr<WritableObject>> w = storage_.NewWritable(key_);
+    Result<std::unique_ptr<WritableObject>> w = storage_->NewWritable(key_);
     if (!w.ok()) return Fail(w.status());
     out_ = std::move(*w);
   }
@@ -214,16 +227,16 @@ class Receiver {
     if (key_ != ManifestKey(step_)) {
       return Fail(DataLossError("the stream ended without the manifest"));
     }
-    Status s = storage_.Put(key_, Bytes(manifest_), PutMode::kCreateIfAbsent);
+    Status s = storage_->Put(key_, Bytes(manifest_), PutMode::kCreateIfAbsent);
     if (s.code() == ErrorCode::kAlreadyExists) {
       // A copy of the same step committed before: fine if it is this one.
-      Result<std::string> there = storage_.ReadAll(key_);
+      Result<std::string> there = storage_->ReadAll(key_);
       if (there.ok() && *there == manifest_) s = Status();
     }
     if (!s.ok()) Fail(s);
   }
 
-  Storage& storage_;
+  Storage* storage_;  // null: draining only
   const int64_t step_;
   const int peer_;
   std::unique_ptr<WritableObject> out_;
@@ -240,12 +253,13 @@ Status TransferStep(Communicator& comm, int64_t step, uint64_t block,
                     TransferSide& send, TransferSide& receive) {
   std::unique_ptr<Sender> sender;
   std::unique_ptr<Receiver> receiver;
-  if (send.root && send.peer >= 0) {
-    sender = std::make_unique<Sender>(*send.root, step,
+  if (send.peer >= 0) {
+    sender = std::make_unique<Sender>(send.root, step,
                                       std::max<uint64_t>(block, 4096));
   }
-  if (receive.root && receive.peer >= 0) {
-    receiver = std::make_unique<Receiver>(*receive.root, step, receive.peer);
+  if (receive.peer >= 0) {
+    receiver = std::make_unique<Receiver>(receive.root, step, receive.peer,
+                                          receive.status);
   }
   while ((sender && !sender->done()) || (receiver && !receiver->done())) {
     const bool sending = sender && !sender->done();

@@ -28,8 +28,10 @@ namespace ckpt {
 // (a ring of replicas).
 struct TransferSide {
   // Sending: `root`'s committed `step` to rank `peer`. Receiving: into
-  // `root` (its storage), from rank `peer`. Null root or peer -1: not this
-  // side.
+  // `root` (its storage), from rank `peer`. Peer -1: not this side. A null
+  // root with a peer still takes part, so the peer is not left waiting: a
+  // sender sends a failed stream, a receiver drains what comes and fails
+  // with `status` (set it to why there is no root).
   CheckpointManager* root = nullptr;
   int peer = -1;
   // Set by the transfer: the outcome of this side, and the bytes moved.

@@ -170,8 +170,22 @@ Status TieredManager::Impl::Init() {
     receive_from_.push_back(order[(position[rank_] - shift + world_) % world_]);
   }
   node_url_ = NodeRootUrl(opt_.local_url, node());
-  CKPT_ASSIGN_OR_RETURN(node_, OpenLocal(node_url_));
-  return Root(rank_).status();
+  // Every rank opens its node's root; all fail if one cannot, so that no
+  // rank waits in a collective for one that gave up.
+  Result<std::unique_ptr<Storage>> opened = OpenLocal(node_url_);
+  Status mine = opened.status();
+  if (opened.ok()) {
+    node_ = std::move(*opened);
+    mine = Root(rank_).status();
+  }
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> all,
+                        comm_->AllGather(mine.ok() ? "" : mine.ToString()));
+  if (std::string why = FirstCause(all); !why.empty()) {
+    return Status(
+        mine.ok() ? ErrorCode::kAborted : mine.code(),
+        "tiers: opening the local tier " + opt_.local_url + ", " + why);
+  }
+  return Status();
 }
 
 Result<CheckpointManager*> TieredManager::Impl::Root(int rank) {
@@ -280,11 +294,10 @@ Status TieredManager::Impl::LocalSave(int64_t step,
     TransferSide send{&own, send_to_[j]};
     TransferSide receive{nullptr, receive_from_[j]};
     Result<CheckpointManager*> into = Root(receive_from_[j]);
-    Status cleared = into.ok() ? ClearStep(**into, step) : into.status();
-    if (cleared.ok()) receive.root = *into;
+    receive.status = into.ok() ? ClearStep(**into, step) : into.status();
+    if (receive.status.ok()) receive.root = *into;
     CKPT_RETURN_IF_ERROR(
         TransferStep(*comm_, step, opt_.transfer_block_bytes, send, receive));
-    if (!cleared.ok()) receive.status = cleared;
     result.replicated_bytes += send.bytes;
     if (mine.ok() && !send.status.ok()) mine = send.status;
     if (mine.ok() && !receive.status.ok()) mine = receive.status;

@@ -533,6 +533,32 @@ TEST(TieredTest, PowerLossAtEveryCallOfATieredSave) {
               static_cast<long long>(total));
 }
 
+// A node whose local tier cannot be opened fails Open on every rank,
+// naming it, instead of leaving the others waiting in the first save.
+TEST(TieredTest, ALocalTierThatCannotBeOpenedFailsEveryRank) {
+  Job job = MemJob("unopenable", {0, 1});
+  job.open = [](const std::string& url) -> Result<std::unique_ptr<Storage>> {
+    if (url.find("node1") != std::string::npos) {
+      return IOError("permission denied (test): " + url);
+    }
+    return OpenStorage(url);
+  };
+  RunRanks(2, [&](int rank, Communicator* comm) {
+    Options o;
+    o.communicator = comm;
+    auto durable = CheckpointManager::Open(job.durable_url, o).value();
+    TierOptions t;
+    t.local_url = job.local_url;
+    t.node_of_rank = job.nodes;
+    t.open_local = job.open;
+    Result<std::unique_ptr<TieredManager>> m = TieredManager::Open(*durable, t);
+    ASSERT_FALSE(m.ok()) << "rank " << rank;
+    EXPECT_NE(m.status().message().find("rank 1: IOError: permission denied"),
+              std::string::npos)
+        << m.status().ToString();
+  });
+}
+
 TEST(TieredTest, BadOptionsAreRefused) {
   auto durable = CheckpointManager::Open("mem://" + UniqueName("bad")).value();
   TierOptions t;
