@@ -197,6 +197,16 @@ class StorageWrapper : public Storage {
   Storage* target_;
 };
 
+// Paces the bytes written through `target` (Append, AppendRetained, Put) to
+// at most `bytes_per_second` on average, so that a save running in the
+// background (a tier's persistence, docs/tiers.md) leaves the disk or the
+// network to the job. A write waits before it starts until the budget has
+// room for it; a root idle for a while saves no credit. Reads, listings and
+// deletes pass at once. Thread-safe: every write through the wrapper
+// shares one budget. A rate of 0 or less returns `target` itself.
+std::unique_ptr<Storage> NewRateLimitedStorage(std::unique_ptr<Storage> target,
+                                               double bytes_per_second);
+
 // How an `s3://bucket/prefix` root reaches its store (docs/s3.md). A field
 // left empty takes its value from the environment, then a default; options
 // always win over the environment.

@@ -1,0 +1,92 @@
+// NewRateLimitedStorage: a wrapper that paces writes to a byte rate.
+//
+// Pacing is by reservation: a write of n bytes takes the interval
+// [start, start + n / rate) of a shared timeline, start being the later of
+// now and the end of the last reservation, and sleeps until `start`. So the
+// bytes written by time t never exceed rate × t plus one write, and writers
+// on many threads share the budget in the order they asked.
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+#include "ckpt/storage.h"
+
+namespace ckpt {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class Pacer {
+ public:
+  explicit Pacer(double bytes_per_second) : rate_(bytes_per_second) {}
+
+  void Wait(uint64_t bytes) {
+    Clock::time_point start;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      start = std::max(Clock::now(), next_);
+      next_ = start + std::chrono::duration_cast<Clock::duration>(
+                          std::chrono::duration<double>(bytes / rate_));
+    }
+    std::this_thread::sleep_until(start);
+  }
+
+ private:
+  const double rate_;
+  std::mutex mu_;
+  Clock::time_point next_{};
+};
+
+class PacedWritable : public WritableObject {
+ public:
+  PacedWritable(std::unique_ptr<WritableObject> target, Pacer* pacer)
+      : target_(std::move(target)), pacer_(pacer) {}
+  Status Append(std::span<const std::byte> data) override {
+    pacer_->Wait(data.size());
+    return target_->Append(data);
+  }
+  Status AppendRetained(std::span<const std::byte> data) override {
+    pacer_->Wait(data.size());
+    return target_->AppendRetained(data);
+  }
+  Status Close() override { return target_->Close(); }
+  uint64_t size() const override { return target_->size(); }
+
+ private:
+  std::unique_ptr<WritableObject> target_;
+  Pacer* pacer_;
+};
+
+class RateLimitedStorage : public StorageWrapper {
+ public:
+  RateLimitedStorage(std::unique_ptr<Storage> target, double bytes_per_second)
+      : StorageWrapper(std::move(target)), pacer_(bytes_per_second) {}
+
+  Result<std::unique_ptr<WritableObject>> NewWritable(
+      std::string_view key) override {
+    CKPT_ASSIGN_OR_RETURN(std::unique_ptr<WritableObject> w,
+                          StorageWrapper::NewWritable(key));
+    return std::unique_ptr<WritableObject>(
+        new PacedWritable(std::move(w), &pacer_));
+  }
+  Status Put(std::string_view key, std::span<const std::byte> data,
+             PutMode mode) override {
+    pacer_.Wait(data.size());
+    return StorageWrapper::Put(key, data, mode);
+  }
+
+ private:
+  Pacer pacer_;
+};
+
+}  // namespace
+
+std::unique_ptr<Storage> NewRateLimitedStorage(std::unique_ptr<Storage> target,
+                                               double bytes_per_second) {
+  if (!(bytes_per_second > 0)) return target;  // no limit
+  return std::make_unique<RateLimitedStorage>(std::move(target),
+                                              bytes_per_second);
+}
+
+}  // namespace ckpt
