@@ -45,6 +45,8 @@ class TieredManager::Impl {
   }
   Result<CheckpointManager*> Root(int rank);
   Status ClearStep(CheckpointManager& root, int64_t step);
+  // Removes every marker of `step` from this node's local root.
+  Status ClearMarkers(int64_t step);
   void Mark(CheckpointManager& root, int64_t step);
   void Prune(CheckpointManager& root, bool collect_garbage);
   Result<TierSaveResult> RunSave(int64_t step, const TierSaveOptions& options,

@@ -222,6 +222,27 @@ Status TieredManager::Impl::ClearStep(CheckpointManager& root, int64_t step) {
   return s.code() == ErrorCode::kNotFound ? Status() : s;
 }
 
+Status TieredManager::Impl::ClearMarkers(int64_t step) {
+  CKPT_ASSIGN_OR_RETURN(std::vector<ObjectInfo> keys, node_->List("r"));
+  for (const ObjectInfo& o : keys) {
+    int rank = 0;
+    std::string_view rest;
+    int64_t marked = 0;
+    int w = 0;
+    if (!SplitShareKey(o.key, &rank, &rest) ||
+        !ParseTierMarkerKey(rest, &marked, &w) || marked != step) {
+      continue;
+    }
+    // Ranks of one node clear the same root: one's delete may find the
+    // marker gone already.
+    if (Status s = node_->Delete(o.key);
+        !s.ok() && s.code() != ErrorCode::kNotFound) {
+      return s;
+    }
+  }
+  return Status();
+}
+
 void TieredManager::Impl::Mark(CheckpointManager& root, int64_t step) {
   Status s = root.storage().Put(TierMarkerKey(step, world_), {},
                                 PutMode::kCreateIfAbsent);
@@ -271,8 +292,20 @@ Status TieredManager::Impl::LocalSave(int64_t step,
                                       const TierSaveOptions& options,
                                       TierSaveResult& result) {
   CheckpointManager& own = *roots_.at(rank_);
+  // No marker of this step may survive anywhere once a rank starts writing
+  // it: a marker proves that every share is of one save, and a step saved
+  // again (after a restore from an older one) would otherwise mix old and
+  // new shares if the save were cut short. Every rank removes the step's
+  // markers from its node's root, and all wait for all.
+  Status mine = ClearMarkers(step);
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> cleared,
+                        comm_->AllGather(mine.ok() ? "" : mine.ToString()));
+  if (std::string why = FirstCause(cleared); !why.empty()) {
+    return AbortedError("local tier, step " + std::to_string(step) +
+                        ", clearing its markers: " + why);
+  }
   State share;
-  Status mine = BuildShareState(staged_, rank_, world_, share);
+  mine = BuildShareState(staged_, rank_, world_, share);
   if (mine.ok()) {
     // The share metadata names the durable tier: a share left in the local
     // root by another job is never taken for this one's.

@@ -398,6 +398,33 @@ TEST(TieredTest, APeersFullTierFailsTheLocalStepAndKeepsThePrevious) {
   RestoreAndCheck(job, 2, 1, Tier::kLocal);
 }
 
+// A step saved again (a job restored from an older step, or the runner's
+// epoch end) whose new save is cut short must not leave the old save's
+// markers beside new shares: the restore takes the step before.
+TEST(TieredTest, AStepSavedAgainAndCutShortIsNeverMixed) {
+  Job job = MemJob("resave", {0, 1});
+  std::atomic<bool> full{false};
+  job.open = [&](const std::string& url) -> Result<std::unique_ptr<Storage>> {
+    CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Storage> s, OpenStorage(url));
+    if (url.find("node1") == std::string::npos) return s;
+    return std::unique_ptr<Storage>(new FullAfterArming(std::move(s), &full));
+  };
+  SaveSteps(job, 2, {1, 2});
+  RunRanks(2, [&](int rank, Communicator* comm) {
+    Tiers t(job, comm);
+    ASSERT_TRUE(t.tiers);
+    if (rank == 1) full = true;  // node 1 fills up after opening
+    comm->Barrier().IgnoreError();
+    RankState s(rank, 2, 7);  // other contents for step 2
+    State state = s.Make();
+    Result<TierSaveResult> r = t.tiers->Save(2, state);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_FALSE(r->local);
+  });
+  full = false;
+  RestoreAndCheck(job, 2, 1, Tier::kLocal);
+}
+
 TEST(TieredTest, APeerDyingMidTransferCommitsNothingNew) {
   Job job = MemJob("dies", {0, 0, 1, 1});
   SaveSteps(job, 4, {1});

@@ -199,8 +199,12 @@ Status JobRunner::Impl::SaveNow(bool in_epoch, bool finished) {
   // resumed from) holds this state up to the end-of-epoch work, which a
   // resume from it redoes: saving again would only be refused.
   // With tiers every step may have been saved mid-epoch already: the
-  // epoch's end is saved again, so that both tiers hold its progress.
-  if (last_saved_ == ctx_.step_ && (in_epoch || !options_.tiers)) {
+  // local tier keeps that save (a step is never rewritten there: its shares
+  // must all be of one save), and the epoch's end goes to the durable tier
+  // unless it holds the step already.
+  const bool saved_locally = last_saved_ == ctx_.step_;
+  if (saved_locally &&
+      (in_epoch || !options_.tiers || last_durable_ == ctx_.step_)) {
     if (!in_epoch) {
       Log("epoch " + std::to_string(ctx_.epoch_) + " ended at step " +
           std::to_string(ctx_.step_) + ", saved already");
@@ -218,7 +222,12 @@ Status JobRunner::Impl::SaveNow(bool in_epoch, bool finished) {
   so.metadata["runner.saved_at"] =
       preempted_ ? "preemption" : (in_epoch ? "step" : "epoch end");
   bool skipped = false;
-  if (options_.tiers) {
+  if (options_.tiers && saved_locally) {
+    CKPT_ASSIGN_OR_RETURN(SaveResult saved, options_.tiers->durable().Save(
+                                                ctx_.step_, state, so));
+    skipped = saved.skipped;
+    if (!skipped) last_durable_ = ctx_.step_;
+  } else if (options_.tiers) {
     TierSaveOptions to;
     to.save = so;
     // A step the durable tier holds already stays as it is there.
