@@ -223,9 +223,17 @@ Status JobRunner::Impl::SaveNow(bool in_epoch, bool finished) {
       preempted_ ? "preemption" : (in_epoch ? "step" : "epoch end");
   bool skipped = false;
   if (options_.tiers && saved_locally) {
-    CKPT_ASSIGN_OR_RETURN(SaveResult saved, options_.tiers->durable().Save(
-                                                ctx_.step_, state, so));
-    skipped = saved.skipped;
+    Result<SaveResult> saved =
+        options_.tiers->durable().Save(ctx_.step_, state, so);
+    if (saved.status().code() == ErrorCode::kAlreadyExists) {
+      // Resumed from this step: the durable tier had it too.
+      last_durable_ = ctx_.step_;
+      Log("epoch " + std::to_string(ctx_.epoch_) + " ended at step " +
+          std::to_string(ctx_.step_) + ", saved already");
+      return Status();
+    }
+    CKPT_RETURN_IF_ERROR(saved.status());
+    skipped = saved->skipped;
     if (!skipped) last_durable_ = ctx_.step_;
   } else if (options_.tiers) {
     TierSaveOptions to;
