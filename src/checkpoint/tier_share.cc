@@ -8,10 +8,7 @@
 
 namespace ckpt {
 
-using format::ManifestKey;
-using format::SplitStepKey;
 using format::StepDirName;
-using format::StepOfKey;
 namespace {
 
 constexpr std::string_view kMarkerPrefix = "tier-committed-";

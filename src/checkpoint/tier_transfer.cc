@@ -12,8 +12,6 @@
 namespace ckpt {
 
 using format::ManifestKey;
-using format::SplitStepKey;
-using format::StepDirName;
 using format::StepOfKey;
 namespace {
 

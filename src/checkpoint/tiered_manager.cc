@@ -47,9 +47,6 @@
 namespace ckpt {
 
 using format::ManifestKey;
-using format::SplitStepKey;
-using format::StepDirName;
-using format::StepOfKey;
 
 const char* TierName(Tier tier) {
   switch (tier) {
