@@ -1,6 +1,8 @@
 // Loads read slabs of large tensors on several threads: the bytes land where
 // they belong whatever the chunk, slab and box edges, and damage is still
 // reported.
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <numeric>
 
@@ -91,6 +93,166 @@ TEST_P(ParallelReadTest, ADamagedChunkIsDataLoss) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Threads, ParallelReadTest, ::testing::Values(1, 2, 4));
+
+// Counts range reads, the calls that cost an open (file) or a GET (S3).
+class CountingReads : public StorageWrapper {
+ public:
+  using StorageWrapper::StorageWrapper;
+  Status ReadRange(std::string_view key, uint64_t offset,
+                   std::span<std::byte> out) override {
+    ++reads;
+    return StorageWrapper::ReadRange(key, offset, out);
+  }
+  std::atomic<int> reads{0};
+};
+
+// An optimizer's per-parameter state: many small tensors (some empty, some
+// of several chunks), loaded with a few range reads, not one per tensor, and
+// still exactly, from one data object or from a chain of two.
+class SmallTensorsTest : public ::testing::TestWithParam<int> {
+ protected:
+  static constexpr int kTensors = 2000;
+
+  void SetUp() override {
+    Options o;
+    o.chunk_size = 4096;
+    o.io_threads = GetParam();
+    auto storage = root_.Open();
+    ASSERT_TRUE(storage.ok()) << storage.status().ToString();
+    auto counted = std::make_unique<CountingReads>(std::move(storage).value());
+    counting_ = counted.get();
+    auto mgr = CheckpointManager::Open(std::move(counted), o);
+    ASSERT_TRUE(mgr.ok()) << mgr.status().ToString();
+    mgr_ = std::move(mgr).value();
+    for (int i = 0; i < kTensors; ++i) {
+      // 0 to 3,100 floats: empty, part of a chunk, up to four chunks.
+      std::vector<float> t((i * 37) % 3101);
+      std::iota(t.begin(), t.end(), static_cast<float>(i));
+      values_.push_back(std::move(t));
+    }
+    ASSERT_TRUE(mgr_->Save(1, Saved()).ok());
+  }
+
+  State Saved() {
+    State s;
+    for (int i = 0; i < kTensors; ++i) {
+      s.AddTensor("opt." + std::to_string(i),
+                  View(std::span<const float>(values_[i]),
+                       {static_cast<int64_t>(values_[i].size())}));
+    }
+    return s;
+  }
+
+  // Loads `step` into fresh buffers; the range reads it took.
+  int LoadAndCheck(int64_t step) {
+    std::vector<std::vector<float>> got(kTensors);
+    State s;
+    for (int i = 0; i < kTensors; ++i) {
+      got[i].assign(values_[i].size(), -1.0f);
+      s.AddTensor("opt." + std::to_string(i),
+                  View(std::span<float>(got[i]),
+                       {static_cast<int64_t>(got[i].size())}));
+    }
+    const int before = counting_->reads;
+    Result<CheckpointInfo> info = mgr_->Load(step, s);
+    EXPECT_TRUE(info.ok()) << info.status().ToString();
+    for (int i = 0; i < kTensors; ++i) {
+      EXPECT_EQ(got[i], values_[i]) << "opt." << i;
+    }
+    return counting_->reads - before;
+  }
+
+  const testing::TestRoot root_{testing::Backend::kFile, "small-tensors"};
+  CountingReads* counting_ = nullptr;
+  std::unique_ptr<CheckpointManager> mgr_;
+  std::vector<std::vector<float>> values_;
+};
+
+TEST_P(SmallTensorsTest, ComeBackExactlyInAFewReads) {
+  // 12 MB in one object: two spans of 8 MiB at most, however the threads
+  // take them.
+  EXPECT_LE(LoadAndCheck(1), 3);
+}
+
+TEST_P(SmallTensorsTest, SlicesOfOneBufferComeBackExactly) {
+  // Targets back to back in one buffer, as a flat parameter buffer's views
+  // are: the spans are read straight into it.
+  size_t total = 0;
+  for (const auto& v : values_) total += v.size();
+  std::vector<float> flat(total, -1.0f);
+  State s;
+  size_t at = 0;
+  for (int i = 0; i < kTensors; ++i) {
+    const size_t n = values_[i].size();
+    s.AddTensor(
+        "opt." + std::to_string(i),
+        View(std::span<float>(flat.data() + at, n), {static_cast<int64_t>(n)}));
+    at += n;
+  }
+  const int before = counting_->reads;
+  Result<CheckpointInfo> info = mgr_->Load(1, s);
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_LE(counting_->reads - before, 3);
+  at = 0;
+  for (int i = 0; i < kTensors; ++i) {
+    ASSERT_TRUE(std::equal(values_[i].begin(), values_[i].end(),
+                           flat.begin() + static_cast<ptrdiff_t>(at)))
+        << "opt." << i;
+    at += values_[i].size();
+  }
+}
+
+TEST_P(SmallTensorsTest, AChainOfTwoComesBackExactlyInAFewReads) {
+  for (int i = 0; i < kTensors; i += 3) {
+    for (float& x : values_[i]) x = -x;
+  }
+  ASSERT_TRUE(mgr_->Save(2, Saved(), {.incremental = true}).ok());
+  // Step 1's object is read around the changed tensors' old bytes.
+  EXPECT_LE(LoadAndCheck(2), 6);
+}
+
+TEST_P(SmallTensorsTest, ADamagedChunkNamesItsEntry) {
+  auto desc = mgr_->Describe(1);
+  ASSERT_TRUE(desc.ok());
+  const std::string key = desc->objects.at(0).key;
+  Result<std::string> bytes = mgr_->storage().ReadAll(key);
+  ASSERT_TRUE(bytes.ok());
+  (*bytes)[bytes->size() / 2] ^= 1;
+  ASSERT_TRUE(mgr_->storage().PutString(key, *bytes).ok());
+  std::vector<std::vector<float>> got(kTensors);
+  State s;
+  for (int i = 0; i < kTensors; ++i) {
+    got[i].resize(values_[i].size());
+    s.AddTensor(
+        "opt." + std::to_string(i),
+        View(std::span<float>(got[i]), {static_cast<int64_t>(got[i].size())}));
+  }
+  Result<CheckpointInfo> info = mgr_->Load(1, s);
+  ASSERT_FALSE(info.ok());
+  EXPECT_EQ(info.status().code(), ErrorCode::kDataLoss);
+  const std::string m = info.status().message();
+  EXPECT_NE(m.find("checksum mismatch"), std::string::npos) << m;
+  EXPECT_NE(m.find("of entry \"opt."), std::string::npos) << m;
+  EXPECT_NE(m.find(key), std::string::npos) << m;
+}
+
+TEST_P(SmallTensorsTest, ATruncatedObjectNamesAnEntryAndItsRange) {
+  auto desc = mgr_->Describe(1);
+  ASSERT_TRUE(desc.ok());
+  const std::string key = desc->objects.at(0).key;
+  Result<std::string> bytes = mgr_->storage().ReadAll(key);
+  ASSERT_TRUE(bytes.ok());
+  ASSERT_TRUE(
+      mgr_->storage().PutString(key, bytes->substr(0, bytes->size() / 2)).ok());
+  Result<LoadedCheckpoint> all = mgr_->LoadAll(1);
+  ASSERT_FALSE(all.ok());
+  EXPECT_EQ(all.status().code(), ErrorCode::kDataLoss)
+      << all.status().ToString();
+  EXPECT_NE(all.status().message().find(key), std::string::npos)
+      << all.status().ToString();
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, SmallTensorsTest, ::testing::Values(1, 2, 4));
 
 TEST(SplitBoxReadTest, SlabsCoverTheBoxOnceInOrder) {
   std::vector<std::byte> dest(kRows * kCols * 4);
