@@ -200,6 +200,30 @@ TEST(SafetensorsTest, HeaderIsStandardSafetensorsJson) {
   EXPECT_EQ(j.size(), 3u);
 }
 
+// Names that JSON must escape, or that are not ASCII, come back as written
+// (ckpt's names hold no backslash or control character); a scalar and an
+// empty tensor keep their shapes.
+TEST(SafetensorsTest, NamesAreEscapedAsJsonNeeds) {
+  const std::vector<std::string> names = {"q\"uote", "caf\xc3\xa9",
+                                          "\xe2\x82\xac/x", "s"};
+  std::vector<TensorLayout> tensors;
+  for (const std::string& n : names) {
+    tensors.push_back(Layout(n, DType::kF32, {2, 0}));
+  }
+  tensors.back().shape = {};
+  Result<std::string> head = EncodeSafetensorsHeader(tensors, {});
+  ASSERT_TRUE(head.ok()) << head.status().ToString();
+  const nlohmann::json j = nlohmann::json::parse(head->substr(8));
+  ASSERT_EQ(j.size(), names.size());
+  for (const std::string& n : names) {
+    ASSERT_TRUE(j.contains(n)) << n;
+    EXPECT_EQ(j[n]["shape"], n == "s" ? nlohmann::json::array()
+                                      : nlohmann::json::array({2, 0}))
+        << n;
+  }
+  EXPECT_EQ(j["s"]["data_offsets"], nlohmann::json::array({0, 4}));
+}
+
 TEST(SafetensorsTest, AcceptsUnsortedAndUnpaddedFilesFromOtherWriters) {
   // Keys in any order, no padding, tensors listed out of file order.
   const std::string header = "{\"z\":" + Tensor("U8", "[2]", "[0,2]") +
