@@ -238,13 +238,13 @@ class CheckpointManager::Impl {
       int64_t step, const SaveOptions& save, const SaveDecision& decision,
       const SavePlan& plan, const std::vector<WriteResult>& results);
   // Version 3: the directory from the plan and the ranks' index digests,
-  // encoded into `directory`, and the commit record with it (as
-  // format::WithDirectory gives it: objects and metadata objects listed).
-  Result<format::Manifest> BuildIndexed(int64_t step, const SaveOptions& save,
-                                        const SaveDecision& decision,
-                                        const SavePlan& plan,
-                                        const std::vector<WriteResult>& results,
-                                        std::string& directory);
+  // encoded into `directory` (and kept as `built`), and the commit record
+  // with it (as format::WithDirectory gives it: objects and metadata
+  // objects listed).
+  Result<format::Manifest> BuildIndexed(
+      int64_t step, const SaveOptions& save, const SaveDecision& decision,
+      const SavePlan& plan, const std::vector<WriteResult>& results,
+      std::string& directory, std::shared_ptr<const format::Directory>& built);
   // Every object of an earlier step that `m` references is still there.
   Status CheckReferences(const format::Manifest& m);
   // Writes the manifest with create-if-absent: THE COMMIT.
@@ -255,9 +255,11 @@ class CheckpointManager::Impl {
   // Whether a failed Publish of `step` may still have left its manifest.
   bool MayHaveCommitted(int64_t step, const Status& failure);
   // After the commit: catalog, LATEST, retention. Failures only warn.
-  // `info` is InfoFromManifest(m), which the outcome carries too.
-  std::vector<int64_t> AfterCommit(format::Manifest m, const std::string& bytes,
-                                   const CheckpointInfo& info);
+  // `info` is InfoFromManifest(m), which the outcome carries too; `dir` is
+  // a version 3 commit's directory (null for versions 1 and 2).
+  std::vector<int64_t> AfterCommit(
+      format::Manifest m, const std::string& bytes, const CheckpointInfo& info,
+      std::shared_ptr<const format::Directory> dir);
 
   // --- load.cc
   // The asked-for step, or the newest valid one; agreed across ranks.

@@ -272,6 +272,13 @@ void ManifestStore::Remember(int64_t step, const ObjectInfo& info, Manifest m) {
   cache_[step] = {info, std::make_shared<const Manifest>(std::move(m))};
 }
 
+void ManifestStore::RememberSummary(
+    int64_t step, const ObjectInfo& info, Manifest m,
+    std::shared_ptr<const format::Directory> dir) {
+  summaries_[step] = Summarized{
+      info, std::make_shared<const Manifest>(std::move(m)), std::move(dir)};
+}
+
 void ManifestStore::UpdateLatestHint() {
   // LATEST is a hint for humans and other tools; readers never trust it, so
   // a failure to write it does not fail anything. It names the newest step

@@ -82,6 +82,11 @@ class ManifestStore {
   // Keeps `m`, just written as `step`'s manifest with the bytes of `info`,
   // so the coordinator need not decode what it encoded.
   void Remember(int64_t step, const ObjectInfo& info, format::Manifest m);
+  // Keeps the summary of a version 3 checkpoint just committed as `step`
+  // (its commit record with the directory, as format::WithDirectory gives
+  // it, and the directory), as if read back from the object of `info`.
+  void RememberSummary(int64_t step, const ObjectInfo& info, format::Manifest m,
+                       std::shared_ptr<const format::Directory> dir);
   // Drops the cached copy, so the next Read reads the object again.
   void Forget(int64_t step) {
     cache_.erase(step);
