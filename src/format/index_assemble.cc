@@ -188,7 +188,11 @@ Status CheckDirectory(const Directory& dir, const std::string& what) {
     }
     ids.emplace_back(o.step, o.rank, o.attempt);
   }
-  std::sort(ids.begin(), ids.end());
+  // A save lists its objects by rank, already in order: checking that is
+  // linear, where sorting 16,384 of them again on every load was not.
+  if (!std::is_sorted(ids.begin(), ids.end())) {
+    std::sort(ids.begin(), ids.end());
+  }
   if (auto it = std::adjacent_find(ids.begin(), ids.end()); it != ids.end()) {
     DataObjectId o{std::get<0>(*it), std::get<1>(*it), std::get<2>(*it), 0};
     return Bad(what, "object " + Quote(o.Key()) + " listed twice");
@@ -273,6 +277,7 @@ Manifest WithDirectory(const Manifest& header, const Directory& dir) {
   Manifest m = header;
   m.hosts = dir.hosts;
   m.objects.clear();
+  m.objects.reserve(dir.objects.size());
   for (const DataObjectId& o : dir.objects) {
     m.objects.push_back({o.Key(), o.size, o.rank});
   }
