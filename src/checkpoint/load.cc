@@ -352,8 +352,12 @@ ThreadPool* CheckpointManager::Impl::IoPool() {
 void CheckpointManager::Impl::AddSlabs(BoxRead read,
                                        std::vector<BoxRead>& reads) const {
   // Slabs of whole chunks where the rows allow, so that few chunks are read
-  // by two slabs.
-  for (BoxRead& slab : SplitBoxRead(std::move(read), 4 * options_.chunk_size)) {
+  // by two slabs, and of at least 8 MiB: a slab's chunks are read a span at
+  // a time (ReadBox), and with small chunks (4 KiB, for incremental saves
+  // of embedding rows) slabs of four chunks were a read per 16 KiB.
+  const uint64_t bytes =
+      std::max<uint64_t>(4 * options_.chunk_size, uint64_t{8} << 20);
+  for (BoxRead& slab : SplitBoxRead(std::move(read), bytes)) {
     reads.push_back(std::move(slab));
   }
 }

@@ -14,8 +14,10 @@
 namespace ckpt {
 namespace {
 
-constexpr int64_t kRows = 1000;
-constexpr int64_t kCols = 37;  // 148-byte rows: chunks and slabs cut rows
+// 148-byte rows: chunks and slabs cut rows. 80,000 rows (11.8 MB) make two
+// slabs of the loader's 8 MiB at least.
+constexpr int64_t kRows = 80000;
+constexpr int64_t kCols = 37;
 
 std::vector<float> Global() {
   std::vector<float> g(kRows * kCols);
@@ -59,7 +61,8 @@ TEST_P(ParallelReadTest, WholeTensorComesBackExactly) {
 }
 
 TEST_P(ParallelReadTest, ABoxComesBackExactly) {
-  const int64_t r0 = 123, nr = 754, c0 = 5, nc = 26;
+  // Rows 50,123 to 61,876: across the two slabs' edge.
+  const int64_t r0 = 50123, nr = 11754, c0 = 5, nc = 26;
   std::vector<float> got(nr * nc, 0.0f);
   State s;
   s.AddTensorPiece("w", {kRows, kCols}, {r0, c0},
@@ -209,6 +212,34 @@ TEST_P(SmallTensorsTest, AChainOfTwoComesBackExactlyInAFewReads) {
   ASSERT_TRUE(mgr_->Save(2, Saved(), {.incremental = true}).ok());
   // Step 1's object is read around the changed tensors' old bytes.
   EXPECT_LE(LoadAndCheck(2), 6);
+}
+
+TEST_P(SmallTensorsTest, ALargeTensorOfSmallChunksInAChainTakesAFewReads) {
+  // 1,024 rows of 4 KiB, one chunk each; every 20th row changed in step 3,
+  // so step 3's rows come from two objects, interleaved.
+  constexpr int64_t kBigRows = 1024, kBigCols = 1024;
+  std::vector<float> big(kBigRows * kBigCols);
+  std::iota(big.begin(), big.end(), 0.5f);
+  const auto save = [&](int64_t step, bool incremental) {
+    State s;
+    s.AddTensor("big", View(std::span<const float>(big), {kBigRows, kBigCols}));
+    return mgr_->Save(step, s, {.incremental = incremental});
+  };
+  ASSERT_TRUE(save(2, false).ok());
+  for (int64_t r = 0; r < kBigRows; r += 20) {
+    for (int64_t c = 0; c < kBigCols; ++c) big[r * kBigCols + c] *= -1.0f;
+  }
+  ASSERT_TRUE(save(3, true).ok());
+  std::vector<float> got(big.size(), 0.0f);
+  State s;
+  s.AddTensor("big", View(std::span<float>(got), {kBigRows, kBigCols}));
+  const int before = counting_->reads;
+  Result<CheckpointInfo> info = mgr_->Load(3, s);
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_EQ(got, big);
+  // Step 2's object in one span (the changed rows' old bytes read across),
+  // step 3's in another: far fewer than one read per chunk.
+  EXPECT_LE(counting_->reads - before, 8);
 }
 
 TEST_P(SmallTensorsTest, ADamagedChunkNamesItsEntry) {

@@ -99,6 +99,130 @@ Status CheckChunk(const format::Manifest& manifest,
   return Status();
 }
 
+// Small whole entries are read a span of their object at a time: a state of
+// many small tensors (an optimizer's per-parameter state) lies back to back
+// in one data object, and a read per tensor costs an open, two stats and a
+// close on a file root (a GET on S3) — for 4 KiB tensors, several times the
+// bytes themselves.
+constexpr uint64_t kSmallChunk = uint64_t{256} << 10;  // coalesced if ≤
+constexpr uint64_t kSpanBytes = uint64_t{8} << 20;     // one read at most
+constexpr uint64_t kSpanGap = uint64_t{16} << 10;      // read across, unused
+
+// A whole chunk read in place.
+struct WholeChunk {
+  const format::EntryRecord* entry;
+  const format::ChunkRecord* chunk;
+  std::byte* dest;
+};
+
+// Appends the chunks of `r` to `out` when `r` is a whole entry of one piece
+// whose chunks are all small; false (nothing appended) otherwise.
+bool AddSmallChunks(const BoxRead& r, std::vector<WholeChunk>& out) {
+  const format::EntryRecord& e = *r.entry;
+  if (e.pieces.size() != 1 || r.lengths != e.shape ||
+      e.pieces[0].lengths != e.shape ||
+      std::any_of(r.offsets.begin(), r.offsets.end(),
+                  [](int64_t o) { return o != 0; })) {
+    return false;
+  }
+  uint64_t total = 0;
+  for (const format::ChunkRecord& c : e.pieces[0].chunks) {
+    if (c.length > kSmallChunk) return false;
+    total += c.length;
+  }
+  if (total != r.dest.size()) return false;  // ReadBox reports it
+  uint64_t at = 0;
+  for (const format::ChunkRecord& c : e.pieces[0].chunks) {
+    out.push_back({&e, &c, r.dest.data() + at});
+    at += c.length;
+  }
+  return true;
+}
+
+// Reads chunks [begin, end) of `chunks` (one object, sorted by offset) with
+// one range read, then moves each into place and checks it. If the span
+// cannot be read as one, each chunk is read on its own, so that the error
+// names the entry and the range as a single read's would.
+Status ReadSpan(Storage& storage, const format::Manifest& manifest,
+                const std::vector<WholeChunk>& chunks, size_t begin,
+                size_t end) {
+  const uint32_t object = chunks[begin].chunk->object;
+  const uint64_t start = chunks[begin].chunk->offset;
+  uint64_t stop = start;
+  for (size_t i = begin; i < end; ++i) {
+    stop = std::max(stop, chunks[i].chunk->offset + chunks[i].chunk->length);
+  }
+  // Chunks back to back in the object whose destinations are back to back
+  // too (the views of one flat buffer, in the object's order) are read
+  // straight in.
+  bool direct = true;
+  for (size_t i = begin + 1; direct && i < end; ++i) {
+    const WholeChunk& a = chunks[i - 1];
+    direct = chunks[i].chunk->offset == a.chunk->offset + a.chunk->length &&
+             chunks[i].dest == a.dest + a.chunk->length;
+  }
+  std::unique_ptr<std::byte[]> bounce;
+  std::byte* into = chunks[begin].dest;
+  if (!direct) {
+    bounce = std::make_unique_for_overwrite<std::byte[]>(stop - start);
+    into = bounce.get();
+  }
+  if (storage
+          .ReadRange(manifest.objects[object].key, start, {into, stop - start})
+          .ok()) {
+    for (size_t i = begin; i < end; ++i) {
+      const WholeChunk& c = chunks[i];
+      if (!direct) {
+        std::memcpy(c.dest, into + (c.chunk->offset - start), c.chunk->length);
+      }
+      CKPT_RETURN_IF_ERROR(
+          CheckChunk(manifest, *c.entry, *c.chunk, {c.dest, c.chunk->length}));
+    }
+    return Status();
+  }
+  for (size_t i = begin; i < end; ++i) {
+    const WholeChunk& c = chunks[i];
+    CKPT_RETURN_IF_ERROR(ReadChunk(storage, manifest, *c.entry, *c.chunk,
+                                   {c.dest, c.chunk->length}));
+  }
+  return Status();
+}
+
+// Sorts `chunks` by object and offset and cuts them into spans [begin, end)
+// of one object each, at most kSpanBytes (or one chunk), bridging gaps of at
+// most kSpanGap.
+std::vector<std::pair<size_t, size_t>> Spans(std::vector<WholeChunk>& chunks) {
+  std::sort(chunks.begin(), chunks.end(), [](const auto& a, const auto& b) {
+    return std::pair(a.chunk->object, a.chunk->offset) <
+           std::pair(b.chunk->object, b.chunk->offset);
+  });
+  std::vector<std::pair<size_t, size_t>> spans;
+  uint64_t span_start = 0, span_stop = 0;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const format::ChunkRecord& c = *chunks[i].chunk;
+    const uint64_t stop = std::max(span_stop, c.offset + c.length);
+    if (i == 0 || c.object != chunks[i - 1].chunk->object ||
+        c.offset > span_stop + kSpanGap || stop - span_start > kSpanBytes) {
+      spans.emplace_back(i, i + 1);
+      span_start = c.offset;
+      span_stop = c.offset + c.length;
+      continue;
+    }
+    spans.back().second = i + 1;
+    span_stop = stop;
+  }
+  return spans;
+}
+
+// Reads `chunks` a span at a time, one span after another.
+Status ReadSpans(Storage& storage, const format::Manifest& manifest,
+                 std::vector<WholeChunk>& chunks) {
+  for (const auto& [begin, end] : Spans(chunks)) {
+    CKPT_RETURN_IF_ERROR(ReadSpan(storage, manifest, chunks, begin, end));
+  }
+  return Status();
+}
+
 }  // namespace
 
 Status ReadChunk(Storage& storage, const format::Manifest& manifest,
@@ -118,6 +242,10 @@ Status ReadBox(Storage& storage, const format::Manifest& manifest,
   const size_t elem = DTypeSize(entry.dtype);
   std::unique_ptr<std::byte[]> staging;
   uint64_t staging_size = 0;
+  // Whole chunks wanted in place: read at the end a span of their object
+  // at a time (ReadSpans), so that a box of small chunks, or of an
+  // incremental chain's chunks from several objects, is a few reads.
+  std::vector<WholeChunk> whole;
   for (const format::PieceRecord& piece : entry.pieces) {
     const std::vector<Run> runs =
         IntersectionRuns(piece.offsets, piece.lengths, offsets, lengths, elem);
@@ -144,9 +272,7 @@ Status ReadBox(Storage& storage, const format::Manifest& manifest,
         const uint64_t take = std::min(end, chunk_end) - pos;
         std::byte* out = dest.data() + run.dst + (pos - run.src);
         if (pos == chunk_start && chunk_end <= end) {
-          // The whole chunk is wanted: read it in place.
-          CKPT_RETURN_IF_ERROR(ReadChunk(storage, manifest, entry, c,
-                                         std::span<std::byte>(out, c.length)));
+          whole.push_back({&entry, &c, out});
           if (stats) {
             ++stats->chunks_read;
             stats->bytes_read += c.length;
@@ -172,7 +298,7 @@ Status ReadBox(Storage& storage, const format::Manifest& manifest,
       }
     }
   }
-  return Status();
+  return ReadSpans(storage, manifest, whole);
 }
 
 Status ReadEntry(Storage& storage, const format::Manifest& manifest,
@@ -210,127 +336,14 @@ std::vector<BoxRead> SplitBoxRead(BoxRead read, uint64_t slab_bytes) {
   return out;
 }
 
-namespace {
-
-// Small whole entries are read a span of their object at a time: a state of
-// many small tensors (an optimizer's per-parameter state) lies back to back
-// in one data object, and a read per tensor costs an open, two stats and a
-// close on a file root (a GET on S3) — for 4 KiB tensors, several times the
-// bytes themselves.
-constexpr uint64_t kSmallChunk = uint64_t{256} << 10;  // coalesced if ≤
-constexpr uint64_t kSpanBytes = uint64_t{8} << 20;     // one read at most
-constexpr uint64_t kSpanGap = uint64_t{16} << 10;      // read across, unused
-
-// A whole chunk of a small entry, read in place.
-struct SmallChunk {
-  const format::EntryRecord* entry;
-  const format::ChunkRecord* chunk;
-  std::byte* dest;
-};
-
-// Appends the chunks of `r` to `out` when `r` is a whole entry of one piece
-// whose chunks are all small; false (nothing appended) otherwise.
-bool AddSmallChunks(const BoxRead& r, std::vector<SmallChunk>& out) {
-  const format::EntryRecord& e = *r.entry;
-  if (e.pieces.size() != 1 || r.lengths != e.shape ||
-      e.pieces[0].lengths != e.shape ||
-      std::any_of(r.offsets.begin(), r.offsets.end(),
-                  [](int64_t o) { return o != 0; })) {
-    return false;
-  }
-  uint64_t total = 0;
-  for (const format::ChunkRecord& c : e.pieces[0].chunks) {
-    if (c.length > kSmallChunk) return false;
-    total += c.length;
-  }
-  if (total != r.dest.size()) return false;  // ReadBox reports it
-  uint64_t at = 0;
-  for (const format::ChunkRecord& c : e.pieces[0].chunks) {
-    out.push_back({&e, &c, r.dest.data() + at});
-    at += c.length;
-  }
-  return true;
-}
-
-// Reads chunks [begin, end) of `chunks` (one object, sorted by offset) with
-// one range read, then moves each into place and checks it. If the span
-// cannot be read as one, each chunk is read on its own, so that the error
-// names the entry and the range as a single read's would.
-Status ReadSpan(Storage& storage, const format::Manifest& manifest,
-                const std::vector<SmallChunk>& chunks, size_t begin,
-                size_t end) {
-  const uint32_t object = chunks[begin].chunk->object;
-  const uint64_t start = chunks[begin].chunk->offset;
-  uint64_t stop = start;
-  for (size_t i = begin; i < end; ++i) {
-    stop = std::max(stop, chunks[i].chunk->offset + chunks[i].chunk->length);
-  }
-  // Chunks back to back in the object whose destinations are back to back
-  // too (the views of one flat buffer, in the object's order) are read
-  // straight in.
-  bool direct = true;
-  for (size_t i = begin + 1; direct && i < end; ++i) {
-    const SmallChunk& a = chunks[i - 1];
-    direct = chunks[i].chunk->offset == a.chunk->offset + a.chunk->length &&
-             chunks[i].dest == a.dest + a.chunk->length;
-  }
-  std::unique_ptr<std::byte[]> bounce;
-  std::byte* into = chunks[begin].dest;
-  if (!direct) {
-    bounce = std::make_unique_for_overwrite<std::byte[]>(stop - start);
-    into = bounce.get();
-  }
-  if (storage
-          .ReadRange(manifest.objects[object].key, start, {into, stop - start})
-          .ok()) {
-    for (size_t i = begin; i < end; ++i) {
-      const SmallChunk& c = chunks[i];
-      if (!direct) {
-        std::memcpy(c.dest, into + (c.chunk->offset - start), c.chunk->length);
-      }
-      CKPT_RETURN_IF_ERROR(
-          CheckChunk(manifest, *c.entry, *c.chunk, {c.dest, c.chunk->length}));
-    }
-    return Status();
-  }
-  for (size_t i = begin; i < end; ++i) {
-    const SmallChunk& c = chunks[i];
-    CKPT_RETURN_IF_ERROR(ReadChunk(storage, manifest, *c.entry, *c.chunk,
-                                   {c.dest, c.chunk->length}));
-  }
-  return Status();
-}
-
-}  // namespace
-
 Status ReadBoxes(Storage& storage, const format::Manifest& manifest,
                  const std::vector<BoxRead>& reads, ThreadPool* pool) {
-  std::vector<SmallChunk> small;
+  std::vector<WholeChunk> small;
   std::vector<const BoxRead*> boxes;
   for (const BoxRead& r : reads) {
     if (!AddSmallChunks(r, small)) boxes.push_back(&r);
   }
-  std::sort(small.begin(), small.end(), [](const auto& a, const auto& b) {
-    return std::pair(a.chunk->object, a.chunk->offset) <
-           std::pair(b.chunk->object, b.chunk->offset);
-  });
-  // Spans [begin, end) of `small`: one object, gaps of at most kSpanGap,
-  // at most kSpanBytes (or one chunk).
-  std::vector<std::pair<size_t, size_t>> spans;
-  uint64_t span_start = 0, span_stop = 0;
-  for (size_t i = 0; i < small.size(); ++i) {
-    const format::ChunkRecord& c = *small[i].chunk;
-    const uint64_t stop = std::max(span_stop, c.offset + c.length);
-    if (i == 0 || c.object != small[i - 1].chunk->object ||
-        c.offset > span_stop + kSpanGap || stop - span_start > kSpanBytes) {
-      spans.emplace_back(i, i + 1);
-      span_start = c.offset;
-      span_stop = c.offset + c.length;
-      continue;
-    }
-    spans.back().second = i + 1;
-    span_stop = stop;
-  }
+  const std::vector<std::pair<size_t, size_t>> spans = Spans(small);
   const int parallelism = pool == nullptr ? 1 : pool->size() + 1;
   return ParallelFor(pool, parallelism, spans.size() + boxes.size(),
                      [&](size_t i) {
