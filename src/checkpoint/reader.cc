@@ -99,14 +99,17 @@ Status CheckChunk(const format::Manifest& manifest,
   return Status();
 }
 
-// Small whole entries are read a span of their object at a time: a state of
-// many small tensors (an optimizer's per-parameter state) lies back to back
-// in one data object, and a read per tensor costs an open, two stats and a
-// close on a file root (a GET on S3) — for 4 KiB tensors, several times the
-// bytes themselves.
-constexpr uint64_t kSmallChunk = uint64_t{256} << 10;  // coalesced if ≤
+// Whole chunks are read a span of their object at a time: a state of many
+// small tensors (an optimizer's per-parameter state) lies back to back in
+// one data object, and a read per chunk costs an open, two stats and a close
+// on a file root (a GET on S3) — for 4 KiB chunks, several times the bytes
+// themselves. A span that is not contiguous on both sides goes through a
+// bounce buffer of at most kSpanBytes (plus a chunk) per reading thread.
+constexpr uint64_t kSmallChunk = uint64_t{256} << 10;  // small entries' cap
 constexpr uint64_t kSpanBytes = uint64_t{8} << 20;     // one read at most
-constexpr uint64_t kSpanGap = uint64_t{16} << 10;      // read across, unused
+// Gaps up to this are read and dropped: cheaper than another read (in an
+// incremental chain they are the old bytes of rows a later step changed).
+constexpr uint64_t kSpanGap = uint64_t{16} << 10;
 
 // A whole chunk read in place.
 struct WholeChunk {

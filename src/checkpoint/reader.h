@@ -5,9 +5,11 @@
 // Reads are by box: a rank asks for the part of a tensor it now holds (any
 // world size, any split), and only the chunks that intersect that box are
 // read — a checksum covers a whole chunk, so the chunk is the unit of reading.
-// A chunk that lies wholly inside what the caller wants is read straight
-// into the caller's buffer; only a chunk that straddles the edge of the box
-// passes through a staging buffer of one chunk.
+// Chunks that lie wholly inside what the caller wants are read a span of
+// their object at a time (up to 8 MiB, across gaps of up to 16 KiB),
+// straight into the caller's buffer where both sides are contiguous, else
+// through a bounce buffer; a chunk that straddles the edge of the box passes
+// through a staging buffer of one chunk.
 #pragma once
 
 #include <cstdint>
