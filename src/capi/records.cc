@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "format/json.h"
+
 namespace ckpt::records {
 
 using nlohmann::json;
@@ -48,26 +50,6 @@ json DescriptionJson(const CheckpointDescription& desc) {
   return {{"info", InfoJson(desc.info)}, {"entries", std::move(entries)}};
 }
 
-namespace {
-
-// Appends `s` as a JSON string, escaped as Dump escapes it: names and dtypes
-// are printable ASCII nearly always, which needs no escaping, so that the
-// common case costs no json value and no second string.
-void AppendString(std::string& out, const std::string& s) {
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u > 0x7e || c == '"' || c == '\\') {
-      out += Dump(json(s));
-      return;
-    }
-  }
-  out += '"';
-  out += s;
-  out += '"';
-}
-
-}  // namespace
-
 std::string DescriptionText(const CheckpointDescription& desc) {
   // The keys in the order Dump writes them (sorted): a test holds the two
   // texts equal.
@@ -77,15 +59,15 @@ std::string DescriptionText(const CheckpointDescription& desc) {
     out += i == 0 ? "{\"bytes\":" : ",{\"bytes\":";
     out += std::to_string(e.bytes);
     out += ",\"dtype\":";
-    AppendString(out, std::string(DTypeName(e.dtype)));
+    format::AppendJsonString(out, DTypeName(e.dtype));
     if (e.kind == EntryKind::kMetadata) {
       out += ",\"json\":";
-      AppendString(out, e.json);
+      format::AppendJsonString(out, e.json);
     }
     out += ",\"kind\":";
-    AppendString(out, std::string(EntryKindName(e.kind)));
+    format::AppendJsonString(out, EntryKindName(e.kind));
     out += ",\"name\":";
-    AppendString(out, e.name);
+    format::AppendJsonString(out, e.name);
     out += ",\"num_pieces\":" + std::to_string(e.num_pieces);
     out += ",\"owner\":" + std::to_string(e.owner);
     out += ",\"shape\":[";

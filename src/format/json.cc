@@ -153,4 +153,19 @@ Result<nlohmann::json> ParseJsonStrict(std::string_view text,
   return std::move(builder.root());
 }
 
+void AppendJsonString(std::string& out, std::string_view s) {
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u > 0x7e || c == '"' || c == '\\') {
+      out +=
+          nlohmann::json(std::string(s))
+              .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      return;
+    }
+  }
+  out += '"';
+  out += s;
+  out += '"';
+}
+
 }  // namespace ckpt::format

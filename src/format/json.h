@@ -6,6 +6,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "ckpt/status.h"
@@ -33,5 +34,12 @@ using JsonFold =
 Result<nlohmann::json> ParseJsonStrict(std::string_view text,
                                        std::string_view what,
                                        const JsonFold& fold = nullptr);
+
+// Appends `s` to `out` as a JSON string, escaped as nlohmann::json's dump
+// escapes it (bytes that are not UTF-8 replaced, so it never throws). Names
+// are printable ASCII nearly always, which needs no escaping: that case
+// costs no json value and no second string, which matters when a header or
+// a description lists 10,000 of them.
+void AppendJsonString(std::string& out, std::string_view s);
 
 }  // namespace ckpt::format

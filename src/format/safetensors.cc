@@ -31,21 +31,6 @@ Result<uint64_t> ShapeBytes(DType dtype, const std::vector<int64_t>& shape) {
   return n;
 }
 
-// Appends `s` (valid UTF-8) as a JSON string: names are printable ASCII
-// nearly always, which needs no escaping.
-void AppendJsonString(std::string& out, std::string_view s) {
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u > 0x7e || c == '"' || c == '\\') {
-      out += nlohmann::json(std::string(s)).dump();
-      return;
-    }
-  }
-  out += '"';
-  out += s;
-  out += '"';
-}
-
 }  // namespace
 
 Result<std::string> EncodeSafetensorsHeader(
@@ -77,7 +62,7 @@ Result<std::string> EncodeSafetensorsHeader(
   uint64_t offset = 0;
   for (TensorLayout& t : tensors) {
     CKPT_RETURN_IF_ERROR(ValidateEntryName(t.name));
-    if (t.name == "__metadata__" || !names.insert(t.name).second) {
+    if (!names.insert(t.name).second) {
       return InvalidArgumentError("duplicate tensor name " + Quote(t.name));
     }
     Result<uint64_t> bytes = ShapeBytes(t.dtype, t.shape);
