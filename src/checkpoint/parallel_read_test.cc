@@ -146,9 +146,9 @@ class SmallTensorsTest : public ::testing::TestWithParam<int> {
     return s;
   }
 
-  // Loads `step` into fresh buffers; the range reads it took.
-  int LoadAndCheck(int64_t step) {
-    std::vector<std::vector<float>> got(kTensors);
+  // A state of fresh buffers in `got` (filled with -1), one per tensor.
+  State Targets(std::vector<std::vector<float>>& got) {
+    got.assign(kTensors, {});
     State s;
     for (int i = 0; i < kTensors; ++i) {
       got[i].assign(values_[i].size(), -1.0f);
@@ -156,6 +156,13 @@ class SmallTensorsTest : public ::testing::TestWithParam<int> {
                   View(std::span<float>(got[i]),
                        {static_cast<int64_t>(got[i].size())}));
     }
+    return s;
+  }
+
+  // Loads `step` into fresh buffers; the range reads it took.
+  int LoadAndCheck(int64_t step) {
+    std::vector<std::vector<float>> got;
+    State s = Targets(got);
     const int before = counting_->reads;
     Result<CheckpointInfo> info = mgr_->Load(step, s);
     EXPECT_TRUE(info.ok()) << info.status().ToString();
@@ -250,14 +257,8 @@ TEST_P(SmallTensorsTest, ADamagedChunkNamesItsEntry) {
   ASSERT_TRUE(bytes.ok());
   (*bytes)[bytes->size() / 2] ^= 1;
   ASSERT_TRUE(mgr_->storage().PutString(key, *bytes).ok());
-  std::vector<std::vector<float>> got(kTensors);
-  State s;
-  for (int i = 0; i < kTensors; ++i) {
-    got[i].resize(values_[i].size());
-    s.AddTensor(
-        "opt." + std::to_string(i),
-        View(std::span<float>(got[i]), {static_cast<int64_t>(got[i].size())}));
-  }
+  std::vector<std::vector<float>> got;
+  State s = Targets(got);
   Result<CheckpointInfo> info = mgr_->Load(1, s);
   ASSERT_FALSE(info.ok());
   EXPECT_EQ(info.status().code(), ErrorCode::kDataLoss);
