@@ -142,13 +142,19 @@ Status CheckDirectory(const Directory& dir, const std::string& what);
 // rank's). Each index must hold exactly the pieces the directory's runs give
 // its rank, with chunks that hold each box's bytes inside objects the
 // directory lists. With every index, the result is checked like a version 2
-// manifest (ValidateManifest: overlaps, coverage); with some, each piece is.
+// manifest (ValidateManifest: overlaps, coverage) and lists every object as
+// WithDirectory does; with some, each piece is checked alone, `objects`
+// holds only the data objects their chunks name and `metadata_objects` is
+// empty.
 Result<Manifest> Assemble(const Manifest& header, const Directory& dir,
                           std::vector<RankIndex> indexes, bool all,
                           std::string_view what);
 
-// The header and directory alone: every entry without pieces.
-Manifest WithDirectory(const Manifest& header, const Directory& dir);
+// The header and directory alone: every entry without pieces. Without
+// `list_objects`, `objects` and `metadata_objects` stay empty (a key string
+// for every rank's objects is most of the cost at 16,384 ranks).
+Manifest WithDirectory(const Manifest& header, const Directory& dir,
+                       bool list_objects = true);
 
 // Splits a full manifest into the version 3 directory and one index per
 // rank (`indexes[r]` for rank r): what ranks write in parallel on save.

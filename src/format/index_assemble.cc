@@ -116,14 +116,6 @@ ObjectKeyParts Parts(const DataObjectId& o) {
   return {o.step, o.rank, o.attempt};
 }
 
-struct ObjectKeyHash {
-  size_t operator()(const ObjectKeyParts& k) const {
-    return Mix(Mix(static_cast<uint64_t>(std::get<0>(k)),
-                   static_cast<uint64_t>(std::get<1>(k))),
-               std::get<2>(k));
-  }
-};
-
 }  // namespace
 
 Status CheckDirectory(const Directory& dir, const std::string& what) {
@@ -273,18 +265,18 @@ void RanksMeeting(const DirectoryEntry& e, const std::vector<int64_t>& offsets,
   }
 }
 
-Manifest WithDirectory(const Manifest& header, const Directory& dir) {
-  Manifest m = header;
-  m.hosts = dir.hosts;
-  m.objects.clear();
+namespace {
+
+// Every data object by key, and the directory and every index as metadata
+// objects: what garbage collection, listing and completeness checks need.
+void ListObjects(const Manifest& header, const Directory& dir, Manifest& m) {
   m.objects.reserve(dir.objects.size());
   for (const DataObjectId& o : dir.objects) {
     m.objects.push_back({o.Key(), o.size, o.rank});
   }
-  m.metadata_objects.clear();
+  m.metadata_objects.reserve(dir.world_size + 1);
   m.metadata_objects.push_back(
       {header.directory.key, header.directory.size, 0});
-  m.metadata_objects.reserve(dir.world_size + 1);
   for (int32_t r = 0; r < dir.world_size; ++r) {
     // The data object's key with the index's suffix, built without
     // formatting (a directory has one per rank).
@@ -293,7 +285,63 @@ Manifest WithDirectory(const Manifest& header, const Directory& dir) {
                 kIndexSuffix);
     m.metadata_objects.push_back({std::move(key), dir.indexes[r].size, r});
   }
+}
+
+// Finds a directory's data objects by (step, rank, attempt) without a key
+// string or a hash entry per object: a save lists them in order, so a
+// binary search over the directory itself serves; otherwise over a sorted
+// list of positions.
+class ObjectFinder {
+ public:
+  explicit ObjectFinder(const std::vector<DataObjectId>& objects)
+      : objects_(objects) {
+    auto less = [&](uint32_t a, uint32_t b) {
+      return Parts(objects_[a]) < Parts(objects_[b]);
+    };
+    for (uint32_t i = 1; i < objects_.size() && sorted_; ++i) {
+      sorted_ = !less(i, i - 1);
+    }
+    if (sorted_) return;
+    order_.resize(objects_.size());
+    for (uint32_t i = 0; i < order_.size(); ++i) order_[i] = i;
+    std::sort(order_.begin(), order_.end(), less);
+  }
+  // The position of `o` in the directory's list, or -1.
+  int64_t Find(const DataObjectId& o) const {
+    const ObjectKeyParts want = Parts(o);
+    size_t lo = 0, hi = objects_.size();
+    while (lo < hi) {
+      const size_t mid = lo + (hi - lo) / 2;
+      if (Parts(objects_[At(mid)]) < want) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    if (lo == objects_.size() || Parts(objects_[At(lo)]) != want) return -1;
+    return At(lo);
+  }
+
+ private:
+  uint32_t At(size_t k) const {
+    return sorted_ ? static_cast<uint32_t>(k) : order_[k];
+  }
+  const std::vector<DataObjectId>& objects_;
+  bool sorted_ = true;
+  std::vector<uint32_t> order_;
+};
+
+}  // namespace
+
+Manifest WithDirectory(const Manifest& header, const Directory& dir,
+                       bool list_objects) {
+  Manifest m = header;
+  m.hosts = dir.hosts;
+  m.objects.clear();
+  m.metadata_objects.clear();
+  if (list_objects) ListObjects(header, dir, m);
   m.entries.clear();
+  m.entries.reserve(dir.entries.size());
   for (const DirectoryEntry& de : dir.entries) {
     EntryRecord e;
     e.name = de.name;
@@ -323,13 +371,11 @@ Result<Manifest> Assemble(const Manifest& header, const Directory& dir,
                "the directory belongs to another save (step, attempt or "
                "world size are not the commit record's)");
   }
-  Manifest m = WithDirectory(header, dir);
-  // By (step, rank, attempt): no key strings on a loading rank's path.
-  std::unordered_map<ObjectKeyParts, uint32_t, ObjectKeyHash> object_of;
-  object_of.reserve(dir.objects.size());
-  for (uint32_t i = 0; i < dir.objects.size(); ++i) {
-    object_of.emplace(Parts(dir.objects[i]), i);
-  }
+  // With some indexes, `objects` lists only what their chunks name: a
+  // loading rank builds no key for every rank's objects.
+  Manifest m = WithDirectory(header, dir, all);
+  const ObjectFinder finder(dir.objects);
+  std::unordered_map<uint32_t, uint32_t> listed;  // directory's -> m.objects
   std::vector<uint64_t> found;
   std::vector<int32_t> ranks;
   for (RankIndex& x : indexes) {
@@ -341,11 +387,20 @@ Result<Manifest> Assemble(const Manifest& header, const Directory& dir,
     ranks.push_back(x.rank);
     std::vector<uint32_t> global(x.objects.size());
     for (size_t i = 0; i < x.objects.size(); ++i) {
-      auto it = object_of.find(Parts(x.objects[i]));
-      if (it == object_of.end() ||
-          m.objects[it->second].size != x.objects[i].size) {
+      const int64_t at = finder.Find(x.objects[i]);
+      if (at < 0 || dir.objects[at].size != x.objects[i].size) {
         return Bad(iw, "object " + Quote(x.objects[i].Key()) +
                            " is not in the directory with that size");
+      }
+      if (all) {
+        global[i] = static_cast<uint32_t>(at);
+        continue;
+      }
+      auto [it, added] = listed.try_emplace(
+          static_cast<uint32_t>(at), static_cast<uint32_t>(m.objects.size()));
+      if (added) {
+        const DataObjectId& o = dir.objects[at];
+        m.objects.push_back({o.Key(), o.size, o.rank});
       }
       global[i] = it->second;
     }

@@ -163,13 +163,85 @@ TEST(IndexTest, SomeIndexesGiveOnlyTheirRanksPieces) {
   ASSERT_NE(w, nullptr);
   ASSERT_EQ(w->pieces.size(), 1u);
   EXPECT_EQ(w->pieces[0].offsets, (std::vector<int64_t>{4, 0}));
-  // Its chunks point at step 7's object, by the directory's numbering.
+  // Its chunks point at step 7's object. Only the objects rank 2's chunks
+  // name are listed, and no metadata objects: a loading rank builds no key
+  // for every rank's objects.
   EXPECT_EQ(part->objects[w->pieces[0].chunks[0].object].key,
             DataObjectKey(7, 2, "00000000000000aa"));
+  std::vector<std::string> keys;
+  for (const ObjectRecord& o : part->objects) keys.push_back(o.key);
+  std::sort(keys.begin(), keys.end());
+  EXPECT_EQ(keys,
+            (std::vector<std::string>{DataObjectKey(7, 2, "00000000000000aa"),
+                                      DataObjectKey(9, 2, kAttempt)}));
+  EXPECT_TRUE(part->metadata_objects.empty());
   EXPECT_TRUE(part->Find("rng")->pieces.empty());
   EXPECT_EQ(part->Find("cfg")->json, "{\"lr\":\"0.1\"}");
   // Claiming every rank with one index is refused.
   EXPECT_FALSE(Load(m, *s, {2}, true).ok());
+}
+
+// Indexes name objects by (step, rank, attempt), so the directory's order
+// of them does not matter: in order, reversed or shuffled, every rank's
+// chunks land in the objects they were written to.
+TEST(IndexTest, ObjectsAreFoundInAnyDirectoryOrder) {
+  const Manifest m = FourRanks();
+  Result<SplitMetadata> s = Split(m);
+  ASSERT_TRUE(s.ok());
+  Result<Directory> d = DecodeDirectory(s->directory_bytes, "dir");
+  ASSERT_TRUE(d.ok());
+  std::vector<DataObjectId> sorted = d->objects;
+  auto parts = [](const DataObjectId& o) {
+    return std::tuple(o.step, o.rank, o.attempt);
+  };
+  std::sort(sorted.begin(), sorted.end(),
+            [&](const auto& a, const auto& b) { return parts(a) < parts(b); });
+  std::vector<DataObjectId> reversed(sorted.rbegin(), sorted.rend());
+  std::vector<DataObjectId> shuffled = sorted;
+  std::swap(shuffled[0], shuffled[3]);
+  for (const auto& order : {sorted, reversed, shuffled}) {
+    for (int r = 0; r < 4; ++r) {
+      Directory dir = *d;
+      dir.objects = order;
+      Result<RankIndex> x = DecodeRankIndex(s->indexes[r], "index");
+      ASSERT_TRUE(x.ok());
+      std::vector<RankIndex> xs;
+      xs.push_back(std::move(*x));
+      Result<Manifest> part =
+          Assemble(Header(m, *s), dir, std::move(xs), false, "test");
+      ASSERT_TRUE(part.ok()) << part.status().ToString();
+      for (size_t ei = 0; ei < m.entries.size(); ++ei) {
+        for (const PieceRecord& want : m.entries[ei].pieces) {
+          if (want.rank != r) continue;
+          const EntryRecord& got = part->entries[ei];
+          ASSERT_EQ(got.pieces.size(), 1u) << got.name << " rank " << r;
+          ASSERT_EQ(got.pieces[0].chunks.size(), want.chunks.size());
+          for (size_t k = 0; k < want.chunks.size(); ++k) {
+            EXPECT_EQ(part->objects[got.pieces[0].chunks[k].object].key,
+                      m.objects[want.chunks[k].object].key)
+                << got.name << " rank " << r << " chunk " << k;
+          }
+        }
+      }
+    }
+    // An index naming an object the directory lacks is refused.
+    Directory dir = *d;
+    dir.objects = order;
+    std::erase_if(dir.objects, [&](const DataObjectId& o) {
+      return parts(o) == parts(sorted[0]);
+    });
+    ASSERT_EQ(dir.objects.size(), sorted.size() - 1);
+    Result<RankIndex> x = DecodeRankIndex(s->indexes[sorted[0].rank], "index");
+    ASSERT_TRUE(x.ok());
+    std::vector<RankIndex> xs;
+    xs.push_back(std::move(*x));
+    Result<Manifest> part =
+        Assemble(Header(m, *s), dir, std::move(xs), false, "test");
+    ASSERT_FALSE(part.ok());
+    EXPECT_NE(part.status().message().find("is not in the directory"),
+              std::string::npos)
+        << part.status().ToString();
+  }
 }
 
 // Brute force against RanksMeeting over random grids and boxes.

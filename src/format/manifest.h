@@ -106,7 +106,9 @@ struct Manifest {
   // What of a version 3 checkpoint's metadata this holds: kAll (every piece;
   // always so for versions 1 and 2), kNone (the commit record, or that and
   // the directory: entries without pieces), kSome (the pieces of
-  // `loaded_ranks`, every entry's pieces that meet what a rank loads).
+  // `loaded_ranks`, every entry's pieces that meet what a rank loads;
+  // `objects` then lists only the data objects their chunks name, and
+  // `metadata_objects` nothing).
   enum class Pieces { kAll, kNone, kSome };
   Pieces pieces = Pieces::kAll;
   std::vector<int32_t> loaded_ranks;  // kSome: sorted
