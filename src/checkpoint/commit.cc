@@ -77,8 +77,8 @@ Result<Manifest> CheckpointManager::Impl::BuildManifest(
       }
       for (const ChunkRow& ch : p.chunks) {
         uint32_t in = own;
-        if (ch.ref != ChunkRow::kOwnObject) {  // a chunk of the parent's
-          const ObjectRef& o = res.refs[ch.ref];
+        if (ch.object != kOwnObject) {  // a chunk of the parent's
+          const ObjectRef& o = res.refs[ch.object];
           auto [it, added] = referenced.try_emplace(
               o.key, static_cast<uint32_t>(m.objects.size()));
           if (added) {

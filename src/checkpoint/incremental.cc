@@ -120,23 +120,24 @@ Result<IncrementalWrites> PlanIncrementalWrites(
       if (!use_dirty_rows) listed = dirty_rows.end();
     }
     // Which chunks can point into the parent.
-    std::vector<std::optional<ChunkRef>> refs(n);
+    std::vector<const format::ChunkRecord*> refs(n, nullptr);
     size_t next_dirty = 0;
+    bool none = true;
     for (uint64_t k = 0; old != nullptr && k < n; ++k) {
       const format::ChunkRecord& c = old->chunks[k];
-      const format::ObjectRecord& o = parent->objects[c.object];
-      if (o.rank >= world_size) continue;
+      if (parent->objects[c.object].rank >= world_size) continue;
       const uint64_t begin = k * chunk_size;
       const uint64_t end = begin + c.length;
       const bool same =
           listed != dirty_rows.end()
               ? !Touches(dirty, &next_dirty, begin, end)
               : Xxh3_128(bytes.subspan(begin, c.length)) == c.checksum;
-      if (same) refs[k] = ChunkRef{&o, c};
+      if (same) {
+        refs[k] = &c;
+        none = false;
+      }
     }
     // Runs of written chunks; a piece with no reference is written whole.
-    const bool none = std::none_of(refs.begin(), refs.end(),
-                                   [](const auto& r) { return r.has_value(); });
     std::vector<std::pair<uint64_t, uint64_t>> runs;  // [first, last) chunks
     for (uint64_t k = 0; !none && k < n;) {
       if (refs[k]) {
@@ -152,23 +153,25 @@ Result<IncrementalWrites> PlanIncrementalWrites(
     const bool clash = std::any_of(runs.begin(), runs.end(), [&](auto r) {
       return names.count(format::RunTensorName(e.name, r.first)) > 0;
     });
+    std::vector<ChunkSlot>& slots = out.slots[m];
+    slots.reserve(n);
     if (none || clash) {
       out.runs.push_back(PieceToWrite{e.name, e.dtype, p.lengths, bytes});
       for (uint64_t k = 0; k < n; ++k) {
-        out.slots[m].push_back(ChunkSlot{std::nullopt, out.runs.size() - 1, k});
+        slots.push_back(ChunkSlot{nullptr, out.runs.size() - 1, k});
       }
       continue;
     }
     size_t run = 0;
     for (uint64_t k = 0; k < n; ++k) {
       if (refs[k]) {
-        out.referenced_bytes += refs[k]->chunk.length;
-        out.slots[m].push_back(ChunkSlot{refs[k], 0, 0});
+        out.referenced_bytes += refs[k]->length;
+        slots.push_back(ChunkSlot{refs[k], 0, 0});
         continue;
       }
       while (runs[run].second <= k) ++run;  // runs are in chunk order
-      out.slots[m].push_back(
-          ChunkSlot{std::nullopt, out.runs.size() + run, k - runs[run].first});
+      slots.push_back(
+          ChunkSlot{nullptr, out.runs.size() + run, k - runs[run].first});
     }
     for (const auto& [first, last] : runs) {
       const uint64_t begin = first * chunk_size;

@@ -18,7 +18,6 @@
 
 #include <cstdint>
 #include <map>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,16 +32,12 @@ namespace ckpt {
 using DirtyRows =
     std::map<std::string, std::vector<std::pair<int64_t, int64_t>>>;
 
-// A chunk of an earlier checkpoint's object; points into the parent
-// manifest, which must outlive it.
-struct ChunkRef {
-  const format::ObjectRecord* object = nullptr;
-  format::ChunkRecord chunk;  // chunk.object is meaningless here
-};
-
-// One chunk of a piece: a reference, or chunk `index` of run `run`.
+// One chunk of a piece: a chunk of the parent's (`ref` points into the
+// parent manifest, which must outlive it, and names its object there), or
+// chunk `index` of run `run`. Small on purpose: a 2 GiB state of 4 KiB
+// chunks has half a million of them at every save.
 struct ChunkSlot {
-  std::optional<ChunkRef> ref;
+  const format::ChunkRecord* ref = nullptr;
   size_t run = 0;
   size_t index = 0;
 };

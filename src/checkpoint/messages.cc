@@ -283,7 +283,7 @@ std::string EncodeWriteResult(const WriteResult& m) {
       w.U64(c.offset);
       w.U64(c.length);
       w.Sum(c.checksum);
-      w.U32(c.ref);
+      w.U32(c.object);
     }
   }
   return w.Take();
@@ -319,12 +319,12 @@ Result<WriteResult> DecodeWriteResult(std::string_view bytes) {
       c.offset = r.U64();
       c.length = r.U64();
       c.checksum = r.Sum();
-      c.ref = r.U32();
-      if (c.ref != ChunkRow::kOwnObject && c.ref >= m.refs.size()) {
-        r.Fail("a chunk row names reference " + std::to_string(c.ref) + " of " +
-               std::to_string(m.refs.size()));
+      c.object = r.U32();
+      if (c.object != kOwnObject && c.object >= m.refs.size()) {
+        r.Fail("a chunk row names reference " + std::to_string(c.object) +
+               " of " + std::to_string(m.refs.size()));
       }
-      if (c.ref == ChunkRow::kOwnObject && m.key.empty()) {
+      if (c.object == kOwnObject && m.key.empty()) {
         r.Fail("a chunk row lies in an object the rank did not write");
       }
     }

@@ -16,8 +16,8 @@ WriteResult SampleResult() {
       ObjectRef{"step-000000000005/r00000-aaaa.safetensors", 99, 3});
   PieceChunks p;
   p.piece = 4;
-  p.chunks.push_back(ChunkRow{128, 4096, Checksum128{1, 2}});
-  p.chunks.push_back(ChunkRow{0, 4096, Checksum128{3, 4}, 0});
+  p.chunks.push_back(ChunkRow{kOwnObject, 128, 4096, Checksum128{1, 2}});
+  p.chunks.push_back(ChunkRow{0, 0, 4096, Checksum128{3, 4}});
   r.pieces.push_back(p);
   return r;
 }
@@ -80,8 +80,8 @@ TEST(MessagesTest, EveryMessageSurvivesEncoding) {
   ASSERT_EQ(r2->pieces[0].chunks.size(), 2u);
   EXPECT_EQ(r2->pieces[0].chunks[0].offset, 128u);
   EXPECT_EQ(r2->pieces[0].chunks[0].checksum, (Checksum128{1, 2}));
-  EXPECT_EQ(r2->pieces[0].chunks[0].ref, ChunkRow::kOwnObject);
-  EXPECT_EQ(r2->pieces[0].chunks[1].ref, 0u);
+  EXPECT_EQ(r2->pieces[0].chunks[0].object, kOwnObject);
+  EXPECT_EQ(r2->pieces[0].chunks[1].object, 0u);
 
   auto o2 = DecodeSaveOutcome(EncodeSaveOutcome({Status(), {3, 5, 8}}));
   ASSERT_TRUE(o2.ok());
@@ -189,7 +189,7 @@ TEST(MessagesTest, HostileFieldsAreRefused) {
 
   // A row that names a reference the rank did not list.
   WriteResult bad_ref = SampleResult();
-  bad_ref.pieces[0].chunks[1].ref = 1;
+  bad_ref.pieces[0].chunks[1].object = 1;
   ExpectMalformed(DecodeWriteResult(EncodeWriteResult(bad_ref)),
                   "a reference out of range");
   // A row in the rank's own object, from a rank that wrote none.

@@ -39,6 +39,7 @@
 // collective with an error in its message, so all ranks fail together.
 #include <cmath>
 #include <map>
+#include <unordered_map>
 
 #include "checkpoint/incremental.h"
 #include "checkpoint/manager_impl.h"
@@ -206,8 +207,10 @@ WriteResult CheckpointManager::Impl::WriteFull(
   for (size_t k = 0; k < mine.size(); ++k) {
     PieceChunks& p = result.pieces.emplace_back();
     p.piece = mine[k];
+    p.chunks.reserve(written->chunks[k].size());
     for (const format::ChunkRecord& ch : written->chunks[k]) {
-      p.chunks.push_back(ChunkRow{ch.offset, ch.length, ch.checksum});
+      p.chunks.push_back(
+          ChunkRow{kOwnObject, ch.offset, ch.length, ch.checksum});
     }
   }
   return result;
@@ -295,23 +298,35 @@ WriteResult CheckpointManager::Impl::WriteIncremental(
     result.key = key;
     result.size = written->size;
   }
-  // Referenced objects are listed once; a row names one by its index.
-  std::map<std::string_view, uint32_t> ref_index;
+  // Referenced objects are listed once; a row names one by its index. Runs
+  // of chunks in one parent object are the rule, so the last one found is
+  // tried before the map.
+  std::unordered_map<uint32_t, uint32_t> ref_index;  // parent's -> refs
+  uint32_t last_object = UINT32_MAX, last_ref = 0;
+  result.pieces.reserve(mine.size());
   for (size_t k = 0; k < mine.size(); ++k) {
     PieceChunks& piece = result.pieces.emplace_back();
     piece.piece = mine[k];
+    piece.chunks.reserve(w->slots[k].size());
     for (const ChunkSlot& slot : w->slots[k]) {
       if (slot.ref) {
-        const format::ChunkRecord& ch = slot.ref->chunk;
-        const format::ObjectRecord& o = *slot.ref->object;
-        auto [it, added] = ref_index.try_emplace(
-            o.key, static_cast<uint32_t>(result.refs.size()));
-        if (added) result.refs.push_back(ObjectRef{o.key, o.size, o.rank});
+        const format::ChunkRecord& ch = *slot.ref;
+        if (ch.object != last_object) {
+          auto [it, added] = ref_index.try_emplace(
+              ch.object, static_cast<uint32_t>(result.refs.size()));
+          if (added) {
+            const format::ObjectRecord& o = base->objects[ch.object];
+            result.refs.push_back(ObjectRef{o.key, o.size, o.rank});
+          }
+          last_object = ch.object;
+          last_ref = it->second;
+        }
         piece.chunks.push_back(
-            ChunkRow{ch.offset, ch.length, ch.checksum, it->second});
+            ChunkRow{last_ref, ch.offset, ch.length, ch.checksum});
       } else {
         const format::ChunkRecord& ch = written->chunks[slot.run][slot.index];
-        piece.chunks.push_back(ChunkRow{ch.offset, ch.length, ch.checksum});
+        piece.chunks.push_back(
+            ChunkRow{kOwnObject, ch.offset, ch.length, ch.checksum});
       }
     }
   }
@@ -350,18 +365,18 @@ void CheckpointManager::Impl::WriteIndex(int64_t step,
   }
   x.pieces.reserve(result.pieces.size());
   std::map<uint32_t, Checksum128> sums;  // entry -> PiecesSum of mine
-  for (const PieceChunks& p : result.pieces) {
+  // The rows move into the index, renumbered in place: the coordinator
+  // needs only the index's digest, and a failed save sends no rows.
+  for (PieceChunks& p : result.pieces) {
     const PlannedPiece& pp = plan.pieces[p.piece];
     format::IndexPiece& ip = x.pieces.emplace_back();
     ip.entry = static_cast<uint32_t>(pp.entry);
     ip.offsets = pp.offsets;
     ip.lengths = pp.lengths;
-    ip.chunks.reserve(p.chunks.size());
-    for (const ChunkRow& c : p.chunks) {
-      ip.chunks.push_back(format::ChunkRecord{
-          c.ref == ChunkRow::kOwnObject ? 0 : first_ref + c.ref, c.offset,
-          c.length, c.checksum});
+    for (ChunkRow& c : p.chunks) {
+      c.object = c.object == kOwnObject ? 0 : first_ref + c.object;
     }
+    ip.chunks = std::move(p.chunks);
     Checksum128& sum = sums[ip.entry];
     sum = format::AddSums(sum,
                           format::PieceHash(ip.offsets, ip.lengths, ip.chunks));
