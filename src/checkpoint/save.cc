@@ -207,7 +207,7 @@ WriteResult CheckpointManager::Impl::WriteFull(
   for (size_t k = 0; k < mine.size(); ++k) {
     PieceChunks& p = result.pieces.emplace_back();
     p.piece = mine[k];
-    p.chunks.reserve(written->chunks[k].size());
+    p.chunks = TakeRows(k, written->chunks[k].size());
     for (const format::ChunkRecord& ch : written->chunks[k]) {
       p.chunks.push_back(
           ChunkRow{kOwnObject, ch.offset, ch.length, ch.checksum});
@@ -307,7 +307,7 @@ WriteResult CheckpointManager::Impl::WriteIncremental(
   for (size_t k = 0; k < mine.size(); ++k) {
     PieceChunks& piece = result.pieces.emplace_back();
     piece.piece = mine[k];
-    piece.chunks.reserve(w->slots[k].size());
+    piece.chunks = TakeRows(k, w->slots[k].size());
     for (const ChunkSlot& slot : w->slots[k]) {
       if (slot.ref) {
         const format::ChunkRecord& ch = *slot.ref;
@@ -331,6 +331,14 @@ WriteResult CheckpointManager::Impl::WriteIncremental(
     }
   }
   return result;
+}
+
+std::vector<ChunkRow> CheckpointManager::Impl::TakeRows(size_t k, size_t n) {
+  std::vector<ChunkRow> rows;
+  if (k < spare_rows_.size()) rows = std::move(spare_rows_[k]);
+  rows.clear();
+  rows.reserve(n);
+  return rows;
 }
 
 void CheckpointManager::Impl::WriteIndex(int64_t step,
@@ -382,6 +390,10 @@ void CheckpointManager::Impl::WriteIndex(int64_t step,
                           format::PieceHash(ip.offsets, ip.lengths, ip.chunks));
   }
   const std::string bytes = format::EncodeRankIndex(x);
+  spare_rows_.resize(x.pieces.size());
+  for (size_t k = 0; k < x.pieces.size(); ++k) {
+    spare_rows_[k] = std::move(x.pieces[k].chunks);
+  }
   // Durable before the result goes out: the commit names it.
   Status s = Guard("write " + key, [&]() -> Status {
     // A large index goes the way data objects do (file://: O_DIRECT from
