@@ -56,6 +56,38 @@ def test_loaded_arrays_own_their_memory(mgr):
     assert not np.shares_memory(got["a"], got["b"])
 
 
+def test_every_kind_of_entry_interleaved_loads_in_order(mgr):
+    # Whole tensors go to the library in runs between the other entries
+    # (bytes, scalars, rank-local values, metadata): each run and each
+    # entry between runs lands in its own place, empty and 0-d arrays too.
+    state, expect = {}, {}
+    for i in range(40):
+        kind = i % 5
+        name = f"e{i:02d}"
+        if kind in (0, 1):
+            dtype = DTYPES[i % len(DTYPES)]
+            shape = [(), (0,), (3,), (2, 0, 4), (5, 7)][i % 5 if kind else 2]
+            array = random_array(dtype, shape, seed=i)
+            state[name] = expect[name] = array
+        elif kind == 2:
+            state[name] = expect[name] = bytes([i]) * i
+        elif kind == 3:
+            state[name] = expect[name] = {"n": i, "s": "x" * i}
+        else:
+            value = random_array(np.float32, (i,), seed=i)
+            state[name] = ckpt.RankLocal(value)
+            expect[name] = value
+    mgr.save(1, state)
+    for _ in range(2):  # the second with the manifest already read
+        got = mgr.load()
+        assert sorted(got) == sorted(expect)
+        for name, want in expect.items():
+            if isinstance(want, np.ndarray):
+                assert_same(want, got[name])
+            else:
+                assert got[name] == want, name
+
+
 def test_nested_dicts_are_flattened_and_rebuilt(mgr):
     state = {"model": {"layer1": {"weight": np.ones((2, 2), np.float32),
                                   "bias": np.zeros(2, np.float32)},

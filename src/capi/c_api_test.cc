@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -391,6 +392,34 @@ TEST(CApiTest, SaveLoadDescribeVerifyDeleteGc) {
   EXPECT_THAT(d, HasSubstr("\"name\":\"ids\""));
   EXPECT_THAT(d, HasSubstr("\"dtype\":\"BF16\""));
   EXPECT_THAT(d, HasSubstr("\"json\":\"{\\\"a\\\":1}\""));
+  // The same entries as columns: each list in entry order, one item per
+  // entry, shapes one after another.
+  ASSERT_EQ(ckpt_manager_describe_columns(m, 5, &json, &err.text), CKPT_OK);
+  const nlohmann::json c = nlohmann::json::parse(Take(json));
+  const nlohmann::json rows = nlohmann::json::parse(d);
+  const nlohmann::json& described = rows["entries"];
+  ASSERT_EQ(c["names"].size(), described.size());
+  EXPECT_EQ(c["info"], rows["info"]);
+  size_t dim = 0;
+  for (size_t i = 0; i < described.size(); ++i) {
+    const nlohmann::json& e = described[i];
+    EXPECT_EQ(c["names"][i], e["name"]);
+    EXPECT_EQ(c["kinds"][i], e["kind"]);
+    EXPECT_EQ(c["dtypes"][i], e["dtype"]);
+    EXPECT_EQ(c["owners"][i], e["owner"]);
+    EXPECT_EQ(c["bytes"][i], e["bytes"]);
+    EXPECT_EQ(c["num_pieces"][i], e["num_pieces"]);
+    ASSERT_EQ(c["ndims"][i], e["shape"].size());
+    for (const auto& extent : e["shape"]) EXPECT_EQ(c["shapes"][dim++], extent);
+    if (e["kind"] == "metadata") {
+      EXPECT_EQ(c["metadata"][std::to_string(i)], e["json"]);
+    } else {
+      EXPECT_FALSE(c["metadata"].contains(std::to_string(i)));
+    }
+  }
+  EXPECT_EQ(dim, c["shapes"].size());
+  EXPECT_EQ(ckpt_manager_describe_columns(m, 77, &json, &err.text),
+            CKPT_NOT_FOUND);
   ASSERT_EQ(ckpt_manager_verify(m, CKPT_NEWEST, &json, &err.text), CKPT_OK);
   EXPECT_THAT(Take(json), HasSubstr("\"problems\":[]"));
 

@@ -197,15 +197,33 @@ int ckpt_manager_list(ckpt_manager_t* manager, char** json, char** errptr) {
   });
 }
 
-int ckpt_manager_describe(ckpt_manager_t* manager, int64_t step, char** json,
-                          char** errptr) {
+namespace {
+
+// ckpt_manager_describe and its columns: one description, two texts.
+int Describe(ckpt_manager_t* manager, int64_t step, char** json, char** errptr,
+             const char* fn,
+             std::string (*text)(const ckpt::CheckpointDescription&)) {
   return Guard(errptr, [&]() -> ckpt::Status {
-    if (manager == nullptr) return Unopened("ckpt_manager_describe");
+    if (manager == nullptr) return Unopened(fn);
     auto r = manager->manager->Describe(StepOrNewest(step));
     if (!r.ok()) return r.status();
-    SetOut(json, ckpt::records::DescriptionText(*r));
+    SetOut(json, text(*r));
     return ckpt::Status();
   });
+}
+
+}  // namespace
+
+int ckpt_manager_describe(ckpt_manager_t* manager, int64_t step, char** json,
+                          char** errptr) {
+  return Describe(manager, step, json, errptr, "ckpt_manager_describe",
+                  ckpt::records::DescriptionText);
+}
+
+int ckpt_manager_describe_columns(ckpt_manager_t* manager, int64_t step,
+                                  char** json, char** errptr) {
+  return Describe(manager, step, json, errptr, "ckpt_manager_describe_columns",
+                  ckpt::records::DescriptionColumnsText);
 }
 
 int ckpt_manager_verify(ckpt_manager_t* manager, int64_t step, char** json,

@@ -81,6 +81,39 @@ std::string DescriptionText(const CheckpointDescription& desc) {
   return out;
 }
 
+std::string DescriptionColumnsText(const CheckpointDescription& desc) {
+  std::string names, kinds, dtypes, owners, ndims, shapes, bytes, pieces;
+  std::string metadata;
+  for (size_t i = 0; i < desc.entries.size(); ++i) {
+    const EntryInfo& e = desc.entries[i];
+    const char* sep = i == 0 ? "" : ",";
+    names += sep;
+    format::AppendJsonString(names, e.name);
+    kinds += sep;
+    format::AppendJsonString(kinds, EntryKindName(e.kind));
+    dtypes += sep;
+    format::AppendJsonString(dtypes, DTypeName(e.dtype));
+    owners += sep + std::to_string(e.owner);
+    ndims += sep + std::to_string(e.shape.size());
+    for (int64_t d : e.shape) {
+      if (!shapes.empty()) shapes += ',';
+      shapes += std::to_string(d);
+    }
+    bytes += sep + std::to_string(e.bytes);
+    pieces += sep + std::to_string(e.num_pieces);
+    if (e.kind == EntryKind::kMetadata) {
+      metadata += metadata.empty() ? "\"" : ",\"";
+      metadata += std::to_string(i) + "\":";
+      format::AppendJsonString(metadata, e.json);
+    }
+  }
+  return "{\"bytes\":[" + bytes + "],\"dtypes\":[" + dtypes +
+         "],\"info\":" + Dump(InfoJson(desc.info)) + ",\"kinds\":[" + kinds +
+         "],\"metadata\":{" + metadata + "},\"names\":[" + names +
+         "],\"ndims\":[" + ndims + "],\"num_pieces\":[" + pieces +
+         "],\"owners\":[" + owners + "],\"shapes\":[" + shapes + "]}";
+}
+
 json VerifyJson(const VerifyReport& r) {
   return {{"step", r.step},
           {"chunks_checked", r.chunks_checked},
