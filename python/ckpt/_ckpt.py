@@ -194,7 +194,15 @@ def _load_library():
             f"ckpt: cannot load its library {path}: {e} (reinstall the "
             f"ckpt wheel, or set CKPT_LIBRARY to a libckpt.so.1)") from None
     for name, (restype, argtypes) in _SIGNATURES.items():
-        fn = getattr(lib, name)
+        try:
+            fn = getattr(lib, name)
+        except AttributeError:
+            # An older libckpt.so.1 (CKPT_LIBRARY pointing past the wheel's
+            # own): same ABI, but without a function added since.
+            raise ImportError(
+                f"ckpt: its library {path} lacks {name} (an older build); "
+                f"reinstall the ckpt wheel, or point CKPT_LIBRARY at the "
+                f"libckpt.so.1 built with this package") from None
         fn.restype = restype
         fn.argtypes = argtypes
     if lib.ckpt_abi_version() != ABI_VERSION:

@@ -105,3 +105,20 @@ def test_a_second_writer_on_one_root_is_refused_naming_the_first(root):
     del first  # the first job ends and gives the root back
     second.save(2, {"w": np.ones(3)})
     assert [i.step for i in second.list()] == [1, 2]
+
+
+def test_a_library_without_the_packages_functions_is_refused_by_name():
+    # A shared library that loads but lacks what the package calls (an
+    # older build named by CKPT_LIBRARY): ImportError naming the library
+    # and the function, not an AttributeError from ctypes.
+    import subprocess
+    import sys
+    other = "/lib/x86_64-linux-gnu/libm.so.6"
+    if not os.path.exists(other):
+        other = "libm.so.6"
+    env = dict(os.environ, CKPT_LIBRARY=other)
+    r = subprocess.run([sys.executable, "-c", "import ckpt"], env=env,
+                       capture_output=True, text=True)
+    assert r.returncode != 0
+    assert "ImportError" in r.stderr, r.stderr
+    assert f"its library {other} lacks ckpt_" in r.stderr, r.stderr
