@@ -964,7 +964,7 @@ class Manager(_Owned):
         fast = new_device_tensor is None and _np is not None
         state = _State()
         kept, omitted, entries, arrays = [], set(), [], []
-        run = []  # indexes of entries in the current run of plain tensors
+        run = []  # (column index, shape, array) of the current run of them
         shapes, dim = desc["shapes"], 0
 
         def flush():
