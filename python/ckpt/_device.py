@@ -57,8 +57,14 @@ def _torch_array(name, t, torch, for_load):
     if t.layout != torch.strided:
         raise _bad(name, f"a {t.layout} tensor; ckpt saves dense tensors")
     if not t.is_contiguous():
-        raise _bad(name, f"the tensor on {t.device} is not contiguous; "
-                         f"pass tensor.contiguous()")
+        if for_load:
+            raise _bad(name, f"the tensor on {t.device} is not contiguous, "
+                             f"so a load cannot fill it in place; load into "
+                             f"a contiguous tensor and copy it over")
+        # As for host arrays, a save reads a contiguous copy. It is made on
+        # the current stream, so it follows the work queued there, and the
+        # DeviceArray holds it until the bytes are staged.
+        t = t.contiguous()
     dtype = {torch.bool: "BOOL", torch.uint8: "U8", torch.int8: "I8",
              torch.int16: "I16", torch.int32: "I32", torch.int64: "I64",
              torch.float16: "F16", torch.bfloat16: "BF16",

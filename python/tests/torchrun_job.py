@@ -25,6 +25,11 @@
   real ROOT         where this PyTorch can make them: a real ShardedTensor
                     (ChunkShardingSpec by rows) saved with ckpt.torch and
                     loaded back into another, bit for bit
+  gsave ROOT        on a GPU: every rank saves its rows of "w" and a model
+                    with its Adam optimizer from GPU memory (step 8)
+  gload ROOT        on a GPU: every rank fills its rows of "w", split over
+                    however many ranks run now, and the model and optimizer
+                    in GPU memory from step 8, and checks them bit for bit
   tbad ROOT         ckpt.torch.save and async_save where rank 1's state
                     cannot be saved (its object's state_dict() raises, then
                     a Partial DTensor): every rank gets the same error
@@ -248,6 +253,50 @@ def real(root, rank, size):
             fail(rank, "a real ShardedTensor's shard differs")
 
 
+def gpu():
+    return torch.device("cuda", int(os.environ["LOCAL_RANK"]) %
+                        torch.cuda.device_count())
+
+
+def gpu_state(rank, size, filled):
+    lo, hi = my_rows(rank, size)
+    rows = expected()[lo:hi] if filled else torch.zeros(hi - lo, COLS)
+    model, opt = trained_model(3 if filled else 0)
+    model.to(gpu())
+    # The moments follow their parameters onto the device, as after a
+    # model.to() before the optimizer's first step.
+    for s in opt.state.values():
+        for k, v in s.items():
+            if torch.is_tensor(v) and k != "step":
+                s[k] = v.to(gpu())
+    return {"w": ckpt.Shard(rows.to(gpu()), [lo, 0], [ROWS, COLS]),
+            "model": model, "optim": opt}
+
+
+def gsave(root, rank, size):
+    state = gpu_state(rank, size, True)
+    ct.async_save(state, root, 8, stage_in_background=True).wait()
+
+
+def gload(root, rank, size):
+    state = gpu_state(rank, size, False)
+    ct.load(state, root)
+    lo, hi = my_rows(rank, size)
+    if state["w"].value.device != gpu() or not same_bits(
+            state["w"].value.cpu(), expected()[lo:hi]):
+        fail(rank, "GPU shard differs")
+    ref_model, ref_opt = trained_model(3)
+    for (name, got), want in zip(state["model"].state_dict().items(),
+                                 ref_model.state_dict().values()):
+        if got.device != gpu() or not same_bits(got.cpu(), want):
+            fail(rank, f"model {name} differs")
+    got = state["optim"].state_dict()["state"]
+    want = ref_opt.state_dict()["state"]
+    if any(not same_bits(got[i][k].cpu(), want[i][k])
+           for i in want for k in ("exp_avg", "exp_avg_sq")):
+        fail(rank, "the optimizer's moments differ")
+
+
 class Broken:
     def state_dict(self):
         raise RuntimeError("this object cannot say its state")
@@ -299,6 +348,10 @@ def main():
             tload(root, rank, size)
         elif op == "real":
             real(root, rank, size)
+        elif op == "gsave":
+            gsave(root, rank, size)
+        elif op == "gload":
+            gload(root, rank, size)
         elif op == "tbad":
             tbad(root, rank, size)
         else:
