@@ -295,6 +295,24 @@ CKPT_EXPORT char* ckpt_communicator_host_name(const ckpt_communicator_t* comm);
 CKPT_EXPORT int ckpt_communicator_barrier(ckpt_communicator_t* comm,
                                           char** errptr);
 
+/* Point to point, for tiers' replication (ckpt_tiered_open with replicas >=
+ * 1): sends `size` bytes of `data` to rank `dest` and pushes the one
+ * message received from rank `source` to `out`, at once (as MPI_Sendrecv,
+ * so ranks passing messages around a ring cannot deadlock). dest -1 sends
+ * nothing; source -1 receives nothing and pushes nothing. Messages between
+ * two ranks arrive in the order sent. */
+typedef int (*ckpt_send_recv_fn)(void* ctx, const void* data, size_t size,
+                                 int dest, int source, ckpt_bytes_list_t* out,
+                                 char* errbuf, size_t errlen);
+
+/* Gives a communicator of ckpt_communicator_create point to point (NULL:
+ * none, the default: a tiered save with replicas then fails with
+ * CKPT_UNAVAILABLE). Call it before a manager uses the communicator.
+ * CKPT_INVALID_ARGUMENT for a communicator with its own (MPI's). */
+CKPT_EXPORT int ckpt_communicator_set_send_recv(ckpt_communicator_t* comm,
+                                                ckpt_send_recv_fn fn,
+                                                char** errptr);
+
 /* The communicator of a manager's options (NULL: one process). */
 CKPT_EXPORT void ckpt_options_set_communicator(ckpt_options_t* options,
                                                ckpt_communicator_t* comm);
@@ -489,6 +507,74 @@ CKPT_EXPORT int ckpt_manager_delete(ckpt_manager_t* manager, int64_t step,
  * and reports what it would. */
 CKPT_EXPORT int ckpt_manager_gc(ckpt_manager_t* manager, int dry_run,
                                 char** json, char** errptr);
+
+/* ------------------------------------------------------------------ tiers */
+
+/* A local tier in front of a manager (ckpt/tiered.h, docs/tiers.md): every
+ * local_every_steps steps each rank saves its share into local_url (a
+ * node-local root, e.g. file:///dev/shm/run42; "{node}" in it becomes the
+ * node's index) and copies it to `replicas` ranks on other nodes; every
+ * durable_every_steps steps (0: never by interval) the same state also goes
+ * to the manager's root. Restore resumes from the newest step either tier
+ * holds whole. */
+typedef struct ckpt_tiered_t ckpt_tiered_t;
+typedef struct ckpt_tier_save_t ckpt_tier_save_t;
+
+/* Every rank opens the tiers with the same arguments, over a manager opened
+ * with the job's communicator; the manager must outlive the tiers.
+ * node_of_rank (n_nodes entries, one per rank, or NULL and 0) says which
+ * node each rank runs on (default: the communicator's host names);
+ * local_keep: marked local steps kept per folder (2 when 0). */
+CKPT_EXPORT int ckpt_tiered_open(ckpt_manager_t* durable, const char* local_url,
+                                 int64_t local_every_steps,
+                                 int64_t durable_every_steps, int local_keep,
+                                 int replicas, const int* node_of_rank,
+                                 size_t n_nodes, ckpt_tiered_t** out,
+                                 char** errptr);
+/* Waits for the save in flight, then frees the tiers. */
+CKPT_EXPORT void ckpt_tiered_close(ckpt_tiered_t* tiers);
+/* This rank's node index. */
+CKPT_EXPORT int ckpt_tiered_node(const ckpt_tiered_t* tiers);
+
+/* Which tiers a save goes to: by their intervals, or always (durable also
+ * when its interval says not), or never to the durable tier. */
+#define CKPT_TIER_BY_INTERVAL 0
+#define CKPT_TIER_DURABLE 1
+#define CKPT_TIER_SKIP_DURABLE 2
+
+/* Saves `state` as `step` to the tiers that are due. result: {step, skipped,
+ * local, local_error, durable, durable_result (ckpt_manager_save's result, or
+ * null), local_bytes, replicated_bytes, local_seconds, durable_seconds}. A
+ * failure of the local tier is local_error, not an error of the call: the
+ * local tier is a cache. `options` (NULL: defaults) as for ckpt_manager_save;
+ * stage_in_background is not used. */
+CKPT_EXPORT int ckpt_tiered_save(ckpt_tiered_t* tiers, int64_t step,
+                                 const ckpt_state_t* state,
+                                 const ckpt_save_options_t* options,
+                                 int durable, char** result, char** errptr);
+/* The same in the background: returns once the state is copied (its arrays
+ * are then the caller's again); NULL if it cannot start. */
+CKPT_EXPORT ckpt_tier_save_t* ckpt_tiered_save_async(
+    ckpt_tiered_t* tiers, int64_t step, const ckpt_state_t* state,
+    const ckpt_save_options_t* options, int durable);
+CKPT_EXPORT int ckpt_tier_save_done(const ckpt_tier_save_t* save);
+/* Blocks until the save is done: its result, as ckpt_tiered_save's. */
+CKPT_EXPORT int ckpt_tier_save_wait(ckpt_tier_save_t* save, char** result,
+                                    char** errptr);
+CKPT_EXPORT void ckpt_tier_save_destroy(ckpt_tier_save_t* save);
+
+/* Fills `state` (as ckpt_manager_load does) from the newest step that the
+ * local tiers (with peers' replicas) or the durable tier holds whole;
+ * every rank calls it. result: {tier ("none": nothing saved yet, "local",
+ * "durable"), step, info (null for "none"), fetched_bytes, ranks_fetched,
+ * local_skipped}. */
+CKPT_EXPORT int ckpt_tiered_restore(ckpt_tiered_t* tiers, ckpt_state_t* state,
+                                    int strict, char** result, char** errptr);
+
+/* What a node's local root holds: [{rank, step, marked, world_size, bytes}]
+ * (ckpt ls of a local tier). */
+CKPT_EXPORT int ckpt_local_tier_list(const char* url, char** json,
+                                     char** errptr);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -57,10 +57,12 @@ from ckpt._records import (
     CheckpointInfo,
     EntryInfo,
     SaveResult,
+    TierRestoreResult,
+    TierSaveResult,
 )
 from ckpt._dist import mpi_communicator
 from ckpt._torch_dist import torch_communicator
-from ckpt._manager import CheckpointManager, open
+from ckpt._manager import CheckpointManager, Tiers, local_tier, open
 from ckpt._tree import Metadata
 from ckpt._values import RankLocal, Shard
 
@@ -69,6 +71,7 @@ __all__ = [
     "CatalogCheckpoint", "CatalogJob", "CheckpointInfo", "CheckpointManager",
     "Communicator", "DataLoss", "EntryInfo", "Error", "FailedPrecondition",
     "IOError", "InvalidArgument", "Metadata", "NotFound", "RankLocal",
-    "SaveResult", "Shard", "Unavailable", "mpi_communicator", "open",
+    "SaveResult", "Shard", "TierRestoreResult", "TierSaveResult", "Tiers",
+    "Unavailable", "local_tier", "mpi_communicator", "open",
     "torch_communicator",
 ]

@@ -241,46 +241,43 @@ class CheckpointManager:
         """
         desc = self._m.describe(step)
         stored = {e.name: e for e in desc.entries}
-        leaves, _ = _tree.flatten(state)
         if strict:
-            wanted = {name for name, _, _ in leaves}
+            wanted = {name for name, _, _ in _tree.flatten(state)[0]}
             extra = [n for n in stored
                      if n not in wanted and n != _tree.TREE_ENTRY]
             if extra:
                 raise _ckpt.InvalidArgument(
                     f"strict load of step {desc.info.step}: the state has no "
                     f"entry {extra[0]!r} ({len(extra)} missing)")
-        entries, finishers, paths = [], [], {}
-        for name, path, leaf in leaves:
-            if _values.holds_nothing(leaf):
-                continue
-            value, place = _values.placement(name, leaf)
-            e = stored.get(name)
-            target = _values.fill_target(
-                name, value, e.dtype if e is not None and e.kind == "tensor"
-                else None)
-            if target is None:
-                entries.append((name, _values.blob_kind(value), None, None,
-                                place))
-                paths[name] = (path, leaf)
-                continue
-            array, dtype, finish = target
-            entries.append((name, "tensor", array, dtype, place))
-            if finish is not None:
-                finishers.append(finish)
+        entries, finishers, paths = _fill_targets(state, stored)
         info, values = self._m.load_into(desc.info.step, entries, False)
-        for finish in finishers:
-            finish()
-        for name, kind, value in values:
-            if kind == "metadata":
-                value = _values.decode_metadata(
-                    value, name, f"load_into step {info.step} in {self.url}")
-            path, leaf = paths[name]
-            if isinstance(leaf, _values.RankLocal):
-                leaf.value = value
-            else:
-                _tree.assign(state, path, value)
+        _finish_fill(state, finishers, paths, values,
+                     f"load_into step {info.step} in {self.url}")
         return info
+
+    def tiers(self, local_url, *, local_every=1, durable_every=0, keep=2,
+              replicas=1, nodes=None):
+        """A local tier in front of this manager's root: a Tiers object.
+
+        Every `local_every` steps each rank saves its share of the state
+        into `local_url`, a node-local root (file:///dev/shm/run42 is
+        memory that outlives the process; "{node}" in it becomes the node's
+        index, for several simulated nodes on one machine), and copies it
+        to `replicas` ranks on other nodes, so that a node replaced by an
+        empty one recovers from its peers; every `durable_every` steps (0:
+        only when asked) the same state also goes to this manager's root.
+        `keep` marked local steps stay in each folder. `nodes` lists each
+        rank's node (default: the communicator's host names). Replicas need
+        a communicator that sends point to point: ckpt.mpi_communicator()
+        or ckpt.torch_communicator(); replicas=0 keeps shares on their own
+        node only. docs/tiers.md says what survives which failure.
+
+        Every rank calls it with the same arguments. Save through the Tiers
+        object (not this manager) while it is open; close() it (or use it
+        in a with block) before the manager goes.
+        """
+        return Tiers(self, local_url, local_every, durable_every, keep,
+                     replicas, nodes)
 
     def load_rank_local(self, name, step=None, *, as_torch=False):
         """Every saving rank's value of the rank-local entry `name`, as a
@@ -368,6 +365,138 @@ class CheckpointManager:
             if problem is not None:
                 raise _ckpt.InvalidArgument(f"{what}: {problem}")
         return (-1 if epoch is None else epoch, dict(metrics), dict(metadata))
+
+
+def _fill_targets(state, stored):
+    """How `state` receives a checkpoint in place: (entries for the
+    library, finishers to run after, {name: (path, leaf)} of the values
+    that are replaced). `stored` maps names to EntryInfo where known."""
+    leaves, _ = _tree.flatten(state)
+    entries, finishers, paths = [], [], {}
+    for name, path, leaf in leaves:
+        if _values.holds_nothing(leaf):
+            continue
+        value, place = _values.placement(name, leaf)
+        e = stored.get(name)
+        target = _values.fill_target(
+            name, value, e.dtype if e is not None and e.kind == "tensor"
+            else None)
+        if target is None:
+            entries.append((name, _values.blob_kind(value), None, None,
+                            place))
+            paths[name] = (path, leaf)
+            continue
+        array, dtype, finish = target
+        entries.append((name, "tensor", array, dtype, place))
+        if finish is not None:
+            finishers.append(finish)
+    return entries, finishers, paths
+
+
+def _finish_fill(state, finishers, paths, values, where):
+    for finish in finishers:
+        finish()
+    for name, kind, value in values:
+        if kind == "metadata":
+            value = _values.decode_metadata(value, name, where)
+        path, leaf = paths[name]
+        if isinstance(leaf, _values.RankLocal):
+            leaf.value = value
+        else:
+            _tree.assign(state, path, value)
+
+
+class Tiers:
+    """A local tier in front of a CheckpointManager's root (made by
+    CheckpointManager.tiers(); docs/tiers.md).
+
+        mgr = ckpt.open("s3://bucket/run42", communicator=comm)
+        with mgr.tiers("file:///dev/shm/run42", local_every=50,
+                       durable_every=1000, replicas=1) as tiers:
+            restored = tiers.restore(state)  # .tier: none, local, durable
+            for step in range(restored.step + 1, steps):
+                train_one_step()
+                tiers.save_async(step, state)
+    """
+
+    def __init__(self, manager, local_url, local_every, durable_every, keep,
+                 replicas, nodes):
+        self._manager = manager
+        self._t = _ckpt.Tiered(manager._m, os.fspath(local_url), local_every,
+                               durable_every, keep, replicas, nodes)
+
+    @property
+    def node(self):
+        """This rank's node index."""
+        return self._t.node
+
+    @property
+    def manager(self):
+        """The durable tier's CheckpointManager."""
+        return self._manager
+
+    def save(self, step, state, metadata=None, epoch=None, metrics=None, *,
+             durable=None):
+        """Saves `state` as `step` to the tiers that are due by their
+        intervals (durable=True: to the durable tier too; durable=False:
+        never to it) and returns a TierSaveResult. A step no tier is due at
+        is skipped. The local tier is a cache: its failure is
+        result.local_error, not an exception; a durable tier's failure
+        raises."""
+        arguments = self._arguments(state, metadata, epoch, metrics)
+        return self._t.save(step, *arguments, self._durable(durable))
+
+    def save_async(self, step, state, metadata=None, epoch=None,
+                   metrics=None, *, durable=None):
+        """The same in the background: returns once the state is copied
+        (its arrays may change at once), with a handle whose wait() returns
+        the TierSaveResult. One save is in flight at a time: the next call
+        waits for it."""
+        arguments = self._arguments(state, metadata, epoch, metrics)
+        return self._t.save_async(step, *arguments, self._durable(durable))
+
+    def restore(self, state, *, strict=False):
+        """Fills `state` in place (as load_into does) from the newest step
+        that the local tiers, with peers' replicas, or the durable tier hold
+        whole, and returns a TierRestoreResult (tier 'none', and `state`
+        untouched, when nothing was saved yet). Every rank calls it. A job
+        at another world size resumes from the durable tier."""
+        entries, finishers, paths = _fill_targets(state, {})
+        result, values = self._t.restore(entries, strict)
+        if result.tier != "none":
+            _finish_fill(state, finishers, paths, values,
+                         f"restore of step {result.step} from the "
+                         f"{result.tier} tier")
+        return result
+
+    def close(self):
+        """Waits for the save in flight and lets go of the tiers."""
+        self._t.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _arguments(self, state, metadata, epoch, metrics):
+        with _ckpt.gc_paused():
+            entries, epoch, metrics, metadata, _, _ = \
+                self._manager._save_arguments(state, metadata, epoch,
+                                              metrics, False, None)
+        return entries, epoch, metrics, metadata
+
+    @staticmethod
+    def _durable(durable):
+        if durable is None:
+            return _ckpt._TIER_BY_INTERVAL
+        return _ckpt._TIER_DURABLE if durable else _ckpt._TIER_SKIP_DURABLE
+
+
+def local_tier(url):
+    """What a node's local tier root holds, as `ckpt ls` of it shows: a
+    list of dicts {rank, step, marked, world_size, bytes}, one per share."""
+    return _ckpt.local_tier_list(os.fspath(url))
 
 
 def _device_tensors(device):

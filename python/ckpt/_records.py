@@ -54,6 +54,44 @@ class SaveResult(_Record):
         object.__setattr__(self, "info", CheckpointInfo(fields["info"]))
 
 
+class TierSaveResult(_Record):
+    """What a tiered save did: step, skipped (no tier was due), local (the
+    local tier committed it), local_error (why not, when it was due: the
+    local tier is a cache, so its failure is not the save's), durable (the
+    durable tier committed it), durable_result (its SaveResult, or None),
+    local_bytes (this rank's share), replicated_bytes (sent to peers),
+    local_seconds, durable_seconds."""
+
+    _fields = ("step", "skipped", "local", "local_error", "durable",
+               "durable_result", "local_bytes", "replicated_bytes",
+               "local_seconds", "durable_seconds")
+    _repr_fields = ("step", "local", "durable")
+
+    def __init__(self, fields):
+        super().__init__(fields)
+        d = fields.get("durable_result")
+        object.__setattr__(self, "durable_result",
+                           None if d is None else SaveResult(d))
+
+
+class TierRestoreResult(_Record):
+    """Where a restore came from: tier ('none' on a fresh start, 'local' or
+    'durable'), step (-1 for 'none'), info (the CheckpointInfo of what was
+    loaded, or None), fetched_bytes (this rank's share fetched from a peer),
+    ranks_fetched (ranks whose share came from peers), local_skipped (why
+    the local tier was not used, when it held a step)."""
+
+    _fields = ("tier", "step", "info", "fetched_bytes", "ranks_fetched",
+               "local_skipped")
+    _repr_fields = ("tier", "step", "ranks_fetched")
+
+    def __init__(self, fields):
+        super().__init__(fields)
+        i = fields.get("info")
+        object.__setattr__(self, "info",
+                           None if i is None else CheckpointInfo(i))
+
+
 class EntryInfo(_Record):
     """One entry of a checkpoint: name, owner (the saving rank of a
     rank-local entry; -1 for the job's), kind ('tensor', 'blob' or

@@ -111,6 +111,32 @@ class _Group:
         dist.broadcast(buf, src=src, group=self.group)
         _push(out, buf.data_ptr(), n)
 
+    def send_recv(self, data, size, dest, source, out):
+        # A non-blocking send, so that ranks passing messages around a ring
+        # all reach their receive; a length first, then the bytes (gloo
+        # matches messages between two ranks in order).
+        torch, dist = self.torch, self.dist
+        sends = []
+        if dest >= 0:
+            d = self.global_rank(dest)
+            buf = torch.empty(max(size, 1), dtype=torch.uint8)
+            if size:
+                ctypes.memmove(buf.data_ptr(), data, size)
+            n = torch.tensor([size], dtype=torch.int64)
+            sends = [dist.isend(n, d, group=self.group),
+                     dist.isend(buf, d, group=self.group)]
+        if source >= 0:
+            s = self.global_rank(source)
+            n = torch.zeros(1, dtype=torch.int64)
+            dist.recv(n, s, group=self.group)
+            n = int(n[0])
+            got = torch.empty(max(n, 1), dtype=torch.uint8)
+            dist.recv(got, s, group=self.group)
+        for request in sends:
+            request.wait()
+        if source >= 0:
+            _push(out, got.data_ptr(), n)
+
 
 def _write_error(errbuf, errlen, e):
     try:
@@ -169,6 +195,11 @@ def _broadcast(ctx, data, size, root, out, errbuf, errlen):
                 lambda g: g.broadcast(data, size, root, out))
 
 
+def _send_recv(ctx, data, size, dest, source, out, errbuf, errlen):
+    return _run(ctx, errbuf, errlen,
+                lambda g: g.send_recv(data, size, dest, source, out))
+
+
 def _destroy(ctx):
     try:
         with _lock:
@@ -183,6 +214,11 @@ _OPS = _Ops(rank=_INT(_rank), size=_INT(_size),
             all_gather=_ALL_GATHER(_all_gather),
             broadcast=_BROADCAST(_broadcast), abort=_ABORT(),
             destroy=_DESTROY(_destroy))
+
+_SEND_RECV = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                              ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_void_p, ctypes.c_void_p,
+                              ctypes.c_size_t)(_send_recv)
 
 # The gloo group made for the default group, per default group: every rank
 # makes the same calls, so every rank makes it (once) at the same point.
@@ -202,8 +238,8 @@ def torch_communicator(group=None):
     and call torch.distributed.init_process_group first.
 
     ckpt's collectives (a few small all-gathers, broadcasts and barriers
-    inside save() and load(), and a save_async's thread) run on CPU tensors
-    over gloo. With group=None, ckpt makes a gloo group of its own over
+    inside save() and load(), and a save_async's thread) and the tiers'
+    point-to-point copies run on CPU tensors over gloo. With group=None, ckpt makes a gloo group of its own over
     every rank (whatever the default group's backend, NCCL included), so
     that its collectives never interleave with the program's: every rank
     must call torch_communicator() (as with any torch.distributed.new_group
@@ -260,4 +296,8 @@ def torch_communicator(group=None):
     if not handle:
         _destroy(ctx)
         raise MemoryError("ckpt: cannot create a communicator")
-    return _ckpt.Communicator(handle)
+    comm = _ckpt.Communicator(handle)
+    # Point to point too, for tiers' replicas (Tiers, docs/tiers.md).
+    _ckpt._call(_ckpt._lib.ckpt_communicator_set_send_recv, handle,
+                ctypes.cast(_SEND_RECV, ctypes.c_void_p))
+    return comm

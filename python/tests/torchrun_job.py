@@ -30,6 +30,13 @@
   gload ROOT        on a GPU: every rank fills its rows of "w", split over
                     however many ranks run now, and the model and optimizer
                     in GPU memory from step 8, and checks them bit for bit
+  tiers ROOT LOCAL  Tiers over ROOT with the local tier LOCAL ({node} in it),
+                    ranks on nodes rank % 2, one replica: steps 1 to 4 with
+                    save_async, the durable tier every 3 steps
+  trestore ROOT LOCAL TIER STEP FETCHED
+                    Tiers.restore into zeros, split over the ranks that run
+                    now: the tier, the step and the ranks fetched from peers
+                    must be these, and every value that step's, bit for bit
   tbad ROOT         ckpt.torch.save and async_save where rank 1's state
                     cannot be saved (its object's state_dict() raises, then
                     a Partial DTensor): every rank gets the same error
@@ -297,6 +304,46 @@ def gload(root, rank, size):
         fail(rank, "the optimizer's moments differ")
 
 
+def tier_state(rank, size, step):
+    lo, hi = my_rows(rank, size)
+    rows = (expected()[lo:hi] + step) if step else torch.zeros(hi - lo, COLS)
+    return {"w": ckpt.Shard(rows, [lo, 0], [ROWS, COLS]),
+            "bias": bias() * step if step else torch.zeros(5,
+                                                           dtype=torch.float64),
+            "step": step}
+
+
+def open_tiers(root, local, size, comm):
+    mgr = ckpt.open(root, communicator=comm, job_id="torchrun-tiers")
+    nodes = [r % 2 for r in range(size)]
+    return mgr.tiers(local, local_every=1, durable_every=3,
+                     replicas=1 if size > 1 else 0, nodes=nodes)
+
+
+def tiers(root, local, rank, size, comm):
+    with open_tiers(root, local, size, comm) as t:
+        if t.node != rank % 2:
+            fail(rank, f"node {t.node}")
+        handle = None
+        for step in range(1, 5):
+            handle = t.save_async(step, tier_state(rank, size, step))
+            r = handle.wait()
+            if not r.local or r.local_error or r.durable != (step == 3):
+                fail(rank, f"step {step}: {r} {r.local_error}")
+
+
+def trestore(root, local, rank, size, comm, tier, step, fetched):
+    with open_tiers(root, local, size, comm) as t:
+        state = tier_state(rank, size, 0)
+        r = t.restore(state)
+        if (r.tier, r.step, r.ranks_fetched) != (tier, step, fetched):
+            fail(rank, f"restored {r} {r.local_skipped}")
+        want = tier_state(rank, size, step)
+        if not same_bits(state["w"].value, want["w"].value) or not same_bits(
+                state["bias"], want["bias"]) or state["step"] != step:
+            fail(rank, f"values differ after restoring step {step}")
+
+
 class Broken:
     def state_dict(self):
         raise RuntimeError("this object cannot say its state")
@@ -352,6 +399,13 @@ def main():
             gsave(root, rank, size)
         elif op == "gload":
             gload(root, rank, size)
+        elif op == "tiers":
+            tiers(root, args[0], rank, size, comm)
+            args = args[1:]
+        elif op == "trestore":
+            trestore(root, args[0], rank, size, comm, args[1], int(args[2]),
+                     int(args[3]))
+            args = args[4:]
         elif op == "tbad":
             tbad(root, rank, size)
         else:

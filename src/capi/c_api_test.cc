@@ -7,7 +7,9 @@
 
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -559,6 +561,22 @@ struct Group {
     return result;
   }
   std::vector<std::string> result;
+
+  // Point to point: one queue per (from, to), as MPI_Sendrecv behaves.
+  std::string SendRecv(int rank, std::string data, int dest, int source) {
+    std::unique_lock<std::mutex> lock(mu);
+    if (dest >= 0) {
+      mail[{rank, dest}].push_back(std::move(data));
+      cv.notify_all();
+    }
+    if (source < 0) return "";
+    auto& box = mail[{source, rank}];
+    cv.wait(lock, [&] { return !box.empty(); });
+    std::string got = std::move(box.front());
+    box.pop_front();
+    return got;
+  }
+  std::map<std::pair<int, int>, std::deque<std::string>> mail;
 };
 
 struct RankCtx {
@@ -597,6 +615,21 @@ const ckpt_communicator_ops_t kGroupOps = {
     .destroy = [](void* c) { delete Ctx(c); },
 };
 
+// Rank's box of the 2-d F32 tensor "w": `row` at `offsets` of `global`.
+ckpt_entry_t PieceOfW(std::vector<float>& row, int64_t* box, int64_t* global,
+                      int64_t* offsets) {
+  return {.name = "w",
+          .kind = CKPT_KIND_TENSOR,
+          .placement = CKPT_PLACE_PIECE,
+          .dtype = "F32",
+          .ndim = 2,
+          .shape = box,
+          .data = row.data(),
+          .nbytes = row.size() * sizeof(float),
+          .global_shape = global,
+          .offsets = offsets};
+}
+
 // Saves `s` as step 3 of `root` as `rank` of `group`: "" or the error, as
 // "<code>: <message>".
 std::string SaveOnRank(Group& group, const std::string& root, int rank,
@@ -634,16 +667,7 @@ TEST(CApiTest, ACommunicatorFromAFunctionTableShardsASave) {
   for (int rank = 0; rank < 2; ++rank) {
     threads.emplace_back([&, rank] {
       int64_t box[2] = {1, 4}, global[2] = {2, 4}, offsets[2] = {rank, 0};
-      ckpt_entry_t e = {.name = "w",
-                        .kind = CKPT_KIND_TENSOR,
-                        .placement = CKPT_PLACE_PIECE,
-                        .dtype = "F32",
-                        .ndim = 2,
-                        .shape = box,
-                        .data = halves[rank].data(),
-                        .nbytes = 16,
-                        .global_shape = global,
-                        .offsets = offsets};
+      ckpt_entry_t e = PieceOfW(halves[rank], box, global, offsets);
       ckpt_state_t* s = ckpt_state_create();
       Err err;
       errors[rank] = ckpt_state_add(s, &e, 1, 0, &err.text) == CKPT_OK
@@ -739,6 +763,119 @@ TEST(CApiTest, AStateMarkedFailedOnOneRankFailsTheSaveOnEveryRank) {
   EXPECT_THAT(err.str(), testing::EndsWith(": first"));
   ckpt_manager_close(single);
   ckpt_state_destroy(s);
+}
+
+int GroupSendRecv(void* c, const void* data, size_t size, int dest, int source,
+                  ckpt_bytes_list_t* out, char*, size_t) {
+  std::string got = Ctx(c)->group->SendRecv(
+      Ctx(c)->rank, std::string(static_cast<const char*>(data), size), dest,
+      source);
+  if (source >= 0) ckpt_bytes_list_push(out, got.data(), got.size());
+  return CKPT_OK;
+}
+
+// Two ranks on two nodes save to their local tiers with one replica each;
+// node 1 loses its memory, and its rank restores from node 0's replica.
+TEST(CApiTest, TiersReplicateAndRestoreALostNodeFromItsPeer) {
+  Folder dir;
+  const std::string durable = dir.Sub("durable");
+  const std::string local = "file://" + dir.Sub("node{node}");
+  Group group(2);
+  auto run = [&](int rank, auto&& body) {
+    ckpt_communicator_t* comm =
+        ckpt_communicator_create(&kGroupOps, new RankCtx{&group, rank});
+    Err err;
+    EXPECT_EQ(ckpt_communicator_set_send_recv(comm, GroupSendRecv, &err.text),
+              CKPT_OK);
+    ckpt_options_t* o = ckpt_options_create();
+    ckpt_options_set_communicator(o, comm);
+    ckpt_communicator_destroy(comm);
+    ckpt_manager_t* m = Open(durable, o);
+    ckpt_options_destroy(o);
+    const int nodes[2] = {0, 1};
+    ckpt_tiered_t* t = nullptr;
+    ASSERT_EQ(
+        ckpt_tiered_open(m, local.c_str(), 1, 0, 0, 1, nodes, 2, &t, &err.text),
+        CKPT_OK)
+        << err.str();
+    EXPECT_EQ(ckpt_tiered_node(t), rank);
+    body(t);
+    ckpt_tiered_close(t);
+    ckpt_manager_close(m);
+  };
+  auto state = [](int for_load, std::vector<float>& row, int64_t* box,
+                  int64_t* global, int64_t* offsets) {
+    ckpt_entry_t e = PieceOfW(row, box, global, offsets);
+    ckpt_state_t* s = ckpt_state_create();
+    Err err;
+    EXPECT_EQ(ckpt_state_add(s, &e, 1, for_load, &err.text), CKPT_OK)
+        << err.str();
+    return s;
+  };
+  std::vector<std::string> saved(2), restored(2);
+  std::vector<std::vector<float>> rows(2);
+  auto ranks = [&](auto&& each) {
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < 2; ++rank) {
+      threads.emplace_back(
+          [&, rank] { run(rank, [&](ckpt_tiered_t* t) { each(rank, t); }); });
+    }
+    for (auto& th : threads) th.join();
+  };
+  ranks([&](int rank, ckpt_tiered_t* t) {
+    std::vector<float> row = {1.0f + rank, 2, 3};
+    int64_t box[2] = {1, 3}, global[2] = {2, 3}, offsets[2] = {rank, 0};
+    ckpt_state_t* s = state(0, row, box, global, offsets);
+    Err err;
+    char* r = nullptr;
+    EXPECT_EQ(ckpt_tiered_save(t, 4, s, nullptr, 7, &r, &err.text),
+              CKPT_INVALID_ARGUMENT);
+    ckpt_tier_save_t* h =
+        ckpt_tiered_save_async(t, 5, s, nullptr, CKPT_TIER_BY_INTERVAL);
+    ckpt_state_destroy(s);  // copied by the time it returns
+    if (ckpt_tier_save_wait(h, &r, &err.text) == CKPT_OK) {
+      saved[rank] = Take(r);
+    } else {
+      saved[rank] = err.str();
+    }
+    EXPECT_TRUE(ckpt_tier_save_done(h));
+    ckpt_tier_save_destroy(h);
+  });
+  for (const auto& r : saved) {
+    EXPECT_THAT(r, HasSubstr("\"local\":true"));
+    EXPECT_THAT(r, HasSubstr("\"durable\":false"));
+  }
+  // Node 0 holds rank 0's share and rank 1's replica.
+  char* listed = nullptr;
+  Err err;
+  ASSERT_EQ(ckpt_local_tier_list(("file://" + dir.Sub("node0")).c_str(),
+                                 &listed, &err.text),
+            CKPT_OK)
+      << err.str();
+  auto shares = nlohmann::json::parse(Take(listed));
+  ASSERT_EQ(shares.size(), 2u) << shares.dump();
+  EXPECT_EQ(shares[1]["rank"], 1);
+  EXPECT_EQ(shares[1]["marked"], true);
+
+  std::filesystem::remove_all(dir.Sub("node1"));
+  ranks([&](int rank, ckpt_tiered_t* t) {
+    rows[rank].assign(3, 0.0f);
+    int64_t box[2] = {1, 3}, global[2] = {2, 3}, offsets[2] = {rank, 0};
+    ckpt_state_t* s = state(1, rows[rank], box, global, offsets);
+    Err err;
+    char* r = nullptr;
+    restored[rank] = ckpt_tiered_restore(t, s, 0, &r, &err.text) == CKPT_OK
+                         ? Take(r)
+                         : err.str();
+    ckpt_state_destroy(s);
+  });
+  for (int rank = 0; rank < 2; ++rank) {
+    auto r = nlohmann::json::parse(restored[rank]);
+    EXPECT_EQ(r["tier"], "local") << restored[rank];
+    EXPECT_EQ(r["step"], 5);
+    EXPECT_EQ(r["ranks_fetched"], 1);
+    EXPECT_EQ(rows[rank], (std::vector<float>{1.0f + rank, 2, 3}));
+  }
 }
 
 TEST(CApiTest, ATableWithoutItsFunctionsIsRefused) {

@@ -82,9 +82,34 @@ class TableCommunicator final : public ckpt::Communicator {
     return std::move(out.items[0]);
   }
 
+  ckpt::Result<std::string> SendRecv(std::string_view data, int dest,
+                                     int source) override {
+    if (send_recv_ == nullptr)
+      return Communicator::SendRecv(data, dest, source);
+    ckpt_bytes_list_t out;
+    char err[512] = {};
+    ckpt::Status s = Check("send_recv",
+                           send_recv_(ctx_, data.data(), data.size(), dest,
+                                      source, &out, err, sizeof err),
+                           err);
+    if (!s.ok()) return s;
+    const size_t want = source < 0 ? 0 : 1;
+    if (out.items.size() != want) {
+      return ckpt::AbortedError(
+          "communicator send_recv returned " +
+          std::to_string(out.items.size()) + " messages from source " +
+          std::to_string(source) + ", not " + std::to_string(want));
+    }
+    return source < 0 ? std::string() : std::move(out.items[0]);
+  }
+
   void Abort(ckpt::Status why) override {
     if (ops_.abort != nullptr) ops_.abort(ctx_, why.message().c_str());
   }
+
+  // Set once, before the communicator serves a manager (the C API's
+  // contract), so read without a lock.
+  void set_send_recv(ckpt_send_recv_fn fn) { send_recv_ = fn; }
 
  private:
   static ckpt::Status Check(const char* what, int code, char* err) {
@@ -100,6 +125,7 @@ class TableCommunicator final : public ckpt::Communicator {
 
   ckpt_communicator_ops_t ops_;
   void* ctx_;
+  ckpt_send_recv_fn send_recv_ = nullptr;
 };
 
 std::string CatalogTarget(const char* url) {
@@ -143,6 +169,23 @@ ckpt_communicator_t* ckpt_communicator_create(
 }
 
 void ckpt_communicator_destroy(ckpt_communicator_t* comm) { delete comm; }
+
+int ckpt_communicator_set_send_recv(ckpt_communicator_t* comm,
+                                    ckpt_send_recv_fn fn, char** errptr) {
+  return Guard(errptr, [&]() -> ckpt::Status {
+    if (comm == nullptr) {
+      return NullArgument("ckpt_communicator_set_send_recv", "comm");
+    }
+    auto* table = dynamic_cast<TableCommunicator*>(comm->comm.get());
+    if (table == nullptr) {
+      return ckpt::InvalidArgumentError(
+          "ckpt_communicator_set_send_recv: this communicator is not one of "
+          "ckpt_communicator_create's; it sends point to point on its own");
+    }
+    table->set_send_recv(fn);
+    return ckpt::Status();
+  });
+}
 
 int ckpt_communicator_rank(const ckpt_communicator_t* comm) {
   return comm == nullptr ? 0 : comm->comm->rank();

@@ -156,4 +156,36 @@ std::string Dump(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+nlohmann::json TierSaveResultJson(const TierSaveResult& r) {
+  return {{"step", r.step},
+          {"skipped", r.skipped},
+          {"local", r.local},
+          {"local_error", r.local_error},
+          {"durable", r.durable},
+          {"durable_result", r.durable ? SaveResultJson(r.durable_result)
+                                       : nlohmann::json(nullptr)},
+          {"local_bytes", r.local_bytes},
+          {"replicated_bytes", r.replicated_bytes},
+          {"local_seconds", r.local_seconds},
+          {"durable_seconds", r.durable_seconds}};
+}
+
+nlohmann::json TierRestoreResultJson(const TierRestoreResult& r) {
+  return {{"tier", TierName(r.tier)},
+          {"step", r.step},
+          {"info",
+           r.tier == Tier::kNone ? nlohmann::json(nullptr) : InfoJson(r.info)},
+          {"fetched_bytes", r.fetched_bytes},
+          {"ranks_fetched", r.ranks_fetched},
+          {"local_skipped", r.local_skipped}};
+}
+
+nlohmann::json LocalShareJson(const LocalShareInfo& s) {
+  return {{"rank", s.rank},
+          {"step", s.step},
+          {"marked", s.marked},
+          {"world_size", s.world_size},
+          {"bytes", s.bytes}};
+}
+
 }  // namespace ckpt::records

@@ -8,6 +8,7 @@
 
 #include "ckpt/catalog.h"
 #include "ckpt/checkpoint_manager.h"
+#include "ckpt/tiered.h"
 
 namespace ckpt::records {
 
@@ -26,6 +27,9 @@ nlohmann::json VerifyJson(const VerifyReport& report);
 nlohmann::json GcJson(const GcReport& report);
 nlohmann::json CatalogRowJson(const CatalogCheckpoint& row);
 nlohmann::json CatalogJobJson(const CatalogJob& job);
+nlohmann::json TierSaveResultJson(const TierSaveResult& result);
+nlohmann::json TierRestoreResultJson(const TierRestoreResult& result);
+nlohmann::json LocalShareJson(const LocalShareInfo& share);
 
 // Compact text; bytes that are not UTF-8 (which names and metadata cannot
 // hold, but a damaged catalog row might) become U+FFFD instead of throwing.
