@@ -524,13 +524,16 @@ typedef struct ckpt_tier_save_t ckpt_tier_save_t;
  * with the job's communicator; the manager must outlive the tiers.
  * node_of_rank (n_nodes entries, one per rank, or NULL and 0) says which
  * node each rank runs on (default: the communicator's host names);
- * local_keep: marked local steps kept per folder (2 when 0). */
+ * local_keep: marked local steps kept per folder (2 when 0);
+ * replication_bytes_per_second: the most a rank sends to its peers when it
+ * replicates (0: unpaced). */
 CKPT_EXPORT int ckpt_tiered_open(ckpt_manager_t* durable, const char* local_url,
                                  int64_t local_every_steps,
                                  int64_t durable_every_steps, int local_keep,
-                                 int replicas, const int* node_of_rank,
-                                 size_t n_nodes, ckpt_tiered_t** out,
-                                 char** errptr);
+                                 int replicas,
+                                 double replication_bytes_per_second,
+                                 const int* node_of_rank, size_t n_nodes,
+                                 ckpt_tiered_t** out, char** errptr);
 /* Waits for the save in flight, then frees the tiers. */
 CKPT_EXPORT void ckpt_tiered_close(ckpt_tiered_t* tiers);
 /* This rank's node index. */

@@ -87,6 +87,12 @@ struct TierOptions {
   // Bytes per message of a replication or recovery transfer: what a
   // transfer holds in memory at once on each side.
   uint64_t transfer_block_bytes = uint64_t{8} << 20;
+  // The most bytes per second this rank sends to its peers when it
+  // replicates a local-tier step (0: as fast as the communicator goes), so
+  // that replication leaves the network to training; recovery transfers are
+  // never paced. Like the durable tier's budget (NewRateLimitedStorage),
+  // a replication then takes at least its bytes ÷ the rate.
+  double replication_bytes_per_second = 0;
 
   // --- Tests ----------------------------------------------------------------
   // Opens each root of the local tier (a wrapper that injects faults or

@@ -178,7 +178,7 @@ _SIGNATURES = {
     "ckpt_manager_delete": (_i, [_p, _i64, _i, _err]),
     "ckpt_manager_gc": (_i, [_p, _i, _err, _err]),
     "ckpt_communicator_set_send_recv": (_i, [_p, _p, _err]),
-    "ckpt_tiered_open": (_i, [_p, _s, _i64, _i64, _i, _i,
+    "ckpt_tiered_open": (_i, [_p, _s, _i64, _i64, _i, _i, ctypes.c_double,
                               ctypes.POINTER(ctypes.c_int), ctypes.c_size_t,
                               _err, _err]),
     "ckpt_tiered_close": (None, [_p]),
@@ -1115,7 +1115,7 @@ class Tiered(_Owned):
     _free = "ckpt_tiered_close"
 
     def __init__(self, manager, local_url, local_every, durable_every, keep,
-                 replicas, nodes):
+                 replicas, replication_rate, nodes):
         super().__init__(None)
         self._manager = manager  # the durable manager outlives the tiers
         nodes = [] if nodes is None else [int(n) for n in nodes]
@@ -1123,7 +1123,8 @@ class Tiered(_Owned):
         self._h = _make(_lib.ckpt_tiered_open, manager._handle(),
                         _encode(local_url, "local tier URL"),
                         int(local_every), int(durable_every), int(keep),
-                        int(replicas), array if nodes else None, len(nodes))
+                        int(replicas), float(replication_rate or 0),
+                        array if nodes else None, len(nodes))
 
     @property
     def node(self):

@@ -256,7 +256,7 @@ class CheckpointManager:
         return info
 
     def tiers(self, local_url, *, local_every=1, durable_every=0, keep=2,
-              replicas=1, nodes=None):
+              replicas=1, replication_rate=None, nodes=None):
         """A local tier in front of this manager's root: a Tiers object.
 
         Every `local_every` steps each rank saves its share of the state
@@ -266,7 +266,9 @@ class CheckpointManager:
         to `replicas` ranks on other nodes, so that a node replaced by an
         empty one recovers from its peers; every `durable_every` steps (0:
         only when asked) the same state also goes to this manager's root.
-        `keep` marked local steps stay in each folder. `nodes` lists each
+        `keep` marked local steps stay in each folder. replication_rate
+        (bytes per second) paces what a rank sends to its peers, so that
+        replication leaves the network to training. `nodes` lists each
         rank's node (default: the communicator's host names). Replicas need
         a communicator that sends point to point: ckpt.mpi_communicator()
         or ckpt.torch_communicator(); replicas=0 keeps shares on their own
@@ -277,7 +279,7 @@ class CheckpointManager:
         in a with block) before the manager goes.
         """
         return Tiers(self, local_url, local_every, durable_every, keep,
-                     replicas, nodes)
+                     replicas, replication_rate, nodes)
 
     def load_rank_local(self, name, step=None, *, as_torch=False):
         """Every saving rank's value of the rank-local entry `name`, as a
@@ -420,10 +422,11 @@ class Tiers:
     """
 
     def __init__(self, manager, local_url, local_every, durable_every, keep,
-                 replicas, nodes):
+                 replicas, replication_rate, nodes):
         self._manager = manager
         self._t = _ckpt.Tiered(manager._m, os.fspath(local_url), local_every,
-                               durable_every, keep, replicas, nodes)
+                               durable_every, keep, replicas, replication_rate,
+                               nodes)
 
     @property
     def node(self):

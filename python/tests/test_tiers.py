@@ -119,6 +119,8 @@ def test_a_failing_local_tier_is_reported_and_the_durable_save_stands(
 def test_replicas_without_another_node_are_refused(root, local):
     with pytest.raises(ckpt.InvalidArgument, match="replica"):
         ckpt.open(root).tiers(local, replicas=1)
+    with pytest.raises(ckpt.InvalidArgument, match="replication"):
+        ckpt.open(root).tiers(local, replicas=0, replication_rate=-5)
 
 
 def test_a_closed_tiers_object_says_so(root, local):

@@ -317,7 +317,8 @@ def open_tiers(root, local, size, comm):
     mgr = ckpt.open(root, communicator=comm, job_id="torchrun-tiers")
     nodes = [r % 2 for r in range(size)]
     return mgr.tiers(local, local_every=1, durable_every=3,
-                     replicas=1 if size > 1 else 0, nodes=nodes)
+                     replicas=1 if size > 1 else 0, nodes=nodes,
+                     replication_rate=64 << 20)
 
 
 def tiers(root, local, rank, size, comm):

@@ -794,9 +794,9 @@ TEST(CApiTest, TiersReplicateAndRestoreALostNodeFromItsPeer) {
     ckpt_options_destroy(o);
     const int nodes[2] = {0, 1};
     ckpt_tiered_t* t = nullptr;
-    ASSERT_EQ(
-        ckpt_tiered_open(m, local.c_str(), 1, 0, 0, 1, nodes, 2, &t, &err.text),
-        CKPT_OK)
+    ASSERT_EQ(ckpt_tiered_open(m, local.c_str(), 1, 0, 0, 1, 0, nodes, 2, &t,
+                               &err.text),
+              CKPT_OK)
         << err.str();
     EXPECT_EQ(ckpt_tiered_node(t), rank);
     body(t);

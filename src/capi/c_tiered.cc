@@ -47,8 +47,10 @@ extern "C" {
 
 int ckpt_tiered_open(ckpt_manager_t* durable, const char* local_url,
                      int64_t local_every_steps, int64_t durable_every_steps,
-                     int local_keep, int replicas, const int* node_of_rank,
-                     size_t n_nodes, ckpt_tiered_t** out, char** errptr) {
+                     int local_keep, int replicas,
+                     double replication_bytes_per_second,
+                     const int* node_of_rank, size_t n_nodes,
+                     ckpt_tiered_t** out, char** errptr) {
   return Guard(errptr, [&]() -> ckpt::Status {
     if (durable == nullptr || local_url == nullptr || out == nullptr) {
       return NullArgument("ckpt_tiered_open", "durable, local_url or out");
@@ -62,6 +64,7 @@ int ckpt_tiered_open(ckpt_manager_t* durable, const char* local_url,
     o.durable_every_steps = durable_every_steps;
     if (local_keep != 0) o.local_keep = local_keep;
     o.replicas = replicas;
+    o.replication_bytes_per_second = replication_bytes_per_second;
     if (n_nodes != 0)
       o.node_of_rank.assign(node_of_rank, node_of_rank + n_nodes);
     auto opened = ckpt::TieredManager::Open(*durable->manager, std::move(o));

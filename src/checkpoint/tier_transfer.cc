@@ -248,7 +248,7 @@ class Receiver {
 }  // namespace
 
 Status TransferStep(Communicator& comm, int64_t step, uint64_t block,
-                    TransferSide& send, TransferSide& receive) {
+                    TransferSide& send, TransferSide& receive, Pacer* pacer) {
   std::unique_ptr<Sender> sender;
   std::unique_ptr<Receiver> receiver;
   if (send.peer >= 0) {
@@ -263,6 +263,7 @@ Status TransferStep(Communicator& comm, int64_t step, uint64_t block,
     const bool sending = sender && !sender->done();
     const bool receiving = receiver && !receiver->done();
     std::string msg = sending ? sender->Next() : std::string();
+    if (pacer != nullptr && !msg.empty()) pacer->Wait(msg.size());
     Result<std::string> got = comm.SendRecv(msg, sending ? send.peer : -1,
                                             receiving ? receive.peer : -1);
     if (!got.ok()) {

@@ -21,6 +21,7 @@
 #include "ckpt/checkpoint_manager.h"
 #include "ckpt/communicator.h"
 #include "ckpt/status.h"
+#include "util/pacer.h"
 
 namespace ckpt {
 
@@ -43,8 +44,10 @@ struct TransferSide {
 // ended. Returns an error only when the communicator failed (the group is
 // then unusable); each side's own failure (a read, a write, a full tier, a
 // sender that failed) is in its `status`, after the stream was drained so
-// the peer is not left waiting.
+// the peer is not left waiting. With a `pacer`, each block sent waits for
+// its share of the rate first.
 Status TransferStep(Communicator& comm, int64_t step, uint64_t block,
-                    TransferSide& send, TransferSide& receive);
+                    TransferSide& send, TransferSide& receive,
+                    Pacer* pacer = nullptr);
 
 }  // namespace ckpt

@@ -14,6 +14,7 @@
 
 #include "checkpoint/staging.h"
 #include "ckpt/tiered.h"
+#include "util/pacer.h"
 
 namespace ckpt {
 
@@ -74,6 +75,7 @@ class TieredManager::Impl {
   std::string job_;  // the durable tier's URL, recorded in every share
   // Roots of this node's shares by rank: its own, and replicas it holds.
   std::map<int, std::unique_ptr<CheckpointManager>> roots_;
+  std::unique_ptr<Pacer> replication_pacer_;  // null: unpaced
   StagingArena arena_;
   State staged_;
   std::mutex worker_mu_;

@@ -100,10 +100,15 @@ Status TieredManager::Impl::Init() {
     return InvalidArgumentError("tiers: TierOptions::local_url is empty");
   }
   if (opt_.local_keep < 1 || opt_.replicas < 0 || opt_.local_every_steps < 0 ||
-      opt_.durable_every_steps < 0) {
+      opt_.durable_every_steps < 0 ||
+      !(opt_.replication_bytes_per_second >= 0)) {
     return InvalidArgumentError(
-        "tiers: local_keep must be at least 1; replicas and the intervals "
-        "not negative");
+        "tiers: local_keep must be at least 1; replicas, the intervals and "
+        "replication_bytes_per_second not negative");
+  }
+  if (opt_.replication_bytes_per_second > 0) {
+    replication_pacer_ =
+        std::make_unique<Pacer>(opt_.replication_bytes_per_second);
   }
   comm_ = durable_.options().communicator;
   if (!comm_) {
@@ -326,8 +331,8 @@ Status TieredManager::Impl::LocalSave(int64_t step,
     Result<CheckpointManager*> into = Root(receive_from_[j]);
     receive.status = into.ok() ? ClearStep(**into, step) : into.status();
     if (receive.status.ok()) receive.root = *into;
-    CKPT_RETURN_IF_ERROR(
-        TransferStep(*comm_, step, opt_.transfer_block_bytes, send, receive));
+    CKPT_RETURN_IF_ERROR(TransferStep(*comm_, step, opt_.transfer_block_bytes,
+                                      send, receive, replication_pacer_.get()));
     result.replicated_bytes += send.bytes;
     if (mine.ok() && !send.status.ok()) mine = send.status;
     if (mine.ok() && !receive.status.ok()) mine = receive.status;

@@ -1,42 +1,11 @@
 // NewRateLimitedStorage: a wrapper that paces writes to a byte rate.
 //
-// Pacing is by reservation: a write of n bytes takes the interval
-// [start, start + n / rate) of a shared timeline, start being the later of
-// now and the end of the last reservation, and sleeps until `start`. So the
-// bytes written by time t never exceed rate × t plus one write, and writers
-// on many threads share the budget in the order they asked.
-#include <algorithm>
-#include <chrono>
-#include <mutex>
-#include <thread>
-
+// The pacing itself is util/pacer.h.
 #include "ckpt/storage.h"
+#include "util/pacer.h"
 
 namespace ckpt {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-class Pacer {
- public:
-  explicit Pacer(double bytes_per_second) : rate_(bytes_per_second) {}
-
-  void Wait(uint64_t bytes) {
-    Clock::time_point start;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      start = std::max(Clock::now(), next_);
-      next_ = start + std::chrono::duration_cast<Clock::duration>(
-                          std::chrono::duration<double>(bytes / rate_));
-    }
-    std::this_thread::sleep_until(start);
-  }
-
- private:
-  const double rate_;
-  std::mutex mu_;
-  Clock::time_point next_{};
-};
 
 class PacedWritable : public WritableObject {
  public:
