@@ -463,7 +463,9 @@ class Tiers:
         that the local tiers, with peers' replicas, or the durable tier hold
         whole, and returns a TierRestoreResult (tier 'none', and `state`
         untouched, when nothing was saved yet). Every rank calls it. A job
-        at another world size resumes from the durable tier."""
+        at another world size reshards the local tier's step, fetching the
+        shares its nodes lack from their peers, unless its state has
+        rank-local entries (then the durable tier's load decides)."""
         entries, finishers, paths = _fill_targets(state, {})
         result, values = self._t.restore(entries, strict)
         if result.tier != "none":

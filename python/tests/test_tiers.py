@@ -1,6 +1,7 @@
 """Tiers from Python (CheckpointManager.tiers, docs/tiers.md): a local tier
 in front of the durable root, its intervals, restore from either tier, and
-under torchrun a node's lost tier recovered from its peer's replica."""
+under torchrun a node's lost tier recovered from its peer's replica, then
+resharded to one rank."""
 
 import os
 import shutil
@@ -147,5 +148,6 @@ def test_under_torchrun_a_lost_node_recovers_from_its_peer(tmp_path):
     run(2, "trestore", root, local, "local", 4, 1)
     # The copy was written back on node 1: nothing to fetch any more.
     run(2, "trestore", root, local, "local", 4, 0)
-    # Another world size resumes from the durable tier, resharded.
-    run(1, "trestore", root, local, "durable", 3, 0)
+    # One rank on node 0, which holds both shares, reshards step 4 from
+    # the local tier.
+    run(1, "trestore", root, local, "local", 4, 0)

@@ -18,18 +18,6 @@ using format::ManifestKey;
 using format::SplitStepKey;
 using format::StepOfKey;
 
-namespace {
-
-// The parsed fields of a share description, for comparing two.
-std::map<std::string, std::string> DescriptionFields(const std::string& json) {
-  State tmp;
-  tmp.AddMetadataJson("d", json);
-  Result<std::map<std::string, std::string>> m = tmp.Metadata("d");
-  return m.ok() ? *m : std::map<std::string, std::string>{};
-}
-
-}  // namespace
-
 Result<std::vector<std::string>> TieredManager::Impl::ScanNode() {
   // One line per share step ("m <rank> <step>") and marker ("c <rank>
   // <step> <world size>") in this node's local root.
@@ -38,7 +26,9 @@ Result<std::vector<std::string>> TieredManager::Impl::ScanNode() {
   for (const ObjectInfo& o : keys) {
     int rank = 0;
     std::string_view rest;
-    if (!SplitShareKey(o.key, &rank, &rest) || rank >= world_) continue;
+    // Shares of ranks past this world size too: a step saved by more ranks
+    // can be resharded.
+    if (!SplitShareKey(o.key, &rank, &rest) || rank >= kMaxRanks) continue;
     int64_t step = 0;
     int w = 0;
     if (ParseTierMarkerKey(rest, &step, &w)) {
@@ -95,9 +85,9 @@ Status TieredManager::Impl::LoadLocal(int64_t step,
         if (e.name == kShareEntry) saved_for = e.json;
         if (e.name == kShareJobEntry) job = e.json;
       }
-      if (DescriptionFields(saved_for) !=
-              DescriptionFields(ShareDescription(state, rank_, world_)) ||
-          DescriptionFields(job)["durable"] != job_) {
+      if (ShareDescriptionFields(saved_for) !=
+              ShareDescriptionFields(ShareDescription(state, rank_, world_)) ||
+          ShareDescriptionFields(job)["durable"] != job_) {
         mine = FailedPreconditionError(
             "the share of step " + std::to_string(step) +
             " was saved by another job, rank, world size or split");
@@ -141,9 +131,10 @@ Result<TierRestoreResult> TieredManager::Impl::Restore(
     mine += line + "\n";
   }
   CKPT_ASSIGN_OR_RETURN(std::vector<std::string> all, comm_->AllGather(mine));
-  // (step -> which nodes hold each rank's share), and the marked steps.
-  std::map<int64_t, std::vector<std::set<int>>> have;
-  std::set<int64_t> marked;
+  // (step -> which nodes hold each rank's share), and the world sizes that
+  // marked each step.
+  std::map<int64_t, std::map<int, std::set<int>>> have;
+  std::map<int64_t, std::set<int>> marked;
   for (int r = 0; r < world_; ++r) {
     std::istringstream in(all[r]);
     std::string kind;
@@ -153,21 +144,42 @@ Result<TierRestoreResult> TieredManager::Impl::Restore(
       if (kind == "c") {
         int w = 0;
         in >> w;
-        if (w == world_) marked.insert(step);
-      } else if (q >= 0 && q < world_) {
-        auto& nodes = have[step];
-        nodes.resize(world_);
-        nodes[q].insert(node_of_[r]);
+        if (w > 0 && w <= kMaxRanks) marked[step].insert(w);
+      } else if (q >= 0 && q < kMaxRanks) {
+        have[step][q].insert(node_of_[r]);
       }
     }
   }
+  // The newest step whose every share is on some node: at this world size,
+  // or resharded from another (unless this rank's state must load at the
+  // world size that saved it, which the durable tier handles).
+  bool reshardable = true;
+  for (const Entry& e : state.entries()) {
+    if (e.rank_local ||
+        (e.kind == EntryKind::kTensor && !e.tensor.location.is_host())) {
+      reshardable = false;
+    }
+  }
+  auto whole = [&](int64_t step, int w) {
+    const auto& held = have[step];
+    for (int q = 0; q < w; ++q) {
+      if (!held.count(q)) return false;
+    }
+    return true;
+  };
   std::optional<int64_t> local;
+  int local_world = world_;
   for (auto it = marked.rbegin(); it != marked.rend() && !local; ++it) {
-    auto h = have.find(*it);
-    if (h == have.end()) continue;
-    if (std::all_of(h->second.begin(), h->second.end(),
-                    [](const std::set<int>& s) { return !s.empty(); })) {
-      local = *it;
+    if (it->second.count(world_) && whole(it->first, world_)) {
+      local = it->first;
+      break;
+    }
+    for (int w : it->second) {
+      if (reshardable && w != world_ && whole(it->first, w)) {
+        local = it->first;
+        local_world = w;
+        break;
+      }
     }
   }
   // Rank 0 asks the durable tier only when a listing shows it newer.
@@ -186,19 +198,32 @@ Result<TierRestoreResult> TieredManager::Impl::Restore(
       if (latest.ok()) durable = *latest;
     }
     if (durable && (!local || *durable > *local)) {
-      choice = "D " + std::to_string(*durable);
+      choice = "D " + std::to_string(*durable) + " 0";
     } else if (local) {
-      choice = "L " + std::to_string(*local);
+      choice =
+          "L " + std::to_string(*local) + " " + std::to_string(local_world);
     } else {
-      choice = "N 0";
+      choice = "N 0 0";
     }
   }
   CKPT_ASSIGN_OR_RETURN(choice, comm_->Broadcast(choice, 0));
   TierRestoreResult out;
-  const int64_t step = std::stoll(choice.substr(2));
+  std::istringstream chosen(choice.substr(2));
+  int64_t step = 0;
+  int saved_by = 0;
+  chosen >> step >> saved_by;
   if (choice[0] == 'N') return out;
   if (choice[0] == 'L') {
-    Status s = LoadLocal(step, have[step], state, options, out);
+    Status s;
+    if (saved_by == world_) {
+      std::vector<std::set<int>> nodes(world_);
+      for (auto& [q, held] : have[step]) {
+        if (q < world_) nodes[q] = held;
+      }
+      s = LoadLocal(step, nodes, state, options, out);
+    } else {
+      s = LoadLocalResharded(step, saved_by, have[step], state, options, out);
+    }
     if (s.ok()) {
       out.tier = Tier::kLocal;
       out.step = step;

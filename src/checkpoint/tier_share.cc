@@ -181,6 +181,14 @@ std::string ShareDescription(const State& state, int rank, int world_size) {
   return tmp.entries().empty() ? std::string() : tmp.entries()[0].json;
 }
 
+std::map<std::string, std::string> ShareDescriptionFields(
+    const std::string& json) {
+  State tmp;
+  tmp.AddMetadataJson("d", json);
+  Result<std::map<std::string, std::string>> m = tmp.Metadata("d");
+  return m.ok() ? *m : std::map<std::string, std::string>{};
+}
+
 Status BuildShareState(const State& state, int rank, int world_size,
                        State& out) {
   CKPT_RETURN_IF_ERROR(state.status());

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -56,6 +57,11 @@ bool SplitShareKey(std::string_view key, int* rank, std::string_view* rest);
 
 // What kShareEntry holds for `state` saved by `rank` of `world_size`.
 std::string ShareDescription(const State& state, int rank, int world_size);
+
+// The fields of a kShareEntry (or kShareJobEntry) JSON object; empty if it
+// does not parse.
+std::map<std::string, std::string> ShareDescriptionFields(
+    const std::string& json);
 
 // `out` (empty) borrows the buffers of `state` as the share saves them,
 // plus kShareEntry.

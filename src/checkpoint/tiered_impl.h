@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -17,6 +18,11 @@
 #include "util/pacer.h"
 
 namespace ckpt {
+
+// A bound on the rank numbers read from a local root's names, far above
+// any job's world size: a stray folder cannot make a restore size a table
+// by it.
+inline constexpr int kMaxRanks = 1 << 24;
 
 // "rank R: <error>" for the first rank that failed for a reason of its own
 // (a full tier), rather than because a peer did (an aborted transfer);
@@ -58,6 +64,12 @@ class TieredManager::Impl {
   Status LoadLocal(int64_t step, const std::vector<std::set<int>>& have,
                    State& state, const LoadOptions& options,
                    TierRestoreResult& out);
+  // The same from a step saved by `old_world` ranks (tier_reshard.cc);
+  // `have`: the nodes that hold each old rank's share.
+  Status LoadLocalResharded(int64_t step, int old_world,
+                            const std::map<int, std::set<int>>& have,
+                            State& state, const LoadOptions& options,
+                            TierRestoreResult& out);
   // The save in flight runs on one thread kept for the manager's life
   // (a thread per save would cost its start and exit in the next stall).
   void WaitInflight();

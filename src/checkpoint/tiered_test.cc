@@ -10,10 +10,13 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
+#include <set>
 
 #include "checkpoint/tier_share.h"
+#include "format/constants.h"
 #include "gtest/gtest.h"
 #include "testing/crash_storage.h"
 #include "testing/fault_storage.h"
@@ -339,7 +342,10 @@ TEST(TieredTest, ANewerDurableStepWins) {
   RestoreAndCheck(job, 2, 4, Tier::kLocal);
 }
 
-TEST(TieredTest, AnotherWorldSizeRestoresFromTheDurableTier) {
+// Four ranks on two nodes, one replica each: every node holds every share,
+// so two ranks reshard step 3 from their own nodes, newer than the durable
+// tier's step 2, and fetch nothing.
+TEST(TieredTest, AnotherWorldSizeReshardsFromTheLocalTier) {
   Job job = MemJob("reshard", {0, 0, 1, 1});
   job.rank_local = false;
   job.local_every = 1;
@@ -347,7 +353,121 @@ TEST(TieredTest, AnotherWorldSizeRestoresFromTheDurableTier) {
   SaveSteps(job, 4, {2, 3});
   Job two = job;
   two.nodes = {0, 1};
-  RestoreAndCheck(two, 2, 2, Tier::kDurable);
+  for (const TierRestoreResult& r : RestoreAndCheck(two, 2, 3, Tier::kLocal)) {
+    EXPECT_EQ(r.ranks_fetched, 0);
+  }
+  // And back to four, and on to three on one node.
+  RestoreAndCheck(job, 4, 3, Tier::kLocal);
+  Job three = job;
+  three.nodes = {0, 0, 0};
+  three.replicas = 0;
+  RestoreAndCheck(three, 3, 3, Tier::kLocal);
+}
+
+// Two ranks on two nodes without replicas: each node holds one share. Of
+// three ranks, rank 1 (node 1) needs rows of both shares: node 1 fetches
+// share 0, and every rank fills its rows.
+TEST(TieredTest, ReshardingFetchesTheSharesANodeLacks) {
+  Job job = MemJob("reshard-fetch", {0, 1});
+  job.rank_local = false;
+  job.replicas = 0;
+  SaveSteps(job, 2, {4});
+  Job three = job;
+  three.nodes = {0, 1, 1};
+  for (const TierRestoreResult& r :
+       RestoreAndCheck(three, 3, 4, Tier::kLocal)) {
+    EXPECT_EQ(r.ranks_fetched, 1) << r.local_skipped;
+  }
+  // The fetched copy is a marked share of the 2-rank step on node 1.
+  for (int node = 0; node < 2; ++node) {
+    Result<std::vector<LocalShareInfo>> shares =
+        ListLocalTier(NodeRootUrl(job.local_url, node));
+    ASSERT_TRUE(shares.ok());
+    std::set<int> ranks;
+    for (const LocalShareInfo& s : *shares) {
+      EXPECT_TRUE(s.marked && s.world_size == 2) << "rank " << s.rank;
+      ranks.insert(s.rank);
+    }
+    const std::set<int> want =
+        node == 0 ? std::set<int>{0} : std::set<int>{0, 1};
+    EXPECT_EQ(ranks, want) << "node " << node;
+  }
+  // One rank alone, on node 1, now finds both shares there.
+  Job one = job;
+  one.nodes = {1};
+  for (const TierRestoreResult& r : RestoreAndCheck(one, 1, 4, Tier::kLocal)) {
+    EXPECT_EQ(r.ranks_fetched, 0);
+  }
+}
+
+// A share damaged on the only node that holds it: the resharded restore
+// fails its checksum on the ranks that read it (rank 0 on its own node,
+// rank 1 after node 1 fetched it), and every rank loads the durable tier's
+// step instead.
+TEST(TieredTest, ADamagedShareFallsBackToTheDurableTierWhenResharding) {
+  testing::TempDir dir("tiered-reshard-damaged", "/dev/shm");
+  Job job;
+  job.durable_url = (dir.path() / "durable").string();
+  job.local_url = (dir.path() / "node{node}").string();
+  job.nodes = {0, 1};
+  job.rank_local = false;
+  job.replicas = 0;
+  job.durable_every = 1;
+  SaveSteps(job, 2, {5});
+  // Flip a byte of the data objects of rank 0's share (its data only: the
+  // share's metadata is checked on its own).
+  int flipped = 0;
+  for (const auto& f : std::filesystem::recursive_directory_iterator(
+           dir.path() / "node0" / "r00000")) {
+    const std::string name = f.path().filename().string();
+    if (!f.is_regular_file() ||
+        name.find(format::kDataSuffix) == std::string::npos) {
+      continue;
+    }
+    std::fstream io(f.path(), std::ios::in | std::ios::out | std::ios::binary);
+    // The last byte: tensor data, not the file's header.
+    const auto at = static_cast<std::streamoff>(f.file_size()) - 1;
+    char c = 0;
+    io.seekg(at);
+    io.get(c);
+    io.seekp(at);
+    io.put(static_cast<char>(c ^ 0x5a));
+    ++flipped;
+  }
+  ASSERT_GT(flipped, 0);
+  Job three = job;
+  three.nodes = {0, 1, 1};
+  for (const TierRestoreResult& r :
+       RestoreAndCheck(three, 3, 5, Tier::kDurable)) {
+    EXPECT_NE(r.local_skipped.find("DataLoss"), std::string::npos)
+        << r.local_skipped;
+  }
+}
+
+// Rank-local entries load at the world size that saved them: at another
+// one the local tier is not resharded, and the durable tier's load says
+// what to do.
+TEST(TieredTest, RankLocalEntriesAtAnotherWorldSizeUseTheDurableTier) {
+  Job job = MemJob("reshard-rank-local", {0, 0, 1, 1});
+  job.local_every = 1;
+  job.durable_every = 2;
+  SaveSteps(job, 4, {2, 3});
+  RunRanks(2, [&](int rank, Communicator* comm) {
+    Job two = job;
+    two.nodes = {0, 1};
+    Tiers t(two, comm);
+    ASSERT_TRUE(t.tiers);
+    RankState got(rank, 2, 999);
+    State state = got.Make();
+    Result<TierRestoreResult> r = t.tiers->Restore(state);
+    // Not the local tier's step 3, whatever the durable tier makes of it.
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), ErrorCode::kFailedPrecondition);
+    EXPECT_NE(r.status().message().find("load step 2 from mem://"),
+              std::string::npos)
+        << r.status().ToString();
+    EXPECT_NE(r.status().message().find("LoadRankLocal"), std::string::npos);
+  });
 }
 
 TEST(TieredTest, SharesOfAnotherJobAreNeverLoaded) {

@@ -1,0 +1,441 @@
+// Restore from the local tier at another world size (TieredManager::Restore,
+// docs/tiers.md): the shares of a step that W ranks saved are copied to the
+// nodes whose ranks need them, with the same transfer as a replica, and each
+// rank then fills its boxes from the shares on its own node.
+//
+//   1. For each old share, the lowest rank on a node that holds it reads the
+//      share's description (every entry's dtype and shape, and the box each
+//      piece came from) and checks that the share is this job's; the ranks
+//      all-gather these.
+//   2. Each rank finds the shares its entries need: for a tensor saved whole
+//      (replicated), one share, its own node's if it has one; for a sharded
+//      one, every share whose piece meets its box. The ranks all-gather the
+//      shares their nodes lack.
+//   3. For each (node, share) wanted, the lowest rank of the node that wants
+//      it fetches it from the lowest rank of a node that holds it, in one
+//      order every rank computes alike; the copy is committed and marked in
+//      the node's folder of that share. The ranks all-gather the outcomes,
+//      so that no rank reads a share its node is still receiving.
+//   4. Each rank loads from each share it needs: whole tensors straight into
+//      their memory, the parts of pieces through a buffer copied into its
+//      box; every element of every box must be covered exactly. The ranks
+//      all-gather the outcomes: any failure on any rank and every rank loads
+//      the durable tier instead (Restore's rule for the local tier).
+// Rank-local entries belong to the saving world size, and device memory is
+// not staged here: a state with either takes the durable tier.
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "checkpoint/tier_share.h"
+#include "checkpoint/tier_transfer.h"
+#include "checkpoint/tiered_impl.h"
+#include "ckpt/dtype.h"
+
+namespace ckpt {
+namespace {
+
+// One entry of an old share: a tensor as a box of its global tensor, or a
+// blob or metadata entry.
+struct SharedEntry {
+  int share = 0;
+  EntryKind kind = EntryKind::kTensor;
+  DType dtype = DType::kU8;
+  std::vector<int64_t> offsets, lengths, global;
+  bool piece = false;  // saved as a piece (else whole: replicated)
+};
+
+std::vector<int64_t> ParseInts(std::string_view text) {
+  std::vector<int64_t> out;
+  std::istringstream in{std::string(text)};
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (!item.empty()) out.push_back(std::stoll(item));
+  }
+  return out;
+}
+
+int64_t Volume(const std::vector<int64_t>& lengths) {
+  int64_t v = 1;
+  for (int64_t n : lengths) v *= n;
+  return v;
+}
+
+// The part two boxes share, as (offsets, lengths); false if none.
+bool Intersect(const std::vector<int64_t>& a_off,
+               const std::vector<int64_t>& a_len,
+               const std::vector<int64_t>& b_off,
+               const std::vector<int64_t>& b_len, std::vector<int64_t>* off,
+               std::vector<int64_t>* len) {
+  off->assign(a_off.size(), 0);
+  len->assign(a_off.size(), 0);
+  for (size_t d = 0; d < a_off.size(); ++d) {
+    const int64_t lo = std::max(a_off[d], b_off[d]);
+    const int64_t hi = std::min(a_off[d] + a_len[d], b_off[d] + b_len[d]);
+    if (hi <= lo) return false;
+    (*off)[d] = lo;
+    (*len)[d] = hi - lo;
+  }
+  return true;
+}
+
+// Copies a dense box of `len` elements into the dense tensor `dst` of
+// `shape`, starting at `at`.
+void CopyIntoBox(const std::byte* src, const std::vector<int64_t>& len,
+                 std::byte* dst, const std::vector<int64_t>& shape,
+                 const std::vector<int64_t>& at, size_t width) {
+  const size_t nd = len.size();
+  if (nd == 0) {
+    std::memcpy(dst, src, width);
+    return;
+  }
+  std::vector<int64_t> stride(nd, 1);
+  for (size_t d = nd - 1; d > 0; --d) stride[d - 1] = stride[d] * shape[d];
+  const size_t row = static_cast<size_t>(len[nd - 1]) * width;
+  std::vector<int64_t> idx(nd, 0);  // over the leading nd - 1 dimensions
+  for (int64_t r = 0, rows = Volume(len) / len[nd - 1]; r < rows; ++r) {
+    int64_t at_elem = at[nd - 1];
+    for (size_t d = 0; d + 1 < nd; ++d) at_elem += (at[d] + idx[d]) * stride[d];
+    std::memcpy(dst + at_elem * width, src + r * row, row);
+    for (size_t d = nd - 1; d-- > 0;) {
+      if (++idx[d] < len[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+// Lines describing share `q` (see ParseDescriptions), or why it cannot be
+// used.
+Result<std::string> DescribeShare(CheckpointManager& root, int64_t step, int q,
+                                  const std::string& job) {
+  CKPT_ASSIGN_OR_RETURN(CheckpointDescription d, root.Describe(step));
+  std::string share_json, job_json;
+  for (const EntryInfo& e : d.entries) {
+    if (e.name == kShareEntry) share_json = e.json;
+    if (e.name == kShareJobEntry) job_json = e.json;
+  }
+  std::map<std::string, std::string> fields =
+      ShareDescriptionFields(share_json);
+  if (ShareDescriptionFields(job_json)["durable"] != job ||
+      fields["rank"] != std::to_string(q)) {
+    return FailedPreconditionError("the share of rank " + std::to_string(q) +
+                                   " of step " + std::to_string(step) +
+                                   " was saved by another job or rank");
+  }
+  // name -> (offsets, global shape) of each piece.
+  std::map<std::string, std::pair<std::string, std::string>> pieces;
+  std::istringstream boxes(fields["boxes"]);
+  for (std::string line; std::getline(boxes, line);) {
+    const size_t at = line.rfind('@'), slash = line.rfind('/');
+    if (at == std::string::npos || slash == std::string::npos || slash < at) {
+      return DataLossError("share of rank " + std::to_string(q) +
+                           ": a bad box line");
+    }
+    pieces[line.substr(0, at)] = {line.substr(at + 1, slash - at - 1),
+                                  line.substr(slash + 1)};
+  }
+  std::ostringstream out;
+  for (const EntryInfo& e : d.entries) {
+    if (e.name == kShareEntry || e.name == kShareJobEntry || e.owner >= 0) {
+      continue;  // rank-local entries stay with the saving world size
+    }
+    out << q << ' ' << e.name.size() << ' ' << e.name << ' '
+        << static_cast<int>(e.kind) << ' ' << static_cast<int>(e.dtype) << ' '
+        << e.shape.size();
+    for (int64_t n : e.shape) out << ' ' << n;
+    if (auto p = pieces.find(e.name); p != pieces.end()) {
+      out << " 1 " << (p->second.first.empty() ? "," : p->second.first) << ' '
+          << p->second.second;
+    } else {
+      out << " 0";
+    }
+    out << '\n';
+  }
+  return out.str();
+}
+
+// Every share's entries by name, from the lines of DescribeShare.
+Status ParseDescriptions(const std::vector<std::string>& all,
+                         std::map<std::string, std::vector<SharedEntry>>* by) {
+  for (const std::string& text : all) {
+    std::istringstream in(text);
+    int q = 0;
+    size_t n = 0;
+    while (in >> q >> n) {
+      std::string name(n, '\0');
+      in.get();
+      in.read(name.data(), static_cast<std::streamsize>(n));
+      int kind = 0, dtype = 0, piece = 0;
+      size_t nd = 0;
+      SharedEntry e;
+      e.share = q;
+      in >> kind >> dtype >> nd;
+      e.lengths.resize(nd);
+      for (int64_t& x : e.lengths) in >> x;
+      in >> piece;
+      e.kind = static_cast<EntryKind>(kind);
+      e.dtype = static_cast<DType>(dtype);
+      e.piece = piece != 0;
+      if (e.piece) {
+        std::string off, global;
+        in >> off >> global;
+        e.offsets = ParseInts(off);
+        e.global = ParseInts(global);
+      } else {
+        e.offsets.assign(nd, 0);
+        e.global = e.lengths;
+      }
+      if (!in || e.offsets.size() != nd || e.global.size() != nd) {
+        return DataLossError("a share's description does not parse");
+      }
+      (*by)[name].push_back(std::move(e));
+    }
+  }
+  return Status();
+}
+
+}  // namespace
+
+Status TieredManager::Impl::LoadLocalResharded(
+    int64_t step, int old_world, const std::map<int, std::set<int>>& have,
+    State& state, const LoadOptions& options, TierRestoreResult& out) {
+  Status mine = state.status();
+  for (const Entry& e : state.entries()) {
+    if (!mine.ok()) break;
+    if (e.rank_local) {
+      mine =
+          FailedPreconditionError("entry " + e.name +
+                                  " is rank-local: it loads at the world size "
+                                  "that saved it");
+    } else if (e.kind == EntryKind::kTensor && !e.tensor.location.is_host()) {
+      mine =
+          FailedPreconditionError("entry " + e.name + " is in device memory");
+    }
+  }
+  auto holds = [&](int q, int node) {
+    auto it = have.find(q);
+    return it != have.end() && it->second.count(node) > 0;
+  };
+  auto holder = [&](int q) {
+    for (int r = 0; r < world_; ++r) {
+      if (holds(q, node_of_[r])) return r;
+    }
+    return -1;
+  };
+
+  // 1. The shares' descriptions.
+  std::string described;
+  for (int q = 0; q < old_world; ++q) {
+    if (holder(q) != rank_) continue;
+    Result<CheckpointManager*> root = Root(q);
+    Result<std::string> lines =
+        root.ok() ? DescribeShare(**root, step, q, job_) : root.status();
+    if (lines.ok()) {
+      described += *lines;
+    } else if (mine.ok()) {
+      mine = lines.status();
+    }
+  }
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> all,
+                        comm_->AllGather(described));
+  std::map<std::string, std::vector<SharedEntry>> saved;
+  if (Status s = ParseDescriptions(all, &saved); !s.ok() && mine.ok()) {
+    mine = s;
+  }
+
+  // 2. What this rank needs from which share. A share on this node is
+  // preferred for what any share holds whole.
+  const int node = node_of_[rank_];
+  struct Part {
+    int share;
+    const Entry* target;
+    const SharedEntry* from;
+    std::vector<int64_t> offsets, lengths;  // the part, in global indices
+  };
+  std::vector<Part> parts;
+  std::set<int> used;
+  std::set<std::string> wanted;
+  for (const Entry& e : state.entries()) {
+    if (!mine.ok()) break;
+    wanted.insert(e.name);
+    auto it = saved.find(e.name);
+    if (it == saved.end()) {
+      mine = NotFoundError("step " + std::to_string(step) +
+                           " of the local tier has no entry " + e.name);
+      break;
+    }
+    const SharedEntry* whole = nullptr;
+    for (const SharedEntry& s : it->second) {
+      if (s.piece) continue;
+      if (!whole || (holds(s.share, node) && !holds(whole->share, node))) {
+        whole = &s;
+      }
+    }
+    if (e.kind != EntryKind::kTensor) {
+      if (!whole || whole->kind != e.kind) {
+        mine = InvalidArgumentError("entry " + e.name +
+                                    " is saved as another kind");
+        break;
+      }
+      parts.push_back({whole->share, &e, whole, {}, {}});
+      used.insert(whole->share);
+      continue;
+    }
+    std::vector<int64_t> box_off =
+        e.is_piece() ? e.offsets : std::vector<int64_t>(e.tensor.shape.size());
+    const std::vector<int64_t>& box_len = e.tensor.shape;
+    int64_t covered = 0;
+    for (const SharedEntry& s : it->second) {
+      if (whole ? &s != whole : false) continue;
+      if (s.kind != EntryKind::kTensor || s.dtype != e.tensor.dtype ||
+          s.global != e.full_shape()) {
+        mine = InvalidArgumentError("entry " + e.name +
+                                    " is saved with another dtype or shape");
+        break;
+      }
+      Part p{s.share, &e, &s, {}, {}};
+      if (Volume(box_len) == 0 ||
+          !Intersect(box_off, box_len, s.offsets, s.lengths, &p.offsets,
+                     &p.lengths)) {
+        continue;
+      }
+      covered += Volume(p.lengths);
+      used.insert(s.share);
+      parts.push_back(std::move(p));
+    }
+    if (mine.ok() && covered != Volume(box_len)) {
+      mine = DataLossError("the shares of step " + std::to_string(step) +
+                           " cover " + std::to_string(covered) + " of the " +
+                           std::to_string(Volume(box_len)) +
+                           " elements of entry " + e.name + "'s box");
+    }
+  }
+  if (mine.ok() && options.strict) {
+    for (const auto& [name, entries] : saved) {
+      if (!wanted.count(name)) {
+        mine =
+            InvalidArgumentError("strict load: the state has no entry " + name);
+        break;
+      }
+    }
+  }
+
+  // 3. Fetch what the node lacks.
+  std::string lacking;
+  for (int q : used) {
+    if (!holds(q, node)) lacking += std::to_string(q) + " ";
+  }
+  CKPT_ASSIGN_OR_RETURN(all, comm_->AllGather(mine.ok() ? lacking : ""));
+  std::set<std::pair<int, int>> assigned;    // (node, share)
+  std::vector<std::pair<int, int>> fetches;  // (fetching rank, share)
+  for (int r = 0; r < world_; ++r) {
+    std::istringstream in(all[r]);
+    for (int q = 0; in >> q;) {
+      if (q < 0 || q >= old_world || holder(q) < 0) continue;
+      if (assigned.insert({node_of_[r], q}).second) fetches.push_back({r, q});
+    }
+  }
+  out.ranks_fetched = static_cast<int>(fetches.size());
+  for (const auto& [fetcher, q] : fetches) {
+    TransferSide send, receive;
+    const int from = holder(q);
+    if (rank_ == from) {
+      Result<CheckpointManager*> root = Root(q);
+      send.root = root.ok() ? *root : nullptr;
+      send.peer = fetcher;
+    }
+    if (rank_ == fetcher) {
+      receive.peer = from;
+      Result<CheckpointManager*> into = Root(q);
+      receive.status = into.ok() ? ClearStep(**into, step) : into.status();
+      if (receive.status.ok()) receive.root = *into;
+    }
+    if (send.peer < 0 && receive.peer < 0) continue;
+    CKPT_RETURN_IF_ERROR(
+        TransferStep(*comm_, step, opt_.transfer_block_bytes, send, receive));
+    if (rank_ != fetcher) continue;
+    out.fetched_bytes += receive.bytes;
+    if (!receive.status.ok()) {
+      if (mine.ok()) mine = receive.status;
+    } else {
+      // The copy is the share as its rank committed it: marked for the
+      // world that saved it, as on the node it came from.
+      Status s = receive.root->storage().Put(TierMarkerKey(step, old_world), {},
+                                             PutMode::kCreateIfAbsent);
+      if (!s.ok() && s.code() != ErrorCode::kAlreadyExists && mine.ok()) {
+        mine = s;
+      }
+    }
+  }
+  CKPT_ASSIGN_OR_RETURN(all,
+                        comm_->AllGather(mine.ok() ? "" : mine.ToString()));
+  if (std::string why = FirstCause(all); !why.empty()) return AbortedError(why);
+
+  // 4. Load, share by share.
+  std::vector<std::vector<std::byte>> buffers(parts.size());
+  for (int q : used) {
+    if (!mine.ok()) break;
+    State view;
+    std::vector<size_t> copies;  // parts of q loaded through a buffer
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const Part& p = parts[i];
+      if (p.share != q) continue;
+      const Entry& e = *p.target;
+      if (e.kind == EntryKind::kBlob) {
+        view.AddBlob(e.name, std::string());
+      } else if (e.kind == EntryKind::kMetadata) {
+        view.AddMetadataJson(e.name, "{}");
+      } else if (!p.from->piece) {
+        // Saved whole: the box straight into the caller's memory.
+        if (e.is_piece()) {
+          view.AddTensorPiece(e.name, e.global_shape, e.offsets, e.tensor);
+        } else {
+          view.AddTensor(e.name, e.tensor);
+        }
+      } else {
+        // A part of a saved piece, which the share holds as a whole tensor
+        // of the piece's shape.
+        std::vector<int64_t> within(p.offsets.size());
+        for (size_t d = 0; d < within.size(); ++d) {
+          within[d] = p.offsets[d] - p.from->offsets[d];
+        }
+        buffers[i].resize(static_cast<size_t>(Volume(p.lengths)) *
+                          DTypeSize(e.tensor.dtype));
+        view.AddTensorPiece(e.name, p.from->lengths, within,
+                            TensorView{.dtype = e.tensor.dtype,
+                                       .shape = p.lengths,
+                                       .data = buffers[i].data(),
+                                       .writable = true});
+        copies.push_back(i);
+      }
+    }
+    Result<CheckpointManager*> root = Root(q);
+    Result<CheckpointInfo> info =
+        root.ok() ? (*root)->Load(step, view, LoadOptions{}) : root.status();
+    if (!info.ok()) {
+      mine = info.status();
+      break;
+    }
+    if (out.info.step != step) out.info = *info;
+    mine = CopyBackLoaded(view, state);
+    for (size_t i : copies) {
+      const Part& p = parts[i];
+      const Entry& e = *p.target;
+      std::vector<int64_t> at(p.offsets.size());
+      for (size_t d = 0; d < at.size(); ++d) {
+        at[d] = p.offsets[d] - (e.is_piece() ? e.offsets[d] : 0);
+      }
+      CopyIntoBox(buffers[i].data(), p.lengths, e.tensor.data, e.tensor.shape,
+                  at, DTypeSize(e.tensor.dtype));
+      std::vector<std::byte>().swap(buffers[i]);
+    }
+  }
+  CKPT_ASSIGN_OR_RETURN(all,
+                        comm_->AllGather(mine.ok() ? "" : mine.ToString()));
+  if (std::string why = FirstCause(all); !why.empty()) return AbortedError(why);
+  return Status();
+}
+
+}  // namespace ckpt
