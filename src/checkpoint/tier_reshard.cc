@@ -109,7 +109,7 @@ void CopyIntoBox(const std::byte* src, const std::vector<int64_t>& len,
 // Lines describing share `q` (see ParseDescriptions), or why it cannot be
 // used.
 Result<std::string> DescribeShare(CheckpointManager& root, int64_t step, int q,
-                                  const std::string& job) {
+                                  int world, const std::string& job) {
   CKPT_ASSIGN_OR_RETURN(CheckpointDescription d, root.Describe(step));
   std::string share_json, job_json;
   for (const EntryInfo& e : d.entries) {
@@ -118,11 +118,14 @@ Result<std::string> DescribeShare(CheckpointManager& root, int64_t step, int q,
   }
   std::map<std::string, std::string> fields =
       ShareDescriptionFields(share_json);
+  // A folder may hold the same step saved again by a job of another size:
+  // only shares of the world that marked the step go together.
   if (ShareDescriptionFields(job_json)["durable"] != job ||
-      fields["rank"] != std::to_string(q)) {
-    return FailedPreconditionError("the share of rank " + std::to_string(q) +
-                                   " of step " + std::to_string(step) +
-                                   " was saved by another job or rank");
+      fields["rank"] != std::to_string(q) ||
+      fields["world_size"] != std::to_string(world)) {
+    return FailedPreconditionError(
+        "the share of rank " + std::to_string(q) + " of step " +
+        std::to_string(step) + " was saved by another job, rank or world size");
   }
   // name -> (offsets, global shape) of each piece.
   std::map<std::string, std::pair<std::string, std::string>> pieces;
@@ -231,7 +234,8 @@ Status TieredManager::Impl::LoadLocalResharded(
     if (holder(q) != rank_) continue;
     Result<CheckpointManager*> root = Root(q);
     Result<std::string> lines =
-        root.ok() ? DescribeShare(**root, step, q, job_) : root.status();
+        root.ok() ? DescribeShare(**root, step, q, old_world, job_)
+                  : root.status();
     if (lines.ok()) {
       described += *lines;
     } else if (mine.ok()) {
@@ -375,6 +379,7 @@ Status TieredManager::Impl::LoadLocalResharded(
 
   // 4. Load, share by share.
   std::vector<std::vector<std::byte>> buffers(parts.size());
+  bool described_info = false;
   for (int q : used) {
     if (!mine.ok()) break;
     State view;
@@ -418,7 +423,10 @@ Status TieredManager::Impl::LoadLocalResharded(
       mine = info.status();
       break;
     }
-    if (out.info.step != step) out.info = *info;
+    if (!described_info) {  // a one-rank share's: the step, its metadata
+      out.info = *info;
+      described_info = true;
+    }
     mine = CopyBackLoaded(view, state);
     for (size_t i : copies) {
       const Part& p = parts[i];
