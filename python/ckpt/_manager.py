@@ -467,7 +467,12 @@ class Tiers:
         shares its nodes lack from their peers, unless its state has
         rank-local entries (then the durable tier's load decides)."""
         entries, finishers, paths = _fill_targets(state, {})
+        if strict:
+            # The tree this package saves beside the entries: asked for, so
+            # that it does not count as an entry the state lacks.
+            entries.append((_tree.TREE_ENTRY, "metadata", None, None, None))
         result, values = self._t.restore(entries, strict)
+        values = [v for v in values if v[0] != _tree.TREE_ENTRY]
         if result.tier != "none":
             _finish_fill(state, finishers, paths, values,
                          f"restore of step {result.step} from the "

@@ -96,6 +96,10 @@ def test_torch_tensors_and_a_strict_restore(root, local):
         with pytest.raises(ckpt.InvalidArgument, match='no entry "k"'):
             t.restore({"m": torch.zeros(6, dtype=torch.bfloat16)},
                       strict=True)
+        # The whole state does, strictly too.
+        got = {"m": torch.zeros(6, dtype=torch.bfloat16), "k": 0}
+        assert t.restore(got, strict=True).tier == "local"
+        assert torch.equal(got["m"], saved["m"]) and got["k"] == 2
 
 
 def test_a_local_tier_that_cannot_be_opened_is_named(root, tmp_path):
