@@ -337,16 +337,17 @@ CKPT_EXPORT void ckpt_options_set_catalog(ckpt_options_t* options,
 
 /* Catalog rows as JSON. A checkpoint row is an object with job_id, root,
  * step, epoch, scheme, world_size, hosts (array), bytes, manifest_checksum,
- * metrics (object), created_unix_ms, state ("committed" or "deleted"). A
- * job is an object with job_id, root, first_seen_unix_ms,
- * last_seen_unix_ms, committed, latest_step. */
+ * metrics (object), created_unix_ms, state ("committed" or "deleted"),
+ * tier ("durable", or "local": a step of a tiered manager's local tier, in
+ * node memory). A job is an object with job_id, root, first_seen_unix_ms,
+ * last_seen_unix_ms, committed, latest_step (of its durable checkpoints). */
 /* Every job: an array of jobs. */
 CKPT_EXPORT int ckpt_catalog_jobs(ckpt_catalog_t* catalog, char** json,
                                   char** errptr);
-/* The job's newest committed checkpoint: a row, or null. */
+/* The job's newest committed durable checkpoint: a row, or null. */
 CKPT_EXPORT int ckpt_catalog_latest(ckpt_catalog_t* catalog, const char* job,
                                     char** json, char** errptr);
-/* The job's committed checkpoint with the lowest (highest, when
+/* The job's committed durable checkpoint with the lowest (highest, when
  * higher_is_better) `metric`: a row, or null. */
 CKPT_EXPORT int ckpt_catalog_best(ckpt_catalog_t* catalog, const char* job,
                                   const char* metric, int higher_is_better,

@@ -46,6 +46,21 @@ enum class CheckpointState {
 // "committed" / "deleted", as stored in the database.
 std::string_view CheckpointStateName(CheckpointState state);
 
+// Which tier of a TieredManager (ckpt/tiered.h) holds a checkpoint.
+enum class CatalogTier {
+  kDurable,  // a root any machine can open: every save of a plain manager
+  // A step of a local tier: its shares are in node memory (the root is the
+  // tier's local_url, the same path on every node; hosts names the nodes),
+  // so only the job's own TieredManager::Restore can resume from it.
+  // Latest, Best and CatalogJob's counts never offer one.
+  kLocal,
+};
+
+// "durable" / "local", as stored in the database.
+std::string_view CatalogTierName(CatalogTier tier);
+// The tier named `name` ("durable" or "local"); InvalidArgument otherwise.
+Result<CatalogTier> ParseCatalogTier(std::string_view name);
+
 // One checkpoint's row.
 struct CatalogCheckpoint {
   std::string job_id;
@@ -62,6 +77,7 @@ struct CatalogCheckpoint {
   std::map<std::string, double> metrics;  // the user's (SaveOptions::metrics)
   int64_t created_unix_ms = 0;            // when the checkpoint was committed
   CheckpointState state = CheckpointState::kCommitted;
+  CatalogTier tier = CatalogTier::kDurable;
   // Set by the catalog: when the row was last recorded or marked.
   int64_t updated_unix_ms = 0;
 };
@@ -70,11 +86,13 @@ struct CatalogCheckpoint {
 // are the creation times of its oldest and newest recorded checkpoints.
 struct CatalogJob {
   std::string job_id;
-  std::string root;  // the root of its most recently seen checkpoint
+  // The root of its most recently seen durable checkpoint (a local tier's
+  // until the job has a durable one).
+  std::string root;
   int64_t first_seen_unix_ms = 0;
   int64_t last_seen_unix_ms = 0;
-  int64_t committed = 0;               // committed checkpoints
-  std::optional<int64_t> latest_step;  // the newest committed step, if any
+  int64_t committed = 0;               // committed durable checkpoints
+  std::optional<int64_t> latest_step;  // the newest of them, if any
 };
 
 // Which rows List returns. Every field narrows; the defaults return every
@@ -84,6 +102,7 @@ struct CatalogFilter {
   std::string root = {};    // empty: every root
   // nullopt: every state.
   std::optional<CheckpointState> state = CheckpointState::kCommitted;
+  std::optional<CatalogTier> tier = {};  // nullopt: both tiers
   std::optional<int64_t> min_step = {};
   std::optional<int64_t> max_step = {};
   // At most this many rows, the newest steps (0: no limit).
@@ -124,15 +143,16 @@ class Catalog {
   // no committed row to mark.
   virtual Result<bool> MarkDeleted(std::string_view root, int64_t step) = 0;
 
-  // The job's newest committed checkpoint (highest step); nullopt if none.
+  // The job's newest committed durable checkpoint (highest step); nullopt
+  // if none.
   virtual Result<std::optional<CatalogCheckpoint>> Latest(
       std::string_view job_id) = 0;
   // Rows matching `filter`, oldest step first.
   virtual Result<std::vector<CatalogCheckpoint>> List(
       const CatalogFilter& filter) = 0;
-  // The job's committed checkpoint with the lowest (kMin) or highest (kMax)
-  // value of `metric`; ties go to the newest step. nullopt if no committed
-  // checkpoint of the job has the metric.
+  // The job's committed durable checkpoint with the lowest (kMin) or highest
+  // (kMax) value of `metric`; ties go to the newest step. nullopt if no
+  // committed checkpoint of the job has the metric.
   virtual Result<std::optional<CatalogCheckpoint>> Best(std::string_view job_id,
                                                         std::string_view metric,
                                                         MetricGoal goal) = 0;

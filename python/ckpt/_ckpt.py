@@ -353,26 +353,34 @@ class Catalog(_Owned):
         return [CatalogJob(r) for r in rows]
 
     def latest(self, job):
-        """The job's newest committed checkpoint (CatalogCheckpoint), or
-        None."""
+        """The job's newest committed durable checkpoint
+        (CatalogCheckpoint), or None."""
         return _row(_call(_lib.ckpt_catalog_latest, self._handle(),
                           _encode(job, "job"), out=True))
 
     def best(self, job, metric, higher_is_better=False):
-        """The job's committed checkpoint with the lowest (or, with
+        """The job's committed durable checkpoint with the lowest (or, with
         higher_is_better, highest) value of `metric`, or None."""
         return _row(_call(_lib.ckpt_catalog_best, self._handle(),
                           _encode(job, "job"), _encode(metric, "metric"),
                           1 if higher_is_better else 0, out=True))
 
-    def list(self, job="", *, root="", include_deleted=False, limit=0):
+    def list(self, job="", *, root="", include_deleted=False, limit=0,
+             tier=None):
         """Rows (CatalogCheckpoint), oldest step first: of one job and/or
         root ("": every one), committed only unless include_deleted, at
-        most `limit` newest (0: all)."""
+        most `limit` newest (0: all); of one tier ("durable" or "local")
+        or both (None)."""
+        if tier not in (None, "durable", "local"):
+            raise InvalidArgument(f"no tier {tier!r}: a tier is 'durable' or "
+                                  "'local'")
         rows = _call(_lib.ckpt_catalog_list, self._handle(),
                      _encode(job, "job"), _encode(os.fspath(root), "root"),
-                     1 if include_deleted else 0, int(limit), out=True)
-        return [CatalogCheckpoint(r) for r in rows]
+                     1 if include_deleted else 0,
+                     int(limit) if tier is None else 0, out=True)
+        rows = [CatalogCheckpoint(r) for r in rows
+                if tier is None or r.get("tier", "durable") == tier]
+        return rows[-int(limit):] if tier is not None and limit else rows
 
 
 # ---------------------------------------------------------- communicators

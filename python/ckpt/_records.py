@@ -124,17 +124,19 @@ class CatalogCheckpoint(_Record):
     """One checkpoint's row in the catalog: job_id, root (the root's URL),
     step, epoch (-1 when not given), scheme, world_size, hosts, bytes,
     manifest_checksum, metrics, created_unix_ms, state ('committed' or
-    'deleted')."""
+    'deleted'), tier ('durable', or 'local': a step of a Tiers' local tier,
+    in node memory, that only the job's own Tiers.restore can resume)."""
 
     _fields = ("job_id", "root", "step", "epoch", "scheme", "world_size",
                "hosts", "bytes", "manifest_checksum", "metrics",
-               "created_unix_ms", "state")
-    _repr_fields = ("job_id", "step", "epoch", "state")
+               "created_unix_ms", "state", "tier")
+    _repr_fields = ("job_id", "step", "epoch", "state", "tier")
 
 
 class CatalogJob(_Record):
     """A job the catalog has seen: job_id, root, first_seen_unix_ms,
-    last_seen_unix_ms, committed, latest_step."""
+    last_seen_unix_ms, committed, latest_step (of its durable
+    checkpoints)."""
 
     _fields = ("job_id", "root", "first_seen_unix_ms", "last_seen_unix_ms",
                "committed", "latest_step")

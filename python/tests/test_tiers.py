@@ -53,6 +53,28 @@ def test_each_tier_saves_at_its_interval(root, local):
         (6, True), (8, True)]
 
 
+def test_the_catalog_lists_both_tiers_and_resumes_only_durable(
+        root, local, tmp_path):
+    catalog = ckpt.Catalog(str(tmp_path / "catalog.sqlite"))
+    mgr = ckpt.open(root, catalog=catalog)
+    with mgr.tiers(local, local_every=1, durable_every=2, replicas=0) as t:
+        for step in range(1, 5):
+            t.save(step, state_at(step))
+    rows = catalog.list(include_deleted=True, tier="local")
+    assert [(r.step, r.state) for r in rows] == [
+        (1, "deleted"), (2, "deleted"), (3, "committed"), (4, "committed")]
+    assert all(r.tier == "local" and r.root == local for r in rows)
+    assert [r.step for r in catalog.list(tier="durable")] == [2, 4]
+    assert sorted((r.step, r.tier) for r in catalog.list()) == [
+        (2, "durable"), (3, "local"), (4, "durable"), (4, "local")]
+    assert [r.step for r in catalog.list(tier="local", limit=1)] == [4]
+    job = rows[0].job_id
+    latest = catalog.latest(job)
+    assert (latest.step, latest.tier) == (4, "durable")
+    with pytest.raises(ckpt.InvalidArgument, match="no tier"):
+        catalog.list(tier="memory")
+
+
 def test_durable_true_and_false_override_the_interval(root, local):
     with ckpt.open(root).tiers(local, local_every=1, durable_every=2,
                                replicas=0) as t:

@@ -139,7 +139,8 @@ json CatalogRowJson(const CatalogCheckpoint& c) {
           {"manifest_checksum", c.manifest_checksum},
           {"metrics", c.metrics},
           {"created_unix_ms", c.created_unix_ms},
-          {"state", std::string(CheckpointStateName(c.state))}};
+          {"state", std::string(CheckpointStateName(c.state))},
+          {"tier", std::string(CatalogTierName(c.tier))}};
 }
 
 json CatalogJobJson(const CatalogJob& j) {

@@ -58,6 +58,24 @@ std::string_view CheckpointStateName(CheckpointState state) {
   return "unknown";
 }
 
+std::string_view CatalogTierName(CatalogTier tier) {
+  switch (tier) {
+    case CatalogTier::kDurable:
+      return "durable";
+    case CatalogTier::kLocal:
+      return "local";
+  }
+  return "unknown";
+}
+
+Result<CatalogTier> ParseCatalogTier(std::string_view name) {
+  for (CatalogTier t : {CatalogTier::kDurable, CatalogTier::kLocal}) {
+    if (name == CatalogTierName(t)) return t;
+  }
+  return InvalidArgumentError("no tier " + Quote(name) +
+                              ": a tier is durable or local");
+}
+
 std::string DefaultCatalogUrl() {
   if (std::string env = Getenv("CKPT_CATALOG"); !env.empty()) return env;
   // XDG: a relative XDG_STATE_HOME is to be ignored.

@@ -74,11 +74,24 @@ CREATE TABLE ckpt_metrics (
 CREATE INDEX ckpt_metrics_by_name ON ckpt_metrics (name, value);
 )sql";
 
+// Version 2: which tier holds a checkpoint. A TieredManager records the
+// steps of its local tier (node memory) beside the durable ones; a row of
+// version 1 was a durable save. Latest, Best and a job's counts read
+// durable rows only, through the index that now leads with the tier. The
+// same text in both dialects.
+constexpr std::string_view kV2 = R"sql(
+ALTER TABLE ckpt_checkpoints ADD COLUMN tier TEXT NOT NULL DEFAULT 'durable'
+    CHECK (tier IN ('durable', 'local'));
+DROP INDEX ckpt_checkpoints_by_job;
+CREATE INDEX ckpt_checkpoints_by_job
+    ON ckpt_checkpoints (job_id, tier, state, step);
+)sql";
+
 }  // namespace
 
 const std::vector<std::string_view>& Migrations(Dialect dialect) {
-  static const std::vector<std::string_view> sqlite = {kSqliteV1};
-  static const std::vector<std::string_view> postgres = {kPostgresV1};
+  static const std::vector<std::string_view> sqlite = {kSqliteV1, kV2};
+  static const std::vector<std::string_view> postgres = {kPostgresV1, kV2};
   return dialect == Dialect::kSqlite ? sqlite : postgres;
 }
 

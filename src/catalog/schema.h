@@ -12,7 +12,7 @@ namespace ckpt::catalog {
 
 // The schema version this build writes and understands. A catalog with a
 // higher version was written by a newer ckpt and is refused at open.
-inline constexpr int kSchemaVersion = 1;
+inline constexpr int kSchemaVersion = 2;
 
 // Holds the version: one row, created by whichever process opens an empty
 // database first.

@@ -36,13 +36,14 @@ int64_t NowUnixMs() {
 std::string CheckpointQuery(std::string_view inner) {
   return "SELECT c.id, c.job_id, c.root, c.step, c.epoch, c.scheme, "
          "c.world_size, c.hosts, c.bytes, c.manifest_checksum, "
-         "c.created_unix_ms, c.updated_unix_ms, c.state, m.name, m.value "
+         "c.created_unix_ms, c.updated_unix_ms, c.state, c.tier, m.name, "
+         "m.value "
          "FROM (" +
          std::string(inner) +
          ") c LEFT JOIN ckpt_metrics m ON m.checkpoint_id = c.id "
          "ORDER BY c.step, c.created_unix_ms, c.id, m.name";
 }
-constexpr size_t kCheckpointColumns = 15;
+constexpr size_t kCheckpointColumns = 16;
 
 Result<CheckpointState> ParseState(const std::string& text) {
   if (text == CheckpointStateName(CheckpointState::kCommitted)) {
@@ -100,11 +101,16 @@ Result<std::vector<CatalogCheckpoint>> ParseCheckpoints(
                             SqlInt(row[11], "updated_unix_ms"));
       CKPT_ASSIGN_OR_RETURN(std::string state, SqlText(row[12], "state"));
       CKPT_ASSIGN_OR_RETURN(c.state, ParseState(state));
+      CKPT_ASSIGN_OR_RETURN(std::string tier, SqlText(row[13], "tier"));
+      Result<CatalogTier> parsed = ParseCatalogTier(tier);
+      if (!parsed.ok())
+        return DataLossError("column tier holds " + Quote(tier));
+      c.tier = *parsed;
       out.push_back(std::move(c));
     }
-    if (!SqlIsNull(row[13])) {
-      CKPT_ASSIGN_OR_RETURN(std::string name, SqlText(row[13], "metric name"));
-      CKPT_ASSIGN_OR_RETURN(double value, SqlDouble(row[14], "metric value"));
+    if (!SqlIsNull(row[14])) {
+      CKPT_ASSIGN_OR_RETURN(std::string name, SqlText(row[14], "metric name"));
+      CKPT_ASSIGN_OR_RETURN(double value, SqlDouble(row[15], "metric value"));
       out.back().metrics[name] = value;
     }
   }
@@ -165,22 +171,31 @@ class SqlCatalog : public Catalog {
     return Run(op, /*write=*/true, [&]() REQUIRES(mu_) -> Status {
       // The job first: the checkpoint's row refers to it, and every writer
       // locks the job's row before its checkpoint's, so none deadlock.
+      // A local step never moves the job's root: the root says where
+      // another machine finds the job's checkpoints.
+      const bool durable = c.tier == CatalogTier::kDurable;
       CKPT_RETURN_IF_ERROR(
           conn_
               ->Query(
-                  "INSERT INTO ckpt_jobs (job_id, root, first_seen_unix_ms, "
-                  "last_seen_unix_ms) VALUES ($1, $2, $3, $3) "
-                  "ON CONFLICT (job_id) DO UPDATE SET "
-                  "root = CASE WHEN excluded.last_seen_unix_ms >= "
-                  "ckpt_jobs.last_seen_unix_ms THEN excluded.root "
-                  "ELSE ckpt_jobs.root END, "
-                  "first_seen_unix_ms = CASE WHEN excluded.first_seen_unix_ms "
-                  "< ckpt_jobs.first_seen_unix_ms THEN "
-                  "excluded.first_seen_unix_ms "
-                  "ELSE ckpt_jobs.first_seen_unix_ms END, "
-                  "last_seen_unix_ms = CASE WHEN excluded.last_seen_unix_ms > "
-                  "ckpt_jobs.last_seen_unix_ms THEN excluded.last_seen_unix_ms "
-                  "ELSE ckpt_jobs.last_seen_unix_ms END",
+                  std::string(
+                      "INSERT INTO ckpt_jobs (job_id, root, "
+                      "first_seen_unix_ms, last_seen_unix_ms) VALUES ($1, $2, "
+                      "$3, $3) ON CONFLICT (job_id) DO UPDATE SET ") +
+                      (durable
+                           ? "root = CASE WHEN excluded.last_seen_unix_ms >= "
+                             "ckpt_jobs.last_seen_unix_ms THEN excluded.root "
+                             "ELSE ckpt_jobs.root END, "
+                           : "") +
+                      "first_seen_unix_ms = CASE WHEN "
+                      "excluded.first_seen_unix_ms "
+                      "< ckpt_jobs.first_seen_unix_ms THEN "
+                      "excluded.first_seen_unix_ms "
+                      "ELSE ckpt_jobs.first_seen_unix_ms END, "
+                      "last_seen_unix_ms = CASE WHEN "
+                      "excluded.last_seen_unix_ms > "
+                      "ckpt_jobs.last_seen_unix_ms THEN "
+                      "excluded.last_seen_unix_ms "
+                      "ELSE ckpt_jobs.last_seen_unix_ms END",
                   {c.job_id, c.root, c.created_unix_ms})
               .status());
       CKPT_ASSIGN_OR_RETURN(
@@ -188,8 +203,8 @@ class SqlCatalog : public Catalog {
           conn_->Query(
               "INSERT INTO ckpt_checkpoints (root, step, job_id, epoch, "
               "scheme, world_size, hosts, bytes, manifest_checksum, "
-              "created_unix_ms, updated_unix_ms, state) VALUES ($1, $2, $3, "
-              "$4, $5, $6, $7, $8, $9, $10, $11, 'committed') "
+              "created_unix_ms, updated_unix_ms, state, tier) VALUES ($1, $2, "
+              "$3, $4, $5, $6, $7, $8, $9, $10, $11, 'committed', $12) "
               "ON CONFLICT (root, step) DO UPDATE SET "
               "job_id = excluded.job_id, epoch = excluded.epoch, "
               "scheme = excluded.scheme, world_size = excluded.world_size, "
@@ -197,11 +212,12 @@ class SqlCatalog : public Catalog {
               "manifest_checksum = excluded.manifest_checksum, "
               "created_unix_ms = excluded.created_unix_ms, "
               "updated_unix_ms = excluded.updated_unix_ms, "
-              "state = 'committed' RETURNING id",
+              "state = 'committed', tier = excluded.tier RETURNING id",
               {c.root, c.step, c.job_id,
                c.epoch >= 0 ? SqlValue(c.epoch) : SqlValue(), c.scheme,
                int64_t{c.world_size}, hosts, static_cast<int64_t>(c.bytes),
-               c.manifest_checksum, c.created_unix_ms, now}));
+               c.manifest_checksum, c.created_unix_ms, now,
+               std::string(CatalogTierName(c.tier))}));
       if (ids.size() != 1) {
         return DataLossError("the insert returned " +
                              std::to_string(ids.size()) + " ids");
@@ -248,10 +264,11 @@ class SqlCatalog : public Catalog {
     CKPT_ASSIGN_OR_RETURN(
         std::vector<CatalogCheckpoint> found,
         Select("find the latest checkpoint of job " + Quote(job_id),
-               CheckpointQuery("SELECT * FROM ckpt_checkpoints WHERE job_id = "
-                               "$1 AND state = 'committed' "
-                               "ORDER BY step DESC, created_unix_ms DESC "
-                               "LIMIT 1"),
+               CheckpointQuery(
+                   "SELECT * FROM ckpt_checkpoints WHERE job_id = "
+                   "$1 AND tier = 'durable' AND state = "
+                   "'committed' ORDER BY step DESC, created_unix_ms DESC "
+                   "LIMIT 1"),
                {std::string(job_id)}));
     if (found.empty()) return std::optional<CatalogCheckpoint>();
     return std::optional<CatalogCheckpoint>(std::move(found.front()));
@@ -273,6 +290,7 @@ class SqlCatalog : public Catalog {
     if (filter.state) {
       add("state =", std::string(CheckpointStateName(*filter.state)));
     }
+    if (filter.tier) add("tier =", std::string(CatalogTierName(*filter.tier)));
     if (filter.min_step) add("step >=", *filter.min_step);
     if (filter.max_step) add("step <=", *filter.max_step);
     std::string inner = "SELECT * FROM ckpt_checkpoints" + where +
@@ -296,7 +314,8 @@ class SqlCatalog : public Catalog {
                CheckpointQuery(
                    "SELECT c.* FROM ckpt_checkpoints c JOIN ckpt_metrics b "
                    "ON b.checkpoint_id = c.id AND b.name = $2 "
-                   "WHERE c.job_id = $1 AND c.state = 'committed' "
+                   "WHERE c.job_id = $1 AND c.tier = 'durable' AND "
+                   "c.state = 'committed' "
                    "ORDER BY b.value " +
                    order + ", c.step DESC LIMIT 1"),
                {std::string(job_id), std::string(metric)}));
@@ -316,9 +335,11 @@ class SqlCatalog : public Catalog {
                     "SELECT j.job_id, j.root, j.first_seen_unix_ms, "
                     "j.last_seen_unix_ms, "
                     "(SELECT COUNT(*) FROM ckpt_checkpoints c WHERE c.job_id = "
-                    "j.job_id AND c.state = 'committed'), "
+                    "j.job_id AND c.tier = 'durable' AND c.state = "
+                    "'committed'), "
                     "(SELECT MAX(c.step) FROM ckpt_checkpoints c WHERE "
-                    "c.job_id = j.job_id AND c.state = 'committed') "
+                    "c.job_id = j.job_id AND c.tier = 'durable' AND "
+                    "c.state = 'committed') "
                     "FROM ckpt_jobs j",
                     {}));
             return Status();

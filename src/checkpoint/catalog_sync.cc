@@ -1,7 +1,8 @@
 // The reconciliation of a catalog with storage (the rows the coordinator
 // records are catalog_record.cc's).
 //
-// Sync, for one root:
+// Sync, for one root (never a tiered manager's local tier: its rows are the
+// manager's, tier_catalog.cc):
 //   1. List the committed checkpoints on storage (manifests that validate)
 //      and read each manifest's envelope checksum.
 //   2. List the catalog's rows of the root, in every state.
@@ -16,6 +17,7 @@
 #include <map>
 
 #include "checkpoint/catalog_record.h"
+#include "checkpoint/tier_share.h"
 #include "ckpt/storage.h"
 #include "format/constants.h"
 #include "format/layout.h"
@@ -48,6 +50,13 @@ Result<CatalogSyncReport> SyncCatalogWith(
   report.root = CatalogRootUrl(storage.url());
   const std::string op =
       "sync catalog " + catalog.url() + " with " + report.root;
+  const Status local_tier = FailedPreconditionError(
+      op + ": " + report.root +
+      " is a local tier (node memory, or a share in it): its steps are "
+      "recorded by the job's tiered manager, and no other machine can open "
+      "them; sync the job's durable root instead");
+  CKPT_ASSIGN_OR_RETURN(bool is_local, IsLocalTierRoot(storage));
+  if (is_local) return local_tier;
   // 1. What storage holds.
   std::map<int64_t, CatalogCheckpoint> on_storage;
   for (const CheckpointInfo& info : infos) {
@@ -65,7 +74,11 @@ Result<CatalogSyncReport> SyncCatalogWith(
       std::vector<CatalogCheckpoint> rows,
       catalog.List({.root = report.root, .state = std::nullopt}));
   std::map<int64_t, const CatalogCheckpoint*> in_catalog;
-  for (const CatalogCheckpoint& row : rows) in_catalog[row.step] = &row;
+  for (const CatalogCheckpoint& row : rows) {
+    // A local tier's root, seen from a machine where it is empty.
+    if (row.tier == CatalogTier::kLocal) return local_tier;
+    in_catalog[row.step] = &row;
+  }
   // 3. Record what the catalog lacks or holds differently.
   for (const auto& [step, want] : on_storage) {
     auto it = in_catalog.find(step);

@@ -163,6 +163,28 @@ bool SplitShareKey(std::string_view key, int* rank, std::string_view* rest) {
   return true;
 }
 
+Result<bool> IsLocalTierRoot(Storage& storage) {
+  // A share's root: holds markers.
+  CKPT_ASSIGN_OR_RETURN(std::vector<ObjectInfo> markers,
+                        storage.List("tier-committed-"));
+  for (const ObjectInfo& o : markers) {
+    int64_t step = 0;
+    int world = 0;
+    if (ParseTierMarkerKey(o.key, &step, &world)) return true;
+  }
+  // A node's root: shares in folders r00000/...
+  CKPT_ASSIGN_OR_RETURN(std::vector<ObjectInfo> keys, storage.List("r"));
+  for (const ObjectInfo& o : keys) {
+    int rank = 0;
+    std::string_view rest;
+    if (SplitShareKey(o.key, &rank, &rest) &&
+        (rest.starts_with("step-") || rest.starts_with("tier-committed-"))) {
+      return true;
+    }
+  }
+  return false;
+}
+
 std::string ShareDescription(const State& state, int rank, int world_size) {
   // One line per piece: its name, offsets and global shape. Only pieces
   // depend on the split; whole tensors fit any rank of any world size.

@@ -55,6 +55,10 @@ bool ParseTierMarkerKey(std::string_view key, int64_t* step, int* world_size);
 // False for keys outside any share's root.
 bool SplitShareKey(std::string_view key, int* rank, std::string_view* rest);
 
+// Whether `storage` is a local tier's root: a node's (share folders) or a
+// share's (tier markers).
+Result<bool> IsLocalTierRoot(Storage& storage);
+
 // What kShareEntry holds for `state` saved by `rank` of `world_size`.
 std::string ShareDescription(const State& state, int rank, int world_size);
 

@@ -55,7 +55,14 @@ class TieredManager::Impl {
   // Removes every marker of `step` from this node's local root.
   Status ClearMarkers(int64_t step);
   void Mark(CheckpointManager& root, int64_t step);
-  void Prune(CheckpointManager& root, bool collect_garbage);
+  // Returns the steps it deleted.
+  std::vector<int64_t> Prune(CheckpointManager& root, bool collect_garbage);
+  // The catalog rows of local steps, on rank 0 (tier_catalog.cc): a failure
+  // is a warning.
+  std::string LocalCatalogRoot() const;
+  void RecordLocal(int64_t step, const TierSaveOptions& options,
+                   uint64_t bytes);
+  void ForgetLocal(const std::vector<int64_t>& steps);
   Result<TierSaveResult> RunSave(int64_t step, const TierSaveOptions& options,
                                  bool local, bool durable);
   Status LocalSave(int64_t step, const TierSaveOptions& options,
@@ -81,6 +88,7 @@ class TieredManager::Impl {
   Communicator* comm_ = nullptr;
   int rank_ = 0, world_ = 1;
   std::vector<int> node_of_;
+  std::vector<std::string> hosts_;           // by rank
   std::vector<int> send_to_, receive_from_;  // by replica
   std::string node_url_;
   std::shared_ptr<Storage> node_;  // this node's local root

@@ -31,6 +31,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <set>
@@ -128,11 +129,11 @@ Status TieredManager::Impl::Init() {
     for (int n : node_of_) {
       if (n < 0) return InvalidArgumentError("tiers: a negative node index");
     }
-  } else {
-    CKPT_ASSIGN_OR_RETURN(std::vector<std::string> hosts,
-                          comm_->AllGather(comm_->host_name()));
+  }
+  CKPT_ASSIGN_OR_RETURN(hosts_, comm_->AllGather(comm_->host_name()));
+  if (opt_.node_of_rank.empty()) {
     std::map<std::string, int> index;
-    for (const std::string& h : hosts) {
+    for (const std::string& h : hosts_) {
       node_of_.push_back(
           index.emplace(h, static_cast<int>(index.size())).first->second);
     }
@@ -255,17 +256,19 @@ void TieredManager::Impl::Mark(CheckpointManager& root, int64_t step) {
   }
 }
 
-void TieredManager::Impl::Prune(CheckpointManager& root, bool collect_garbage) {
+std::vector<int64_t> TieredManager::Impl::Prune(CheckpointManager& root,
+                                                bool collect_garbage) {
+  std::vector<int64_t> deleted;
   Result<std::vector<ObjectInfo>> listed =
       root.storage().List("tier-committed-");
-  if (!listed.ok()) return;
+  if (!listed.ok()) return deleted;
   std::map<int64_t, std::string> marked;  // step -> marker key
   for (const ObjectInfo& o : *listed) {
     int64_t step = 0;
     int w = 0;
     if (ParseTierMarkerKey(o.key, &step, &w)) marked[step] = o.key;
   }
-  if (marked.empty()) return;
+  if (marked.empty()) return deleted;
   auto kept = marked.rbegin();
   for (int i = 1; i < opt_.local_keep && std::next(kept) != marked.rend(); ++i)
     ++kept;
@@ -276,7 +279,11 @@ void TieredManager::Impl::Prune(CheckpointManager& root, bool collect_garbage) {
     for (const CheckpointInfo& info : *steps) {
       if (info.step < oldest_kept ||
           (!marked.count(info.step) && info.step < newest)) {
-        if (Status s = root.Delete(info.step); !s.ok()) failed = s;
+        if (Status s = root.Delete(info.step); !s.ok()) {
+          failed = s;
+        } else {
+          deleted.push_back(info.step);
+        }
       }
     }
   }
@@ -288,6 +295,7 @@ void TieredManager::Impl::Prune(CheckpointManager& root, bool collect_garbage) {
     LogWarning("tiers: pruning " + root.storage().url() + ": " +
                failed.ToString());
   }
+  return deleted;
 }
 
 Status TieredManager::Impl::LocalSave(int64_t step,
@@ -338,15 +346,29 @@ Status TieredManager::Impl::LocalSave(int64_t step,
     if (mine.ok() && !receive.status.ok()) mine = receive.status;
     if (receive.status.ok() && receive.root) received.push_back(receive.root);
   }
-  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> all,
-                        comm_->AllGather(mine.ok() ? "" : mine.ToString()));
+  // Each rank's outcome: its share's bytes (for the catalog's row), or
+  // "!" and its error.
+  CKPT_ASSIGN_OR_RETURN(
+      std::vector<std::string> all,
+      comm_->AllGather(mine.ok() ? std::to_string(result.local_bytes)
+                                 : "!" + mine.ToString()));
+  uint64_t bytes = 0;
+  for (std::string& outcome : all) {
+    if (outcome.starts_with("!")) {
+      outcome.erase(0, 1);
+    } else {
+      bytes += std::strtoull(outcome.c_str(), nullptr, 10);
+      outcome.clear();
+    }
+  }
   if (std::string why = FirstCause(all); !why.empty()) {
     return AbortedError("local tier, step " + std::to_string(step) + ", " +
                         why);
   }
   Mark(own, step);
   for (CheckpointManager* root : received) Mark(*root, step);
-  Prune(own, false);
+  RecordLocal(step, options, bytes);
+  ForgetLocal(Prune(own, false));
   for (CheckpointManager* root : received) Prune(*root, true);
   return Status();
 }
@@ -367,6 +389,9 @@ Result<TierSaveResult> TieredManager::Impl::RunSave(
     if (!s.ok()) {
       result.local_error = s.ToString();
       if (rank_ == 0) LogWarning("tiers: " + result.local_error);
+      // The step's markers are gone: a row of an earlier save of it is
+      // no longer true.
+      ForgetLocal({step});
       // A broken communicator fails every later collective too.
       if (s.code() != ErrorCode::kAborted) return s;
     }

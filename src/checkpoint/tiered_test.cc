@@ -15,6 +15,7 @@
 #include <mutex>
 #include <set>
 
+#include "checkpoint/catalog_record.h"
 #include "checkpoint/tier_share.h"
 #include "format/constants.h"
 #include "gtest/gtest.h"
@@ -175,6 +176,7 @@ struct Job {
   std::function<Result<std::unique_ptr<Storage>>(const std::string&)> open;
   std::function<Result<std::unique_ptr<Storage>>(const std::string&)>
       open_durable;
+  std::shared_ptr<Catalog> catalog;  // the durable manager's
 };
 
 // Opens both tiers for rank `comm` of `job`.
@@ -187,6 +189,7 @@ struct Tiers {
     o.communicator = comm;
     o.lease_seconds = 0;
     o.chunk_size = 4096;
+    o.catalog = job.catalog;
     if (job.open_durable) {
       durable =
           CheckpointManager::Open(job.open_durable(job.durable_url).value(), o)
@@ -296,6 +299,60 @@ TEST(TieredTest, KeepsOnlyTheNewestMarkedSteps) {
   for (const LocalShareInfo& s : *shares) got.push_back({s.rank, s.step});
   EXPECT_EQ(got, (std::vector<std::pair<int, int64_t>>{
                      {0, 3}, {0, 4}, {1, 3}, {1, 4}}));
+}
+
+TEST(TieredTest, TheCatalogKnowsBothTiersAndOffersOnlyTheDurableOne) {
+  testing::TempDir dir("tiered-catalog");
+  Job job = MemJob("catalog", {0, 1});
+  job.durable_every = 3;
+  job.catalog =
+      OpenCatalog("sqlite://" + (dir.path() / "catalog.sqlite").string())
+          .value();
+  SaveSteps(job, 2, {1, 2, 3, 4});
+
+  // The local tier keeps steps 3 and 4; pruning marked 1 and 2 deleted.
+  Result<std::vector<CatalogCheckpoint>> local =
+      job.catalog->List({.state = std::nullopt, .tier = CatalogTier::kLocal});
+  ASSERT_TRUE(local.ok()) << local.status().ToString();
+  ASSERT_EQ(local->size(), 4u);
+  for (const CatalogCheckpoint& c : *local) {
+    EXPECT_EQ(c.root, job.local_url);
+    EXPECT_EQ(c.scheme, "mem");
+    EXPECT_EQ(c.world_size, 2);
+    EXPECT_EQ(c.hosts.size(), 2u);
+    EXPECT_GT(c.bytes, 0u);
+    EXPECT_EQ(c.manifest_checksum.size(), 32u);
+    EXPECT_EQ(c.state, c.step >= 3 ? CheckpointState::kCommitted
+                                   : CheckpointState::kDeleted)
+        << "step " << c.step;
+  }
+  // The durable tier has step 3, and it is what the job resumes from.
+  Result<std::vector<CatalogCheckpoint>> durable =
+      job.catalog->List({.tier = CatalogTier::kDurable});
+  ASSERT_TRUE(durable.ok());
+  ASSERT_EQ(durable->size(), 1u);
+  EXPECT_EQ(durable->front().step, 3);
+  EXPECT_EQ(durable->front().job_id, local->front().job_id);
+  auto latest = job.catalog->Latest(local->front().job_id);
+  ASSERT_TRUE(latest.ok() && latest->has_value());
+  EXPECT_EQ((*latest)->step, 3);
+  EXPECT_EQ((*latest)->tier, CatalogTier::kDurable);
+
+  // A sync never records node memory as a durable root: a node's root, a
+  // share's root, and the tier's URL where its rows say it is local.
+  std::shared_ptr<Storage> node =
+      OpenStorage(NodeRootUrl(job.local_url, 0)).value();
+  std::unique_ptr<Storage> share = NewShareStorage(node, 1);
+  std::unique_ptr<Storage> pattern = OpenStorage(job.local_url).value();
+  for (Storage* s : {node.get(), share.get(), pattern.get()}) {
+    Result<CatalogSyncReport> synced = SyncCatalogWith(*s, {}, *job.catalog);
+    ASSERT_FALSE(synced.ok()) << s->url();
+    EXPECT_EQ(synced.status().code(), ErrorCode::kFailedPrecondition);
+    EXPECT_NE(synced.status().message().find("is a local tier"),
+              std::string::npos)
+        << synced.status().ToString();
+  }
+  EXPECT_EQ(job.catalog->List({.tier = CatalogTier::kLocal})->size(), 2u);
 }
 
 TEST(TieredTest, ANodeReplacedByAnEmptyOneRecoversFromPeersNotDurable) {

@@ -75,6 +75,7 @@ void ExpectSame(const CatalogCheckpoint& got, const CatalogCheckpoint& want) {
   EXPECT_EQ(got.metrics, want.metrics);
   EXPECT_EQ(got.created_unix_ms, want.created_unix_ms);
   EXPECT_EQ(got.state, want.state);
+  EXPECT_EQ(got.tier, want.tier);
 }
 
 TEST_P(CatalogConformanceTest, EmptyCatalogHasNothing) {
@@ -273,6 +274,104 @@ TEST_P(CatalogConformanceTest, JobsAreSeenThroughTheirCheckpoints) {
   ASSERT_TRUE(jobs.ok());
   EXPECT_EQ(jobs->at(0).committed, 0);
   EXPECT_FALSE(jobs->at(0).latest_step.has_value());
+}
+
+TEST_P(CatalogConformanceTest, LocalTierRowsAreListedButNeverOfferedToResume) {
+  // A tiered job: durable step 8, local steps 8 to 12 recorded later and
+  // rooted at the local tier's URL.
+  CatalogCheckpoint durable = Checkpoint("train", "file:///data/run", 8);
+  durable.metrics = {{"loss", 0.5}};
+  ASSERT_TRUE(catalog().Record(durable).ok());
+  std::vector<CatalogCheckpoint> local;
+  for (int64_t step : {8, 10, 12}) {
+    CatalogCheckpoint c = Checkpoint("train", "file:///dev/shm/run", step);
+    c.tier = CatalogTier::kLocal;
+    c.metrics = {{"loss", 0.1}};
+    ASSERT_TRUE(catalog().Record(c).ok());
+    local.push_back(c);
+  }
+  auto latest = catalog().Latest("train");
+  ASSERT_TRUE(latest.ok() && latest->has_value());
+  ExpectSame(**latest, durable);
+  auto best = catalog().Best("train", "loss", MetricGoal::kMin);
+  ASSERT_TRUE(best.ok() && best->has_value());
+  ExpectSame(**best, durable);
+
+  auto all = catalog().List({.job_id = "train"});
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  ASSERT_EQ(all->size(), 4u);
+  auto only_local = catalog().List({.tier = CatalogTier::kLocal});
+  ASSERT_TRUE(only_local.ok());
+  ASSERT_EQ(only_local->size(), 3u);
+  for (size_t i = 0; i < 3; ++i) ExpectSame(only_local->at(i), local[i]);
+  auto only_durable = catalog().List({.tier = CatalogTier::kDurable});
+  ASSERT_TRUE(only_durable.ok());
+  ASSERT_EQ(only_durable->size(), 1u);
+  ExpectSame(only_durable->front(), durable);
+
+  // The job's root stays the durable one; its counts are of durable rows.
+  auto jobs = catalog().Jobs();
+  ASSERT_TRUE(jobs.ok() && jobs->size() == 1u);
+  EXPECT_EQ(jobs->front().root, "file:///data/run");
+  EXPECT_EQ(jobs->front().committed, 1);
+  EXPECT_EQ(jobs->front().latest_step, 8);
+  EXPECT_EQ(jobs->front().last_seen_unix_ms, local.back().created_unix_ms);
+
+  // Pruning the local tier marks its row; the durable row of the same step
+  // (another root) stays.
+  ASSERT_TRUE(*catalog().MarkDeleted("file:///dev/shm/run", 8));
+  only_local = catalog().List({.tier = CatalogTier::kLocal});
+  ASSERT_EQ(Steps(*only_local), (std::vector<int64_t>{10, 12}));
+  EXPECT_EQ((*catalog().Latest("train"))->step, 8);
+
+  // A job seen first through its local tier has no durable checkpoint.
+  CatalogCheckpoint first = Checkpoint("fresh", "file:///dev/shm/f", 3);
+  first.tier = CatalogTier::kLocal;
+  ASSERT_TRUE(catalog().Record(first).ok());
+  EXPECT_FALSE(catalog().Latest("fresh")->has_value());
+}
+
+TEST_P(CatalogConformanceTest, AVersionOneCatalogMigratesWithItsRowsDurable) {
+  // A database as a build of schema version 1 left it, with one row.
+  Result<std::string> url = NewDatabase();
+  ASSERT_TRUE(url.ok()) << url.status().ToString();
+  {
+    auto conn = catalog::ConnectSql(*url);
+    ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+    ASSERT_TRUE((*conn)->Exec(catalog::kCreateSchemaTable).ok());
+    ASSERT_TRUE(
+        (*conn)->Exec(catalog::Migrations((*conn)->dialect()).at(0)).ok());
+    ASSERT_TRUE(
+        (*conn)->Query("INSERT INTO ckpt_schema (version) VALUES (1)").ok());
+    ASSERT_TRUE((*conn)
+                    ->Query("INSERT INTO ckpt_jobs VALUES ('old', "
+                            "'file:///old', 5, 5)")
+                    .ok());
+    ASSERT_TRUE((*conn)
+                    ->Query("INSERT INTO ckpt_checkpoints (root, step, job_id, "
+                            "scheme, world_size, hosts, bytes, "
+                            "manifest_checksum, created_unix_ms, "
+                            "updated_unix_ms, state) VALUES ('file:///old', 4, "
+                            "'old', 'file', 1, '[]', 9, 'x', 5, 5, "
+                            "'committed')")
+                    .ok());
+  }
+  auto opened = OpenCatalog(*url);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  auto latest = (*opened)->Latest("old");
+  ASSERT_TRUE(latest.ok()) << latest.status().ToString();
+  ASSERT_TRUE(latest->has_value());
+  EXPECT_EQ((*latest)->step, 4);
+  EXPECT_EQ((*latest)->tier, CatalogTier::kDurable);
+  auto conn = catalog::ConnectSql(*url);
+  ASSERT_TRUE(conn.ok());
+  auto rows = (*conn)->Query("SELECT version FROM ckpt_schema");
+  ASSERT_TRUE(rows.ok() && rows->size() == 1u);
+  EXPECT_EQ(*catalog::SqlInt(rows->at(0)[0], "version"),
+            catalog::kSchemaVersion);
+  // The new column's check holds in the migrated table too.
+  EXPECT_FALSE(
+      (*conn)->Query("UPDATE ckpt_checkpoints SET tier = 'elsewhere'").ok());
 }
 
 TEST_P(CatalogConformanceTest, ValuesNeverBecomeSql) {

@@ -103,6 +103,7 @@ struct ListArgs {
   std::optional<int64_t> min_step;
   std::optional<int64_t> max_step;
   int64_t limit = 0;
+  std::string tier;
   std::string catalog;
   bool json = false;
 };
@@ -117,6 +118,9 @@ Status RunList(const ListArgs& args) {
   filter.min_step = args.min_step;
   filter.max_step = args.max_step;
   filter.limit = args.limit;
+  if (!args.tier.empty()) {
+    CKPT_ASSIGN_OR_RETURN(filter.tier, ParseCatalogTier(args.tier));
+  }
   CKPT_ASSIGN_OR_RETURN(std::vector<CatalogCheckpoint> list,
                         catalog->List(filter));
   if (args.json) {
@@ -130,13 +134,14 @@ Status RunList(const ListArgs& args) {
     return Status();
   }
   std::vector<std::vector<std::string>> rows;
-  rows.push_back({"STEP", "EPOCH", "STATE", "CREATED (UTC)", "SIZE", "WORLD",
-                  "METRICS", "ROOT"});
+  rows.push_back({"STEP", "EPOCH", "STATE", "TIER", "CREATED (UTC)", "SIZE",
+                  "WORLD", "METRICS", "ROOT"});
   if (args.job.empty()) rows[0].insert(rows[0].begin(), "JOB");
   for (const CatalogCheckpoint& c : list) {
     std::vector<std::string> row = {std::to_string(c.step),
                                     EpochText(c.epoch),
                                     std::string(CheckpointStateName(c.state)),
+                                    std::string(CatalogTierName(c.tier)),
                                     FormatTime(c.created_unix_ms),
                                     FormatBytes(c.bytes),
                                     std::to_string(c.world_size),
@@ -162,9 +167,11 @@ struct LatestArgs {
 Status RunLatest(const LatestArgs& args) {
   CKPT_ASSIGN_OR_RETURN(auto catalog, OpenNamedCatalog(args.catalog));
   // Newest first. Each row is checked against storage (the truth); one
-  // that does not check out is skipped for the next older.
-  CKPT_ASSIGN_OR_RETURN(std::vector<CatalogCheckpoint> list,
-                        catalog->List({.job_id = args.job}));
+  // that does not check out is skipped for the next older. A local tier's
+  // steps are in node memory: only the job's tiered manager resumes them.
+  CKPT_ASSIGN_OR_RETURN(
+      std::vector<CatalogCheckpoint> list,
+      catalog->List({.job_id = args.job, .tier = CatalogTier::kDurable}));
   size_t stale = 0;
   for (auto it = list.rbegin(); it != list.rend(); ++it) {
     if (!args.no_check) {
@@ -182,8 +189,8 @@ Status RunLatest(const LatestArgs& args) {
     }
     return Status();
   }
-  return NotFoundError("no committed checkpoint of job " + Quote(args.job) +
-                       " in catalog " + catalog->url() +
+  return NotFoundError("no committed durable checkpoint of job " +
+                       Quote(args.job) + " in catalog " + catalog->url() +
                        (stale ? " (" + std::to_string(stale) +
                                     " rows did not check out against storage)"
                               : ""));
@@ -264,7 +271,9 @@ void AddCatalogCommand(CLI::App& app, Command& selected) {
       "The catalog records every committed checkpoint of every job that "
       "saves with one: SQLite by default, PostgreSQL when shared. Storage "
       "stays the truth: latest and best check the catalog's answer against "
-      "the checkpoint's manifest, and sync repairs the catalog from a root.",
+      "the checkpoint's manifest, and sync repairs the catalog from a root. "
+      "A tiered job's local-tier steps (node memory) are listed with tier "
+      "local; latest and best offer durable checkpoints only.",
       "  ckpt catalog jobs\n"
       "  ckpt catalog list run42\n"
       "  ckpt catalog latest run42\n"
@@ -275,7 +284,8 @@ void AddCatalogCommand(CLI::App& app, Command& selected) {
   auto jobs = std::make_shared<JobsArgs>();
   CLI::App* sub = AddSubcommand(
       *catalog, "jobs", "List the jobs the catalog knows.",
-      "One line per job: its committed checkpoints, the newest step, when it "
+      "One line per job: its committed durable checkpoints, the newest step, "
+      "when it "
       "was first and last seen (the creation times of its oldest and newest "
       "checkpoints) and its root.",
       "  ckpt catalog jobs\n"
@@ -290,11 +300,14 @@ void AddCatalogCommand(CLI::App& app, Command& selected) {
   sub = AddSubcommand(
       *catalog, "list", "List a job's checkpoints.",
       "The committed checkpoints of JOB (of every job without one), oldest "
-      "first: step, epoch, state, creation time, size, world size, metrics "
-      "and root. --all adds deleted ones, --deleted shows only those; "
-      "--limit N keeps the newest N.",
+      "first: step, epoch, state, tier, creation time, size, world size, "
+      "metrics and root. --all adds deleted ones, --deleted shows only those; "
+      "--tier durable|local keeps one tier (local: a tiered job's steps in "
+      "node memory, rooted at its local tier's URL); --limit N keeps the "
+      "newest N.",
       "  ckpt catalog list run42\n"
       "  ckpt catalog list run42 --all --min-step 1000\n"
+      "  ckpt catalog list run42 --tier local\n"
       "  ckpt catalog list --root /data/run42 --json\n");
   sub->add_option("JOB", list->job, "the job's id (default: every job)");
   sub->add_option("--root", list->root, "only checkpoints under this root");
@@ -308,6 +321,8 @@ void AddCatalogCommand(CLI::App& app, Command& selected) {
       ->check(NonNegativeInteger(INT64_MAX));
   sub->add_option("--limit", list->limit, "only the newest N")
       ->check(NonNegativeInteger(INT64_MAX));
+  sub->add_option("--tier", list->tier, "only this tier")
+      ->check(CLI::IsMember({"durable", "local"}));
   AddCatalogOption(*sub, list->catalog);
   AddJsonFlag(*sub, list->json);
   sub->callback([list, &selected] {
@@ -317,7 +332,8 @@ void AddCatalogCommand(CLI::App& app, Command& selected) {
   auto latest = std::make_shared<LatestArgs>();
   sub = AddSubcommand(
       *catalog, "latest", "Print where to resume a job: its root and step.",
-      "Prints ROOT, a tab and STEP of JOB's newest committed checkpoint (with "
+      "Prints ROOT, a tab and STEP of JOB's newest committed durable "
+      "checkpoint (with "
       "--json, its whole row). The checkpoint's manifest is read and checked "
       "first; a row that does not check out is reported on stderr and the "
       "next older one is tried (--no-check trusts the catalog). Exit status "
@@ -339,7 +355,8 @@ void AddCatalogCommand(CLI::App& app, Command& selected) {
       *catalog, "best", "Print a job's best checkpoint by a metric.",
       "Prints ROOT, STEP and the metric's value (tab-separated) of JOB's "
       "committed checkpoint with the lowest (--min, the default) or highest "
-      "(--max) value of the metric given at save (SaveOptions::metrics). "
+      "(--max) value of the metric given at save (SaveOptions::metrics), "
+      "among its durable ones. "
       "Ties go to the newest step. The manifest is checked as by latest. "
       "Exit status 1 when no checkpoint has the metric.",
       "  ckpt catalog best run42 --metric loss --min\n"
@@ -363,7 +380,8 @@ void AddCatalogCommand(CLI::App& app, Command& selected) {
       "Records every committed checkpoint under ROOT that the catalog lacks "
       "(or holds as another commit), and marks deleted the catalog's "
       "checkpoints of ROOT that are gone from storage or whose manifest no "
-      "longer validates. Storage is only read.",
+      "longer validates. Storage is only read. A tiered job's local tier is "
+      "refused: its rows are kept by the job itself.",
       "  ckpt catalog sync /data/run42\n"
       "  ckpt catalog sync s3://bucket/run42 --catalog "
       "postgresql://ckpt@db/ckpt\n");

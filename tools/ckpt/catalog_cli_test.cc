@@ -19,6 +19,7 @@
 #include "checkpoint/test_util.h"
 #include "ckpt/catalog.h"
 #include "ckpt/checkpoint_manager.h"
+#include "ckpt/tiered.h"
 #include "gtest/gtest.h"
 #include "testing/catalog_databases.h"
 #include "testing/postgres_server.h"
@@ -271,6 +272,59 @@ TEST_P(CatalogCliTest, JobsListAndBest) {
   r = Catalog({"best", "alpha", "--metric", "accuracy"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(Contains(r.err, "metric \"accuracy\""));
+}
+
+TEST_P(CatalogCliTest, ATieredJobsLocalStepsAreListedAndNeverResumedFrom) {
+  const std::string durable_root = Root("durable");
+  const std::string local_root = Root("local");
+  {
+    auto durable = Open(durable_root, "tiered");
+    ASSERT_NE(durable, nullptr);
+    auto tiers = TieredManager::Open(*durable, {.local_url = local_root,
+                                                .local_every_steps = 1,
+                                                .durable_every_steps = 2,
+                                                .replicas = 0});
+    ASSERT_TRUE(tiers.ok()) << tiers.status().ToString();
+    for (int64_t step = 1; step <= 3; ++step) {
+      TestModel model(step, 256);
+      State state = model.MakeState();
+      ASSERT_TRUE((*tiers)->Save(step, state).ok());
+    }
+  }
+  RunResult r = Catalog({"list", "tiered", "--tier", "local"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.out, "TIER")) << r.out;
+  EXPECT_TRUE(Contains(r.out, local_root)) << r.out;
+  EXPECT_FALSE(Contains(r.out, durable_root + "\n")) << r.out;
+  r = Catalog({"list", "tiered", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<std::pair<int64_t, std::string>> rows;
+  for (const json& row : json::parse(r.out)) {
+    rows.push_back(
+        {row["step"].get<int64_t>(), row["tier"].get<std::string>()});
+  }
+  std::sort(rows.begin(), rows.end());
+  EXPECT_EQ(rows, (std::vector<std::pair<int64_t, std::string>>{
+                      {2, "durable"}, {2, "local"}, {3, "local"}}))
+      << r.out;
+  // A scheduler resumes from the durable tier: step 2, not local step 3.
+  r = Catalog({"latest", "tiered"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, durable_root + "\t2\n");
+  r = Catalog({"jobs", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)[0]["root"], durable_root);
+  EXPECT_EQ(json::parse(r.out)[0]["latest_step"], 2);
+  // A sync of the local tier is refused and changes nothing.
+  r = Catalog({"sync", local_root});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(Contains(r.err, "is a local tier")) << r.err;
+  r = Catalog({"list", "tiered", "--tier", "local", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out).size(), 2u) << r.out;
+  r = Catalog({"list", "--tier", "memory"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(Contains(r.err, "--tier")) << r.err;
 }
 
 TEST_P(CatalogCliTest, GcAndImportKeepTheCatalogCurrent) {

@@ -1,0 +1,80 @@
+// The catalog rows of a local tier (ckpt/catalog.h, CatalogTier::kLocal).
+//
+// After each local-tier commit rank 0 records the step, with the tier's
+// URL as its root (the same path on every node), the ranks' host names
+// and the bytes of every share; the steps that pruning removes are marked
+// deleted. Such a row tells people and schedulers that the job could
+// resume from node memory: `ckpt catalog latest`/`best` and
+// Catalog::Latest never offer one, since no other machine can open it,
+// and `ckpt catalog sync` refuses a local tier (a sync from one machine
+// sees one node's memory, and would record a share as a durable root).
+// As for durable saves, a catalog failure is a warning, never a failed
+// save.
+
+#include <chrono>
+
+#include "checkpoint/catalog_record.h"
+#include "checkpoint/tiered_impl.h"
+#include "format/layout.h"
+#include "util/log.h"
+
+namespace ckpt {
+
+std::string TieredManager::Impl::LocalCatalogRoot() const {
+  std::string url = opt_.local_url;
+  if (url.find("://") == std::string::npos && !url.empty() && url[0] == '/') {
+    url = "file://" + url;
+  }
+  return CatalogRootUrl(url);
+}
+
+void TieredManager::Impl::RecordLocal(int64_t step,
+                                      const TierSaveOptions& options,
+                                      uint64_t bytes) {
+  const std::shared_ptr<Catalog>& catalog = durable_.options().catalog;
+  if (rank_ != 0 || !catalog) return;
+  CheckpointManager& own = *roots_.at(rank_);
+  CatalogCheckpoint c;
+  c.job_id = durable_.options().job_id;
+  c.root = LocalCatalogRoot();
+  c.tier = CatalogTier::kLocal;
+  c.step = step;
+  c.epoch = options.save.epoch;
+  const size_t sep = c.root.find("://");
+  c.scheme = sep == std::string::npos ? "file" : c.root.substr(0, sep);
+  c.world_size = world_;
+  c.hosts = hosts_;
+  c.bytes = bytes;
+  c.metrics = options.save.metrics;
+  c.created_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  // Rank 0's share manifest stands for the step: a row and a step saved
+  // again over it tell apart by it.
+  if (Result<std::string> manifest =
+          own.storage().ReadAll(format::ManifestKey(step));
+      manifest.ok()) {
+    c.manifest_checksum = ManifestChecksum(*manifest);
+  }
+  if (Status s = catalog->Record(c); !s.ok()) {
+    LogWarning("tiers: the catalog did not record local step " +
+               std::to_string(step) + ": " + s.ToString());
+  }
+}
+
+void TieredManager::Impl::ForgetLocal(const std::vector<int64_t>& steps) {
+  const std::shared_ptr<Catalog>& catalog = durable_.options().catalog;
+  if (rank_ != 0 || !catalog) return;
+  const std::string root = LocalCatalogRoot();
+  for (int64_t step : steps) {
+    if (Result<bool> marked = catalog->MarkDeleted(root, step); !marked.ok()) {
+      // One warning: the database is down, the rest would wait for it too.
+      LogWarning("tiers: the catalog did not mark local step " +
+                 std::to_string(step) +
+                 " deleted: " + marked.status().ToString());
+      return;
+    }
+  }
+}
+
+}  // namespace ckpt
