@@ -30,7 +30,6 @@
 #include <sstream>
 
 #include "checkpoint/tier_share.h"
-#include "checkpoint/tier_transfer.h"
 #include "checkpoint/tiered_impl.h"
 #include "ckpt/dtype.h"
 
@@ -201,22 +200,28 @@ Status ParseDescriptions(const std::vector<std::string>& all,
 
 }  // namespace
 
+Status ReshardRefusal(const State& state) {
+  for (const Entry& e : state.entries()) {
+    if (e.rank_local) {
+      return FailedPreconditionError("entry " + e.name +
+                                     " is rank-local: it loads at the world "
+                                     "size that saved it");
+    }
+    if (e.kind == EntryKind::kTensor && !e.tensor.location.is_host()) {
+      return FailedPreconditionError("entry " + e.name +
+                                     " is in device memory");
+    }
+  }
+  return Status();
+}
+
 Status TieredManager::Impl::LoadLocalResharded(
     int64_t step, int old_world, const std::map<int, std::set<int>>& have,
     State& state, const LoadOptions& options, TierRestoreResult& out) {
+  // Rank 0 chose a reshard from its own state; a rank whose state differs
+  // refuses here, and every rank then takes the durable tier.
   Status mine = state.status();
-  for (const Entry& e : state.entries()) {
-    if (!mine.ok()) break;
-    if (e.rank_local) {
-      mine =
-          FailedPreconditionError("entry " + e.name +
-                                  " is rank-local: it loads at the world size "
-                                  "that saved it");
-    } else if (e.kind == EntryKind::kTensor && !e.tensor.location.is_host()) {
-      mine =
-          FailedPreconditionError("entry " + e.name + " is in device memory");
-    }
-  }
+  if (mine.ok()) mine = ReshardRefusal(state);
   auto holds = [&](int q, int node) {
     auto it = have.find(q);
     return it != have.end() && it->second.count(node) > 0;
@@ -343,35 +348,10 @@ Status TieredManager::Impl::LoadLocalResharded(
   }
   out.ranks_fetched = static_cast<int>(fetches.size());
   for (const auto& [fetcher, q] : fetches) {
-    TransferSide send, receive;
-    const int from = holder(q);
-    if (rank_ == from) {
-      Result<CheckpointManager*> root = Root(q);
-      send.root = root.ok() ? *root : nullptr;
-      send.peer = fetcher;
-    }
-    if (rank_ == fetcher) {
-      receive.peer = from;
-      Result<CheckpointManager*> into = Root(q);
-      receive.status = into.ok() ? ClearStep(**into, step) : into.status();
-      if (receive.status.ok()) receive.root = *into;
-    }
-    if (send.peer < 0 && receive.peer < 0) continue;
+    Status received;
     CKPT_RETURN_IF_ERROR(
-        TransferStep(*comm_, step, opt_.transfer_block_bytes, send, receive));
-    if (rank_ != fetcher) continue;
-    out.fetched_bytes += receive.bytes;
-    if (!receive.status.ok()) {
-      if (mine.ok()) mine = receive.status;
-    } else {
-      // The copy is the share as its rank committed it: marked for the
-      // world that saved it, as on the node it came from.
-      Status s = receive.root->storage().Put(TierMarkerKey(step, old_world), {},
-                                             PutMode::kCreateIfAbsent);
-      if (!s.ok() && s.code() != ErrorCode::kAlreadyExists && mine.ok()) {
-        mine = s;
-      }
-    }
+        FetchShare(step, q, holder(q), fetcher, old_world, received, out));
+    if (rank_ == fetcher && mine.ok()) mine = received;
   }
   CKPT_ASSIGN_OR_RETURN(all,
                         comm_->AllGather(mine.ok() ? "" : mine.ToString()));

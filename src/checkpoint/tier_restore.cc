@@ -42,6 +42,33 @@ Result<std::vector<std::string>> TieredManager::Impl::ScanNode() {
   return lines;
 }
 
+Status TieredManager::Impl::FetchShare(int64_t step, int share, int holder,
+                                       int fetcher, int world, Status& received,
+                                       TierRestoreResult& out) {
+  TransferSide send, receive;
+  if (rank_ == holder) {
+    Result<CheckpointManager*> root = Root(share);
+    send.root = root.ok() ? *root : nullptr;
+    send.peer = fetcher;
+  }
+  if (rank_ == fetcher) {
+    receive.peer = holder;
+    Result<CheckpointManager*> into = Root(share);
+    receive.status = into.ok() ? ClearStep(**into, step) : into.status();
+    if (receive.status.ok()) receive.root = *into;
+  }
+  if (send.peer < 0 && receive.peer < 0) return Status();
+  CKPT_RETURN_IF_ERROR(
+      TransferStep(*comm_, step, opt_.transfer_block_bytes, send, receive));
+  if (rank_ != fetcher) return Status();
+  out.fetched_bytes += receive.bytes;
+  received = receive.status;
+  // The copy is the share as its rank committed it: marked for the world
+  // that saved it, as on the node it came from.
+  if (received.ok()) Mark(*receive.root, step, world);
+  return Status();
+}
+
 Status TieredManager::Impl::LoadLocal(int64_t step,
                                       const std::vector<std::set<int>>& have,
                                       State& state, const LoadOptions& options,
@@ -55,25 +82,9 @@ Status TieredManager::Impl::LoadLocal(int64_t step,
     for (int r = 0; r < world_ && holder < 0; ++r) {
       if (have[q].count(node_of_[r])) holder = r;
     }
-    TransferSide send, receive;
-    if (rank_ == holder) {
-      Result<CheckpointManager*> from = Root(q);
-      send.root = from.ok() ? *from : nullptr;
-      send.peer = q;
-    }
-    if (rank_ == q) {
-      receive.peer = holder;
-      receive.status = ClearStep(*roots_.at(rank_), step);
-      if (receive.status.ok()) receive.root = roots_.at(rank_).get();
-    }
-    if (send.peer < 0 && receive.peer < 0) continue;
-    CKPT_RETURN_IF_ERROR(
-        TransferStep(*comm_, step, opt_.transfer_block_bytes, send, receive));
-    if (rank_ == q) {
-      out.fetched_bytes = receive.bytes;
-      if (mine.ok()) mine = receive.status;
-      if (mine.ok()) Mark(*receive.root, step);
-    }
+    Status received;
+    CKPT_RETURN_IF_ERROR(FetchShare(step, q, holder, q, world_, received, out));
+    if (rank_ == q && mine.ok()) mine = received;
   }
   CheckpointManager& own = *roots_.at(rank_);
   if (mine.ok()) {
@@ -153,13 +164,7 @@ Result<TierRestoreResult> TieredManager::Impl::Restore(
   // The newest step whose every share is on some node: at this world size,
   // or resharded from another (unless this rank's state must load at the
   // world size that saved it, which the durable tier handles).
-  bool reshardable = true;
-  for (const Entry& e : state.entries()) {
-    if (e.rank_local ||
-        (e.kind == EntryKind::kTensor && !e.tensor.location.is_host())) {
-      reshardable = false;
-    }
-  }
+  const bool reshardable = ReshardRefusal(state).ok();
   auto whole = [&](int64_t step, int w) {
     const auto& held = have[step];
     for (int q = 0; q < w; ++q) {

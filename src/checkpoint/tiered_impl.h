@@ -19,6 +19,11 @@
 
 namespace ckpt {
 
+// Why `state` cannot be filled from shares saved at another world size
+// (an entry that is rank-local, or in device memory); OK if it can.
+// tier_reshard.cc.
+Status ReshardRefusal(const State& state);
+
 // A bound on the rank numbers read from a local root's names, far above
 // any job's world size: a stray folder cannot make a restore size a table
 // by it.
@@ -54,7 +59,17 @@ class TieredManager::Impl {
   Status ClearStep(CheckpointManager& root, int64_t step);
   // Removes every marker of `step` from this node's local root.
   Status ClearMarkers(int64_t step);
-  void Mark(CheckpointManager& root, int64_t step);
+  // Writes the marker of `step`, committed by `world` ranks, into `root`.
+  // A failure is a warning: other roots hold the step's marker too.
+  void Mark(CheckpointManager& root, int64_t step, int world);
+  // Copies the share of old rank `share` at `step` from rank `holder`,
+  // whose node holds it, into rank `fetcher`'s node, and marks the copy for
+  // `world` (the world that saved it). Every rank calls it in the same
+  // order; only those two take part. The fetcher gets the outcome in
+  // `received` and adds to `out.fetched_bytes`; the returned error (a
+  // broken communicator) is every rank's. tier_restore.cc.
+  Status FetchShare(int64_t step, int share, int holder, int fetcher, int world,
+                    Status& received, TierRestoreResult& out);
   // Returns the steps it deleted.
   std::vector<int64_t> Prune(CheckpointManager& root, bool collect_garbage);
   // The catalog rows of local steps, on rank 0 (tier_catalog.cc): a failure

@@ -246,8 +246,9 @@ Status TieredManager::Impl::ClearMarkers(int64_t step) {
   return Status();
 }
 
-void TieredManager::Impl::Mark(CheckpointManager& root, int64_t step) {
-  Status s = root.storage().Put(TierMarkerKey(step, world_), {},
+void TieredManager::Impl::Mark(CheckpointManager& root, int64_t step,
+                               int world) {
+  Status s = root.storage().Put(TierMarkerKey(step, world), {},
                                 PutMode::kCreateIfAbsent);
   if (!s.ok() && s.code() != ErrorCode::kAlreadyExists) {
     // Other roots hold the step's marker too; one missing is no loss.
@@ -365,8 +366,8 @@ Status TieredManager::Impl::LocalSave(int64_t step,
     return AbortedError("local tier, step " + std::to_string(step) + ", " +
                         why);
   }
-  Mark(own, step);
-  for (CheckpointManager* root : received) Mark(*root, step);
+  Mark(own, step, world_);
+  for (CheckpointManager* root : received) Mark(*root, step, world_);
   RecordLocal(step, options, bytes);
   ForgetLocal(Prune(own, false));
   for (CheckpointManager* root : received) Prune(*root, true);
