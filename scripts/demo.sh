@@ -4,7 +4,8 @@
 # from its newest checkpoint each time — and the final model and optimizer
 # state of the two runs are compared byte for byte. A third run keeps a
 # local tier in memory (/dev/shm, a save every step) beside the durable
-# root (every 10 steps): killed with SIGKILL, it resumes from memory.
+# root (every 10 steps): killed with SIGKILL, it resumes from memory; its
+# catalog lists the steps of both tiers.
 #
 #   scripts/demo.sh [BUILD_DIR]      (default build/release)
 set -euo pipefail
@@ -61,7 +62,8 @@ echo "== checkpoints of the killed and resumed run"
 
 echo
 echo "== run 3: tiers — a save to memory every step, to the root every 10"
-tiers=(--local-tier "$shm/local" --local-every 1 --durable-every 10 --replicas 0)
+tiers=(--local-tier "$shm/local" --local-every 1 --durable-every 10 --replicas 0
+       --catalog "$dir/catalog.sqlite")
 log=$dir/run-tiers.log
 "$train" --root "$dir/tiered" --out "$dir/tiered.bin" "${args[@]}" "${tiers[@]}" \
   >"$log" 2>&1 &
@@ -87,6 +89,9 @@ if ! cmp -s "$dir/reference.bin" "$dir/tiered.bin"; then
   exit 1
 fi
 echo "final weights of the tiered run: bit-identical"
+echo "-- the catalog lists both tiers' newest steps (latest offers the durable one):"
+"$ckpt" catalog list --catalog "$dir/catalog.sqlite" --limit 3
+"$ckpt" catalog latest train-demo --catalog "$dir/catalog.sqlite"
 
 echo
 if cmp -s "$dir/reference.bin" "$dir/run.bin"; then
