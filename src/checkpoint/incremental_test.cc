@@ -606,6 +606,76 @@ TEST_F(IncrementalTest, AParentLostDuringTheSaveIsNeverReferenced) {
   ExpectLoadsTables(**mgr, 2, m);
 }
 
+// Counts the reads of index objects; fails the commit of one step.
+class IndexReads : public StorageWrapper {
+ public:
+  using StorageWrapper::StorageWrapper;
+  Status Put(std::string_view key, std::span<const std::byte> data,
+             PutMode mode) override {
+    if (key == format::ManifestKey(fail_commit)) {
+      return IOError("injected: no room for the commit record");
+    }
+    return StorageWrapper::Put(key, data, mode);
+  }
+  Status ReadRange(std::string_view key, uint64_t offset,
+                   std::span<std::byte> out) override {
+    if (key.ends_with(format::kIndexSuffix)) ++reads;
+    return StorageWrapper::ReadRange(key, offset, out);
+  }
+  Result<std::string> ReadAll(std::string_view key) override {
+    if (key.ends_with(format::kIndexSuffix)) ++reads;
+    return StorageWrapper::ReadAll(key);
+  }
+  int reads = 0;
+  int64_t fail_commit = -1;
+};
+
+TEST_F(IncrementalTest, TheNextSaveTakesItsParentsIndexFromMemory) {
+  const std::string url = FileRoot();
+  auto base = OpenStorage(url);
+  ASSERT_TRUE(base.ok());
+  auto wrapper = std::make_unique<IndexReads>(base->get());
+  IndexReads* io = wrapper.get();
+  auto opened = CheckpointManager::Open(std::move(wrapper), MakeOptions());
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  CheckpointManager& mgr = **opened;
+  Tables m({1024, 512});
+  State s = m.ToState();
+  std::mt19937_64 gen(3);
+  SaveOptions inc = Incremental();
+  ASSERT_TRUE(mgr.Save(1, s).ok());
+  // Each save's parent is the step this manager just committed: the index
+  // it wrote is not read back.
+  for (int64_t step : {2, 3}) {
+    inc.dirty_rows["emb0"] = m.TouchRows(0, 2, gen);
+    Result<SaveResult> r = mgr.Save(step, s, inc);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->info.parent, step - 1);
+    EXPECT_EQ(io->reads, 0) << "step " << step << " read its parent's index";
+  }
+  // A save whose commit fails leaves its index behind in memory; the next
+  // save's parent is step 3, whose index is read from storage.
+  io->fail_commit = 4;
+  inc.dirty_rows["emb0"] = m.TouchRows(0, 2, gen);
+  EXPECT_FALSE(mgr.Save(4, s, inc).ok());
+  io->fail_commit = -1;
+  Result<SaveResult> r = mgr.Save(5, s, Incremental());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->info.parent, 3);
+  EXPECT_GT(io->reads, 0);
+  EXPECT_LT(r->info.bytes, 3 * kChunk + 1024);
+  ExpectLoadsTables(mgr, 5, m);
+  // A fresh manager, which has no index in memory, loads the same.
+  auto other = Open(url);
+  ASSERT_NE(other, nullptr);
+  ExpectLoadsTables(*other, 5, m);
+  for (int64_t step : {2, 3, 5}) {
+    Result<VerifyReport> v = other->Verify(step);
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    EXPECT_TRUE(v->ok()) << v->problems.front();
+  }
+}
+
 TEST_F(IncrementalTest, RetentionKeepsWhatKeptCheckpointsDependOn) {
   Options o = MakeOptions();
   o.retention.keep_last = 1;

@@ -54,7 +54,7 @@ Result<ManifestStore::Summarized> ManifestStore::ReadSummary(
   out.info = info;
   if (m.version != format::kScalableManifestVersion) {
     // The whole manifest: kept once, in the cache Read uses.
-    out.manifest = std::make_shared<const Manifest>(std::move(m));
+    out.manifest = std::make_shared<Manifest>(std::move(m));
     cache_[step] = {info, out.manifest};
     return out;
   }
@@ -78,8 +78,7 @@ Result<ManifestStore::Summarized> ManifestStore::ReadSummary(
   }
   CKPT_ASSIGN_OR_RETURN(format::Directory dir,
                         format::DecodeDirectory(*dir_bytes, dwhat));
-  out.manifest =
-      std::make_shared<const Manifest>(format::WithDirectory(m, dir));
+  out.manifest = std::make_shared<Manifest>(format::WithDirectory(m, dir));
   out.directory = std::make_shared<const format::Directory>(std::move(dir));
   summaries_[step] = out;
   return out;
@@ -91,6 +90,13 @@ Result<format::RankIndex> ManifestStore::ReadIndex(const Summarized& s,
   const std::string key = format::IndexObjectKey(m.step, rank, m.attempt);
   const std::string what = "index " + key + " in " + storage_.url();
   const format::IndexRef& ref = s.directory->indexes[rank];
+  if (own_index_ && own_index_->index.step == m.step &&
+      own_index_->index.rank == rank && own_index_->size == ref.size &&
+      own_index_->checksum == ref.checksum) {
+    format::RankIndex x = std::move(own_index_->index);
+    own_index_.reset();
+    return x;
+  }
   Result<std::string> bytes = storage_.ReadAll(key);
   if (!bytes.ok()) return DataLossError(what + ": " + bytes.status().message());
   if (bytes->size() != ref.size || Xxh3_128(*bytes) != ref.checksum) {
@@ -115,7 +121,8 @@ Result<std::shared_ptr<const Manifest>> ManifestStore::Assembled(
                        "step " + std::to_string(s.manifest->step) + " in " +
                            storage_.url()));
   m.Reindex();
-  return std::make_shared<const Manifest>(std::move(m));
+  return std::shared_ptr<const Manifest>(
+      std::make_shared<Manifest>(std::move(m)));
 }
 
 std::shared_ptr<const Manifest> ManifestStore::Cached(int64_t step,
@@ -269,14 +276,36 @@ void ManifestStore::Remember(int64_t step, const ObjectInfo& info, Manifest m) {
   // Read returns every piece; a version 3 summary is read again instead.
   if (!m.HasAllPieces()) return;
   m.Reindex();
-  cache_[step] = {info, std::make_shared<const Manifest>(std::move(m))};
+  cache_[step] = {info, std::make_shared<Manifest>(std::move(m))};
 }
 
 void ManifestStore::RememberSummary(
     int64_t step, const ObjectInfo& info, Manifest m,
     std::shared_ptr<const format::Directory> dir) {
-  summaries_[step] = Summarized{
-      info, std::make_shared<const Manifest>(std::move(m)), std::move(dir)};
+  summaries_[step] = Summarized{info, std::make_shared<Manifest>(std::move(m)),
+                                std::move(dir)};
+}
+
+void ManifestStore::RememberIndex(uint64_t size, Checksum128 checksum,
+                                  format::RankIndex x) {
+  own_index_ = OwnIndex{size, checksum, std::move(x)};
+}
+
+std::vector<std::vector<format::ChunkRecord>> ManifestStore::RecycleRows(
+    std::shared_ptr<const Manifest> m) {
+  std::vector<std::vector<format::ChunkRecord>> rows;
+  if (m == nullptr || m.use_count() != 1) return rows;
+  // Sound: every manifest this store hands out was made mutable (above), and
+  // no one else can see it.
+  Manifest& owned = const_cast<Manifest&>(*m);
+  for (format::EntryRecord& e : owned.entries) {
+    for (format::PieceRecord& p : e.pieces) {
+      if (p.chunks.capacity() == 0) continue;
+      p.chunks.clear();
+      rows.push_back(std::move(p.chunks));
+    }
+  }
+  return rows;
 }
 
 void ManifestStore::UpdateLatestHint() {

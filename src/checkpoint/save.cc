@@ -330,6 +330,9 @@ WriteResult CheckpointManager::Impl::WriteIncremental(
       }
     }
   }
+  // The parent's rows, read for this save only, hold the next one's.
+  if (old.ok())
+    spare_rows_ = ManifestStore::RecycleRows(std::move(old).value());
   return result;
 }
 
@@ -390,10 +393,6 @@ void CheckpointManager::Impl::WriteIndex(int64_t step,
                           format::PieceHash(ip.offsets, ip.lengths, ip.chunks));
   }
   const std::string bytes = format::EncodeRankIndex(x);
-  spare_rows_.resize(x.pieces.size());
-  for (size_t k = 0; k < x.pieces.size(); ++k) {
-    spare_rows_[k] = std::move(x.pieces[k].chunks);
-  }
   // Durable before the result goes out: the commit names it.
   Status s = Guard("write " + key, [&]() -> Status {
     // A large index goes the way data objects do (file://: O_DIRECT from
@@ -415,6 +414,9 @@ void CheckpointManager::Impl::WriteIndex(int64_t step,
   result.index_size = bytes.size();
   result.index_checksum = Xxh3_128(bytes);
   result.pieces.clear();  // the coordinator needs only the digest
+  // The next incremental save's parent index of this rank, if this commits.
+  manifests_.RememberIndex(result.index_size, result.index_checksum,
+                           std::move(x));
 }
 
 Result<std::vector<WriteResult>> CheckpointManager::Impl::GatherResults(
