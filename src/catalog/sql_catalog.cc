@@ -172,7 +172,9 @@ class SqlCatalog : public Catalog {
       // The job first: the checkpoint's row refers to it, and every writer
       // locks the job's row before its checkpoint's, so none deadlock.
       // A local step never moves the job's root: the root says where
-      // another machine finds the job's checkpoints.
+      // another machine finds the job's checkpoints. A durable one moves
+      // it when it is the newest, and when the root is no durable row's
+      // (the job was first seen through its local tier), however old.
       const bool durable = c.tier == CatalogTier::kDurable;
       CKPT_RETURN_IF_ERROR(
           conn_
@@ -183,8 +185,11 @@ class SqlCatalog : public Catalog {
                       "$3, $3) ON CONFLICT (job_id) DO UPDATE SET ") +
                       (durable
                            ? "root = CASE WHEN excluded.last_seen_unix_ms >= "
-                             "ckpt_jobs.last_seen_unix_ms THEN excluded.root "
-                             "ELSE ckpt_jobs.root END, "
+                             "ckpt_jobs.last_seen_unix_ms OR NOT EXISTS "
+                             "(SELECT 1 FROM ckpt_checkpoints d WHERE d.root "
+                             "= ckpt_jobs.root AND d.job_id = "
+                             "ckpt_jobs.job_id AND d.tier = 'durable') THEN "
+                             "excluded.root ELSE ckpt_jobs.root END, "
                            : "") +
                       "first_seen_unix_ms = CASE WHEN "
                       "excluded.first_seen_unix_ms "

@@ -37,8 +37,30 @@ std::string CatalogRootUrl(std::string_view root) {
   return "file://" + path;
 }
 
+namespace {
+
+std::string SyncOp(const Catalog& catalog, std::string_view root) {
+  return "sync catalog " + catalog.url() + " with " + std::string(root);
+}
+
+Status LocalTierRefusal(const Catalog& catalog, std::string_view root) {
+  return FailedPreconditionError(
+      SyncOp(catalog, root) + ": " + std::string(root) +
+      " is a local tier (node memory, or a share in it): its steps are "
+      "recorded by the job's tiered manager, and no other machine can open "
+      "them; sync the job's durable root instead");
+}
+
+}  // namespace
+
 Result<CatalogSyncReport> SyncCatalog(CheckpointManager& manager,
                                       Catalog& catalog) {
+  // A root a person names may be a node's memory or a share in it (what
+  // it holds says so); a manager's own catch-up sync never is one.
+  CKPT_ASSIGN_OR_RETURN(bool is_local, IsLocalTierRoot(manager.storage()));
+  if (is_local) {
+    return LocalTierRefusal(catalog, CatalogRootUrl(manager.storage().url()));
+  }
   CKPT_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> infos, manager.List());
   return SyncCatalogWith(manager.storage(), infos, catalog);
 }
@@ -48,15 +70,7 @@ Result<CatalogSyncReport> SyncCatalogWith(
     Catalog& catalog) {
   CatalogSyncReport report;
   report.root = CatalogRootUrl(storage.url());
-  const std::string op =
-      "sync catalog " + catalog.url() + " with " + report.root;
-  const Status local_tier = FailedPreconditionError(
-      op + ": " + report.root +
-      " is a local tier (node memory, or a share in it): its steps are "
-      "recorded by the job's tiered manager, and no other machine can open "
-      "them; sync the job's durable root instead");
-  CKPT_ASSIGN_OR_RETURN(bool is_local, IsLocalTierRoot(storage));
-  if (is_local) return local_tier;
+  const std::string op = SyncOp(catalog, report.root);
   // 1. What storage holds.
   std::map<int64_t, CatalogCheckpoint> on_storage;
   for (const CheckpointInfo& info : infos) {
@@ -76,7 +90,9 @@ Result<CatalogSyncReport> SyncCatalogWith(
   std::map<int64_t, const CatalogCheckpoint*> in_catalog;
   for (const CatalogCheckpoint& row : rows) {
     // A local tier's root, seen from a machine where it is empty.
-    if (row.tier == CatalogTier::kLocal) return local_tier;
+    if (row.tier == CatalogTier::kLocal) {
+      return LocalTierRefusal(catalog, report.root);
+    }
     in_catalog[row.step] = &row;
   }
   // 3. Record what the catalog lacks or holds differently.

@@ -34,28 +34,29 @@ void TieredManager::Impl::RecordLocal(int64_t step,
   const std::shared_ptr<Catalog>& catalog = durable_.options().catalog;
   if (rank_ != 0 || !catalog) return;
   CheckpointManager& own = *roots_.at(rank_);
-  CatalogCheckpoint c;
-  c.job_id = durable_.options().job_id;
-  c.root = LocalCatalogRoot();
-  c.tier = CatalogTier::kLocal;
-  c.step = step;
-  c.epoch = options.save.epoch;
-  const size_t sep = c.root.find("://");
-  c.scheme = sep == std::string::npos ? "file" : c.root.substr(0, sep);
-  c.world_size = world_;
-  c.hosts = hosts_;
-  c.bytes = bytes;
-  c.metrics = options.save.metrics;
-  c.created_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
+  CheckpointInfo info;
+  info.job_id = durable_.options().job_id;
+  info.step = step;
+  info.epoch = options.save.epoch;
+  info.world_size = world_;
+  info.hosts = hosts_;
+  info.bytes = bytes;
+  info.metrics = options.save.metrics;
+  info.created_unix_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::system_clock::now().time_since_epoch())
+          .count();
   // Rank 0's share manifest stands for the step: a row and a step saved
   // again over it tell apart by it.
+  std::string checksum;
   if (Result<std::string> manifest =
           own.storage().ReadAll(format::ManifestKey(step));
       manifest.ok()) {
-    c.manifest_checksum = ManifestChecksum(*manifest);
+    checksum = ManifestChecksum(*manifest);
   }
+  CatalogCheckpoint c =
+      CatalogRecordFor(info, LocalCatalogRoot(), std::move(checksum));
+  c.tier = CatalogTier::kLocal;
   if (Status s = catalog->Record(c); !s.ok()) {
     LogWarning("tiers: the catalog did not record local step " +
                std::to_string(step) + ": " + s.ToString());

@@ -11,8 +11,6 @@ namespace ckpt {
 using format::StepDirName;
 namespace {
 
-constexpr std::string_view kMarkerPrefix = "tier-committed-";
-
 std::string JoinInts(const std::vector<int64_t>& v) {
   std::string out;
   for (size_t i = 0; i < v.size(); ++i) {
@@ -134,14 +132,17 @@ std::string ShareRootUrl(const std::string& node_url, int rank) {
   return base + "/" + ShareDirName(rank);
 }
 
+std::string TierMarkerPrefix(int64_t step) {
+  return std::string(kTierMarkerPrefix) + StepDirName(step).substr(5) + "-w";
+}
+
 std::string TierMarkerKey(int64_t step, int world_size) {
-  return std::string(kMarkerPrefix) + StepDirName(step).substr(5) + "-w" +
-         std::to_string(world_size);
+  return TierMarkerPrefix(step) + std::to_string(world_size);
 }
 
 bool ParseTierMarkerKey(std::string_view key, int64_t* step, int* world_size) {
-  if (key.substr(0, kMarkerPrefix.size()) != kMarkerPrefix) return false;
-  key.remove_prefix(kMarkerPrefix.size());
+  if (!key.starts_with(kTierMarkerPrefix)) return false;
+  key.remove_prefix(kTierMarkerPrefix.size());
   const size_t dash = key.find("-w");
   if (dash != 12) return false;
   int64_t s = 0, w = 0;
@@ -166,7 +167,7 @@ bool SplitShareKey(std::string_view key, int* rank, std::string_view* rest) {
 Result<bool> IsLocalTierRoot(Storage& storage) {
   // A share's root: holds markers.
   CKPT_ASSIGN_OR_RETURN(std::vector<ObjectInfo> markers,
-                        storage.List("tier-committed-"));
+                        storage.List(kTierMarkerPrefix));
   for (const ObjectInfo& o : markers) {
     int64_t step = 0;
     int world = 0;
@@ -178,7 +179,7 @@ Result<bool> IsLocalTierRoot(Storage& storage) {
     int rank = 0;
     std::string_view rest;
     if (SplitShareKey(o.key, &rank, &rest) &&
-        (rest.starts_with("step-") || rest.starts_with("tier-committed-"))) {
+        (rest.starts_with("step-") || rest.starts_with(kTierMarkerPrefix))) {
       return true;
     }
   }

@@ -46,8 +46,12 @@ std::string ShareDirName(int rank);
 std::unique_ptr<Storage> NewShareStorage(std::shared_ptr<Storage> node,
                                          int rank);
 
+// Every marker's key starts with it.
+inline constexpr std::string_view kTierMarkerPrefix = "tier-committed-";
 // The marker of a committed step in a share's root.
 std::string TierMarkerKey(int64_t step, int world_size);
+// What the keys of `step`'s markers (of any world size) start with.
+std::string TierMarkerPrefix(int64_t step);
 // Parses a key of a share's root; false if it is no marker.
 bool ParseTierMarkerKey(std::string_view key, int64_t* step, int* world_size);
 

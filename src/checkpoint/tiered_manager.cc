@@ -214,9 +214,8 @@ Result<CheckpointManager*> TieredManager::Impl::Root(int rank) {
 
 Status TieredManager::Impl::ClearStep(CheckpointManager& root, int64_t step) {
   // Markers first: a step must never look committed while it is replaced.
-  CKPT_ASSIGN_OR_RETURN(
-      std::vector<ObjectInfo> markers,
-      root.storage().List(TierMarkerKey(step, 1).substr(0, 27)));
+  CKPT_ASSIGN_OR_RETURN(std::vector<ObjectInfo> markers,
+                        root.storage().List(TierMarkerPrefix(step)));
   for (const ObjectInfo& m : markers) {
     CKPT_RETURN_IF_ERROR(root.storage().Delete(m.key));
   }
@@ -261,7 +260,7 @@ std::vector<int64_t> TieredManager::Impl::Prune(CheckpointManager& root,
                                                 bool collect_garbage) {
   std::vector<int64_t> deleted;
   Result<std::vector<ObjectInfo>> listed =
-      root.storage().List("tier-committed-");
+      root.storage().List(kTierMarkerPrefix);
   if (!listed.ok()) return deleted;
   std::map<int64_t, std::string> marked;  // step -> marker key
   for (const ObjectInfo& o : *listed) {

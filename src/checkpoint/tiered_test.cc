@@ -342,11 +342,16 @@ TEST(TieredTest, TheCatalogKnowsBothTiersAndOffersOnlyTheDurableOne) {
   // share's root, and the tier's URL where its rows say it is local.
   std::shared_ptr<Storage> node =
       OpenStorage(NodeRootUrl(job.local_url, 0)).value();
-  std::unique_ptr<Storage> share = NewShareStorage(node, 1);
-  std::unique_ptr<Storage> pattern = OpenStorage(job.local_url).value();
-  for (Storage* s : {node.get(), share.get(), pattern.get()}) {
-    Result<CatalogSyncReport> synced = SyncCatalogWith(*s, {}, *job.catalog);
-    ASSERT_FALSE(synced.ok()) << s->url();
+  std::vector<std::unique_ptr<Storage>> roots;
+  roots.push_back(OpenStorage(NodeRootUrl(job.local_url, 0)).value());
+  roots.push_back(NewShareStorage(node, 1));
+  roots.push_back(OpenStorage(job.local_url).value());
+  for (std::unique_ptr<Storage>& s : roots) {
+    const std::string url = s->url();
+    auto mgr = CheckpointManager::Open(std::move(s));
+    ASSERT_TRUE(mgr.ok()) << mgr.status().ToString();
+    Result<CatalogSyncReport> synced = SyncCatalog(**mgr, *job.catalog);
+    ASSERT_FALSE(synced.ok()) << url;
     EXPECT_EQ(synced.status().code(), ErrorCode::kFailedPrecondition);
     EXPECT_NE(synced.status().message().find("is a local tier"),
               std::string::npos)

@@ -329,6 +329,34 @@ TEST_P(CatalogConformanceTest, LocalTierRowsAreListedButNeverOfferedToResume) {
   first.tier = CatalogTier::kLocal;
   ASSERT_TRUE(catalog().Record(first).ok());
   EXPECT_FALSE(catalog().Latest("fresh")->has_value());
+  // Its first durable row, recorded late (a sync after an outage) with an
+  // older time than the local one, still becomes the job's root: a local
+  // URL is never where another machine looks for the job.
+  CatalogCheckpoint late = Checkpoint("fresh", "file:///data/f", 2);
+  late.created_unix_ms = first.created_unix_ms - 1000;
+  ASSERT_TRUE(catalog().Record(late).ok());
+  jobs = catalog().Jobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+  for (const CatalogJob& j : *jobs) {
+    if (j.job_id == "fresh") {
+      EXPECT_EQ(j.root, "file:///data/f");
+    }
+  }
+  // A newer local row does not take it back, nor an older durable row of
+  // another root.
+  first.step = 4;
+  first.created_unix_ms += 5000;
+  ASSERT_TRUE(catalog().Record(first).ok());
+  CatalogCheckpoint older = Checkpoint("fresh", "file:///data/g", 1);
+  older.created_unix_ms = late.created_unix_ms - 1000;
+  ASSERT_TRUE(catalog().Record(older).ok());
+  jobs = catalog().Jobs();
+  ASSERT_TRUE(jobs.ok());
+  for (const CatalogJob& j : *jobs) {
+    if (j.job_id == "fresh") {
+      EXPECT_EQ(j.root, "file:///data/f");
+    }
+  }
 }
 
 TEST_P(CatalogConformanceTest, AVersionOneCatalogMigratesWithItsRowsDurable) {
