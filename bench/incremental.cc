@@ -5,6 +5,9 @@
 //   bench_incremental [--gib N] [--dim D] [--changed F] [--chain L]
 //                     [--chunk BYTES] [--dir DIR] [--keep] [--json]
 //
+// Its roots go in a fresh folder made inside DIR (default /var/tmp), which
+// alone is removed at the end unless --keep.
+//
 // It builds N GiB (default 2) of F32 embedding tables of D (default 1024)
 // columns, saves them in full to a file:// root, then L (default 10) times
 // changes a fraction F (default 0.05) of the rows, drawn uniformly at random,
@@ -96,15 +99,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_incremental: bad arguments\n");
     return 2;
   }
-  std::string dir = a.dir;
-  if (dir.empty()) {
-    char tmpl[] = "/var/tmp/ckpt-bench-incr-XXXXXX";
-    if (mkdtemp(tmpl) == nullptr) {
-      std::perror("mkdtemp");
-      return 1;
-    }
-    dir = tmpl;
+  // Always a fresh folder inside --dir, which alone is removed at the end:
+  // a folder the user names (/var/tmp) is never deleted.
+  std::string tmpl = (a.dir.empty() ? std::string("/var/tmp") : a.dir) +
+                     "/ckpt-bench-incr-XXXXXX";
+  if (mkdtemp(tmpl.data()) == nullptr) {
+    std::perror(("bench_incremental: mkdtemp " + tmpl).c_str());
+    return 1;
   }
+  const std::string dir = tmpl;
   // Tables of at most 256 MiB each.
   const uint64_t total = static_cast<uint64_t>(a.gib * (1ull << 30));
   const uint64_t row_bytes = a.dim * sizeof(float);
