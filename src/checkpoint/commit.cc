@@ -127,7 +127,8 @@ Result<Manifest> CheckpointManager::Impl::BuildManifest(
 Result<Manifest> CheckpointManager::Impl::BuildIndexed(
     int64_t step, const SaveOptions& save, const SaveDecision& decision,
     const SavePlan& plan, const std::vector<WriteResult>& results,
-    std::string& directory, std::shared_ptr<const format::Directory>& built) {
+    PendingDirectoryEntries& entries, std::string& directory,
+    std::shared_ptr<const format::Directory>& built) {
   Manifest h = Header(step, save, decision, plan);
   h.version = format::kScalableManifestVersion;
   format::Directory dir;
@@ -166,7 +167,7 @@ Result<Manifest> CheckpointManager::Impl::BuildIndexed(
       CKPT_RETURN_IF_ERROR(add(o.key, o.size));
     }
   }
-  dir.entries = DirectoryEntries(plan);
+  dir.entries = entries.Take(plan);
   for (size_t r = 0; r < results.size(); ++r) {
     for (const WriteResult::EntrySum& e : results[r].entry_sums) {
       if (e.entry >= dir.entries.size()) {
@@ -315,17 +316,18 @@ std::vector<int64_t> CheckpointManager::Impl::AfterCommit(
 
 SaveOutcome CheckpointManager::Impl::Commit(
     int64_t step, const SaveOptions& save, const SaveDecision& decision,
-    const SavePlan& plan, const std::vector<WriteResult>& results) {
+    const SavePlan& plan, const std::vector<WriteResult>& results,
+    PendingDirectoryEntries& entries) {
   const std::string op =
       "commit step " + std::to_string(step) + " in " + Where();
   const bool indexed =
       options_.metadata_layout == Options::MetadataLayout::kIndexed;
   std::string directory;
   std::shared_ptr<const format::Directory> built;
-  Result<Manifest> m =
-      indexed
-          ? BuildIndexed(step, save, decision, plan, results, directory, built)
-          : BuildManifest(step, save, decision, plan, results);
+  Result<Manifest> m = indexed
+                           ? BuildIndexed(step, save, decision, plan, results,
+                                          entries, directory, built)
+                           : BuildManifest(step, save, decision, plan, results);
   if (!m.ok()) return SaveOutcome{m.status().WithContext(op), {}, true};
   // A commit that certainly did not happen: the ranks remove their objects
   // (`discard`), and the coordinator the directory it wrote.

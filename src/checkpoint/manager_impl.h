@@ -226,9 +226,11 @@ class CheckpointManager::Impl {
 
   // --- commit.cc
   // Steps 6-7 on the coordinator; the outcome to broadcast.
+  // `entries` is the plan's directory, started beside the writes.
   SaveOutcome Commit(int64_t step, const SaveOptions& save,
                      const SaveDecision& decision, const SavePlan& plan,
-                     const std::vector<WriteResult>& results);
+                     const std::vector<WriteResult>& results,
+                     PendingDirectoryEntries& entries);
   // The fields every manifest version shares: job, step, epoch, time,
   // attempt, world size, chunk size, the user's metadata and metrics.
   format::Manifest Header(int64_t step, const SaveOptions& save,
@@ -244,7 +246,8 @@ class CheckpointManager::Impl {
   Result<format::Manifest> BuildIndexed(
       int64_t step, const SaveOptions& save, const SaveDecision& decision,
       const SavePlan& plan, const std::vector<WriteResult>& results,
-      std::string& directory, std::shared_ptr<const format::Directory>& built);
+      PendingDirectoryEntries& entries, std::string& directory,
+      std::shared_ptr<const format::Directory>& built);
   // Every object of an earlier step that `m` references is still there.
   Status CheckReferences(const format::Manifest& m);
   // Writes the manifest with create-if-absent: THE COMMIT.

@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 
+#include "checkpoint/planner.h"
 #include "checkpoint/test_util.h"
 #include "ckpt/checkpoint_manager.h"
 #include "format/manifest.h"
@@ -180,6 +181,53 @@ TEST_F(MultiRankTest, ReshardsOntoOtherWorldSizesAndSplits) {
         split, kRows, kCols, [&](Communicator* comm) { return Open(comm); },
         Box, 0.25);
   }
+}
+
+TEST_F(MultiRankTest, ALargePlanCommitsWithItsDirectoryBuiltBesideTheWrites) {
+  // 4 ranks x 4,096 two-element pieces: a plan large enough that the
+  // coordinator summarizes it on another thread while it writes.
+  constexpr int kRanks = 4;
+  constexpr int kTensors = 4096;
+  static_assert(kRanks * kTensors >=
+                PendingDirectoryEntries::kBesideWritesFrom);
+  const auto value = [](int t, int64_t i) {
+    return static_cast<float>(t * 1000 + i);
+  };
+  RunRanks(kRanks, [&](int rank, Communicator* comm) {
+    auto mgr = Open(comm);
+    std::vector<float> mine(2 * kTensors);
+    State s;
+    for (int t = 0; t < kTensors; ++t) {
+      mine[2 * t] = value(t, 2 * rank);
+      mine[2 * t + 1] = value(t, 2 * rank + 1);
+      s.AddTensorPiece("t" + std::to_string(t), {2 * kRanks}, {2 * rank},
+                       View(std::span<float>(mine).subspan(2 * t, 2), {2}));
+    }
+    Result<SaveResult> r = mgr->Save(1, s);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+  });
+  // Loaded back on 2 ranks, four elements each.
+  RunRanks(2, [&](int rank, Communicator* comm) {
+    auto mgr = Open(comm);
+    std::vector<float> got(4 * kTensors, -1);
+    State s;
+    for (int t = 0; t < kTensors; ++t) {
+      s.AddTensorPiece("t" + std::to_string(t), {2 * kRanks}, {4 * rank},
+                       View(std::span<float>(got).subspan(4 * t, 4), {4}));
+    }
+    Result<CheckpointInfo> r = mgr->Load(1, s);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    for (int t = 0; t < kTensors; ++t) {
+      for (int64_t i = 0; i < 4; ++i) {
+        ASSERT_EQ(got[4 * t + i], value(t, 4 * rank + i)) << "t" << t;
+      }
+    }
+    if (rank == 0) {
+      Result<VerifyReport> v = mgr->Verify(1);
+      ASSERT_TRUE(v.ok()) << v.status().ToString();
+      EXPECT_TRUE(v->ok()) << v->problems.front();
+    }
+  });
 }
 
 TEST_F(MultiRankTest, ReplicatedSaveLoadsAsPieces) {

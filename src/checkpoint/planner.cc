@@ -193,4 +193,18 @@ std::vector<format::DirectoryEntry> DirectoryEntries(const SavePlan& plan) {
   return out;
 }
 
+void PendingDirectoryEntries::Start(const SavePlan& plan) {
+  if (plan.pieces.size() < kBesideWritesFrom) return;
+  built_ = std::async(std::launch::async,
+                      [&plan] { return DirectoryEntries(plan); });
+}
+
+std::vector<format::DirectoryEntry> PendingDirectoryEntries::Take(
+    const SavePlan& plan) {
+  if (!built_.valid()) return DirectoryEntries(plan);
+  // Rethrows what the build threw (the commit's guard turns it into a
+  // status).
+  return built_.get();
+}
+
 }  // namespace ckpt

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <future>
 #include <string>
 #include <vector>
 
@@ -72,5 +73,22 @@ Result<SavePlan> MakePlan(const std::vector<Offer>& offers);
 // entry, its pieces summarized as runs (format/index.h). Needs no chunk row,
 // so the coordinator builds it from the plan alone.
 std::vector<format::DirectoryEntry> DirectoryEntries(const SavePlan& plan);
+
+// DirectoryEntries of a plan, which the coordinator starts building beside
+// its own writes when the plan is large: a pass over every piece of the
+// job (70 ms at 16,384 ranks x 100 pieces here) then no longer lengthens
+// the commit, which every rank waits for. The plan must outlive it; the
+// destructor waits for the build.
+class PendingDirectoryEntries {
+ public:
+  // Plans with fewer pieces are summarized at Take, on the caller's thread.
+  static constexpr size_t kBesideWritesFrom = 16384;
+
+  void Start(const SavePlan& plan);
+  std::vector<format::DirectoryEntry> Take(const SavePlan& plan);
+
+ private:
+  std::future<std::vector<format::DirectoryEntry>> built_;
+};
 
 }  // namespace ckpt

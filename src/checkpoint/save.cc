@@ -510,7 +510,12 @@ Result<SaveResult> CheckpointManager::Impl::Save(int64_t step,
     return skipped;
   }
 
-  // 3. Write this rank's pieces.
+  // 3. Write this rank's pieces (the coordinator summarizes a large plan
+  // for its directory meanwhile).
+  const bool indexed =
+      options_.metadata_layout == Options::MetadataLayout::kIndexed;
+  PendingDirectoryEntries entries;
+  if (indexed && c.rank() == 0) entries.Start(plan);
   std::vector<size_t> mine;
   for (size_t i = 0; i < plan.pieces.size(); ++i) {
     if (plan.pieces[i].writer == c.rank()) mine.push_back(i);
@@ -522,8 +527,6 @@ Result<SaveResult> CheckpointManager::Impl::Save(int64_t step,
           : WriteFull(step, decision.attempt, state, plan, mine);
 
   // 3b. Version 3: every rank writes its own index, in parallel.
-  const bool indexed =
-      options_.metadata_layout == Options::MetadataLayout::kIndexed;
   if (indexed) WriteIndex(step, decision.attempt, plan, written);
 
   // 4. Gather the results; 5. any failure fails every rank, and each
@@ -549,7 +552,7 @@ Result<SaveResult> CheckpointManager::Impl::Save(int64_t step,
     SaveOutcome outcome;
     Result<SaveOutcome> committed =
         Guard("commit", [&]() -> Result<SaveOutcome> {
-          return Commit(step, save, decision, plan, *results);
+          return Commit(step, save, decision, plan, *results, entries);
         });
     outcome = committed.ok() ? std::move(committed).value()
                              : SaveOutcome{committed.status(), {}, false};
