@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <numeric>
+#include <system_error>
 #include <tuple>
 
 #include "format/constants.h"
@@ -195,8 +196,12 @@ std::vector<format::DirectoryEntry> DirectoryEntries(const SavePlan& plan) {
 
 void PendingDirectoryEntries::Start(const SavePlan& plan) {
   if (plan.pieces.size() < kBesideWritesFrom) return;
-  built_ = std::async(std::launch::async,
-                      [&plan] { return DirectoryEntries(plan); });
+  try {
+    built_ = std::async(std::launch::async,
+                        [&plan] { return DirectoryEntries(plan); });
+  } catch (const std::system_error&) {
+    // No thread to spare: Take summarizes the plan itself.
+  }
 }
 
 std::vector<format::DirectoryEntry> PendingDirectoryEntries::Take(
