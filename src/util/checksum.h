@@ -22,6 +22,11 @@ struct Checksum128 {
   friend bool operator==(const Checksum128&, const Checksum128&) = default;
 };
 
+// Where the CPU has AVX2, these run xxHash's AVX2 code (xxh3_avx2.c);
+// elsewhere, or with $CKPT_XXH3_PORTABLE=1, the system libxxhash's. Both
+// give the same checksums.
+bool Xxh3UsesAvx2();
+
 Checksum128 Xxh3_128(std::span<const std::byte> data);
 Checksum128 Xxh3_128(std::string_view data);
 

@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -101,6 +104,44 @@ TEST(Xxh3Test, MatchesLibxxhashOnRandomData) {
               (Checksum128{direct.high64, direct.low64}))
         << "len " << len;
   }
+}
+
+// The AVX2 build (xxh3_avx2.c) is used wherever the CPU has AVX2, and its
+// checksums are libxxhash's, one-shot and streamed, across the block sizes
+// where its vector loops begin and end.
+TEST(Xxh3Test, TheAvx2BuildIsUsedWhereTheCpuHasItAndAgreesWithLibxxhash) {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  const char* portable = std::getenv("CKPT_XXH3_PORTABLE");
+  const bool want = __builtin_cpu_supports("avx2") &&
+                    !(portable != nullptr && std::string(portable) == "1");
+  EXPECT_EQ(Xxh3UsesAvx2(), want);
+#endif
+  std::printf("xxh3: %s\n", Xxh3UsesAvx2() ? "AVX2 build" : "libxxhash");
+  std::mt19937_64 rng(11);
+  std::vector<uint8_t> data(5 << 20);
+  for (auto& b : data) b = static_cast<uint8_t>(rng());
+  XXH3_state_t* lib = XXH3_createState();
+  Xxh3Hasher ours;
+  for (size_t len : {0u, 255u, 256u, 1023u, 1024u, 1025u, 4095u, 65536u,
+                     262144u, 262145u, 5u << 20}) {
+    const std::span<const std::byte> whole = AsBytes(data).first(len);
+    const XXH128_hash_t direct = XXH3_128bits(data.data(), len);
+    EXPECT_EQ(Xxh3_128(whole), (Checksum128{direct.high64, direct.low64}))
+        << "len " << len;
+    XXH3_128bits_reset(lib);
+    ours.Reset();
+    for (size_t pos = 0; pos < len;) {
+      const size_t n = std::min<size_t>(len - pos, 1 + rng() % 300000);
+      XXH3_128bits_update(lib, data.data() + pos, n);
+      ours.Update(whole.subspan(pos, n));
+      pos += n;
+    }
+    const XXH128_hash_t streamed = XXH3_128bits_digest(lib);
+    EXPECT_EQ(ours.Digest(), (Checksum128{streamed.high64, streamed.low64}))
+        << "len " << len;
+  }
+  XXH3_freeState(lib);
 }
 
 TEST(Xxh3Test, StreamingEqualsOneShotOverRandomSplits) {
