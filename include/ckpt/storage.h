@@ -100,6 +100,15 @@ class Storage {
   // object is missing; DataLoss if the range runs past its end.
   virtual Status ReadRange(std::string_view key, uint64_t offset,
                            std::span<std::byte> out) = 0;
+  // ReadRange that calls `filled` with each stretch of `out` as soon as it
+  // holds its bytes, front to back; on success the stretches cover `out`.
+  // A reader checks each stretch while it is still in the CPU's cache
+  // instead of reading all of `out` from memory again. The default reads
+  // the whole range, then calls `filled` once.
+  using FilledFn = std::function<void(std::span<const std::byte>)>;
+  virtual Status ReadRangeFilling(std::string_view key, uint64_t offset,
+                                  std::span<std::byte> out,
+                                  const FilledFn& filled);
   // Reads a whole object.
   virtual Result<std::string> ReadAll(std::string_view key);
   virtual Result<ObjectInfo> Stat(std::string_view key) = 0;
@@ -149,6 +158,9 @@ class Storage {
 
 // Forwards every call to a target, so a test (or a feature) overrides just the
 // calls it cares about. Does not own the target unless given ownership.
+// ReadRangeFilling is the one call not forwarded: it goes through the
+// wrapper's ReadRange, so a wrapper that overrides ReadRange (to count,
+// throttle or fail reads) sees every read.
 class StorageWrapper : public Storage {
  public:
   explicit StorageWrapper(Storage* target) : target_(target) {}

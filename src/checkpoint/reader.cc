@@ -88,13 +88,19 @@ std::string ChunkWhere(const format::Manifest& manifest,
          Quote(entry.name);
 }
 
+Status ChecksumMismatch(const format::Manifest& manifest,
+                        const format::EntryRecord& entry,
+                        const format::ChunkRecord& chunk) {
+  return DataLossError(ChunkWhere(manifest, entry, chunk) +
+                       ": checksum mismatch (the data is damaged)");
+}
+
 Status CheckChunk(const format::Manifest& manifest,
                   const format::EntryRecord& entry,
                   const format::ChunkRecord& chunk,
                   std::span<const std::byte> bytes) {
   if (Xxh3_128(bytes) != chunk.checksum) {
-    return DataLossError(ChunkWhere(manifest, entry, chunk) +
-                         ": checksum mismatch (the data is damaged)");
+    return ChecksumMismatch(manifest, entry, chunk);
   }
   return Status();
 }
@@ -142,6 +148,59 @@ bool AddSmallChunks(const BoxRead& r, std::vector<WholeChunk>& out) {
   return true;
 }
 
+// Checks the chunks [begin, end) of a span read straight into place as
+// their bytes arrive (Storage::ReadRangeFilling hands them over in order):
+// a chunk that arrives whole is hashed at once, one that arrives in pieces
+// through a streaming hasher.
+class FilledChecker {
+ public:
+  FilledChecker(const std::vector<WholeChunk>& chunks, size_t begin, size_t end)
+      : chunks_(chunks), next_(begin), end_(end), bad_(end) {}
+
+  void Filled(std::span<const std::byte> bytes) {
+    while (!bytes.empty() && next_ < end_) {
+      const format::ChunkRecord& c = *chunks_[next_].chunk;
+      const uint64_t take = std::min<uint64_t>(c.length - have_, bytes.size());
+      if (have_ == 0 && take == c.length) {
+        Done(Xxh3_128(bytes.first(take)));
+      } else {
+        if (have_ == 0) hasher_.Reset();
+        hasher_.Update(bytes.first(take));
+        have_ += take;
+        if (have_ == c.length) Done(hasher_.Digest());
+      }
+      bytes = bytes.subspan(take);
+    }
+  }
+
+  // After a read that succeeded: the first chunk whose bytes do not match
+  // its checksum, or `end`. Chunks not yet checked (of no bytes, or where
+  // the storage handed over less than it read) are checked in place.
+  size_t Finish() {
+    for (; next_ < end_ && bad_ == end_; ++next_) {
+      const WholeChunk& c = chunks_[next_];
+      if (Xxh3_128({c.dest, c.chunk->length}) != c.chunk->checksum) {
+        bad_ = next_;
+      }
+    }
+    return bad_;
+  }
+
+ private:
+  void Done(const Checksum128& sum) {
+    if (sum != chunks_[next_].chunk->checksum && bad_ == end_) bad_ = next_;
+    have_ = 0;
+    ++next_;
+  }
+
+  const std::vector<WholeChunk>& chunks_;
+  size_t next_;
+  const size_t end_;
+  size_t bad_;
+  uint64_t have_ = 0;  // bytes of chunk `next_` hashed so far
+  Xxh3Hasher hasher_;
+};
+
 // Reads chunks [begin, end) of `chunks` (one object, sorted by offset) with
 // one range read, then moves each into place and checks it. If the span
 // cannot be read as one, each chunk is read on its own, so that the error
@@ -150,6 +209,7 @@ Status ReadSpan(Storage& storage, const format::Manifest& manifest,
                 const std::vector<WholeChunk>& chunks, size_t begin,
                 size_t end) {
   const uint32_t object = chunks[begin].chunk->object;
+  const std::string& key = manifest.objects[object].key;
   const uint64_t start = chunks[begin].chunk->offset;
   uint64_t stop = start;
   for (size_t i = begin; i < end; ++i) {
@@ -157,31 +217,36 @@ Status ReadSpan(Storage& storage, const format::Manifest& manifest,
   }
   // Chunks back to back in the object whose destinations are back to back
   // too (the views of one flat buffer, in the object's order) are read
-  // straight in.
+  // straight in, and each is checked as its bytes arrive, while they are
+  // still in the cache.
   bool direct = true;
   for (size_t i = begin + 1; direct && i < end; ++i) {
     const WholeChunk& a = chunks[i - 1];
     direct = chunks[i].chunk->offset == a.chunk->offset + a.chunk->length &&
              chunks[i].dest == a.dest + a.chunk->length;
   }
-  std::unique_ptr<std::byte[]> bounce;
-  std::byte* into = chunks[begin].dest;
-  if (!direct) {
-    bounce = std::make_unique_for_overwrite<std::byte[]>(stop - start);
-    into = bounce.get();
-  }
-  if (storage
-          .ReadRange(manifest.objects[object].key, start, {into, stop - start})
-          .ok()) {
-    for (size_t i = begin; i < end; ++i) {
-      const WholeChunk& c = chunks[i];
-      if (!direct) {
-        std::memcpy(c.dest, into + (c.chunk->offset - start), c.chunk->length);
-      }
-      CKPT_RETURN_IF_ERROR(
-          CheckChunk(manifest, *c.entry, *c.chunk, {c.dest, c.chunk->length}));
+  if (direct) {
+    FilledChecker check(chunks, begin, end);
+    const Status read = storage.ReadRangeFilling(
+        key, start, {chunks[begin].dest, stop - start},
+        [&](std::span<const std::byte> bytes) { check.Filled(bytes); });
+    if (read.ok()) {
+      const size_t bad = check.Finish();
+      if (bad == end) return Status();
+      return ChecksumMismatch(manifest, *chunks[bad].entry, *chunks[bad].chunk);
     }
-    return Status();
+  } else {
+    auto bounce = std::make_unique_for_overwrite<std::byte[]>(stop - start);
+    if (storage.ReadRange(key, start, {bounce.get(), stop - start}).ok()) {
+      for (size_t i = begin; i < end; ++i) {
+        const WholeChunk& c = chunks[i];
+        std::memcpy(c.dest, bounce.get() + (c.chunk->offset - start),
+                    c.chunk->length);
+        CKPT_RETURN_IF_ERROR(CheckChunk(manifest, *c.entry, *c.chunk,
+                                        {c.dest, c.chunk->length}));
+      }
+      return Status();
+    }
   }
   for (size_t i = begin; i < end; ++i) {
     const WholeChunk& c = chunks[i];

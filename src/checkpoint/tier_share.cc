@@ -54,6 +54,11 @@ class PrefixStorage : public StorageWrapper {
                    std::span<std::byte> out) override {
     return node_->ReadRange(Key(key), offset, out);
   }
+  Status ReadRangeFilling(std::string_view key, uint64_t offset,
+                          std::span<std::byte> out,
+                          const FilledFn& filled) override {
+    return node_->ReadRangeFilling(Key(key), offset, out, filled);
+  }
   Result<std::string> ReadAll(std::string_view key) override {
     return node_->ReadAll(Key(key));
   }

@@ -11,6 +11,14 @@
 
 namespace ckpt {
 
+Status Storage::ReadRangeFilling(std::string_view key, uint64_t offset,
+                                 std::span<std::byte> out,
+                                 const FilledFn& filled) {
+  CKPT_RETURN_IF_ERROR(ReadRange(key, offset, out));
+  filled(out);
+  return Status();
+}
+
 Result<std::string> Storage::ReadAll(std::string_view key) {
   CKPT_ASSIGN_OR_RETURN(ObjectInfo info, Stat(key));
   std::string out(info.size, '\0');

@@ -6,8 +6,10 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace ckpt {
@@ -359,6 +361,47 @@ TEST_P(StorageConformanceTest, ReadRangeAtTheEdges) {
   out.assign(1, '\0');
   EXPECT_TRUE(HasCode(storage().ReadRange("empty", 0, MutableBytes(out)),
                       ErrorCode::kDataLoss));
+}
+
+// ReadRangeFilling hands over every byte of the range, in order, each
+// stretch once it holds its bytes, and fails as ReadRange does.
+TEST_P(StorageConformanceTest, ReadRangeFillingHandsOverTheRangeInOrder) {
+  std::string data(3 * 1024 * 1024 + 4099, '\0');
+  for (size_t i = 0; i < data.size(); ++i) {
+    data[i] = static_cast<char>((i * 2654435761u) >> 13);
+  }
+  ASSERT_TRUE(IsOk(storage().PutString("big", data)));
+  for (const auto& [offset, len] :
+       std::vector<std::pair<uint64_t, size_t>>{{0, data.size()},
+                                                {4097, data.size() - 4097},
+                                                {777, 5},
+                                                {data.size(), 0}}) {
+    std::string out(len, '\0');
+    const std::byte* next = reinterpret_cast<const std::byte*>(out.data());
+    bool in_place = true;
+    std::string seen;
+    EXPECT_TRUE(IsOk(storage().ReadRangeFilling(
+        "big", offset, MutableBytes(out),
+        [&](std::span<const std::byte> piece) {
+          in_place = in_place && piece.data() == next;
+          next = piece.data() + piece.size();
+          // What the stretch holds when it is handed over.
+          seen.append(reinterpret_cast<const char*>(piece.data()),
+                      piece.size());
+        })));
+    EXPECT_TRUE(in_place) << "offset " << offset;
+    EXPECT_EQ(next, reinterpret_cast<const std::byte*>(out.data()) + len);
+    EXPECT_TRUE(seen == data.substr(offset, len)) << "offset " << offset;
+    EXPECT_TRUE(out == seen) << "offset " << offset;
+  }
+  auto none = [](std::span<const std::byte>) {};
+  std::string out(2, '\0');
+  EXPECT_TRUE(HasCode(storage().ReadRangeFilling("big", data.size() - 1,
+                                                 MutableBytes(out), none),
+                      ErrorCode::kDataLoss));
+  EXPECT_TRUE(
+      HasCode(storage().ReadRangeFilling("missing", 0, MutableBytes(out), none),
+              ErrorCode::kNotFound));
 }
 
 TEST_P(StorageConformanceTest, ListByPrefix) {

@@ -5,8 +5,9 @@
 // is DataLoss before any byte is read.
 //
 // Reads of 1 MiB and more use O_DIRECT ($CKPT_FILE_DIRECT_IO=0: never),
-// through a pooled aligned block (direct_writer.h); smaller ones, and file
-// systems without O_DIRECT, go through the page cache.
+// through a pooled aligned block (direct_writer.h); smaller ones, roots on a
+// file system held in memory (Root::direct_io) and file systems without
+// O_DIRECT go through the page cache.
 #include "storage/file/file_read.h"
 
 #include <fcntl.h>
@@ -26,6 +27,13 @@ namespace {
 // cache: a checkpoint is read once, so the cache only adds a copy, and on the
 // reference machine cold O_DIRECT reads ran about 1.3 times buffered ones.
 constexpr uint64_t kDirectReadMin = uint64_t{1} << 20;
+
+// ReadRangeFilling hands its bytes over this many at a time: small enough
+// to be still in a core's cache when the caller checksums them (on the
+// 2-core VM, reading 1 GiB from tmpfs and checksumming it took 0.13 s in
+// 256 KiB pieces against 0.18 s in 8 MiB ones), large enough that the
+// extra preads cost little.
+constexpr size_t kFilledPiece = size_t{256} << 10;
 
 // Opens an object for reading, refusing symlinks and non-files. O_NONBLOCK
 // keeps a FIFO planted in the root from blocking the open.
@@ -63,7 +71,8 @@ Result<ScopedFd> OpenObject(const Root& root, std::string_view op,
 // system refuses O_DIRECT or no block can be had it reads nothing (or
 // stops), and the caller reads the rest through the page cache.
 Status ReadDirect(const Root& root, std::string_view key, int fd,
-                  uint64_t& offset, std::span<std::byte>& out) {
+                  uint64_t& offset, std::span<std::byte>& out,
+                  const Storage::FilledFn* filled) {
   constexpr uint64_t kAlign = DirectWriter::kAlign;
   const int flags = ::fcntl(fd, F_GETFL);
   if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_DIRECT) != 0) {
@@ -89,7 +98,16 @@ Status ReadDirect(const Root& root, std::string_view key, int fd,
     if (static_cast<uint64_t>(n) <= skip) break;  // the end: ReadFully says
     const size_t got =
         std::min<uint64_t>(static_cast<uint64_t>(n) - skip, out.size());
-    std::memcpy(out.data(), block + skip, got);
+    if (filled == nullptr) {
+      std::memcpy(out.data(), block + skip, got);
+    } else {
+      // Hand each piece over while it is in the cache.
+      for (size_t at = 0; at < got; at += kFilledPiece) {
+        const size_t len = std::min<size_t>(kFilledPiece, got - at);
+        std::memcpy(out.data() + at, block + skip + at, len);
+        (*filled)(std::span<const std::byte>(out.data() + at, len));
+      }
+    }
     out = out.subspan(got);
     offset += got;
   }
@@ -99,10 +117,13 @@ Status ReadDirect(const Root& root, std::string_view key, int fd,
 }
 
 Status ReadFully(const Root& root, std::string_view op, std::string_view key,
-                 int fd, uint64_t offset, std::span<std::byte> out) {
+                 int fd, uint64_t offset, std::span<std::byte> out,
+                 const Storage::FilledFn* filled = nullptr) {
   while (!out.empty()) {
-    const ssize_t n =
-        ::pread(fd, out.data(), out.size(), static_cast<off_t>(offset));
+    const size_t want = filled == nullptr
+                            ? out.size()
+                            : std::min<size_t>(out.size(), kFilledPiece);
+    const ssize_t n = ::pread(fd, out.data(), want, static_cast<off_t>(offset));
     if (n < 0) {
       if (errno == EINTR) continue;
       return ErrnoError(errno, root.Where(op, key) + ": pread at offset " +
@@ -115,6 +136,9 @@ Status ReadFully(const Root& root, std::string_view op, std::string_view key,
                            std::to_string(out.size()) +
                            " more bytes asked for (truncated under us?)");
     }
+    if (filled != nullptr) {
+      (*filled)(std::span<const std::byte>(out.data(), static_cast<size_t>(n)));
+    }
     out = out.subspan(static_cast<size_t>(n));
     offset += static_cast<uint64_t>(n);
   }
@@ -124,7 +148,8 @@ Status ReadFully(const Root& root, std::string_view op, std::string_view key,
 }  // namespace
 
 Status ReadObjectRange(const Root& root, std::string_view key, uint64_t offset,
-                       std::span<std::byte> out) {
+                       std::span<std::byte> out,
+                       const Storage::FilledFn* filled) {
   CKPT_ASSIGN_OR_RETURN(ScopedFd fd, OpenObject(root, "read", key));
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) {
@@ -137,10 +162,10 @@ Status ReadObjectRange(const Root& root, std::string_view key, uint64_t offset,
         " bytes at offset " + std::to_string(offset) +
         " run past the end of the object (" + std::to_string(size) + " bytes)");
   }
-  if (out.size() >= kDirectReadMin && DirectIoAllowed()) {
-    CKPT_RETURN_IF_ERROR(ReadDirect(root, key, fd.get(), offset, out));
+  if (out.size() >= kDirectReadMin && root.direct_io) {
+    CKPT_RETURN_IF_ERROR(ReadDirect(root, key, fd.get(), offset, out, filled));
   }
-  return ReadFully(root, "read", key, fd.get(), offset, out);
+  return ReadFully(root, "read", key, fd.get(), offset, out, filled);
 }
 
 Result<std::string> ReadObject(const Root& root, std::string_view key) {

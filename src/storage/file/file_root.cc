@@ -13,8 +13,12 @@
 #include "storage/file/file_root.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/vfs.h>
 
 #include <algorithm>
+
+#include "storage/file/direct_writer.h"
 
 namespace ckpt::file {
 
@@ -145,6 +149,13 @@ Status MakeDirs(const std::string& url, const std::string& path) {
   return Status();
 }
 
+// Whether the directory `fd` lies on a file system held in memory.
+bool MemoryBacked(int fd) {
+  struct statfs fs;
+  if (::fstatfs(fd, &fs) != 0) return false;
+  return fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC;
+}
+
 }  // namespace
 
 Result<std::shared_ptr<const Root>> OpenRoot(const std::string& url,
@@ -171,6 +182,7 @@ Result<std::shared_ptr<const Root>> OpenRoot(const std::string& url,
   auto root = std::make_shared<Root>();
   root->url = url;
   root->fd = ScopedFd(fd);
+  root->direct_io = DirectIoAllowed() && !MemoryBacked(fd);
   return std::shared_ptr<const Root>(std::move(root));
 }
 

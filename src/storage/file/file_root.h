@@ -61,6 +61,11 @@ class ScopedFd {
 struct Root {
   std::string url;
   ScopedFd fd;
+  // Whether large reads and streamed writes try O_DIRECT. Not on a file
+  // system held in memory (tmpfs, ramfs: a local tier under /dev/shm), which
+  // takes O_DIRECT since Linux 6.6 but has no device behind it: its pages
+  // are the data, so the aligned bounce block only added a copy per byte.
+  bool direct_io = true;
 
   // "put \"a/b\" in file:///data/run42" — the prefix of every message.
   std::string Where(std::string_view op, std::string_view key) const {

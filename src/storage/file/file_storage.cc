@@ -63,6 +63,12 @@ class FileStorage : public Storage {
     return ReadObjectRange(*root_, key, offset, out);
   }
 
+  Status ReadRangeFilling(std::string_view key, uint64_t offset,
+                          std::span<std::byte> out,
+                          const FilledFn& filled) override {
+    return ReadObjectRange(*root_, key, offset, out, &filled);
+  }
+
   Result<std::string> ReadAll(std::string_view key) override {
     return ReadObject(*root_, key);
   }

@@ -5,7 +5,8 @@
 //      followed), creating each missing directory and fsyncing its parent.
 //   2. Create DIR/NAME.ckpt-tmp-<16 random hex digits> with O_CREAT|O_EXCL,
 //      write the bytes, fsync it, close it. A streamed write (a data object)
-//      uses O_DIRECT where the file system takes it (direct_writer.h),
+//      uses O_DIRECT where the file system takes it (direct_writer.h) and
+//      is not held in memory (Root::direct_io: not on tmpfs or ramfs),
 //      unless $CKPT_FILE_DIRECT_IO is "0"; the last block is padded and the
 //      file cut back to size before the fsync.
 //   3. Publish: renameat(tmp, NAME) to overwrite, or linkat(tmp, NAME) then
@@ -97,7 +98,7 @@ class FileWritable : public WritableObject {
     auto [dir_path, name] = SplitKey(key);
     std::unique_ptr<FileWritable> w(
         new FileWritable(std::move(root), op, key, name));
-    w->want_direct_ = direct && DirectIoAllowed();
+    w->want_direct_ = direct && w->root_->direct_io;
     for (int attempt = 1;; ++attempt) {
       // NotFound and ENOENT here mean a concurrent Delete removed a
       // directory on the way (after we created or opened it): walk again.
