@@ -6,10 +6,14 @@
 //     replicated to the other node) and the durable tier's save, with
 //     their throughputs;
 //   - a restore from the memory tier, and a cold restore from the durable
-//     tier (local tier wiped, page cache dropped), every byte compared.
+//     tier (local tier wiped, page cache dropped), every byte compared;
+//   - for reference, the same bytes read back from plain files on the
+//     memory tier's file system and checksummed, without ckpt: what any
+//     restore that checks its bytes must do.
 //
 //   bench_tiers [--gib 1] [--ranks 4] [--local DIR] [--durable DIR]
 //               [--runs 3] [--json]
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,6 +29,7 @@
 #include <vector>
 
 #include "ckpt/ckpt.h"
+#include "util/checksum.h"
 
 namespace {
 
@@ -142,6 +147,45 @@ int main(int argc, char** argv) {
     }
   }
 
+  // For reference, what any restore from the memory tier that checks its
+  // bytes must do, without ckpt: each rank's bytes in a plain file on the
+  // local tier's file system, read back 256 KiB at a time into touched
+  // memory and checksummed (xxh3-128, as a load checks them), all ranks at
+  // once, one thread each.
+  double plain_s = 1e9;
+  {
+    fs::create_directories(local_dir);
+    const uint64_t bytes = static_cast<uint64_t>(per_rank) * sizeof(float);
+    auto file = [&](int r) {
+      return (local_dir / ("plain-" + std::to_string(r))).string();
+    };
+    for (int r = 0; r < W; ++r) {
+      std::ofstream out(file(r), std::ios::binary);
+      out.write(reinterpret_cast<const char*>(data[r].data()), bytes);
+    }
+    std::vector<std::vector<float>> dst(W, std::vector<float>(per_rank, 1.0f));
+    for (int run = 0; run < a.runs; ++run) {
+      plain_s = std::min(
+          plain_s, OnRanks(W, [&](int r, ckpt::Communicator*) {
+            const int fd = ::open(file(r).c_str(), O_RDONLY | O_CLOEXEC);
+            auto* into = reinterpret_cast<std::byte*>(dst[r].data());
+            const auto t0 = Clock::now();
+            ckpt::Xxh3Hasher hasher;
+            for (uint64_t at = 0; at < bytes;) {
+              const ssize_t n = ::pread(
+                  fd, into + at, std::min<uint64_t>(bytes - at, 256 << 10), at);
+              if (n <= 0) break;
+              hasher.Update({into + at, static_cast<size_t>(n)});
+              at += static_cast<uint64_t>(n);
+            }
+            const double t = Since(t0);
+            ::close(fd);
+            return hasher.Digest() == ckpt::Xxh3_128({into, bytes}) ? t : 1e9;
+          }));
+    }
+    for (int r = 0; r < W; ++r) fs::remove(file(r));
+  }
+
   ckpt::TierOptions topt;
   topt.local_url = "file://" + (local_dir / "node{node}").string();
   topt.node_of_rank = nodes;
@@ -237,6 +281,7 @@ int main(int argc, char** argv) {
   const double rank_bytes = per_rank * 4.0;
   const double gb = 1e9;
   const double r_restore = memory_s / durable_cold_s;
+  const double r_plain = plain_s / durable_cold_s;
   const double r_stall = stall_s / memcpy_s;
   if (a.json) {
     std::printf(
@@ -244,14 +289,16 @@ int main(int argc, char** argv) {
         " \"figures\": {\"memcpy_rank_s\": %.4f, \"local_stall_s\": %.4f, "
         "\"local_background_s\": %.4f, \"replication_gbps\": %.3f, "
         "\"durable_save_s\": %.4f, \"persistence_gbps\": %.3f, "
-        "\"restore_memory_s\": %.4f, \"restore_durable_cold_s\": %.4f},\n"
+        "\"restore_memory_s\": %.4f, \"restore_durable_cold_s\": %.4f, "
+        "\"plain_read_check_s\": %.4f},\n"
         " \"ratios\": {\"restore_memory_vs_durable_cold\": %.3f, "
-        "\"local_stall_vs_memcpy\": %.3f}}\n",
+        "\"local_stall_vs_memcpy\": %.3f, "
+        "\"plain_read_check_vs_durable_cold\": %.3f}}\n",
         W, static_cast<unsigned long long>(rank_bytes * W),
         cold ? "true" : "false", memcpy_s, stall_s, local_s,
         replicated * W / local_s / gb, durable_s,
-        rank_bytes * W / durable_s / gb, memory_s, durable_cold_s, r_restore,
-        r_stall);
+        rank_bytes * W / durable_s / gb, memory_s, durable_cold_s, plain_s,
+        r_restore, r_stall, r_plain);
     return 0;
   }
   std::printf(
@@ -269,10 +316,12 @@ int main(int argc, char** argv) {
   std::printf("  restore from the memory tier            %.4f s\n", memory_s);
   std::printf("  restore from the durable tier, cold     %.4f s%s\n",
               durable_cold_s, cold ? "" : "  (page cache NOT dropped)");
+  std::printf("  plain read + checksum, without ckpt     %.4f s\n", plain_s);
   std::printf(
       "  restore memory / durable cold           %.3f  (target <= "
       "0.25)\n",
       r_restore);
+  std::printf("  plain read + checksum / durable cold    %.3f\n", r_plain);
   std::printf(
       "  local stall / memcpy                    %.3f  (target <= "
       "1.5)\n",
