@@ -466,6 +466,53 @@ TEST(TieredTest, ReshardingFetchesTheSharesANodeLacks) {
 // fails its checksum on the ranks that read it (rank 0 on its own node,
 // rank 1 after node 1 fetched it), and every rank loads the durable tier's
 // step instead.
+// Flips the last byte (tensor data, not a file's header) of every data
+// object under `share` (a rank's share on a node: its data only, the share's
+// metadata is checked on its own); returns how many.
+int FlipLastDataByte(const std::filesystem::path& share) {
+  int flipped = 0;
+  for (const auto& f : std::filesystem::recursive_directory_iterator(share)) {
+    const std::string name = f.path().filename().string();
+    if (!f.is_regular_file() ||
+        name.find(format::kDataSuffix) == std::string::npos) {
+      continue;
+    }
+    std::fstream io(f.path(), std::ios::in | std::ios::out | std::ios::binary);
+    const auto at = static_cast<std::streamoff>(f.file_size()) - 1;
+    char c = 0;
+    io.seekg(at);
+    io.get(c);
+    io.seekp(at);
+    io.put(static_cast<char>(c ^ 0x5a));
+    ++flipped;
+  }
+  return flipped;
+}
+
+// At the world size that saved it, a share damaged in a node's memory is
+// never loaded: every rank restores the durable tier's newest step, the
+// same step when it was persisted, an older one when it was not.
+TEST(TieredTest, ADamagedShareIsNeverLoadedAtTheSameWorldSize) {
+  testing::TempDir dir("tiered-damaged", "/dev/shm");
+  Job job;
+  job.durable_url = (dir.path() / "durable").string();
+  job.local_url = (dir.path() / "node{node}").string();
+  job.nodes = {0, 1};
+  job.rank_local = false;
+  job.replicas = 0;
+  job.durable_every = 2;
+  SaveSteps(job, 2, {4, 5});
+  ASSERT_GT(FlipLastDataByte(dir.path() / "node1" / "r00001"), 0);
+  for (const TierRestoreResult& r :
+       RestoreAndCheck(job, 2, 4, Tier::kDurable)) {
+    EXPECT_NE(r.local_skipped.find("DataLoss"), std::string::npos)
+        << r.local_skipped;
+  }
+  SaveSteps(job, 2, {6});
+  ASSERT_GT(FlipLastDataByte(dir.path() / "node0" / "r00000"), 0);
+  RestoreAndCheck(job, 2, 6, Tier::kDurable);
+}
+
 TEST(TieredTest, ADamagedShareFallsBackToTheDurableTierWhenResharding) {
   testing::TempDir dir("tiered-reshard-damaged", "/dev/shm");
   Job job;
@@ -476,27 +523,7 @@ TEST(TieredTest, ADamagedShareFallsBackToTheDurableTierWhenResharding) {
   job.replicas = 0;
   job.durable_every = 1;
   SaveSteps(job, 2, {5});
-  // Flip a byte of the data objects of rank 0's share (its data only: the
-  // share's metadata is checked on its own).
-  int flipped = 0;
-  for (const auto& f : std::filesystem::recursive_directory_iterator(
-           dir.path() / "node0" / "r00000")) {
-    const std::string name = f.path().filename().string();
-    if (!f.is_regular_file() ||
-        name.find(format::kDataSuffix) == std::string::npos) {
-      continue;
-    }
-    std::fstream io(f.path(), std::ios::in | std::ios::out | std::ios::binary);
-    // The last byte: tensor data, not the file's header.
-    const auto at = static_cast<std::streamoff>(f.file_size()) - 1;
-    char c = 0;
-    io.seekg(at);
-    io.get(c);
-    io.seekp(at);
-    io.put(static_cast<char>(c ^ 0x5a));
-    ++flipped;
-  }
-  ASSERT_GT(flipped, 0);
+  ASSERT_GT(FlipLastDataByte(dir.path() / "node0" / "r00000"), 0);
   Job three = job;
   three.nodes = {0, 1, 1};
   for (const TierRestoreResult& r :
