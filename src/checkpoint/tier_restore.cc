@@ -69,6 +69,31 @@ Status TieredManager::Impl::FetchShare(int64_t step, int share, int holder,
   return Status();
 }
 
+Status TieredManager::Impl::LoadShare(int64_t step, State& state,
+                                      const LoadOptions& options,
+                                      TierRestoreResult& out) {
+  CheckpointManager& own = *roots_.at(rank_);
+  CKPT_ASSIGN_OR_RETURN(CheckpointDescription d, own.Describe(step));
+  std::string saved_for, job;
+  for (const EntryInfo& e : d.entries) {
+    if (e.name == kShareEntry) saved_for = e.json;
+    if (e.name == kShareJobEntry) job = e.json;
+  }
+  if (ShareDescriptionFields(saved_for) !=
+          ShareDescriptionFields(ShareDescription(state, rank_, world_)) ||
+      ShareDescriptionFields(job)["durable"] != job_) {
+    return FailedPreconditionError(
+        "the share of step " + std::to_string(step) +
+        " was saved by another job, rank, world size or split");
+  }
+  State view;
+  CKPT_RETURN_IF_ERROR(BuildShareLoadView(state, view));
+  view.AddMetadataJson(kShareEntry, "{}");
+  view.AddMetadataJson(kShareJobEntry, "{}");
+  CKPT_ASSIGN_OR_RETURN(out.info, own.Load(step, view, options));
+  return CopyBackLoaded(view, state);
+}
+
 Status TieredManager::Impl::LoadLocal(int64_t step,
                                       const std::vector<std::set<int>>& have,
                                       State& state, const LoadOptions& options,
@@ -86,42 +111,51 @@ Status TieredManager::Impl::LoadLocal(int64_t step,
     CKPT_RETURN_IF_ERROR(FetchShare(step, q, holder, q, world_, received, out));
     if (rank_ == q && mine.ok()) mine = received;
   }
-  CheckpointManager& own = *roots_.at(rank_);
-  if (mine.ok()) {
-    Result<CheckpointDescription> d = own.Describe(step);
-    if (!d.ok()) mine = d.status();
-    std::string saved_for, job;
-    if (d.ok()) {
-      for (const EntryInfo& e : d->entries) {
-        if (e.name == kShareEntry) saved_for = e.json;
-        if (e.name == kShareJobEntry) job = e.json;
-      }
-      if (ShareDescriptionFields(saved_for) !=
-              ShareDescriptionFields(ShareDescription(state, rank_, world_)) ||
-          ShareDescriptionFields(job)["durable"] != job_) {
-        mine = FailedPreconditionError(
-            "the share of step " + std::to_string(step) +
-            " was saved by another job, rank, world size or split");
-      }
-    }
-  }
-  if (mine.ok()) {
-    State view;
-    mine = BuildShareLoadView(state, view);
-    view.AddMetadataJson(kShareEntry, "{}");
-    view.AddMetadataJson(kShareJobEntry, "{}");
-    if (mine.ok()) {
-      Result<CheckpointInfo> info = own.Load(step, view, options);
-      if (info.ok()) {
-        out.info = *info;
-        mine = CopyBackLoaded(view, state);
-      } else {
-        mine = info.status();
-      }
-    }
-  }
+  if (mine.ok()) mine = LoadShare(step, state, options, out);
   CKPT_ASSIGN_OR_RETURN(std::vector<std::string> all,
                         comm_->AllGather(mine.ok() ? "" : mine.ToString()));
+  // A share whose bytes are damaged in its node's memory (DataLoss) comes
+  // again from a replica on another node, if every failed share has one
+  // (and was not itself fetched from one just now); otherwise, or if that
+  // fails too, the durable tier.
+  const std::string damaged = Status(ErrorCode::kDataLoss, "").ToString();
+  std::vector<std::pair<int, int>> again;  // (share, holder)
+  bool all_again = true;
+  for (int q = 0; q < world_ && all_again; ++q) {
+    if (all[q].empty()) continue;
+    int holder = -1;
+    if (have[q].count(node_of_[q]) &&
+        all[q].compare(0, damaged.size() - 1, damaged, 0, damaged.size() - 1) ==
+            0) {
+      for (int r = 0; r < world_ && holder < 0; ++r) {
+        if (node_of_[r] != node_of_[q] && have[q].count(node_of_[r])) {
+          holder = r;
+        }
+      }
+    }
+    all_again = holder >= 0;
+    again.emplace_back(q, holder);
+  }
+  if (!again.empty() && all_again) {
+    for (const auto& [q, holder] : again) {
+      if (rank_ == q) {
+        LogWarning("tiers: step " + std::to_string(step) + ": rank " +
+                   std::to_string(q) +
+                   "'s share is damaged on its node; fetching its replica "
+                   "from rank " +
+                   std::to_string(holder) + ": " + all[q]);
+      }
+      ++out.ranks_fetched;
+      Status received;
+      CKPT_RETURN_IF_ERROR(
+          FetchShare(step, q, holder, q, world_, received, out));
+      if (rank_ == q) {
+        mine = received.ok() ? LoadShare(step, state, options, out) : received;
+      }
+    }
+    CKPT_ASSIGN_OR_RETURN(all,
+                          comm_->AllGather(mine.ok() ? "" : mine.ToString()));
+  }
   if (std::string why = FirstCause(all); !why.empty()) {
     return AbortedError(why);
   }

@@ -83,6 +83,10 @@ class TieredManager::Impl {
   Status LocalSave(int64_t step, const TierSaveOptions& options,
                    TierSaveResult& result);
   Result<std::vector<std::string>> ScanNode();
+  // Loads this rank's own share of `step` from its node (checked to be this
+  // job's, rank's, world size's and split's) into `state`.
+  Status LoadShare(int64_t step, State& state, const LoadOptions& options,
+                   TierRestoreResult& out);
   Status LoadLocal(int64_t step, const std::vector<std::set<int>>& have,
                    State& state, const LoadOptions& options,
                    TierRestoreResult& out);

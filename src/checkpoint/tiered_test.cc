@@ -360,20 +360,27 @@ TEST(TieredTest, TheCatalogKnowsBothTiersAndOffersOnlyTheDurableOne) {
   EXPECT_EQ(job.catalog->List({.tier = CatalogTier::kLocal})->size(), 2u);
 }
 
-TEST(TieredTest, ANodeReplacedByAnEmptyOneRecoversFromPeersNotDurable) {
-  testing::TempDir dir("tiered-wipe", "/dev/shm");
+// Two nodes of two ranks each under `dir`, a durable save every 2 steps,
+// every read of the durable tier counted in `durable_reads`.
+Job CountedJob(const testing::TempDir& dir, ReadCounter& durable_reads) {
   Job job;
   job.durable_url = (dir.path() / "durable").string();
   job.local_url = (dir.path() / "node{node}").string();
   job.nodes = {0, 0, 1, 1};
   job.durable_every = 2;
-  ReadCounter durable_reads;
   job.open_durable =
       [&](const std::string& url) -> Result<std::unique_ptr<Storage>> {
     CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Storage> s, OpenStorage(url));
     return std::unique_ptr<Storage>(
         new CountingStorage(std::move(s), &durable_reads));
   };
+  return job;
+}
+
+TEST(TieredTest, ANodeReplacedByAnEmptyOneRecoversFromPeersNotDurable) {
+  testing::TempDir dir("tiered-wipe", "/dev/shm");
+  ReadCounter durable_reads;
+  Job job = CountedJob(dir, durable_reads);
   SaveSteps(job, 4, {2, 3});
   std::filesystem::remove_all(dir.path() / "node1");
   durable_reads.reads = 0;
@@ -511,6 +518,34 @@ TEST(TieredTest, ADamagedShareIsNeverLoadedAtTheSameWorldSize) {
   SaveSteps(job, 2, {6});
   ASSERT_GT(FlipLastDataByte(dir.path() / "node0" / "r00000"), 0);
   RestoreAndCheck(job, 2, 6, Tier::kDurable);
+}
+
+// A share damaged in its node's memory comes again from its replica on the
+// other node, without reading the durable tier; with the replica damaged
+// too, the durable tier's step.
+TEST(TieredTest, ADamagedShareIsFetchedAgainFromItsReplica) {
+  testing::TempDir dir("tiered-damaged-replica", "/dev/shm");
+  ReadCounter durable_reads;
+  Job job = CountedJob(dir, durable_reads);
+  SaveSteps(job, 4, {2, 3});
+  ASSERT_GT(FlipLastDataByte(dir.path() / "node0" / "r00001"), 0);
+  durable_reads.reads = 0;
+  std::vector<TierRestoreResult> r = RestoreAndCheck(job, 4, 3, Tier::kLocal);
+  EXPECT_EQ(durable_reads.reads.load(), 0) << "the durable tier was read";
+  EXPECT_EQ(r[0].fetched_bytes, 0u);
+  EXPECT_GT(r[1].fetched_bytes, 0u);
+  EXPECT_EQ(r[1].ranks_fetched, 1);
+  // The fetched copy is whole: the next restore reads it as it is.
+  r = RestoreAndCheck(job, 4, 3, Tier::kLocal);
+  EXPECT_EQ(r[1].fetched_bytes, 0u);
+  // Both copies of rank 2's share damaged: the durable tier's step 2.
+  ASSERT_GT(FlipLastDataByte(dir.path() / "node1" / "r00002"), 0);
+  ASSERT_GT(FlipLastDataByte(dir.path() / "node0" / "r00002"), 0);
+  for (const TierRestoreResult& t :
+       RestoreAndCheck(job, 4, 2, Tier::kDurable)) {
+    EXPECT_NE(t.local_skipped.find("DataLoss"), std::string::npos)
+        << t.local_skipped;
+  }
 }
 
 TEST(TieredTest, ADamagedShareFallsBackToTheDurableTierWhenResharding) {
