@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <exception>
 #include <memory>
 
@@ -52,48 +53,54 @@ Status ParallelFor(ThreadPool* pool, int parallelism, size_t n,
         {static_cast<size_t>(std::max(parallelism - 1, 0)),
          static_cast<size_t>(pool->size()), n > 0 ? n - 1 : 0}));
   }
+  // The caller waits for the indexes, not for its helpers: a helper still
+  // queued behind other callers' work (one pool shared by several ranks'
+  // threads) finds nothing left when it runs, and the caller does not wait
+  // for it to be scheduled. A helper that runs late touches only `shared`,
+  // never `fn`.
   struct Shared {
-    explicit Shared(int helpers) : running(helpers) {}
     std::atomic<size_t> next{0};
-    std::atomic<bool> failed{false};
+    std::atomic<size_t> finished{0};  // indexes run, or skipped after a failure
+    std::atomic<size_t> lowest_failed{SIZE_MAX};  // first_failed, unlocked
     Mutex mu;
-    CondVar done;                // running reached 0
-    int running GUARDED_BY(mu);  // helpers not yet finished
+    CondVar done;  // finished reached n
     size_t first_failed GUARDED_BY(mu) = SIZE_MAX;
     Status error GUARDED_BY(mu);
   };
-  auto shared = std::make_shared<Shared>(helpers);
+  auto shared = std::make_shared<Shared>();
   auto work = [shared, n, &fn] {
     for (;;) {
-      if (shared->failed.load(std::memory_order_relaxed)) return;
       const size_t i = shared->next.fetch_add(1);
       if (i >= n) return;
-      Status s;
-      try {
-        s = fn(i);
-      } catch (const std::exception& e) {
-        s = IOError(std::string("parallel task: ") + e.what());
-      }
-      if (!s.ok()) {
-        MutexLock lock(&shared->mu);
-        if (i < shared->first_failed) {
-          shared->first_failed = i;
-          shared->error = std::move(s);
+      // Once a call has failed no later index is started (a skipped one
+      // still counts as finished); an earlier one still runs, and may fail
+      // with the error returned.
+      if (i < shared->lowest_failed.load()) {
+        Status s;
+        try {
+          s = fn(i);
+        } catch (const std::exception& e) {
+          s = IOError(std::string("parallel task: ") + e.what());
         }
-        shared->failed = true;
+        if (!s.ok()) {
+          MutexLock lock(&shared->mu);
+          if (i < shared->first_failed) {
+            shared->first_failed = i;
+            shared->lowest_failed = i;
+            shared->error = std::move(s);
+          }
+        }
+      }
+      if (shared->finished.fetch_add(1) + 1 == n) {
+        MutexLock lock(&shared->mu);
+        shared->done.SignalAll();
       }
     }
   };
-  for (int h = 0; h < helpers; ++h) {
-    pool->Submit([shared, work] {
-      work();
-      MutexLock lock(&shared->mu);
-      if (--shared->running == 0) shared->done.SignalAll();
-    });
-  }
+  for (int h = 0; h < helpers; ++h) pool->Submit(work);
   work();
   MutexLock lock(&shared->mu);
-  while (shared->running > 0) shared->done.Wait(&shared->mu);
+  while (shared->finished.load() < n) shared->done.Wait(&shared->mu);
   return shared->error;
 }
 

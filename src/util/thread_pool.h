@@ -37,10 +37,10 @@ class ThreadPool {
 };
 
 // Runs fn(0) ... fn(n - 1) on up to `parallelism` threads: the calling one
-// and the pool's (null: the calling thread alone). Once a call fails no new
-// index is started; returns the error of the lowest failed index, so the
-// result does not depend on timing. An exception escaping fn becomes an
-// IOError.
+// and the pool's (null: the calling thread alone). Once a call fails no
+// later index is started; returns the error of the lowest failed index.
+// An exception escaping fn becomes an IOError. Returns once every index is
+// done, without waiting for pool threads busy with other work to join in.
 Status ParallelFor(ThreadPool* pool, int parallelism, size_t n,
                    const std::function<Status(size_t)>& fn);
 

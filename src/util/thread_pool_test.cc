@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <future>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -106,6 +107,43 @@ TEST(ThreadPoolTest, ReturnsTheErrorOfTheLowestFailedIndex) {
     return i == 3 ? IOError("three") : Status();
   });
   EXPECT_EQ(one.message(), "three");
+}
+
+// A pool shared by several callers (the staging copy of every rank of a
+// process) may be busy with another's work: a caller then runs every index
+// itself and returns, without waiting for the pool to get to its helper.
+TEST(ThreadPoolTest, ACallerDoesNotWaitForABusyPool) {
+  ThreadPool pool(1);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool busy = false, release = false;
+  pool.Submit([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    busy = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return release; });
+  });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return busy; });
+  }
+  std::atomic<int> ran{0};
+  std::future<Status> call = std::async(std::launch::async, [&] {
+    return ParallelFor(&pool, 2, 50, [&](size_t) {
+      ++ran;
+      return Status();
+    });
+  });
+  const bool returned =
+      call.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  EXPECT_TRUE(returned) << "ParallelFor waited for the busy pool";
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  EXPECT_TRUE(call.get().ok());
+  EXPECT_EQ(ran.load(), 50);
 }
 
 TEST(ThreadPoolTest, WorksWithoutAPoolAndTurnsExceptionsIntoErrors) {
