@@ -33,6 +33,9 @@ using Clock = std::chrono::steady_clock;
 using testing::ReadFile;
 using testing::WriteFile;
 
+// Every run of the trainer (Command): 4 epochs of 16 steps.
+constexpr int64_t kTotalSteps = 64;
+
 // The build found MPI, as it does where scripts/install-deps.sh ran (it
 // installs Open MPI): the tests under mpirun need it.
 void ExpectMpirun() {
@@ -212,10 +215,18 @@ std::string KillAndCompare(int world, int kills,
     } else {
       WaitForRunner(c, log, start);
       // Extra kills strike later and later, so that the runs get past
-      // their next saves and resume from new steps.
+      // their next saves and resume from new steps; never past half of
+      // what is left of the run (as long as the reference took), so that
+      // a kill does not find the job finished, after which none could
+      // strike a running trainer.
       const double later = kill < kills ? 1.0 : kill - kills + 2.0;
-      std::this_thread::sleep_for(
-          std::chrono::duration<double>(late(gen) * later));
+      const std::vector<int64_t> from = ResumedSteps(ReadFile(log));
+      const double left =
+          from.empty()
+              ? 1.0
+              : std::max<double>(0.0, kTotalSteps - from.back()) / kTotalSteps;
+      std::this_thread::sleep_for(std::chrono::duration<double>(
+          std::min(late(gen) * later, 0.5 * training * left)));
     }
     if (!c.Exited()) ++killed_running;
     c.KillSession();
