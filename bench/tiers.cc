@@ -275,6 +275,8 @@ int main(int argc, char** argv) {
   fs::remove_all(local_dir);
   const bool cold = DropCaches();
   const double durable_cold_s = ok ? restore(ckpt::Tier::kDurable) : 0;
+  // The cold restore opened the local tiers again, making their folders.
+  fs::remove_all(local_dir);
   fs::remove_all(durable_dir);
   if (!ok) return 1;
 
