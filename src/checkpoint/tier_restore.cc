@@ -118,15 +118,13 @@ Status TieredManager::Impl::LoadLocal(int64_t step,
   // again from a replica on another node, if every failed share has one
   // (and was not itself fetched from one just now); otherwise, or if that
   // fails too, the durable tier.
-  const std::string damaged = Status(ErrorCode::kDataLoss, "").ToString();
   std::vector<std::pair<int, int>> again;  // (share, holder)
   bool all_again = true;
   for (int q = 0; q < world_ && all_again; ++q) {
     if (all[q].empty()) continue;
     int holder = -1;
     if (have[q].count(node_of_[q]) &&
-        all[q].compare(0, damaged.size() - 1, damaged, 0, damaged.size() - 1) ==
-            0) {
+        GatheredHasCode(all[q], ErrorCode::kDataLoss)) {
       for (int r = 0; r < world_ && holder < 0; ++r) {
         if (node_of_[r] != node_of_[q] && have[q].count(node_of_[r])) {
           holder = r;

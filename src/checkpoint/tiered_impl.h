@@ -33,6 +33,8 @@ inline constexpr int kMaxRanks = 1 << 24;
 // (a full tier), rather than because a peer did (an aborted transfer);
 // "" when no rank failed. Every rank gets the same answer.
 std::string FirstCause(const std::vector<std::string>& errors);
+// Whether `error`, a rank's Status::ToString() as gathered, has `code`.
+bool GatheredHasCode(const std::string& error, ErrorCode code);
 
 class TieredManager::Impl {
  public:

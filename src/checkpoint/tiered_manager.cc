@@ -81,13 +81,16 @@ Result<TierSaveResult> TierSaveHandle::Wait() const {
   return shared_->result;
 }
 
+bool GatheredHasCode(const std::string& error, ErrorCode code) {
+  const std::string prefix = Status(code, "").ToString();
+  return error.compare(0, prefix.size() - 1, prefix, 0, prefix.size() - 1) == 0;
+}
+
 std::string FirstCause(const std::vector<std::string>& errors) {
-  const std::string aborted = Status(ErrorCode::kAborted, "").ToString();
   int first = -1;
   for (int r = 0; r < static_cast<int>(errors.size()); ++r) {
     if (errors[r].empty()) continue;
-    if (errors[r].compare(0, aborted.size() - 1, aborted, 0,
-                          aborted.size() - 1) != 0) {
+    if (!GatheredHasCode(errors[r], ErrorCode::kAborted)) {
       return "rank " + std::to_string(r) + ": " + errors[r];
     }
     if (first < 0) first = r;
