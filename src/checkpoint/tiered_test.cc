@@ -496,25 +496,36 @@ int FlipLastDataByte(const std::filesystem::path& share) {
   return flipped;
 }
 
-// At the world size that saved it, a share damaged in a node's memory is
-// never loaded: every rank restores the durable tier's newest step, the
-// same step when it was persisted, an older one when it was not.
-TEST(TieredTest, ADamagedShareIsNeverLoadedAtTheSameWorldSize) {
-  testing::TempDir dir("tiered-damaged", "/dev/shm");
+// Two nodes of one rank each under `dir`, no replicas, a state without
+// rank-local entries, a durable save every `durable_every` steps.
+Job UnreplicatedJob(const testing::TempDir& dir, int64_t durable_every) {
   Job job;
   job.durable_url = (dir.path() / "durable").string();
   job.local_url = (dir.path() / "node{node}").string();
   job.nodes = {0, 1};
   job.rank_local = false;
   job.replicas = 0;
-  job.durable_every = 2;
-  SaveSteps(job, 2, {4, 5});
-  ASSERT_GT(FlipLastDataByte(dir.path() / "node1" / "r00001"), 0);
-  for (const TierRestoreResult& r :
-       RestoreAndCheck(job, 2, 4, Tier::kDurable)) {
+  job.durable_every = durable_every;
+  return job;
+}
+
+// Every rank skipped the local tier because a checksum failed there.
+void ExpectSkippedForDataLoss(const std::vector<TierRestoreResult>& results) {
+  for (const TierRestoreResult& r : results) {
     EXPECT_NE(r.local_skipped.find("DataLoss"), std::string::npos)
         << r.local_skipped;
   }
+}
+
+// At the world size that saved it, a share damaged in a node's memory is
+// never loaded: every rank restores the durable tier's newest step, the
+// same step when it was persisted, an older one when it was not.
+TEST(TieredTest, ADamagedShareIsNeverLoadedAtTheSameWorldSize) {
+  testing::TempDir dir("tiered-damaged", "/dev/shm");
+  Job job = UnreplicatedJob(dir, 2);
+  SaveSteps(job, 2, {4, 5});
+  ASSERT_GT(FlipLastDataByte(dir.path() / "node1" / "r00001"), 0);
+  ExpectSkippedForDataLoss(RestoreAndCheck(job, 2, 4, Tier::kDurable));
   SaveSteps(job, 2, {6});
   ASSERT_GT(FlipLastDataByte(dir.path() / "node0" / "r00000"), 0);
   RestoreAndCheck(job, 2, 6, Tier::kDurable);
@@ -541,31 +552,17 @@ TEST(TieredTest, ADamagedShareIsFetchedAgainFromItsReplica) {
   // Both copies of rank 2's share damaged: the durable tier's step 2.
   ASSERT_GT(FlipLastDataByte(dir.path() / "node1" / "r00002"), 0);
   ASSERT_GT(FlipLastDataByte(dir.path() / "node0" / "r00002"), 0);
-  for (const TierRestoreResult& t :
-       RestoreAndCheck(job, 4, 2, Tier::kDurable)) {
-    EXPECT_NE(t.local_skipped.find("DataLoss"), std::string::npos)
-        << t.local_skipped;
-  }
+  ExpectSkippedForDataLoss(RestoreAndCheck(job, 4, 2, Tier::kDurable));
 }
 
 TEST(TieredTest, ADamagedShareFallsBackToTheDurableTierWhenResharding) {
   testing::TempDir dir("tiered-reshard-damaged", "/dev/shm");
-  Job job;
-  job.durable_url = (dir.path() / "durable").string();
-  job.local_url = (dir.path() / "node{node}").string();
-  job.nodes = {0, 1};
-  job.rank_local = false;
-  job.replicas = 0;
-  job.durable_every = 1;
+  Job job = UnreplicatedJob(dir, 1);
   SaveSteps(job, 2, {5});
   ASSERT_GT(FlipLastDataByte(dir.path() / "node0" / "r00000"), 0);
   Job three = job;
   three.nodes = {0, 1, 1};
-  for (const TierRestoreResult& r :
-       RestoreAndCheck(three, 3, 5, Tier::kDurable)) {
-    EXPECT_NE(r.local_skipped.find("DataLoss"), std::string::npos)
-        << r.local_skipped;
-  }
+  ExpectSkippedForDataLoss(RestoreAndCheck(three, 3, 5, Tier::kDurable));
 }
 
 // Rank-local entries load at the world size that saved them: at another
