@@ -113,10 +113,12 @@ TEST(ThreadPoolTest, ReturnsTheErrorOfTheLowestFailedIndex) {
 // process) may be busy with another's work: a caller then runs every index
 // itself and returns, without waiting for the pool to get to its helper.
 TEST(ThreadPoolTest, ACallerDoesNotWaitForABusyPool) {
-  ThreadPool pool(1);
   std::mutex mu;
   std::condition_variable cv;
   bool busy = false, release = false;
+  // Declared after what its task uses, so that it is destroyed (its worker
+  // joined) before them: the task may still be waking up when the test ends.
+  ThreadPool pool(1);
   pool.Submit([&] {
     std::unique_lock<std::mutex> lock(mu);
     busy = true;
