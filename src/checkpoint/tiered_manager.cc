@@ -42,6 +42,7 @@
 #include "checkpoint/tier_transfer.h"
 #include "checkpoint/tiered_impl.h"
 #include "ckpt/tiered.h"
+#include "format/constants.h"
 #include "format/layout.h"
 #include "util/log.h"
 
@@ -277,15 +278,23 @@ std::vector<int64_t> TieredManager::Impl::Prune(CheckpointManager& root,
     ++kept;
   const int64_t oldest_kept = kept->first;
   const int64_t newest = marked.rbegin()->first;
+  // Every committed step by its manifest's key, not by reading the
+  // manifests: a step whose manifest is damaged (one that a restore fell
+  // back from) is no checkpoint to List, yet it is the local tier's to
+  // remove, and would otherwise stay in memory and be warned about by every
+  // later prune.
   Status failed;
-  if (Result<std::vector<CheckpointInfo>> steps = root.List(); steps.ok()) {
-    for (const CheckpointInfo& info : *steps) {
-      if (info.step < oldest_kept ||
-          (!marked.count(info.step) && info.step < newest)) {
-        if (Status s = root.Delete(info.step); !s.ok()) {
+  if (Result<std::vector<ObjectInfo>> keys =
+          root.storage().List(format::kStepPrefix);
+      keys.ok()) {
+    for (const ObjectInfo& o : *keys) {
+      const int64_t step = format::StepOfKey(o.key);
+      if (step < 0 || o.key != ManifestKey(step)) continue;
+      if (step < oldest_kept || (!marked.count(step) && step < newest)) {
+        if (Status s = root.Delete(step); !s.ok()) {
           failed = s;
         } else {
-          deleted.push_back(info.step);
+          deleted.push_back(step);
         }
       }
     }
