@@ -267,6 +267,10 @@ Result<TierRestoreResult> TieredManager::Impl::Restore(
       return out;
     }
     if (s.code() != ErrorCode::kAborted) return s;
+    // The durable tier gives the state: no share of it came from a peer,
+    // whatever the attempt at the local step fetched.
+    out.ranks_fetched = 0;
+    out.fetched_bytes = 0;
     out.local_skipped = s.ToString();
     if (rank_ == 0) {
       LogWarning("tiers: step " + std::to_string(step) +

@@ -18,6 +18,7 @@
 #include "checkpoint/catalog_record.h"
 #include "checkpoint/tier_share.h"
 #include "format/constants.h"
+#include "format/layout.h"
 #include "gtest/gtest.h"
 #include "testing/crash_storage.h"
 #include "testing/fault_storage.h"
@@ -552,7 +553,35 @@ TEST(TieredTest, ADamagedShareIsFetchedAgainFromItsReplica) {
   // Both copies of rank 2's share damaged: the durable tier's step 2.
   ASSERT_GT(FlipLastDataByte(dir.path() / "node1" / "r00002"), 0);
   ASSERT_GT(FlipLastDataByte(dir.path() / "node0" / "r00002"), 0);
-  ExpectSkippedForDataLoss(RestoreAndCheck(job, 4, 2, Tier::kDurable));
+  r = RestoreAndCheck(job, 4, 2, Tier::kDurable);
+  ExpectSkippedForDataLoss(r);
+  // The state came from the durable tier, whatever the attempt fetched.
+  for (const TierRestoreResult& one : r) {
+    EXPECT_EQ(one.ranks_fetched, 0);
+    EXPECT_EQ(one.fetched_bytes, 0u);
+  }
+}
+
+// A step whose manifest is damaged on a node is no checkpoint there, yet it
+// is the local tier's own: once newer steps are marked, pruning removes it
+// from memory like any other old step.
+TEST(TieredTest, AStepWithADamagedManifestIsPrunedFromMemory) {
+  testing::TempDir dir("tiered-damaged-manifest", "/dev/shm");
+  Job job = UnreplicatedJob(dir, 2);
+  SaveSteps(job, 2, {4, 5});
+  const std::filesystem::path step5 =
+      dir.path() / "node1" / "r00001" / format::StepDirName(5);
+  std::filesystem::resize_file(step5 / format::kManifestName, 10);
+  ExpectSkippedForDataLoss(RestoreAndCheck(job, 2, 4, Tier::kDurable));
+  ASSERT_TRUE(std::filesystem::exists(step5));
+  SaveSteps(job, 2, {6, 7});
+  EXPECT_FALSE(std::filesystem::exists(step5 / format::kManifestName));
+  for (const auto& f :
+       std::filesystem::recursive_directory_iterator(step5.parent_path())) {
+    EXPECT_EQ(f.path().string().find(format::StepDirName(5)), std::string::npos)
+        << f.path() << " is left of the damaged step";
+  }
+  RestoreAndCheck(job, 2, 7, Tier::kLocal);
 }
 
 TEST(TieredTest, ADamagedShareFallsBackToTheDurableTierWhenResharding) {
