@@ -57,6 +57,9 @@ class TieredManager::Impl {
     if (opt_.open_local) return opt_.open_local(url);
     return OpenStorage(url);
   }
+  // Refuses two nodes whose local roots would be one (`where`: each rank's
+  // host name and process id, as Init gathers them).
+  Status CheckNodeRootsApart(const std::vector<std::string>& where) const;
   Result<CheckpointManager*> Root(int rank);
   Status ClearStep(CheckpointManager& root, int64_t step);
   // Removes every marker of `step` from this node's local root.

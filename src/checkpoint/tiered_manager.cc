@@ -28,6 +28,8 @@
 //      lowest rank of a node that holds a replica; each rank checks that its
 //      share was saved for its rank, world size and boxes, and loads it.
 //      All-gather the outcome; any failure loads the durable tier instead.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -41,6 +43,7 @@
 #include "checkpoint/tier_share.h"
 #include "checkpoint/tier_transfer.h"
 #include "checkpoint/tiered_impl.h"
+#include "ckpt/catalog_sync.h"
 #include "ckpt/tiered.h"
 #include "format/constants.h"
 #include "format/layout.h"
@@ -100,6 +103,21 @@ std::string FirstCause(const std::vector<std::string>& errors) {
                    : "rank " + std::to_string(first) + ": " + errors[first];
 }
 
+namespace {
+
+// Whether one root is the other or lies inside it (a plain path and its
+// file:// URL are the same root).
+bool RootsOverlap(const std::string& first, const std::string& second) {
+  const std::string x = CatalogRootUrl(first), y = CatalogRootUrl(second);
+  std::string_view a = x, b = y;
+  while (a.ends_with('/')) a.remove_suffix(1);
+  while (b.ends_with('/')) b.remove_suffix(1);
+  if (a.size() > b.size()) std::swap(a, b);
+  return b.starts_with(a) && (b.size() == a.size() || b[a.size()] == '/');
+}
+
+}  // namespace
+
 Status TieredManager::Impl::Init() {
   if (opt_.local_url.empty()) {
     return InvalidArgumentError("tiers: TierOptions::local_url is empty");
@@ -134,7 +152,20 @@ Status TieredManager::Impl::Init() {
       if (n < 0) return InvalidArgumentError("tiers: a negative node index");
     }
   }
-  CKPT_ASSIGN_OR_RETURN(hosts_, comm_->AllGather(comm_->host_name()));
+  // Each rank's host name as the communicator gives it (which makes the
+  // nodes), and the machine and process it really runs in (a thread
+  // communicator names each rank's thread a host of its own), which tell
+  // whether two nodes would share one local root.
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> where,
+                        comm_->AllGather(comm_->host_name() + '\n' +
+                                         comm_->Communicator::host_name() +
+                                         '\n' + std::to_string(getpid())));
+  hosts_.clear();
+  for (std::string& w : where) {
+    const size_t end = w.find('\n');
+    hosts_.push_back(w.substr(0, end));
+    w.erase(0, end + 1);  // machine '\n' process
+  }
   if (opt_.node_of_rank.empty()) {
     std::map<std::string, int> index;
     for (const std::string& h : hosts_) {
@@ -142,6 +173,7 @@ Status TieredManager::Impl::Init() {
           index.emplace(h, static_cast<int>(index.size())).first->second);
     }
   }
+  CKPT_RETURN_IF_ERROR(CheckNodeRootsApart(where));
   // Replicas go around the ranks ordered by node: a shift by the size of
   // the largest node lands on the next node for nodes of equal size.
   std::vector<int> order(world_);
@@ -177,13 +209,26 @@ Status TieredManager::Impl::Init() {
     receive_from_.push_back(order[(position[rank_] - shift + world_) % world_]);
   }
   node_url_ = NodeRootUrl(opt_.local_url, node());
+  // The local tier inside the durable root, or around it, would mix the two
+  // tiers' objects: each tier's pruning and garbage collection would see
+  // the other's as its own or as garbage. Refused before anything is made.
+  Status mine;
+  if (RootsOverlap(node_url_, durable_.storage().url())) {
+    mine = InvalidArgumentError("the local root " + node_url_ +
+                                " and the durable root " +
+                                durable_.storage().url() +
+                                " overlap: give the local tier a place of its "
+                                "own");
+  }
   // Every rank opens its node's root; all fail if one cannot, so that no
   // rank waits in a collective for one that gave up.
-  Result<std::unique_ptr<Storage>> opened = OpenLocal(node_url_);
-  Status mine = opened.status();
-  if (opened.ok()) {
-    node_ = std::move(*opened);
-    mine = Root(rank_).status();
+  if (mine.ok()) {
+    Result<std::unique_ptr<Storage>> opened = OpenLocal(node_url_);
+    mine = opened.status();
+    if (opened.ok()) {
+      node_ = std::move(*opened);
+      mine = Root(rank_).status();
+    }
   }
   CKPT_ASSIGN_OR_RETURN(std::vector<std::string> all,
                         comm_->AllGather(mine.ok() ? "" : mine.ToString()));
@@ -191,6 +236,36 @@ Status TieredManager::Impl::Init() {
     return Status(
         mine.ok() ? ErrorCode::kAborted : mine.code(),
         "tiers: opening the local tier " + opt_.local_url + ", " + why);
+  }
+  return Status();
+}
+
+Status TieredManager::Impl::CheckNodeRootsApart(
+    const std::vector<std::string>& where) const {
+  // Two nodes whose local roots resolve to the same place (the same URL on
+  // one machine; for mem://, in one process) would write each other's
+  // shares and replicas, and every local save would fail confusingly. That
+  // happens when node_of_rank simulates several nodes on one machine and
+  // local_url has no {node}.
+  const bool in_process = opt_.local_url.starts_with("mem://");
+  std::map<std::pair<std::string, std::string>, int> node_at;
+  for (int r = 0; r < world_; ++r) {
+    // The machine, or for mem:// the machine and process.
+    const std::string place =
+        in_process ? where[r] : where[r].substr(0, where[r].find('\n'));
+    const auto [it, fresh] = node_at.emplace(
+        std::make_pair(place, NodeRootUrl(opt_.local_url, node_of_[r])), r);
+    const int other = it->second;
+    if (!fresh && node_of_[other] != node_of_[r]) {
+      return InvalidArgumentError(
+          "tiers: ranks " + std::to_string(other) + " and " +
+          std::to_string(r) + " are on nodes " +
+          std::to_string(node_of_[other]) + " and " +
+          std::to_string(node_of_[r]) + " but on one machine (" +
+          place.substr(0, place.find('\n')) +
+          "), where both nodes' local root is " + it->first.second +
+          ": put {node} in local_url so that each node has its own");
+    }
   }
   return Status();
 }

@@ -884,6 +884,65 @@ TEST(TieredTest, ReplicationIsPacedToItsRate) {
   RestoreAndCheck(paced, 2, 1, Tier::kLocal);
 }
 
+// Nodes simulated on one machine (node_of_rank) need a local root each: a
+// local_url without {node} is refused at Open, on every rank, instead of
+// failing every local save as the nodes write over each other's shares.
+TEST(TieredTest, SimulatedNodesSharingOneLocalRootAreRefused) {
+  testing::TempDir dir("tiered-one-root", "/dev/shm");
+  for (const std::string& local : {"file://" + (dir.path() / "shared").string(),
+                                   "mem://" + UniqueName("one-root")}) {
+    RunRanks(2, [&](int rank, Communicator* comm) {
+      Options o;
+      o.communicator = comm;
+      o.lease_seconds = 0;
+      auto durable =
+          CheckpointManager::Open((dir.path() / "durable").string(), o).value();
+      TierOptions t;
+      t.local_url = local;
+      t.node_of_rank = {0, 1};
+      t.replicas = 1;
+      Result<std::unique_ptr<TieredManager>> m =
+          TieredManager::Open(*durable, t);
+      EXPECT_EQ(m.status().code(), ErrorCode::kInvalidArgument)
+          << local << ": " << m.status().ToString();
+      EXPECT_NE(m.status().message().find("{node}"), std::string::npos)
+          << m.status().ToString();
+      // With {node}, each node has its own root.
+      t.local_url = local + "-node{node}";
+      m = TieredManager::Open(*durable, t);
+      EXPECT_TRUE(m.ok()) << m.status().ToString();
+    });
+  }
+}
+
+// The local tier in the durable root, inside it or around it would mix the
+// tiers' objects; Open refuses it.
+TEST(TieredTest, ALocalTierOverlappingTheDurableRootIsRefused) {
+  testing::TempDir dir("tiered-overlap", "/dev/shm");
+  const std::string durable_url = "file://" + (dir.path() / "run").string();
+  // Opened by its plain path, as the local tier is by URLs.
+  auto durable = CheckpointManager::Open((dir.path() / "run").string()).value();
+  for (const std::string& local :
+       {durable_url, durable_url + "/", durable_url + "/local",
+        (dir.path() / "run" / "local").string(),
+        "file://" + dir.path().string()}) {
+    TierOptions t;
+    t.local_url = local;
+    t.replicas = 0;
+    Result<std::unique_ptr<TieredManager>> m = TieredManager::Open(*durable, t);
+    EXPECT_EQ(m.status().code(), ErrorCode::kInvalidArgument)
+        << local << ": " << m.status().ToString();
+    EXPECT_NE(m.status().message().find("overlap"), std::string::npos)
+        << m.status().ToString();
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "run" / "local"))
+      << "the refused local root was made";
+  TierOptions t;
+  t.local_url = durable_url + "-local";  // beside it, not in it
+  t.replicas = 0;
+  EXPECT_TRUE(TieredManager::Open(*durable, t).ok());
+}
+
 TEST(TieredTest, BadOptionsAreRefused) {
   auto durable = CheckpointManager::Open("mem://" + UniqueName("bad")).value();
   TierOptions t;
