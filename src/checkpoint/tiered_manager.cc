@@ -186,10 +186,15 @@ Status TieredManager::Impl::Init() {
   for (const auto& [n, count] : per_node) largest = std::max(largest, count);
   const int nodes = static_cast<int>(per_node.size());
   if (opt_.replicas > nodes - 1) {
-    return InvalidArgumentError("tiers: " + std::to_string(opt_.replicas) +
-                                " replicas need " +
-                                std::to_string(opt_.replicas + 1) +
-                                " nodes; the job has " + std::to_string(nodes));
+    return InvalidArgumentError(
+        "tiers: " + std::to_string(opt_.replicas) + " replicas need " +
+        std::to_string(opt_.replicas + 1) + " nodes; the job has " +
+        std::to_string(nodes) +
+        (nodes == 1 ? " (replicas 0 keeps the local tier "
+                      "on this node only: it survives a "
+                      "crash of the processes, not the "
+                      "node's loss)"
+                    : ""));
   }
   std::vector<int> position(world_);
   for (int p = 0; p < world_; ++p) position[order[p]] = p;
