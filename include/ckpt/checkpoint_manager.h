@@ -416,6 +416,8 @@ class CheckpointManager {
 
  private:
   class Impl;
+  // Its local-tier saves hold this manager's lease on the root (tiered.h).
+  friend class TieredManager;
   explicit CheckpointManager(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

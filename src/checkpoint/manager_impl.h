@@ -25,6 +25,7 @@
 // convention, stated here.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -119,6 +120,12 @@ class CheckpointManager::Impl {
     if (taken && !saving_) lease_->Release();
     return result;
   }
+  // Takes the root's lease as a save does, and keeps it while the manager
+  // lives: a tiered manager's local-tier saves write for this job too
+  // (tiered_manager.cc).
+  Status HoldLease(std::string_view purpose);
+  // FailedPrecondition when the lease held was taken over (lease.h).
+  Status CheckLease() { return lease_->Check(); }
 
   // --- save.cc
   // `state_error`, when set, stands for the state (a rank whose state could
@@ -330,7 +337,8 @@ class CheckpointManager::Impl {
   State staged_;
   std::unique_ptr<ThreadPool> io_pool_;  // made on first use
   // Whether this manager took the lease to save: then it keeps it.
-  bool saving_ = false;
+  // Atomic: a tiered manager's background thread sets it (HoldLease).
+  std::atomic<bool> saving_{false};
   // The step this manager's last successful Save committed; -1 for none.
   int64_t last_saved_step_ = -1;
   // Emptied chunk rows for the next save to fill: those of the parent an

@@ -140,6 +140,12 @@ SaveDecision CheckpointManager::Impl::ConfirmSave(int64_t step,
   return again;
 }
 
+Status CheckpointManager::Impl::HoldLease(std::string_view purpose) {
+  CKPT_RETURN_IF_ERROR(lease_->Acquire(purpose));
+  saving_ = true;
+  return Status();
+}
+
 SaveDecision CheckpointManager::Impl::DecideParent(int64_t step) {
   SaveDecision full;  // a full save is always safe
   Result<std::vector<std::pair<int64_t, ObjectInfo>>> listed =

@@ -40,6 +40,7 @@
 #include <sstream>
 #include <thread>
 
+#include "checkpoint/manager_impl.h"
 #include "checkpoint/tier_share.h"
 #include "checkpoint/tier_transfer.h"
 #include "checkpoint/tiered_impl.h"
@@ -101,6 +102,11 @@ std::string FirstCause(const std::vector<std::string>& errors) {
   }
   return first < 0 ? ""
                    : "rank " + std::to_string(first) + ": " + errors[first];
+}
+
+CheckpointManager::Impl& TieredManager::DurableImpl(
+    CheckpointManager& durable) {
+  return *durable.impl_;
 }
 
 namespace {
@@ -394,6 +400,23 @@ Status TieredManager::Impl::LocalSave(int64_t step,
                                       const TierSaveOptions& options,
                                       TierSaveResult& result) {
   CheckpointManager& own = *roots_.at(rank_);
+  // One incarnation of the job writes its local tier at a time: rank 0 (the
+  // durable tier's coordinator) takes the durable root's lease, as a
+  // durable save does, and keeps it. A second launch of the same job (a
+  // process left from before a restart, two schedulers) is refused here
+  // before any rank touches the local tier, instead of writing shares into
+  // the same steps as the first, which a marker could then pass off as one
+  // save. The lease is checked again before the step is marked.
+  Status lease = rank_ == 0 ? TieredManager::DurableImpl(durable_).HoldLease(
+                                  "save to the local tier")
+                            : Status();
+  CKPT_ASSIGN_OR_RETURN(
+      std::string refused,
+      comm_->Broadcast(lease.ok() ? "" : lease.ToString(), 0));
+  if (!refused.empty()) {
+    return AbortedError("local tier, step " + std::to_string(step) +
+                        ", rank 0: " + refused);
+  }
   // No marker of this step may survive anywhere once a rank starts writing
   // it: a marker proves that every share is of one save, and a step saved
   // again (after a restore from an older one) would otherwise mix old and
@@ -437,6 +460,11 @@ Status TieredManager::Impl::LocalSave(int64_t step,
     if (mine.ok() && !send.status.ok()) mine = send.status;
     if (mine.ok() && !receive.status.ok()) mine = receive.status;
     if (receive.status.ok() && receive.root) received.push_back(receive.root);
+  }
+  // The fence: a lease taken over meanwhile marks nothing.
+  if (mine.ok() && rank_ == 0) {
+    mine = TieredManager::DurableImpl(durable_).CheckLease().WithContext(
+        "the durable root's lease");
   }
   // Each rank's outcome: its share's bytes (for the catalog's row), or
   // "!" and its error.

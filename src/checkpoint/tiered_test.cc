@@ -915,6 +915,53 @@ TEST(TieredTest, SimulatedNodesSharingOneLocalRootAreRefused) {
   }
 }
 
+// Two incarnations of one job (a process left from before a restart, and
+// the restarted one) on the same roots: the local tier is written only by
+// the one that holds the durable root's lease, so no step can mix their
+// shares; the other's local saves fail without touching it.
+TEST(TieredTest, ASecondIncarnationOfTheJobCannotWriteTheLocalTier) {
+  testing::TempDir dir("tiered-two-jobs", "/dev/shm");
+  const std::string durable_url = (dir.path() / "durable").string();
+  const std::string local_url = "file://" + (dir.path() / "local").string();
+  auto open = [&](std::unique_ptr<CheckpointManager>& durable) {
+    Options o;
+    o.lease_seconds = 60;
+    o.lease_wait_seconds = 0;
+    durable = CheckpointManager::Open(durable_url, o).value();
+    TierOptions t;
+    t.local_url = local_url;
+    t.replicas = 0;
+    t.local_every_steps = 1;
+    return TieredManager::Open(*durable, t).value();
+  };
+  std::unique_ptr<CheckpointManager> first_durable, second_durable;
+  auto first = open(first_durable);
+  auto second = open(second_durable);
+  RankState one(0, 1, 1, false), two(0, 1, 2, false);
+  State first_state = one.Make(), second_state = two.Make();
+  Result<TierSaveResult> saved = first->Save(1, first_state);
+  ASSERT_TRUE(saved.ok() && saved->local) << saved.status().ToString();
+  saved = second->Save(1, second_state);
+  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+  EXPECT_FALSE(saved->local);
+  EXPECT_NE(saved->local_error.find("lease"), std::string::npos)
+      << saved->local_error;
+  saved = second->Save(2, second_state);
+  ASSERT_TRUE(saved.ok());
+  EXPECT_FALSE(saved->local);
+  // The local tier holds the first incarnation's step 1, whole.
+  second.reset();
+  second_durable.reset();
+  RankState got(0, 1, 999, false);
+  State state = got.Make();
+  Result<TierRestoreResult> r = first->Restore(state);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->tier, Tier::kLocal);
+  EXPECT_EQ(r->step, 1);
+  got.Take(state);
+  EXPECT_TRUE(got == RankState(0, 1, 1, false));
+}
+
 // The local tier in the durable root, inside it or around it would mix the
 // tiers' objects; Open refuses it.
 TEST(TieredTest, ALocalTierOverlappingTheDurableRootIsRefused) {
