@@ -227,7 +227,7 @@ std::string RootLease::Describe(const Current& current) const {
   return s;
 }
 
-Status RootLease::Acquire(std::string_view purpose, bool* taken) {
+Status RootLease::Acquire(std::string_view purpose, bool* taken, bool wait) {
   if (taken) *taken = false;
   if (!enabled()) return Status();
   MutexLock lock(&mu_);
@@ -237,7 +237,8 @@ Status RootLease::Acquire(std::string_view purpose, bool* taken) {
   // if it was taken over. Lost: start over like anyone else.
   if (generation_ >= 0) return Status();
   lost_ = Status();
-  const int64_t deadline = SteadyMs() + settings_.wait_ms;
+  const int64_t wait_ms = wait ? settings_.wait_ms : 0;
+  const int64_t deadline = SteadyMs() + wait_ms;
   bool told = false;
   while (true) {
     Result<Current> current = ReadCurrent();
@@ -270,9 +271,8 @@ Status RootLease::Acquire(std::string_view purpose, bool* taken) {
     const int64_t left = deadline - SteadyMs();
     if (left <= 0) {
       const std::string wait =
-          settings_.wait_ms > 0
-              ? " after waiting " + std::to_string(settings_.wait_ms / 1000) +
-                    " s"
+          wait_ms > 0
+              ? " after waiting " + std::to_string(wait_ms / 1000) + " s"
               : "";
       return FailedPreconditionError(
           op + wait + ": another party owns the root: " + Describe(*current) +

@@ -86,8 +86,10 @@ class RootLease {
   // Step 1 for `purpose` ("save", "delete", "gc", "import"): OK once this
   // holder holds the lease (at once if it does already). `taken`, when
   // given, says whether it was taken now: the root may have changed since
-  // this holder last looked.
-  Status Acquire(std::string_view purpose, bool* taken = nullptr) EXCLUDES(mu_);
+  // this holder last looked. `wait` false: refused at once when another
+  // party holds it, whatever the wait setting.
+  Status Acquire(std::string_view purpose, bool* taken = nullptr,
+                 bool wait = true) EXCLUDES(mu_);
   // Step 3: OK while this holder's generation is the current one.
   Status Check() EXCLUDES(mu_);
   // Step 4 (best effort: a failure leaves a lease that expires).

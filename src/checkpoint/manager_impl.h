@@ -122,8 +122,8 @@ class CheckpointManager::Impl {
   }
   // Takes the root's lease as a save does, and keeps it while the manager
   // lives: a tiered manager's local-tier saves write for this job too
-  // (tiered_manager.cc).
-  Status HoldLease(std::string_view purpose);
+  // (tiered_manager.cc). They do not wait for another holder (`wait`).
+  Status HoldLease(std::string_view purpose, bool wait);
   // FailedPrecondition when the lease held was taken over (lease.h).
   Status CheckLease() { return lease_->Check(); }
 

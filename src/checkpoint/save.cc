@@ -140,8 +140,8 @@ SaveDecision CheckpointManager::Impl::ConfirmSave(int64_t step,
   return again;
 }
 
-Status CheckpointManager::Impl::HoldLease(std::string_view purpose) {
-  CKPT_RETURN_IF_ERROR(lease_->Acquire(purpose));
+Status CheckpointManager::Impl::HoldLease(std::string_view purpose, bool wait) {
+  CKPT_RETURN_IF_ERROR(lease_->Acquire(purpose, nullptr, wait));
   saving_ = true;
   return Status();
 }

@@ -406,9 +406,12 @@ Status TieredManager::Impl::LocalSave(int64_t step,
   // process left from before a restart, two schedulers) is refused here
   // before any rank touches the local tier, instead of writing shares into
   // the same steps as the first, which a marker could then pass off as one
-  // save. The lease is checked again before the step is marked.
+  // save. The lease is checked again before the step is marked. It is not
+  // waited for: a job restarted on other machines while its killed
+  // incarnation's lease runs out trains on, skipping the local tier until
+  // the lease is free, rather than stalling behind it.
   Status lease = rank_ == 0 ? TieredManager::DurableImpl(durable_).HoldLease(
-                                  "save to the local tier")
+                                  "save to the local tier", /*wait=*/false)
                             : Status();
   CKPT_ASSIGN_OR_RETURN(
       std::string refused,

@@ -926,7 +926,9 @@ TEST(TieredTest, ASecondIncarnationOfTheJobCannotWriteTheLocalTier) {
   auto open = [&](std::unique_ptr<CheckpointManager>& durable) {
     Options o;
     o.lease_seconds = 60;
-    o.lease_wait_seconds = 0;
+    // A local-tier save does not wait for the lease: were it waited for,
+    // the second incarnation's saves would hang here for ten minutes.
+    o.lease_wait_seconds = 600;
     durable = CheckpointManager::Open(durable_url, o).value();
     TierOptions t;
     t.local_url = local_url;
