@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <functional>
@@ -150,6 +151,21 @@ int RunToEnd(const std::vector<std::string>& cmd, const std::string& log) {
   return c.Wait();
 }
 
+// The newest step committed in the file root `root` (a step folder with
+// its manifest); -1 for none.
+int64_t NewestCommitted(const std::string& root) {
+  int64_t newest = -1;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.starts_with("step-") &&
+        fs::exists(e.path() / "MANIFEST.json", ec)) {
+      newest = std::max<int64_t>(newest, std::stoll(name.substr(5)));
+    }
+  }
+  return newest;
+}
+
 // Every "resumed from step N" a log shows.
 std::vector<int64_t> ResumedSteps(const std::string& log) {
   std::vector<int64_t> out;
@@ -210,23 +226,31 @@ std::string KillAndCompare(int world, int kills,
     const std::string log = dir + "/kill" + std::to_string(kill) + ".log";
     const auto start = Clock::now();
     Child c(Command(world, root, out, extra), log);
-    if (kill % 4 == 3) {
+    if (kill >= kills) {
+      // An extra kill strikes a random moment after the run has committed
+      // a step in the root newer than any resumed from, so that each lands
+      // at a new step however much slower than the reference a loaded
+      // machine runs it.
+      const int64_t newest = resumed_at.empty() ? -1 : *resumed_at.rbegin();
+      WaitForRunner(c, log, start);
+      while (!c.Exited() && NewestCommitted(root) <= newest) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+      std::this_thread::sleep_for(std::chrono::duration<double>(late(gen) / 4));
+    } else if (kill % 4 == 3) {
       std::this_thread::sleep_for(std::chrono::duration<double>(early(gen)));
     } else {
       WaitForRunner(c, log, start);
-      // Extra kills strike later and later, so that the runs get past
-      // their next saves and resume from new steps; never past half of
-      // what is left of the run (as long as the reference took), so that
-      // a kill does not find the job finished, after which none could
-      // strike a running trainer.
-      const double later = kill < kills ? 1.0 : kill - kills + 2.0;
+      // Never past half of what is left of the run (as long as the
+      // reference took), so that a kill does not find the job finished,
+      // after which none could strike a running trainer.
       const std::vector<int64_t> from = ResumedSteps(ReadFile(log));
       const double left =
           from.empty()
               ? 1.0
               : std::max<double>(0.0, kTotalSteps - from.back()) / kTotalSteps;
       std::this_thread::sleep_for(std::chrono::duration<double>(
-          std::min(late(gen) * later, 0.5 * training * left)));
+          std::min(late(gen), 0.5 * training * left)));
     }
     if (!c.Exited()) ++killed_running;
     c.KillSession();
