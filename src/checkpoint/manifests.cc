@@ -11,8 +11,13 @@ namespace ckpt {
 using format::Manifest;
 
 Result<std::vector<std::pair<int64_t, ObjectInfo>>> ManifestStore::List() {
+  return ListManifests(storage_);
+}
+
+Result<std::vector<std::pair<int64_t, ObjectInfo>>> ListManifests(
+    Storage& storage) {
   CKPT_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects,
-                        storage_.List(format::kStepPrefix));
+                        storage.List(format::kStepPrefix));
   std::vector<std::pair<int64_t, ObjectInfo>> out;
   for (ObjectInfo& o : objects) {
     int64_t step;

@@ -25,6 +25,13 @@
 
 namespace ckpt {
 
+// Every step of `storage` with a MANIFEST.json object, newest first, with
+// the object's info: a listing, no manifest read (so a damaged manifest is
+// listed too). ManifestStore::List, and the tiers' pruning of a local root
+// and look at the durable root.
+Result<std::vector<std::pair<int64_t, ObjectInfo>>> ListManifests(
+    Storage& storage);
+
 class ManifestStore {
  public:
   explicit ManifestStore(Storage& storage) : storage_(storage) {}

@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include "checkpoint/manifests.h"
 #include "checkpoint/tier_share.h"
 #include "checkpoint/tier_transfer.h"
 #include "checkpoint/tiered_impl.h"
@@ -16,7 +17,6 @@ namespace ckpt {
 
 using format::ManifestKey;
 using format::SplitStepKey;
-using format::StepOfKey;
 
 Result<std::vector<std::string>> TieredManager::Impl::ScanNode() {
   // One line per share step ("m <rank> <step>") and marker ("c <rank>
@@ -223,11 +223,9 @@ Result<TierRestoreResult> TieredManager::Impl::Restore(
   std::string choice;
   if (rank_ == 0) {
     int64_t listed = -1;
-    if (auto keys = durable_.storage().List("step-"); keys.ok()) {
-      for (const ObjectInfo& o : *keys) {
-        const int64_t step = StepOfKey(o.key);
-        if (step > listed && o.key == ManifestKey(step)) listed = step;
-      }
+    if (auto steps = ListManifests(durable_.storage());
+        steps.ok() && !steps->empty()) {
+      listed = steps->front().first;  // newest first
     }
     std::optional<int64_t> durable;
     if (!local || listed > *local) {

@@ -58,7 +58,8 @@ class TieredManager::Impl {
     return OpenStorage(url);
   }
   // Refuses two nodes whose local roots would be one (`where`: each rank's
-  // host name and process id, as Init gathers them).
+  // machine's host name and its process id, "name\npid", as Init gathers
+  // them).
   Status CheckNodeRootsApart(const std::vector<std::string>& where) const;
   Result<CheckpointManager*> Root(int rank);
   Status ClearStep(CheckpointManager& root, int64_t step);

@@ -41,12 +41,12 @@
 #include <thread>
 
 #include "checkpoint/manager_impl.h"
+#include "checkpoint/manifests.h"
 #include "checkpoint/tier_share.h"
 #include "checkpoint/tier_transfer.h"
 #include "checkpoint/tiered_impl.h"
 #include "ckpt/catalog_sync.h"
 #include "ckpt/tiered.h"
-#include "format/constants.h"
 #include "format/layout.h"
 #include "util/log.h"
 
@@ -196,10 +196,9 @@ Status TieredManager::Impl::Init() {
         "tiers: " + std::to_string(opt_.replicas) + " replicas need " +
         std::to_string(opt_.replicas + 1) + " nodes; the job has " +
         std::to_string(nodes) +
-        (nodes == 1 ? " (replicas 0 keeps the local tier "
-                      "on this node only: it survives a "
-                      "crash of the processes, not the "
-                      "node's loss)"
+        (nodes == 1 ? " (replicas 0 keeps the local tier on this node only: "
+                      "it survives a crash of the processes, not the node's "
+                      "loss)"
                     : ""));
   }
   std::vector<int> position(world_);
@@ -370,12 +369,8 @@ std::vector<int64_t> TieredManager::Impl::Prune(CheckpointManager& root,
   // remove, and would otherwise stay in memory and be warned about by every
   // later prune.
   Status failed;
-  if (Result<std::vector<ObjectInfo>> keys =
-          root.storage().List(format::kStepPrefix);
-      keys.ok()) {
-    for (const ObjectInfo& o : *keys) {
-      const int64_t step = format::StepOfKey(o.key);
-      if (step < 0 || o.key != ManifestKey(step)) continue;
+  if (auto steps = ListManifests(root.storage()); steps.ok()) {
+    for (const auto& [step, manifest] : *steps) {
       if (step < oldest_kept || (!marked.count(step) && step < newest)) {
         if (Status s = root.Delete(step); !s.ok()) {
           failed = s;
