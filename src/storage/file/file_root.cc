@@ -19,6 +19,7 @@
 #include <algorithm>
 
 #include "storage/file/direct_writer.h"
+#include "storage/file/huge_pages.h"
 
 namespace ckpt::file {
 
@@ -149,11 +150,11 @@ Status MakeDirs(const std::string& url, const std::string& path) {
   return Status();
 }
 
-// Whether the directory `fd` lies on a file system held in memory.
-bool MemoryBacked(int fd) {
+// The file system type of the directory `fd`, or 0.
+decltype(statfs::f_type) FileSystemType(int fd) {
   struct statfs fs;
-  if (::fstatfs(fd, &fs) != 0) return false;
-  return fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC;
+  if (::fstatfs(fd, &fs) != 0) return 0;
+  return fs.f_type;
 }
 
 }  // namespace
@@ -182,7 +183,10 @@ Result<std::shared_ptr<const Root>> OpenRoot(const std::string& url,
   auto root = std::make_shared<Root>();
   root->url = url;
   root->fd = ScopedFd(fd);
-  root->direct_io = DirectIoAllowed() && !MemoryBacked(fd);
+  const auto type = FileSystemType(fd);
+  root->direct_io =
+      DirectIoAllowed() && type != TMPFS_MAGIC && type != RAMFS_MAGIC;
+  root->huge_pages = type == TMPFS_MAGIC && HugePagesAllowed();
   return std::shared_ptr<const Root>(std::move(root));
 }
 

@@ -66,6 +66,9 @@ struct Root {
   // takes O_DIRECT since Linux 6.6 but has no device behind it: its pages
   // are the data, so the aligned bounce block only added a copy per byte.
   bool direct_io = true;
+  // Whether streamed writes ask for 2 MiB pages (huge_pages.h): on tmpfs,
+  // unless $CKPT_TMPFS_HUGE_PAGES is "0".
+  bool huge_pages = false;
 
   // "put \"a/b\" in file:///data/run42" — the prefix of every message.
   std::string Where(std::string_view op, std::string_view key) const {

@@ -8,7 +8,8 @@
 //      uses O_DIRECT where the file system takes it (direct_writer.h) and
 //      is not held in memory (Root::direct_io: not on tmpfs or ramfs),
 //      unless $CKPT_FILE_DIRECT_IO is "0"; the last block is padded and the
-//      file cut back to size before the fsync.
+//      file cut back to size before the fsync. On tmpfs (Root::huge_pages)
+//      the file's whole 2 MiB stretches are made huge pages (huge_pages.h).
 //   3. Publish: renameat(tmp, NAME) to overwrite, or linkat(tmp, NAME) then
 //      unlink(tmp) for create-if-absent (link fails with EEXIST when NAME
 //      exists, so of racing writers exactly one wins).
@@ -34,6 +35,7 @@
 
 #include "storage/file/direct_writer.h"
 #include "storage/file/file_storage.h"
+#include "storage/file/huge_pages.h"
 #include "util/log.h"
 #include "util/names.h"
 
@@ -155,6 +157,11 @@ class FileWritable : public WritableObject {
     if (direct_) {
       if (int err = direct_->Finish()) return Fail(err, "write temp file");
     }
+    if (huge_ != nullptr) {
+      if (int err = huge_->Finish(written_)) {
+        return Fail(err, "cut temp file to size");
+      }
+    }
     if (int err = FsyncFd(fd_.get())) return Fail(err, "fsync temp file");
     if (int err = fd_.Close()) return Fail(err, "close temp file");
     if (mode == PutMode::kOverwrite) {
@@ -244,12 +251,17 @@ class FileWritable : public WritableObject {
       if (int err = RandomHex(&hex)) return err;
       temp_name_ =
           name_.substr(0, kMaxTempStem) + std::string(kTempMarker) + hex;
-      const int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+      // Huge pages are asked for through a mapping, which reads the file.
+      const int flags = (root_->huge_pages ? O_RDWR : O_WRONLY) | O_CREAT |
+                        O_EXCL | O_NOFOLLOW | O_CLOEXEC;
       const int fd = ::openat(dir(), temp_name_.c_str(),
                               flags | (want_direct_ ? O_DIRECT : 0), 0666);
       if (fd >= 0) {
         fd_ = ScopedFd(fd);
         if (want_direct_) direct_ = std::make_unique<DirectWriter>(fd);
+        if (root_->huge_pages && !want_direct_) {
+          huge_ = std::make_unique<HugePageWriter>(fd);
+        }
         return 0;
       }
       if (errno == EINVAL && want_direct_) {
@@ -271,9 +283,11 @@ class FileWritable : public WritableObject {
   }
 
   Status Write(std::span<const std::byte> data) {
+    if (huge_ != nullptr) huge_->Before(written_, data.size());
     if (int err = WriteFully(fd_.get(), data)) {
       return Fail(err, "write temp file");
     }
+    written_ += data.size();
     return Status();
   }
 
@@ -311,7 +325,9 @@ class FileWritable : public WritableObject {
   std::vector<std::byte> buffer_;
   bool want_direct_ = false;
   std::unique_ptr<DirectWriter> direct_;  // set when writing with O_DIRECT
+  std::unique_ptr<HugePageWriter> huge_;  // set when asking for huge pages
   uint64_t size_ = 0;
+  uint64_t written_ = 0;  // bytes written to the file (size_ less buffer_)
   Status error_;
   bool closed_ = false;
   bool published_ = false;
