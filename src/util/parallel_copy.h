@@ -6,6 +6,12 @@
 // slices of a few MiB and spread over a process-wide pool of
 // hardware_concurrency() - 1 threads plus the calling one.
 //
+// A copy of kStreamingCopyFrom bytes or more in all stores past the caches.
+// memcpy does so by itself for one large enough buffer, but not for the
+// slices: on the 2-core VM, 4 threads copying 256 MiB each in 4 MiB slices
+// took 0.08 s with memcpy against 0.06 s streamed and 0.05 s as one memcpy
+// each. A state that large is not read again while it is in the cache.
+//
 // Thread-safe: any number of threads may call ParallelCopy at once (they
 // share the pool).
 #pragma once
@@ -16,6 +22,8 @@
 #include "ckpt/status.h"
 
 namespace ckpt {
+
+inline constexpr size_t kStreamingCopyFrom = size_t{32} << 20;
 
 struct CopyJob {
   std::byte* dst = nullptr;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <thread>
 #include <vector>
@@ -39,6 +40,35 @@ TEST(ParallelCopyTest, EveryByteOfEveryJobArrivesWhateverTheThreads) {
     ASSERT_TRUE(ParallelCopy(b.Jobs(), threads).ok());
     for (size_t i = 0; i < sizes.size(); ++i) {
       EXPECT_EQ(b.dst[i], b.src[i]) << "job " << i << ", threads " << threads;
+    }
+  }
+}
+
+// A copy large enough to stream past the caches: every target alignment
+// against every source alignment, and tails that are not a multiple of the
+// 64 bytes streamed at once.
+TEST(ParallelCopyTest, AStreamedCopyArrivesWholeAtEveryAlignment) {
+  const size_t big = kStreamingCopyFrom + 4099;
+  std::vector<std::byte> src(big + 64), dst(big + 64);
+  for (size_t b = 0; b < src.size(); ++b) {
+    src[b] = static_cast<std::byte>((b * 151 + b / 977) & 0xff);
+  }
+  for (int threads : {1, 0}) {
+    for (size_t d : {0, 1, 8, 15, 16, 33}) {
+      for (size_t s : {0, 3, 16}) {
+        std::fill(dst.begin(), dst.end(), std::byte{0});
+        const size_t n = big - d - s;
+        const CopyJob job{dst.data() + d, src.data() + s, n};
+        ASSERT_TRUE(ParallelCopy({&job, 1}, threads).ok());
+        const bool same =
+            std::equal(src.begin() + s, src.begin() + s + n, dst.begin() + d) &&
+            std::all_of(dst.begin(), dst.begin() + d,
+                        [](std::byte x) { return x == std::byte{0}; }) &&
+            std::all_of(dst.begin() + d + n, dst.end(),
+                        [](std::byte x) { return x == std::byte{0}; });
+        EXPECT_TRUE(same) << "target +" << d << ", source +" << s
+                          << ", threads " << threads;
+      }
     }
   }
 }
