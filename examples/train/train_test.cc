@@ -45,6 +45,14 @@ void ExpectMpirun() {
          "scripts/install-deps.sh (it installs Open MPI) and configure again";
 }
 
+// Where mpirun's ranks keep their shared-memory segments: a folder of this
+// test's, removed at its end. In /dev/shm (Open MPI's default) a job killed
+// with SIGKILL leaves them behind, thousands over a run of these tests.
+const std::string& VaderDir() {
+  static const testing::TempDir dir("train-vader", "/dev/shm");
+  return dir.string();
+}
+
 // The trainer's command line at `world` ranks (1: no mpirun).
 std::vector<std::string> Command(int world, const std::string& root,
                                  const std::string& out,
@@ -57,6 +65,9 @@ std::vector<std::string> Command(int world, const std::string& root,
            "--mca",
            "btl",
            "self,vader",
+           "--mca",
+           "btl_vader_backing_directory",
+           VaderDir(),
            "--mca",
            "plm_rsh_agent",
            "false",
