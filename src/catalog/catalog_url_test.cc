@@ -5,33 +5,12 @@
 #include <string>
 
 #include "ckpt/catalog.h"
+#include "testing/scoped_env.h"
 
 namespace ckpt {
 namespace {
 
-// Sets environment variables for one test and restores them after.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value) {
-      setenv(name, value, 1);
-    } else {
-      unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using testing::ScopedEnv;
 
 TEST(CatalogUrlTest, DefaultIsTheEnvironmentVariable) {
   ScopedEnv env("CKPT_CATALOG", "postgresql://db.example/ckpt");

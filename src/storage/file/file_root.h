@@ -67,7 +67,7 @@ struct Root {
   // are the data, so the aligned bounce block only added a copy per byte.
   bool direct_io = true;
   // Whether streamed writes ask for 2 MiB pages (huge_pages.h): on tmpfs,
-  // unless $CKPT_TMPFS_HUGE_PAGES is "0".
+  // with $CKPT_TMPFS_HUGE_PAGES=1.
   bool huge_pages = false;
 
   // "put \"a/b\" in file:///data/run42" — the prefix of every message.

@@ -21,6 +21,7 @@
 
 #include "ckpt/storage.h"
 #include "testing/files.h"
+#include "testing/scoped_env.h"
 #include "testing/storage_conformance.h"
 #include "testing/temp_dir.h"
 
@@ -405,17 +406,14 @@ bool HeldInHugePages(const std::string& path, size_t bytes) {
   return huge;
 }
 
-// On tmpfs a streamed write readies 2 MiB pages ahead of its data
-// (huge_pages.h) and cuts the file back at the end: objects of every size
-// around those pages, written in appends of every size, read back whole
-// and exactly as long as written.
+// On tmpfs a streamed write asked for huge pages readies 2 MiB pages ahead
+// of its data (huge_pages.h) and cuts the file back at the end: objects of
+// every size around those pages, written in appends of every size, read
+// back whole and exactly as long as written, asked or not.
 TEST_F(FileStorageTest, WritesOnTmpfsReadBackWholeAtEverySize) {
   if (!fs::is_directory("/dev/shm")) {
     GTEST_SKIP() << "no /dev/shm on this machine";
   }
-  testing::TempDir shm("file-storage-huge", "/dev/shm");
-  std::unique_ptr<Storage> storage = OpenOrNull("file://" + shm.string(), {});
-  ASSERT_NE(storage, nullptr);
   const std::vector<size_t> appends = {1,         4095,          (1 << 20) + 3,
                                        300 << 10, (3 << 20) + 1, 8 << 20};
   const std::vector<size_t> sizes = {(2 << 20) - 1, 2 << 20, (2 << 20) + 1,
@@ -424,35 +422,44 @@ TEST_F(FileStorageTest, WritesOnTmpfsReadBackWholeAtEverySize) {
   for (size_t i = 0; i < data.size(); ++i) {
     data[i] = static_cast<char>((i * 2654435761u) >> 13);
   }
-  for (size_t s = 0; s < sizes.size(); ++s) {
-    const std::string key = "obj" + std::to_string(s);
-    const std::string_view want(data.data(), sizes[s]);
-    SCOPED_TRACE(key + " of " + std::to_string(sizes[s]) + " bytes");
-    {
-      Result<std::unique_ptr<WritableObject>> w = storage->NewWritable(key);
-      ASSERT_TRUE(w.ok());
-      for (size_t at = 0, i = s; at < want.size(); ++i) {
-        const size_t n =
-            std::min(appends[i % appends.size()], want.size() - at);
-        ASSERT_TRUE((*w)->Append(Bytes(want.substr(at, n))).ok());
-        at += n;
+  for (const char* huge : {"1", "0"}) {
+    SCOPED_TRACE(std::string("CKPT_TMPFS_HUGE_PAGES=") + huge);
+    testing::ScopedEnv env("CKPT_TMPFS_HUGE_PAGES", huge);
+    testing::TempDir shm("file-storage-huge", "/dev/shm");
+    std::unique_ptr<Storage> storage = OpenOrNull("file://" + shm.string(), {});
+    ASSERT_NE(storage, nullptr);
+    for (size_t s = 0; s < sizes.size(); ++s) {
+      const std::string key = "obj" + std::to_string(s);
+      const std::string_view want(data.data(), sizes[s]);
+      SCOPED_TRACE(key + " of " + std::to_string(sizes[s]) + " bytes");
+      {
+        Result<std::unique_ptr<WritableObject>> w = storage->NewWritable(key);
+        ASSERT_TRUE(w.ok());
+        for (size_t at = 0, i = s; at < want.size(); ++i) {
+          const size_t n =
+              std::min(appends[i % appends.size()], want.size() - at);
+          ASSERT_TRUE((*w)->Append(Bytes(want.substr(at, n))).ok());
+          at += n;
+        }
+        ASSERT_TRUE((*w)->Close().ok());
       }
-      ASSERT_TRUE((*w)->Close().ok());
+      ASSERT_TRUE(storage->Put("put" + key, Bytes(want)).ok());
+      for (const std::string& k : {key, "put" + key}) {
+        EXPECT_EQ(fs::file_size(shm.string() + "/" + k), want.size()) << k;
+        Result<std::string> got = storage->ReadAll(k);
+        ASSERT_TRUE(got.ok()) << got.status().ToString();
+        EXPECT_TRUE(*got == want) << k;
+      }
     }
-    ASSERT_TRUE(storage->Put("put" + key, Bytes(want)).ok());
-    for (const std::string& k : {key, "put" + key}) {
-      EXPECT_EQ(fs::file_size(shm.string() + "/" + k), want.size()) << k;
-      Result<std::string> got = storage->ReadAll(k);
-      ASSERT_TRUE(got.ok()) << got.status().ToString();
-      EXPECT_TRUE(*got == want) << k;
-    }
+    EXPECT_EQ(TempFilesUnder(shm.string()), std::vector<std::string>{});
+    // Not asserted (the kernel may lack MADV_COLLAPSE, or contiguous memory
+    // at that moment): whether the pages are huge, for the log.
+    std::printf(
+        "NOTE: with CKPT_TMPFS_HUGE_PAGES=%s the 70 MiB object %s "
+        "held in 2 MiB pages\n",
+        huge,
+        HeldInHugePages(shm.string() + "/obj4", 64 << 20) ? "is" : "is NOT");
   }
-  EXPECT_EQ(TempFilesUnder(shm.string()), std::vector<std::string>{});
-  // Not asserted (the kernel may lack MADV_COLLAPSE, or contiguous memory
-  // at that moment): whether the pages are huge, for the log.
-  std::printf(
-      "NOTE: the 70 MiB object %s held in 2 MiB pages\n",
-      HeldInHugePages(shm.string() + "/obj4", 64 << 20) ? "is" : "is NOT");
 }
 
 // A tmpfs with little room left: however the huge pages are readied
@@ -465,6 +472,7 @@ TEST_F(FileStorageTest, HugePagesAheadNeverCostAWriteThatFits) {
            << "): run the tests as root (CAP_SYS_ADMIN), as CI does";
   }
   mounted_ = small;
+  testing::ScopedEnv env("CKPT_TMPFS_HUGE_PAGES", "1");
   std::unique_ptr<Storage> storage = OpenOrNull("file://" + small, {});
   ASSERT_NE(storage, nullptr);
   const std::string big((23 << 20) + 5, 'z');

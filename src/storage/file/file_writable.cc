@@ -8,8 +8,8 @@
 //      uses O_DIRECT where the file system takes it (direct_writer.h) and
 //      is not held in memory (Root::direct_io: not on tmpfs or ramfs),
 //      unless $CKPT_FILE_DIRECT_IO is "0"; the last block is padded and the
-//      file cut back to size before the fsync. On tmpfs (Root::huge_pages)
-//      the file's whole 2 MiB stretches are made huge pages (huge_pages.h).
+//      file cut back to size before the fsync. On tmpfs, if asked
+//      (Root::huge_pages), the file gets 2 MiB pages (huge_pages.h).
 //   3. Publish: renameat(tmp, NAME) to overwrite, or linkat(tmp, NAME) then
 //      unlink(tmp) for create-if-absent (link fails with EEXIST when NAME
 //      exists, so of racing writers exactly one wins).

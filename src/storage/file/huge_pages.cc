@@ -31,11 +31,9 @@ uint64_t RoundDown(uint64_t x) { return x / kHugePage * kHugePage; }
 }  // namespace
 
 bool HugePagesAllowed() {
-  static const bool wanted = [] {
-    const char* v = std::getenv("CKPT_TMPFS_HUGE_PAGES");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
-  return wanted && g_kernel_collapses.load(std::memory_order_relaxed);
+  const char* v = std::getenv("CKPT_TMPFS_HUGE_PAGES");
+  return v != nullptr && std::strcmp(v, "1") == 0 &&
+         g_kernel_collapses.load(std::memory_order_relaxed);
 }
 
 void HugePageWriter::Before(uint64_t offset, uint64_t length) {

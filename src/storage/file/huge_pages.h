@@ -19,6 +19,16 @@
 // end. On the VM, writing 4 files of 256 MiB at once took 0.20 s either
 // way, once memory was not fragmented (the first time, compacting, 0.5 s).
 //
+// Asked for only with $CKPT_TMPFS_HUGE_PAGES=1. The price is in the
+// background: the kernel clears each 2 MiB page before the write, and on a
+// virtual machine that hands free memory back to its host (virtio-balloon
+// free page reporting, which takes free 2 MiB blocks after 2 s) each one
+// then costs the host a fault too. On the VM the local tier's background
+// work (1 GiB) took 1.7-2.0 s instead of 0.76-0.80 s after an idle pause,
+// while on the 16-core machine the restore gained nothing (0.029-0.030 s
+// against 0.031 s): it pays only where few cores copy and restores are
+// worth more than saves.
+//
 // Nothing here changes what a file holds once written. A refusal (an older
 // kernel, no contiguous memory) only leaves the small pages; after one the
 // writer stops asking for that file, and after EINVAL (no MADV_COLLAPSE) no
@@ -33,8 +43,8 @@ namespace ckpt::file {
 
 inline constexpr uint64_t kHugePage = uint64_t{2} << 20;
 
-// Whether writes to tmpfs roots ask for 2 MiB pages: unless
-// $CKPT_TMPFS_HUGE_PAGES is "0", and until the kernel said it cannot.
+// Whether writes to tmpfs roots ask for 2 MiB pages: when
+// $CKPT_TMPFS_HUGE_PAGES is "1", until the kernel said it cannot.
 bool HugePagesAllowed();
 
 // Follows one file being written front to back (through a descriptor open
