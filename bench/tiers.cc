@@ -12,7 +12,10 @@
 //     restore that checks its bytes must do.
 //
 //   bench_tiers [--gib 1] [--ranks 4] [--local DIR] [--durable DIR]
-//               [--runs 3] [--json]
+//               [--runs 3] [--tmpfs-huge-pages] [--json]
+//
+// --tmpfs-huge-pages runs with CKPT_TMPFS_HUGE_PAGES=1 (docs/tiers.md): the
+// local tier's files on tmpfs get 2 MiB pages.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -96,10 +99,13 @@ int main(int argc, char** argv) {
       a.runs = std::atoi(value());
     } else if (f == "--json") {
       a.json = true;
+    } else if (f == "--tmpfs-huge-pages") {
+      ::setenv("CKPT_TMPFS_HUGE_PAGES", "1", 1);
     } else {
       std::fprintf(stderr,
                    "usage: bench_tiers [--gib 1] [--ranks 4] [--local DIR] "
-                   "[--durable DIR] [--runs 3] [--json]\n");
+                   "[--durable DIR] [--runs 3] [--tmpfs-huge-pages] "
+                   "[--json]\n");
       return f == "--help" ? 0 : 2;
     }
   }
@@ -285,9 +291,12 @@ int main(int argc, char** argv) {
   const double r_restore = memory_s / durable_cold_s;
   const double r_plain = plain_s / durable_cold_s;
   const double r_stall = stall_s / memcpy_s;
+  const char* huge_env = std::getenv("CKPT_TMPFS_HUGE_PAGES");
+  const bool huge = huge_env != nullptr && std::strcmp(huge_env, "1") == 0;
   if (a.json) {
     std::printf(
-        "{\"ranks\": %d, \"bytes\": %llu, \"page_cache_dropped\": %s,\n"
+        "{\"ranks\": %d, \"bytes\": %llu, \"page_cache_dropped\": %s, "
+        "\"tmpfs_huge_pages\": %s,\n"
         " \"figures\": {\"memcpy_rank_s\": %.4f, \"local_stall_s\": %.4f, "
         "\"local_background_s\": %.4f, \"replication_gbps\": %.3f, "
         "\"durable_save_s\": %.4f, \"persistence_gbps\": %.3f, "
@@ -297,16 +306,17 @@ int main(int argc, char** argv) {
         "\"local_stall_vs_memcpy\": %.3f, "
         "\"plain_read_check_vs_durable_cold\": %.3f}}\n",
         W, static_cast<unsigned long long>(rank_bytes * W),
-        cold ? "true" : "false", memcpy_s, stall_s, local_s,
-        replicated * W / local_s / gb, durable_s,
+        cold ? "true" : "false", huge ? "true" : "false", memcpy_s, stall_s,
+        local_s, replicated * W / local_s / gb, durable_s,
         rank_bytes * W / durable_s / gb, memory_s, durable_cold_s, plain_s,
         r_restore, r_stall, r_plain);
     return 0;
   }
   std::printf(
       "bench_tiers: %d ranks on 2 nodes, %.2f GiB in all (%.0f MiB "
-      "per rank), best of %d\n",
-      W, rank_bytes * W / (1 << 30), rank_bytes / (1 << 20), a.runs);
+      "per rank), best of %d%s\n",
+      W, rank_bytes * W / (1 << 30), rank_bytes / (1 << 20), a.runs,
+      huge ? ", local tier in 2 MiB tmpfs pages" : "");
   std::printf("  memcpy of a rank's bytes (all at once)  %.4f s\n", memcpy_s);
   std::printf("  local-tier SaveAsync stall per rank     %.4f s\n", stall_s);
   std::printf(

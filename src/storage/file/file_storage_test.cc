@@ -385,12 +385,20 @@ bool HeldInHugePages(const std::string& path, size_t bytes) {
   constexpr size_t kHuge = 2 << 20;
   void* reserved = ::mmap(nullptr, bytes + kHuge, PROT_NONE,
                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (reserved == MAP_FAILED) {
+    ::close(fd);
+    return false;
+  }
   const uintptr_t at = (reinterpret_cast<uintptr_t>(reserved) + kHuge - 1) &
                        ~static_cast<uintptr_t>(kHuge - 1);
-  auto* map = static_cast<volatile char*>(
-      ::mmap(reinterpret_cast<void*>(at), bytes, PROT_READ,
-             MAP_SHARED | MAP_FIXED, fd, 0));
+  void* mapped = ::mmap(reinterpret_cast<void*>(at), bytes, PROT_READ,
+                        MAP_SHARED | MAP_FIXED, fd, 0);
   ::close(fd);
+  if (mapped == MAP_FAILED) {
+    ::munmap(reserved, bytes + kHuge);
+    return false;
+  }
+  auto* map = static_cast<volatile char*>(mapped);
   for (size_t i = 0; i < bytes; i += 4096) (void)map[i];
   const std::string smaps = ReadFile("/proc/self/smaps");
   char start[32];
