@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <gtest/gtest.h>
-#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -20,6 +19,7 @@
 #include <vector>
 
 #include "ckpt/storage.h"
+#include "storage/file/huge_pages.h"
 #include "testing/files.h"
 #include "testing/scoped_env.h"
 #include "testing/storage_conformance.h"
@@ -382,36 +382,20 @@ TEST_F(FileStorageTest, LargeReadsAreHandedOverInStretchesOnDiskAndTmpfs) {
 bool HeldInHugePages(const std::string& path, size_t bytes) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
-  constexpr size_t kHuge = 2 << 20;
-  void* reserved = ::mmap(nullptr, bytes + kHuge, PROT_NONE,
-                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (reserved == MAP_FAILED) {
-    ::close(fd);
-    return false;
-  }
-  const uintptr_t at = (reinterpret_cast<uintptr_t>(reserved) + kHuge - 1) &
-                       ~static_cast<uintptr_t>(kHuge - 1);
-  void* mapped = ::mmap(reinterpret_cast<void*>(at), bytes, PROT_READ,
-                        MAP_SHARED | MAP_FIXED, fd, 0);
+  file::AlignedFileMapping mapping(fd, 0, bytes);
   ::close(fd);
-  if (mapped == MAP_FAILED) {
-    ::munmap(reserved, bytes + kHuge);
-    return false;
-  }
-  auto* map = static_cast<volatile char*>(mapped);
+  if (mapping.data() == nullptr) return false;
+  const volatile char* map = mapping.data();
   for (size_t i = 0; i < bytes; i += 4096) (void)map[i];
   const std::string smaps = ReadFile("/proc/self/smaps");
   char start[32];
-  std::snprintf(start, sizeof(start), "%lx-", static_cast<unsigned long>(at));
-  bool huge = false;
+  std::snprintf(start, sizeof(start), "%lx-",
+                reinterpret_cast<unsigned long>(mapping.data()));
   const size_t entry = smaps.find(std::string("\n") + start);
-  if (entry != std::string::npos) {
-    const size_t pmd = smaps.find("ShmemPmdMapped:", entry);
-    huge = pmd != std::string::npos &&
-           std::strtoull(smaps.c_str() + pmd + 15, nullptr, 10) > 0;
-  }
-  ::munmap(reserved, bytes + kHuge);
-  return huge;
+  if (entry == std::string::npos) return false;
+  const size_t pmd = smaps.find("ShmemPmdMapped:", entry);
+  return pmd != std::string::npos &&
+         std::strtoull(smaps.c_str() + pmd + 15, nullptr, 10) > 0;
 }
 
 // On tmpfs a streamed write asked for huge pages readies 2 MiB pages ahead

@@ -84,22 +84,11 @@ int HugePageWriter::Finish(uint64_t size) {
 
 void HugePageWriter::Collapse(uint64_t begin, uint64_t end) {
   if (!active_ || begin >= end) return;
-  // Only a mapping that starts on a 2 MiB boundary can hold 2 MiB pages:
-  // reserve 2 MiB more address space than needed and map inside it.
   const size_t len = static_cast<size_t>(end - begin);
-  void* reserved = ::mmap(nullptr, len + kHugePage, PROT_NONE,
-                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (reserved == MAP_FAILED) {
+  AlignedFileMapping map(fd_, begin, len);
+  if (map.data() == nullptr) {
     active_ = false;
-    return;
-  }
-  const uintptr_t at = (reinterpret_cast<uintptr_t>(reserved) + kHugePage - 1) &
-                       ~static_cast<uintptr_t>(kHugePage - 1);
-  void* map = ::mmap(reinterpret_cast<void*>(at), len, PROT_READ,
-                     MAP_SHARED | MAP_FIXED, fd_, static_cast<off_t>(begin));
-  if (map == MAP_FAILED) {
-    active_ = false;
-  } else if (::madvise(map, len, MADV_COLLAPSE) != 0) {
+  } else if (::madvise(map.data(), len, MADV_COLLAPSE) != 0) {
     // EAGAIN is passing (a page locked a moment); anything else (no
     // contiguous memory, tmpfs full) would cost the same again.
     if (errno == EINVAL && !g_collapsed_once.load()) {
@@ -109,7 +98,25 @@ void HugePageWriter::Collapse(uint64_t begin, uint64_t end) {
   } else {
     g_collapsed_once.store(true, std::memory_order_relaxed);
   }
-  ::munmap(reserved, len + kHugePage);
+}
+
+AlignedFileMapping::AlignedFileMapping(int fd, uint64_t offset, size_t length) {
+  // Reserve 2 MiB more address space than needed and map inside it.
+  void* reserved = ::mmap(nullptr, length + kHugePage, PROT_NONE,
+                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (reserved == MAP_FAILED) return;
+  reserved_ = reserved;
+  reserved_length_ = length + kHugePage;
+  const uintptr_t at = (reinterpret_cast<uintptr_t>(reserved) + kHugePage - 1) &
+                       ~static_cast<uintptr_t>(kHugePage - 1);
+  void* map = ::mmap(reinterpret_cast<void*>(at), length, PROT_READ,
+                     MAP_SHARED | MAP_FIXED, fd, static_cast<off_t>(offset));
+  if (map != MAP_FAILED) data_ = static_cast<char*>(map);
+}
+
+AlignedFileMapping::~AlignedFileMapping() {
+  // The file's mapping lies inside the reservation: one munmap ends both.
+  if (reserved_ != nullptr) ::munmap(reserved_, reserved_length_);
 }
 
 }  // namespace ckpt::file

@@ -47,6 +47,25 @@ inline constexpr uint64_t kHugePage = uint64_t{2} << 20;
 // $CKPT_TMPFS_HUGE_PAGES is "1", until the kernel said it cannot.
 bool HugePagesAllowed();
 
+// A read-only shared mapping of `length` bytes of the file `fd` from
+// `offset` (a multiple of kHugePage), placed on a 2 MiB boundary: only such
+// a mapping can hold the file's 2 MiB pages. Unmapped when destroyed;
+// data() is null when it could not be made.
+class AlignedFileMapping {
+ public:
+  AlignedFileMapping(int fd, uint64_t offset, size_t length);
+  ~AlignedFileMapping();
+  AlignedFileMapping(const AlignedFileMapping&) = delete;
+  AlignedFileMapping& operator=(const AlignedFileMapping&) = delete;
+
+  char* data() const { return data_; }
+
+ private:
+  void* reserved_ = nullptr;  // the address space reserved around it
+  size_t reserved_length_ = 0;
+  char* data_ = nullptr;
+};
+
 // Follows one file being written front to back (through a descriptor open
 // for reading and writing) and gives it huge pages ahead of its data. Not
 // thread-safe: one per writer.
