@@ -1,7 +1,8 @@
 # The two commands of the README:
 #   make demo   install dependencies, build, train the demo model, kill it
 #               twice with SIGKILL, resume, compare with an uninterrupted run
-#   make test   install dependencies, build, run every test
+#   make test   install dependencies, build, run every test and the code
+#               blocks of README.md and docs/*.md
 # Extra: make build, make wheel, make format, make check-format, make asan,
 #        make tsan, make fuzz (docs/reliability.md).
 
@@ -13,6 +14,7 @@ JOBS   ?= $(shell nproc)
 export GTEST_BRIEF ?= 1
 
 .PHONY: all deps build wheel demo test test-release test-wheel check-format \
+        check-docs \
         check-layering format asan tsan \
         fuzz-replay fuzz clean
 
@@ -33,11 +35,11 @@ demo: build
 wheel: build
 	scripts/build-wheel.sh $(BUILD) dist
 
-# Every test of the build, the wheel installed and tested in fresh virtual
-# environments, then the same under address and undefined-behaviour
+# Every test of the build, the code blocks of the docs, the wheel installed
+# and tested in fresh virtual environments, then the same under address and undefined-behaviour
 # sanitizers, the threaded tests under the thread sanitizer, and the fuzz
 # corpus replayed under address and undefined-behaviour sanitizers.
-test: test-release test-wheel asan tsan fuzz-replay
+test: test-release check-docs test-wheel asan tsan fuzz-replay
 
 test-release: build check-format check-layering
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
@@ -48,6 +50,13 @@ test-release: build check-format check-layering
 # examples/python/train.py and bench/peers/peers.py (scripts/test-wheel.sh).
 test-wheel: wheel
 	scripts/test-wheel.sh $(BUILD) dist
+
+# The code blocks of README.md and docs/*.md run as written, their shown
+# output compared, and every relative link resolves (scripts/check-docs.py;
+# the rules are in docs/README.md); the checker's own test first.
+check-docs: build
+	/usr/bin/python3 scripts/test_check_docs.py
+	/usr/bin/python3 scripts/check-docs.py --build $(BUILD)
 
 # clang-format (Google style) over every C++ file the repository tracks.
 check-format: deps

@@ -1,4 +1,4 @@
-// What the coordinator tells the catalog (DESIGN.md, save step 6): a
+// What the coordinator tells the catalog (docs/design.md, save step 7): a
 // committed checkpoint after its commit, a deleted one after its manifest is
 // gone. A catalog failure never undoes either, and never holds a save up for
 // more than one catalog timeout: it is logged as a warning, once per save,

@@ -1,4 +1,4 @@
-// The subcommands of `ckpt` (DESIGN.md, "Command line").
+// The subcommands of `ckpt` (docs/cli.md).
 //
 // Each Add*Command registers one subcommand, with its help text and
 // examples, on the top-level CLI11 app. When the command line selects it,

@@ -1,6 +1,6 @@
 // `file:///path` — a directory on a POSIX file system.
 //
-// Durable writes follow DESIGN.md: write to a unique temporary name in the
+// Durable writes follow docs/design.md: write to a unique temporary name in the
 // same directory (O_EXCL), fsync it, rename it into place (or link(2) it for
 // create-if-absent, so exactly one writer wins), fsync the directory; a new
 // directory also fsyncs its parent. An fsync error fails the write and is
