@@ -196,10 +196,13 @@ def parse_transcript(body):
             i += 1
             continue
         cmd = line[2:]
-        while cmd.endswith("\\") and i + 1 < len(body):
-            i += 1
-            cmd = cmd + "\n" + re.sub(r"^> ", "", body[i])
         i += 1
+        # The shell's continuation prompt: after a trailing backslash, or
+        # inside an open quote, the command goes on in lines "> ...".
+        while i < len(body) and (body[i].startswith("> ") or
+                                 cmd.endswith("\\")):
+            cmd = cmd + "\n" + re.sub(r"^> ", "", body[i])
+            i += 1
         out = []
         while i < len(body) and not body[i].startswith("$ "):
             out.append(body[i])

@@ -93,6 +93,14 @@ class CheckDocsTest(unittest.TestCase):
                                "6"),
                          "printed other output than shown")
 
+    def test_a_command_goes_on_after_its_continuation_prompt(self):
+        self.assertPasses(block("console",
+                                "$ echo 'one",
+                                "> two' \\",
+                                "three",
+                                "one",
+                                "two three"))
+
     def test_table_padding_is_not_compared(self):
         self.assertPasses(block("console",
                                 "$ printf 'A   B\\n1   22\\n'",
