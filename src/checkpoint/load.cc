@@ -277,6 +277,9 @@ std::string Joined(const std::vector<std::string>& names) {
 Result<CheckpointInfo> CheckpointManager::Impl::Load(
     std::optional<int64_t> step, State& state, const LoadOptions& load,
     bool* damaged) {
+  // A state that cannot be loaded into is refused before any step is looked
+  // for.
+  CKPT_RETURN_IF_ERROR(state.status());
   StagedLoad staged;
   std::vector<std::string> changed;  // streaming: written before a failure
   Result<int64_t> loaded = FirstStepThatLoads(
