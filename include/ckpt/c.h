@@ -447,16 +447,26 @@ CKPT_EXPORT int ckpt_save_wait_staged(ckpt_save_t* save, char** errptr);
 /* Frees the handle; the save itself goes on. */
 CKPT_EXPORT void ckpt_save_destroy(ckpt_save_t* save);
 
-/* Loads `step` (CKPT_NEWEST: the newest complete) into the entries of
- * `state` (added with for_load): tensors into their buffers, blobs and
- * metadata into the state (read them with ckpt_state_get). With strict, an
- * entry of the checkpoint that the state lacks is an error. info (may be
- * NULL) receives the checkpoint's info. Everything is checked before a
- * byte lands; a checksum mismatch midway is CKPT_DATA_LOSS and may leave
- * buffers partly written. */
+/* Loads `step` into the entries of `state` (added with for_load): tensors
+ * into their buffers, blobs and metadata into the state (read them with
+ * ckpt_state_get). With strict, an entry of the checkpoint that the state
+ * lacks is an error. info (may be NULL) receives the checkpoint's info.
+ * A load either completes at one step or changes nothing: every chunk is
+ * read into staging memory and checked before any buffer changes.
+ * CKPT_NEWEST resumes: the committed steps are tried newest first, and a
+ * damaged one (CKPT_DATA_LOSS) is skipped for the next older one; a state
+ * that does not fit the checkpoint fails at once. */
 CKPT_EXPORT int ckpt_manager_load(ckpt_manager_t* manager, int64_t step,
                                   ckpt_state_t* state, int strict, char** info,
                                   char** errptr);
+/* ckpt_manager_load with the choice of transactional (nonzero, what
+ * ckpt_manager_load does) or streaming (0: host tensors are read straight
+ * into their buffers, with no staging memory; a failure midway may leave
+ * them partly written and its message names the entries changed). */
+CKPT_EXPORT int ckpt_manager_load_ex(ckpt_manager_t* manager, int64_t step,
+                                     ckpt_state_t* state, int strict,
+                                     int transactional, char** info,
+                                     char** errptr);
 
 /* Every saving rank's value of the rank-local entry `name`, at any world
  * size: *out receives a new state (free with ckpt_state_destroy) whose
@@ -574,6 +584,11 @@ CKPT_EXPORT void ckpt_tier_save_destroy(ckpt_tier_save_t* save);
  * local_skipped}. */
 CKPT_EXPORT int ckpt_tiered_restore(ckpt_tiered_t* tiers, ckpt_state_t* state,
                                     int strict, char** result, char** errptr);
+/* ckpt_tiered_restore with transactional as ckpt_manager_load_ex's. */
+CKPT_EXPORT int ckpt_tiered_restore_ex(ckpt_tiered_t* tiers,
+                                       ckpt_state_t* state, int strict,
+                                       int transactional, char** result,
+                                       char** errptr);
 
 /* What a node's local root holds: [{rank, step, marked, world_size, bytes}]
  * (ckpt ls of a local tier). */

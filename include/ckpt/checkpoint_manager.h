@@ -13,7 +13,9 @@
 // (plus garbage that GarbageCollect removes): the manifest, written last with
 // create-if-absent, is the commit. Load checks every chunk it reads against
 // its xxh3-128 checksum and fails with DataLoss rather than return a wrong
-// byte. Nothing a manager deletes is anything it did not write.
+// byte; a load either completes at one step or changes nothing, and a
+// resume lands on the newest step that loads whole. Nothing a manager
+// deletes is anything it did not write.
 //
 // Threads. A manager serializes its own calls (one Save or Load at a time);
 // use one manager per root per process. Many processes may read one root;
@@ -216,6 +218,17 @@ struct SaveOptions {
 struct LoadOptions {
   // Fail when the checkpoint holds entries the State does not ask for.
   bool strict = false;
+  // All or nothing (the default): every tensor chunk is read into the
+  // manager's staging memory and checked there, blobs and metadata are
+  // collected, and only once everything read is whole (on every rank) are
+  // the caller's tensors, blobs and metadata changed. Costs staging memory
+  // of this rank's loaded tensor bytes, which the manager keeps and reuses
+  // as it does for SaveAsync, and one more copy of those bytes. false:
+  // tensors in host memory are read straight into their buffers (no
+  // staging memory beyond device tensors); a failure while reading may
+  // then leave them partly written, and its error names every entry that
+  // may have changed.
+  bool transactional = true;
 };
 
 // A committed checkpoint, as `ckpt ls` shows it.
@@ -374,18 +387,32 @@ class CheckpointManager {
   SaveHandle SaveAsync(int64_t step, const State& state,
                        const SaveOptions& options = {});
 
-  // Fills the entries of `state` from `step` (nullopt: the newest committed)
-  // in place: tensors must match dtype and shape; blobs and metadata are
-  // replaced. NotFound names an entry the checkpoint lacks. Every check that
-  // needs no data (entries, dtypes, shapes, object sizes) runs before the
-  // first byte is written into the caller's buffers; a checksum mismatch
-  // found while reading returns DataLoss with the buffers partly written
-  // (staging a second copy of the model to avoid that would double memory).
+  // Fills the entries of `state` from `step` in place: tensors must match
+  // dtype and shape; blobs and metadata are replaced. A load either
+  // completes at one step or changes nothing (LoadOptions::transactional):
+  // every check that needs no data (entries, dtypes, shapes, object sizes)
+  // runs first, then every chunk is read and checked against its checksum
+  // into staging memory, and the caller's state changes only once all of it
+  // (on every rank) is whole: with many ranks, every rank calls Load
+  // together. NotFound names an entry the checkpoint lacks.
+  //
+  // Resume (`step` nullopt): the committed steps are tried newest first,
+  // on every rank together. A step that does not load whole because it is
+  // damaged (DataLoss: a checksum mismatch, a missing or truncated object, a
+  // damaged manifest or index) is skipped with a warning naming it and why,
+  // and the next older one is tried; the load fails only when none loads,
+  // naming every step tried and its error. A mismatch between the state and
+  // the checkpoint (a missing entry, another shape or dtype, `strict`) fails
+  // at once: an older step would not fit either. A step asked for by number
+  // never falls back. Latest() differs: it names the newest step complete
+  // by a listing, without reading its data, so a resume may land below it.
   Result<CheckpointInfo> Load(std::optional<int64_t> step, State& state,
                               const LoadOptions& options = {});
   // Loads every entry (or just the global entries `names`) into a State that
   // owns the buffers; tensors saved in pieces come back whole, rank-local
-  // entries come back once per rank as RankLocalName(name, rank).
+  // entries come back once per rank as RankLocalName(name, rank). Nothing
+  // of the caller's changes on failure; nullopt falls back past damaged
+  // steps as Load does.
   Result<LoadedCheckpoint> LoadAll(std::optional<int64_t> step,
                                    const std::vector<std::string>& names = {});
   // Every rank's value of the rank-local entry `name`, in a State whose
@@ -395,7 +422,10 @@ class CheckpointManager {
   Result<LoadedCheckpoint> LoadRankLocal(std::optional<int64_t> step,
                                          std::string_view name);
 
-  // The newest committed step whose manifest validates; nullopt if none.
+  // The newest committed step whose manifest validates and whose objects a
+  // listing shows with their recorded sizes; nullopt if none. No data is
+  // read: a step with a damaged chunk is still Latest(), and Load(nullopt)
+  // then resumes from an older one.
   Result<std::optional<int64_t>> Latest();
   // Every committed checkpoint, oldest first. Damaged manifests are skipped
   // (with a warning); `Verify` reports them.

@@ -1,7 +1,9 @@
 // The job runner: the resume logic a training job would otherwise write
 // itself. A Job says what its state is and how to train one epoch; the
-// JobRunner finds the newest committed checkpoint, restores it and continues
-// where it stopped (or runs Init and saves step 0), saves at every epoch
+// JobRunner restores the newest committed checkpoint that loads whole
+// (a damaged newer one is skipped, and replaced when training reaches its
+// step again) and continues where it stopped (or runs Init and saves step
+// 0), saves at every epoch
 // boundary (and every N steps or S seconds), saves once more and stops when
 // the machine is being taken away (SIGTERM, SIGUSR1), and cleans up when the
 // job finished.

@@ -145,11 +145,18 @@ void ckpt_save_destroy(ckpt_save_t* save) { delete save; }
 int ckpt_manager_load(ckpt_manager_t* manager, int64_t step,
                       ckpt_state_t* state, int strict, char** info,
                       char** errptr) {
+  return ckpt_manager_load_ex(manager, step, state, strict, 1, info, errptr);
+}
+
+int ckpt_manager_load_ex(ckpt_manager_t* manager, int64_t step,
+                         ckpt_state_t* state, int strict, int transactional,
+                         char** info, char** errptr) {
   return Guard(errptr, [&]() -> ckpt::Status {
     if (manager == nullptr) return Unopened("ckpt_manager_load");
     if (state == nullptr) return NullArgument("ckpt_manager_load", "state");
-    auto r = manager->manager->Load(StepOrNewest(step), state->state,
-                                    {.strict = strict != 0});
+    auto r = manager->manager->Load(
+        StepOrNewest(step), state->state,
+        {.strict = strict != 0, .transactional = transactional != 0});
     if (!r.ok()) return r.status();
     SetOut(info, Dump(ckpt::records::InfoJson(*r)));
     return ckpt::Status();

@@ -130,11 +130,19 @@ void ckpt_tier_save_destroy(ckpt_tier_save_t* save) { delete save; }
 
 int ckpt_tiered_restore(ckpt_tiered_t* tiers, ckpt_state_t* state, int strict,
                         char** result, char** errptr) {
+  return ckpt_tiered_restore_ex(tiers, state, strict, 1, result, errptr);
+}
+
+int ckpt_tiered_restore_ex(ckpt_tiered_t* tiers, ckpt_state_t* state,
+                           int strict, int transactional, char** result,
+                           char** errptr) {
   return Guard(errptr, [&]() -> ckpt::Status {
     if (tiers == nullptr || state == nullptr) {
       return NullArgument("ckpt_tiered_restore", "tiers or state");
     }
-    auto r = tiers->tiers->Restore(state->state, {.strict = strict != 0});
+    auto r = tiers->tiers->Restore(
+        state->state,
+        {.strict = strict != 0, .transactional = transactional != 0});
     if (!r.ok()) return r.status();
     SetOut(result, Dump(ckpt::records::TierRestoreResultJson(*r)));
     return ckpt::Status();

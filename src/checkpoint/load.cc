@@ -1,29 +1,44 @@
-// Loading, on every rank (any number of ranks, any split):
+// Loading, on every rank (any number of ranks, any split). A load either
+// completes at one step or changes nothing; a resume lands on the newest
+// step that loads whole.
 //
-//   1. Resolve the step: the one asked for, or the newest complete one: its
-//      manifest validates and a listing shows every object it names with
-//      the recorded size (others are skipped with a warning). With many ranks,
-//      rank 0 picks and broadcasts, so ranks racing a concurrent commit never
-//      load different steps. Of a version 3 checkpoint a rank reads the
-//      commit record, the directory and only the indexes of the ranks whose
-//      pieces meet the boxes it loads.
-//   2. Match the state against the manifest: every entry present with the
-//      same kind, dtype and global shape, views writable, rank-local entries
-//      only at the saving world size, no extras under `strict`.
-//   3. Check that every object the needed chunks lie in exists with the size
-//      the manifest records.
-//   4. Only then read: blobs and metadata directly, tensors as the chunks
-//      that intersect this rank's box, in slabs on the I/O pool, each chunk
-//      checked against its checksum (a mismatch is DataLoss naming object,
-//      range and entry; buffers may then be partly written). Tensors on a
-//      CUDA device are read into the staging memory, page-locked, and
-//      copied to their devices once every read has succeeded: a failed load
-//      leaves device memory as it was.
+//   1. The steps to try: the one asked for, or (a resume) every committed
+//      one, newest first. With many ranks, rank 0 lists and broadcasts, so
+//      ranks racing a concurrent commit never try different steps.
+//   2. For each step, each rank on its own (StageLoad): read the manifest
+//      (of a version 3 checkpoint the commit record, the directory and only
+//      the indexes of the ranks whose pieces meet the boxes it loads); match
+//      the state against it (every entry present with the same kind, dtype
+//      and global shape, views writable, rank-local entries only at the
+//      saving world size, no extras under `strict`); check that every
+//      object the needed chunks lie in exists with its recorded size; then
+//      read: blobs and metadata into memory of the load's own, tensors as
+//      the chunks that meet this rank's box, in slabs on the I/O pool, each
+//      chunk checked against its checksum. Transactional (the default),
+//      every tensor is read into the staging memory; streaming, host
+//      tensors are read straight into their buffers. Device tensors always
+//      go through the staging memory, page-locked.
+//   3. The ranks all-gather their outcomes (LoadVote). All whole: each rank
+//      applies its load (ApplyLoad: device copies, one ParallelCopy from
+//      the staging memory into the host tensors, blobs and metadata), and
+//      the load is done. A failure that is not damage (the state does not
+//      fit the checkpoint, the storage failed) fails every rank at once. A
+//      damaged step (DataLoss anywhere, or a manifest gone) fails an
+//      explicit load; a resume logs it and tries the next older step, and
+//      fails, naming every step tried, when none is left.
+//
+// The cost of the promise: staging memory of this rank's loaded tensor
+// bytes, kept by the manager and reused (as SaveAsync's is), and one more
+// copy of those bytes. LoadOptions::transactional = false reads host
+// tensors in place instead; its failures name the entries they may have
+// changed. LoadAll and LoadRankLocal fill a State of their own, so they
+// change nothing of the caller's either way; they fall back as Load does.
 #include <algorithm>
 #include <set>
 
 #include "checkpoint/manager_impl.h"
 #include "util/dtype_text.h"
+#include "util/log.h"
 #include "util/names.h"
 
 namespace ckpt {
@@ -49,24 +64,92 @@ Result<int64_t> CheckpointManager::Impl::ResolveStep(
   std::string mine;
   if (comm().rank() == 0) {
     Result<std::shared_ptr<const Manifest>> m = manifests_.NewestComplete();
-    mine = EncodeResolvedStep(m.ok() ? ResolvedStep{Status(), (*m)->step}
-                                     : ResolvedStep{m.status(), -1});
+    mine = EncodeLoadSteps(m.ok() ? LoadSteps{Status(), {(*m)->step}}
+                                  : LoadSteps{m.status(), {}});
   }
   CKPT_ASSIGN_OR_RETURN(std::string agreed, comm().Broadcast(mine, 0));
-  CKPT_ASSIGN_OR_RETURN(ResolvedStep resolved, DecodeResolvedStep(agreed));
+  CKPT_ASSIGN_OR_RETURN(LoadSteps resolved, DecodeLoadSteps(agreed));
   CKPT_RETURN_IF_ERROR(resolved.status);
-  return resolved.step;
+  return resolved.steps.front();
 }
 
-Result<std::shared_ptr<const Manifest>> CheckpointManager::Impl::Resolve(
+Result<std::vector<int64_t>> CheckpointManager::Impl::StepsToTry(
     std::optional<int64_t> step) {
-  CKPT_ASSIGN_OR_RETURN(int64_t s, ResolveStep(step));
-  return manifests_.Read(s);
+  if (step) return std::vector<int64_t>{*step};
+  auto newest_first = [&]() -> Result<std::vector<int64_t>> {
+    CKPT_ASSIGN_OR_RETURN(auto listed, manifests_.List());
+    if (listed.empty()) {
+      return NotFoundError("no committed checkpoint in " + Where());
+    }
+    std::vector<int64_t> steps;
+    for (const auto& [s, info] : listed) steps.push_back(s);
+    return steps;
+  };
+  if (comm().size() == 1) return newest_first();
+  std::string mine;
+  if (comm().rank() == 0) {
+    Result<std::vector<int64_t>> steps = newest_first();
+    mine = EncodeLoadSteps(steps.ok() ? LoadSteps{Status(), *steps}
+                                      : LoadSteps{steps.status(), {}});
+  }
+  CKPT_ASSIGN_OR_RETURN(std::string agreed, comm().Broadcast(mine, 0));
+  CKPT_ASSIGN_OR_RETURN(LoadSteps steps, DecodeLoadSteps(agreed));
+  CKPT_RETURN_IF_ERROR(steps.status);
+  return steps.steps;
 }
 
-Result<std::shared_ptr<const Manifest>> CheckpointManager::Impl::ResolveFor(
-    std::optional<int64_t> step, const State& state) {
-  CKPT_ASSIGN_OR_RETURN(int64_t s, ResolveStep(step));
+namespace {
+
+// Every rank's vote as one: the first rank's failure that is not damage
+// (every rank fails with it), else the first rank's damage, else success.
+Result<LoadVote> Agree(const std::vector<std::string>& votes) {
+  LoadVote damaged;
+  for (size_t r = 0; r < votes.size(); ++r) {
+    CKPT_ASSIGN_OR_RETURN(LoadVote v, DecodeLoadVote(votes[r]));
+    if (v.status.ok()) continue;
+    v.status = v.status.WithContext("rank " + std::to_string(r));
+    if (!v.damaged) return v;
+    if (damaged.status.ok()) damaged = std::move(v);
+  }
+  return damaged;
+}
+
+}  // namespace
+
+Result<int64_t> CheckpointManager::Impl::FirstStepThatLoads(
+    std::optional<int64_t> step,
+    const std::function<Status(int64_t, bool& damaged)>& attempt,
+    bool* damaged_out, bool agree_explicit) {
+  CKPT_ASSIGN_OR_RETURN(std::vector<int64_t> steps, StepsToTry(step));
+  std::string tried;
+  for (int64_t s : steps) {
+    bool damaged = false;
+    Status mine = attempt(s, damaged);
+    LoadVote vote{mine, !mine.ok() && damaged};
+    // No rank changes its state before every rank has read and checked
+    // its part whole.
+    if (comm().size() > 1 && (!step || agree_explicit)) {
+      CKPT_ASSIGN_OR_RETURN(std::vector<std::string> all,
+                            comm().AllGather(EncodeLoadVote(vote)));
+      CKPT_ASSIGN_OR_RETURN(vote, Agree(all));
+    }
+    if (vote.status.ok()) return s;
+    if (damaged_out != nullptr) *damaged_out = vote.damaged;
+    if (step || !vote.damaged) return vote.status;
+    if (comm().rank() == 0) {
+      LogWarning("resume from " + Where() + ": skipping step " +
+                 std::to_string(s) + ", which does not load whole (" +
+                 vote.status.ToString() + "); trying an older step");
+    }
+    tried += (tried.empty() ? "" : "; ") + std::string("step ") +
+             std::to_string(s) + ": " + vote.status.ToString();
+  }
+  return DataLossError("resume from " + Where() +
+                       ": no committed step loads whole (tried " + tried + ")");
+}
+
+Result<std::shared_ptr<const Manifest>> CheckpointManager::Impl::ReadFor(
+    int64_t step, const State& state) {
   // The boxes this rank loads: of a version 3 checkpoint it reads only the
   // indexes whose pieces meet them.
   std::vector<ManifestStore::Want> wants;
@@ -80,7 +163,7 @@ Result<std::shared_ptr<const Manifest>> CheckpointManager::Impl::ResolveFor(
       w.lengths = e.tensor.shape;
     }
   }
-  return manifests_.ReadFor(s, wants);
+  return manifests_.ReadFor(step, wants);
 }
 
 Result<std::vector<const format::EntryRecord*>>
@@ -173,85 +256,178 @@ Status CheckpointManager::Impl::CheckObjects(
   return Status();
 }
 
-Result<CheckpointInfo> CheckpointManager::Impl::Load(
-    std::optional<int64_t> step, State& state, const LoadOptions& load) {
-  CKPT_RETURN_IF_ERROR(state.status());
-  // 1. Resolve.
-  CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> m,
-                        ResolveFor(step, state));
-  const std::string op =
-      "load step " + std::to_string(m->step) + " from " + Where();
-  // 2-3. Everything that can be checked without reading data is checked
-  // before the first byte lands in the caller's buffers.
-  CKPT_ASSIGN_OR_RETURN(std::vector<const format::EntryRecord*> records,
-                        MatchEntries(*m, state, load, op));
-  CKPT_RETURN_IF_ERROR(CheckObjects(*m, records));
-  // 4. Read.
-  const CudaDriver* cuda = nullptr;
-  std::vector<DeviceCopy> to_devices;  // in the order of the state's entries
-  if (const Entry* first = FirstDeviceTensor(state)) {
-    CKPT_ASSIGN_OR_RETURN(cuda, DriverFor(*first, op));
-    CKPT_ASSIGN_OR_RETURN(to_devices, BounceDeviceTensors(state, *cuda, op));
+namespace {
+
+// A manifest that cannot be read: damage, or a step gone since the listing
+// (deleted meanwhile); either way a resume tries an older one.
+bool ManifestDamaged(const Status& s) {
+  return s.code() == ErrorCode::kDataLoss || s.code() == ErrorCode::kNotFound;
+}
+
+std::string Joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) {
+    out += (out.empty() ? "" : ", ") + Quote(n);
   }
-  size_t next_device = 0;
-  std::vector<BoxRead> reads;  // tensors, read in parallel at the end
-  for (const format::EntryRecord* rec : records) {
-    Entry* e = state.Find(rec->name);
+  return out;
+}
+
+}  // namespace
+
+Result<CheckpointInfo> CheckpointManager::Impl::Load(
+    std::optional<int64_t> step, State& state, const LoadOptions& load,
+    bool* damaged) {
+  // A state that cannot be loaded into is refused before any step is looked
+  // for.
+  CKPT_RETURN_IF_ERROR(state.status());
+  StagedLoad staged;
+  std::vector<std::string> changed;  // streaming: written before a failure
+  Result<int64_t> loaded = FirstStepThatLoads(
+      step,
+      [&](int64_t s, bool& damaged) {
+        staged = StagedLoad();
+        const Status read = StageLoad(s, state, load, staged, damaged);
+        for (const auto& [name, at] : staged.written) {
+          if (std::find(changed.begin(), changed.end(), name) ==
+              changed.end()) {
+            changed.push_back(name);
+          }
+        }
+        return read;
+      },
+      damaged);
+  if (!loaded.ok()) {
+    if (changed.empty()) return loaded.status();
+    return Status(
+        loaded.status().code(),
+        loaded.status().message() +
+            "; entries changed before the failure: " + Joined(changed));
+  }
+  CKPT_RETURN_IF_ERROR(ApplyLoad(staged, state));
+  return InfoFromManifest(*staged.manifest);
+}
+
+Status CheckpointManager::Impl::StageLoad(int64_t step, State& state,
+                                          const LoadOptions& load,
+                                          StagedLoad& out, bool& damaged) {
+  damaged = false;
+  CKPT_RETURN_IF_ERROR(state.status());
+  // 1. The manifest, with the pieces this rank's boxes meet.
+  Result<std::shared_ptr<const Manifest>> read = ReadFor(step, state);
+  if (!read.ok()) {
+    damaged = ManifestDamaged(read.status());
+    return read.status();
+  }
+  out.manifest = *read;
+  const Manifest& m = **read;
+  const std::string op =
+      "load step " + std::to_string(m.step) + " from " + Where();
+  // 2-3. Everything that can be checked without reading data is checked
+  // before the first byte is read.
+  CKPT_ASSIGN_OR_RETURN(std::vector<const format::EntryRecord*> records,
+                        MatchEntries(m, state, load, op));
+  if (Status objects = CheckObjects(m, records); !objects.ok()) {
+    damaged = objects.code() == ErrorCode::kDataLoss;
+    return objects;
+  }
+  // 4. Where each tensor is read to: the staging memory (every tensor of a
+  // transactional load, device tensors always), each on a page of its
+  // own, as large staged entries are; or, streaming, its own buffer. The
+  // records follow the state's entries.
+  constexpr uint64_t kPage = 4096;
+  constexpr uint64_t kInPlace = UINT64_MAX;
+  const std::vector<Entry>& entries = state.entries();
+  std::vector<uint64_t> at(records.size(), kInPlace);
+  uint64_t used = 0;
+  bool staged = false;
+  for (size_t i = 0; i < records.size(); ++i) {
+    const Entry& e = entries[i];
+    if (e.kind != EntryKind::kTensor) continue;
+    if (!load.transactional && e.tensor.location.is_host()) continue;
+    at[i] = used;
+    used = (used + *e.tensor.ByteSize() + kPage - 1) / kPage * kPage;
+    staged = true;
+  }
+  std::byte* memory = nullptr;
+  if (staged) {
+    CKPT_ASSIGN_OR_RETURN(std::span<std::byte> reserved,
+                          staging_.Reserve(std::max(used, kPage)));
+    memory = reserved.data();
+  }
+  if (const Entry* first = FirstDeviceTensor(state)) {
+    CKPT_ASSIGN_OR_RETURN(out.cuda, DriverFor(*first, op));
+    CKPT_RETURN_IF_ERROR(
+        staging_.Register(*out.cuda, first->tensor.location.device(), op));
+  }
+  // 5. Read: blobs and metadata into the staged load, tensors in parallel
+  // at the end, every chunk checked against its checksum.
+  std::vector<BoxRead> reads;
+  std::vector<std::pair<std::string, uint64_t>> in_place;
+  for (size_t i = 0; i < records.size(); ++i) {
+    const format::EntryRecord* rec = records[i];
+    const Entry& e = entries[i];
     switch (rec->kind) {
       case EntryKind::kTensor: {
-        // The box this rank holds: a piece, or the whole tensor. Records
-        // follow the state's entries, so device tensors come in order.
+        // The box this rank holds: a piece, or the whole tensor.
         const std::vector<int64_t> offsets =
-            e->is_piece() ? e->offsets
-                          : std::vector<int64_t>(rec->shape.size(), 0);
-        std::byte* into = e->tensor.location.is_host()
-                              ? e->tensor.data
-                              : to_devices[next_device++].host;
-        AddSlabs(BoxRead{rec, offsets, e->tensor.shape,
-                         std::span<std::byte>(into, *e->tensor.ByteSize())},
+            e.is_piece() ? e.offsets
+                         : std::vector<int64_t>(rec->shape.size(), 0);
+        const uint64_t bytes = *e.tensor.ByteSize();
+        std::byte* into = e.tensor.data;
+        if (at[i] == kInPlace) {
+          in_place.emplace_back(e.name, bytes);
+        } else {
+          into = memory + at[i];
+          if (!e.tensor.location.is_host()) {
+            out.to_devices.push_back(DeviceCopy{&e, into});
+          } else if (bytes > 0) {
+            out.to_host.push_back(CopyJob{e.tensor.data, into, bytes});
+          }
+        }
+        AddSlabs(BoxRead{rec, offsets, e.tensor.shape,
+                         std::span<std::byte>(into, bytes)},
                  reads);
         break;
       }
       case EntryKind::kBlob: {
         std::string bytes(static_cast<size_t>(rec->shape[0]), '\0');
-        CKPT_RETURN_IF_ERROR_CTX(ReadEntry(*storage_, *m, *rec, BytesOf(bytes)),
-                                 op);
-        CKPT_RETURN_IF_ERROR(state.SetBlob(rec->name, std::move(bytes)));
+        if (Status s = ReadEntry(*storage_, m, *rec, BytesOf(bytes)); !s.ok()) {
+          damaged = s.code() == ErrorCode::kDataLoss;
+          return s.WithContext(op);
+        }
+        out.blobs.emplace_back(rec->name, std::move(bytes));
         break;
       }
       case EntryKind::kMetadata:
-        CKPT_RETURN_IF_ERROR(state.SetMetadataJson(rec->name, rec->json));
+        out.metadata.emplace_back(rec->name, rec->json);
         break;
     }
   }
-  CKPT_RETURN_IF_ERROR_CTX(ReadBoxes(*storage_, *m, reads, IoPool()), op);
-  if (cuda != nullptr) {
-    CKPT_RETURN_IF_ERROR(
-        CopyToDevices(*cuda, to_devices, state.cuda_stream(), op));
+  out.written = std::move(in_place);
+  if (Status s = ReadBoxes(*storage_, m, reads, IoPool()); !s.ok()) {
+    damaged = s.code() == ErrorCode::kDataLoss;
+    return s.WithContext(op);
   }
-  return InfoFromManifest(*m);
+  return Status();
 }
 
-Result<std::vector<DeviceCopy>> CheckpointManager::Impl::BounceDeviceTensors(
-    const State& state, const CudaDriver& cuda, const std::string& op) {
-  // Each on a page of its own, as large staged entries are.
-  constexpr uint64_t kPage = 4096;
-  std::vector<std::pair<const Entry*, uint64_t>> placed;
-  uint64_t used = 0;
-  for (const Entry& e : state.entries()) {
-    if (e.tensor.location.is_host()) continue;
-    placed.emplace_back(&e, used);
-    used = (used + *e.tensor.ByteSize() + kPage - 1) / kPage * kPage;
+Status CheckpointManager::Impl::ApplyLoad(StagedLoad& staged, State& state) {
+  const std::string op =
+      "load step " + std::to_string(staged.manifest->step) + " from " + Where();
+  // The devices first: the copy that can fail (a device error) goes before
+  // the ones that cannot.
+  if (!staged.to_devices.empty()) {
+    CKPT_RETURN_IF_ERROR(CopyToDevices(*staged.cuda, staged.to_devices,
+                                       state.cuda_stream(), op));
   }
-  CKPT_ASSIGN_OR_RETURN(std::span<std::byte> memory,
-                        staging_.Reserve(std::max(used, kPage)));
-  CKPT_RETURN_IF_ERROR(
-      staging_.Register(cuda, placed[0].first->tensor.location.device(), op));
-  std::vector<DeviceCopy> copies;
-  for (const auto& [e, at] : placed) {
-    copies.push_back(DeviceCopy{e, memory.data() + at});
+  CKPT_RETURN_IF_ERROR_CTX(ParallelCopy(staged.to_host), op);
+  for (auto& [name, bytes] : staged.blobs) {
+    CKPT_RETURN_IF_ERROR(state.SetBlob(name, std::move(bytes)));
   }
-  return copies;
+  for (auto& [name, json] : staged.metadata) {
+    CKPT_RETURN_IF_ERROR(state.SetMetadataJson(name, std::move(json)));
+  }
+  return Status();
 }
 
 Status CheckpointManager::Impl::ReadInto(
@@ -295,50 +471,80 @@ Status CheckpointManager::Impl::ReadInto(
 
 Result<LoadedCheckpoint> CheckpointManager::Impl::LoadAll(
     std::optional<int64_t> step, const std::vector<std::string>& names) {
-  CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> m, Resolve(step));
-  const std::string op =
-      "load step " + std::to_string(m->step) + " from " + Where();
-  std::vector<const format::EntryRecord*> records;
-  std::vector<std::string> as;
-  if (names.empty()) {
-    for (const auto& rec : m->entries) {
-      records.push_back(&rec);
-      as.push_back(rec.owner < 0 ? rec.name
-                                 : RankLocalName(rec.name, rec.owner));
-    }
-  } else {
-    for (const std::string& n : names) {
-      const format::EntryRecord* rec = m->Find(n);
-      if (rec == nullptr) {
-        return NotFoundError(op + ": the checkpoint has no entry " + Quote(n));
-      }
-      records.push_back(rec);
-      as.push_back(n);
-    }
-  }
   LoadedCheckpoint out;
-  CKPT_RETURN_IF_ERROR(ReadInto(*m, records, as, out));
+  CKPT_RETURN_IF_ERROR(
+      FirstStepThatLoads(
+          step,
+          [&](int64_t s, bool& damaged) -> Status {
+            out = LoadedCheckpoint();
+            Result<std::shared_ptr<const Manifest>> m = manifests_.Read(s);
+            if (!m.ok()) {
+              damaged = ManifestDamaged(m.status());
+              return m.status();
+            }
+            const std::string op =
+                "load step " + std::to_string(s) + " from " + Where();
+            std::vector<const format::EntryRecord*> records;
+            std::vector<std::string> as;
+            if (names.empty()) {
+              for (const auto& rec : (*m)->entries) {
+                records.push_back(&rec);
+                as.push_back(rec.owner < 0
+                                 ? rec.name
+                                 : RankLocalName(rec.name, rec.owner));
+              }
+            } else {
+              for (const std::string& n : names) {
+                const format::EntryRecord* rec = (*m)->Find(n);
+                if (rec == nullptr) {
+                  return NotFoundError(op + ": the checkpoint has no entry " +
+                                       Quote(n));
+                }
+                records.push_back(rec);
+                as.push_back(n);
+              }
+            }
+            const Status read = ReadInto(**m, records, as, out);
+            damaged = read.code() == ErrorCode::kDataLoss;
+            return read;
+          },
+          /*damaged=*/nullptr, /*agree_explicit=*/false)
+          .status());
   return out;
 }
 
 Result<LoadedCheckpoint> CheckpointManager::Impl::LoadRankLocal(
     std::optional<int64_t> step, std::string_view name) {
-  CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> m, Resolve(step));
-  std::vector<const format::EntryRecord*> records;
-  std::vector<std::string> as;
-  for (int32_t r = 0; r < m->world_size; ++r) {
-    if (const format::EntryRecord* rec = m->FindLocal(name, r)) {
-      records.push_back(rec);
-      as.push_back(std::to_string(r));
-    }
-  }
-  if (records.empty()) {
-    return NotFoundError("load step " + std::to_string(m->step) + " from " +
-                         Where() + ": no rank saved a rank-local entry " +
-                         Quote(name));
-  }
   LoadedCheckpoint out;
-  CKPT_RETURN_IF_ERROR(ReadInto(*m, records, as, out));
+  CKPT_RETURN_IF_ERROR(
+      FirstStepThatLoads(
+          step,
+          [&](int64_t s, bool& damaged) -> Status {
+            out = LoadedCheckpoint();
+            Result<std::shared_ptr<const Manifest>> m = manifests_.Read(s);
+            if (!m.ok()) {
+              damaged = ManifestDamaged(m.status());
+              return m.status();
+            }
+            std::vector<const format::EntryRecord*> records;
+            std::vector<std::string> as;
+            for (int32_t r = 0; r < (*m)->world_size; ++r) {
+              if (const format::EntryRecord* rec = (*m)->FindLocal(name, r)) {
+                records.push_back(rec);
+                as.push_back(std::to_string(r));
+              }
+            }
+            if (records.empty()) {
+              return NotFoundError(
+                  "load step " + std::to_string(s) + " from " + Where() +
+                  ": no rank saved a rank-local entry " + Quote(name));
+            }
+            const Status read = ReadInto(**m, records, as, out);
+            damaged = read.code() == ErrorCode::kDataLoss;
+            return read;
+          },
+          /*damaged=*/nullptr, /*agree_explicit=*/false)
+          .status());
   return out;
 }
 

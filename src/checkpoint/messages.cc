@@ -13,8 +13,9 @@ enum class MessageType : uint8_t {
   kReferenceStats,
   kWriteResult,
   kSaveOutcome,
-  kResolvedStep,
+  kLoadSteps,
   kOffer,
+  kLoadVote,
 };
 
 std::string_view TypeName(MessageType type) {
@@ -27,8 +28,10 @@ std::string_view TypeName(MessageType type) {
       return "write result";
     case MessageType::kSaveOutcome:
       return "save outcome";
-    case MessageType::kResolvedStep:
-      return "resolved step";
+    case MessageType::kLoadSteps:
+      return "load steps";
+    case MessageType::kLoadVote:
+      return "load vote";
     case MessageType::kOffer:
       return "offer";
   }
@@ -403,19 +406,40 @@ Result<SaveOutcome> DecodeSaveOutcome(std::string_view bytes) {
   return r.Finish(std::move(m));
 }
 
-std::string EncodeResolvedStep(const ResolvedStep& m) {
-  Writer w(MessageType::kResolvedStep);
+std::string EncodeLoadSteps(const LoadSteps& m) {
+  Writer w(MessageType::kLoadSteps);
   w.Stat(m.status);
-  w.I64(m.step);
+  w.I64s(m.steps);
   return w.Take();
 }
 
-Result<ResolvedStep> DecodeResolvedStep(std::string_view bytes) {
-  Reader r(bytes, MessageType::kResolvedStep);
-  ResolvedStep m;
+Result<LoadSteps> DecodeLoadSteps(std::string_view bytes) {
+  Reader r(bytes, MessageType::kLoadSteps);
+  LoadSteps m;
   m.status = r.Stat();
-  m.step = r.I64();
-  if (r.ok() && m.status.ok() && m.step < 0) r.Fail("a negative step");
+  m.steps = r.I64s();
+  for (int64_t step : m.steps) {
+    if (r.ok() && step < 0) r.Fail("a negative step");
+  }
+  if (r.ok() && m.status.ok() && m.steps.empty()) r.Fail("no step");
+  return r.Finish(std::move(m));
+}
+
+std::string EncodeLoadVote(const LoadVote& m) {
+  Writer w(MessageType::kLoadVote);
+  w.Stat(m.status);
+  w.U8(m.damaged ? 1 : 0);
+  return w.Take();
+}
+
+Result<LoadVote> DecodeLoadVote(std::string_view bytes) {
+  Reader r(bytes, MessageType::kLoadVote);
+  LoadVote m;
+  m.status = r.Stat();
+  const uint8_t damaged = r.U8();
+  if (r.ok() && damaged > 1)
+    r.Fail("a damaged flag of " + std::to_string(damaged));
+  m.damaged = damaged == 1;
   return r.Finish(std::move(m));
 }
 

@@ -98,10 +98,20 @@ struct SaveOutcome {
   CheckpointInfo info = {};
 };
 
-// Load: the step rank 0 chose, so ranks racing a commit load the same one.
-struct ResolvedStep {
+// Load: the steps rank 0 chose to try, newest first (one, for a step asked
+// for by number), so ranks racing a commit try the same ones.
+struct LoadSteps {
   Status status;
-  int64_t step = -1;
+  std::vector<int64_t> steps;
+};
+
+// Load: one rank's outcome of reading and checking a step, all-gathered
+// before any rank changes its state. `damaged`: the step itself is damaged
+// (a resume tries an older one); otherwise the state does not fit it or
+// the storage failed, and every rank fails.
+struct LoadVote {
+  Status status;
+  bool damaged = false;
 };
 
 std::string EncodeSaveDecision(const SaveDecision& m);
@@ -116,8 +126,11 @@ Result<WriteResult> DecodeWriteResult(std::string_view bytes);
 std::string EncodeSaveOutcome(const SaveOutcome& m);
 Result<SaveOutcome> DecodeSaveOutcome(std::string_view bytes);
 
-std::string EncodeResolvedStep(const ResolvedStep& m);
-Result<ResolvedStep> DecodeResolvedStep(std::string_view bytes);
+std::string EncodeLoadSteps(const LoadSteps& m);
+Result<LoadSteps> DecodeLoadSteps(std::string_view bytes);
+
+std::string EncodeLoadVote(const LoadVote& m);
+Result<LoadVote> DecodeLoadVote(std::string_view bytes);
 
 // Save step 2: what a rank holds (planner.h).
 std::string EncodeOffer(const Offer& offer);

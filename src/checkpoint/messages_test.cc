@@ -126,13 +126,21 @@ TEST(MessagesTest, EveryMessageSurvivesEncoding) {
   EXPECT_EQ(o3->status.code(), ErrorCode::kIOError);
   EXPECT_TRUE(o3->discard);
 
-  auto p2 = DecodeResolvedStep(EncodeResolvedStep({Status(), 12}));
+  auto p2 = DecodeLoadSteps(EncodeLoadSteps({Status(), {12, 9, 3}}));
   ASSERT_TRUE(p2.ok());
-  EXPECT_EQ(p2->step, 12);
-  auto p3 = DecodeResolvedStep(
-      EncodeResolvedStep({NotFoundError("no committed checkpoint"), -1}));
+  EXPECT_EQ(p2->steps, (std::vector<int64_t>{12, 9, 3}));
+  auto p3 = DecodeLoadSteps(
+      EncodeLoadSteps({NotFoundError("no committed checkpoint"), {}}));
   ASSERT_TRUE(p3.ok());
   EXPECT_EQ(p3->status.code(), ErrorCode::kNotFound);
+
+  auto v1 = DecodeLoadVote(EncodeLoadVote({DataLossError("bad chunk"), true}));
+  ASSERT_TRUE(v1.ok());
+  EXPECT_EQ(v1->status.code(), ErrorCode::kDataLoss);
+  EXPECT_TRUE(v1->damaged);
+  std::string vote = EncodeLoadVote({Status(), false});
+  vote.back() = 2;  // neither damaged nor whole
+  EXPECT_EQ(DecodeLoadVote(vote).status().code(), ErrorCode::kDataLoss);
 
   const Offer o = SampleOffer();
   auto back = DecodeOffer(EncodeOffer(o));
@@ -217,9 +225,11 @@ TEST(MessagesTest, HostileFieldsAreRefused) {
   flag.back() = 2;  // the last piece's rank_local flag
   EXPECT_EQ(DecodeOffer(flag).status().code(), ErrorCode::kDataLoss);
 
-  // A resolved step that is neither an error nor a step.
+  // Steps to load that are neither an error nor steps.
+  EXPECT_EQ(DecodeLoadSteps(EncodeLoadSteps({Status(), {}})).status().code(),
+            ErrorCode::kDataLoss);
   EXPECT_EQ(
-      DecodeResolvedStep(EncodeResolvedStep({Status(), -1})).status().code(),
+      DecodeLoadSteps(EncodeLoadSteps({Status(), {4, -1}})).status().code(),
       ErrorCode::kDataLoss);
 }
 

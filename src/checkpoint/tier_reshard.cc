@@ -357,27 +357,38 @@ Status TieredManager::Impl::LoadLocalResharded(
                         comm_->AllGather(mine.ok() ? "" : mine.ToString()));
   if (std::string why = FirstCause(all); !why.empty()) return AbortedError(why);
 
-  // 4. Load, share by share.
+  // 4. Load, share by share, into buffers of the restore's own: the state
+  // changes only once every rank has loaded every part whole.
   std::vector<std::vector<std::byte>> buffers(parts.size());
+  std::vector<State> views;
   bool described_info = false;
   for (int q : used) {
     if (!mine.ok()) break;
-    State view;
-    std::vector<size_t> copies;  // parts of q loaded through a buffer
+    State& view = views.emplace_back();
     for (size_t i = 0; i < parts.size(); ++i) {
       const Part& p = parts[i];
       if (p.share != q) continue;
       const Entry& e = *p.target;
       if (e.kind == EntryKind::kBlob) {
         view.AddBlob(e.name, std::string());
-      } else if (e.kind == EntryKind::kMetadata) {
+        continue;
+      }
+      if (e.kind == EntryKind::kMetadata) {
         view.AddMetadataJson(e.name, "{}");
-      } else if (!p.from->piece) {
-        // Saved whole: the box straight into the caller's memory.
+        continue;
+      }
+      buffers[i].resize(static_cast<size_t>(Volume(p.lengths)) *
+                        DTypeSize(e.tensor.dtype));
+      const TensorView into{.dtype = e.tensor.dtype,
+                            .shape = p.lengths,
+                            .data = buffers[i].data(),
+                            .writable = true};
+      if (!p.from->piece) {
+        // Saved whole: the part is the caller's whole box.
         if (e.is_piece()) {
-          view.AddTensorPiece(e.name, e.global_shape, e.offsets, e.tensor);
+          view.AddTensorPiece(e.name, e.global_shape, e.offsets, into);
         } else {
-          view.AddTensor(e.name, e.tensor);
+          view.AddTensor(e.name, into);
         }
       } else {
         // A part of a saved piece, which the share holds as a whole tensor
@@ -386,19 +397,14 @@ Status TieredManager::Impl::LoadLocalResharded(
         for (size_t d = 0; d < within.size(); ++d) {
           within[d] = p.offsets[d] - p.from->offsets[d];
         }
-        buffers[i].resize(static_cast<size_t>(Volume(p.lengths)) *
-                          DTypeSize(e.tensor.dtype));
-        view.AddTensorPiece(e.name, p.from->lengths, within,
-                            TensorView{.dtype = e.tensor.dtype,
-                                       .shape = p.lengths,
-                                       .data = buffers[i].data(),
-                                       .writable = true});
-        copies.push_back(i);
+        view.AddTensorPiece(e.name, p.from->lengths, within, into);
       }
     }
+    // Into buffers no one else sees: no need for a staged copy.
     Result<CheckpointManager*> root = Root(q);
     Result<CheckpointInfo> info =
-        root.ok() ? (*root)->Load(step, view, LoadOptions{}) : root.status();
+        root.ok() ? (*root)->Load(step, view, {.transactional = false})
+                  : root.status();
     if (!info.ok()) {
       mine = info.status();
       break;
@@ -407,22 +413,24 @@ Status TieredManager::Impl::LoadLocalResharded(
       out.info = *info;
       described_info = true;
     }
-    mine = CopyBackLoaded(view, state);
-    for (size_t i : copies) {
-      const Part& p = parts[i];
-      const Entry& e = *p.target;
-      std::vector<int64_t> at(p.offsets.size());
-      for (size_t d = 0; d < at.size(); ++d) {
-        at[d] = p.offsets[d] - (e.is_piece() ? e.offsets[d] : 0);
-      }
-      CopyIntoBox(buffers[i].data(), p.lengths, e.tensor.data, e.tensor.shape,
-                  at, DTypeSize(e.tensor.dtype));
-      std::vector<std::byte>().swap(buffers[i]);
-    }
   }
   CKPT_ASSIGN_OR_RETURN(all,
                         comm_->AllGather(mine.ok() ? "" : mine.ToString()));
   if (std::string why = FirstCause(all); !why.empty()) return AbortedError(why);
+  for (const State& view : views) {
+    CKPT_RETURN_IF_ERROR(CopyBackLoaded(view, state));
+  }
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const Part& p = parts[i];
+    const Entry& e = *p.target;
+    if (e.kind != EntryKind::kTensor) continue;
+    std::vector<int64_t> at(p.offsets.size());
+    for (size_t d = 0; d < at.size(); ++d) {
+      at[d] = p.offsets[d] - (e.is_piece() ? e.offsets[d] : 0);
+    }
+    CopyIntoBox(buffers[i].data(), p.lengths, e.tensor.data, e.tensor.shape, at,
+                DTypeSize(e.tensor.dtype));
+  }
   return Status();
 }
 

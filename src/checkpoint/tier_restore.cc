@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include "checkpoint/manager_impl.h"
 #include "checkpoint/manifests.h"
 #include "checkpoint/tier_share.h"
 #include "checkpoint/tier_transfer.h"
@@ -69,9 +70,10 @@ Status TieredManager::Impl::FetchShare(int64_t step, int share, int holder,
   return Status();
 }
 
-Status TieredManager::Impl::LoadShare(int64_t step, State& state,
-                                      const LoadOptions& options,
-                                      TierRestoreResult& out) {
+Status TieredManager::Impl::StageShare(int64_t step, State& state,
+                                       const LoadOptions& options, State& view,
+                                       StagedLoad& staged,
+                                       TierRestoreResult& out) {
   CheckpointManager& own = *roots_.at(rank_);
   CKPT_ASSIGN_OR_RETURN(CheckpointDescription d, own.Describe(step));
   std::string saved_for, job;
@@ -86,12 +88,43 @@ Status TieredManager::Impl::LoadShare(int64_t step, State& state,
         "the share of step " + std::to_string(step) +
         " was saved by another job, rank, world size or split");
   }
-  State view;
+  view = State();
+  staged = StagedLoad();
   CKPT_RETURN_IF_ERROR(BuildShareLoadView(state, view));
   view.AddMetadataJson(kShareEntry, "{}");
   view.AddMetadataJson(kShareJobEntry, "{}");
-  CKPT_ASSIGN_OR_RETURN(out.info, own.Load(step, view, options));
+  out.info = d.info;
+  // The share's own manager, whose staging memory holds the share until
+  // every rank's is whole; the tiers use it alone, and no save of it is in
+  // flight (Restore waited).
+  CheckpointManager::Impl& impl = TieredManager::DurableImpl(own);
+  MutexLock lock(&impl.mu());
+  impl.WaitIdle();
+  bool damaged = false;
+  return Guard("load", [&] {
+    return impl.StageLoad(step, view, options, staged, damaged);
+  });
+}
+
+Status TieredManager::Impl::ApplyShare(State& view, StagedLoad& staged,
+                                       State& state) {
+  CheckpointManager::Impl& impl = TieredManager::DurableImpl(*roots_.at(rank_));
+  MutexLock lock(&impl.mu());
+  impl.WaitIdle();
+  CKPT_RETURN_IF_ERROR(
+      Guard("load", [&] { return impl.ApplyLoad(staged, view); }));
   return CopyBackLoaded(view, state);
+}
+
+Result<CheckpointInfo> TieredManager::Impl::LoadDurable(
+    int64_t step, State& state, const LoadOptions& options, bool& damaged) {
+  CheckpointManager::Impl& impl = TieredManager::DurableImpl(durable_);
+  MutexLock lock(&impl.mu());
+  impl.WaitIdle();
+  damaged = false;
+  return Guard("load", [&]() -> Result<CheckpointInfo> {
+    return impl.Load(step, state, options, &damaged);
+  });
 }
 
 Status TieredManager::Impl::LoadLocal(int64_t step,
@@ -111,7 +144,9 @@ Status TieredManager::Impl::LoadLocal(int64_t step,
     CKPT_RETURN_IF_ERROR(FetchShare(step, q, holder, q, world_, received, out));
     if (rank_ == q && mine.ok()) mine = received;
   }
-  if (mine.ok()) mine = LoadShare(step, state, options, out);
+  State view;
+  StagedLoad staged;
+  if (mine.ok()) mine = StageShare(step, state, options, view, staged, out);
   CKPT_ASSIGN_OR_RETURN(std::vector<std::string> all,
                         comm_->AllGather(mine.ok() ? "" : mine.ToString()));
   // A share whose bytes are damaged in its node's memory (DataLoss) comes
@@ -148,7 +183,9 @@ Status TieredManager::Impl::LoadLocal(int64_t step,
       CKPT_RETURN_IF_ERROR(
           FetchShare(step, q, holder, q, world_, received, out));
       if (rank_ == q) {
-        mine = received.ok() ? LoadShare(step, state, options, out) : received;
+        mine = received.ok()
+                   ? StageShare(step, state, options, view, staged, out)
+                   : received;
       }
     }
     CKPT_ASSIGN_OR_RETURN(all,
@@ -157,7 +194,8 @@ Status TieredManager::Impl::LoadLocal(int64_t step,
   if (std::string why = FirstCause(all); !why.empty()) {
     return AbortedError(why);
   }
-  return Status();
+  // Every rank's share is whole: only now does any state change.
+  return ApplyShare(view, staged, state);
 }
 
 Result<TierRestoreResult> TieredManager::Impl::Restore(
@@ -193,9 +231,10 @@ Result<TierRestoreResult> TieredManager::Impl::Restore(
       }
     }
   }
-  // The newest step whose every share is on some node: at this world size,
-  // or resharded from another (unless this rank's state must load at the
-  // world size that saved it, which the durable tier handles).
+  // The local steps whose every share is on some node, newest first: at
+  // this world size, or resharded from another (unless this rank's state
+  // must load at the world size that saved it, which the durable tier
+  // handles).
   const bool reshardable = ReshardRefusal(state).ok();
   auto whole = [&](int64_t step, int w) {
     const auto& held = have[step];
@@ -204,94 +243,107 @@ Result<TierRestoreResult> TieredManager::Impl::Restore(
     }
     return true;
   };
-  std::optional<int64_t> local;
-  int local_world = world_;
-  for (auto it = marked.rbegin(); it != marked.rend() && !local; ++it) {
+  // (step, tier, the world that saved it), newest first; at one step the
+  // local tier before the durable one.
+  struct Candidate {
+    int64_t step;
+    Tier tier;
+    int world;
+  };
+  std::vector<Candidate> candidates;
+  for (auto it = marked.rbegin(); it != marked.rend(); ++it) {
     if (it->second.count(world_) && whole(it->first, world_)) {
-      local = it->first;
-      break;
+      candidates.push_back({it->first, Tier::kLocal, world_});
+      continue;
     }
     for (int w : it->second) {
       if (reshardable && w != world_ && whole(it->first, w)) {
-        local = it->first;
-        local_world = w;
+        candidates.push_back({it->first, Tier::kLocal, w});
         break;
       }
     }
   }
-  // Rank 0 asks the durable tier only when a listing shows it newer.
-  std::string choice;
+  // The durable tier's committed steps, by a listing of rank 0's (no object
+  // of the durable tier is read until one is tried).
+  std::string listed;
   if (rank_ == 0) {
-    int64_t listed = -1;
-    if (auto steps = ListManifests(durable_.storage());
-        steps.ok() && !steps->empty()) {
-      listed = steps->front().first;  // newest first
-    }
-    std::optional<int64_t> durable;
-    if (!local || listed > *local) {
-      Result<std::optional<int64_t>> latest = durable_.Latest();
-      if (latest.ok()) durable = *latest;
-    }
-    if (durable && (!local || *durable > *local)) {
-      choice = "D " + std::to_string(*durable) + " 0";
-    } else if (local) {
-      choice =
-          "L " + std::to_string(*local) + " " + std::to_string(local_world);
+    Result<std::vector<std::pair<int64_t, ObjectInfo>>> steps =
+        ListManifests(durable_.storage());
+    if (!steps.ok()) {
+      listed = "E" + steps.status().ToString();
     } else {
-      choice = "N 0 0";
+      for (const auto& [step, info] : *steps) {
+        listed += std::to_string(step) + " ";
+      }
     }
   }
-  CKPT_ASSIGN_OR_RETURN(choice, comm_->Broadcast(choice, 0));
+  CKPT_ASSIGN_OR_RETURN(listed, comm_->Broadcast(listed, 0));
+  if (!listed.empty() && listed[0] == 'E') {
+    // The local tier may still hold a whole step.
+    if (rank_ == 0) {
+      LogWarning("tiers: listing the durable tier " + durable_.storage().url() +
+                 ": " + listed.substr(1));
+    }
+    listed.clear();
+  }
+  {
+    std::istringstream in(listed);
+    for (int64_t step = 0; in >> step;) {
+      candidates.push_back({step, Tier::kDurable, 0});
+    }
+  }
+  std::stable_sort(
+      candidates.begin(), candidates.end(),
+      [](const Candidate& a, const Candidate& b) { return a.step > b.step; });
+  // Try them newest first, every rank together. Nothing of the state
+  // changes unless a step loads whole on every rank; a local step that
+  // does not is skipped (the local tier is a cache), a durable one only
+  // when it is damaged.
   TierRestoreResult out;
-  std::istringstream chosen(choice.substr(2));
-  int64_t step = 0;
-  int saved_by = 0;
-  chosen >> step >> saved_by;
-  if (choice[0] == 'N') return out;
-  if (choice[0] == 'L') {
-    Status s;
-    if (saved_by == world_) {
-      std::vector<std::set<int>> nodes(world_);
-      for (auto& [q, held] : have[step]) {
-        if (q < world_) nodes[q] = held;
-      }
-      s = LoadLocal(step, nodes, state, options, out);
-    } else {
-      s = LoadLocalResharded(step, saved_by, have[step], state, options, out);
-    }
-    if (s.ok()) {
-      out.tier = Tier::kLocal;
-      out.step = step;
-      return out;
-    }
-    if (s.code() != ErrorCode::kAborted) return s;
-    // The durable tier gives the state: no share of it came from a peer,
-    // whatever the attempt at the local step fetched.
+  std::string tried;
+  for (const Candidate& c : candidates) {
     out.ranks_fetched = 0;
     out.fetched_bytes = 0;
-    out.local_skipped = s.ToString();
+    Status s;
+    if (c.tier == Tier::kLocal) {
+      if (c.world == world_) {
+        std::vector<std::set<int>> nodes(world_);
+        for (auto& [q, held] : have[c.step]) {
+          if (q < world_) nodes[q] = held;
+        }
+        s = LoadLocal(c.step, nodes, state, options, out);
+      } else {
+        s = LoadLocalResharded(c.step, c.world, have[c.step], state, options,
+                               out);
+      }
+      if (!s.ok() && s.code() != ErrorCode::kAborted) return s;
+    } else {
+      bool damaged = false;
+      Result<CheckpointInfo> info =
+          LoadDurable(c.step, state, options, damaged);
+      if (info.ok()) out.info = *info;
+      s = info.status();
+      if (!s.ok() && !damaged) return s;
+    }
+    if (s.ok()) {
+      out.tier = c.tier;
+      out.step = c.step;
+      return out;
+    }
+    const std::string what = std::string(TierName(c.tier)) + " step " +
+                             std::to_string(c.step) + ": " + s.ToString();
+    if (c.tier == Tier::kLocal) {
+      out.local_skipped += (out.local_skipped.empty() ? "" : "; ") + what;
+    }
+    tried += (tried.empty() ? "" : "; ") + what;
     if (rank_ == 0) {
-      LogWarning("tiers: step " + std::to_string(step) +
-                 " of the local tier cannot be restored, loading the durable "
-                 "tier: " +
-                 out.local_skipped);
+      LogWarning("tiers: the " + what +
+                 "; it does not load whole, trying the next older step");
     }
-    Result<CheckpointInfo> info = durable_.Load(std::nullopt, state, options);
-    if (!info.ok() && info.status().code() == ErrorCode::kNotFound) {
-      return Status(ErrorCode::kDataLoss,
-                    "tiers: the local tier's step " + std::to_string(step) +
-                        " cannot be restored and the durable tier holds "
-                        "nothing: " +
-                        out.local_skipped);
-    }
-    CKPT_RETURN_IF_ERROR(info.status());
-    out.info = *info;
-  } else {
-    CKPT_ASSIGN_OR_RETURN(out.info, durable_.Load(step, state, options));
   }
-  out.tier = Tier::kDurable;
-  out.step = out.info.step;
-  return out;
+  if (candidates.empty()) return out;  // nothing saved yet
+  return DataLossError("tiers: no step of either tier loads whole (tried " +
+                       tried + ")");
 }
 
 Result<std::vector<LocalShareInfo>> ListLocalTier(const std::string& url) {

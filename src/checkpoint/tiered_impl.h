@@ -19,6 +19,8 @@
 
 namespace ckpt {
 
+struct StagedLoad;  // manager_impl.h
+
 // Why `state` cannot be filled from shares saved at another world size
 // (an entry that is rank-local, or in device memory); OK if it can.
 // tier_reshard.cc.
@@ -89,10 +91,18 @@ class TieredManager::Impl {
   Status LocalSave(int64_t step, const TierSaveOptions& options,
                    TierSaveResult& result);
   Result<std::vector<std::string>> ScanNode();
-  // Loads this rank's own share of `step` from its node (checked to be this
-  // job's, rank's, world size's and split's) into `state`.
-  Status LoadShare(int64_t step, State& state, const LoadOptions& options,
-                   TierRestoreResult& out);
+  // The two halves of loading this rank's own share of `step` from its
+  // node (checked to be this job's, rank's, world size's and split's) into
+  // `state` through `view` (empty): StageShare reads and checks it,
+  // changing nothing of `state` (unless `options` stream), and ApplyShare
+  // then writes it, once every rank's share is whole.
+  Status StageShare(int64_t step, State& state, const LoadOptions& options,
+                    State& view, StagedLoad& staged, TierRestoreResult& out);
+  Status ApplyShare(State& view, StagedLoad& staged, State& state);
+  // CheckpointManager::Load of `step` from the durable tier; on failure
+  // `damaged` says whether the step is damaged (then an older one may load).
+  Result<CheckpointInfo> LoadDurable(int64_t step, State& state,
+                                     const LoadOptions& options, bool& damaged);
   Status LoadLocal(int64_t step, const std::vector<std::set<int>>& have,
                    State& state, const LoadOptions& options,
                    TierRestoreResult& out);

@@ -93,6 +93,9 @@ class JobRunner::Impl {
   std::vector<int64_t> progress_ = std::vector<int64_t>(kProgressSize, 0);
   std::optional<int64_t> last_saved_;
   std::optional<int64_t> last_durable_;  // tiers: the last durable save
+  // The resume skipped the steps above the one it loaded up to this one
+  // (damaged): saving one of them again replaces it. -1: none.
+  int64_t damaged_up_to_ = -1;
   double last_save_time_ = 0;
   bool preempted_ = false;
   Status error_;
@@ -180,7 +183,17 @@ Status JobRunner::Impl::Resume(std::optional<int64_t>* step) {
         TierName(r.tier) + " tier" + how);
   } else {
     if (!*step) return Status();
-    CKPT_RETURN_IF_ERROR(manager_.Load(**step, state).status());
+    // The newest step that loads whole: Latest() judged `step` by a
+    // listing, and a damaged one gives way to an older step.
+    CKPT_ASSIGN_OR_RETURN(CheckpointInfo info,
+                          manager_.Load(std::nullopt, state));
+    if (info.step < **step) {
+      Log("steps " + std::to_string(info.step + 1) + " to " +
+          std::to_string(**step) + " do not load whole (see the warnings); " +
+          "resuming from step " + std::to_string(info.step));
+      damaged_up_to_ = **step;
+    }
+    *step = info.step;
   }
   if (progress_[kStep] < 0 || progress_[kNextEpoch] < 0) {
     return DataLossError("runner: step " + std::to_string(**step) +
@@ -246,9 +259,18 @@ Status JobRunner::Impl::SaveNow(bool in_epoch, bool finished) {
     skipped = !saved.local && !saved.durable;
     if (saved.durable) last_durable_ = ctx_.step_;
   } else {
-    CKPT_ASSIGN_OR_RETURN(SaveResult saved,
-                          manager_.Save(ctx_.step_, state, so));
-    skipped = saved.skipped;
+    Result<SaveResult> saved = manager_.Save(ctx_.step_, state, so);
+    if (saved.status().code() == ErrorCode::kAlreadyExists &&
+        ctx_.step_ <= damaged_up_to_) {
+      // A step the resume skipped as damaged, trained again: the new save
+      // replaces it.
+      Log("replacing step " + std::to_string(ctx_.step_) +
+          ", which does not load whole");
+      CKPT_RETURN_IF_ERROR(manager_.Delete(ctx_.step_));
+      saved = manager_.Save(ctx_.step_, state, so);
+    }
+    CKPT_RETURN_IF_ERROR(saved.status());
+    skipped = saved->skipped;
   }
   last_save_time_ = NowSeconds();
   if (skipped) return Status();

@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <mutex>
 #include <numeric>
@@ -322,6 +323,51 @@ class SignallingStorage : public StorageWrapper {
   bool armed = false;
   int raised = 0;
 };
+
+// Flips the last byte of every file of step `step` in the file root
+// `root` that holds tensor bytes (its data objects).
+void DamageStep(const std::string& root, int64_t step) {
+  char dir[32];
+  std::snprintf(dir, sizeof(dir), "step-%012lld", static_cast<long long>(step));
+  int flipped = 0;
+  for (const auto& f :
+       std::filesystem::directory_iterator(std::filesystem::path(root) / dir)) {
+    if (f.path().extension() != ".safetensors") continue;
+    std::fstream io(f.path(), std::ios::in | std::ios::out | std::ios::binary);
+    const auto at = static_cast<std::streamoff>(f.file_size()) - 1;
+    char c = 0;
+    io.seekg(at);
+    io.get(c);
+    io.seekp(at);
+    io.put(static_cast<char>(c ^ 0x5a));
+    ++flipped;
+  }
+  ASSERT_GT(flipped, 0) << "no data object in " << dir;
+}
+
+// The newest steps damaged: the run resumes from the newest step that
+// loads whole, trains the lost steps again, replaces the damaged epoch
+// boundary it reaches and ends as an uninterrupted run.
+TEST(RunnerTest, AResumeSkipsADamagedNewestStep) {
+  const testing::TempDir temp("runner-damaged");
+  const std::string root = temp.string();
+  {
+    auto mgr = OpenRoot(root);
+    ToyJob job;
+    job.on_step = [](JobContext& ctx) {
+      if (ctx.step() == 18) std::raise(SIGTERM);  // during step 19
+    };
+    JobRunner runner(job, *mgr, {.max_epochs = 3});
+    auto outcome = runner.Run();
+    ASSERT_TRUE(outcome.ok()) << outcome.status().ToString();
+    EXPECT_EQ(Steps(*mgr), (std::vector<int64_t>{0, 8, 16, 19}));
+  }
+  DamageStep(root, 19);
+  DamageStep(root, 16);
+  ExpectResumedToReference(root, 3, 8);
+  auto mgr = OpenRoot(root);
+  EXPECT_TRUE(mgr->Verify(16).value().ok()) << "step 16 was not replaced";
+}
 
 TEST(RunnerTest, SignalsDuringThePreemptionSaveChangeNothing) {
   const testing::TempDir temp("runner-second-signal");

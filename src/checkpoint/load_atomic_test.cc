@@ -1,0 +1,325 @@
+// A load either completes at one step or changes nothing, and a resume
+// lands on the newest step that loads whole: damage (a flipped byte in the
+// last chunk, a truncated or removed object, a damaged manifest) and every
+// kind of mismatch (shape, dtype, a missing entry, strict) leave every
+// tensor, blob and metadata entry of the target bit for bit as it was; a
+// resume skips damaged steps, an explicit step never does; the streaming
+// opt-out names the entries it changed; with many ranks, one rank's damage
+// leaves every rank unchanged.
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ckpt/checkpoint_manager.h"
+#include "format/layout.h"
+#include "gtest/gtest.h"
+#include "testing/run_ranks.h"
+
+namespace ckpt {
+namespace {
+
+using testing::RunRanks;
+
+std::string UniqueUrl(const std::string& what) {
+  static int n = 0;
+  return "mem://load-atomic-" + what + "-" + std::to_string(getpid()) + "-" +
+         std::to_string(n++);
+}
+
+// A state whose bytes depend on `seed`. The blob comes first, so that a
+// data object ends with a tensor's last chunk (4 KiB chunks: weights is
+// three of them, counters two).
+struct Model {
+  explicit Model(int seed) : weights(3000), counters(700) {
+    for (size_t i = 0; i < weights.size(); ++i) {
+      weights[i] = static_cast<float>(seed * 10000 + static_cast<int>(i));
+    }
+    for (size_t i = 0; i < counters.size(); ++i) {
+      counters[i] = seed * 1000000 + static_cast<int64_t>(i);
+    }
+    rng = "rng-" + std::to_string(seed);
+    info = std::to_string(seed);
+  }
+
+  State Make() {
+    State s;
+    s.AddBlob("rng", rng);
+    s.AddTensor("weights", View(weights));
+    s.AddTensor("counters", View(counters));
+    s.AddMetadata("info", {{"seed", info}});
+    return s;
+  }
+
+  std::vector<float> weights;
+  std::vector<int64_t> counters;
+  std::string rng, info;
+};
+
+// Everything a load may change: tensor bytes, blob bytes, metadata JSON.
+struct Snapshot {
+  std::vector<std::byte> weights, counters;
+  std::string rng, info;
+
+  static Snapshot Of(const Model& m, const State& s) {
+    Snapshot out;
+    const auto* w = reinterpret_cast<const std::byte*>(m.weights.data());
+    out.weights.assign(w, w + m.weights.size() * sizeof(float));
+    const auto* c = reinterpret_cast<const std::byte*>(m.counters.data());
+    out.counters.assign(c, c + m.counters.size() * sizeof(int64_t));
+    if (s.Find("rng") != nullptr) out.rng = s.BlobString("rng").value();
+    if (const Entry* e = s.Find("info")) out.info = e->json;
+    return out;
+  }
+  bool operator==(const Snapshot&) const = default;
+};
+
+class LoadAtomicTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Options o;
+    o.chunk_size = 4096;
+    o.lease_seconds = 0;
+    mgr_ = CheckpointManager::Open(url_, o).value();
+    for (int step = 1; step <= 3; ++step) {
+      Model m(step);
+      ASSERT_TRUE(mgr_->Save(step, m.Make()).ok());
+    }
+    storage_ = OpenStorage(url_).value();
+  }
+
+  std::string DataKey(int64_t step, int rank = 0) {
+    const std::vector<ObjectInfo> listed =
+        storage_->List(format::StepDirName(step) + "/").value();
+    for (const ObjectInfo& o : listed) {
+      int r = -1;
+      if (format::ParseDataObjectKey(o.key, nullptr, &r, nullptr) &&
+          r == rank) {
+        return o.key;
+      }
+    }
+    ADD_FAILURE() << "no data object of rank " << rank << " at " << step;
+    return "";
+  }
+
+  void FlipLastByte(int64_t step) {
+    const std::string key = DataKey(step);
+    std::string bytes = storage_->ReadAll(key).value();
+    bytes.back() ^= 0x5a;
+    ASSERT_TRUE(storage_->PutString(key, bytes).ok());
+  }
+  void Truncate(int64_t step) {
+    const std::string key = DataKey(step);
+    std::string bytes = storage_->ReadAll(key).value();
+    bytes.resize(bytes.size() - 100);
+    ASSERT_TRUE(storage_->PutString(key, bytes).ok());
+  }
+  void Remove(int64_t step) {
+    ASSERT_TRUE(storage_->Delete(DataKey(step)).ok());
+  }
+  void DamageManifest(int64_t step) {
+    ASSERT_TRUE(storage_->PutString(format::ManifestKey(step), "{").ok());
+  }
+
+  // Loads into a target of seed 99 and checks it is bit for bit as before;
+  // returns the error.
+  Status FailsUnchanged(std::optional<int64_t> step, LoadOptions options = {},
+                        Model target = Model(99)) {
+    State s = target.Make();
+    const Snapshot before = Snapshot::Of(target, s);
+    Result<CheckpointInfo> r = mgr_->Load(step, s, options);
+    EXPECT_FALSE(r.ok()) << "loaded step " << r.value().step;
+    EXPECT_TRUE(Snapshot::Of(target, s) == before)
+        << "a failed load changed the target";
+    return r.status();
+  }
+
+  // Resumes into a fresh target and checks it holds step `want`.
+  void ResumesAt(int64_t want) {
+    Model target(99);
+    State s = target.Make();
+    Result<CheckpointInfo> r = mgr_->Load(std::nullopt, s);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->step, want);
+    Model w(static_cast<int>(want));
+    State ws = w.Make();
+    EXPECT_TRUE(Snapshot::Of(target, s) == Snapshot::Of(w, ws));
+  }
+
+  const std::string url_ = UniqueUrl("root");
+  std::unique_ptr<CheckpointManager> mgr_;
+  std::unique_ptr<Storage> storage_;
+};
+
+TEST_F(LoadAtomicTest, DamageAtAnExplicitStepChangesNothing) {
+  FlipLastByte(3);
+  EXPECT_EQ(FailsUnchanged(3).code(), ErrorCode::kDataLoss);
+  Truncate(2);
+  EXPECT_EQ(FailsUnchanged(2).code(), ErrorCode::kDataLoss);
+  Remove(1);
+  EXPECT_EQ(FailsUnchanged(1).code(), ErrorCode::kDataLoss);
+}
+
+TEST_F(LoadAtomicTest, ResumeFallsBackPastDamagedStepsToTheNewestWholeOne) {
+  FlipLastByte(3);
+  ResumesAt(2);
+  // Latest() judges by a listing, without reading data: still step 3.
+  EXPECT_EQ(mgr_->Latest().value(), 3);
+  Truncate(2);
+  ResumesAt(1);
+  DamageManifest(2);
+  ResumesAt(1);
+  Remove(1);
+  const Status s = FailsUnchanged(std::nullopt);
+  EXPECT_EQ(s.code(), ErrorCode::kDataLoss);
+  for (const char* step : {"step 3", "step 2", "step 1"}) {
+    EXPECT_NE(s.message().find(step), std::string::npos) << s.ToString();
+  }
+}
+
+TEST_F(LoadAtomicTest, MismatchesChangeNothingAndNeverFallBack) {
+  FlipLastByte(3);  // a resume would skip it: a mismatch must not
+  {
+    Model target(99);
+    target.weights.resize(2999);  // another shape
+    EXPECT_EQ(FailsUnchanged(std::nullopt, {}, target).code(),
+              ErrorCode::kInvalidArgument);
+  }
+  {
+    Model target(99);
+    State s;
+    std::vector<double> weights(3000, 1.5);  // another dtype
+    s.AddBlob("rng", "x").AddTensor("weights", View(weights));
+    Result<CheckpointInfo> r = mgr_->Load(std::nullopt, s);
+    EXPECT_EQ(r.status().code(), ErrorCode::kInvalidArgument);
+    EXPECT_EQ(weights, std::vector<double>(3000, 1.5));
+    EXPECT_EQ(s.BlobString("rng").value(), "x");
+  }
+  {
+    Model target(99);
+    State s = target.Make();
+    std::vector<int32_t> extra(4, 7);
+    s.AddTensor("not-saved", View(extra));  // an entry the step lacks
+    const Snapshot before = Snapshot::Of(target, s);
+    Result<CheckpointInfo> r = mgr_->Load(std::nullopt, s);
+    EXPECT_EQ(r.status().code(), ErrorCode::kNotFound);
+    EXPECT_TRUE(Snapshot::Of(target, s) == before);
+    EXPECT_EQ(extra, std::vector<int32_t>(4, 7));
+  }
+  {
+    Model target(99);
+    State s;  // lacks "counters": strict refuses
+    s.AddBlob("rng", target.rng)
+        .AddTensor("weights", View(target.weights))
+        .AddMetadata("info", {{"seed", "99"}});
+    const Snapshot before = Snapshot::Of(target, s);
+    Result<CheckpointInfo> r = mgr_->Load(std::nullopt, s, {.strict = true});
+    EXPECT_EQ(r.status().code(), ErrorCode::kInvalidArgument);
+    EXPECT_TRUE(Snapshot::Of(target, s) == before);
+  }
+}
+
+TEST_F(LoadAtomicTest, StreamingNamesTheEntriesItChanged) {
+  FlipLastByte(3);
+  Model target(99);
+  State s = target.Make();
+  Result<CheckpointInfo> r =
+      mgr_->Load(3, s, LoadOptions{.transactional = false});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), ErrorCode::kDataLoss);
+  const std::string m = r.status().message();
+  EXPECT_NE(m.find("entries changed before the failure"), std::string::npos)
+      << m;
+  EXPECT_NE(m.find("weights"), std::string::npos) << m;
+  EXPECT_NE(m.find("counters"), std::string::npos) << m;
+  // The blob and metadata are only set once everything is read.
+  EXPECT_EQ(s.BlobString("rng").value(), "rng-99");
+  // A streaming resume still lands on the newest whole step, all of it.
+  Model again(99);
+  State t = again.Make();
+  Result<CheckpointInfo> resumed =
+      mgr_->Load(std::nullopt, t, LoadOptions{.transactional = false});
+  ASSERT_TRUE(resumed.ok()) << resumed.status().ToString();
+  EXPECT_EQ(resumed->step, 2);
+  Model two(2);
+  State ts = two.Make();
+  EXPECT_TRUE(Snapshot::Of(again, t) == Snapshot::Of(two, ts));
+}
+
+TEST_F(LoadAtomicTest, LoadAllFallsBackOnResumeButNotAtAnExplicitStep) {
+  FlipLastByte(3);
+  Result<LoadedCheckpoint> all = mgr_->LoadAll(std::nullopt);
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  EXPECT_EQ(all->info.step, 2);
+  EXPECT_EQ(all->state.BlobString("rng").value(), "rng-2");
+  EXPECT_EQ(mgr_->LoadAll(3).status().code(), ErrorCode::kDataLoss);
+  // A name the checkpoint lacks is a mismatch: no fallback.
+  EXPECT_EQ(mgr_->LoadAll(std::nullopt, {"nope"}).status().code(),
+            ErrorCode::kNotFound);
+}
+
+// Two ranks, each holding half of "table" and a replicated "bias"; only
+// rank 1's data object of step 2 is damaged.
+TEST(LoadAtomicMultiRankTest, OneRanksDamageLeavesEveryRankUnchanged) {
+  const std::string url = UniqueUrl("ranks");
+  constexpr int64_t kRows = 2048;  // 4 KiB chunks: 4 per rank's half
+  auto half = [](int rank, int seed) {
+    std::vector<float> v(kRows / 2 * 4);
+    for (size_t i = 0; i < v.size(); ++i) {
+      v[i] = static_cast<float>(seed * 100000 + rank * 50000 + i);
+    }
+    return v;
+  };
+  auto open = [&](Communicator* comm) {
+    Options o;
+    o.communicator = comm;
+    o.chunk_size = 4096;
+    o.lease_seconds = 0;
+    return CheckpointManager::Open(url, o).value();
+  };
+  RunRanks(2, [&](int rank, Communicator* comm) {
+    auto mgr = open(comm);
+    for (int step = 1; step <= 2; ++step) {
+      std::vector<float> mine = half(rank, step);
+      std::vector<double> bias(8, step);
+      State s;
+      s.AddTensorPiece("table", {kRows, 4}, {rank * kRows / 2, 0},
+                       View(std::span<float>(mine), {kRows / 2, 4}))
+          .AddTensor("bias", View(bias));
+      ASSERT_TRUE(mgr->Save(step, s).ok());
+    }
+  });
+  auto storage = OpenStorage(url).value();
+  const std::vector<ObjectInfo> listed =
+      storage->List(format::StepDirName(2) + "/").value();
+  for (const ObjectInfo& o : listed) {
+    int r = -1;
+    if (format::ParseDataObjectKey(o.key, nullptr, &r, nullptr) && r == 1) {
+      std::string bytes = storage->ReadAll(o.key).value();
+      bytes.back() ^= 0x5a;
+      ASSERT_TRUE(storage->PutString(o.key, bytes).ok());
+    }
+  }
+  RunRanks(2, [&](int rank, Communicator* comm) {
+    auto mgr = open(comm);
+    std::vector<float> mine = half(rank, 99);
+    std::vector<double> bias(8, 99);
+    State s;
+    s.AddTensorPiece("table", {kRows, 4}, {rank * kRows / 2, 0},
+                     View(std::span<float>(mine), {kRows / 2, 4}))
+        .AddTensor("bias", View(bias));
+    Result<CheckpointInfo> r = mgr->Load(2, s);
+    EXPECT_EQ(r.status().code(), ErrorCode::kDataLoss) << "rank " << rank;
+    EXPECT_EQ(mine, half(rank, 99)) << "rank " << rank << " changed";
+    EXPECT_EQ(bias, std::vector<double>(8, 99)) << "rank " << rank;
+    // Resuming, every rank falls back to step 1 together.
+    r = mgr->Load(std::nullopt, s);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->step, 1);
+    EXPECT_EQ(mine, half(rank, 1)) << "rank " << rank;
+    EXPECT_EQ(bias, std::vector<double>(8, 1));
+  });
+}
+
+}  // namespace
+}  // namespace ckpt
