@@ -158,7 +158,12 @@ Result<SaveResult> CheckpointManager::Save(int64_t step, const State& state,
                                            const SaveOptions& options) {
   MutexLock lock(&impl_->mu());
   impl_->WaitIdle();
-  if (Status s = impl_->TakeAsyncError(); !s.ok()) return s;
+  if (Status s = impl_->TakeAsyncError(step); !s.ok()) {
+    // With many ranks the others may have collected it and be saving: this
+    // rank fails the same save with it rather than leave them waiting.
+    if (impl_->comm().size() == 1) return s;
+    return Guard("save", [&] { return impl_->Save(step, state, options, s); });
+  }
   return Guard("save", [&] { return impl_->Save(step, state, options); });
 }
 
