@@ -208,9 +208,9 @@ class CheckpointManager:
         and returns its SaveResult (or raises its error); handle.done()
         says whether it has. One save is in flight at a time: every other
         call of this manager (save, save_async, load, list, ...) first
-        waits for it. A background error is raised by wait() and, once, by
-        the next save or save_async, which then saves nothing, so that no
-        failure goes unseen. A state larger than async_staging_bytes is
+        waits for it. A background error is raised once: by wait(), or,
+        when nothing waited for it, by the next save or save_async, which
+        then saves nothing and says so, so that no failure goes unseen. A state larger than async_staging_bytes is
         saved synchronously.
 
         stage_in_background=True returns before the copy, which the

@@ -99,7 +99,8 @@ def async_save(state_dict, root, step, *, communicator=None, epoch=None,
     the copy, which then overlaps the next forward and backward pass: call
     handle.wait_staged() before the optimizer step changes the tensors.
     One save of a root is in flight at a time: the next call waits for it.
-    A failure is raised by wait() and, once, by the next save."""
+    A failure is raised once: by wait(), or, when nothing waited for it, by
+    the next save (which then saves nothing and says so)."""
     mgr = manager(root, communicator=communicator)
     return mgr.save_async(step, lambda: _saved(state_dict), metadata, epoch,
                           metrics, incremental=incremental,
