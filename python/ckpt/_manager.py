@@ -129,6 +129,8 @@ class CheckpointManager:
             self._opened = _ckpt.Manager(url, create=create is not False,
                                          **options)
         else:
+            # What opening would find wrong with the options, now.
+            _ckpt.Manager.check_options(**options)
             self._options = options
 
     @property
@@ -567,7 +569,7 @@ def first_whole(steps, attempt, where):
     raise all_damaged(where, skipped)
 
 
-def warn_skipped(where, step, error, stacklevel=4):
+def warn_skipped(where, step, error, stacklevel=5):
     warnings.warn(f"{where}: skipped step {step}, which does not load whole "
                   f"({error}); trying the next older step", RuntimeWarning,
                   stacklevel=stacklevel)

@@ -373,8 +373,12 @@ class _LoadPlan:
         target = self.target(state, path)
 
         def load_state(undo):
-            undo.append(lambda: obj.load_state_dict(before))
+            # Put back quietly while it has not succeeded: an object that
+            # raised may refuse its old state too, having taken none of
+            # the new one.
+            undo.append(lambda: _quietly(obj.load_state_dict, before))
             obj.load_state_dict(state)
+            undo[-1] = lambda: obj.load_state_dict(before)
 
         self.after.append(load_state)
         return target
@@ -437,6 +441,13 @@ def _put_back(original, loaded, undo):
             undo.append(lambda key=key, old=old: original.__setitem__(key,
                                                                        old))
             original[key] = new
+
+
+def _quietly(f, *args):
+    try:
+        f(*args)
+    except Exception:  # noqa: BLE001, S110 - it raised its own error already
+        pass
 
 
 def _leaf_names(node, path):
