@@ -127,6 +127,7 @@ class CheckpointManager:
         self._missing = _missing_local_root(url) if create is None else None
         if self._missing is None:
             self._opened = _ckpt.Manager(url, create=create is not False,
+                                         create_root=create is True,
                                          **options)
         else:
             # What opening would find wrong with the options, now.
