@@ -265,6 +265,7 @@ TEST(MissingRootTest, TheFirstSaveCreatesTheRoot) {
   TestModel loaded(3);
   State into = loaded.MakeState();
   ASSERT_TRUE(reader->Load(1, into).ok());
+  loaded.rng = into.BlobString("rng").value();
   EXPECT_EQ(loaded, model);
 }
 
