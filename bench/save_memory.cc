@@ -245,7 +245,7 @@ int main(int argc, char** argv) {
   }
   if (!state.status().ok()) return Fail("build the state", state.status());
 
-  auto mgr = ckpt::CheckpointManager::Open(dir);
+  auto mgr = ckpt::CheckpointManager::Open(dir, {.create_root = true});
   if (!mgr.ok()) return Fail("open " + dir, mgr.status());
   auto latest = (*mgr)->Latest();
   if (!latest.ok()) return Fail("find the newest step", latest.status());

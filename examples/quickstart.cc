@@ -60,8 +60,9 @@ int Fail(const ckpt::Status& s) {
 // Trains to kEpochs, resuming from `root` if it holds a checkpoint. With
 // `crash`, kills itself halfway through kCrashEpoch.
 int Train(const std::string& root, bool crash, Model& model) {
-  auto mgr =
-      ckpt::CheckpointManager::Open(root, {.retention = {.keep_last = 3}});
+  // create_root: the first run starts an empty root; a resume finds it.
+  auto mgr = ckpt::CheckpointManager::Open(
+      root, {.retention = {.keep_last = 3}, .create_root = true});
   if (!mgr.ok()) return Fail(mgr.status());
   ckpt::State state = model.MakeState();
   auto latest = (*mgr)->Latest();

@@ -48,7 +48,6 @@ import signal
 import torch
 import torch.distributed as dist
 
-import ckpt
 import ckpt.torch as ct
 
 SAMPLES, FEATURES, HIDDEN, OUTPUTS = 240, 16, 128, 4
@@ -153,11 +152,10 @@ def main():
     # Stateful objects: ckpt.torch saves their state_dict() and, on load,
     # fills it and calls load_state_dict() (creating Adam's moments).
     state = {"model": model, "optim": optimizer, "step": 0}
-    try:
+    # create=True: the first run starts a new job in a root not made yet
+    # (without it, a root that does not exist is an error: a mistyped path).
+    if ct.latest(args.root, create=True) is not None:
         info = ct.load(state, args.root)
-    except ckpt.NotFound:
-        pass  # nothing committed yet: start from step 0
-    else:
         if rank == 0:
             print(f"resumed from step {info.step} (saved by "
                   f"{ranks(info.world_size)}) on {ranks(world)}", flush=True)

@@ -65,7 +65,8 @@ def main():
     shuffle = torch.Generator().manual_seed(2)  # the data loader's order
     epoch = 0  # the next epoch to run
 
-    mgr = ckpt.open(args.root, keep_last=3)
+    # create=True: the first run starts a new job in a root not made yet.
+    mgr = ckpt.open(args.root, keep_last=3, create=True)
     last = mgr.latest()
     if last is not None:
         state = mgr.load(last, as_torch=True)

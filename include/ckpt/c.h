@@ -113,7 +113,16 @@ CKPT_EXPORT void ckpt_options_destroy(ckpt_options_t* options);
  *   best_metric               string
  *   best_higher_is_better     bool
  *   min_seconds_between_saves number
- *   gc_after_save, create     bool
+ *   gc_after_save             bool
+ *   create                    bool (default true): a missing file:// root
+ *                             is created by the first save, and reading it
+ *                             before (latest, list, load, ...) is
+ *                             CKPT_NOT_FOUND naming the path; false: the
+ *                             root must exist, opening a missing one is
+ *                             CKPT_NOT_FOUND
+ *   create_root               bool (default false): create the root at
+ *                             open, for a job's first run (latest then
+ *                             finds no step)
  *   gc_grace_seconds          integer
  *   full_every, max_chain     integers (incremental saves)
  *   min_referenced_fraction   number in [0, 1]

@@ -1,7 +1,9 @@
 // CheckpointManager: the user's entry point. Open a root, Save a State under a
 // step, Load the newest complete one back, bit for bit.
 //
-//   auto mgr = ckpt::CheckpointManager::Open("file:///data/run42").value();
+//   // create_root: the job's first run finds an empty root, not NotFound.
+//   auto mgr = ckpt::CheckpointManager::Open("file:///data/run42",
+//                                            {.create_root = true}).value();
 //   ckpt::State state;
 //   state.AddTensor("weights", ckpt::View(weights));
 //   if (auto last = mgr->Latest(); last.ok() && *last) mgr->Load(**last,
@@ -118,8 +120,19 @@ struct Options {
   int64_t gc_grace_seconds = 3600;
   // When an incremental save writes everything anyway.
   IncrementalPolicy incremental = {};
-  // Create the root if it does not exist (read-only tools pass false).
+  // A root is made by a save, never by a read. With `create` (the default)
+  // a file:// root that does not exist is created by the first Save, and
+  // until then every call that reads it (Latest, List, Load, LoadAll,
+  // LoadRankLocal, Describe, Verify, Delete, GarbageCollect) fails with
+  // NotFound naming its path: a mistyped path is an error, not a new job
+  // that resumes from nothing. Opening creates nothing. Without `create`
+  // (read-only tools) Open itself fails with NotFound. Other schemes are
+  // opened as they are (mem:// creates its namespace; s3:// has no folders).
   bool create = true;
+  // Create the root at Open (with `create`): the first run of a job, whose
+  // Latest() is then nullopt. The job runner and TieredManager's durable
+  // root open so; a manager that only resumes should not.
+  bool create_root = false;
 
   // --- Who writes -----------------------------------------------------------
   // One party writes a root at a time (docs/concurrency.md). The coordinator

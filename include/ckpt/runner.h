@@ -6,7 +6,10 @@
 // 0), saves at every epoch
 // boundary (and every N steps or S seconds), saves once more and stops when
 // the machine is being taken away (SIGTERM, SIGUSR1), and cleans up when the
-// job finished.
+// job finished. The runner owns its job's root: a file:// root that does
+// not exist yet is a new job (logged "root /path does not exist yet:
+// starting fresh"), and its first save creates it, where a manager's own
+// Latest() of it is NotFound (Options::create).
 //
 //   class Train : public ckpt::Job { ... };
 //   Train job;

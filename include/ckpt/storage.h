@@ -142,6 +142,12 @@ class Storage {
     return std::nullopt;
   }
 
+  // Whether the root is there. A file:// root opened with
+  // StorageOptions::create_on_first_write that no write has made yet (and
+  // nobody else since) is NotFound "root /path does not exist"; every other
+  // root is there (the default).
+  virtual Status CheckRoot() { return Status(); }
+
   // Convenience: Put of a string.
   Status PutString(std::string_view key, std::string_view data,
                    PutMode mode = PutMode::kOverwrite) {
@@ -203,6 +209,7 @@ class StorageWrapper : public Storage {
   std::optional<std::string> TemporaryOf(std::string_view key) const override {
     return target_->TemporaryOf(key);
   }
+  Status CheckRoot() override { return target_->CheckRoot(); }
 
  private:
   std::unique_ptr<Storage> owned_;
@@ -281,6 +288,11 @@ struct StorageOptions {
   // Read-only tools pass false so that a typo is an error, not a new folder
   // (on s3://, which has no folders: the prefix must hold an object).
   bool create = true;
+  // With create, a file:// directory that does not exist is made by the
+  // first write (Put, NewWritable) instead of at open, so that opening a
+  // mistyped path leaves nothing behind. Until then the root reads as
+  // empty and CheckRoot() is NotFound. Other backends ignore it.
+  bool create_on_first_write = false;
   // For s3:// roots.
   S3Options s3;
 };

@@ -15,10 +15,13 @@ entries that load as the same Python type), ckpt.Metadata (a JSON object
 kept as one entry), and dicts, lists and tuples of these. Nested containers
 become dotted entry names ("model.fc.weight") and are rebuilt on load.
 
-Arrays and tensors are neither copied on save (the library reads their
-buffers) nor on load (it reads into the arrays it returns, or, with
-load_into, into yours), except that a non-contiguous or big-endian array is
-first copied into a C-contiguous one.
+Arrays and tensors are not copied on save (the library reads their
+buffers), nor by load() (it reads into the arrays it returns), except that
+a non-contiguous or big-endian array is first copied into a C-contiguous
+one. load_into() and ckpt.torch.load() are all-or-nothing: they read into
+new memory (one extra copy of the state at the peak) and hand the bytes to
+yours only once every entry has been read; transactional=False reads
+straight into yours.
 
 PyTorch's distributed-checkpoint calls (save, load in place, async_save,
 Stateful objects, DTensor and ShardedTensor leaves) and safetensors

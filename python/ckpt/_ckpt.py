@@ -855,6 +855,23 @@ class _SaveOptions(_Owned):
                   len(flat) // 2)
 
 
+def _set_options(opts, catalog, catalog_required, communicator, options):
+    for name, value in options.items():
+        _call(_lib.ckpt_options_set, opts, name.encode(),
+              _encode(_option_text(value), f"option {name}"))
+    if isinstance(catalog, Catalog):
+        _lib.ckpt_options_set_catalog(opts, catalog._handle())
+    elif catalog is not None:
+        _call(_lib.ckpt_options_set, opts, b"catalog",
+              _encode(catalog, "catalog URL"))
+        _call(_lib.ckpt_options_set, opts, b"catalog_required",
+              _option_text(bool(catalog_required)).encode())
+    if communicator is not None:
+        if not isinstance(communicator, Communicator):
+            raise TypeError("communicator must be a ckpt.Communicator")
+        _lib.ckpt_options_set_communicator(opts, communicator._handle())
+
+
 class Manager(_Owned):
     """ckpt_manager_t: what CheckpointManager (_manager.py) drives."""
 
@@ -865,23 +882,22 @@ class Manager(_Owned):
         super().__init__(None)
         opts = _lib.ckpt_options_create()
         try:
-            for name, value in options.items():
-                _call(_lib.ckpt_options_set, opts, name.encode(),
-                      _encode(_option_text(value), f"option {name}"))
-            if isinstance(catalog, Catalog):
-                _lib.ckpt_options_set_catalog(opts, catalog._handle())
-            elif catalog is not None:
-                _call(_lib.ckpt_options_set, opts, b"catalog",
-                      _encode(catalog, "catalog URL"))
-                _call(_lib.ckpt_options_set, opts, b"catalog_required",
-                      _option_text(bool(catalog_required)).encode())
-            if communicator is not None:
-                if not isinstance(communicator, Communicator):
-                    raise TypeError("communicator must be a ckpt.Communicator")
-                _lib.ckpt_options_set_communicator(opts,
-                                                   communicator._handle())
+            _set_options(opts, catalog, catalog_required, communicator,
+                         options)
             self._h = _make(_lib.ckpt_manager_open,
                             _encode(url, "root URL"), opts)
+        finally:
+            _lib.ckpt_options_destroy(opts)
+
+    @staticmethod
+    def check_options(*, catalog=None, catalog_required=False,
+                      communicator=None, **options):
+        """Raises what Manager() would of each option's value, opening
+        nothing."""
+        opts = _lib.ckpt_options_create()
+        try:
+            _set_options(opts, catalog, catalog_required, communicator,
+                         options)
         finally:
             _lib.ckpt_options_destroy(opts)
 

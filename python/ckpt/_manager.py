@@ -1,7 +1,9 @@
 """CheckpointManager: the Python face of ckpt::CheckpointManager."""
 
 import json
+import numbers
 import os
+import warnings
 from collections.abc import Mapping
 
 from ckpt import _ckpt, _device, _tree, _values
@@ -27,8 +29,7 @@ class CheckpointManager:
     Other options: min_seconds_between_saves (a save sooner than that after
     the previous one is skipped: SaveResult.skipped), job_id (recorded in
     manifests; default the URL), gc_after_save (remove dead attempts'
-    objects after every save), gc_grace_seconds, create (create the root if
-    it does not exist), chunk_size (bytes per checksummed chunk),
+    objects after every save), gc_grace_seconds, create (below), chunk_size (bytes per checksummed chunk),
     metadata_layout ("indexed", the default: a small commit record, a
     directory and a binary index per rank, so a loading rank reads only
     what it loads; "json": one JSON manifest, for readers that predate
@@ -65,6 +66,15 @@ class CheckpointManager:
     break_lease=True takes it anyway, for a holder known dead. Loads never
     take the lease.
 
+    create: what happens to a root that does not exist. By default
+    (None) the first save creates it, and until then reading it (latest(),
+    list(), load(), describe()) raises ckpt.NotFound naming the path, so
+    that a mistyped path is an error, not an empty job; a root that is no
+    local path (s3://, mem://) is opened as it is. create=True creates it
+    at once: the first run of a job, whose latest() is then None.
+    create=False never creates it: opening a missing root raises
+    ckpt.NotFound (for read-only tools).
+
     communicator: the ranks of a many-rank job, e.g.
     ckpt.mpi_communicator() under mpirun. Every rank opens the same root
     with the same communicator and calls save() and load() together; a
@@ -81,7 +91,7 @@ class CheckpointManager:
                  keep_every_seconds=0, keep_best=0, best_metric="",
                  best_higher_is_better=False, min_seconds_between_saves=0.0,
                  job_id="", gc_after_save=True, gc_grace_seconds=3600,
-                 create=True, chunk_size=4 << 20, async_staging_bytes=0,
+                 create=None, chunk_size=4 << 20, async_staging_bytes=0,
                  full_every=0, max_chain=0, min_referenced_fraction=0.0,
                  catalog=None, catalog_required=False,
                  lease_seconds=60.0, lease_wait_seconds=-1.0,
@@ -93,15 +103,15 @@ class CheckpointManager:
             catalog = None
         elif isinstance(catalog, os.PathLike):
             catalog = os.fspath(catalog)
-        self._m = _ckpt.Manager(
-            os.fspath(url), keep_last=keep_last,
-            keep_every_n_steps=keep_every_n_steps,
+        url = os.fspath(url)
+        options = dict(
+            keep_last=keep_last, keep_every_n_steps=keep_every_n_steps,
             keep_every_seconds=keep_every_seconds, keep_best=keep_best,
             best_metric=best_metric,
             best_higher_is_better=best_higher_is_better,
             min_seconds_between_saves=min_seconds_between_saves,
             job_id=job_id, gc_after_save=gc_after_save,
-            gc_grace_seconds=gc_grace_seconds, create=create,
+            gc_grace_seconds=gc_grace_seconds,
             chunk_size=chunk_size, async_staging_bytes=async_staging_bytes,
             full_every=full_every, max_chain=max_chain,
             min_referenced_fraction=min_referenced_fraction,
@@ -109,19 +119,58 @@ class CheckpointManager:
             lease_seconds=lease_seconds,
             lease_wait_seconds=lease_wait_seconds, break_lease=break_lease,
             metadata_layout=metadata_layout, communicator=communicator)
+        self._url, self._communicator = url, communicator
+        self._opened = None
+        # A local root that does not exist yet, opened with the default
+        # create=None, is opened by the first save (which creates it) and,
+        # until then, is an error to read: a mistyped path is no new job.
+        self._missing = _missing_local_root(url) if create is None else None
+        if self._missing is None:
+            self._opened = _ckpt.Manager(url, create=create is not False,
+                                         create_root=create is True,
+                                         **options)
+        else:
+            # What opening would find wrong with the options, now.
+            _ckpt.Manager.check_options(**options)
+            self._options = options
+
+    @property
+    def _m(self):
+        """The library's manager, for calls that may create the root."""
+        if self._opened is None:
+            self._opened = _ckpt.Manager(self._url, create=True,
+                                         **self._options)
+        return self._opened
+
+    @property
+    def _reader(self):
+        """The library's manager, for calls that read: NotFound naming the
+        path while the root does not exist."""
+        if self._opened is None and _missing_local_root(self._url):
+            raise _ckpt.NotFound(
+                f"root {self._missing} does not exist: nothing was saved "
+                f"there (check the path; a save creates it, or open with "
+                f"create=True to start a new job)")
+        return self._m
 
     @property
     def url(self):
-        return self._m.url
+        return self._m.url if self._opened is not None else self._url
 
     @property
     def rank(self):
         """This process's rank (0 without a communicator)."""
+        if self._opened is None:
+            c = self._communicator
+            return 0 if c is None else c.rank
         return self._m.rank
 
     @property
     def world_size(self):
         """The number of ranks (1 without a communicator)."""
+        if self._opened is None:
+            c = self._communicator
+            return 1 if c is None else c.size
         return self._m.world_size
 
     def __repr__(self):
@@ -162,9 +211,9 @@ class CheckpointManager:
         and returns its SaveResult (or raises its error); handle.done()
         says whether it has. One save is in flight at a time: every other
         call of this manager (save, save_async, load, list, ...) first
-        waits for it. A background error is raised by wait() and, once, by
-        the next save or save_async, which then saves nothing, so that no
-        failure goes unseen. A state larger than async_staging_bytes is
+        waits for it. A background error is raised once: by wait(), or,
+        when nothing waited for it, by the next save or save_async, which
+        then saves nothing and says so, so that no failure goes unseen. A state larger than async_staging_bytes is
         saved synchronously.
 
         stage_in_background=True returns before the copy, which the
@@ -180,7 +229,10 @@ class CheckpointManager:
                                   stage_in_background=stage_in_background)
 
     def load(self, step=None, *, as_torch=False, device=None):
-        """Loads `step` (default: the newest committed) and returns its state.
+        """Loads `step` and returns its state. Default: the newest
+        committed step that loads whole (a newer one that does not, being
+        damaged, is skipped with a RuntimeWarning; see load_into).
+        as_torch=True without PyTorch importable raises ckpt.Unavailable.
 
         device="cuda:N" (or a torch.device) loads every tensor into a new
         torch tensor on that GPU, straight from the library's page-locked
@@ -201,7 +253,11 @@ class CheckpointManager:
         saved it; at another world size it is left out (see
         load_rank_local).
         """
-        info, entries, omitted = self._m.load(step, _device_tensors(device))
+        if as_torch:
+            _require_torch("load(as_torch=True)")
+        new_device_tensor = _device_tensors(device)
+        info, entries, omitted = self._newest_whole(
+            step, "load", lambda s: self._reader.load(s, new_device_tensor))
         # Inline, not a helper: decode_tensor's warnings name the caller of
         # load() by how many frames up it is.
         with _ckpt.gc_paused():
@@ -224,36 +280,86 @@ class CheckpointManager:
             return _tree.unflatten(tree, values, omitted - set(values),
                                    f"load step {info.step} in {self.url}")
 
-    def load_into(self, state, step=None, *, strict=False):
-        """Fills `state` in place from `step` (default: the newest).
+    def load_into(self, state, step=None, *, strict=False,
+                  transactional=True):
+        """Fills `state` in place from `step` (default: the newest that
+        loads whole).
 
         Every array and tensor in `state` receives the bytes of the entry
-        of the same name, written straight into its memory (no new array is
-        made, so a model's parameters are updated through its state_dict());
-        dtype and shape must match. A non-contiguous target is filled
-        through a contiguous staging copy. Other values (bytes, int, str,
-        ...) are replaced in their dict or list. Entries of the checkpoint
-        that `state` lacks are ignored, unless strict=True. Returns the
-        CheckpointInfo of the step loaded.
+        of the same name (so a model's parameters are updated through its
+        state_dict()); dtype and shape must match. Other values (bytes,
+        int, str, ...) are replaced in their dict or list. Entries of the
+        checkpoint that `state` lacks are ignored, unless strict=True.
+        Returns the CheckpointInfo of the step loaded.
 
-        A checksum mismatch raises ckpt.DataLoss and may leave the arrays
-        partly written.
+        A load either completes or changes nothing. With
+        transactional=True (the default) the checkpoint is read into new
+        memory first, every entry checked (name, dtype, shape, checksums),
+        and only once all of it has been read are the bytes copied into
+        `state`'s arrays and its other values replaced: a mismatch, a
+        damaged chunk (ckpt.DataLoss) or a missing object leaves `state`
+        exactly as it was. The price is memory: at its peak the load holds
+        one extra copy of the state it loads. transactional=False reads
+        straight into the arrays (no extra memory; a non-contiguous target
+        still goes through a contiguous copy); then a failed load may have
+        written some of them, and its error names the entries it may have
+        changed.
+
+        With step=None the newest committed step is loaded; one that does
+        not load whole (ckpt.DataLoss: a damaged chunk, a missing object)
+        is skipped with a RuntimeWarning naming it and why, and the next
+        older one is tried, so that a job resumes from the newest whole
+        step. Only when none loads is an error raised, naming every step
+        tried. An explicit `step` never falls back, nor does a mismatch
+        between `state` and the checkpoint. With many ranks the library
+        picks the newest step on every rank alike.
         """
-        desc = self._m.describe(step)
+        staged = self._newest_whole(
+            step, "load_into",
+            lambda s: self._stage_into(state, self._reader.describe(s), strict,
+                                       transactional))
+        staged.commit()
+        return staged.info
+
+    def _stage_into(self, state, desc, strict, transactional,
+                    own_memory=frozenset()):
+        """Reads step `desc` for `state`: a _Staged whose commit() hands
+        the bytes to `state`. Transactional, nothing of `state` changes
+        before commit(). Targets whose id() is in `own_memory` are new
+        memory of the caller's and are filled directly."""
         stored = {e.name: e for e in desc.entries}
+        step = desc.info.step
         if strict:
             wanted = {name for name, _, _ in _tree.flatten(state)[0]}
             extra = [n for n in stored
                      if n not in wanted and n != _tree.TREE_ENTRY]
             if extra:
                 raise _ckpt.InvalidArgument(
-                    f"strict load of step {desc.info.step}: the state has no "
+                    f"strict load of step {step}: the state has no "
                     f"entry {extra[0]!r} ({len(extra)} missing)")
-        entries, finishers, paths = _fill_targets(state, stored)
-        info, values = self._m.load_into(desc.info.step, entries, False)
-        _finish_fill(state, finishers, paths, values,
-                     f"load_into step {info.step} in {self.url}")
-        return info
+        entries, finishers, paths, fresh = _fill_targets(
+            state, stored, transactional, own_memory)
+        where = f"load_into step {step} in {self.url}"
+        try:
+            info, values = self._m.load_into(step, entries, False)
+            values = _decoded(values, where)
+        except _ckpt.Error as e:
+            if transactional:
+                raise
+            raise _partly_written(e, entries, paths) from None
+        return _Staged(info, state, fresh, finishers, paths, values)
+
+    def _newest_whole(self, step, what, attempt):
+        """attempt(step), for an explicit step; for step=None, attempt(s)
+        for each committed step s from the newest, skipping (with a
+        warning) those that raise ckpt.DataLoss, until one succeeds."""
+        if step is not None or self.world_size > 1:
+            return attempt(step)
+        steps = [info.step for info in self.list()]
+        if not steps:
+            return attempt(None)  # the library's NotFound
+        return first_whole(reversed(steps), attempt,
+                           f"{what} of the newest step in {self.url}")
 
     def tiers(self, local_url, *, local_every=1, durable_every=0, keep=2,
               replicas=1, replication_rate=None, nodes=None):
@@ -285,7 +391,9 @@ class CheckpointManager:
         """Every saving rank's value of the rank-local entry `name`, as a
         dict {rank: value}, at any world size: how a job resumed on another
         number of ranks merges, say, its data loaders' positions."""
-        _, values = self._m.load_rank_local(step, name)
+        if as_torch:
+            _require_torch("load_rank_local(as_torch=True)")
+        _, values = self._reader.load_rank_local(step, name)
         out = {}
         for rank, kind, dtype, value in values:
             out[rank] = (_values.decode_tensor(name, value, dtype, as_torch)
@@ -294,20 +402,20 @@ class CheckpointManager:
 
     def latest(self):
         """The newest committed step, or None."""
-        return self._m.latest()
+        return self._reader.latest()
 
     def list(self):
         """Every committed checkpoint (CheckpointInfo), oldest first."""
-        return self._m.list()
+        return self._reader.list()
 
     def describe(self, step=None):
         """The entries of `step` (default: the newest): name, kind, dtype,
         shape, bytes."""
-        return self._m.describe(step)
+        return self._reader.describe(step)
 
     def delete(self, step):
         """Deletes the committed checkpoint `step`."""
-        self._m.delete(step)
+        self._reader.delete(step)
 
     def _save_arguments(self, state, metadata, epoch, metrics, incremental,
                         dirty_rows):
@@ -355,10 +463,12 @@ class CheckpointManager:
                 isinstance(k, str) and isinstance(v, str)
                 for k, v in metadata.items()):
             raise _ckpt.InvalidArgument("metadata must map str to str")
-        if not isinstance(metrics, Mapping) or not all(
-                isinstance(k, str) and isinstance(v, (int, float))
-                for k, v in metrics.items()):
-            raise _ckpt.InvalidArgument("metrics must map str to numbers")
+        if not isinstance(metrics, Mapping):
+            raise _ckpt.InvalidArgument(
+                f"metrics must map str to numbers, not be a "
+                f"{type(metrics).__name__}")
+        metrics = {_metric_name(k): _metric_value(k, v)
+                   for k, v in metrics.items()}
         texts = [(f"metadata key {k!r}", k) for k in metadata]
         texts += [(f"metadata[{k!r}]", v) for k, v in metadata.items()]
         texts += [(f"metric name {k!r}", k) for k in metrics]
@@ -369,20 +479,49 @@ class CheckpointManager:
         return (-1 if epoch is None else epoch, dict(metrics), dict(metadata))
 
 
-def _fill_targets(state, stored):
-    """How `state` receives a checkpoint in place: (entries for the
-    library, finishers to run after, {name: (path, leaf)} of the values
-    that are replaced). `stored` maps names to EntryInfo where known."""
+def _metric_name(key):
+    if not isinstance(key, str):
+        raise _ckpt.InvalidArgument(
+            f"metrics must map str to numbers: the key {key!r} is a "
+            f"{type(key).__name__}")
+    return key
+
+
+def _metric_value(key, value):
+    """A metric as a float: a Python, NumPy or 0-d tensor number."""
+    if isinstance(value, numbers.Real):  # bool, int, float, NumPy's
+        return float(value)
+    if getattr(value, "ndim", None) == 0 and callable(
+            getattr(value, "item", None)):  # a 0-d tensor or array
+        item = value.item()
+        if isinstance(item, numbers.Real):
+            return float(item)
+    shape = getattr(value, "shape", None)
+    told = f" of shape {list(shape)}" if shape is not None else ""
+    raise _ckpt.InvalidArgument(
+        f"metrics[{key!r}] is a {type(value).__module__}."
+        f"{type(value).__qualname__}{told}, not a number (metrics take "
+        f"int, float, NumPy scalars and 0-d tensors)")
+
+
+def _fill_targets(state, stored, fresh=False, own_memory=frozenset()):
+    """How `state` receives a checkpoint: (entries for the library,
+    finishers to run after, {name: (path, leaf)} of the values that are
+    replaced, [_values.Fresh] to hand over). `stored` maps names to
+    EntryInfo where known. fresh=True reads every array into new memory
+    (but those whose id() is in `own_memory`), to be copied over later;
+    else straight into the arrays."""
     leaves, _ = _tree.flatten(state)
-    entries, finishers, paths = [], [], {}
+    entries, finishers, paths, handed = [], [], {}, []
     for name, path, leaf in leaves:
         if _values.holds_nothing(leaf):
             continue
         value, place = _values.placement(name, leaf)
         e = stored.get(name)
-        target = _values.fill_target(
-            name, value, e.dtype if e is not None and e.kind == "tensor"
-            else None)
+        dtype = e.dtype if e is not None and e.kind == "tensor" else None
+        into = fresh and id(value) not in own_memory
+        target = (_values.fresh_target if into else _values.fill_target)(
+            name, value, dtype)
         if target is None:
             entries.append((name, _values.blob_kind(value), None, None,
                             place))
@@ -391,21 +530,97 @@ def _fill_targets(state, stored):
         array, dtype, finish = target
         entries.append((name, "tensor", array, dtype, place))
         if finish is not None:
-            finishers.append(finish)
-    return entries, finishers, paths
+            (handed if into else finishers).append(finish)
+    return entries, finishers, paths, handed
+
+
+def _decoded(values, where):
+    """The library's (name, kind, value) of blobs and metadata, metadata
+    decoded (which may find it damaged: before anything is handed over)."""
+    return [(name, kind, _values.decode_metadata(value, name, where)
+             if kind == "metadata" else value)
+            for name, kind, value in values]
+
+
+def _partly_written(error, entries, paths):
+    """`error` of a load with transactional=False, naming the entries
+    whose arrays it may have written before it failed."""
+    names = [e[0] for e in entries if e[1] == "tensor"]
+    shown = ", ".join(repr(n) for n in names[:8])
+    if len(names) > 8:
+        shown += f", ... ({len(names)} in all)"
+    told = (f"; with transactional=False the load may have written part of "
+            f"the arrays of {shown} before it failed (the state's other "
+            f"values were not changed)" if names else
+            "; the state was not changed")
+    return type(error)(f"{error}{told}")
+
+
+def first_whole(steps, attempt, where):
+    """attempt(step) for each of `steps` (newest first) until one succeeds,
+    skipping with a warning each that raises ckpt.DataLoss; DataLoss
+    naming every step tried when none loads."""
+    skipped = []
+    for step in steps:
+        try:
+            return attempt(step)
+        except _ckpt.DataLoss as e:
+            skipped.append((step, e))
+            warn_skipped(where, step, e)
+    raise all_damaged(where, skipped)
+
+
+def warn_skipped(where, step, error, stacklevel=5):
+    warnings.warn(f"{where}: skipped step {step}, which does not load whole "
+                  f"({error}); trying the next older step", RuntimeWarning,
+                  stacklevel=stacklevel)
+
+
+def all_damaged(where, skipped):
+    tried = "; ".join(f"step {s}: {e}" for s, e in skipped)
+    return _ckpt.DataLoss(f"{where}: no committed step loads whole "
+                          f"(tried {len(skipped)}, newest first): {tried}")
+
+
+class _Staged:
+    """A load read in whole, not yet handed to the caller's state."""
+
+    def __init__(self, info, state, fresh, finishers, paths, values):
+        self.info, self.state, self.fresh = info, state, fresh
+        self.finishers, self.paths, self.values = finishers, paths, values
+
+    def commit(self):
+        """Copies the loaded arrays into the state's and replaces its
+        other values (nothing here fails on a state the load accepted)."""
+        for f in self.fresh:
+            f.copy()
+        self.replace([])
+
+    def swap(self):
+        """Exchanges the loaded arrays with the state's: a second call
+        puts the state's own bytes back."""
+        for f in self.fresh:
+            f.swap()
+
+    def replace(self, undo):
+        """Runs the finishers and puts the loaded blobs and metadata into
+        the state, adding to `undo` how to put back a caller's RankLocal
+        value (the state's containers are the caller's to restore)."""
+        for finish in self.finishers:
+            finish()
+        for name, _, value in self.values:
+            path, leaf = self.paths[name]
+            if isinstance(leaf, _values.RankLocal):
+                undo.append(lambda leaf=leaf, old=leaf.value:
+                            setattr(leaf, "value", old))
+                leaf.value = value
+            else:
+                _tree.assign(self.state, path, value)
 
 
 def _finish_fill(state, finishers, paths, values, where):
-    for finish in finishers:
-        finish()
-    for name, kind, value in values:
-        if kind == "metadata":
-            value = _values.decode_metadata(value, name, where)
-        path, leaf = paths[name]
-        if isinstance(leaf, _values.RankLocal):
-            leaf.value = value
-        else:
-            _tree.assign(state, path, value)
+    _Staged(None, state, [], finishers, paths,
+            _decoded(values, where)).replace([])
 
 
 class Tiers:
@@ -466,7 +681,7 @@ class Tiers:
         at another world size reshards the local tier's step, fetching the
         shares its nodes lack from their peers, unless its state has
         rank-local entries (then the durable tier's load decides)."""
-        entries, finishers, paths = _fill_targets(state, {})
+        entries, finishers, paths, _ = _fill_targets(state, {})
         if strict:
             # The tree this package saves beside the entries: asked for, so
             # that it does not count as an entry the state lacks.
@@ -509,6 +724,29 @@ def local_tier(url):
     return _ckpt.local_tier_list(os.fspath(url))
 
 
+def _missing_local_root(url):
+    """The path of a local root (a path or file:// URL) that does not
+    exist, else None (it exists, or is not local)."""
+    if "://" not in url:
+        path = os.path.abspath(url)
+    elif url.lower().startswith("file://"):
+        path = url[len("file://"):]
+        if not path.startswith("/"):  # file://host/path: the library's
+            return None
+    else:
+        return None
+    return None if os.path.exists(path) else path
+
+
+def _require_torch(call):
+    try:
+        import torch  # noqa: F401 - only whether it imports
+    except ImportError as e:
+        raise _ckpt.Unavailable(
+            f"{call} returns torch tensors, but PyTorch is not importable "
+            f"({e}); install it, or load without as_torch") from None
+
+
 def _device_tensors(device):
     """For load(device=...): a function making each tensor to load into on
     that device, or None for host memory."""
@@ -535,5 +773,11 @@ def _device_tensors(device):
 
 
 def open(url, **options):  # noqa: A001 - ckpt.open, like io.open
-    """CheckpointManager(url, **options)."""
+    """CheckpointManager(url, **options).
+
+    Opening creates nothing: a local root that does not exist is created by
+    the first save, and reading it before (latest(), load(), list())
+    raises ckpt.NotFound naming the path. A job's first run, which may
+    find the root absent, opens with create=True; then latest() is None.
+    """
     return CheckpointManager(url, **options)

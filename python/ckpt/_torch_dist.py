@@ -301,3 +301,41 @@ def torch_communicator(group=None):
     _ckpt._call(_ckpt._lib.ckpt_communicator_set_send_recv, handle,
                 ctypes.cast(_SEND_RECV, ctypes.c_void_p))
     return comm
+
+
+def agreement_group(world_size):
+    """The gloo group over which ckpt.torch's loads agree (the one
+    torch_communicator() made for the default process group), when a
+    manager of `world_size` ranks runs on it; None for one rank, or where
+    there is no such group (the manager's communicator is another)."""
+    if world_size <= 1:
+        return None
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return None
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    default = dist.distributed_c10d._get_default_group()
+    own = _own_groups.get(id(default))
+    if own is None or own[0] is not default or \
+            dist.get_world_size(own[1]) != world_size:
+        return None
+    return own[1]
+
+
+def agree_max(group, value):
+    """The largest of every rank's int `value`."""
+    import torch
+    import torch.distributed as dist
+    t = torch.tensor([value], dtype=torch.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return int(t[0])
+
+
+def broadcast_object(group, obj):
+    """Rank 0's `obj` (of the group spanning every rank), on every rank."""
+    import torch.distributed as dist
+    box = [obj]
+    dist.broadcast_object_list(box, src=0, group=group)
+    return box[0]

@@ -22,6 +22,7 @@ NumPy is optional: without it, buffers are the tensors, and load() returns
 tensors as memoryviews (ckpt._buffer).
 """
 
+import ctypes
 import json
 import math
 import sys
@@ -389,6 +390,101 @@ def fill_target(name, value, stored_dtype):
         staging = np.empty(value.shape, value.dtype.newbyteorder("="))
         return staging, dtype, lambda: np.copyto(value, staging)
     return None
+
+
+class Fresh:
+    """Memory of its own for one load_into target: the load reads into
+    `value`, and only once the whole load has succeeded does copy() give
+    the caller's `target` those bytes (or swap() exchange the two, so that
+    a second swap() puts the target's bytes back)."""
+
+    __slots__ = ("target", "value", "_copy", "_clone")
+
+    def __init__(self, target, value, copy, clone):
+        self.target, self.value = target, value
+        self._copy, self._clone = copy, clone
+
+    def copy(self):
+        self._copy(self.value, self.target)
+
+    def swap(self):
+        held = self._clone(self.value)
+        self._copy(self.target, self.value)
+        self._copy(held, self.target)
+
+
+def fresh_target(name, value, stored_dtype):
+    """fill_target's answer for a load that must change nothing unless it
+    succeeds whole: None for a value that is not an array, else (array,
+    dtype, fresh), `array` being new memory shaped as `value` (on its
+    device) that the checkpoint's bytes go into and `fresh` the Fresh that
+    later hands them to `value`."""
+    torch = _loaded_torch()
+    if torch is not None and isinstance(value, torch.Tensor):
+        if value.device.type == "cpu":
+            _cpu_tensor(name, value, torch)
+        elif value.layout != torch.strided:
+            raise _bad(name, f"a {value.layout} tensor; ckpt loads dense "
+                             f"tensors")
+        new = torch.empty(value.shape, dtype=value.dtype, device=value.device)
+        array, dtype, _ = fill_target(name, new, stored_dtype)
+
+        def copy(src, dst):
+            with torch.no_grad():
+                dst.copy_(src)
+
+        return array, dtype, Fresh(value, new, copy, torch.clone)
+    if _device.is_device_value(value, torch):
+        # CuPy, Numba and the like: their own copy() and slice assignment.
+        try:
+            new = value.copy()
+        except Exception as e:  # noqa: BLE001 - any failure is the reason
+            raise _bad(name, f"a load reads into new memory first "
+                             f"(transactional=True), and this "
+                             f"{type(value).__name__} cannot be copied "
+                             f"({type(e).__name__}: {e}); pass "
+                             f"transactional=False to fill it directly"
+                       ) from None
+        array, dtype, _ = fill_target(name, new, stored_dtype)
+
+        def put(src, dst):
+            dst[...] = src
+
+        return array, dtype, Fresh(value, new, put, lambda a: a.copy())
+    if isinstance(value, (bytes, bytearray)):
+        return None
+    if np is not None and isinstance(value, np.ndarray):
+        if not _saveable(value.dtype):
+            raise _unsupported(name, f"NumPy dtype {value.dtype}")
+        if not value.flags.writeable:
+            raise _ckpt.InvalidArgument(
+                f"entry {name!r}: the array is read-only; load_into fills "
+                f"arrays in place")
+        new = np.empty(value.shape, value.dtype.newbyteorder("="))
+        return (new, _raw_dtype(value.dtype, stored_dtype),
+                Fresh(value, new, lambda src, dst: np.copyto(dst, src),
+                      np.copy))
+    if not _buffer.has_buffer(value):
+        return None
+    got = fill_target(name, value, stored_dtype)  # checks it, as in place
+    target, dtype = got[0], got[1]
+
+    def new_buffer():
+        b = _buffer.Buffer(bytearray(target.nbytes), target.dtype, True)
+        b.shape = list(target.shape)
+        return b
+
+    def move(src, dst):
+        if target.nbytes:
+            ctypes.memmove(dst.address, src.address, target.nbytes)
+
+    def clone(src):
+        out = new_buffer()
+        move(src, out)
+        return out
+
+    new = new_buffer()
+    return new, dtype, Fresh(target, new, move, clone)
 
 
 def _raw_device_dtype(array, stored_dtype):

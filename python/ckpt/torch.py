@@ -99,49 +99,128 @@ def async_save(state_dict, root, step, *, communicator=None, epoch=None,
     the copy, which then overlaps the next forward and backward pass: call
     handle.wait_staged() before the optimizer step changes the tensors.
     One save of a root is in flight at a time: the next call waits for it.
-    A failure is raised by wait() and, once, by the next save."""
+    A failure is raised once: by wait(), or, when nothing waited for it, by
+    the next save (which then saves nothing and says so)."""
     mgr = manager(root, communicator=communicator)
     return mgr.save_async(step, lambda: _saved(state_dict), metadata, epoch,
                           metrics, incremental=incremental,
                           stage_in_background=stage_in_background)
 
 
-def load(state_dict, root, step=None, *, communicator=None, strict=False):
+def load(state_dict, root, step=None, *, communicator=None, strict=False,
+         transactional=True):
     """Fills `state_dict` in place from `step` of `root` (default: the
-    newest committed); the CheckpointInfo of the step loaded.
+    newest committed step that loads whole); the CheckpointInfo of the
+    step loaded.
 
     Tensors (and DTensors' and ShardedTensors' local shards) receive their
     bytes in place, at any world size and split; scalars, strings and bytes
     are replaced in their dicts and lists; Stateful objects are filled and
     then given load_state_dict(). Every tensor of `state_dict` must be in
-    the checkpoint with its dtype and global shape; with strict=True the
-    checkpoint may hold nothing else either. Raises ckpt.NotFound when
-    `root` has no committed checkpoint.
+    the checkpoint with its dtype and global shape, and an nn.Module's
+    state_dict() must hold every entry the checkpoint has for it; with
+    strict=True the checkpoint may hold nothing else either. Raises
+    ckpt.NotFound when `root` has no committed checkpoint, or does not
+    exist.
+
+    A load either completes at one step or changes nothing: with
+    transactional=True (the default) every entry is checked, then read
+    into new memory (at its peak, one extra copy of the state loaded, plus
+    one tensor while they are exchanged), and only when every rank has read
+    all of it are the bytes exchanged into the state's tensors and the
+    load_state_dict() calls made. A mismatch, a damaged chunk, a missing
+    object, or a load_state_dict() that raises leaves every tensor, scalar,
+    Stateful object (a fresh optimizer stays without moments) and the
+    `step` value exactly as before (a raising load_state_dict() is undone by
+    giving each object called its state from before again).
+    transactional=False reads straight into the tensors (no extra memory);
+    then a failed load may have written some, and its error names them.
+
+    With step=None, a step that does not load whole (ckpt.DataLoss: a
+    damaged chunk or manifest, a missing object) is skipped with a
+    RuntimeWarning naming it and why, and the next older one is tried;
+    every rank skips it together. Only when none loads is ckpt.DataLoss
+    raised, naming every step tried. An explicit `step` never falls back,
+    nor does a mismatch (a missing entry, another shape): that is raised at
+    once. Ranks agree over ckpt's gloo group of the default process group
+    (a manager of another communicator: the library's own choice of step).
     """
     mgr = manager(root, communicator=communicator)
-    desc = mgr.describe(step)
-    plan = _LoadPlan(desc)
-    target = plan.target(state_dict, ())
-    info = mgr.load_into(target, desc.info.step, strict=strict)
-    plan.finish()
-    return info
+    group = _torch_dist.agreement_group(mgr.world_size)
+    steps = [step]
+    if step is None and (mgr.world_size == 1 or group is not None):
+        newest = [info.step for info in reversed(mgr.list())]
+        if group is not None:  # every rank tries rank 0's steps
+            newest = _torch_dist.broadcast_object(group, newest)
+        steps = newest or [None]  # none: the library's NotFound
+    where = f"load of the newest step of {mgr.url}"
+    skipped = []
+    for s in steps:
+        outcome, error, staged = _OK, None, None
+        try:
+            desc = mgr.describe(s)
+            plan = _LoadPlan(desc)
+            target = plan.target(state_dict, ())
+            staged = mgr._stage_into(target, desc, strict, transactional,
+                                     plan.new_leaves)
+        except _ckpt.DataLoss as e:
+            outcome, error = _DAMAGED, e
+        except Exception as e:  # noqa: BLE001 - every rank learns of it
+            outcome, error = _FAILED, e
+        if group is not None:
+            outcome = _torch_dist.agree_max(group, outcome)
+        if outcome == _OK:
+            plan.commit(staged, transactional)
+            return staged.info
+        if error is None:
+            error = _ckpt.Aborted(
+                f"load step {s} from {mgr.url}: another rank could not load "
+                f"it, so no rank changed its state (that rank's error says "
+                f"why)")
+        if outcome == _DAMAGED and step is None and s is not None:
+            skipped.append((s, error))
+            _manager.warn_skipped(where, s, error, stacklevel=2)
+            continue
+        raise error
+    raise _manager.all_damaged(where, skipped)
 
 
-def latest(root, *, communicator=None):
-    """The newest committed step of `root`, or None."""
-    return manager(root, communicator=communicator).latest()
+# A rank's outcome of reading a step, the worst of which every rank follows.
+_OK, _DAMAGED, _FAILED = 0, 1, 2
 
 
-def manager(root, *, communicator=None):
+def latest(root, *, communicator=None, create=False):
+    """The newest committed step of `root`, or None.
+
+    A root that does not exist raises ckpt.NotFound naming its path (a
+    mistyped path is no new job), unless create=True, which creates it:
+    what a job's first run passes, for which None then means "start
+    afresh".
+    """
+    return manager(root, communicator=communicator,
+                   create=create).latest()
+
+
+def manager(root, *, communicator=None, create=False):
     """The ckpt.CheckpointManager that save() and load() use for `root`.
 
     A manager passed in is returned as it is. For a URL or path, the
     manager of the earlier calls with the same communicator is reused;
     with communicator=None, every rank of an initialized torch.distributed
     job takes part (ckpt.torch_communicator()), else this process alone.
+    A root that does not exist is created by the first save, or at once
+    with create=True; until then reading it raises ckpt.NotFound.
     """
     if isinstance(root, _manager.CheckpointManager):
-        return root
+        mgr = root
+    else:
+        mgr = _managed(root, communicator)
+    if create:
+        mgr._m  # noqa: B018 - opened with creation allowed, it creates it
+    return mgr
+
+
+def _managed(root, communicator):
     url = os.fspath(root)
     key = communicator if communicator is not None else _default_group_key()
     with _lock:
@@ -232,7 +311,10 @@ class _LoadPlan:
         if tree is not None and tree.kind == "metadata":
             self.tree = _tree_root(tree.json)
         self.where = f"load step {desc.info.step}"
-        self.after = []  # run in order once the bytes are in
+        # Run in order once the bytes are in, each given a list to which it
+        # adds how to undo what it did.
+        self.after = []
+        self.new_leaves = set()  # id() of the tensors new_leaf made
 
     def target(self, value, path):
         if _is_stateful(value):
@@ -244,11 +326,11 @@ class _LoadPlan:
         if isinstance(value, Mapping) and not isinstance(value,
                                                          _tree.Metadata):
             out = {k: self.target(v, path + (k,)) for k, v in value.items()}
-            self.after.append(lambda: _put_back(value, out))
+            self.after.append(lambda undo: _put_back(value, out, undo))
             return out
         if isinstance(value, list):
             out = [self.target(v, path + (i,)) for i, v in enumerate(value)]
-            self.after.append(lambda: _put_back(value, out))
+            self.after.append(lambda undo: _put_back(value, out, undo))
             return out
         if isinstance(value, tuple):
             return tuple(self.target(v, path + (i,))
@@ -260,12 +342,26 @@ class _LoadPlan:
         new ones for what the checkpoint holds and obj.state_dict() lacks.
         Once loaded, the structure is what obj.load_state_dict() gets."""
         state = obj.state_dict()
+        # What undoes a load_state_dict(): the object's state from before
+        # (its tensors are the object's own, which hold their old bytes
+        # again by then).
+        before = obj.state_dict()
         node = _subtree(self.tree, path)
         if node is not None:
             # The names the checkpoint gives the object's own leaves.
             leaves, _ = _tree.flatten(state)
             mine = {_show(path + sub): leaf for _, sub, leaf in leaves}
             stored = set()
+            if isinstance(obj, torch.nn.Module):
+                # A module takes no entry it lacks: say so before anything
+                # is read (an optimizer's lacking ones are its new moments).
+                extra = sorted(_leaf_names(node, path) - set(mine))
+                if extra:
+                    raise _ckpt.InvalidArgument(
+                        f"{self.where}: the checkpoint holds entry "
+                        f"{extra[0]!r}, which {_show(path)}'s state_dict() "
+                        f"lacks ({len(extra)} such: a different model?); "
+                        f"nothing was changed")
             state = _build(node, self, mine, stored)
             missing = sorted(set(mine) - stored)
             if missing:
@@ -275,7 +371,16 @@ class _LoadPlan:
                     f"({len(missing)} missing)")
         # Else (no tree: a checkpoint from C++) what the object has.
         target = self.target(state, path)
-        self.after.append(lambda: obj.load_state_dict(state))
+
+        def load_state(undo):
+            # Put back quietly while it has not succeeded: an object that
+            # raised may refuse its old state too, having taken none of
+            # the new one.
+            undo.append(lambda: _quietly(obj.load_state_dict, before))
+            obj.load_state_dict(state)
+            undo[-1] = lambda: obj.load_state_dict(before)
+
+        self.after.append(load_state)
         return target
 
     def new_leaf(self, name):
@@ -287,21 +392,74 @@ class _LoadPlan:
                 f"which the checkpoint lacks")
         if e.kind == "tensor":
             dtype = _values._torch_dtype(torch, e.dtype)
-            return torch.empty([int(d) for d in e.shape], dtype=dtype)
+            t = torch.empty([int(d) for d in e.shape], dtype=dtype)
+            self.new_leaves.add(id(t))
+            return t
         return b"" if e.kind == "blob" else None
 
-    def finish(self):
-        for step in self.after:
-            step()
+    def commit(self, staged, transactional):
+        """Hands a load read in whole (ckpt.CheckpointManager._stage_into)
+        to the caller's state: the loaded bytes are exchanged with the
+        tensors' own, then values are put back and load_state_dict()
+        called. If one of those raises, everything is put back as it was
+        and the error raised (with transactional=False the tensors are
+        written already and cannot be)."""
+        undo = []
+        staged.swap()
+        try:
+            staged.replace(undo)
+            for step in self.after:
+                step(undo)
+        except BaseException as e:
+            if not transactional:
+                raise
+            staged.swap()
+            problems = []
+            for u in reversed(undo):
+                try:
+                    u()
+                except Exception as p:  # noqa: BLE001 - reported below
+                    problems.append(f"{type(p).__name__}: {p}")
+            if problems:
+                raise _ckpt.Aborted(
+                    f"{self.where}: {type(e).__name__}: {e}; putting the "
+                    f"state back failed too ({'; '.join(problems)}), so it "
+                    f"may be partly loaded") from e
+            raise
 
 
-def _put_back(original, loaded):
+def _put_back(original, loaded, undo):
     """Puts into the caller's container what load_into replaced (scalars,
-    strings, bytes, tuples of them) in its copy `loaded`."""
+    strings, bytes, tuples of them) in its copy `loaded`, adding to `undo`
+    how to put the old values back."""
     keys = list(original) if isinstance(original, Mapping) else \
         range(len(original))
     for key in keys:
-        original[key] = _restored(original[key], loaded[key])
+        old = original[key]
+        new = _restored(old, loaded[key])
+        if new is not old:
+            undo.append(lambda key=key, old=old: original.__setitem__(key,
+                                                                       old))
+            original[key] = new
+
+
+def _quietly(f, *args):
+    try:
+        f(*args)
+    except Exception:  # noqa: BLE001, S110 - it raised its own error already
+        pass
+
+
+def _leaf_names(node, path):
+    """The entry names of the leaves of tree `node` at `path`."""
+    if isinstance(node, str):
+        return {node}
+    if not isinstance(node, dict) or len(node) != 1:
+        return set()
+    [(kind, children)] = node.items()
+    if kind == "dict":
+        children = [child for _, child in children]
+    return set().union(*(_leaf_names(c, path) for c in children))
 
 
 def _restored(mine, loaded):

@@ -13,4 +13,4 @@ def root(tmp_path):
 
 @pytest.fixture
 def mgr(root):
-    return ckpt.open(root)
+    return ckpt.open(root, create=True)

@@ -109,6 +109,52 @@ TEST(CApiTest, OpeningABadRootSaysWhy) {
   ckpt_options_destroy(o);
 }
 
+// A mistyped root is an error to read, not an empty job: opening creates
+// nothing, the first save creates the root, create_root creates it at open.
+TEST(CApiTest, AMissingRootIsNotFoundToReadUntilASaveCreatesIt) {
+  Folder dir;
+  const std::string root = dir.Sub("tpyo");
+  ckpt_manager_t* m = Open(root);
+  ASSERT_NE(m, nullptr);
+  Err err;
+  int64_t latest = 0;
+  EXPECT_EQ(ckpt_manager_latest(m, &latest, &err.text), CKPT_NOT_FOUND);
+  EXPECT_THAT(err.str(), HasSubstr("root " + root + " does not exist"));
+  EXPECT_THAT(err.str(), HasSubstr("create_root"));
+  char* json = nullptr;
+  EXPECT_EQ(ckpt_manager_list(m, &json, &err.text), CKPT_NOT_FOUND);
+  EXPECT_FALSE(std::filesystem::exists(root));
+
+  float x[2] = {1, 2};
+  int64_t shape[1] = {2};
+  ckpt_entry_t e = {.name = "x",
+                    .kind = CKPT_KIND_TENSOR,
+                    .dtype = "F32",
+                    .ndim = 1,
+                    .shape = shape,
+                    .data = x,
+                    .nbytes = sizeof x};
+  ckpt_state_t* s = ckpt_state_create();
+  ASSERT_EQ(ckpt_state_add(s, &e, 1, 0, &err.text), CKPT_OK) << err.str();
+  ASSERT_EQ(ckpt_manager_save(m, 3, s, nullptr, nullptr, &err.text), CKPT_OK)
+      << err.str();
+  ckpt_state_destroy(s);
+  EXPECT_TRUE(std::filesystem::is_directory(root));
+  ASSERT_EQ(ckpt_manager_latest(m, &latest, &err.text), CKPT_OK);
+  EXPECT_EQ(latest, 3);
+  ckpt_manager_close(m);
+
+  ckpt_options_t* o = ckpt_options_create();
+  ASSERT_EQ(ckpt_options_set(o, "create_root", "true", &err.text), CKPT_OK);
+  m = Open(dir.Sub("new"), o);
+  ckpt_options_destroy(o);
+  ASSERT_NE(m, nullptr);
+  EXPECT_TRUE(std::filesystem::is_directory(dir.Sub("new")));
+  ASSERT_EQ(ckpt_manager_latest(m, &latest, &err.text), CKPT_OK) << err.str();
+  EXPECT_EQ(latest, -1);
+  ckpt_manager_close(m);
+}
+
 TEST(CApiTest, BadEntriesAreRefusedNamingThem) {
   ckpt_state_t* s = ckpt_state_create();
   float x[4] = {};
@@ -741,9 +787,13 @@ TEST(CApiTest, AStateMarkedFailedOnOneRankFailsTheSaveOnEveryRank) {
   EXPECT_THAT(outcomes[0],
               testing::EndsWith(": rank 1: entry \"y\": not a tensor"));
   EXPECT_EQ(outcomes[1], outcomes[0]);
-  ckpt_manager_t* m = Open(root);
-  int64_t latest = 0;
+  // create_root: the failed save may have left no root to read.
   Err err;
+  ckpt_options_t* o = ckpt_options_create();
+  ASSERT_EQ(ckpt_options_set(o, "create_root", "true", &err.text), CKPT_OK);
+  ckpt_manager_t* m = Open(root, o);
+  ckpt_options_destroy(o);
+  int64_t latest = 0;
   ASSERT_EQ(ckpt_manager_latest(m, &latest, &err.text), CKPT_OK);
   EXPECT_EQ(latest, -1) << "step " << latest << " was committed";
   ckpt_manager_close(m);

@@ -130,6 +130,7 @@ const std::map<std::string, Setter, std::less<>>& Setters() {
       {"gc_after_save", Bool(&Options::gc_after_save)},
       {"gc_grace_seconds", Integer(&Options::gc_grace_seconds)},
       {"create", Bool(&Options::create)},
+      {"create_root", Bool(&Options::create_root)},
       {"full_every", IncrementalInteger(&IncrementalPolicy::full_every)},
       {"max_chain", IncrementalInteger(&IncrementalPolicy::max_chain)},
       {"min_referenced_fraction",

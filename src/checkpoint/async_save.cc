@@ -21,8 +21,12 @@
 // While the manager is busy every public call waits (the busy flag is a lock
 // held across threads), so the communicator and the manifest cache are used
 // by one thread at a time and every rank sees the same order of collectives.
-// A background error is kept until the next Save or SaveAsync reports it:
-// deterministically on every rank, whether or not Wait() saw it.
+// A background error is reported once: by the handle's Wait(), or, where
+// nobody called Wait() before the next Save or SaveAsync, by that call,
+// which then saves nothing and says so. On many ranks that call still takes
+// part in the save's collectives, carrying the error, so that the ranks that
+// did collect it (and go on to save) fail the same save with it instead of
+// waiting for this one.
 #include "checkpoint/manager_impl.h"
 
 namespace ckpt {
@@ -75,6 +79,7 @@ Result<SaveResult> SaveHandle::Wait() const {
   }
   MutexLock lock(&shared_->mu);
   while (!shared_->result.has_value()) shared_->done.Wait(&shared_->mu);
+  if (!shared_->result->ok()) shared_->collected = true;
   return *shared_->result;
 }
 
@@ -89,8 +94,19 @@ void CheckpointManager::Impl::WaitIdle() {
   while (busy_) idle_.Wait(&mu_);
 }
 
-Status CheckpointManager::Impl::TakeAsyncError() {
-  return std::exchange(async_error_, Status());
+Status CheckpointManager::Impl::TakeAsyncError(int64_t next_step) {
+  const Status error = std::exchange(async_error_, Status());
+  const auto failed = std::exchange(async_failed_, nullptr);
+  if (error.ok()) return error;
+  if (failed != nullptr) {
+    MutexLock lock(&failed->mu);
+    if (failed->collected) return Status();
+  }
+  return Status(error.code(), error.message() +
+                                  "; no Wait() collected that error, so it is "
+                                  "reported here and step " +
+                                  std::to_string(next_step) +
+                                  " was not saved (save it again)");
 }
 
 Status CheckpointManager::Impl::Stage(const State& state, uint64_t need,
@@ -128,8 +144,12 @@ void CheckpointManager::Impl::StartAsync(
   // The thread has reported its result and is ending; join it so that it
   // can be replaced.
   if (worker_.joinable()) worker_.join();
-  if (Status s = TakeAsyncError(); !s.ok()) {
-    handle->Finish(std::move(s));
+  if (Status s = TakeAsyncError(step); !s.ok()) {
+    if (comm().size() == 1) {
+      handle->Finish(std::move(s));
+    } else {
+      handle->Finish(Guard("save", [&] { return Save(step, state, save, s); }));
+    }
     return;
   }
   // 2. Stage.
@@ -159,6 +179,7 @@ void CheckpointManager::Impl::StartAsync(
       if (!r.ok()) {
         async_error_ = r.status().WithContext("the asynchronous save of step " +
                                               std::to_string(step) + " failed");
+        async_failed_ = handle;
       }
     }
     // The handle is done before any waiting call runs, so a call that

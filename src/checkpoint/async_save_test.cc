@@ -210,30 +210,42 @@ TEST_F(AsyncSaveTest, BackgroundErrorSurfacesFromWaitAndFromTheNextSave) {
   EXPECT_NE(r.status().message().find("disk on fire"), std::string::npos)
       << r.status().ToString();
 
-  // The next save reports it (and saves nothing), asynchronous or not.
+  // Wait() reported it: the next save does not report it again, and saves.
   Result<SaveResult> next = mgr->SaveAsync(2, state).Wait();
-  ASSERT_FALSE(next.ok());
-  EXPECT_EQ(next.status().code(), ErrorCode::kIOError);
-  EXPECT_NE(next.status().message().find("asynchronous save of step 1"),
-            std::string::npos)
-      << next.status().ToString();
-  EXPECT_NE(next.status().message().find("disk on fire"), std::string::npos);
-  EXPECT_TRUE(testing::ListedSteps(*mgr).empty());
-
-  // Reported once: the save after that works.
-  Result<SaveResult> again = mgr->SaveAsync(2, state).Wait();
-  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
   ExpectLoads(*mgr, 2, SeededModel(3));
 
-  // A synchronous Save reports a background error too.
+  // An error nobody waited for is reported by the next save, once, naming
+  // the failed step and saying that this one was not saved.
   f->FailOnce(f->operations(), IOError("disk on fire again"));
-  EXPECT_FALSE(mgr->SaveAsync(3, state).Wait().ok());
+  SaveHandle unwatched = mgr->SaveAsync(3, state);
   Result<SaveResult> sync = mgr->Save(4, state);
   ASSERT_FALSE(sync.ok());
+  EXPECT_EQ(sync.status().code(), ErrorCode::kIOError);
+  EXPECT_NE(sync.status().message().find("asynchronous save of step 3"),
+            std::string::npos)
+      << sync.status().ToString();
   EXPECT_NE(sync.status().message().find("disk on fire again"),
             std::string::npos);
+  EXPECT_NE(sync.status().message().find("step 4 was not saved"),
+            std::string::npos)
+      << sync.status().ToString();
+  EXPECT_EQ(testing::ListedSteps(*mgr), (std::vector<int64_t>{2}));
   ASSERT_TRUE(mgr->Save(4, state).ok());
   EXPECT_EQ(testing::ListedSteps(*mgr), (std::vector<int64_t>{2, 4}));
+  // Its handle still tells its own outcome.
+  EXPECT_FALSE(unwatched.Wait().ok());
+
+  // A SaveAsync reports an uncollected error the same way.
+  f->FailOnce(f->operations(), IOError("disk on fire once more"));
+  SaveHandle unwatched2 = mgr->SaveAsync(5, state);
+  Result<SaveResult> refused = mgr->SaveAsync(6, state).Wait();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("step 6 was not saved"),
+            std::string::npos)
+      << refused.status().ToString();
+  ASSERT_TRUE(mgr->SaveAsync(6, state).Wait().ok());
+  EXPECT_EQ(testing::ListedSteps(*mgr), (std::vector<int64_t>{2, 4, 6}));
 }
 
 TEST_F(AsyncSaveTest, ErrorsOfTheSaveItselfComeFromWait) {
@@ -244,19 +256,21 @@ TEST_F(AsyncSaveTest, ErrorsOfTheSaveItselfComeFromWait) {
   Result<SaveResult> dup = mgr->SaveAsync(1, state).Wait();
   ASSERT_FALSE(dup.ok());
   EXPECT_EQ(dup.status().code(), ErrorCode::kAlreadyExists);
-  // Like every background error, the next save reports it once more.
+  // Wait() reported it: the next save goes ahead, synchronous or not.
+  ASSERT_TRUE(mgr->Save(2, state).ok());
   EXPECT_EQ(mgr->SaveAsync(2, state).Wait().status().code(),
             ErrorCode::kAlreadyExists);
+  ASSERT_TRUE(mgr->SaveAsync(3, state).Wait().ok());
 
   State bad;
   std::vector<float> v(4);
   bad.AddTensor("x", View(v)).AddTensor("x", View(v));
-  Result<SaveResult> r = mgr->SaveAsync(2, bad).Wait();
+  Result<SaveResult> r = mgr->SaveAsync(4, bad).Wait();
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("duplicate entry name"),
             std::string::npos)
       << r.status().ToString();
-  EXPECT_EQ(testing::ListedSteps(*mgr), std::vector<int64_t>{1});
+  EXPECT_EQ(testing::ListedSteps(*mgr), (std::vector<int64_t>{1, 2, 3}));
 }
 
 TEST_F(AsyncSaveTest, DestroyingTheManagerWaitsForTheSaveInFlight) {
@@ -418,17 +432,35 @@ TEST_F(AsyncSaveTest, OneRankWithABadStateFailsEveryRank) {
     s.AddTensorPiece("w", {kRanks * kRows, kCols}, {rank * kRows, 0},
                      View(std::span<float>(rows), {kRows, kCols}));
     if (rank == 1) s.AddBlob("w", std::string("duplicate"));
-    Result<SaveResult> r = mgr->SaveAsync(1, s).Wait();
-    ASSERT_FALSE(r.ok()) << "rank " << rank;
-    EXPECT_NE(r.status().message().find("duplicate entry name"),
-              std::string::npos)
-        << r.status().ToString();
-    // Every rank reports it again from its next save, then saves again.
-    Result<SaveResult> next = mgr->SaveAsync(2, s).Wait();
-    EXPECT_FALSE(next.ok());
+    SaveHandle h = mgr->SaveAsync(1, s);
+    if (rank == 0) {
+      Result<SaveResult> r = h.Wait();
+      ASSERT_FALSE(r.ok()) << "rank " << rank;
+      EXPECT_NE(r.status().message().find("duplicate entry name"),
+                std::string::npos)
+          << r.status().ToString();
+    }
+    // Rank 0 collected the error and saves on; the others did not, and
+    // report it from their next save, which every rank then fails together
+    // (none waits for another).
+    std::vector<float> good_rows = Rows(rank, 2);
+    State good;
+    good.AddTensorPiece("w", {kRanks * kRows, kCols}, {rank * kRows, 0},
+                        View(std::span<float>(good_rows), {kRows, kCols}));
+    Result<SaveResult> next = mgr->Save(2, good);
+    EXPECT_FALSE(next.ok()) << "rank " << rank;
+    if (rank != 0) {
+      EXPECT_NE(next.status().message().find("step 2 was not saved"),
+                std::string::npos)
+          << next.status().ToString();
+    }
+    // Reported once: every rank saves the next step.
+    Result<SaveResult> again = mgr->Save(3, good);
+    EXPECT_TRUE(again.ok())
+        << "rank " << rank << ": " << again.status().ToString();
   });
   auto mgr = OpenUrl();
-  EXPECT_TRUE(testing::ListedSteps(*mgr).empty());
+  EXPECT_EQ(testing::ListedSteps(*mgr), std::vector<int64_t>{3});
 }
 
 }  // namespace

@@ -87,6 +87,23 @@ CheckpointManager::Impl::Impl(std::unique_ptr<Storage> storage, Options options)
   }
 }
 
+namespace {
+
+// A root that no save has created yet has nothing to read: a mistyped path
+// is an error, not a job with no checkpoints. Checked before anything else,
+// so that a Delete or GarbageCollect takes no lease (whose write would
+// create the root).
+Status RootToRead(Storage& storage, std::string_view op) {
+  Status s = storage.CheckRoot();
+  if (s.code() != ErrorCode::kNotFound) return s;
+  return NotFoundError(std::string(op) + ": " + s.message() +
+                       ": nothing was saved there (check the path; a save "
+                       "creates it, or open with create_root to start "
+                       "a new job)");
+}
+
+}  // namespace
+
 CheckpointManager::CheckpointManager(std::unique_ptr<Impl> impl)
     : impl_(std::move(impl)) {}
 CheckpointManager::~CheckpointManager() = default;
@@ -95,8 +112,15 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
     std::string_view url, Options options) {
   return Guard("open " + std::string(url),
                [&]() -> Result<std::unique_ptr<CheckpointManager>> {
+                 if (options.create_root && !options.create) {
+                   return InvalidArgumentError(
+                       "open " + std::string(url) +
+                       ": create_root needs create (a root that must exist "
+                       "is not created)");
+                 }
                  StorageOptions so;
                  so.create = options.create;
+                 so.create_on_first_write = !options.create_root;
                  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Storage> storage,
                                        OpenStorage(url, so));
                  return Open(std::move(storage), std::move(options));
@@ -158,7 +182,12 @@ Result<SaveResult> CheckpointManager::Save(int64_t step, const State& state,
                                            const SaveOptions& options) {
   MutexLock lock(&impl_->mu());
   impl_->WaitIdle();
-  if (Status s = impl_->TakeAsyncError(); !s.ok()) return s;
+  if (Status s = impl_->TakeAsyncError(step); !s.ok()) {
+    // With many ranks the others may have collected it and be saving: this
+    // rank fails the same save with it rather than leave them waiting.
+    if (impl_->comm().size() == 1) return s;
+    return Guard("save", [&] { return impl_->Save(step, state, options, s); });
+  }
   return Guard("save", [&] { return impl_->Save(step, state, options); });
 }
 
@@ -175,53 +204,75 @@ Result<CheckpointInfo> CheckpointManager::Load(std::optional<int64_t> step,
                                                const LoadOptions& options) {
   MutexLock lock(&impl_->mu());
   impl_->WaitIdle();
-  return Guard("load", [&] { return impl_->Load(step, state, options); });
+  return Guard("load", [&]() -> Result<CheckpointInfo> {
+    CKPT_RETURN_IF_ERROR(RootToRead(impl_->storage(), "load"));
+    return impl_->Load(step, state, options);
+  });
 }
 
 Result<LoadedCheckpoint> CheckpointManager::LoadRankLocal(
     std::optional<int64_t> step, std::string_view name) {
   MutexLock lock(&impl_->mu());
   impl_->WaitIdle();
-  return Guard("load", [&] { return impl_->LoadRankLocal(step, name); });
+  return Guard("load", [&]() -> Result<LoadedCheckpoint> {
+    CKPT_RETURN_IF_ERROR(RootToRead(impl_->storage(), "load"));
+    return impl_->LoadRankLocal(step, name);
+  });
 }
 
 Result<LoadedCheckpoint> CheckpointManager::LoadAll(
     std::optional<int64_t> step, const std::vector<std::string>& names) {
   MutexLock lock(&impl_->mu());
   impl_->WaitIdle();
-  return Guard("load", [&] { return impl_->LoadAll(step, names); });
+  return Guard("load", [&]() -> Result<LoadedCheckpoint> {
+    CKPT_RETURN_IF_ERROR(RootToRead(impl_->storage(), "load"));
+    return impl_->LoadAll(step, names);
+  });
 }
 
 Result<std::optional<int64_t>> CheckpointManager::Latest() {
   MutexLock lock(&impl_->mu());
   impl_->WaitIdle();
-  return Guard("latest", [&] { return impl_->Latest(); });
+  return Guard("latest", [&]() -> Result<std::optional<int64_t>> {
+    CKPT_RETURN_IF_ERROR(RootToRead(impl_->storage(), "latest"));
+    return impl_->Latest();
+  });
 }
 
 Result<std::vector<CheckpointInfo>> CheckpointManager::List() {
   MutexLock lock(&impl_->mu());
   impl_->WaitIdle();
-  return Guard("list", [&] { return impl_->List(); });
+  return Guard("list", [&]() -> Result<std::vector<CheckpointInfo>> {
+    CKPT_RETURN_IF_ERROR(RootToRead(impl_->storage(), "list"));
+    return impl_->List();
+  });
 }
 
 Result<CheckpointDescription> CheckpointManager::Describe(
     std::optional<int64_t> step) {
   MutexLock lock(&impl_->mu());
   impl_->WaitIdle();
-  return Guard("describe", [&] { return impl_->Describe(step); });
+  return Guard("describe", [&]() -> Result<CheckpointDescription> {
+    CKPT_RETURN_IF_ERROR(RootToRead(impl_->storage(), "describe"));
+    return impl_->Describe(step);
+  });
 }
 
 Result<VerifyReport> CheckpointManager::Verify(int64_t step,
                                                const ProgressFn& progress) {
   MutexLock lock(&impl_->mu());
   impl_->WaitIdle();
-  return Guard("verify", [&] { return impl_->Verify(step, progress); });
+  return Guard("verify", [&]() -> Result<VerifyReport> {
+    CKPT_RETURN_IF_ERROR(RootToRead(impl_->storage(), "verify"));
+    return impl_->Verify(step, progress);
+  });
 }
 
 Status CheckpointManager::Delete(int64_t step) {
   MutexLock lock(&impl_->mu());
   impl_->WaitIdle();
   return Guard("delete", [&] {
+    CKPT_RETURN_IF_ERROR(RootToRead(impl_->storage(), "delete"));
     return impl_->Owning("delete", [&] {
       return impl_->Delete(step, nullptr, nullptr, nullptr, false);
     });
@@ -234,6 +285,7 @@ Status CheckpointManager::Delete(int64_t step, const DeleteOptions& options) {
   MutexLock lock(&impl_->mu());
   impl_->WaitIdle();
   return Guard("delete", [&] {
+    CKPT_RETURN_IF_ERROR(RootToRead(impl_->storage(), "delete"));
     return impl_->Owning("delete", [&] {
       return impl_->Delete(step, nullptr, nullptr, nullptr, false,
                            options.rewrite_dependants);
@@ -245,6 +297,7 @@ Result<GcReport> CheckpointManager::GarbageCollect(const GcOptions& options) {
   MutexLock lock(&impl_->mu());
   impl_->WaitIdle();
   return Guard("gc", [&]() -> Result<GcReport> {
+    CKPT_RETURN_IF_ERROR(RootToRead(impl_->storage(), "gc"));
     // A dry run writes nothing, so it needs no lease: it reports what a
     // collection holding the lease would remove.
     if (options.dry_run) return impl_->GarbageCollect(options);

@@ -72,6 +72,9 @@ struct SaveHandleState {
   CondVar done;  // signalled when result or staged is set
   std::optional<Result<SaveResult>> result GUARDED_BY(mu);
   std::optional<Status> staged GUARDED_BY(mu);
+  // Wait() has handed the error to the caller: the next save need not
+  // report it again.
+  bool collected GUARDED_BY(mu) = false;
 };
 }  // namespace internal
 
@@ -157,8 +160,10 @@ class CheckpointManager::Impl {
   Status Stage(const State& state, uint64_t need, std::string_view op);
   // Waits (releasing mu_ meanwhile) until no asynchronous save is in flight.
   void WaitIdle() REQUIRES(mu_);
-  // The error of the last background save, once (then it is cleared).
-  Status TakeAsyncError() REQUIRES(mu_);
+  // The error of the last background save that no Wait() collected, once
+  // (then it is cleared), as the error of the call that is to save
+  // `next_step`, which saves nothing.
+  Status TakeAsyncError(int64_t next_step) REQUIRES(mu_);
   // SaveAsync, under mu_ (not yet waited for idle).
   void StartAsync(int64_t step, const State& state, const SaveOptions& save,
                   const std::shared_ptr<internal::SaveHandleState>& handle)
@@ -364,8 +369,10 @@ class CheckpointManager::Impl {
   // and a Load of them reads, both with the manager's turn.
   CondVar idle_;                       // signalled when busy_ turns false
   bool busy_ GUARDED_BY(mu_) = false;  // a background save is in flight
-  // Of the last background save, not reported yet.
+  // Of the last background save, not reported yet, and its handle (whose
+  // Wait() may have reported it).
   Status async_error_ GUARDED_BY(mu_);
+  std::shared_ptr<internal::SaveHandleState> async_failed_ GUARDED_BY(mu_);
   std::thread worker_ GUARDED_BY(mu_);  // the last background save's thread
   StagingArena staging_;
   // The page-locked blocks a full Save of device tensors reads through

@@ -1,3 +1,4 @@
+#include <filesystem>
 #include <set>
 
 #include "checkpoint/messages.h"
@@ -8,6 +9,7 @@
 #include "format/safetensors.h"
 #include "gtest/gtest.h"
 #include "testing/backends.h"
+#include "testing/temp_dir.h"
 
 namespace ckpt {
 namespace {
@@ -215,6 +217,75 @@ TEST_P(RoundTripTest, OpenRejectsBadOptions) {
   keep_best.retention.keep_best = 2;  // no metric named
   EXPECT_EQ(CheckpointManager::Open(url_, keep_best).status().code(),
             ErrorCode::kInvalidArgument);
+}
+
+// --- Roots are made by saves, not reads --------------------------------------
+
+// A mistyped path must not resume from nothing: every call that reads a
+// root that does not exist is NotFound naming it, and creates nothing.
+TEST(MissingRootTest, ReadingAMissingRootIsNotFoundAndCreatesNothing) {
+  const testing::TempDir temp("missing-root");
+  const std::string path = temp.string() + "/tpyo/run";
+  auto mgr = CheckpointManager::Open(path).value();
+  TestModel model(1);
+  State state = model.MakeState();
+  const auto expect_missing = [&](const Status& s, const char* op) {
+    EXPECT_EQ(s.code(), ErrorCode::kNotFound) << op << ": " << s.ToString();
+    EXPECT_NE(s.message().find("root " + path + " does not exist"),
+              std::string::npos)
+        << s.message();
+    EXPECT_NE(s.message().find("create_root"), std::string::npos)
+        << s.message();
+  };
+  expect_missing(mgr->Latest().status(), "latest");
+  expect_missing(mgr->List().status(), "list");
+  expect_missing(mgr->Load(std::nullopt, state).status(), "load");
+  expect_missing(mgr->LoadAll(std::nullopt, {}).status(), "load all");
+  expect_missing(mgr->LoadRankLocal(std::nullopt, "x").status(), "rank local");
+  expect_missing(mgr->Describe(std::nullopt).status(), "describe");
+  expect_missing(mgr->Verify(1).status(), "verify");
+  expect_missing(mgr->Delete(1), "delete");
+  expect_missing(mgr->GarbageCollect().status(), "gc");
+  expect_missing(mgr->GarbageCollect({.dry_run = true}).status(), "gc dry");
+  EXPECT_FALSE(std::filesystem::exists(temp.string() + "/tpyo"));
+}
+
+TEST(MissingRootTest, TheFirstSaveCreatesTheRoot) {
+  const testing::TempDir temp("missing-root");
+  const std::string path = temp.string() + "/new/run";
+  auto reader = CheckpointManager::Open(path).value();
+  auto mgr = CheckpointManager::Open("file://" + path).value();
+  EXPECT_EQ(mgr->Latest().status().code(), ErrorCode::kNotFound);
+  TestModel model(2);
+  ASSERT_TRUE(mgr->Save(1, model.MakeState()).ok());
+  EXPECT_TRUE(std::filesystem::is_directory(path));
+  EXPECT_EQ(mgr->Latest().value(), 1);
+  // A manager opened before the root existed reads it once it does.
+  EXPECT_EQ(reader->Latest().value(), 1);
+  TestModel loaded(3);
+  State into = loaded.MakeState();
+  ASSERT_TRUE(reader->Load(1, into).ok());
+  loaded.rng = into.BlobString("rng").value();
+  EXPECT_EQ(loaded, model);
+}
+
+TEST(MissingRootTest, CreateRootCreatesItAtOpen) {
+  const testing::TempDir temp("missing-root");
+  const std::string path = temp.string() + "/job/run";
+  auto mgr = CheckpointManager::Open(path, {.create_root = true}).value();
+  EXPECT_TRUE(std::filesystem::is_directory(path));
+  EXPECT_EQ(mgr->Latest().value(), std::nullopt);
+  EXPECT_TRUE(mgr->List().value().empty());
+  // Without `create` the root must exist, and create_root cannot make it.
+  const std::string other = temp.string() + "/other";
+  EXPECT_EQ(CheckpointManager::Open(other, {.create = false}).status().code(),
+            ErrorCode::kNotFound);
+  EXPECT_EQ(
+      CheckpointManager::Open(other, {.create = false, .create_root = true})
+          .status()
+          .code(),
+      ErrorCode::kInvalidArgument);
+  EXPECT_FALSE(std::filesystem::exists(other));
 }
 
 // --- Planner

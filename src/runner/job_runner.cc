@@ -126,7 +126,17 @@ Result<JobRunner::Impl::Decision> JobRunner::Impl::Agree(bool preempt,
 Result<std::optional<int64_t>> JobRunner::Impl::FindResumeStep() {
   std::string answer;
   if (comm().rank() == 0) {
-    Result<std::optional<int64_t>> latest = manager_.Latest();
+    // The runner owns its job's root: one that does not exist yet is a new
+    // job, which its first save creates (a manager that only reads would
+    // get NotFound for it).
+    const Status root = manager_.storage().CheckRoot();
+    const bool new_root = root.code() == ErrorCode::kNotFound;
+    if (new_root) {
+      Log(root.message() + " yet: starting fresh; the first save creates it");
+    }
+    Result<std::optional<int64_t>> latest =
+        new_root ? Result<std::optional<int64_t>>(std::nullopt)
+                 : manager_.Latest();
     if (!latest.ok()) {
       answer = "E" + std::to_string(static_cast<int>(latest.status().code())) +
                ":" + latest.status().message();

@@ -244,6 +244,31 @@ TEST(RunnerTest, FreshStartSavesStepZeroAndEveryEpochBoundary) {
   EXPECT_DOUBLE_EQ(last.metrics["loss"], 1.0 / 24);
 }
 
+// The runner owns its job's root: one that does not exist yet is a new job
+// (a plain Latest() of it would be NotFound), which its first save creates.
+TEST(RunnerTest, ARootThatDoesNotExistYetStartsFresh) {
+  const testing::TempDir temp("runner-new-root");
+  const std::string root = temp.string() + "/jobs/run1";
+  auto mgr = OpenRoot(root);
+  ASSERT_FALSE(std::filesystem::exists(root));
+  ToyJob job;
+  std::vector<std::string> lines;
+  JobRunner runner(job, *mgr,
+                   {.max_epochs = 1, .log = [&](const std::string& line) {
+                      lines.push_back(line);
+                    }});
+  auto outcome = runner.Run();
+  ASSERT_TRUE(outcome.ok()) << outcome.status().ToString();
+  EXPECT_FALSE(outcome->resumed_from.has_value());
+  EXPECT_EQ(job.inits, 1);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines[0], "root " + root +
+                          " does not exist yet: starting fresh; the first "
+                          "save creates it");
+  EXPECT_TRUE(std::filesystem::is_directory(root));
+  EXPECT_EQ(Steps(*mgr), (std::vector<int64_t>{0, 8}));
+}
+
 TEST(RunnerTest, SavesEveryNSteps) {
   const testing::TempDir temp("runner-every-n");
   const std::string root = temp.string();

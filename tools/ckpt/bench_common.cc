@@ -256,6 +256,7 @@ Status BenchSetup::Start(const BenchArgs& args) {
   // is done between them instead, so the disk holds one checkpoint at a time.
   Options options;
   options.create = true;
+  options.create_root = true;  // the bench's own root, read at once
   CKPT_ASSIGN_OR_RETURN(mgr,
                         CheckpointManager::Open(workspace.root(), options));
   if (auto latest = mgr->Latest(); latest.ok() && *latest) step = **latest;

@@ -9,7 +9,9 @@
 //   file_read.cc      ReadRange and ReadAll
 //   file_list.cc      List
 //
-// Stat and Delete are here. Delete unlinks NAME, then removes directories
+// Stat and Delete are here, and the root made by its first write
+// (create_on_first_write): until a write creates its directory, a root
+// reads as empty. Delete unlinks NAME, then removes directories
 // left empty up to (not including) the root, and fsyncs the deepest
 // directory that remains.
 #include "storage/file/file_storage.h"
@@ -18,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <string>
 #include <utility>
@@ -27,6 +30,7 @@
 #include "storage/file/file_read.h"
 #include "storage/file/file_root.h"
 #include "storage/file/file_writable.h"
+#include "util/mutex.h"
 #include "util/names.h"
 
 namespace ckpt {
@@ -35,10 +39,15 @@ namespace {
 
 class FileStorage : public Storage {
  public:
-  explicit FileStorage(std::shared_ptr<const Root> root)
-      : root_(std::move(root)) {}
+  // `root` is null for a root to be made by its first write
+  // (StorageOptions::create_on_first_write) that does not exist yet.
+  FileStorage(std::string url, std::string path,
+              std::shared_ptr<const Root> root)
+      : url_(std::move(url)), path_(std::move(path)), root_(std::move(root)) {
+    opened_.store(root_ != nullptr, std::memory_order_release);
+  }
 
-  const std::string& url() const override { return root_->url; }
+  const std::string& url() const override { return url_; }
 
   StorageCapabilities capabilities() const override {
     StorageCapabilities caps;
@@ -50,61 +59,76 @@ class FileStorage : public Storage {
 
   Result<std::unique_ptr<WritableObject>> NewWritable(
       std::string_view key) override {
-    return NewFileWritable(root_, key);
+    CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Root> root, GetRoot(true));
+    return NewFileWritable(std::move(root), key);
   }
 
   Status Put(std::string_view key, std::span<const std::byte> data,
              PutMode mode) override {
-    return PutFile(root_, key, data, mode);
+    CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Root> root, GetRoot(true));
+    return PutFile(std::move(root), key, data, mode);
   }
 
   Status ReadRange(std::string_view key, uint64_t offset,
                    std::span<std::byte> out) override {
-    return ReadObjectRange(*root_, key, offset, out);
+    CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Root> root, GetRoot(false));
+    if (root == nullptr) return Absent("read", key);
+    return ReadObjectRange(*root, key, offset, out);
   }
 
   Status ReadRangeFilling(std::string_view key, uint64_t offset,
                           std::span<std::byte> out,
                           const FilledFn& filled) override {
-    return ReadObjectRange(*root_, key, offset, out, &filled);
+    CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Root> root, GetRoot(false));
+    if (root == nullptr) return Absent("read", key);
+    return ReadObjectRange(*root, key, offset, out, &filled);
   }
 
   Result<std::string> ReadAll(std::string_view key) override {
-    return ReadObject(*root_, key);
+    CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Root> root, GetRoot(false));
+    if (root == nullptr) return Absent("read", key);
+    return ReadObject(*root, key);
   }
 
   Result<ObjectInfo> Stat(std::string_view key) override {
-    CKPT_RETURN_IF_ERROR_CTX(ValidateKey(key), root_->Where("stat", key));
+    CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Root> root_ptr, GetRoot(false));
+    if (root_ptr == nullptr) return Absent("stat", key);
+    const Root& root = *root_ptr;
+    CKPT_RETURN_IF_ERROR_CTX(ValidateKey(key), root.Where("stat", key));
     auto [dir_path, name] = SplitKey(key);
+    CKPT_ASSIGN_OR_RETURN(DirChain chain, WalkDirs(root, "stat", key, dir_path,
+                                                   Missing::kNotFound));
     CKPT_ASSIGN_OR_RETURN(
-        DirChain chain,
-        WalkDirs(*root_, "stat", key, dir_path, Missing::kNotFound));
-    CKPT_ASSIGN_OR_RETURN(struct stat st,
-                          StatObject(*root_, "stat", key, chain.parent(*root_),
-                                     std::string(name)));
+        struct stat st,
+        StatObject(root, "stat", key, chain.parent(root), std::string(name)));
     return ObjectInfo{std::string(key), static_cast<uint64_t>(st.st_size),
                       MtimeMs(st)};
   }
 
   Result<std::vector<ObjectInfo>> List(std::string_view prefix) override {
-    return ListObjects(*root_, prefix);
+    CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Root> root, GetRoot(false));
+    if (root == nullptr) return std::vector<ObjectInfo>();
+    return ListObjects(*root, prefix);
   }
 
   Status Delete(std::string_view key) override {
-    CKPT_RETURN_IF_ERROR_CTX(ValidateKey(key), root_->Where("delete", key));
+    CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Root> root_ptr, GetRoot(false));
+    if (root_ptr == nullptr) return Absent("delete", key);
+    const Root& root = *root_ptr;
+    CKPT_RETURN_IF_ERROR_CTX(ValidateKey(key), root.Where("delete", key));
     auto [dir_path, name_view] = SplitKey(key);
     const std::string name(name_view);
     CKPT_ASSIGN_OR_RETURN(
         DirChain chain,
-        WalkDirs(*root_, "delete", key, dir_path, Missing::kNotFound));
-    const int parent = chain.parent(*root_);
+        WalkDirs(root, "delete", key, dir_path, Missing::kNotFound));
+    const int parent = chain.parent(root);
     CKPT_RETURN_IF_ERROR(
-        StatObject(*root_, "delete", key, parent, name).status());
+        StatObject(root, "delete", key, parent, name).status());
     if (::unlinkat(parent, name.c_str(), 0) != 0) {
       if (errno == ENOENT) {
-        return NotFoundError(root_->Where("delete", key) + ": no such object");
+        return NotFoundError(root.Where("delete", key) + ": no such object");
       }
-      return ErrnoError(errno, root_->Where("delete", key) + ": unlink");
+      return ErrnoError(errno, root.Where("delete", key) + ": unlink");
     }
     // Remove the directories this left empty, deepest first; rmdir fails
     // (ENOTEMPTY) at the first one still in use, which ends the pruning.
@@ -113,12 +137,12 @@ class FileStorage : public Storage {
     const std::vector<std::string> dirs = Components(dir_path);
     int deepest = parent;
     for (size_t i = dirs.size(); i > 0; --i) {
-      const int up = i == 1 ? root_->fd.get() : chain.dirs[i - 2].get();
+      const int up = i == 1 ? root.fd.get() : chain.dirs[i - 2].get();
       if (::unlinkat(up, dirs[i - 1].c_str(), AT_REMOVEDIR) != 0) break;
       deepest = up;
     }
     if (int err = FsyncFd(deepest)) {
-      return ErrnoError(err, root_->Where("delete", key) + ": fsync directory");
+      return ErrnoError(err, root.Where("delete", key) + ": fsync directory");
     }
     return Status();
   }
@@ -127,8 +151,48 @@ class FileStorage : public Storage {
     return TemporaryTarget(key);
   }
 
+  Status CheckRoot() override {
+    CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Root> root, GetRoot(false));
+    if (root == nullptr) {
+      return NotFoundError("root " + path_ + " does not exist");
+    }
+    return Status();
+  }
+
  private:
-  const std::shared_ptr<const Root> root_;
+  // The root's handle. While its directory does not exist (only for a root
+  // opened with create_on_first_write), a write creates it and a read gets
+  // null: the root reads as empty. Every read looks again, so a root that
+  // another process created meanwhile is read.
+  Result<std::shared_ptr<const Root>> GetRoot(bool write) {
+    if (opened_.load(std::memory_order_acquire)) return root_;
+    MutexLock lock(&mu_);
+    if (root_ == nullptr) {
+      Result<std::shared_ptr<const Root>> root = OpenRoot(url_, path_, write);
+      if (!root.ok()) {
+        if (!write && root.status().code() == ErrorCode::kNotFound) {
+          return std::shared_ptr<const Root>();
+        }
+        return root.status();
+      }
+      root_ = *std::move(root);
+      opened_.store(true, std::memory_order_release);
+    }
+    return root_;
+  }
+
+  Status Absent(std::string_view op, std::string_view key) const {
+    return NotFoundError(std::string(op) + " " + Quote(key) + " in " + url_ +
+                         ": no such object (the root " + path_ +
+                         " does not exist)");
+  }
+
+  const std::string url_;
+  const std::string path_;
+  Mutex mu_;
+  // Set once, under mu_, before opened_ turns true; never changed after.
+  std::shared_ptr<const Root> root_;
+  std::atomic<bool> opened_{false};
 };
 
 }  // namespace
@@ -147,9 +211,21 @@ Result<std::unique_ptr<Storage>> OpenFileStorage(
     return InvalidArgumentError("URL " + Quote(url.url) +
                                 ": a file URL needs an absolute path");
   }
-  CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const file::Root> root,
-                        file::OpenRoot(url.url, path, options.create));
-  return std::unique_ptr<Storage>(new file::FileStorage(std::move(root)));
+  std::shared_ptr<const file::Root> root;
+  if (options.create && options.create_on_first_write) {
+    // A read opens it once it exists; a write creates it.
+    Result<std::shared_ptr<const file::Root>> opened =
+        file::OpenRoot(url.url, path, false);
+    if (opened.ok()) {
+      root = *std::move(opened);
+    } else if (opened.status().code() != ErrorCode::kNotFound) {
+      return opened.status();
+    }
+  } else {
+    CKPT_ASSIGN_OR_RETURN(root, file::OpenRoot(url.url, path, options.create));
+  }
+  return std::unique_ptr<Storage>(
+      new file::FileStorage(url.url, path, std::move(root)));
 }
 
 }  // namespace ckpt

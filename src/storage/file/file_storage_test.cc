@@ -162,6 +162,39 @@ TEST_F(FileStorageTest, MissingRootIsCreatedWithItsParents) {
   EXPECT_EQ(ReadFile(missing + "/k"), "v");
 }
 
+// create_on_first_write: opening leaves nothing behind; the root reads as
+// empty, CheckRoot names it, and the first write creates it.
+TEST_F(FileStorageTest, RootMadeByItsFirstWrite) {
+  const std::string missing = dir_ + "/lazy/root";
+  std::unique_ptr<Storage> storage = OpenOrNull(
+      "file://" + missing, {.create = true, .create_on_first_write = true});
+  ASSERT_NE(storage, nullptr);
+  EXPECT_FALSE(fs::exists(dir_ + "/lazy"));
+  const Status root = storage->CheckRoot();
+  EXPECT_EQ(root.code(), ErrorCode::kNotFound);
+  EXPECT_EQ(root.message(), "root " + missing + " does not exist");
+  EXPECT_TRUE(storage->List("").value().empty());
+  EXPECT_EQ(storage->ReadAll("k").status().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(storage->Stat("k").status().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(storage->Delete("k").code(), ErrorCode::kNotFound);
+  EXPECT_FALSE(fs::exists(dir_ + "/lazy"));
+
+  ASSERT_TRUE(storage->PutString("a/k", "v").ok());
+  EXPECT_EQ(ReadFile(missing + "/a/k"), "v");
+  EXPECT_TRUE(storage->CheckRoot().ok());
+  EXPECT_EQ(storage->ReadAll("a/k").value(), "v");
+
+  // A root another party creates meanwhile is read.
+  const std::string later = dir_ + "/later";
+  std::unique_ptr<Storage> reader = OpenOrNull(
+      "file://" + later, {.create = true, .create_on_first_write = true});
+  ASSERT_NE(reader, nullptr);
+  fs::create_directories(later);
+  ASSERT_TRUE(WriteFile(later + "/x", "y"));
+  EXPECT_TRUE(reader->CheckRoot().ok());
+  EXPECT_EQ(reader->ReadAll("x").value(), "y");
+}
+
 TEST_F(FileStorageTest, BarePathAndFileUrlOpenTheSameDirectory) {
   std::unique_ptr<Storage> by_url = OpenRoot();
   std::unique_ptr<Storage> by_path = OpenOrNull(root_, {});
