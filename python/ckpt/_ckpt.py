@@ -167,6 +167,7 @@ _SIGNATURES = {
     "ckpt_save_wait_staged": (_i, [_p, _err]),
     "ckpt_save_destroy": (None, [_p]),
     "ckpt_manager_load": (_i, [_p, _i64, _p, _i, _err, _err]),
+    "ckpt_manager_load_ex": (_i, [_p, _i64, _p, _i, _i, _err, _err]),
     "ckpt_manager_load_rank_local": (_i, [_p, _i64, _s,
                                           ctypes.POINTER(ctypes.c_void_p),
                                           _err, _err]),
@@ -975,8 +976,9 @@ class Manager(_Owned):
         with gc_paused():
             step, kept, omitted, arrays, state = self._load_targets(
                 step, new_device_tensor)
-        info = CheckpointInfo(_call(_lib.ckpt_manager_load, self._handle(),
-                                    step, state._h, 0, out=True))
+        # The arrays are new: the library need not stage them first.
+        info = CheckpointInfo(_call(_lib.ckpt_manager_load_ex, self._handle(),
+                                    step, state._h, 0, 0, out=True))
         with gc_paused():
             out = []
             for i, (name, kind, dtype) in enumerate(kept):
@@ -1051,9 +1053,12 @@ class Manager(_Owned):
         """Fills the arrays of `entries` in place; (info, [(name, kind,
         value)]) for its blobs and metadata."""
         state = _State(entries, for_load=True)
-        info = CheckpointInfo(_call(_lib.ckpt_manager_load, self._handle(),
+        # Streaming: the package makes a load all-or-nothing itself (it
+        # reads into new memory, _manager.py), so staging it in the library
+        # as well would hold a third copy.
+        info = CheckpointInfo(_call(_lib.ckpt_manager_load_ex, self._handle(),
                                     _step(step), state._h,
-                                    1 if strict else 0, out=True))
+                                    1 if strict else 0, 0, out=True))
         out = []
         for i, item in enumerate(entries):
             if item[1] != "tensor":
