@@ -211,6 +211,15 @@ class CliTest : public ::testing::Test {
     return r;
   }
 
+  // Flips a bit in the middle of step `step`'s manifest under root_.
+  void DamageManifest(int64_t step) {
+    const fs::path manifest = fs::path(root_) / format::ManifestKey(step);
+    std::string bytes = ReadFile(manifest);
+    ASSERT_FALSE(bytes.empty()) << manifest;
+    bytes[bytes.size() / 2] ^= 0x01;
+    ASSERT_TRUE(WriteFile(manifest, bytes));
+  }
+
   std::vector<fs::path> DataFiles(const std::string& root) {
     std::vector<fs::path> files;
     for (const auto& e : fs::recursive_directory_iterator(root)) {
@@ -565,17 +574,7 @@ TEST_F(CliTest, VerifyFailsOnATruncatedFile) {
 
 TEST_F(CliTest, VerifyAllCountsADamagedManifest) {
   SaveSteps({1, 2});
-  fs::path manifest;
-  for (const auto& e : fs::recursive_directory_iterator(root_)) {
-    if (e.path().filename() == "MANIFEST.json" &&
-        e.path().parent_path().filename().string().ends_with("1")) {
-      manifest = e.path();
-    }
-  }
-  ASSERT_FALSE(manifest.empty());
-  std::string bytes = ReadFile(manifest);
-  bytes[bytes.size() / 2] ^= 0x01;
-  ASSERT_TRUE(WriteFile(manifest, bytes));
+  DamageManifest(1);
 
   EXPECT_EQ(CommittedSteps(root_), std::vector<int64_t>{2});
   RunResult r = Ckpt({"verify", root_, "--all"});
@@ -589,17 +588,7 @@ TEST_F(CliTest, VerifyAllCountsADamagedManifest) {
 // the step a resume loads and fails naming each newer step it would skip.
 TEST_F(CliTest, VerifyFailsWhenTheNewestStepIsDamaged) {
   SaveSteps({6, 7, 8});
-  fs::path manifest;
-  for (const auto& e : fs::recursive_directory_iterator(root_)) {
-    if (e.path().filename() == "MANIFEST.json" &&
-        e.path().parent_path().filename().string().ends_with("8")) {
-      manifest = e.path();
-    }
-  }
-  ASSERT_FALSE(manifest.empty());
-  std::string bytes = ReadFile(manifest);
-  bytes[bytes.size() / 2] ^= 0x01;
-  ASSERT_TRUE(WriteFile(manifest, bytes));
+  DamageManifest(8);
 
   RunResult r = Ckpt({"verify", root_});
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
