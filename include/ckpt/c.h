@@ -538,6 +538,7 @@ CKPT_EXPORT int ckpt_manager_gc(ckpt_manager_t* manager, int dry_run,
  * to the manager's root. Restore resumes from the newest step either tier
  * holds whole. */
 typedef struct ckpt_tiered_t ckpt_tiered_t;
+#define CKPT_TIER_REPLICAS_AUTO (-1)
 typedef struct ckpt_tier_save_t ckpt_tier_save_t;
 
 /* Every rank opens the tiers with the same arguments, over a manager opened
@@ -545,6 +546,9 @@ typedef struct ckpt_tier_save_t ckpt_tier_save_t;
  * node_of_rank (n_nodes entries, one per rank, or NULL and 0) says which
  * node each rank runs on (default: the communicator's host names);
  * local_keep: marked local steps kept per folder (2 when 0);
+ * replicas: copies of each share on other nodes, or CKPT_TIER_REPLICAS_AUTO
+ * for what the job's nodes allow (1 on several nodes, 0 on one, noted in
+ * the log);
  * replication_bytes_per_second: the most a rank sends to its peers when it
  * replicates (0: unpaced). */
 CKPT_EXPORT int ckpt_tiered_open(ckpt_manager_t* durable, const char* local_url,

@@ -42,4 +42,11 @@ Status CheckAgainstStorage(const CatalogCheckpoint& row);
 // becomes file:// and the absolute, normalized path; other URLs are kept.
 std::string CatalogRootUrl(std::string_view root);
 
+// How a job id is written in manifests and the catalog: one given as a path
+// (starting with "/", "./" or "../", or a file:// URL) becomes its
+// CatalogRootUrl, so that every spelling of one root names one job; any
+// other id is kept as given. A manager's default job id is its root's
+// CatalogRootUrl.
+std::string CatalogJobId(std::string_view job_id);
+
 }  // namespace ckpt

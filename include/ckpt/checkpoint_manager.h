@@ -103,7 +103,10 @@ struct IncrementalPolicy {
 
 struct Options {
   // --- What happens ---------------------------------------------------------
-  // Identifies the job in manifests (and the catalog). Default: the root URL.
+  // Identifies the job in manifests (and the catalog). Default: the root's
+  // URL as the catalog writes it (file:// and the absolute path for a
+  // local root); a job id given as a path is written the same way
+  // (CatalogJobId, ckpt/catalog_sync.h).
   std::string job_id = {};
   // Applied by the coordinator after every successful Save.
   RetentionPolicy retention = {};

@@ -83,7 +83,10 @@ struct TierOptions {
   int local_keep = 2;
   // Copies of each rank's share on other nodes (0: none, a node's loss then
   // loses the local tier). Needs at least replicas + 1 nodes.
-  int replicas = 1;
+  // kReplicasAuto (the default): what the job's nodes allow, 1 on several
+  // nodes and 0 on one, with a note in the log (info) saying which.
+  static constexpr int kReplicasAuto = -1;
+  int replicas = kReplicasAuto;
   // Bytes per message of a replication or recovery transfer: what a
   // transfer holds in memory at once on each side.
   uint64_t transfer_block_bytes = uint64_t{8} << 20;

@@ -1152,7 +1152,8 @@ class Tiered(_Owned):
         self._h = _make(_lib.ckpt_tiered_open, manager._handle(),
                         _encode(local_url, "local tier URL"),
                         int(local_every), int(durable_every), int(keep),
-                        int(replicas), float(replication_rate or 0),
+                        -1 if replicas is None else int(replicas),
+                        float(replication_rate or 0),
                         array if nodes else None, len(nodes))
 
     @property

@@ -362,7 +362,7 @@ class CheckpointManager:
                            f"{what} of the newest step in {self.url}")
 
     def tiers(self, local_url, *, local_every=1, durable_every=0, keep=2,
-              replicas=1, replication_rate=None, nodes=None):
+              replicas=None, replication_rate=None, nodes=None):
         """A local tier in front of this manager's root: a Tiers object.
 
         Every `local_every` steps each rank saves its share of the state
@@ -378,7 +378,9 @@ class CheckpointManager:
         rank's node (default: the communicator's host names). Replicas need
         a communicator that sends point to point: ckpt.mpi_communicator()
         or ckpt.torch_communicator(); replicas=0 keeps shares on their own
-        node only. docs/tiers.md says what survives which failure.
+        node only. The default (None) is what the job's nodes allow: 1 on
+        several nodes, 0 on one, with a note in the log (CKPT_LOG=info)
+        saying which. docs/tiers.md says what survives which failure.
 
         Every rank calls it with the same arguments. Save through the Tiers
         object (not this manager) while it is open; close() it (or use it

@@ -5,6 +5,8 @@ resharded to one rank."""
 
 import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -148,6 +150,26 @@ def test_replicas_without_another_node_are_refused(root, local):
         ckpt.open(root).tiers(local, replicas=1)
     with pytest.raises(ckpt.InvalidArgument, match="replication"):
         ckpt.open(root).tiers(local, replicas=0, replication_rate=-5)
+
+
+def test_the_default_replicas_on_one_node_is_none_and_says_so(tmp_path):
+    # One machine, one node: the default saves without a replica, and the
+    # log (at info) says which was chosen and why.
+    script = (
+        "import sys, numpy as np, ckpt\n"
+        "root, local = sys.argv[1], sys.argv[2]\n"
+        "with ckpt.open(root).tiers(local) as t:\n"
+        "    r = t.save(1, {'w': np.ones(4, dtype=np.float32)})\n"
+        "    assert r.local and r.local_error == '', r.local_error\n"
+        "    assert r.replicated_bytes == 0\n")
+    env = dict(os.environ, CKPT_LOG="info")
+    done = subprocess.run(
+        [sys.executable, "-c", script, f"file://{tmp_path}/root",
+         f"file://{tmp_path}/local"], env=env, capture_output=True, text=True,
+        timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "tiers: replicas 0 (the default on one node)" in done.stderr
+    assert "the job runs on one node" in done.stderr
 
 
 def test_a_closed_tiers_object_says_so(root, local):

@@ -63,7 +63,7 @@ int ckpt_tiered_open(ckpt_manager_t* durable, const char* local_url,
     o.local_every_steps = local_every_steps;
     o.durable_every_steps = durable_every_steps;
     if (local_keep != 0) o.local_keep = local_keep;
-    o.replicas = replicas;
+    o.replicas = replicas;  // CKPT_TIER_REPLICAS_AUTO is kReplicasAuto
     o.replication_bytes_per_second = replication_bytes_per_second;
     if (n_nodes != 0)
       o.node_of_rank.assign(node_of_rank, node_of_rank + n_nodes);

@@ -172,8 +172,10 @@ void CheckpointManager::Impl::StartAsync(
       staging = Stage(state, need, kStage);
       handle->Staged(staging);
     }
+    in_background_ = true;
     Result<SaveResult> r =
         Guard("save", [&] { return Save(step, staged_, save, staging); });
+    in_background_ = false;
     {
       MutexLock l(&mu_);
       if (!r.ok()) {

@@ -1,5 +1,7 @@
 #include "checkpoint/catalog_record.h"
 
+#include "checkpoint/manager_impl.h"
+#include "checkpoint/manifests.h"
 #include "format/constants.h"
 #include "util/log.h"
 
@@ -47,61 +49,171 @@ CatalogCheckpoint CatalogRecordFor(const CheckpointInfo& info,
   return c;
 }
 
+CatalogRecorder::~CatalogRecorder() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void CatalogRecorder::Open(bool wait) {
+  if (!catalog_) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (depth_++ == 0) wait_ = wait;
+}
+
+void CatalogRecorder::Close() {
+  if (!catalog_) return;
+  std::vector<Op> ops;
+  bool wait = true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--depth_ > 0) return;
+    ops = std::exchange(building_, {});
+    wait = wait_;
+  }
+  Submit(std::move(ops), wait);
+}
+
+void CatalogRecorder::Add(Op op) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (depth_ > 0) {
+      building_.push_back(std::move(op));
+      return;
+    }
+  }
+  std::vector<Op> alone;
+  alone.push_back(std::move(op));
+  Submit(std::move(alone), /*wait=*/true);
+}
+
+void CatalogRecorder::Submit(std::vector<Op> ops, bool wait) {
+  if (ops.empty()) return;
+  auto job = std::make_shared<Job>();
+  job->ops = std::move(ops);
+  std::unique_lock<std::mutex> lock(mu_);
+  job->after = completed_;
+  queue_.push_back(job);
+  if (!thread_.joinable()) thread_ = std::thread([this] { Run(); });
+  wake_.notify_all();
+  if (wait) done_.wait(lock, [&] { return job->done; });
+}
+
+void CatalogRecorder::Run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    wake_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopped, and nothing left to make
+    std::shared_ptr<Job> job = queue_.front();
+    queue_.pop_front();
+    const uint64_t index = completed_ + 1;
+    lock.unlock();
+    Execute(*job, index);
+    lock.lock();
+    completed_ = index;
+    job->done = true;
+    done_.notify_all();
+  }
+}
+
+void CatalogRecorder::Execute(const Job& job, uint64_t index) {
+  // Handed over while an earlier batch waited for the catalog and failed:
+  // trying again would make this batch's caller wait a second time.
+  bool failed = failed_at_ > job.after;
+  for (const Op& op : job.ops) {
+    bool skipped = false;
+    Status s;
+    if (!failed) s = Make(op, &skipped);
+    if (failed || skipped || !s.ok()) {
+      missed_.push_back(op.what);
+      if (op.kind == Op::kCommitted || op.kind == Op::kDeleted) {
+        behind_ = true;
+      }
+    }
+    if (!s.ok()) {
+      error_ = s;
+      failed = true;
+      failed_at_ = index;
+    }
+  }
+  Warn();
+}
+
+Status CatalogRecorder::Make(const Op& op, bool* skipped) {
+  switch (op.kind) {
+    case Op::kCommitted: {
+      if (!behind_) return catalog_->Record(op.row);
+      // An earlier call failed: the sync writes its rows and this one.
+      Result<std::vector<CheckpointInfo>> infos = list_();
+      Result<CatalogSyncReport> synced =
+          infos.ok() ? SyncCatalogWith(storage_, *infos, *catalog_)
+                     : Result<CatalogSyncReport>(infos.status());
+      if (!synced.ok()) return synced.status();
+      behind_ = false;
+      LogInfo("catalog " + catalog_->url() + " is up to date with " + Root() +
+              " again: " + std::to_string(synced->added.size()) + " added, " +
+              std::to_string(synced->updated.size()) + " updated, " +
+              std::to_string(synced->marked_deleted.size()) +
+              " marked deleted");
+      return Status();
+    }
+    case Op::kDeleted: {
+      if (behind_) {
+        // The next sync marks it; waiting for the catalog again gains
+        // nothing.
+        *skipped = true;
+        return Status();
+      }
+      return catalog_->MarkDeleted(CatalogRootUrl(Root()), op.step).status();
+    }
+    case Op::kRecordOther:
+      return catalog_->Record(op.row);
+    case Op::kDeletedOther:
+      return catalog_->MarkDeleted(op.root, op.step).status();
+  }
+  return Status();
+}
+
 void CatalogRecorder::Committed(const CheckpointInfo& info,
                                 std::string_view manifest_bytes) {
   if (!catalog_) return;
-  std::string what =
-      "step " + std::to_string(info.step) + " is committed in " + Root();
-  if (batch_failed_) {
-    missed_.push_back(std::move(what));
-    return;
-  }
-  if (!behind_) {
-    Status s = catalog_->Record(
-        CatalogRecordFor(info, Root(), ManifestChecksum(manifest_bytes)));
-    if (!s.ok()) Failed(s, std::move(what));
-    return;
-  }
-  // An earlier call failed: the sync writes its rows and this one.
-  Result<std::vector<CheckpointInfo>> infos = list_();
-  Result<CatalogSyncReport> synced =
-      infos.ok() ? SyncCatalogWith(storage_, *infos, *catalog_)
-                 : Result<CatalogSyncReport>(infos.status());
-  if (!synced.ok()) return Failed(synced.status(), std::move(what));
-  behind_ = false;
-  LogInfo("catalog " + catalog_->url() + " is up to date with " + Root() +
-          " again: " + std::to_string(synced->added.size()) + " added, " +
-          std::to_string(synced->updated.size()) + " updated, " +
-          std::to_string(synced->marked_deleted.size()) + " marked deleted");
+  Op op{.kind = Op::kCommitted};
+  op.row = CatalogRecordFor(info, Root(), ManifestChecksum(manifest_bytes));
+  op.step = info.step;
+  op.what = "step " + std::to_string(info.step) + " is committed in " + Root();
+  Add(std::move(op));
 }
 
 void CatalogRecorder::Deleted(int64_t step) {
   if (!catalog_) return;
-  std::string what =
-      "step " + std::to_string(step) + " is deleted from " + Root();
-  if (batch_failed_ || behind_) {
-    // The next sync marks it; waiting for the catalog again gains nothing.
-    missed_.push_back(std::move(what));
-    if (batch_depth_ == 0) Warn();
-    return;
-  }
-  Result<bool> marked = catalog_->MarkDeleted(CatalogRootUrl(Root()), step);
-  if (!marked.ok()) Failed(marked.status(), std::move(what));
+  Op op{.kind = Op::kDeleted};
+  op.step = step;
+  op.what = "step " + std::to_string(step) + " is deleted from " + Root();
+  Add(std::move(op));
 }
 
-void CatalogRecorder::Failed(const Status& error, std::string missed) {
-  behind_ = true;
-  error_ = error;
-  missed_.push_back(std::move(missed));
-  if (batch_depth_ > 0) {
-    batch_failed_ = true;
-  } else {
-    Warn();
-  }
+void CatalogRecorder::RecordOther(CatalogCheckpoint row, std::string what) {
+  if (!catalog_) return;
+  Op op{.kind = Op::kRecordOther};
+  op.row = std::move(row);
+  op.what = std::move(what);
+  Add(std::move(op));
+}
+
+void CatalogRecorder::DeletedOther(std::string root, int64_t step,
+                                   std::string what) {
+  if (!catalog_) return;
+  Op op{.kind = Op::kDeletedOther};
+  op.root = std::move(root);
+  op.step = step;
+  op.what = std::move(what);
+  Add(std::move(op));
 }
 
 void CatalogRecorder::Warn() {
-  batch_failed_ = false;
   if (missed_.empty()) return;
   LogWarning(JoinAnd(missed_) +
              ", but the catalog was not told: " + error_.ToString() +
@@ -109,6 +221,18 @@ void CatalogRecorder::Warn() {
              "sync " +
              Root() + ")");
   missed_.clear();
+}
+
+Result<std::vector<CheckpointInfo>> ListCommittedApart(Storage& storage) {
+  ManifestStore store(storage);
+  CKPT_ASSIGN_OR_RETURN(auto listed, store.List());
+  std::vector<CheckpointInfo> out;
+  for (auto it = listed.rbegin(); it != listed.rend(); ++it) {
+    Result<std::shared_ptr<const format::Manifest>> m =
+        store.Summary(it->first, it->second);
+    if (m.ok()) out.push_back(InfoFromManifest(**m));
+  }
+  return out;
 }
 
 }  // namespace ckpt

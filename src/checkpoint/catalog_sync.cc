@@ -37,6 +37,13 @@ std::string CatalogRootUrl(std::string_view root) {
   return "file://" + path;
 }
 
+std::string CatalogJobId(std::string_view job_id) {
+  const bool path = job_id.starts_with("/") || job_id.starts_with("./") ||
+                    job_id.starts_with("../") || job_id == "." ||
+                    job_id == ".." || job_id.starts_with("file://");
+  return path ? CatalogRootUrl(job_id) : std::string(job_id);
+}
+
 namespace {
 
 std::string SyncOp(const Catalog& catalog, std::string_view root) {

@@ -16,6 +16,7 @@
 #include "checkpoint/test_util.h"
 #include "ckpt/catalog_sync.h"
 #include "ckpt/checkpoint_manager.h"
+#include "ckpt/tiered.h"
 #include "format/layout.h"
 #include "format/manifest.h"
 #include "gtest/gtest.h"
@@ -372,6 +373,98 @@ TEST_P(CatalogManagerTest, ALockedCatalogHoldsASaveUpOneTimeoutAtMost) {
   EXPECT_EQ(report->added, (std::vector<int64_t>{6}));
   EXPECT_EQ(report->marked_deleted, (std::vector<int64_t>{4}));
   EXPECT_EQ(CommittedSteps(), (std::vector<int64_t>{5, 6}));
+}
+
+// The catalog's timeout in the tests below: short, so that a save that
+// waits for it once is told apart from one that waits for it per call.
+constexpr int kShortTimeoutMs = 1000;
+
+std::shared_ptr<Catalog> ShortTimeoutCatalog(const std::string& url) {
+  auto catalog = OpenCatalog(url, {.timeout_ms = kShortTimeoutMs});
+  EXPECT_TRUE(catalog.ok()) << catalog.status().ToString();
+  return catalog.ok() ? std::shared_ptr<Catalog>(std::move(*catalog)) : nullptr;
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+// A tiered save records a local row, marks the pruned local step deleted
+// and records the durable row: with the catalog locked it waits for it
+// once, not once per call, and warns once.
+TEST_P(CatalogManagerTest, ALockedCatalogHoldsATieredSaveUpOneTimeoutAtMost) {
+  auto mgr =
+      Open({.lease_seconds = 0, .catalog = ShortTimeoutCatalog(catalog_url_)});
+  ASSERT_NE(mgr, nullptr);
+  TierOptions t;
+  t.local_url = "mem://catalog-tiered-" + std::to_string(getpid()) + "-" +
+                ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  t.local_keep = 1;  // each local save prunes (and marks) the one before
+  t.replicas = 0;
+  auto tiers = TieredManager::Open(*mgr, t);
+  ASSERT_TRUE(tiers.ok()) << tiers.status().ToString();
+  TestModel model(1, 256);
+  auto save = [&](int64_t step) {
+    auto r = (*tiers)->Save(step, model.MakeState(), {.durable = true});
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_TRUE(r->local && r->durable) << r->local_error;
+  };
+  auto start = std::chrono::steady_clock::now();
+  save(1);
+  const double own = SecondsSince(start);
+  {
+    CatalogLockedByAnotherProcess lock(catalog_url_);
+    ::testing::internal::CaptureStderr();
+    start = std::chrono::steady_clock::now();
+    save(2);
+    const double took = SecondsSince(start);
+    const std::string log = ::testing::internal::GetCapturedStderr();
+    // One timeout, the save's own time, and a margin below a second
+    // timeout.
+    EXPECT_LT(took, 2 * kShortTimeoutMs / 1000.0 + own)
+        << "the save took " << took << " s";
+    EXPECT_EQ(Count(log, "ckpt warning:"), 1u) << log;
+    EXPECT_NE(log.find("local step 2 is committed"), std::string::npos) << log;
+    EXPECT_NE(log.find("step 2 is committed in " + root_), std::string::npos)
+        << log;
+  }
+  // Free again: the next save brings the durable rows up to date.
+  save(3);
+  auto rows = catalog_->List({.job_id = "job", .tier = CatalogTier::kDurable});
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  std::vector<int64_t> steps;
+  for (const CatalogCheckpoint& r : *rows) steps.push_back(r.step);
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3}));
+}
+
+// An asynchronous save records in the catalog off the caller's path: with
+// the catalog locked, neither it nor the next call waits for the catalog,
+// and the rows are written once the catalog is free again.
+TEST_P(CatalogManagerTest, ALockedCatalogNeverHoldsUpTheCallAfterASaveAsync) {
+  auto mgr = Open({.catalog = ShortTimeoutCatalog(catalog_url_)});
+  ASSERT_NE(mgr, nullptr);
+  SaveSteps(*mgr, 1, 1);
+  TestModel model(2, 256);
+  auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(mgr->SaveAsync(2, model.MakeState()).Wait().ok());
+  const double own = SecondsSince(start);
+  {
+    CatalogLockedByAnotherProcess lock(catalog_url_);
+    start = std::chrono::steady_clock::now();
+    SaveHandle third = mgr->SaveAsync(3, model.MakeState());
+    ASSERT_TRUE(third.Wait().ok());
+    // The next call waits for the save in flight, not for its catalog.
+    SaveHandle fourth = mgr->SaveAsync(4, model.MakeState());
+    ASSERT_TRUE(fourth.Wait().ok());
+    auto listed = mgr->List();
+    ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+    const double took = SecondsSince(start);
+    EXPECT_LT(took, kShortTimeoutMs / 1000.0 / 2 + 2 * own)
+        << "two saves and a listing took " << took << " s";
+  }
+  SaveSteps(*mgr, 5, 5);
+  EXPECT_EQ(CommittedSteps(), (std::vector<int64_t>{1, 2, 3, 4, 5}));
 }
 
 TEST_P(CatalogManagerTest, AForcedDeleteRecordsTheDependantsItRewrites) {

@@ -283,7 +283,9 @@ std::vector<int64_t> CheckpointManager::Impl::AfterCommit(
   // (a large manifest takes seconds to parse); the cache still checks the
   // object's size and mtime on every use.
   // The catalog, however it fails, holds this save up once at most.
-  CatalogRecorder::Batch catalog_batch(catalog_);
+  // An asynchronous save's calls are made on the recorder's thread, so that
+  // the next call never waits for the catalog.
+  CatalogRecorder::Batch catalog_batch(catalog_, !in_background_.load());
   manifests_.Forget(step);
   if (Result<ObjectInfo> written = storage_->Stat(format::ManifestKey(step));
       written.ok() && written->size == bytes.size()) {
@@ -297,7 +299,8 @@ std::vector<int64_t> CheckpointManager::Impl::AfterCommit(
     }
   }
   catalog_.Committed(info, bytes);
-  manifests_.UpdateLatestHint();
+  manifests_.UpdateLatestHint(lease_->enabled() ? std::optional<int64_t>(step)
+                                                : std::nullopt);
   if (!options_.retention.enabled() && !options_.gc_after_save) return {};
   GcOptions gc;
   gc.retention = options_.retention;

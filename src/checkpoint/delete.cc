@@ -53,8 +53,7 @@ Status CheckpointManager::Impl::CheckLeaseBeforeDeleting(
   return Status();
 }
 
-Status CheckpointManager::Impl::Delete(int64_t step,
-                                       const std::set<int64_t>* going,
+Status CheckpointManager::Impl::Delete(int64_t step, const DeleteRun* run,
                                        std::vector<std::string>* deleted,
                                        uint64_t* bytes, bool dry_run,
                                        bool rewrite_dependants) {
@@ -70,18 +69,27 @@ Status CheckpointManager::Impl::Delete(int64_t step,
     }
     return info.status().WithContext(op);
   }
-  // 2. Dependants, and the objects that checkpoints which stay name.
-  CKPT_ASSIGN_OR_RETURN(auto listed, manifests_.List());
+  // 2. Dependants, and the objects that checkpoints which stay name (in a
+  // collection, from its one listing).
   std::vector<int64_t> dependants;
-  std::set<std::string> named_elsewhere;
-  for (const auto& [s, oi] : listed) {
-    if (s == step || (going && going->count(s))) continue;
-    Result<std::shared_ptr<const Manifest>> m = manifests_.Summary(s, oi);
-    if (!m.ok()) continue;
-    const auto& deps = (*m)->depends_on;
-    if (std::find(deps.begin(), deps.end(), step) != deps.end())
-      dependants.push_back(s);
-    for (const auto& o : (*m)->objects) named_elsewhere.insert(o.key);
+  std::set<std::string> own_named_elsewhere;
+  const std::set<std::string>* named_elsewhere = &own_named_elsewhere;
+  if (run) {
+    if (auto it = run->dependants.find(step); it != run->dependants.end()) {
+      dependants = it->second;
+    }
+    named_elsewhere = &run->named_by_staying;
+  } else {
+    CKPT_ASSIGN_OR_RETURN(auto listed, manifests_.List());
+    for (const auto& [s, oi] : listed) {
+      if (s == step) continue;
+      Result<std::shared_ptr<const Manifest>> m = manifests_.Summary(s, oi);
+      if (!m.ok()) continue;
+      const auto& deps = (*m)->depends_on;
+      if (std::find(deps.begin(), deps.end(), step) != deps.end())
+        dependants.push_back(s);
+      for (const auto& o : (*m)->objects) own_named_elsewhere.insert(o.key);
+    }
   }
   std::sort(dependants.begin(), dependants.end());
   // 3. Refuse, or rewrite the dependants first (oldest first; each rewrite
@@ -92,18 +100,24 @@ Status CheckpointManager::Impl::Delete(int64_t step,
     for (int64_t d : dependants) {
       CKPT_RETURN_IF_ERROR_CTX(RewriteDependant(d, step), op);
     }
-    return Delete(step, going, deleted, bytes, dry_run, false);
+    return Delete(step, run, deleted, bytes, dry_run, false);
   }
   if (!dependants.empty()) {
     return FailedPreconditionError(op + ": steps " + ListSteps(dependants) +
                                    " depend on it; delete them first");
   }
-  const std::string prefix = format::StepDirName(step) + "/";
-  CKPT_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects,
-                        storage_->List(prefix));
+  std::vector<ObjectInfo> listed_objects;
+  if (run) {
+    if (auto it = run->objects.find(step); it != run->objects.end()) {
+      listed_objects = it->second;
+    }
+  } else {
+    CKPT_ASSIGN_OR_RETURN(listed_objects,
+                          storage_->List(format::StepDirName(step) + "/"));
+  }
   std::vector<ObjectInfo> doomed;
-  for (const ObjectInfo& o : objects) {
-    if (o.key == manifest_key || named_elsewhere.count(o.key)) continue;
+  for (const ObjectInfo& o : listed_objects) {
+    if (o.key == manifest_key || named_elsewhere->count(o.key)) continue;
     if (format::IsCkptObjectKey(o.key) || IsTemporaryOf(*storage_, o.key)) {
       doomed.push_back(o);  // ckpt's own; anything else is left alone
     }
@@ -133,7 +147,7 @@ Status CheckpointManager::Impl::Delete(int64_t step,
     if (deleted) deleted->push_back(o.key);
     if (bytes) *bytes += o.size;
   }
-  if (!dry_run) manifests_.UpdateLatestHint();
+  if (!dry_run && !run) manifests_.UpdateLatestHint();
   return Status();
 }
 

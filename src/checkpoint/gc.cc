@@ -8,6 +8,9 @@
 //      without its dependency (delete.cc).
 //   2. Read the manifests that remain: the objects they name are live;
 //      damaged steps are left untouched for someone to look at.
+//   Steps 1 to 3 work from one listing of the root, taken first: each
+//   delete reads none of its own, so a collection is linear in the number
+//   of checkpoints.
 //   3. Dead attempts: ckpt's own objects (data objects, a backend's
 //      temporaries) that no manifest names. Holding the root's lease
 //      (lease.h), every such object is dead, whatever its step or age: every
@@ -48,10 +51,26 @@ struct LiveSet {
 Result<GcReport> CheckpointManager::Impl::GarbageCollect(
     const GcOptions& gc, std::optional<int64_t> keep) {
   GcReport report;
+  // One listing of the root serves every step below: a listing per deleted
+  // step made a collection quadratic in the number of checkpoints. Objects
+  // written after it are not seen, so they are left alone.
+  CKPT_ASSIGN_OR_RETURN(std::vector<ObjectInfo> all, storage_->List(""));
+  std::vector<std::pair<int64_t, ObjectInfo>> listed;
+  DeleteRun run;
+  for (const ObjectInfo& o : all) {
+    int64_t step;
+    std::string_view file;
+    if (!format::SplitStepKey(o.key, &step, &file)) continue;
+    if (file == format::kManifestName) listed.emplace_back(step, o);
+    run.objects[step].push_back(o);
+  }
+  std::sort(listed.begin(), listed.end(),
+            [](const auto& a, const auto& b) { return a.first > b.first; });
+
   // 1. Retention.
   const RetentionPolicy policy =
       gc.retention ? *gc.retention : options_.retention;
-  CKPT_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> infos, ListCommitted());
+  const std::vector<CheckpointInfo> infos = Infos(listed, nullptr);
   // In a dry run a step that only doomed steps depend on may go: those
   // dependants are still there.
   std::vector<int64_t> doomed = StepsToDelete(infos, policy);
@@ -64,10 +83,30 @@ Result<GcReport> CheckpointManager::Impl::GarbageCollect(
     }
     std::erase_if(doomed, [&](int64_t s) { return spared.count(s) > 0; });
   }
-  const std::set<int64_t> going(doomed.begin(), doomed.end());
+  run.going.insert(doomed.begin(), doomed.end());
+
+  // 2. What stays: the objects its manifests name are live (and held back
+  // from the deletes of step 1); damaged steps are left untouched.
+  LiveSet live;
+  for (const auto& [step, info] : listed) {
+    if (run.going.count(step)) continue;
+    Result<std::shared_ptr<const Manifest>> m = manifests_.Summary(step, info);
+    if (!m.ok()) {
+      live.damaged.insert(step);
+      continue;
+    }
+    live.newest = std::max(live.newest, step);
+    for (int64_t d : (*m)->depends_on) run.dependants[d].push_back(step);
+    for (const auto& o : (*m)->objects) live.referenced.insert(o.key);
+    for (const auto& o : (*m)->metadata_objects) {
+      live.referenced.insert(o.key);
+    }
+  }
+  run.named_by_staying = live.referenced;
+
   std::set<int64_t> gone_already;
   for (auto it = doomed.rbegin(); it != doomed.rend(); ++it) {
-    Status s = Delete(*it, &going, &report.deleted_objects, &report.bytes_freed,
+    Status s = Delete(*it, &run, &report.deleted_objects, &report.bytes_freed,
                       gc.dry_run);
     // Gone already: another collection (or delete) got there first, which
     // ends in the same state.
@@ -80,26 +119,11 @@ Result<GcReport> CheckpointManager::Impl::GarbageCollect(
   for (int64_t step : doomed) {
     if (!gone_already.count(step)) report.deleted_steps.push_back(step);
   }
-
-  // 2. What stays.
-  CKPT_ASSIGN_OR_RETURN(auto listed, manifests_.List());
-  LiveSet live;
-  for (const auto& [step, info] : listed) {
-    if (gc.dry_run && going.count(step)) continue;
-    Result<std::shared_ptr<const Manifest>> m = manifests_.Summary(step, info);
-    if (!m.ok()) {
-      live.damaged.insert(step);
-      continue;
-    }
-    live.newest = std::max(live.newest, step);
-    for (const auto& o : (*m)->objects) live.referenced.insert(o.key);
-    for (const auto& o : (*m)->metadata_objects) {
-      live.referenced.insert(o.key);
-    }
+  if (!gc.dry_run && !report.deleted_steps.empty()) {
+    manifests_.UpdateLatestHint();
   }
 
-  // 3. Dead attempts.
-  CKPT_ASSIGN_OR_RETURN(std::vector<ObjectInfo> all, storage_->List(""));
+  // 3. Dead attempts, from the same listing.
   // Still the owner after that listing: then nothing in it was written by
   // a party that took the root over (or that raced us for it on a store
   // without an atomic create and also believes it won), so what no
@@ -122,7 +146,10 @@ Result<GcReport> CheckpointManager::Impl::GarbageCollect(
     std::string_view file;
     bool dead = false;
     if (format::SplitStepKey(o.key, &step, &file)) {
-      if (live.damaged.count(step) || file == format::kManifestName) continue;
+      if (live.damaged.count(step) || file == format::kManifestName ||
+          gone_already.count(step)) {
+        continue;
+      }
       const bool ours =
           format::IsCkptObjectKey(o.key) || IsTemporaryOf(*storage_, o.key);
       // Without the lease: an attempt at a step at or below the newest

@@ -26,11 +26,6 @@ Result<std::vector<CheckpointInfo>> CheckpointManager::Impl::List() {
   return Infos(listed, &sizes);
 }
 
-Result<std::vector<CheckpointInfo>> CheckpointManager::Impl::ListCommitted() {
-  CKPT_ASSIGN_OR_RETURN(auto listed, manifests_.List());
-  return Infos(listed, nullptr);
-}
-
 std::vector<CheckpointInfo> CheckpointManager::Impl::Infos(
     const std::vector<std::pair<int64_t, ObjectInfo>>& listed,
     const std::map<std::string, uint64_t>* sizes) {

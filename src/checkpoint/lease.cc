@@ -213,6 +213,15 @@ Status RootLease::Create(int64_t generation, std::string_view purpose) {
   return Status();
 }
 
+std::string RootLease::DescribeHolder(const Current& current) const {
+  const LeaseRecord& r = *current.record;
+  std::string s = "it was held";
+  if (!r.job_id.empty()) s += " by job " + Quote(r.job_id);
+  return s + " (" + r.purpose + ", host " + r.host + ", pid " +
+         std::to_string(r.pid) + ") since " + When(r.started_unix_ms) +
+         ", last renewed until " + When(r.expires_unix_ms);
+}
+
 std::string RootLease::Describe(const Current& current) const {
   if (!current.record) {
     return format::LeaseKey(current.generation) + " cannot be read (" +
@@ -259,9 +268,17 @@ Status RootLease::Acquire(std::string_view purpose, bool* taken, bool wait) {
       if (s.ok()) {
         if (current->generation >= 1 && current->record &&
             !current->record->released) {
-          LogWarning(op + ": took over " +
-                     format::LeaseKey(current->generation) + " (" + *free +
-                     "); " + Describe(*current));
+          // Said in the past tense: the holder is gone, and this process
+          // holds the lease now (read after a restart, it must not look
+          // like a refusal).
+          const std::string gone =
+              settings_.break_lease && *free == "broken on request"
+                  ? "the previous holder's lease was broken on request"
+                  : "the previous holder is gone (" + *free + ")";
+          LogWarning(storage_.url() + ": this process now holds the lease (" +
+                     format::LeaseKey(generation_) + ", to " +
+                     std::string(purpose) + "); " + gone + ": " +
+                     DescribeHolder(*current));
         }
         break;
       }

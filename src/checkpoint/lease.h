@@ -114,6 +114,8 @@ class RootLease {
   void RenewLoop() EXCLUDES(mu_);
   void StopRenewing() EXCLUDES(mu_);
   std::string Describe(const Current& current) const;
+  // The same, in the past tense, of a holder whose lease was taken over.
+  std::string DescribeHolder(const Current& current) const;
   int64_t Now() const;
 
   Storage& storage_;

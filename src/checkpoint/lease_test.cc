@@ -178,6 +178,43 @@ TEST_P(LeaseTest, AHolderThatIsGoneIsTakenOverAtOnce) {
   ExpectLoads(*job, 5, Model(5));
 }
 
+// After a restart the job takes over its dead incarnation's lease: the
+// warning says that holder is gone and that this process holds the lease,
+// not that the lease is held (which reads as a refusal).
+TEST_P(LeaseTest, TheTakeoverWarningSaysThePreviousHolderIsGone) {
+  const int64_t dead = DeadPid();
+  PlantLease(1, Record(LeaseHostName(), dead, NowMs() + 3600'000));
+  auto job = Open(NoWait());
+  ::testing::internal::CaptureStderr();
+  const Status saved = Save(*job, 5);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(saved.ok()) << saved.ToString();
+  EXPECT_NE(
+      log.find("this process now holds the lease (" + format::LeaseKey(2)),
+      std::string::npos)
+      << log;
+  EXPECT_NE(log.find("the previous holder is gone (its process " +
+                     std::to_string(dead) + " is gone)"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("it was held by job \"the-old-job\""), std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("it is held"), std::string::npos) << log;
+
+  // Expired, on another host.
+  job.reset();
+  PlantLease(3, Record("some-other-host", 1, NowMs() - 1000));
+  auto next = Open(NoWait());
+  ::testing::internal::CaptureStderr();
+  ASSERT_TRUE(Save(*next, 6).ok());
+  const std::string expired = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(expired.find("the previous holder is gone (expired at "),
+            std::string::npos)
+      << expired;
+  EXPECT_NE(expired.find("this process now holds the lease"), std::string::npos)
+      << expired;
+}
+
 TEST_P(LeaseTest, AnExpiredLeaseOfAnotherHostIsTakenOver) {
   PlantLease(3, Record("some-other-host", 1, NowMs() - 1000));
   auto job = Open(NoWait());

@@ -63,7 +63,10 @@ CheckpointManager::Impl::Impl(std::unique_ptr<Storage> storage, Options options)
     local_ = NewLocalCommunicator();
     options_.communicator = local_.get();
   }
-  if (options_.job_id.empty()) options_.job_id = storage_->url();
+  // A job named by its root, or by a path, is one job however the path was
+  // spelled.
+  options_.job_id = options_.job_id.empty() ? CatalogRootUrl(storage_->url())
+                                            : CatalogJobId(options_.job_id);
   // Only the coordinator writes what the lease guards.
   LeaseSettings lease;
   if (comm().rank() == 0) {

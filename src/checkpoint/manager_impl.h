@@ -124,6 +124,9 @@ class CheckpointManager::Impl {
   const Options& options() const { return options_; }
   Communicator& comm() { return *options_.communicator; }
   Mutex& mu() RETURN_CAPABILITY(mu_) { return mu_; }
+  // What this manager tells its catalog; a tiered manager's local-tier rows
+  // join the same batches (tier_catalog.cc).
+  CatalogRecorder& catalog_recorder() { return catalog_; }
   // The root's ownership (lease.h): taken by the coordinator before it
   // writes, checked before each commit.
   RootLease& lease() { return *lease_; }
@@ -197,7 +200,6 @@ class CheckpointManager::Impl {
   Result<std::vector<CheckpointInfo>> List();
   // The same without the judgement, so without that listing: for retention
   // and the catalog, which run after every save and do not need it.
-  Result<std::vector<CheckpointInfo>> ListCommitted();
   // The facts of the `listed` manifests that validate (the others skipped
   // with a warning); with `sizes`, each judged against them.
   std::vector<CheckpointInfo> Infos(
@@ -209,9 +211,23 @@ class CheckpointManager::Impl {
   Result<VerifyReport> Verify(int64_t step, const ProgressFn& progress);
 
   // --- delete.cc
-  // `going`: steps deleted in the same run, whose dependence on `step` does
-  // not hold it back (may be null).
-  Status Delete(int64_t step, const std::set<int64_t>* going,
+  // What one listing of the root says, for deleting many steps in one run
+  // (a collection): with it each delete reads no listing of its own, so a
+  // run over N steps costs one listing instead of N.
+  struct DeleteRun {
+    // Steps deleted in the same run, whose dependence on a step does not
+    // hold it back.
+    std::set<int64_t> going;
+    // The steps that stay (not going, manifest valid) that depend on each
+    // step, and every object they name.
+    std::map<int64_t, std::vector<int64_t>> dependants;
+    std::set<std::string> named_by_staying;
+    // The listed objects of each step directory.
+    std::map<int64_t, std::vector<ObjectInfo>> objects;
+  };
+  // `run`: the collection this delete is part of (null: a delete alone,
+  // which lists what it needs and updates the LATEST hint itself).
+  Status Delete(int64_t step, const DeleteRun* run,
                 std::vector<std::string>* deleted, uint64_t* bytes,
                 bool dry_run, bool rewrite_dependants = false);
 
@@ -363,11 +379,14 @@ class CheckpointManager::Impl {
   ManifestStore manifests_;
   // What this manager tells options_.catalog (catalog_record.h).
   CatalogRecorder catalog_{options_.catalog, *storage_,
-                           [this] { return ListCommitted(); }};
+                           [this] { return ListCommittedApart(*storage_); }};
   // Asynchronous save. The staged state is the background thread's while
   // busy_. The staging memory is also where a Save of device tensors stages
   // and a Load of them reads, both with the manager's turn.
-  CondVar idle_;                       // signalled when busy_ turns false
+  CondVar idle_;  // signalled when busy_ turns false
+  // Set by the background thread while it saves: the commit's catalog calls
+  // are then made without the next call waiting for them.
+  std::atomic<bool> in_background_{false};
   bool busy_ GUARDED_BY(mu_) = false;  // a background save is in flight
   // Of the last background save, not reported yet, and its handle (whose
   // Wait() may have reported it).

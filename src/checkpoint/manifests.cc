@@ -313,15 +313,31 @@ std::vector<std::vector<format::ChunkRecord>> ManifestStore::RecycleRows(
   return rows;
 }
 
-void ManifestStore::UpdateLatestHint() {
+void ManifestStore::UpdateLatestHint(std::optional<int64_t> committed_alone) {
   // LATEST is a hint for humans and other tools; readers never trust it, so
   // a failure to write it does not fail anything. It names the newest step
   // that is complete, never a damaged one.
-  Result<std::shared_ptr<const Manifest>> newest = NewestComplete();
   Status s;
+  if (committed_alone && hinted_ && *committed_alone > *hinted_) {
+    // Complete, just committed, and newer than the newest this store found
+    // (and no one else writes): the newest, known without a listing, which
+    // would make every save cost a walk over every checkpoint.
+    s = storage_.PutString(format::kLatestName,
+                           std::to_string(*committed_alone) + "\n");
+    if (s.ok()) {
+      hinted_ = committed_alone;
+      return;
+    }
+    hinted_.reset();
+    LogWarning("could not update the LATEST hint: " + s.ToString());
+    return;
+  }
+  hinted_.reset();
+  Result<std::shared_ptr<const Manifest>> newest = NewestComplete();
   if (newest.ok()) {
     s = storage_.PutString(format::kLatestName,
                            std::to_string((*newest)->step) + "\n");
+    if (s.ok()) hinted_ = (*newest)->step;
   } else if (newest.status().code() == ErrorCode::kNotFound) {
     s = storage_.Delete(format::kLatestName);
     if (s.code() == ErrorCode::kNotFound) s = Status();

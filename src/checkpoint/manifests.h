@@ -118,8 +118,11 @@ class ManifestStore {
   }
 
   // Rewrites the LATEST hint to name the newest valid step (removes it when
-  // there is none). A hint only: failures are warnings.
-  void UpdateLatestHint();
+  // there is none). A hint only: failures are warnings. `committed_alone`:
+  // a step just committed by the root's only writer (it holds the lease);
+  // when it is newer than the step this store last found newest, it is
+  // written without listing the root.
+  void UpdateLatestHint(std::optional<int64_t> committed_alone = std::nullopt);
 
  private:
   // A version 3 checkpoint's commit record and directory, read and checked.
@@ -146,6 +149,9 @@ class ManifestStore {
 
   Storage& storage_;
   std::optional<OwnIndex> own_index_;
+  // The step UpdateLatestHint last wrote, while it is known to be the
+  // newest complete one.
+  std::optional<int64_t> hinted_;
   std::map<int64_t, Summarized> summaries_;
   std::map<int64_t,
            std::pair<ObjectInfo, std::shared_ptr<const format::Manifest>>>

@@ -9,14 +9,16 @@
 // and `ckpt catalog sync` refuses a local tier (a sync from one machine
 // sees one node's memory, and would record a share as a durable root).
 // As for durable saves, a catalog failure is a warning, never a failed
-// save.
+// save; the calls join the durable manager's batch of the save
+// (catalog_record.h), so a save waits for a catalog that does not answer
+// once at most, and a save in the background not at all.
 
 #include <chrono>
 
 #include "checkpoint/catalog_record.h"
+#include "checkpoint/manager_impl.h"
 #include "checkpoint/tiered_impl.h"
 #include "format/layout.h"
-#include "util/log.h"
 
 namespace ckpt {
 
@@ -57,24 +59,21 @@ void TieredManager::Impl::RecordLocal(int64_t step,
   CatalogCheckpoint c =
       CatalogRecordFor(info, LocalCatalogRoot(), std::move(checksum));
   c.tier = CatalogTier::kLocal;
-  if (Status s = catalog->Record(c); !s.ok()) {
-    LogWarning("tiers: the catalog did not record local step " +
-               std::to_string(step) + ": " + s.ToString());
-  }
+  TieredManager::DurableImpl(durable_).catalog_recorder().RecordOther(
+      std::move(c), "local step " + std::to_string(step) + " is committed in " +
+                        LocalCatalogRoot());
 }
 
 void TieredManager::Impl::ForgetLocal(const std::vector<int64_t>& steps) {
   const std::shared_ptr<Catalog>& catalog = durable_.options().catalog;
   if (rank_ != 0 || !catalog) return;
   const std::string root = LocalCatalogRoot();
+  CatalogRecorder& recorder =
+      TieredManager::DurableImpl(durable_).catalog_recorder();
   for (int64_t step : steps) {
-    if (Result<bool> marked = catalog->MarkDeleted(root, step); !marked.ok()) {
-      // One warning: the database is down, the rest would wait for it too.
-      LogWarning("tiers: the catalog did not mark local step " +
-                 std::to_string(step) +
-                 " deleted: " + marked.status().ToString());
-      return;
-    }
+    recorder.DeletedOther(
+        root, step,
+        "local step " + std::to_string(step) + " is deleted from " + root);
   }
 }
 

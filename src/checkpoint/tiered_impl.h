@@ -46,8 +46,11 @@ class TieredManager::Impl {
   ~Impl();
 
   Status Init();
+  // `background`: the caller goes on while the save runs (SaveAsync); a
+  // save's catalog calls then never hold the next call up.
   TierSaveHandle SaveAsync(int64_t step, const State& state,
-                           const TierSaveOptions& options);
+                           const TierSaveOptions& options,
+                           bool background = true);
   Result<TierRestoreResult> Restore(State& state, const LoadOptions& options);
 
   int node() const { return node_of_[rank_]; }
@@ -80,14 +83,15 @@ class TieredManager::Impl {
                     Status& received, TierRestoreResult& out);
   // Returns the steps it deleted.
   std::vector<int64_t> Prune(CheckpointManager& root, bool collect_garbage);
-  // The catalog rows of local steps, on rank 0 (tier_catalog.cc): a failure
-  // is a warning.
+  // The catalog rows of local steps, on rank 0 (tier_catalog.cc), made in
+  // the durable manager's catalog batch of the save: a failure is a
+  // warning, and the save waits for the catalog once at most.
   std::string LocalCatalogRoot() const;
   void RecordLocal(int64_t step, const TierSaveOptions& options,
                    uint64_t bytes);
   void ForgetLocal(const std::vector<int64_t>& steps);
   Result<TierSaveResult> RunSave(int64_t step, const TierSaveOptions& options,
-                                 bool local, bool durable);
+                                 bool local, bool durable, bool background);
   Status LocalSave(int64_t step, const TierSaveOptions& options,
                    TierSaveResult& result);
   Result<std::vector<std::string>> ScanNode();

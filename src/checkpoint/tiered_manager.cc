@@ -128,12 +128,13 @@ Status TieredManager::Impl::Init() {
   if (opt_.local_url.empty()) {
     return InvalidArgumentError("tiers: TierOptions::local_url is empty");
   }
-  if (opt_.local_keep < 1 || opt_.replicas < 0 || opt_.local_every_steps < 0 ||
-      opt_.durable_every_steps < 0 ||
+  if (opt_.local_keep < 1 || opt_.replicas < TierOptions::kReplicasAuto ||
+      opt_.local_every_steps < 0 || opt_.durable_every_steps < 0 ||
       !(opt_.replication_bytes_per_second >= 0)) {
     return InvalidArgumentError(
-        "tiers: local_keep must be at least 1; replicas, the intervals and "
-        "replication_bytes_per_second not negative");
+        "tiers: local_keep must be at least 1; replicas (but for "
+        "kReplicasAuto, -1), the intervals and replication_bytes_per_second "
+        "not negative");
   }
   if (opt_.replication_bytes_per_second > 0) {
     replication_pacer_ =
@@ -191,10 +192,28 @@ Status TieredManager::Impl::Init() {
   int largest = 0;
   for (const auto& [n, count] : per_node) largest = std::max(largest, count);
   const int nodes = static_cast<int>(per_node.size());
-  if (opt_.replicas > nodes - 1) {
+  int replicas = opt_.replicas;
+  if (replicas == TierOptions::kReplicasAuto) {
+    // One copy on another node where there is one; on one node no copy can
+    // survive the node's loss, and asking for one would fail every save.
+    replicas = nodes > 1 ? 1 : 0;
+    if (rank_ == 0) {
+      LogInfo(nodes > 1
+                  ? "tiers: replicas 1 (the default): each share is copied to "
+                    "one other node of the job's " +
+                        std::to_string(nodes) +
+                        ", so the local tier survives the loss of one node"
+                  : "tiers: replicas 0 (the default on one node): the job "
+                    "runs on one node, so no share can be copied to "
+                    "another; the local tier survives a crash of the "
+                    "processes, not the node's loss (the durable tier "
+                    "does)");
+    }
+  }
+  if (replicas > nodes - 1) {
     return InvalidArgumentError(
-        "tiers: " + std::to_string(opt_.replicas) + " replicas need " +
-        std::to_string(opt_.replicas + 1) + " nodes; the job has " +
+        "tiers: " + std::to_string(replicas) + " replicas need " +
+        std::to_string(replicas + 1) + " nodes; the job has " +
         std::to_string(nodes) +
         (nodes == 1 ? " (replicas 0 keeps the local tier on this node only: "
                       "it survives a crash of the processes, not the node's "
@@ -203,7 +222,7 @@ Status TieredManager::Impl::Init() {
   }
   std::vector<int> position(world_);
   for (int p = 0; p < world_; ++p) position[order[p]] = p;
-  for (int j = 1; j <= opt_.replicas; ++j) {
+  for (int j = 1; j <= replicas; ++j) {
     const int shift = (j * largest) % world_;
     for (int r = 0; r < world_; ++r) {
       const int to = order[(position[r] + shift) % world_];
@@ -492,7 +511,13 @@ Status TieredManager::Impl::LocalSave(int64_t step,
 }
 
 Result<TierSaveResult> TieredManager::Impl::RunSave(
-    int64_t step, const TierSaveOptions& options, bool local, bool durable) {
+    int64_t step, const TierSaveOptions& options, bool local, bool durable,
+    bool background) {
+  // Every catalog call of the save, local and durable, in one batch: one
+  // wait for a catalog that does not answer, one warning; none at all for
+  // a save in the background.
+  CatalogRecorder::Batch catalog_batch(
+      TieredManager::DurableImpl(durable_).catalog_recorder(), !background);
   TierSaveResult result;
   result.step = step;
   using Clock = std::chrono::steady_clock;
@@ -525,7 +550,8 @@ Result<TierSaveResult> TieredManager::Impl::RunSave(
 }
 
 TierSaveHandle TieredManager::Impl::SaveAsync(int64_t step, const State& state,
-                                              const TierSaveOptions& options) {
+                                              const TierSaveOptions& options,
+                                              bool background) {
   WaitInflight();
   auto shared = std::make_shared<TierSaveHandle::Shared>();
   const bool local =
@@ -555,8 +581,9 @@ TierSaveHandle TieredManager::Impl::SaveAsync(int64_t step, const State& state,
     staged_ = State();
     staged_.SetError(staged);
   }
-  Submit([this, shared, step, options, local, durable] {
-    Result<TierSaveResult> r = RunSave(step, options, local, durable);
+  Submit([this, shared, step, options, local, durable, background] {
+    Result<TierSaveResult> r =
+        RunSave(step, options, local, durable, background);
     std::lock_guard<std::mutex> lock(shared->mu);
     shared->result = std::move(r);
     shared->done = true;
@@ -618,7 +645,7 @@ TieredManager::~TieredManager() = default;
 
 Result<TierSaveResult> TieredManager::Save(int64_t step, const State& state,
                                            const TierSaveOptions& options) {
-  return impl_->SaveAsync(step, state, options).Wait();
+  return impl_->SaveAsync(step, state, options, /*background=*/false).Wait();
 }
 
 TierSaveHandle TieredManager::SaveAsync(int64_t step, const State& state,

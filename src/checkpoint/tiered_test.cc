@@ -290,6 +290,36 @@ TEST(TieredTest, SharesAndReplicasAreCommittedCheckpointsOnTheirNodes) {
   RestoreAndCheck(job, 4, 2, Tier::kLocal);
 }
 
+// The default replicas is what the nodes allow: none on one node (where one
+// replica would fail every save), one copy on another node where there are
+// several.
+TEST(TieredTest, TheDefaultReplicasFollowTheJobsNodes) {
+  auto durable =
+      CheckpointManager::Open("mem://" + UniqueName("alone")).value();
+  TierOptions t;
+  t.local_url = "mem://" + UniqueName("alone-local");
+  ASSERT_EQ(t.replicas, TierOptions::kReplicasAuto);
+  Result<std::unique_ptr<TieredManager>> alone =
+      TieredManager::Open(*durable, t);
+  ASSERT_TRUE(alone.ok()) << alone.status().ToString();
+  RankState s(0, 1, 1, true);
+  State state = s.Make();
+  Result<TierSaveResult> r = (*alone)->Save(1, state);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->local) << r->local_error;
+  EXPECT_EQ(r->replicated_bytes, 0u);
+
+  Job job = MemJob("auto", {0, 0, 1, 1});
+  job.replicas = TierOptions::kReplicasAuto;
+  std::vector<std::vector<TierSaveResult>> results;
+  SaveSteps(job, 4, {1}, &results);
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_TRUE(results[rank][0].local) << results[rank][0].local_error;
+    EXPECT_GT(results[rank][0].replicated_bytes, results[rank][0].local_bytes);
+  }
+  RestoreAndCheck(job, 4, 1, Tier::kLocal);
+}
+
 TEST(TieredTest, KeepsOnlyTheNewestMarkedSteps) {
   Job job = MemJob("keep", {0, 1});
   SaveSteps(job, 2, {1, 2, 3, 4});

@@ -7,7 +7,9 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <climits>
+#include <map>
 #include <memory>
 
 #include "capi/records.h"
@@ -51,6 +53,18 @@ nlohmann::json RowToJson(const CatalogCheckpoint& c) {
   j["created"] = FormatTime(c.created_unix_ms);
   j["updated_unix_ms"] = c.updated_unix_ms;
   return j;
+}
+
+// Why the committed durable row `c` does not check out against storage
+// (CheckAgainstStorage); empty when it does, or when it is not such a row (a
+// local tier's row names node memory no other machine can open).
+std::string StaleBecause(const CatalogCheckpoint& c) {
+  if (c.state != CheckpointState::kCommitted ||
+      c.tier != CatalogTier::kDurable) {
+    return "";
+  }
+  Status s = CheckAgainstStorage(c);
+  return s.ok() ? "" : s.ToString();
 }
 
 // --- jobs
@@ -98,6 +112,7 @@ Status RunJobs(const JobsArgs& args) {
 struct ListArgs {
   std::string job;
   std::string root;
+  bool no_check = false;
   bool all = false;
   bool deleted = false;
   std::optional<int64_t> min_step;
@@ -111,7 +126,7 @@ struct ListArgs {
 Status RunList(const ListArgs& args) {
   CKPT_ASSIGN_OR_RETURN(auto catalog, OpenNamedCatalog(args.catalog));
   CatalogFilter filter;
-  filter.job_id = args.job;
+  filter.job_id = CatalogJobId(args.job);
   filter.root = args.root.empty() ? "" : CatalogRootUrl(args.root);
   if (args.all) filter.state = std::nullopt;
   if (args.deleted) filter.state = CheckpointState::kDeleted;
@@ -123,9 +138,26 @@ Status RunList(const ListArgs& args) {
   }
   CKPT_ASSIGN_OR_RETURN(std::vector<CatalogCheckpoint> list,
                         catalog->List(filter));
+  // Each committed durable row is checked against storage, as latest does;
+  // one that does not check out is marked stale and reported on stderr.
+  std::map<size_t, std::string> stale;
+  if (!args.no_check) {
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (std::string why = StaleBecause(list[i]); !why.empty()) {
+        fmt::print(stderr,
+                   "ckpt catalog list: step {} of job {} is stale: {}\n",
+                   list[i].step, list[i].job_id, why);
+        stale[i] = std::move(why);
+      }
+    }
+  }
   if (args.json) {
     nlohmann::json out = nlohmann::json::array();
-    for (const CatalogCheckpoint& c : list) out.push_back(RowToJson(c));
+    for (size_t i = 0; i < list.size(); ++i) {
+      nlohmann::json row = RowToJson(list[i]);
+      if (auto it = stale.find(i); it != stale.end()) row["stale"] = it->second;
+      out.push_back(std::move(row));
+    }
     PrintJson(out);
     return Status();
   }
@@ -137,16 +169,19 @@ Status RunList(const ListArgs& args) {
   rows.push_back({"STEP", "EPOCH", "STATE", "TIER", "CREATED (UTC)", "SIZE",
                   "WORLD", "METRICS", "ROOT"});
   if (args.job.empty()) rows[0].insert(rows[0].begin(), "JOB");
-  for (const CatalogCheckpoint& c : list) {
-    std::vector<std::string> row = {std::to_string(c.step),
-                                    EpochText(c.epoch),
-                                    std::string(CheckpointStateName(c.state)),
-                                    std::string(CatalogTierName(c.tier)),
-                                    FormatTime(c.created_unix_ms),
-                                    FormatBytes(c.bytes),
-                                    std::to_string(c.world_size),
-                                    MetricsText(c.metrics),
-                                    c.root};
+  for (size_t i = 0; i < list.size(); ++i) {
+    const CatalogCheckpoint& c = list[i];
+    std::vector<std::string> row = {
+        std::to_string(c.step),
+        EpochText(c.epoch),
+        stale.contains(i) ? std::string("stale")
+                          : std::string(CheckpointStateName(c.state)),
+        std::string(CatalogTierName(c.tier)),
+        FormatTime(c.created_unix_ms),
+        FormatBytes(c.bytes),
+        std::to_string(c.world_size),
+        MetricsText(c.metrics),
+        c.root};
     if (args.job.empty()) row.insert(row.begin(), c.job_id);
     rows.push_back(std::move(row));
   }
@@ -166,12 +201,13 @@ struct LatestArgs {
 
 Status RunLatest(const LatestArgs& args) {
   CKPT_ASSIGN_OR_RETURN(auto catalog, OpenNamedCatalog(args.catalog));
+  const std::string job = CatalogJobId(args.job);
   // Newest first. Each row is checked against storage (the truth); one
   // that does not check out is skipped for the next older. A local tier's
   // steps are in node memory: only the job's tiered manager resumes them.
-  CKPT_ASSIGN_OR_RETURN(
-      std::vector<CatalogCheckpoint> list,
-      catalog->List({.job_id = args.job, .tier = CatalogTier::kDurable}));
+  CKPT_ASSIGN_OR_RETURN(std::vector<CatalogCheckpoint> list,
+                        catalog->List({.job_id = CatalogJobId(args.job),
+                                       .tier = CatalogTier::kDurable}));
   size_t stale = 0;
   for (auto it = list.rbegin(); it != list.rend(); ++it) {
     if (!args.no_check) {
@@ -189,8 +225,8 @@ Status RunLatest(const LatestArgs& args) {
     }
     return Status();
   }
-  return NotFoundError("no committed durable checkpoint of job " +
-                       Quote(args.job) + " in catalog " + catalog->url() +
+  return NotFoundError("no committed durable checkpoint of job " + Quote(job) +
+                       " in catalog " + catalog->url() +
                        (stale ? " (" + std::to_string(stale) +
                                     " rows did not check out against storage)"
                               : ""));
@@ -209,17 +245,59 @@ struct BestArgs {
   bool json = false;
 };
 
+// The job's committed durable rows with `metric`, best first (ties: the
+// newest step first), as Catalog::Best ranks them.
+std::vector<CatalogCheckpoint> RankedByMetric(
+    std::vector<CatalogCheckpoint> rows, const std::string& metric,
+    MetricGoal goal) {
+  std::erase_if(rows, [&](const CatalogCheckpoint& c) {
+    return !c.metrics.contains(metric);
+  });
+  std::stable_sort(rows.begin(), rows.end(),
+                   [&](const CatalogCheckpoint& a, const CatalogCheckpoint& b) {
+                     const double x = a.metrics.at(metric);
+                     const double y = b.metrics.at(metric);
+                     if (x != y)
+                       return goal == MetricGoal::kMin ? x < y : x > y;
+                     return a.step > b.step;
+                   });
+  return rows;
+}
+
 Status RunBest(const BestArgs& args) {
   CKPT_ASSIGN_OR_RETURN(auto catalog, OpenNamedCatalog(args.catalog));
   const MetricGoal goal = args.max ? MetricGoal::kMax : MetricGoal::kMin;
-  CKPT_ASSIGN_OR_RETURN(std::optional<CatalogCheckpoint> best,
-                        catalog->Best(args.job, args.metric, goal));
-  if (!best) {
-    return NotFoundError("no committed checkpoint of job " + Quote(args.job) +
-                         " with metric " + Quote(args.metric) + " in catalog " +
-                         catalog->url());
+  const std::string job = CatalogJobId(args.job);
+  std::optional<CatalogCheckpoint> best;
+  size_t stale = 0;
+  if (args.no_check) {
+    CKPT_ASSIGN_OR_RETURN(best, catalog->Best(job, args.metric, goal));
+  } else {
+    // Best first; a row that does not check out against storage is
+    // skipped for the next best, as latest skips it for the next older.
+    CKPT_ASSIGN_OR_RETURN(
+        std::vector<CatalogCheckpoint> rows,
+        catalog->List({.job_id = job, .tier = CatalogTier::kDurable}));
+    for (CatalogCheckpoint& c :
+         RankedByMetric(std::move(rows), args.metric, goal)) {
+      if (Status s = CheckAgainstStorage(c); !s.ok()) {
+        fmt::print(stderr, "ckpt catalog best: skipping step {}: {}\n", c.step,
+                   s.ToString());
+        ++stale;
+        continue;
+      }
+      best = std::move(c);
+      break;
+    }
   }
-  if (!args.no_check) CKPT_RETURN_IF_ERROR(CheckAgainstStorage(*best));
+  if (!best) {
+    return NotFoundError("no committed checkpoint of job " + Quote(job) +
+                         " with metric " + Quote(args.metric) + " in catalog " +
+                         catalog->url() +
+                         (stale ? " (" + std::to_string(stale) +
+                                      " rows did not check out against storage)"
+                                : ""));
+  }
   if (args.json) {
     PrintJson(RowToJson(*best));
   } else {
@@ -238,11 +316,48 @@ struct SyncArgs {
   bool json = false;
 };
 
+// The sync of a root that is gone from storage: every committed row of it
+// is marked deleted. A root the catalog has no row of is still an error (a
+// mistyped path should not pass for a sync).
+Result<CatalogSyncReport> SyncGoneRoot(const std::string& root,
+                                       Catalog& catalog, const Status& gone) {
+  CatalogSyncReport report;
+  report.root = CatalogRootUrl(root);
+  const std::string op =
+      "sync catalog " + catalog.url() + " with " + report.root;
+  CKPT_ASSIGN_OR_RETURN(
+      std::vector<CatalogCheckpoint> rows,
+      catalog.List({.root = report.root, .state = std::nullopt}));
+  if (rows.empty()) {
+    return gone.WithContext(op + ": the catalog has no row of it either");
+  }
+  for (const CatalogCheckpoint& row : rows) {
+    if (row.tier == CatalogTier::kLocal) {
+      return FailedPreconditionError(
+          op +
+          ": it is a local tier (node memory): its rows are the job's "
+          "tiered manager's; sync the job's durable root instead");
+    }
+  }
+  for (const CatalogCheckpoint& row : rows) {
+    if (row.state != CheckpointState::kCommitted) continue;
+    Result<bool> marked = catalog.MarkDeleted(report.root, row.step);
+    if (!marked.ok()) return marked.status().WithContext(op);
+    if (*marked) report.marked_deleted.push_back(row.step);
+  }
+  return report;
+}
+
 Status RunSync(const SyncArgs& args) {
   CKPT_ASSIGN_OR_RETURN(auto catalog, OpenNamedCatalog(args.catalog));
-  CKPT_ASSIGN_OR_RETURN(auto manager, OpenRoot(args.root, /*create=*/false));
-  CKPT_ASSIGN_OR_RETURN(CatalogSyncReport report,
-                        SyncCatalog(*manager, *catalog));
+  Result<std::unique_ptr<CheckpointManager>> manager =
+      OpenRoot(args.root, /*create=*/false);
+  Result<CatalogSyncReport> synced =
+      manager.ok() ? SyncCatalog(**manager, *catalog)
+      : manager.status().code() == ErrorCode::kNotFound
+          ? SyncGoneRoot(args.root, *catalog, manager.status())
+          : Result<CatalogSyncReport>(manager.status());
+  CKPT_ASSIGN_OR_RETURN(CatalogSyncReport report, std::move(synced));
   if (args.json) {
     PrintJson({{"catalog", catalog->url()},
                {"root", report.root},
@@ -304,13 +419,19 @@ void AddCatalogCommand(CLI::App& app, Command& selected) {
       "metrics and root. --all adds deleted ones, --deleted shows only those; "
       "--tier durable|local keeps one tier (local: a tiered job's steps in "
       "node memory, rooted at its local tier's URL); --limit N keeps the "
-      "newest N.",
+      "newest N. Each committed durable row is checked against its "
+      "manifest, as by latest: one that does not check out is shown as "
+      "stale (with --json, a \"stale\" field says why) and reported on "
+      "stderr (--no-check trusts the catalog). A JOB given as a path is "
+      "the job named by that root.",
       "  ckpt catalog list run42\n"
       "  ckpt catalog list run42 --all --min-step 1000\n"
       "  ckpt catalog list run42 --tier local\n"
       "  ckpt catalog list --root /data/run42 --json\n");
   sub->add_option("JOB", list->job, "the job's id (default: every job)");
   sub->add_option("--root", list->root, "only checkpoints under this root");
+  sub->add_flag("--no-check", list->no_check,
+                "do not read the manifests: trust the catalog");
   CLI::Option* all =
       sub->add_flag("--all", list->all, "deleted checkpoints too");
   sub->add_flag("--deleted", list->deleted, "only deleted checkpoints")
@@ -357,8 +478,9 @@ void AddCatalogCommand(CLI::App& app, Command& selected) {
       "committed checkpoint with the lowest (--min, the default) or highest "
       "(--max) value of the metric given at save (SaveOptions::metrics), "
       "among its durable ones. "
-      "Ties go to the newest step. The manifest is checked as by latest. "
-      "Exit status 1 when no checkpoint has the metric.",
+      "Ties go to the newest step. The manifest is checked as by latest: a "
+      "row that does not check out is reported on stderr and the next best "
+      "is tried. Exit status 1 when no checkpoint has the metric.",
       "  ckpt catalog best run42 --metric loss --min\n"
       "  ckpt catalog best run42 --metric accuracy --max --json\n");
   sub->add_option("JOB", best->job, "the job's id")->required();
@@ -380,7 +502,8 @@ void AddCatalogCommand(CLI::App& app, Command& selected) {
       "Records every committed checkpoint under ROOT that the catalog lacks "
       "(or holds as another commit), and marks deleted the catalog's "
       "checkpoints of ROOT that are gone from storage or whose manifest no "
-      "longer validates. Storage is only read. A tiered job's local tier is "
+      "longer validates; a ROOT that is gone altogether has every row marked "
+      "deleted. Storage is only read. A tiered job's local tier is "
       "refused: its rows are kept by the job itself.",
       "  ckpt catalog sync /data/run42\n"
       "  ckpt catalog sync s3://bucket/run42 --catalog "

@@ -352,6 +352,100 @@ TEST_P(CatalogCliTest, GcAndImportKeepTheCatalogCurrent) {
   EXPECT_EQ(r.out, other + "\t7\n");
 }
 
+// A row whose checkpoint is gone from storage is skipped by best for the
+// next best, as latest skips it, and list marks it stale.
+TEST_P(CatalogCliTest, BestAndListSkipOrMarkAStaleRow) {
+  auto mgr = Open(Root("a"), "alpha");
+  ASSERT_NE(mgr, nullptr);
+  Save(*mgr, 1, 0.9);
+  Save(*mgr, 2, 0.2);
+  Save(*mgr, 3, 0.5);
+  fs::remove_all(dir_ + "/a/step-000000000002");
+
+  RunResult r = Catalog({"best", "alpha", "--metric", "loss", "--min"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, Root("a") + "\t3\t0.5\n");
+  EXPECT_TRUE(Contains(r.err, "skipping step 2")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "ckpt catalog sync " + Root("a"))) << r.err;
+  r = Catalog({"best", "alpha", "--metric", "loss", "--no-check"});
+  EXPECT_EQ(r.out, Root("a") + "\t2\t0.2\n");  // the stale row
+
+  r = Catalog({"list", "alpha"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.out, "stale")) << r.out;
+  EXPECT_TRUE(Contains(r.err, "step 2 of job alpha is stale")) << r.err;
+  r = Catalog({"list", "alpha", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json rows = json::parse(r.out);
+  ASSERT_EQ(rows.size(), 3u) << r.out;
+  EXPECT_FALSE(rows[0].contains("stale"));
+  EXPECT_TRUE(rows[1].contains("stale")) << r.out;
+  EXPECT_FALSE(rows[2].contains("stale"));
+
+  fs::remove_all(dir_ + "/a");
+  r = Catalog({"best", "alpha", "--metric", "loss"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(Contains(r.err, "3 rows did not check out")) << r.err;
+}
+
+// A root deleted altogether: sync marks its rows deleted, as its help says.
+TEST_P(CatalogCliTest, SyncOfADeletedRootMarksItsRowsDeleted) {
+  const std::string root = Root("doomed");
+  auto mgr = Open(root, "doomed");
+  ASSERT_NE(mgr, nullptr);
+  Save(*mgr, 1, 0.5);
+  Save(*mgr, 2, 0.4);
+  mgr.reset();
+  fs::remove_all(dir_ + "/doomed");
+  RunResult r = Catalog({"sync", root, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json report = json::parse(r.out);
+  EXPECT_EQ(report["root"], root);
+  EXPECT_EQ(report["marked_deleted"], json({1, 2}));
+  r = Catalog({"latest", "doomed"});
+  EXPECT_EQ(r.exit_code, 1);
+  r = Catalog({"list", "doomed", "--deleted", "--json"});
+  EXPECT_EQ(json::parse(r.out).size(), 2u) << r.out;
+  // A root the catalog never heard of is still an error.
+  r = Catalog({"sync", Root("never-was")});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(Contains(r.err, "never-was")) << r.err;
+}
+
+// However the root's path is spelled, a job named by it is one job, under
+// the root's absolute file:// URL.
+TEST_P(CatalogCliTest, AJobIdGivenAsAPathIsTheRootsUrl) {
+  fs::create_directories(dir_ + "/sub");
+  // The default job id: the root, given as a path with a detour.
+  auto mgr = Open(dir_ + "/sub/../run/", "");
+  ASSERT_NE(mgr, nullptr);
+  Save(*mgr, 1, 0.5);
+  mgr.reset();
+  // A job id given as a relative path.
+  const std::string cwd = fs::current_path();
+  fs::current_path(dir_);
+  mgr = Open(Root("run"), "./run");
+  fs::current_path(cwd);
+  ASSERT_NE(mgr, nullptr);
+  Save(*mgr, 2, 0.4);
+  mgr.reset();
+
+  RunResult r = Catalog({"jobs", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json jobs = json::parse(r.out);
+  ASSERT_EQ(jobs.size(), 1u) << r.out;
+  EXPECT_EQ(jobs[0]["job_id"], Root("run"));
+  EXPECT_EQ(jobs[0]["committed"], 2);
+  // Asked for by any spelling of the path (the tool runs in dir_).
+  fs::current_path(dir_);
+  for (const std::string& job : {Root("run"), dir_ + "/run",
+                                 std::string("./run"), dir_ + "/sub/../run/"}) {
+    r = Catalog({"latest", job});
+    EXPECT_EQ(r.out, Root("run") + "\t2\n") << job << ": " << r.err;
+  }
+  fs::current_path(cwd);
+}
+
 TEST_P(CatalogCliTest, NothingToReportIsExitOne) {
   RunResult r = Catalog({"latest", "nobody"});
   EXPECT_EQ(r.exit_code, 1);

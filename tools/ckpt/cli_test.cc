@@ -211,6 +211,15 @@ class CliTest : public ::testing::Test {
     return r;
   }
 
+  // Flips a bit in the middle of step `step`'s manifest under root_.
+  void DamageManifest(int64_t step) {
+    const fs::path manifest = fs::path(root_) / format::ManifestKey(step);
+    std::string bytes = ReadFile(manifest);
+    ASSERT_FALSE(bytes.empty()) << manifest;
+    bytes[bytes.size() / 2] ^= 0x01;
+    ASSERT_TRUE(WriteFile(manifest, bytes));
+  }
+
   std::vector<fs::path> DataFiles(const std::string& root) {
     std::vector<fs::path> files;
     for (const auto& e : fs::recursive_directory_iterator(root)) {
@@ -565,23 +574,54 @@ TEST_F(CliTest, VerifyFailsOnATruncatedFile) {
 
 TEST_F(CliTest, VerifyAllCountsADamagedManifest) {
   SaveSteps({1, 2});
-  fs::path manifest;
-  for (const auto& e : fs::recursive_directory_iterator(root_)) {
-    if (e.path().filename() == "MANIFEST.json" &&
-        e.path().parent_path().filename().string().ends_with("1")) {
-      manifest = e.path();
-    }
-  }
-  ASSERT_FALSE(manifest.empty());
-  std::string bytes = ReadFile(manifest);
-  bytes[bytes.size() / 2] ^= 0x01;
-  ASSERT_TRUE(WriteFile(manifest, bytes));
+  DamageManifest(1);
 
   EXPECT_EQ(CommittedSteps(root_), std::vector<int64_t>{2});
   RunResult r = Ckpt({"verify", root_, "--all"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(Contains(r.out, "ok: step 2,"));
   EXPECT_TRUE(Contains(r.err, "step 1: manifest does not load"));
+}
+
+// A resume skips a newest step whose manifest does not load, or whose data
+// object is gone, and loads the one before: verify without --step checks
+// the step a resume loads and fails naming each newer step it would skip.
+TEST_F(CliTest, VerifyFailsWhenTheNewestStepIsDamaged) {
+  SaveSteps({6, 7, 8});
+  DamageManifest(8);
+
+  RunResult r = Ckpt({"verify", root_});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_TRUE(Contains(r.out, "ok: step 7,")) << r.out;
+  EXPECT_TRUE(Contains(r.err, "step 8: manifest does not load")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "loads step 7")) << r.err;
+  // The step given is verified alone, as before.
+  EXPECT_EQ(Ckpt({"verify", root_, "--step", "7"}).exit_code, 0);
+
+  // Step 7 loses a data object: a resume skips 8 and 7 and loads 6.
+  for (const fs::path& file : DataFiles(root_)) {
+    if (file.parent_path().filename().string().ends_with("7")) {
+      fs::remove(file);
+    }
+  }
+  r = Ckpt({"verify", root_});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_TRUE(Contains(r.out, "ok: step 6,")) << r.out;
+  EXPECT_TRUE(Contains(r.err, "step 7: incomplete: data object")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "step 8: manifest does not load")) << r.err;
+  r = Ckpt({"verify", root_, "--json"});
+  EXPECT_EQ(r.exit_code, 1);
+  nlohmann::json j = ParseJson(r.out);
+  ASSERT_EQ(j.size(), 3u) << r.out;
+  EXPECT_EQ(j[0]["step"], 6);
+  EXPECT_EQ(j[0]["ok"], true);
+  EXPECT_EQ(j[1]["ok"], false);
+  EXPECT_EQ(j[2]["step"], 8);
+  // --all lists every damaged step.
+  r = Ckpt({"verify", root_, "--all"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(Contains(r.err, "ckpt verify: step 7: ")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "ckpt verify: step 8: ")) << r.err;
 }
 
 // --- import and export

@@ -3,6 +3,8 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -63,6 +65,59 @@ Result<VerifyReport> VerifyWithProgress(CheckpointManager& manager,
   return report;
 }
 
+// What a resume would meet: every step newer than the one it would load
+// (a resume tries them first and skips them, so each is a problem, named
+// with why it is skipped), then the one it would load, verified whole.
+Result<std::vector<VerifyReport>> VerifyResumePoint(CheckpointManager& manager,
+                                                    const std::string& root) {
+  CKPT_ASSIGN_OR_RETURN(std::set<int64_t> steps,
+                        StepsWithManifest(manager.storage()));
+  CKPT_ASSIGN_OR_RETURN(std::optional<int64_t> latest, manager.Latest());
+  if (steps.empty() && !latest) {
+    return NotFoundError("no committed checkpoint under " + Quote(root));
+  }
+  // Why List() judges a step incomplete (a missing or resized object).
+  CKPT_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> infos, manager.List());
+  std::map<int64_t, std::string> incomplete;
+  for (const CheckpointInfo& info : infos) {
+    if (!info.incomplete.empty()) incomplete[info.step] = info.incomplete;
+  }
+  const std::string resumed =
+      latest ? "a resume skips it and loads step " + std::to_string(*latest)
+             : "a resume finds no checkpoint to load";
+  std::vector<VerifyReport> reports;
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    const int64_t step = *it;
+    if (latest && step <= *latest) break;
+    std::string why;
+    if (Result<CheckpointDescription> d = manager.Describe(step); !d.ok()) {
+      why = "manifest does not load: " + d.status().ToString();
+    } else if (auto found = incomplete.find(step); found != incomplete.end()) {
+      why = "incomplete: " + found->second;
+    } else {
+      // Committed after Latest() looked: verify it like the newest.
+      Result<VerifyReport> report = VerifyWithProgress(manager, step);
+      if (report.ok() && report->ok()) {
+        reports.push_back(std::move(*report));
+        continue;
+      }
+      why = report.ok() ? Join(report->problems, "; ")
+                        : report.status().ToString();
+    }
+    reports.push_back(
+        {.step = step,
+         .problems = {why + " (the newest step; " + resumed + ")"}});
+  }
+  if (latest) {
+    CKPT_ASSIGN_OR_RETURN(VerifyReport report,
+                          VerifyWithProgress(manager, *latest));
+    reports.push_back(std::move(report));
+  }
+  // Oldest first, as --all prints them.
+  std::reverse(reports.begin(), reports.end());
+  return reports;
+}
+
 Status RunVerify(const VerifyArgs& args) {
   CKPT_ASSIGN_OR_RETURN(auto manager, OpenRoot(args.root, /*create=*/false));
   std::vector<VerifyReport> reports;
@@ -93,21 +148,12 @@ Status RunVerify(const VerifyArgs& args) {
             {.step = step, .problems = {report.status().ToString()}});
       }
     }
-  } else {
-    int64_t step = 0;
-    if (args.step) {
-      step = *args.step;
-    } else {
-      CKPT_ASSIGN_OR_RETURN(std::optional<int64_t> latest, manager->Latest());
-      if (!latest) {
-        return NotFoundError("no committed checkpoint under " +
-                             Quote(args.root));
-      }
-      step = *latest;
-    }
+  } else if (args.step) {
     CKPT_ASSIGN_OR_RETURN(VerifyReport report,
-                          VerifyWithProgress(*manager, step));
+                          VerifyWithProgress(*manager, *args.step));
     reports.push_back(std::move(report));
+  } else {
+    CKPT_ASSIGN_OR_RETURN(reports, VerifyResumePoint(*manager, args.root));
   }
 
   size_t problems = 0;
@@ -149,12 +195,15 @@ void AddVerifyCommand(CLI::App& app, Command& selected) {
   auto args = std::make_shared<VerifyArgs>();
   CLI::App* sub = AddSubcommand(
       app, "verify", "Re-read a checkpoint and check every checksum.",
-      "Re-read every byte of a checkpoint (the newest, the one given by "
-      "--step, or with --all every step that has a manifest) and check each "
-      "chunk's xxh3-128 checksum and each data file's safetensors header. "
-      "Prints one \"ok\" line per sound checkpoint; prints every problem, "
-      "naming the object and the entry, and exits with status 1 if there is "
-      "any. With --all a manifest that does not load is a problem too.",
+      "Re-read every byte of a checkpoint (the one a resume would load, the "
+      "one given by --step, or with --all every step that has a manifest) "
+      "and check each chunk's xxh3-128 checksum and each data file's "
+      "safetensors header. Without --step or --all, every step newer than "
+      "the one a resume would load is a problem too (a manifest that does "
+      "not load, a missing object): a resume skips it. Prints one \"ok\" "
+      "line per sound checkpoint; prints every problem, naming the step, the "
+      "object and the entry, and exits with status 1 if there is any. With "
+      "--all a manifest that does not load is a problem too.",
       "  ckpt verify /data/run42\n"
       "  ckpt verify /data/run42 --step 1200\n"
       "  ckpt verify s3://bucket/run42 --all --json\n");
