@@ -31,7 +31,8 @@ demo: build
 	scripts/demo.sh $(BUILD)
 
 # The Python wheel, dist/ckpt-<version>-py3-none-linux_x86_64.whl: the
-# package, libckpt.so and the libraries it needs (scripts/build-wheel.sh).
+# package, libckpt.so, the ckpt tool (a `ckpt` command once installed) and
+# the libraries they need (scripts/build-wheel.sh).
 wheel: build
 	scripts/build-wheel.sh $(BUILD) dist
 
@@ -47,7 +48,8 @@ test-release: build check-format check-layering
 # The wheel installed with pip into a fresh venv of /usr/bin/python3 (the
 # whole python/tests suite, run from outside the source tree) and of every
 # other CPython 3.9+ under pyenv (python/tests/test_no_numpy.py), then
-# examples/python/train.py and bench/peers/peers.py (scripts/test-wheel.sh).
+# examples/python/train.py and bench/peers/peers.py, then `pip install` of a
+# fresh clone, built from nothing (scripts/test-wheel.sh).
 test-wheel: wheel
 	scripts/test-wheel.sh $(BUILD) dist
 

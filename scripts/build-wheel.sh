@@ -5,8 +5,10 @@
 #
 # writes OUT_DIR/ckpt-<version>-py3-none-linux_<arch>.whl: the pure-Python
 # package (python/ckpt/*.py) with BUILD_DIR/src/capi/libckpt.so.1 (and
-# libckpt_mpi.so.1) and the non-glibc libraries libckpt.so.1 needs under
-# ckpt/_lib/, each with the run path $ORIGIN (scripts/ckpt_wheel.py says how).
+# libckpt_mpi.so.1) and the non-glibc libraries it and the ckpt tool need
+# under ckpt/_lib/, each with the run path $ORIGIN, and the tool
+# (BUILD_DIR/tools/ckpt/ckpt) as ckpt/_bin/ckpt, which the wheel's `ckpt`
+# command runs (scripts/ckpt_wheel.py says how).
 # `make wheel` builds the release preset and runs this.
 set -euo pipefail
 

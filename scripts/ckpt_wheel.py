@@ -1,21 +1,24 @@
-"""Builds ckpt's wheel: the pure-Python package over libckpt.so, for any
-CPython 3.9+ on Linux.
+"""Builds ckpt's wheel: the pure-Python package over libckpt.so, with the
+`ckpt` command-line tool, for any CPython 3.9+ on Linux.
 
     /usr/bin/python3 scripts/ckpt_wheel.py BUILD_DIR OUT_DIR
 
-writes OUT_DIR/ckpt-<version>-py3-none-linux_<arch>.whl from python/ckpt/*.py
-and BUILD_DIR/src/capi/libckpt.so.1 (and libckpt_mpi.so.1 where the build has
-it). Under ckpt/_lib/ it bundles every shared library libckpt.so.1 needs that
-is not part of glibc, each with the run path $ORIGIN (patchelf), so that the
-wheel installs with pip into any environment, with no compiler and no
-network. Open MPI is not bundled: libckpt_mpi.so.1 finds libckpt.so.1 beside
+writes OUT_DIR/ckpt-<version>-py3-none-linux_<arch>.whl from python/ckpt/*.py,
+BUILD_DIR/src/capi/libckpt.so.1 (and libckpt_mpi.so.1 where the build has
+it) and BUILD_DIR/tools/ckpt/ckpt. Under ckpt/_lib/ it bundles every shared
+library libckpt.so.1 and the tool need that is not part of glibc, each with
+the run path $ORIGIN (patchelf), so that the wheel installs with pip into any
+environment, with no compiler and no network. The tool is ckpt/_bin/ckpt
+(run path $ORIGIN/../_lib); the wheel's entry point puts a `ckpt` command on
+the environment's PATH that runs it (ckpt/__main__.py, also `python -m
+ckpt`). Open MPI is not bundled: libckpt_mpi.so.1 finds libckpt.so.1 beside
 it and Open MPI where the system keeps it, and only ckpt.mpi_communicator()
 loads it.
 
 The same module is the PEP 517 build backend of pyproject.toml (`pip install
-.`): build_wheel() configures and builds the library with CMake in
-build/wheel (or takes the build folder named by $CKPT_BUILD_DIR, compiling
-nothing), then assembles the same wheel.
+.`): build_wheel() configures build/wheel with CMake and builds only the
+library and the tool there (or takes the build folder named by
+$CKPT_BUILD_DIR, compiling nothing), then assembles the same wheel.
 
 The wheel is deterministic: entries sorted, fixed times ($SOURCE_DATE_EPOCH,
 else 1980-01-01) and permissions. Standard library only (Python 3.9+), plus
@@ -45,6 +48,11 @@ SOURCE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # names their users ask for (the SONAMEs).
 LIBRARY = "libckpt.so.1"
 MPI_LIBRARY = "libckpt_mpi.so.1"
+# The command-line tool: where the build puts it, where the wheel carries it,
+# and the console script that runs it.
+CLI_BUILT = os.path.join("tools", "ckpt", "ckpt")
+CLI = "_bin/ckpt"
+ENTRY_POINTS = "[console_scripts]\nckpt = ckpt.__main__:main\n"
 
 # glibc's own libraries: every Linux system has them, in the version its
 # other libraries need, so they are never bundled.
@@ -145,18 +153,24 @@ def copy_library(src, dest, strip):
         run(["strip", "--strip-debug", dest])
 
 
-def assemble_libraries(build_dir, lib_dir):
-    """Copies libckpt.so.1 (+ libckpt_mpi.so.1) and libckpt.so.1's non-glibc
-    dependencies into lib_dir, each with the run path $ORIGIN. Returns the
-    names of what it bundled beyond the two."""
+def assemble_libraries(build_dir, lib_dir, cli):
+    """Copies libckpt.so.1 (+ libckpt_mpi.so.1) and the non-glibc
+    dependencies of libckpt.so.1 and of the tool into lib_dir, each with the
+    run path $ORIGIN, and the tool to `cli`, with the run path of lib_dir.
+    Returns the names of what it bundled beyond the two libraries."""
     capi = os.path.join(build_dir, "src", "capi")
     main = os.path.join(capi, LIBRARY)
-    if not os.path.exists(main):
-        raise BuildError(f"{main} does not exist: build the targets ckpt_c "
-                         "and ckpt_c_mpi first (make build)")
+    tool = os.path.join(build_dir, CLI_BUILT)
+    for path, target in ((main, "ckpt_c"), (tool, "ckpt_cli")):
+        if not os.path.exists(path):
+            raise BuildError(f"{path} does not exist: build the targets "
+                             f"{target}, ckpt_c_mpi and ckpt_cli first (make "
+                             "build)")
     os.makedirs(lib_dir)
+    os.makedirs(os.path.dirname(cli))
     ours = [LIBRARY]
     copy_library(main, os.path.join(lib_dir, LIBRARY), strip=True)
+    copy_library(tool, cli, strip=True)
     mpi = os.path.join(capi, MPI_LIBRARY)
     if os.path.exists(mpi):
         ours.append(MPI_LIBRARY)
@@ -172,6 +186,12 @@ def assemble_libraries(build_dir, lib_dir):
             log(f"warning: {LIBRARY} needs {soname}, which should be linked "
                 "statically; bundling it")
         bundled[soname] = path
+    # The tool is a process of its own, so the C++ runtime it needs (through
+    # libfmt, which Debian ships only as a shared library) is bundled for it
+    # without harm: libckpt.so.1 never loads it.
+    for soname, path in dependencies(cli).items():
+        if not is_glibc(soname):
+            bundled.setdefault(soname, path)
     if MPI_LIBRARY in ours:
         # What libckpt_mpi.so.1 needs itself, beyond libckpt.so.1's closure
         # and Open MPI (the system's, with everything it loads).
@@ -192,18 +212,23 @@ def assemble_libraries(build_dir, lib_dir):
     for name in ours + sorted(bundled):
         run(["patchelf", "--set-rpath", "$ORIGIN",
              os.path.join(lib_dir, name)])
-    check_libraries(lib_dir, ours, bundled)
+    rpath = "$ORIGIN/" + os.path.relpath(lib_dir, os.path.dirname(cli))
+    run(["patchelf", "--set-rpath", rpath, cli])
+    check_libraries(lib_dir, ours, bundled, cli)
     return sorted(bundled)
 
 
-def check_libraries(lib_dir, ours, bundled):
-    """Every library of lib_dir finds its non-glibc dependencies in lib_dir
-    (libckpt_mpi.so.1: libckpt.so.1 there, Open MPI in the system)."""
-    for name in [LIBRARY] + sorted(bundled):
-        for soname, path in dependencies(os.path.join(lib_dir, name)).items():
+def check_libraries(lib_dir, ours, bundled, cli):
+    """Every library of lib_dir, and the tool, find their non-glibc
+    dependencies in lib_dir (libckpt_mpi.so.1: libckpt.so.1 there, Open MPI
+    in the system)."""
+    binaries = [os.path.join(lib_dir, name)
+                for name in [LIBRARY] + sorted(bundled)] + [cli]
+    for binary in binaries:
+        for soname, path in dependencies(binary).items():
             if not is_glibc(soname) and os.path.dirname(path) != lib_dir:
-                raise BuildError(f"bundled {name} loads {soname} from {path}, "
-                                 f"not from the wheel")
+                raise BuildError(f"bundled {os.path.basename(binary)} loads "
+                                 f"{soname} from {path}, not from the wheel")
     if MPI_LIBRARY in ours:
         deps = dependencies(os.path.join(lib_dir, MPI_LIBRARY))
         if os.path.dirname(deps.get(LIBRARY, "")) != lib_dir:
@@ -211,15 +236,14 @@ def check_libraries(lib_dir, ours, bundled):
                              f"{LIBRARY}")
 
 
-def glibc_needed(lib_dir):
-    """The newest glibc symbol version the libraries of lib_dir use ('2.34'),
-    or None without objdump."""
+def glibc_needed(binaries):
+    """The newest glibc symbol version the binaries use ('2.34'), or None
+    without objdump."""
     if not shutil.which("objdump"):
         return None
     newest = (0,)
-    for name in os.listdir(lib_dir):
-        out = run(["objdump", "-T", os.path.join(lib_dir, name)],
-                  capture_output=True).stdout
+    for path in binaries:
+        out = run(["objdump", "-T", path], capture_output=True).stdout
         for v in re.findall(r"GLIBC_([0-9.]+)", out):
             newest = max(newest, tuple(int(x) for x in v.split(".")))
     return ".".join(map(str, newest)) if newest > (0,) else None
@@ -255,7 +279,8 @@ def write_dist_info(directory, version):
     path = os.path.join(directory, name)
     os.makedirs(path, exist_ok=True)
     for file, text in (("METADATA", metadata_text(version)),
-                       ("WHEEL", wheel_text())):
+                       ("WHEEL", wheel_text()),
+                       ("entry_points.txt", ENTRY_POINTS)):
         with open(os.path.join(path, file), "w") as f:
             f.write(text)
     return name
@@ -278,6 +303,7 @@ def write_wheel(path, files, version):
     files[f"{info}/METADATA"] = (metadata_text(version).encode(), False)
     files[f"{info}/WHEEL"] = (wheel_text().encode(), False)
     files[f"{info}/top_level.txt"] = (f"{NAME}\n".encode(), False)
+    files[f"{info}/entry_points.txt"] = (ENTRY_POINTS.encode(), False)
     names = sorted(files)
     record = io.StringIO()
     for name in names:
@@ -319,15 +345,21 @@ def assemble(build_dir, out_dir, source_dir=SOURCE_DIR):
 
     with tempfile.TemporaryDirectory(prefix="ckpt-wheel-") as tmp:
         lib_dir = os.path.join(tmp, "_lib")
-        bundled = assemble_libraries(build_dir, lib_dir)
+        cli = os.path.join(tmp, CLI)
+        bundled = assemble_libraries(build_dir, lib_dir, cli)
         built = library_version(os.path.join(lib_dir, LIBRARY))
         if built != version:
             raise BuildError(f"{build_dir} holds libckpt {built}, the source "
                              f"is {version}: rebuild it")
-        glibc = glibc_needed(lib_dir)
-        for name in sorted(os.listdir(lib_dir)):
-            with open(os.path.join(lib_dir, name), "rb") as fh:
-                files[f"{NAME}/_lib/{name}"] = (fh.read(), True)
+        tool = run([cli, "--version"], capture_output=True).stdout.strip()
+        if tool != f"ckpt {version}":
+            raise BuildError(f"{build_dir}'s ckpt --version says {tool!r}, "
+                             f"the source is {version}: rebuild it")
+        names = [os.path.join("_lib", n) for n in os.listdir(lib_dir)] + [CLI]
+        glibc = glibc_needed([os.path.join(tmp, n) for n in names])
+        for name in sorted(names):
+            with open(os.path.join(tmp, name), "rb") as fh:
+                files[f"{NAME}/{name}"] = (fh.read(), True)
 
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(os.path.abspath(out_dir), wheel_name(version))
@@ -342,10 +374,16 @@ def assemble(build_dir, out_dir, source_dir=SOURCE_DIR):
 
 def cmake_build(build_dir, source_dir=SOURCE_DIR):
     """Configures build_dir without the tests (so GoogleTest need not be
-    installed) and builds only libckpt.so.1 and, where CMake finds MPI,
-    libckpt_mpi.so.1 (no test, tool or example is compiled)."""
+    installed) and builds only libckpt.so.1, the ckpt tool and, where CMake
+    finds MPI, libckpt_mpi.so.1 (no test, benchmark or example is
+    compiled)."""
+    # The release preset's optimization (-O2) without its debug information:
+    # the wheel strips that anyway, and compiling it slows the build.
     configure = ["cmake", "-S", source_dir, "-B", build_dir,
-                 "-DCMAKE_BUILD_TYPE=RelWithDebInfo", "-DCKPT_BUILD_TESTS=OFF"]
+                 "-DCMAKE_BUILD_TYPE=Release",
+                 "-DCMAKE_C_FLAGS_RELEASE=-O2 -DNDEBUG",
+                 "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG",
+                 "-DCKPT_BUILD_TESTS=OFF"]
     if (shutil.which("ninja")
             and not os.path.exists(os.path.join(build_dir, "CMakeCache.txt"))):
         configure += ["-G", "Ninja"]
@@ -355,10 +393,12 @@ def cmake_build(build_dir, source_dir=SOURCE_DIR):
     if "CMAKE_BUILD_PARALLEL_LEVEL" not in os.environ:
         build += ["--parallel", str(os.cpu_count() or 1)]
     targets = run(build + ["--target", "help"], capture_output=True).stdout
-    for target in ("ckpt_c", "ckpt_c_mpi"):
-        if target == "ckpt_c" or re.search(rf"\b{target}\b", targets):
-            log(" ".join(build + ["--target", target]))
-            run(build + ["--target", target], stdout=sys.stderr)
+    wanted = ["ckpt_c", "ckpt_cli"]
+    if re.search(r"\bckpt_c_mpi\b", targets):
+        wanted.append("ckpt_c_mpi")
+    # One build of all of them, so that both jobs stay busy throughout.
+    log(" ".join(build + ["--target"] + wanted))
+    run(build + ["--target"] + wanted, stdout=sys.stderr)
 
 
 # PEP 517 hooks (pyproject.toml: build-backend = "ckpt_wheel").

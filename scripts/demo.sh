@@ -8,17 +8,43 @@
 # catalog lists the steps of both tiers.
 #
 #   scripts/demo.sh [BUILD_DIR]      (default build/release)
+#
+# Everything it writes is in two folders of its own, ${TMPDIR:-/tmp}/ckpt-demo-*
+# and /dev/shm/ckpt-demo-*, removed when it exits however it ends (the
+# trainers it started are killed first). Its catalog is a file in the first:
+# the user's default catalog is left alone. scripts/demo.expected is the
+# transcript the README shows; scripts/test-demo.sh checks the output
+# against it.
 set -euo pipefail
 
 build=${1:-build/release}
 train=$build/examples/train/train
 ckpt=$build/tools/ckpt/ckpt
-dir=$(mktemp -d /tmp/ckpt-demo-XXXXXX)
+dir=$(mktemp -d "${TMPDIR:-/tmp}/ckpt-demo-XXXXXX")
 shm=$(mktemp -d /dev/shm/ckpt-demo-XXXXXX)
-trap 'rm -rf "$shm"' EXIT
+cleanup() {
+  local job
+  for job in $(jobs -p); do kill_job "$job" || true; done
+  rm -rf "$dir" "$shm"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+# Whatever would open the default catalog opens none.
+export CKPT_CATALOG=none
+
+# Kills background job $1 with SIGKILL and reaps it; false if it had ended
+# already. bash's own notice of a job killed by a signal ("line N: PID
+# Killed ...") comes whenever it reaps the job: within the braces, it goes
+# to /dev/null.
+kill_job() {
+  local killed=1
+  { kill -KILL "$1" || killed=0; wait "$1"; } 2>/dev/null || true
+  [ "$killed" -eq 1 ]
+}
 args=(--epochs 6 --save-every-steps 5)
 
-echo "ckpt demo: checkpoints in $dir"
+echo "ckpt demo: checkpoints in $dir (removed at the end)"
 echo
 echo "== run 1: uninterrupted"
 start=$(date +%s%N)
@@ -43,12 +69,10 @@ for attempt in 1 2; do
   done
   delay_ms=$(( RANDOM % (epoch_ms + 1) ))
   sleep "$(awk -v m="$delay_ms" 'BEGIN { printf "%.3f", m / 1000 }')"
-  if kill -KILL "$pid" 2>/dev/null; then
-    wait "$pid" 2>/dev/null || true
+  if kill_job "$pid"; then
     wait "$shown" 2>/dev/null || true
     echo "-- killed with SIGKILL ${delay_ms} ms after epoch $after ended; starting it again"
   else
-    wait "$pid" || true
     wait "$shown" 2>/dev/null || true
     echo "-- it finished before the kill; starting it again"
   fi
@@ -65,6 +89,7 @@ echo "== run 3: tiers — a save to memory every step, to the root every 10"
 tiers=(--local-tier "$shm/local" --local-every 1 --durable-every 10 --replicas 0
        --catalog "$dir/catalog.sqlite")
 log=$dir/run-tiers.log
+: >"$log"  # before the trainer's own redirection, for the grep below
 "$train" --root "$dir/tiered" --out "$dir/tiered.bin" "${args[@]}" "${tiers[@]}" \
   >"$log" 2>&1 &
 pid=$!
@@ -72,12 +97,14 @@ until grep -q "^epoch 2: loss" "$log" || ! kill -0 "$pid" 2>/dev/null; do
   sleep 0.01
 done
 sleep "$(awk -v m="$(( RANDOM % (epoch_ms + 1) ))" 'BEGIN { printf "%.3f", m / 1000 }')"
-kill -KILL "$pid" 2>/dev/null && echo "-- killed with SIGKILL in epoch 3" ||
+if kill_job "$pid"; then
+  echo "-- killed with SIGKILL in epoch 3"
+else
   echo "-- it finished before the kill"
-wait "$pid" 2>/dev/null || true
+fi
 echo "-- the local tier (one node) and the durable root hold:"
-"$ckpt" ls "$shm/local" | tail -n 3
-"$ckpt" ls "$dir/tiered" | tail -n 2
+"$ckpt" ls "$shm/local"
+"$ckpt" ls "$dir/tiered" | sed -n '1p; $p'
 "$train" --root "$dir/tiered" --out "$dir/tiered.bin" "${args[@]}" "${tiers[@]}" \
   2>&1 | tee "$dir/run-tiers-2.log" | grep -E "restored|final state"
 if ! grep -q "from the local tier" "$dir/run-tiers-2.log"; then

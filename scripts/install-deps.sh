@@ -1,21 +1,45 @@
 #!/usr/bin/env bash
-# Installs every build and test dependency of ckpt from Debian's archive, and
-# the S3 tests' server (s3rver) from the npm registry into .deps/npm.
+# Installs ckpt's dependencies from Debian's archive:
+#
+#   scripts/install-deps.sh             every build and test dependency, and
+#                                       the S3 tests' server (s3rver) from the
+#                                       npm registry into .deps/npm
+#   scripts/install-deps.sh --runtime   only what `pip install .` needs to
+#                                       build the library, the ckpt tool and
+#                                       the Python package: the compiler,
+#                                       CMake, Ninja, the libraries they link,
+#                                       Python's venv and patchelf (no test
+#                                       framework, server, clang or Open MPI)
+#
 # Idempotent: when everything is already there it prints nothing and exits 0.
 set -euo pipefail
 
+runtime=0
+case "${1:-}" in
+  "") ;;
+  --runtime) runtime=1 ;;
+  *) echo "usage: scripts/install-deps.sh [--runtime]" >&2; exit 2 ;;
+esac
+
+# What the library, the tool and the wheel need to build.
 packages=(
-  build-essential cmake ninja-build pkg-config clang clang-format
-  libclang-rt-14-dev
+  build-essential cmake ninja-build pkg-config
   libxxhash-dev nlohmann-json3-dev libcli11-dev libfmt-dev
-  libgtest-dev libgmock-dev
-  libsqlite3-dev libpq-dev postgresql
-  python3-numpy python3-pytest python3-torch
-  python3-h5py
-  python3 python3-venv patchelf
+  libsqlite3-dev libpq-dev
   libcurl4-openssl-dev libssl-dev
-  libopenmpi-dev openmpi-bin
+  python3 python3-venv patchelf
 )
+if [ "$runtime" -eq 0 ]; then
+  # The tests, the sanitizer and fuzz builds, and the MPI communicator
+  # (libckpt_mpi.so, built wherever CMake finds MPI).
+  packages+=(
+    clang clang-format libclang-rt-14-dev
+    libgtest-dev libgmock-dev
+    postgresql
+    python3-numpy python3-pytest python3-torch python3-h5py
+    libopenmpi-dev openmpi-bin
+  )
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -33,6 +57,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+[ "$runtime" -eq 1 ] && exit 0
 
 # The S3 tests' server: s3rver from the npm registry, pinned, into a folder of
 # the repository (.deps/npm, ignored by git). The test binaries start it from

@@ -17,6 +17,10 @@
 # 3. examples/python/train.py, bench/peers/peers.py (a small state) and
 #    bench/peers/peers_gpu.py (the same on a CUDA device; without one in
 #    PyTorch it prints why it skipped) from the environment of 1.
+# 4. `pip install` of a fresh clone of the repository's HEAD into a new
+#    virtual environment, building from nothing, then the `ckpt` command and
+#    a save and load (scripts/test-pip-install.sh; it prints the build's
+#    time).
 #
 # Runs every step, prints the time of each and the Python versions that
 # ran, and exits 1 if any step failed.
@@ -75,6 +79,13 @@ m.load()
 sys.exit("libmpi" in open("/proc/self/maps").read())'; then
     say "import ckpt, save or load loaded Open MPI"
     failed+=("Open MPI loaded without mpi_communicator()")
+  fi
+  # The wheel's `ckpt` command: on the environment's PATH, and the same
+  # program as python -m ckpt.
+  if [ "$("$work/venv/bin/ckpt" --version)" != "ckpt $version" ] ||
+     [ "$("$py" -m ckpt --version)" != "ckpt $version" ]; then
+    say "ckpt --version or python -m ckpt --version does not print ckpt $version"
+    failed+=("the ckpt command")
   fi
   [ -x "$build/python/interop_helper" ] ||
     say "warning: $build/python/interop_helper is not built (make build)"
@@ -163,6 +174,12 @@ if [ -x "$work/venv/bin/python" ]; then
     failed+=("bench/peers/peers_gpu.py")
 fi
 say "train.py, peers.py and peers_gpu.py: $((SECONDS - start)) s"
+
+# --- 4. pip install of a fresh clone -----------------------------------------
+start=$SECONDS
+"$repo/scripts/test-pip-install.sh" /usr/bin/python3 ||
+  failed+=("pip install of a fresh clone")
+say "pip install of a fresh clone: $((SECONDS - start)) s"
 
 if [ ${#failed[@]} -gt 0 ]; then
   say "FAILED: $(join "${failed[@]}") ($SECONDS s in all)"

@@ -6,6 +6,8 @@
 //
 //   train --root DIR [--epochs 6] [--out FILE] [--save-every-steps 5] ...
 //   mpirun -np 2 train --root DIR ...     (data parallel, embedding sharded)
+//   mpirun --allow-run-as-root -np 2 train --root DIR ...     (the same as
+//                                         root: Open MPI refuses root without)
 //
 // The task: each sample is 4 tokens of a 512-word vocabulary; its class (of
 // 4) is the argmax of a hidden teacher's per-token scores summed. The model

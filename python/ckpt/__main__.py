@@ -1,20 +1,39 @@
-"""python -m ckpt --version: the package's version and its library."""
+"""The `ckpt` command of the wheel, and `python -m ckpt`: both run the
+command-line tool the package carries (ckpt/_bin/ckpt, the same program as
+the build's tools/ckpt/ckpt) with the arguments given.
 
+    ckpt --version
+    python -m ckpt ls /data/run42
+"""
+
+import os
 import sys
 
-import ckpt
-from ckpt import _ckpt
+_HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def main(argv):
-    if argv in (["--version"], ["-V"]):
-        print(f"ckpt {ckpt.__version__} ({_ckpt.library_path()})")
-        return 0
-    print("usage: python -m ckpt --version\n"
-          "(the command-line tool is `ckpt`; see `ckpt --help`)",
-          file=sys.stderr)
-    return 0 if argv in (["--help"], ["-h"]) else 2
+def cli_path():
+    """The path of the bundled `ckpt` program."""
+    return os.path.join(_HERE, "_bin", "ckpt")
+
+
+def main(argv=None):
+    """Replaces this process with the bundled `ckpt` program (its exit
+    status is the command's); returns 1 when the program is missing."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    path = cli_path()
+    if not os.access(path, os.X_OK):
+        print(f"ckpt: {path} is missing or not executable: this "
+              "installation of the ckpt package has no command-line tool "
+              "(reinstall the ckpt wheel)", file=sys.stderr)
+        return 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # exec, not a child process: signals (Ctrl-C), the exit status and the
+    # terminal go to the tool itself.
+    os.execv(path, ["ckpt"] + args)
+    return 1  # not reached
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

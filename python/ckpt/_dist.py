@@ -10,7 +10,8 @@ _finalize_registered = False
 def mpi_communicator():
     """The ranks of MPI_COMM_WORLD, for CheckpointManager(communicator=...).
 
-    Run the program under mpirun. MPI is initialized here (thread level
+    Run the program under mpirun (`mpirun -np 4 python3 job.py`; as root,
+    Open MPI also wants `--allow-run-as-root`). MPI is initialized here (thread level
     MPI_THREAD_SERIALIZED) unless something else, such as mpi4py, already
     did; what this function initialized it finalizes at interpreter exit.
     ckpt calls MPI only inside save() and load() (and a save_async's

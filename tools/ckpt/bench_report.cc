@@ -340,12 +340,14 @@ void PrintReport(const json& report) {
     if (!v.is_number()) return "-";
     return fmt::format(fmt::runtime(fmt_spec), v.get<double>());
   };
-  fmt::print(
-      "ckpt bench: {:.2f} GiB in {} {} tensors{}, {} rounds (medians), {}\n",
-      config.at("state_bytes").get<double>() / kMiB / 1024,
-      config.at("tensors").get<int>(), config.at("dtype").get<std::string>(),
-      on_device ? " on " + config.at("device").get<std::string>() : "",
-      config.at("runs").get<int>(), config.at("dir").get<std::string>());
+  fmt::print("ckpt bench: {:.2f} GiB in {} {} {}{}, {} (medians), {}\n",
+             config.at("state_bytes").get<double>() / kMiB / 1024,
+             config.at("tensors").get<int>(),
+             config.at("dtype").get<std::string>(),
+             config.at("tensors").get<int>() == 1 ? "tensor" : "tensors",
+             on_device ? " on " + config.at("device").get<std::string>() : "",
+             Count(config.at("runs").get<int>(), "round"),
+             config.at("dir").get<std::string>());
   std::vector<std::vector<std::string>> rows = {{"figure", "value", "range"}};
   auto range_text = [&](const char* key) -> std::string {
     const json& r = ranges.at(key);

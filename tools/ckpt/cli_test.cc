@@ -266,6 +266,14 @@ TEST_F(CliTest, HelpExitsZeroEverywhere) {
   }
 }
 
+TEST_F(CliTest, VersionPrintsTheProjectVersion) {
+  for (const char* flag : {"--version", "-V"}) {
+    RunResult r = Ckpt({flag});
+    EXPECT_EQ(r.exit_code, 0) << flag << ": " << r.err;
+    EXPECT_EQ(r.out, "ckpt " CKPT_VERSION_STRING "\n") << flag;
+  }
+}
+
 TEST_F(CliTest, UsageErrorsExitTwo) {
   const std::vector<std::vector<std::string>> cases = {
       {},
@@ -360,7 +368,7 @@ TEST_F(CliTest, LsOfALocalTierListsItsShares) {
   std::vector<std::string> lines = Lines(r.out);
   ASSERT_EQ(lines.size(), 4u) << r.out;  // title, heading, two shares
   EXPECT_TRUE(Contains(lines[0], "local tier")) << r.out;
-  EXPECT_TRUE(Contains(lines[2], "committed by 1 ranks")) << r.out;
+  EXPECT_TRUE(lines[2].ends_with("committed by 1 rank")) << r.out;
   EXPECT_TRUE(Contains(lines[3], "NOT COMMITTED")) << r.out;
   r = Ckpt({"ls", local, "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -1090,6 +1098,8 @@ TEST_F(CliTest, BenchJsonReportsEveryFigureRatioAndTarget) {
   RunResult table = Ckpt({"bench", "--size", "64KiB", "--tensors", "2",
                           "--runs", "1", "--dir", dir});
   ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_TRUE(Contains(table.out, "in 2 F32 tensors, 1 round (medians)"))
+      << table.out;
   EXPECT_TRUE(Contains(table.out, "save_gbps"));
   EXPECT_TRUE(Contains(table.out, "target async_stall_vs_memcpy <= 1.5"));
 }

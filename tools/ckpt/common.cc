@@ -185,6 +185,10 @@ std::string FormatShape(const std::vector<int64_t>& shape) {
   return "[" + Join(dims, ", ") + "]";
 }
 
+std::string Count(int64_t n, std::string_view noun) {
+  return std::to_string(n) + " " + std::string(noun) + (n == 1 ? "" : "s");
+}
+
 std::string Join(const std::vector<std::string>& parts, std::string_view sep) {
   std::string out;
   for (size_t i = 0; i < parts.size(); ++i) {

@@ -67,6 +67,8 @@ std::string StepLabel(std::optional<int64_t> step);
 std::string FormatTime(int64_t unix_ms);
 // "[2, 3]"; a 0-d tensor is "[]".
 std::string FormatShape(const std::vector<int64_t>& shape);
+// "1 round", "2 rounds": `n` and `noun`, with an s unless n is 1.
+std::string Count(int64_t n, std::string_view noun);
 // "a, b, c".
 std::string Join(const std::vector<std::string>& parts, std::string_view sep);
 

@@ -51,10 +51,10 @@ Status PrintLocalTier(const LsArgs& args,
   std::vector<std::vector<std::string>> rows = {
       {"RANK", "STEP", "SIZE", "STATUS"}};
   for (const LocalShareInfo& s : shares) {
-    rows.push_back(
-        {std::to_string(s.rank), std::to_string(s.step), FormatBytes(s.bytes),
-         s.marked ? "committed by " + std::to_string(s.world_size) + " ranks"
-                  : "NOT COMMITTED (never restored)"});
+    rows.push_back({std::to_string(s.rank), std::to_string(s.step),
+                    FormatBytes(s.bytes),
+                    s.marked ? "committed by " + Count(s.world_size, "rank")
+                             : "NOT COMMITTED (never restored)"});
   }
   PrintTable(rows);
   return Status();

@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
       "Exit status: 0 success, 1 failure, 2 usage error.\n");
   app.footer(
       "Examples:\n"
+      "  ckpt --version\n"
       "  ckpt ls /data/run42\n"
       "  ckpt show /data/run42 --step 1200\n"
       "  ckpt verify /data/run42 --all\n"
@@ -60,6 +61,8 @@ int main(int argc, char** argv) {
       "  ckpt catalog latest run42\n"
       "  ckpt bench --size 512MiB --json\n"
       "Run 'ckpt <command> --help' for a command's options.\n");
+  // Checked before the subcommand is required, as --help is.
+  app.set_version_flag("-V,--version", "ckpt " CKPT_VERSION_STRING);
   app.require_subcommand(1);
 
   ckpt::cli::Command command;
