@@ -514,10 +514,22 @@ Result<Manifest> Assemble(const Manifest& header, const Directory& dir,
   if (found != promised) {
     return Bad(w, "the indexes do not hold the pieces the directory lists");
   }
-  if (all) {
-    if (ranks.size() != static_cast<size_t>(dir.world_size)) {
-      return Bad(w, "an index is missing");
+  if (all && ranks.size() != static_cast<size_t>(dir.world_size)) {
+    return Bad(w, "an index is missing");
+  }
+  // Each piece alone (box inside the shape, chunks inside their objects
+  // holding the box's bytes), named by the index that holds it.
+  for (size_t ei = 0; ei < m.entries.size(); ++ei) {
+    const EntryRecord& e = m.entries[ei];
+    for (const PieceRecord& p : e.pieces) {
+      CKPT_RETURN_IF_ERROR_CTX(
+          CheckPieceAlone(m, e, p,
+                          EntryWhere(dir.entries[ei]) + " piece of rank " +
+                              std::to_string(p.rank)),
+          w + ": index " + IndexObjectKey(m.step, p.rank, header.attempt));
     }
+  }
+  if (all) {
     m.pieces = Manifest::Pieces::kAll;
     CKPT_RETURN_IF_ERROR_CTX(ValidateManifest(m), w);
     for (const EntryRecord& e : m.entries) {
@@ -528,19 +540,13 @@ Result<Manifest> Assemble(const Manifest& header, const Directory& dir,
     }
     return m;
   }
-  // Only these ranks' pieces: each is checked alone (box inside the shape,
-  // chunks inside their objects holding the box's bytes), then against each
-  // other (no two boxes of an entry, no two chunks of an object overlap), so
-  // that no load places one chunk's bytes where another's belong. Coverage
-  // needs every piece; ValidateManifest checks it when all are read.
+  // Only these ranks' pieces: checked against each other too (no two boxes
+  // of an entry, no two chunks of an object overlap), so that no load
+  // places one chunk's bytes where another's belong. Coverage needs every
+  // piece; ValidateManifest checks it when all are read.
   for (size_t ei = 0; ei < m.entries.size(); ++ei) {
-    const EntryRecord& e = m.entries[ei];
-    const std::string where = w + ": " + EntryWhere(dir.entries[ei]);
-    for (const PieceRecord& p : e.pieces) {
-      CKPT_RETURN_IF_ERROR(CheckPieceAlone(
-          m, e, p, where + " piece of rank " + std::to_string(p.rank)));
-    }
-    CKPT_RETURN_IF_ERROR(CheckPiecesDisjoint(e, where));
+    CKPT_RETURN_IF_ERROR(CheckPiecesDisjoint(
+        m.entries[ei], w + ": " + EntryWhere(dir.entries[ei])));
   }
   CKPT_RETURN_IF_ERROR_CTX(CheckChunksDisjoint(m), w);
   m.pieces = Manifest::Pieces::kSome;
