@@ -206,7 +206,6 @@ Status Bad(const std::string& why) { return DataLossError(why); }
 
 // A chunk and the piece it belongs to, to find overlaps and name them.
 struct ChunkSpan {
-  uint32_t object;
   uint64_t offset;
   uint64_t length;
   const EntryRecord* entry;
@@ -475,38 +474,48 @@ Status CheckPiecesDisjoint(const EntryRecord& e, const std::string& where) {
 }
 
 Status CheckChunksDisjoint(const Manifest& m) {
-  size_t n = 0;
-  for (const EntryRecord& e : m.entries) {
-    for (const PieceRecord& p : e.pieces) n += p.chunks.size();
-  }
-  // Reserved: doubling would hold two copies, a manifest has millions.
-  std::vector<ChunkSpan> spans;
-  spans.reserve(n);
+  // Placed by object (a counting sort), each object's chunks in the order
+  // the pieces list them: a save writes an object's chunks in that order,
+  // so checking each object's run is linear and a sort is left for the
+  // rest. One vector of spans: a manifest has millions of chunks.
+  std::vector<size_t> start(m.objects.size() + 1, 0);
   for (const EntryRecord& e : m.entries) {
     for (const PieceRecord& p : e.pieces) {
       for (const ChunkRecord& c : p.chunks) {
-        spans.push_back({c.object, c.offset, c.length, &e, &p});
+        if (c.object >= m.objects.size()) return Bad("chunk names no object");
+        ++start[c.object + 1];
       }
     }
   }
-  // A save writes each object's chunks in order, and the indexes list them
-  // so: checking that is linear, and the sort is left for the rest.
-  const auto before = [](const ChunkSpan& a, const ChunkSpan& b) {
-    return std::tie(a.object, a.offset) < std::tie(b.object, b.offset);
-  };
-  if (!std::is_sorted(spans.begin(), spans.end(), before)) {
-    std::sort(spans.begin(), spans.end(), before);
+  for (size_t o = 1; o < start.size(); ++o) start[o] += start[o - 1];
+  std::vector<ChunkSpan> spans(start.back());
+  std::vector<size_t> next(start.begin(), start.end() - 1);
+  for (const EntryRecord& e : m.entries) {
+    for (const PieceRecord& p : e.pieces) {
+      for (const ChunkRecord& c : p.chunks) {
+        spans[next[c.object]++] = {c.offset, c.length, &e, &p};
+      }
+    }
   }
-  for (size_t i = 1; i < spans.size(); ++i) {
-    const ChunkSpan& a = spans[i - 1];
-    const ChunkSpan& b = spans[i];
-    // Inside their object (CheckPiece), so the end cannot wrap.
-    if (a.object == b.object && a.offset + a.length > b.offset) {
-      return Bad("object " + Quote(m.objects[a.object].key) + ": bytes [" +
-                 std::to_string(b.offset) + ", " +
-                 std::to_string(b.offset + b.length) + ") of " + SpanOwner(b) +
-                 " overlap bytes [" + std::to_string(a.offset) + ", " +
-                 std::to_string(a.offset + a.length) + ") of " + SpanOwner(a));
+  const auto before = [](const ChunkSpan& a, const ChunkSpan& b) {
+    return a.offset < b.offset;
+  };
+  for (size_t o = 0; o < m.objects.size(); ++o) {
+    const auto first = spans.begin() + start[o];
+    const auto last = spans.begin() + start[o + 1];
+    if (!std::is_sorted(first, last, before)) std::sort(first, last, before);
+    for (auto it = first; it != last && it + 1 != last; ++it) {
+      const ChunkSpan& a = *it;
+      const ChunkSpan& b = *(it + 1);
+      // Inside their object (CheckPiece), so the end cannot wrap.
+      if (a.offset + a.length > b.offset) {
+        return Bad(
+            "object " + Quote(m.objects[o].key) + ": bytes [" +
+            std::to_string(b.offset) + ", " +
+            std::to_string(b.offset + b.length) + ") of " + SpanOwner(b) +
+            " overlap bytes [" + std::to_string(a.offset) + ", " +
+            std::to_string(a.offset + a.length) + ") of " + SpanOwner(a));
+      }
     }
   }
   return Status();
