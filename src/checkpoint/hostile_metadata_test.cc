@@ -9,6 +9,7 @@
 // passing; and a refused load leaves the caller's buffers as they were.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -115,9 +116,10 @@ class HostileMetadataTest : public ::testing::Test {
   // whose shadow memory no such limit admits, under its RSS limit).
   RunResult Ckpt(const std::vector<std::string>& args) {
     if (kAsan) {
-      testing::ScopedEnv env("ASAN_OPTIONS",
-                             "hard_rss_limit_mb=512:malloc_limit_mb=512:"
-                             "allocator_may_return_null=0");
+      const char* given = std::getenv("ASAN_OPTIONS");
+      const std::string options = std::string(given ? given : "") +
+                                  ":hard_rss_limit_mb=512:malloc_limit_mb=512";
+      testing::ScopedEnv env("ASAN_OPTIONS", options.c_str());
       return testing::RunProgram(CKPT_CLI_PATH, args, scratch_.path());
     }
     return testing::RunProgram(CKPT_CLI_PATH, args, scratch_.path(),
