@@ -102,7 +102,7 @@ fuzz-replay: deps
 # Each fuzz target mutates its corpus for FUZZ_SECONDS (new inputs go to
 # build/fuzz/found/, crashes to build/fuzz/crash-*).
 FUZZ_SECONDS ?= 300
-FUZZ_TARGETS := safetensors manifest url messages
+FUZZ_TARGETS := safetensors manifest url messages index resigned
 fuzz: fuzz-replay
 	@for t in $(FUZZ_TARGETS); do \
 	  mkdir -p build/fuzz/found/$$t && \

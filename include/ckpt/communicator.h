@@ -27,7 +27,9 @@ class Communicator {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // This rank's host name (recorded in the manifest).
+  // This rank's host name (recorded in the manifest). At most 255 bytes
+  // with the indexed metadata layout (docs/format.md section 8.3): a save
+  // whose ranks report a longer one fails at the commit.
   virtual std::string host_name() const;
 
   virtual Status Barrier() = 0;

@@ -188,10 +188,10 @@ Result<std::shared_ptr<const Manifest>> ManifestStore::ReadFor(
   }
   std::sort(ranks.begin(), ranks.end());
   ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
-  // Each piece is checked against the directory and alone, even when every
-  // index is needed: the checks across pieces (overlaps, coverage) were made
-  // at the commit, and sorting every chunk of the checkpoint again is most
-  // of the metadata work of a small incremental save.
+  // Each piece is checked against the directory and alone, then the pieces
+  // read against each other (no two boxes of an entry or chunks of an
+  // object overlap), even when every index is needed. Coverage, which needs
+  // every piece, is Verify's: a load reads only the boxes it asks for.
   return Assembled(s, std::move(ranks), false);
 }
 

@@ -33,6 +33,11 @@ inline constexpr std::string_view kDirectoryMagic =
 inline constexpr size_t kBinaryHeaderBytes = 8 + 8 + 16;
 // An index or directory larger than this is refused before it is read.
 inline constexpr uint64_t kMaxBinaryMetadataBytes = uint64_t{1} << 30;
+// A host name in a directory is at most this long (DNS allows 253, Linux's
+// gethostname 64): the directory stores each name once and every rank's
+// host as an index, so the names it expands to are bounded by this, not by
+// the bytes that hold them.
+inline constexpr size_t kMaxHostNameBytes = 255;
 // depends_on lists at most this many steps, so a chain of incremental saves
 // is cut (a full save) before it grows longer.
 inline constexpr int kMaxDependsOn = 64;

@@ -113,10 +113,14 @@ void GetInts(ByteReader& r, size_t n, std::vector<int64_t>& out) {
 }
 
 // Reads `n` records of at least `min_bytes`, calling `one` for each; false
-// once the reader has failed.
-template <typename F>
-bool Each(ByteReader& r, uint64_t n, uint64_t min_bytes, F one) {
+// once the reader has failed. Reserves room for the n records in `into`
+// once the bytes are known to hold them (growing by doubling could hold
+// twice as much).
+template <typename T, typename F>
+bool Each(ByteReader& r, uint64_t n, uint64_t min_bytes, std::vector<T>& into,
+          F one) {
   if (!r.Room(n, min_bytes)) return false;
+  into.reserve(into.size() + n);
   for (uint64_t i = 0; i < n && r.ok(); ++i) one(i);
   return r.ok();
 }
@@ -211,15 +215,15 @@ Result<RankIndex> DecodeRankIndex(std::string_view bytes,
   x.world_size = static_cast<int32_t>(r.VarMax(kMaxWorldSize, "world size"));
   x.attempt = r.U64();
   if (r.ok() && x.rank >= x.world_size) r.Fail("rank outside the world");
-  Each(r, r.Var(), kMinObjectBytes,
+  Each(r, r.Var(), kMinObjectBytes, x.objects,
        [&](uint64_t) { x.objects.push_back(GetObject(r)); });
-  Each(r, r.Var(), kMinPieceBytes, [&](uint64_t) {
+  Each(r, r.Var(), kMinPieceBytes, x.pieces, [&](uint64_t) {
     IndexPiece p;
     p.entry = static_cast<uint32_t>(r.VarMax(UINT32_MAX, "entry"));
     const uint64_t dims = r.VarMax(kMaxDims, "dimension count");
     GetInts(r, dims, p.offsets);
     GetInts(r, dims, p.lengths);
-    Each(r, r.Var(), kMinChunkBytes, [&](uint64_t) {
+    Each(r, r.Var(), kMinChunkBytes, p.chunks, [&](uint64_t) {
       ChunkRecord c;
       c.object = static_cast<uint32_t>(r.Var());
       if (r.ok() && c.object >= x.objects.size()) {
@@ -303,11 +307,17 @@ Result<Directory> DecodeDirectory(std::string_view bytes,
   if (r.ok() && d.world_size < 1) r.Fail("world size 0");
   d.attempt = r.U64();
   std::vector<std::string_view> names;
-  Each(r, r.Var(), 1, [&](uint64_t) { names.push_back(r.Str()); });
+  Each(r, r.Var(), 1, names, [&](uint64_t) {
+    names.push_back(r.Str());
+    if (r.ok() && names.back().size() > kMaxHostNameBytes) {
+      r.Fail("host name of " + std::to_string(names.back().size()) +
+             " bytes is longer than " + std::to_string(kMaxHostNameBytes));
+    }
+  });
   // One spelling: the table lists each name once, in the order ranks first
   // use it, and every name is used.
   size_t used = 0;
-  Each(r, d.world_size, 1, [&](uint64_t) {
+  Each(r, d.world_size, 1, d.hosts, [&](uint64_t) {
     const uint64_t i = r.Var();
     if (r.ok() && (i >= names.size() || i > used)) {
       r.Fail("host index out of order or range");
@@ -322,15 +332,15 @@ Result<Directory> DecodeDirectory(std::string_view bytes,
       if (seen[n]++) r.Fail("host name listed twice");
     }
   }
-  Each(r, d.world_size, 17, [&](uint64_t) {
+  Each(r, d.world_size, 17, d.indexes, [&](uint64_t) {
     IndexRef x;
     x.size = r.Var();
     x.checksum = r.Sum();
     d.indexes.push_back(x);
   });
-  Each(r, r.Var(), kMinObjectBytes,
+  Each(r, r.Var(), kMinObjectBytes, d.objects,
        [&](uint64_t) { d.objects.push_back(GetObject(r)); });
-  Each(r, r.Var(), kMinEntryBytes, [&](uint64_t) {
+  Each(r, r.Var(), kMinEntryBytes, d.entries, [&](uint64_t) {
     DirectoryEntry e;
     e.name = std::string(r.Str());
     const uint8_t kind = r.U8();
@@ -351,7 +361,7 @@ Result<Directory> DecodeDirectory(std::string_view bytes,
     if (dt) e.dtype = *dt;
     const uint64_t dims = r.VarMax(kMaxDims, "dimension count");
     GetInts(r, dims, e.shape);
-    Each(r, r.Var(), kMinRunBytes, [&](uint64_t) {
+    Each(r, r.Var(), kMinRunBytes, e.runs, [&](uint64_t) {
       PieceRun run;
       run.first_rank =
           static_cast<int32_t>(r.VarMax(kMaxWorldSize - 1, "run rank"));

@@ -110,6 +110,39 @@ std::vector<uint64_t> PromisedPieces(const Directory& dir,
   return out;
 }
 
+// How many pieces PromisedPieces would list, counted without listing them:
+// a run's count is the directory's word, and only the indexes' own pieces,
+// which their bytes hold, may size the lists compared.
+Wide PromisedCount(const Directory& dir, const std::vector<int32_t>* ranks) {
+  Wide n = 0;
+  for (const DirectoryEntry& e : dir.entries) {
+    for (const PieceRun& run : e.runs) {
+      if (ranks == nullptr) {
+        n += run.count;
+        continue;
+      }
+      for (int32_t r : *ranks) {
+        const int64_t k = r - run.first_rank;
+        if (run.rank_stride == 0) {
+          if (k == 0) n += run.count;
+        } else if (k % run.rank_stride == 0 && k / run.rank_stride >= 0 &&
+                   static_cast<uint64_t>(k / run.rank_stride) < run.count) {
+          n += 1;
+        }
+      }
+    }
+  }
+  return n;
+}
+
+// The fewest bytes an index spends on one piece of `ndim` dimensions: its
+// entry, ndim, the box and the chunk count, one byte each at least, and
+// for a piece that holds bytes at least one chunk (three one-byte integers
+// and a checksum).
+uint64_t MinIndexPieceBytes(size_t ndim, bool holds_bytes) {
+  return 3 + 2 * ndim + (holds_bytes ? 3 + 16 : 0);
+}
+
 using ObjectKeyParts = std::tuple<int64_t, int32_t, uint64_t>;
 
 ObjectKeyParts Parts(const DataObjectId& o) {
@@ -119,6 +152,34 @@ ObjectKeyParts Parts(const DataObjectId& o) {
 }  // namespace
 
 Status CheckDirectory(const Directory& dir, const std::string& what) {
+  // Every piece a run promises is a record in some rank's index, so the
+  // index sizes recorded here bound the pieces: a run of 2^62 empty boxes
+  // is refused here, not listed when the indexes are compared.
+  if (dir.indexes.size() != static_cast<size_t>(dir.world_size)) {
+    return Bad(what, "lists " + std::to_string(dir.indexes.size()) +
+                         " indexes for a world of " +
+                         std::to_string(dir.world_size));
+  }
+  for (size_t r = 0; r < dir.hosts.size(); ++r) {
+    if (dir.hosts[r].size() > kMaxHostNameBytes) {
+      return Bad(what, "the host name of rank " + std::to_string(r) + " is " +
+                           std::to_string(dir.hosts[r].size()) +
+                           " bytes, longer than " +
+                           std::to_string(kMaxHostNameBytes));
+    }
+  }
+  Wide index_bytes = 0;
+  for (size_t r = 0; r < dir.indexes.size(); ++r) {
+    const uint64_t size = dir.indexes[r].size;
+    if (size <= kBinaryHeaderBytes || size > kMaxBinaryMetadataBytes) {
+      return Bad(what, "the index of rank " + std::to_string(r) + " records " +
+                           std::to_string(size) +
+                           " bytes, outside what an index can be");
+    }
+    index_bytes += size - kBinaryHeaderBytes;
+  }
+  Wide piece_bytes = 0;
+  std::vector<Wide> one_rank_bytes(dir.indexes.size());  // rank-stride-0 runs
   std::set<std::pair<std::string_view, int32_t>> names;
   std::set<std::string_view> global, local;
   for (const DirectoryEntry& e : dir.entries) {
@@ -158,7 +219,20 @@ Status CheckDirectory(const Directory& dir, const std::string& what) {
           !RunElementInside(run, static_cast<Wide>(run.count - 1), e.shape)) {
         return Bad(what, where + ": a run's boxes leave the shape");
       }
-      covered += static_cast<Wide>(run.count) * Elements(run.lengths);
+      const Wide elements = Elements(run.lengths);
+      const Wide need = static_cast<Wide>(run.count) *
+                        MinIndexPieceBytes(e.shape.size(), elements > 0);
+      piece_bytes += need;
+      if (run.rank_stride == 0) one_rank_bytes[run.first_rank] += need;
+      if (piece_bytes > index_bytes ||
+          (run.rank_stride == 0 &&
+           one_rank_bytes[run.first_rank] >
+               dir.indexes[run.first_rank].size - kBinaryHeaderBytes)) {
+        return Bad(what, where + ": a run of " + std::to_string(run.count) +
+                             " pieces promises more pieces than the "
+                             "indexes' recorded bytes can hold");
+      }
+      covered += static_cast<Wide>(run.count) * elements;
       if (covered > total) break;
     }
     if (covered != total) {
@@ -426,16 +500,36 @@ Result<Manifest> Assemble(const Manifest& header, const Directory& dir,
   if (std::adjacent_find(ranks.begin(), ranks.end()) != ranks.end()) {
     return Bad(w, "an index is given twice");
   }
+  // Counted first: the runs' counts are the directory's word, `found` is
+  // what the indexes' bytes hold.
+  if (PromisedCount(dir, all ? nullptr : &ranks) !=
+      static_cast<Wide>(found.size())) {
+    return Bad(w, "the indexes do not hold the pieces the directory lists (" +
+                      std::to_string(found.size()) +
+                      " pieces where its runs promise another number)");
+  }
   std::vector<uint64_t> promised = PromisedPieces(dir, all ? nullptr : &ranks);
   std::sort(found.begin(), found.end());
   std::sort(promised.begin(), promised.end());
   if (found != promised) {
     return Bad(w, "the indexes do not hold the pieces the directory lists");
   }
-  if (all) {
-    if (ranks.size() != static_cast<size_t>(dir.world_size)) {
-      return Bad(w, "an index is missing");
+  if (all && ranks.size() != static_cast<size_t>(dir.world_size)) {
+    return Bad(w, "an index is missing");
+  }
+  // Each piece alone (box inside the shape, chunks inside their objects
+  // holding the box's bytes), named by the index that holds it.
+  for (size_t ei = 0; ei < m.entries.size(); ++ei) {
+    const EntryRecord& e = m.entries[ei];
+    for (const PieceRecord& p : e.pieces) {
+      CKPT_RETURN_IF_ERROR_CTX(
+          CheckPieceAlone(m, e, p,
+                          EntryWhere(dir.entries[ei]) + " piece of rank " +
+                              std::to_string(p.rank)),
+          w + ": index " + IndexObjectKey(m.step, p.rank, header.attempt));
     }
+  }
+  if (all) {
     m.pieces = Manifest::Pieces::kAll;
     CKPT_RETURN_IF_ERROR_CTX(ValidateManifest(m), w);
     for (const EntryRecord& e : m.entries) {
@@ -446,18 +540,15 @@ Result<Manifest> Assemble(const Manifest& header, const Directory& dir,
     }
     return m;
   }
-  // Only these ranks' pieces: each is checked alone (box inside the shape,
-  // chunks inside their objects holding the box's bytes); overlaps and
-  // coverage were checked when the checkpoint was committed.
+  // Only these ranks' pieces: checked against each other too (no two boxes
+  // of an entry, no two chunks of an object overlap), so that no load
+  // places one chunk's bytes where another's belong. Coverage needs every
+  // piece; ValidateManifest checks it when all are read.
   for (size_t ei = 0; ei < m.entries.size(); ++ei) {
-    const EntryRecord& e = m.entries[ei];
-    for (const PieceRecord& p : e.pieces) {
-      CKPT_RETURN_IF_ERROR(
-          CheckPieceAlone(m, e, p,
-                          w + ": " + EntryWhere(dir.entries[ei]) +
-                              " piece of rank " + std::to_string(p.rank)));
-    }
+    CKPT_RETURN_IF_ERROR(CheckPiecesDisjoint(
+        m.entries[ei], w + ": " + EntryWhere(dir.entries[ei])));
   }
+  CKPT_RETURN_IF_ERROR_CTX(CheckChunksDisjoint(m), w);
   m.pieces = Manifest::Pieces::kSome;
   m.loaded_ranks = std::move(ranks);
   return m;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <random>
 #include <set>
 
@@ -346,6 +347,120 @@ TEST(IndexTest, ChunksThatDoNotHoldTheBoxAreRefused) {
   ASSERT_FALSE(part.ok());
   EXPECT_NE(part.status().message().find("the box needs"), std::string::npos);
   EXPECT_FALSE(Load(m, *s, {0, 1, 2, 3}, true).ok());
+}
+
+// The directory of FourRanks with `edit` applied, encoded.
+std::string EditedDirectory(SplitMetadata& s,
+                            const std::function<void(Directory&)>& edit) {
+  Directory d = DecodeDirectory(s.directory_bytes, "dir").value();
+  edit(d);
+  s.directory_bytes = EncodeDirectory(d);
+  return s.directory_bytes;
+}
+
+// `count` empty boxes (no rows, every column) of FourRanks' "w", all at
+// row 0 and all rank 1's.
+PieceRun EmptyRowsOfRank1(uint64_t count) {
+  PieceRun run;
+  run.first_rank = 1;
+  run.count = count;
+  run.offsets = {0, 0};
+  run.lengths = {0, 4};
+  run.delta = {0, 0};
+  return run;
+}
+
+TEST(IndexTest, RunCountsBeyondTheIndexesBytesAreRefused) {
+  const Manifest m = FourRanks();
+  Result<SplitMetadata> s = Split(m);
+  ASSERT_TRUE(s.ok());
+  // 2^62 empty boxes of "w", all rank 1's: no element, so the coverage
+  // count cannot see them; the indexes' bytes can.
+  const PieceRun empty = EmptyRowsOfRank1(uint64_t{1} << 62);
+  const std::string original = s->directory_bytes;
+  const std::string bytes = EditedDirectory(
+      *s, [&](Directory& d) { d.entries[0].runs.push_back(empty); });
+  Result<Directory> d = DecodeDirectory(bytes, "dir");
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), ErrorCode::kDataLoss);
+  EXPECT_NE(d.status().message().find(
+                "entry \"w\": a run of 4611686018427387904 pieces promises "
+                "more pieces than the indexes' recorded bytes can hold"),
+            std::string::npos)
+      << d.status().ToString();
+  // An index recorded as larger than any index may be.
+  s->directory_bytes = original;
+  EditedDirectory(*s, [](Directory& d) {
+    d.indexes[2].size = kMaxBinaryMetadataBytes + 1;
+  });
+  EXPECT_FALSE(DecodeDirectory(s->directory_bytes, "dir").ok());
+}
+
+TEST(IndexTest, PiecesPromisedButNotHeldAreCountedBeforeListed) {
+  const Manifest m = FourRanks();
+  Result<SplitMetadata> s = Split(m);
+  ASSERT_TRUE(s.ok());
+  // Three empty boxes more for rank 1: within what its index's bytes could
+  // hold, so the directory passes; the index holds none of them.
+  const PieceRun empty = EmptyRowsOfRank1(3);
+  EditedDirectory(*s,
+                  [&](Directory& d) { d.entries[0].runs.push_back(empty); });
+  ASSERT_TRUE(DecodeDirectory(s->directory_bytes, "dir").ok());
+  for (bool all : {false, true}) {
+    Result<Manifest> back =
+        all ? Load(m, *s, {0, 1, 2, 3}, true) : Load(m, *s, {1}, false);
+    ASSERT_FALSE(back.ok());
+    EXPECT_NE(back.status().message().find("do not hold the pieces"),
+              std::string::npos)
+        << back.status().ToString();
+  }
+}
+
+TEST(IndexTest, HostNamesAreBounded) {
+  Manifest m = FourRanks();
+  m.hosts[3] = std::string(kMaxHostNameBytes + 1, 'h');
+  Result<SplitMetadata> s = Split(m);
+  ASSERT_TRUE(s.ok());
+  Result<Directory> d = DecodeDirectory(s->directory_bytes, "dir");
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("host name of 256 bytes"),
+            std::string::npos)
+      << d.status().ToString();
+  Directory built = s->directory;
+  EXPECT_FALSE(CheckDirectory(built, "dir").ok());
+}
+
+// What a load of some ranks reads is checked across its pieces too: two
+// chunks over the same bytes would put one chunk's bytes in another's place.
+TEST(IndexTest, SomeRanksChunksMustNotOverlap) {
+  Manifest m = FourRanks();
+  // rng: rank 0's 100 bytes in a chunk of 64 and one of 36.
+  std::vector<ChunkRecord>& rng = m.entries[2].pieces[0].chunks;
+  ASSERT_EQ(rng.size(), 2u);
+  rng[1].offset = rng[0].offset + 8;
+  Result<SplitMetadata> s = Split(m);
+  ASSERT_TRUE(s.ok());
+  for (bool all : {false, true}) {
+    Result<Manifest> back =
+        all ? Load(m, *s, {0, 1, 2, 3}, true) : Load(m, *s, {0}, false);
+    ASSERT_FALSE(back.ok());
+    EXPECT_EQ(back.status().code(), ErrorCode::kDataLoss);
+    EXPECT_NE(back.status().message().find("overlap bytes"), std::string::npos)
+        << back.status().ToString();
+    EXPECT_NE(back.status().message().find("entry \"rng\""), std::string::npos);
+  }
+  // Chunk lengths that wrap 64 bits to the box's bytes, in objects
+  // recorded as that large, read alone.
+  m = FourRanks();
+  m.objects[0].size = UINT64_MAX;
+  m.entries[2].pieces[0].chunks[0].length = uint64_t{1} << 63;
+  m.entries[2].pieces[0].chunks[1].length = (uint64_t{1} << 63) + 36;
+  s = Split(m);
+  ASSERT_TRUE(s.ok());
+  Result<Manifest> back = Load(m, *s, {0}, false);
+  ASSERT_FALSE(back.ok());
+  EXPECT_NE(back.status().message().find("chunks hold more"), std::string::npos)
+      << back.status().ToString();
 }
 
 TEST(IndexTest, CommitRecordRoundTripsAndNamesItsDirectory) {

@@ -204,8 +204,20 @@ namespace {
 
 Status Bad(const std::string& why) { return DataLossError(why); }
 
-// (object, offset, length, entry) of a chunk, to find overlaps.
-using ChunkSpan = std::tuple<uint32_t, uint64_t, uint64_t, const std::string*>;
+// A chunk and the piece it belongs to, to find overlaps and name them.
+struct ChunkSpan {
+  uint64_t offset;
+  uint64_t length;
+  const EntryRecord* entry;
+  const PieceRecord* piece;
+};
+
+std::string SpanOwner(const ChunkSpan& s) {
+  return "entry " + Quote(s.entry->name) +
+         (s.entry->owner >= 0 ? " of rank " + std::to_string(s.entry->owner)
+                              : "") +
+         " piece of rank " + std::to_string(s.piece->rank);
+}
 
 // Version, step, world size and hosts, chunk size, and that every string
 // of the header can go into JSON.
@@ -341,10 +353,9 @@ namespace {
 
 // A piece's box lies inside the shape, its rank inside the world, and its
 // chunks inside their objects, holding exactly the box's bytes. Adds the box's
-// elements to `covered` and its chunks to `spans`.
+// elements to `covered`.
 Status CheckPiece(const Manifest& m, const EntryRecord& e, const PieceRecord& p,
-                  const std::string& pw, uint64_t& covered,
-                  std::vector<ChunkSpan>& spans) {
+                  const std::string& pw, uint64_t& covered) {
   if (p.offsets.size() != e.shape.size() ||
       p.lengths.size() != e.shape.size()) {
     return Bad(pw + ": box rank differs from the shape's");
@@ -373,8 +384,13 @@ Status CheckPiece(const Manifest& m, const EntryRecord& e, const PieceRecord& p,
                  std::to_string(c.length) + ") runs past the end of " +
                  Quote(o.key));
     }
+    // Compared before adding: lengths that wrap 64 bits around to the box's
+    // byte count would otherwise pass.
+    if (c.length > bytes - chunk_bytes) {
+      return Bad(pw + ": chunks hold more than the " + std::to_string(bytes) +
+                 " bytes the box needs");
+    }
     chunk_bytes += c.length;
-    spans.emplace_back(c.object, c.offset, c.length, &e.name);
   }
   if (chunk_bytes != bytes) {
     return Bad(pw + ": chunks hold " + std::to_string(chunk_bytes) +
@@ -387,7 +403,7 @@ Status CheckPiece(const Manifest& m, const EntryRecord& e, const PieceRecord& p,
 // it (each checked by CheckPiece, none overlapping another, together covering
 // every element).
 Status CheckDataEntry(const Manifest& m, const EntryRecord& e,
-                      const std::string& where, std::vector<ChunkSpan>& spans) {
+                      const std::string& where) {
   if (e.kind == EntryKind::kBlob &&
       (e.dtype != DType::kU8 || e.shape.size() != 1)) {
     return Bad(where + ": a blob must be U8 with one dimension");
@@ -399,17 +415,10 @@ Status CheckDataEntry(const Manifest& m, const EntryRecord& e,
   }
   uint64_t covered = 0;
   for (size_t pi = 0; pi < e.pieces.size(); ++pi) {
-    CKPT_RETURN_IF_ERROR(CheckPiece(m, e, e.pieces[pi],
-                                    where + " piece #" + std::to_string(pi),
-                                    covered, spans));
+    CKPT_RETURN_IF_ERROR(CheckPiece(
+        m, e, e.pieces[pi], where + " piece #" + std::to_string(pi), covered));
   }
-  std::vector<BoxRef> boxes;
-  for (const PieceRecord& p : e.pieces)
-    boxes.push_back({&p.offsets, &p.lengths});
-  if (auto pair = FindOverlap(boxes)) {
-    return Bad(where + " piece #" + std::to_string(pair->second) +
-               " overlaps piece #" + std::to_string(pair->first));
-  }
+  CKPT_RETURN_IF_ERROR(CheckPiecesDisjoint(e, where));
   if (covered != *total) {
     return Bad(where + ": pieces cover " + std::to_string(covered) + " of " +
                std::to_string(*total) + " elements");
@@ -418,8 +427,8 @@ Status CheckDataEntry(const Manifest& m, const EntryRecord& e,
 }
 
 // Every entry: a valid name, unique per owner, an owner inside the world,
-// and a valid body for its kind. Collects every chunk into `spans`.
-Status CheckEntries(const Manifest& m, std::vector<ChunkSpan>& spans) {
+// and a valid body for its kind.
+Status CheckEntries(const Manifest& m) {
   std::set<std::pair<std::string_view, int32_t>> names;
   for (const EntryRecord& e : m.entries) {
     const std::string where =
@@ -434,21 +443,7 @@ Status CheckEntries(const Manifest& m, std::vector<ChunkSpan>& spans) {
     }
     CKPT_RETURN_IF_ERROR(e.kind == EntryKind::kMetadata
                              ? CheckMetadataEntry(e, where)
-                             : CheckDataEntry(m, e, where, spans));
-  }
-  return Status();
-}
-
-// No two chunks share a byte of an object.
-Status CheckChunksDisjoint(const Manifest& m, std::vector<ChunkSpan>& spans) {
-  std::sort(spans.begin(), spans.end());
-  for (size_t i = 1; i < spans.size(); ++i) {
-    const auto& [o0, off0, len0, n0] = spans[i - 1];
-    const auto& [o1, off1, len1, n1] = spans[i];
-    if (o0 == o1 && off0 + len0 > off1) {
-      return Bad("chunks of entries " + Quote(*n0) + " and " + Quote(*n1) +
-                 " overlap in " + Quote(m.objects[o0].key));
-    }
+                             : CheckDataEntry(m, e, where));
   }
   return Status();
 }
@@ -458,8 +453,72 @@ Status CheckChunksDisjoint(const Manifest& m, std::vector<ChunkSpan>& spans) {
 Status CheckPieceAlone(const Manifest& m, const EntryRecord& e,
                        const PieceRecord& p, const std::string& where) {
   uint64_t covered = 0;
-  std::vector<ChunkSpan> spans;
-  return CheckPiece(m, e, p, where, covered, spans);
+  return CheckPiece(m, e, p, where, covered);
+}
+
+Status CheckPiecesDisjoint(const EntryRecord& e, const std::string& where) {
+  std::vector<BoxRef> boxes;
+  boxes.reserve(e.pieces.size());
+  for (const PieceRecord& p : e.pieces) {
+    boxes.push_back({&p.offsets, &p.lengths});
+  }
+  if (auto pair = FindOverlap(boxes)) {
+    const PieceRecord& a = e.pieces[pair->first];
+    const PieceRecord& b = e.pieces[pair->second];
+    return Bad(where + " piece #" + std::to_string(pair->second) + " (rank " +
+               std::to_string(b.rank) + ") overlaps piece #" +
+               std::to_string(pair->first) + " (rank " +
+               std::to_string(a.rank) + ")");
+  }
+  return Status();
+}
+
+Status CheckChunksDisjoint(const Manifest& m) {
+  // Placed by object (a counting sort), each object's chunks in the order
+  // the pieces list them: a save writes an object's chunks in that order,
+  // so checking each object's run is linear and a sort is left for the
+  // rest. One vector of spans: a manifest has millions of chunks.
+  std::vector<size_t> start(m.objects.size() + 1, 0);
+  for (const EntryRecord& e : m.entries) {
+    for (const PieceRecord& p : e.pieces) {
+      for (const ChunkRecord& c : p.chunks) {
+        if (c.object >= m.objects.size()) return Bad("chunk names no object");
+        ++start[c.object + 1];
+      }
+    }
+  }
+  for (size_t o = 1; o < start.size(); ++o) start[o] += start[o - 1];
+  std::vector<ChunkSpan> spans(start.back());
+  std::vector<size_t> next(start.begin(), start.end() - 1);
+  for (const EntryRecord& e : m.entries) {
+    for (const PieceRecord& p : e.pieces) {
+      for (const ChunkRecord& c : p.chunks) {
+        spans[next[c.object]++] = {c.offset, c.length, &e, &p};
+      }
+    }
+  }
+  const auto before = [](const ChunkSpan& a, const ChunkSpan& b) {
+    return a.offset < b.offset;
+  };
+  for (size_t o = 0; o < m.objects.size(); ++o) {
+    const auto first = spans.begin() + start[o];
+    const auto last = spans.begin() + start[o + 1];
+    if (!std::is_sorted(first, last, before)) std::sort(first, last, before);
+    for (auto it = first; it != last && it + 1 != last; ++it) {
+      const ChunkSpan& a = *it;
+      const ChunkSpan& b = *(it + 1);
+      // Inside their object (CheckPiece), so the end cannot wrap.
+      if (a.offset + a.length > b.offset) {
+        return Bad(
+            "object " + Quote(m.objects[o].key) + ": bytes [" +
+            std::to_string(b.offset) + ", " +
+            std::to_string(b.offset + b.length) + ") of " + SpanOwner(b) +
+            " overlap bytes [" + std::to_string(a.offset) + ", " +
+            std::to_string(a.offset + a.length) + ") of " + SpanOwner(a));
+      }
+    }
+  }
+  return Status();
 }
 
 // The checks run in this order, so a manifest with several faults is
@@ -471,15 +530,8 @@ Status ValidateManifest(const Manifest& m) {
   CKPT_RETURN_IF_ERROR(CheckDependsOn(m, deps));
   CKPT_RETURN_IF_ERROR(CheckObjectSteps(m, deps));
   CKPT_RETURN_IF_ERROR(CheckMetrics(m));
-  // Reserved: doubling would hold two copies, a manifest has millions.
-  size_t chunks = 0;
-  for (const EntryRecord& e : m.entries) {
-    for (const PieceRecord& p : e.pieces) chunks += p.chunks.size();
-  }
-  std::vector<ChunkSpan> spans;
-  spans.reserve(chunks);
-  CKPT_RETURN_IF_ERROR(CheckEntries(m, spans));
-  return CheckChunksDisjoint(m, spans);
+  CKPT_RETURN_IF_ERROR(CheckEntries(m));
+  return CheckChunksDisjoint(m);
 }
 
 std::string EncodeManifest(const Manifest& manifest) {

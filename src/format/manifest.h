@@ -160,6 +160,15 @@ Status ValidateManifest(const Manifest& manifest);
 Status CheckPieceAlone(const Manifest& m, const EntryRecord& e,
                        const PieceRecord& p, const std::string& where);
 
+// The checks across pieces, O(n log n) in pieces and chunks, which a
+// reader of only some pieces (index.h, Assemble) applies to those it holds
+// and ValidateManifest to all: no two pieces of `e` share an element
+// (DataLoss naming `where` and both pieces), and no two chunks of `m` share
+// a byte of an object (naming the object, both byte ranges and entries).
+// Every piece must have passed CheckPieceAlone.
+Status CheckPiecesDisjoint(const EntryRecord& e, const std::string& where);
+Status CheckChunksDisjoint(const Manifest& m);
+
 // A metadata entry's JSON: an object, nested no deeper than a manifest can
 // hold; DataLoss naming `where` otherwise.
 Status CheckMetadataJson(const std::string& text, const std::string& where);

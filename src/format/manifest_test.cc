@@ -534,6 +534,15 @@ TEST(ValidateManifestTest, ChunkBytesNotMatchingThePiece) {
                 "chunks hold");
   ExpectInvalid([](Manifest& m) { m.entries[0].dtype = DType::kF64; },
                 "chunks hold");
+  // Lengths whose sum wraps 64 bits around to the box's 48 bytes, in an
+  // object recorded as large enough.
+  ExpectInvalid(
+      [](Manifest& m) {
+        m.objects[0].size = UINT64_MAX;
+        m.entries[0].pieces[0].chunks[0].length = uint64_t{1} << 63;
+        m.entries[0].pieces[0].chunks[1].length = (uint64_t{1} << 63) + 16;
+      },
+      "chunks hold more than the 48 bytes the box needs");
 }
 
 TEST(ValidateManifestTest, EmptyChunk) {

@@ -141,6 +141,20 @@ class Finder {
 
 }  // namespace
 
+bool BoxesOverlap(const BoxRef& a, const BoxRef& b) {
+  const std::vector<int64_t>& ao = *a.offsets;
+  const std::vector<int64_t>& al = *a.lengths;
+  const std::vector<int64_t>& bo = *b.offsets;
+  const std::vector<int64_t>& bl = *b.lengths;
+  for (size_t d = 0; d < ao.size(); ++d) {
+    if (al[d] == 0 || bl[d] == 0 || ao[d] + al[d] <= bo[d] ||
+        bo[d] + bl[d] <= ao[d]) {
+      return false;
+    }
+  }
+  return true;
+}
+
 std::optional<std::pair<size_t, size_t>> FindOverlap(
     const std::vector<BoxRef>& boxes) {
   std::vector<size_t> ids;

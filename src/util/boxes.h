@@ -23,6 +23,10 @@ struct BoxRef {
   const std::vector<int64_t>* lengths;
 };
 
+// Whether two boxes share an element, by comparing them along every
+// dimension: the reference FindOverlap is tested against.
+bool BoxesOverlap(const BoxRef& a, const BoxRef& b);
+
 // Indices of two boxes that share an element, the smaller first, or nullopt.
 // Empty boxes overlap nothing. All boxes have the same number of dimensions.
 std::optional<std::pair<size_t, size_t>> FindOverlap(

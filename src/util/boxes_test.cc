@@ -19,14 +19,7 @@ std::vector<BoxRef> Refs(const std::vector<Box>& boxes) {
 }
 
 bool Overlap(const Box& a, const Box& b) {
-  for (size_t d = 0; d < a.offsets.size(); ++d) {
-    if (a.lengths[d] == 0 || b.lengths[d] == 0 ||
-        a.offsets[d] + a.lengths[d] <= b.offsets[d] ||
-        b.offsets[d] + b.lengths[d] <= a.offsets[d]) {
-      return false;
-    }
-  }
-  return true;
+  return BoxesOverlap({&a.offsets, &a.lengths}, {&b.offsets, &b.lengths});
 }
 
 bool AnyOverlap(const std::vector<Box>& boxes) {
