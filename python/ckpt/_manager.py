@@ -136,10 +136,11 @@ class CheckpointManager:
 
     @property
     def _m(self):
-        """The library's manager, for calls that may create the root."""
+        """The library's manager, for calls that may create the root (a
+        save, create=True): opened now, it creates the root."""
         if self._opened is None:
             self._opened = _ckpt.Manager(self._url, create=True,
-                                         **self._options)
+                                         create_root=True, **self._options)
         return self._opened
 
     @property
