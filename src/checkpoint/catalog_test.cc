@@ -10,6 +10,7 @@
 #include <chrono>
 #include <filesystem>
 #include <set>
+#include <thread>
 
 #include "catalog/sql_catalog.h"
 #include "checkpoint/catalog_record.h"
@@ -449,6 +450,16 @@ TEST_P(CatalogManagerTest, ALockedCatalogNeverHoldsUpTheCallAfterASaveAsync) {
   auto start = std::chrono::steady_clock::now();
   ASSERT_TRUE(mgr->SaveAsync(2, model.MakeState()).Wait().ok());
   const double own = SecondsSince(start);
+  // Step 2's row lands after its handle is done. The lock's child is a
+  // fork: forked while the recorder's thread writes that row, it would
+  // inherit SQLite's in-process lock state of that moment and never lock.
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (CommittedSteps() != std::vector<int64_t>{1, 2} &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(CommittedSteps(), (std::vector<int64_t>{1, 2}));
   {
     CatalogLockedByAnotherProcess lock(catalog_url_);
     start = std::chrono::steady_clock::now();
