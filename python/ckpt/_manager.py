@@ -119,35 +119,29 @@ class CheckpointManager:
             lease_seconds=lease_seconds,
             lease_wait_seconds=lease_wait_seconds, break_lease=break_lease,
             metadata_layout=metadata_layout, communicator=communicator)
-        self._url, self._communicator = url, communicator
-        self._opened = None
-        # A local root that does not exist yet, opened with the default
-        # create=None, is opened by the first save (which creates it) and,
-        # until then, is an error to read: a mistyped path is no new job.
+        self._url = url
+        # The library creates nothing at open: a local root that does not
+        # exist, opened with the default create=None, is made by the first
+        # save and is, until then, an error to read (a mistyped path is no
+        # new job). Opening now still checks every option (a bad catalog).
         self._missing = _missing_local_root(url) if create is None else None
-        if self._missing is None:
-            self._opened = _ckpt.Manager(url, create=create is not False,
-                                         create_root=create is True,
-                                         **options)
-        else:
-            # What opening would find wrong with the options, now.
-            _ckpt.Manager.check_options(**options)
-            self._options = options
+        self._options = options
+        self._m = _ckpt.Manager(url, create=create is not False,
+                                create_root=create is True, **options)
 
-    @property
-    def _m(self):
-        """The library's manager, for calls that may create the root (a
-        save, create=True): opened now, it creates the root."""
-        if self._opened is None:
-            self._opened = _ckpt.Manager(self._url, create=True,
-                                         create_root=True, **self._options)
-        return self._opened
+    def _create_root(self):
+        """Creates the root now if it is still missing (create=True of a
+        manager opened without it): ckpt.torch.latest(root, create=True)."""
+        if self._missing is not None and _missing_local_root(self._url):
+            self._m = None  # no save yet, so no lease to hand back
+            self._m = _ckpt.Manager(self._url, create=True, create_root=True,
+                                    **self._options)
 
     @property
     def _reader(self):
         """The library's manager, for calls that read: NotFound naming the
         path while the root does not exist."""
-        if self._opened is None and _missing_local_root(self._url):
+        if self._missing is not None and _missing_local_root(self._url):
             raise _ckpt.NotFound(
                 f"root {self._missing} does not exist: nothing was saved "
                 f"there (check the path; a save creates it, or open with "
@@ -156,22 +150,16 @@ class CheckpointManager:
 
     @property
     def url(self):
-        return self._m.url if self._opened is not None else self._url
+        return self._m.url
 
     @property
     def rank(self):
         """This process's rank (0 without a communicator)."""
-        if self._opened is None:
-            c = self._communicator
-            return 0 if c is None else c.rank
         return self._m.rank
 
     @property
     def world_size(self):
         """The number of ranks (1 without a communicator)."""
-        if self._opened is None:
-            c = self._communicator
-            return 1 if c is None else c.size
         return self._m.world_size
 
     def __repr__(self):

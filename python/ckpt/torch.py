@@ -216,7 +216,7 @@ def manager(root, *, communicator=None, create=False):
     else:
         mgr = _managed(root, communicator)
     if create:
-        mgr._m  # noqa: B018 - opened with creation allowed, it creates it
+        mgr._create_root()
     return mgr
 
 
