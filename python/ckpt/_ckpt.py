@@ -241,6 +241,21 @@ def _take_text(ptr):
         _lib.ckpt_free(ptr.value)
 
 
+def _streamed(load, *args):
+    """A streaming load (transactional=0) of the library's, into memory the
+    package hands over only once the load succeeded, or whose partial
+    writes the package names itself (_manager._partly_written): the
+    library's list of the entries it changed is left out of the error."""
+    try:
+        return _call(load, *args, 0, out=True)
+    except Error as e:
+        message = str(e)
+        cut = message.find("; entries changed before the failure: ")
+        if cut < 0:
+            raise
+        raise type(e)(message[:cut]) from None
+
+
 def _call(fn, *args, out=False):
     """Calls a status-returning function whose last parameter is errptr
     (and, with out=True, the one before it a text it returns)."""
@@ -977,8 +992,8 @@ class Manager(_Owned):
             step, kept, omitted, arrays, state = self._load_targets(
                 step, new_device_tensor)
         # The arrays are new: the library need not stage them first.
-        info = CheckpointInfo(_call(_lib.ckpt_manager_load_ex, self._handle(),
-                                    step, state._h, 0, 0, out=True))
+        info = CheckpointInfo(_streamed(_lib.ckpt_manager_load_ex,
+                                        self._handle(), step, state._h, 0))
         with gc_paused():
             out = []
             for i, (name, kind, dtype) in enumerate(kept):
@@ -1056,9 +1071,9 @@ class Manager(_Owned):
         # Streaming: the package makes a load all-or-nothing itself (it
         # reads into new memory, _manager.py), so staging it in the library
         # as well would hold a third copy.
-        info = CheckpointInfo(_call(_lib.ckpt_manager_load_ex, self._handle(),
-                                    _step(step), state._h,
-                                    1 if strict else 0, 0, out=True))
+        info = CheckpointInfo(_streamed(_lib.ckpt_manager_load_ex,
+                                        self._handle(), _step(step), state._h,
+                                        1 if strict else 0))
         out = []
         for i, item in enumerate(entries):
             if item[1] != "tensor":

@@ -510,7 +510,8 @@ def _fill_targets(state, stored, fresh=False, own_memory=frozenset()):
         value, place = _values.placement(name, leaf)
         e = stored.get(name)
         dtype = e.dtype if e is not None and e.kind == "tensor" else None
-        into = fresh and id(value) not in own_memory
+        into = (fresh and id(value) not in own_memory
+                and not _values.staged_by_library(value))
         target = (_values.fresh_target if into else _values.fill_target)(
             name, value, dtype)
         if target is None:

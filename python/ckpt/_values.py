@@ -413,6 +413,18 @@ class Fresh:
         self._copy(held, self.target)
 
 
+def staged_by_library(value):
+    """A device array the package cannot copy (no copy()): the library
+    reads device memory into its staging memory and copies it to the device
+    only once every rank has read its part whole, so filling such an array
+    directly changes it only with a load that succeeds."""
+    torch = _loaded_torch()
+    if torch is not None and isinstance(value, torch.Tensor):
+        return False
+    return (_device.is_device_value(value, torch)
+            and not callable(getattr(value, "copy", None)))
+
+
 def fresh_target(name, value, stored_dtype):
     """fill_target's answer for a load that must change nothing unless it
     succeeds whole: None for a value that is not an array, else (array,
