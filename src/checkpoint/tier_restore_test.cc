@@ -12,6 +12,7 @@
 #include "format/constants.h"
 #include "format/layout.h"
 #include "gtest/gtest.h"
+#include "testing/files.h"
 #include "testing/run_ranks.h"
 #include "testing/temp_dir.h"
 
@@ -100,22 +101,7 @@ void SaveSteps(const Job& job, const std::vector<int>& steps) {
 
 // Flips the last byte of every data object under `dir` (a step's folder).
 void FlipLastDataBytes(const std::filesystem::path& dir) {
-  int flipped = 0;
-  for (const auto& f : std::filesystem::recursive_directory_iterator(dir)) {
-    if (!f.is_regular_file() || f.path().filename().string().find(
-                                    format::kDataSuffix) == std::string::npos) {
-      continue;
-    }
-    std::fstream io(f.path(), std::ios::in | std::ios::out | std::ios::binary);
-    const auto at = static_cast<std::streamoff>(f.file_size()) - 1;
-    char c = 0;
-    io.seekg(at);
-    io.get(c);
-    io.seekp(at);
-    io.put(static_cast<char>(c ^ 0x5a));
-    ++flipped;
-  }
-  ASSERT_GT(flipped, 0) << dir;
+  ASSERT_GT(testing::FlipLastByteOfDataObjects(dir), 0) << dir;
 }
 
 std::filesystem::path LocalStep(const testing::TempDir& dir, int node, int rank,

@@ -22,6 +22,7 @@
 #include "gtest/gtest.h"
 #include "testing/crash_storage.h"
 #include "testing/fault_storage.h"
+#include "testing/files.h"
 #include "testing/run_ranks.h"
 #include "testing/temp_dir.h"
 
@@ -508,23 +509,7 @@ TEST(TieredTest, ReshardingFetchesTheSharesANodeLacks) {
 // object under `share` (a rank's share on a node: its data only, the share's
 // metadata is checked on its own); returns how many.
 int FlipLastDataByte(const std::filesystem::path& share) {
-  int flipped = 0;
-  for (const auto& f : std::filesystem::recursive_directory_iterator(share)) {
-    const std::string name = f.path().filename().string();
-    if (!f.is_regular_file() ||
-        name.find(format::kDataSuffix) == std::string::npos) {
-      continue;
-    }
-    std::fstream io(f.path(), std::ios::in | std::ios::out | std::ios::binary);
-    const auto at = static_cast<std::streamoff>(f.file_size()) - 1;
-    char c = 0;
-    io.seekg(at);
-    io.get(c);
-    io.seekp(at);
-    io.put(static_cast<char>(c ^ 0x5a));
-    ++flipped;
-  }
-  return flipped;
+  return testing::FlipLastByteOfDataObjects(share);
 }
 
 // Two nodes of one rank each under `dir`, no replicas, a state without

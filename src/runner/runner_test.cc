@@ -354,20 +354,9 @@ class SignallingStorage : public StorageWrapper {
 void DamageStep(const std::string& root, int64_t step) {
   char dir[32];
   std::snprintf(dir, sizeof(dir), "step-%012lld", static_cast<long long>(step));
-  int flipped = 0;
-  for (const auto& f :
-       std::filesystem::directory_iterator(std::filesystem::path(root) / dir)) {
-    if (f.path().extension() != ".safetensors") continue;
-    std::fstream io(f.path(), std::ios::in | std::ios::out | std::ios::binary);
-    const auto at = static_cast<std::streamoff>(f.file_size()) - 1;
-    char c = 0;
-    io.seekg(at);
-    io.get(c);
-    io.seekp(at);
-    io.put(static_cast<char>(c ^ 0x5a));
-    ++flipped;
-  }
-  ASSERT_GT(flipped, 0) << "no data object in " << dir;
+  ASSERT_GT(
+      testing::FlipLastByteOfDataObjects(std::filesystem::path(root) / dir), 0)
+      << "no data object in " << dir;
 }
 
 // The newest steps damaged: the run resumes from the newest step that

@@ -60,4 +60,24 @@ inline std::string LogTail(const std::filesystem::path& path,
   return text;
 }
 
+// Flips the last byte (tensor bytes, past the file's header) of every data
+// object (*.safetensors) under `dir`, at any depth; returns how many.
+inline int FlipLastByteOfDataObjects(const std::filesystem::path& dir) {
+  int flipped = 0;
+  for (const auto& f : std::filesystem::recursive_directory_iterator(dir)) {
+    if (!f.is_regular_file() || f.path().extension() != ".safetensors") {
+      continue;
+    }
+    std::fstream io(f.path(), std::ios::in | std::ios::out | std::ios::binary);
+    const auto at = static_cast<std::streamoff>(f.file_size()) - 1;
+    char c = 0;
+    io.seekg(at);
+    io.get(c);
+    io.seekp(at);
+    io.put(static_cast<char>(c ^ 0x5a));
+    ++flipped;
+  }
+  return flipped;
+}
+
 }  // namespace ckpt::testing
