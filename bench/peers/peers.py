@@ -108,7 +108,7 @@ class CkptSaver:
 
     def __init__(self, root):
         import ckpt
-        self.mgr = ckpt.open(root)
+        self.mgr = ckpt.open(root, create=True)  # list() before the first save
         self.step = 0
 
     def before(self):
