@@ -75,8 +75,10 @@ TEST(CApiLoadTest, AFailedLoadChangesNothing) {
       << err.str();
   for (int step = 1; step <= 2; ++step) {
     std::vector<float> w(3000, static_cast<float>(step));
-    ckpt_state_t* s = MakeState(w, "rng-" + std::to_string(step),
-                                "{\"seed\":" + std::to_string(step) + "}", 0);
+    // The state borrows the blob's and the metadata's bytes until the save.
+    const std::string rng = "rng-" + std::to_string(step);
+    const std::string info = "{\"seed\":" + std::to_string(step) + "}";
+    ckpt_state_t* s = MakeState(w, rng, info, 0);
     char* result = nullptr;
     ASSERT_EQ(ckpt_manager_save(m, step, s, nullptr, &result, &err.text),
               CKPT_OK)
@@ -104,7 +106,8 @@ TEST(CApiLoadTest, AFailedLoadChangesNothing) {
   }
 
   std::vector<float> w(3000, 99.0f);
-  ckpt_state_t* s = MakeState(w, "", "{}", 1);
+  const std::string no_rng, no_info = "{}";  // outlive the state
+  ckpt_state_t* s = MakeState(w, no_rng, no_info, 1);
   const std::string rng_before = EntryBytes(s, 0);
   const std::string info_before = EntryBytes(s, 2);
   EXPECT_EQ(ckpt_manager_load(m, 2, s, 0, nullptr, &err.text), CKPT_DATA_LOSS);
