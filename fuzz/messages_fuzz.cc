@@ -43,7 +43,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       RoundTrip(bytes, DecodeSaveOutcome, EncodeSaveOutcome);
       break;
     case 4:
-      RoundTrip(bytes, DecodeResolvedStep, EncodeResolvedStep);
+      RoundTrip(bytes, DecodeLoadSteps, EncodeLoadSteps);
       break;
     case 5:
       RoundTrip(bytes, DecodeOffer, EncodeOffer);
