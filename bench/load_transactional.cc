@@ -5,15 +5,22 @@
 //
 // Saves a state of N GiB (default 1) of F32 tensors to a file:// root (a
 // fresh folder under /var/tmp unless --dir), then loads it back into the
-// same buffers R times (default 5) each way, alternating: transactional
-// (LoadOptions::transactional, the default: every chunk into the manager's
-// staging memory, checked, then one parallel copy into the buffers) and
-// streaming (transactional = false: straight into the buffers). One load of
-// each mode comes first and is reported apart: the first transactional load
-// maps its staging memory, later ones reuse it. Prints the median seconds
-// of each mode, their ratio, and each mode's peak resident memory above the
-// state (VmHWM, reset before every load). Every load's bytes are checked.
-// A measurement: exits 0 unless a save or a load fails.
+// same buffers, R rounds (default 5) of three modes:
+//   streaming      LoadOptions::transactional = false: straight into the
+//                  buffers (O_DIRECT reads of 1 MiB and more);
+//   transactional  the default: every chunk checked in place in the
+//                  objects' mapped pages, then copied into the buffers;
+//   staged         transactional through a StorageWrapper, which offers no
+//                  object views, as an s3:// root loads: every chunk read
+//                  into the manager's staging memory, checked, then copied.
+// Each mode loads cold (the root's pages dropped from the page cache first,
+// as after a restart) and warm (right after). One cold load of each mode
+// comes first and is reported apart: it is the first use of the memory the
+// mode needs. Prints the medians, the ratios to streaming, and each mode's
+// peak resident memory above the state (VmHWM, reset before every load).
+// Every load's bytes are checked. A measurement: exits 0 unless a save or a
+// load fails.
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -37,6 +44,18 @@ using Clock = std::chrono::steady_clock;
 constexpr double kMiB = 1024.0 * 1024.0;
 
 void ResetPeak() { std::ofstream("/proc/self/clear_refs") << "5"; }
+
+// Drops the cached pages of every file under `dir`: the next load reads
+// them from the disk, as a restarted job does.
+void DropCache(const std::string& dir) {
+  for (const auto& f : std::filesystem::recursive_directory_iterator(dir)) {
+    if (!f.is_regular_file()) continue;
+    const int fd = ::open(f.path().c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+}
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -92,21 +111,40 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "save: %s\n", s.status().ToString().c_str());
     return 1;
   }
-  // One load: its seconds and the peak resident memory above the state.
-  auto load = [&](bool transactional, double* peak) -> double {
+  // The same root through a wrapper: no object views, so transactional
+  // loads go through the staging memory.
+  auto storage = ckpt::OpenStorage("file://" + dir);
+  auto staged_mgr =
+      storage.ok()
+          ? ckpt::CheckpointManager::Open(
+                std::make_unique<ckpt::StorageWrapper>(std::move(*storage)),
+                options)
+          : ckpt::Result<std::unique_ptr<ckpt::CheckpointManager>>(
+                storage.status());
+  if (!staged_mgr.ok()) {
+    std::fprintf(stderr, "%s\n", staged_mgr.status().ToString().c_str());
+    return 1;
+  }
+  enum Mode { kStreaming, kTransactional, kStaged, kModes };
+  const char* kNames[kModes] = {"streaming", "transactional", "staged"};
+  double peak[kModes] = {0, 0, 0};
+  // One load: its seconds; the peak resident memory above the state.
+  auto load = [&](Mode mode, bool cold) -> double {
     for (auto& v : data) std::memset(v.data(), 0, v.size() * 4);
+    if (cold) DropCache(dir);
     ResetPeak();
     const uint64_t before = ProcStatus("VmRSS");
     const auto start = Clock::now();
-    auto r = (*mgr)->Load(1, state, {.transactional = transactional});
+    ckpt::CheckpointManager& m = mode == kStaged ? **staged_mgr : **mgr;
+    auto r = m.Load(1, state, {.transactional = mode != kStreaming});
     const double seconds =
         std::chrono::duration<double>(Clock::now() - start).count();
     if (!r.ok()) {
       std::fprintf(stderr, "load: %s\n", r.status().ToString().c_str());
       std::exit(1);
     }
-    *peak = std::max(*peak, static_cast<double>(ProcStatus("VmHWM")) -
-                                static_cast<double>(before));
+    peak[mode] = std::max(peak[mode], static_cast<double>(ProcStatus("VmHWM")) -
+                                          static_cast<double>(before));
     for (int t = 0; t < tensors; ++t) {
       for (size_t i = 0; i < floats; i += 4097) {
         if (data[t][i] != static_cast<float>(t * 7 + i % 1000 + 1)) {
@@ -117,29 +155,35 @@ int main(int argc, char** argv) {
     }
     return seconds;
   };
-  double peak_streaming = 0, peak_transactional = 0;
-  const double first_streaming = load(false, &peak_streaming);
-  const double first_transactional = load(true, &peak_transactional);
-  std::vector<double> streaming, transactional;
+  double first[kModes];
+  for (int m = 0; m < kModes; ++m) first[m] = load(Mode(m), true);
+  std::vector<double> cold[kModes], warm[kModes];
   for (int r = 0; r < rounds; ++r) {
-    streaming.push_back(load(false, &peak_streaming));
-    transactional.push_back(load(true, &peak_transactional));
+    for (int m = 0; m < kModes; ++m) {
+      cold[m].push_back(load(Mode(m), true));
+      warm[m].push_back(load(Mode(m), false));
+    }
   }
-  const double ms = Median(streaming), mt = Median(transactional);
   std::printf("state: %.0f MiB in %d tensors, %d rounds, %ld cores\n",
               state_bytes / kMiB, tensors, rounds,
               sysconf(_SC_NPROCESSORS_ONLN));
-  std::printf("first load:   streaming %.3f s, transactional %.3f s\n",
-              first_streaming, first_transactional);
+  for (int m = 0; m < kModes; ++m) {
+    const double c = Median(cold[m]), w = Median(warm[m]);
+    const double c0 = Median(cold[kStreaming]), w0 = Median(warm[kStreaming]);
+    std::printf(
+        "%-13s first %.3f s | cold %.3f s (%.2f GB/s, x%.3f) | warm %.3f s "
+        "(%.2f GB/s, x%.3f) | peak +%.1f MiB\n",
+        kNames[m], first[m], c, state_bytes / c / 1e9, c / c0, w,
+        state_bytes / w / 1e9, w / w0, peak[m] / kMiB);
+  }
   std::printf(
-      "median load:  streaming %.3f s (%.2f GB/s), transactional "
-      "%.3f s (%.2f GB/s)\n",
-      ms, state_bytes / ms / 1e9, mt, state_bytes / mt / 1e9);
-  std::printf("ratio transactional / streaming: %.3f\n", mt / ms);
-  std::printf(
-      "peak memory above the state: streaming %.1f MiB, "
-      "transactional %.1f MiB\n",
-      peak_streaming / kMiB, peak_transactional / kMiB);
+      "ratio transactional / streaming: cold %.3f, warm %.3f (staged: cold "
+      "%.3f, warm %.3f)\n",
+      Median(cold[kTransactional]) / Median(cold[kStreaming]),
+      Median(warm[kTransactional]) / Median(warm[kStreaming]),
+      Median(cold[kStaged]) / Median(cold[kStreaming]),
+      Median(warm[kStaged]) / Median(warm[kStreaming]));
+  staged_mgr->reset();
   mgr->reset();
   if (own_dir) std::filesystem::remove_all(dir);
   return 0;

@@ -234,16 +234,21 @@ struct SaveOptions {
 struct LoadOptions {
   // Fail when the checkpoint holds entries the State does not ask for.
   bool strict = false;
-  // All or nothing (the default): every tensor chunk is read into the
-  // manager's staging memory and checked there, blobs and metadata are
-  // collected, and only once everything read is whole (on every rank) are
-  // the caller's tensors, blobs and metadata changed. Costs staging memory
-  // of this rank's loaded tensor bytes, which the manager keeps and reuses
-  // as it does for SaveAsync, and one more copy of those bytes. false:
-  // tensors in host memory are read straight into their buffers (no
-  // staging memory beyond device tensors); a failure while reading may
-  // then leave them partly written, and its error names every entry that
-  // may have changed.
+  // All or nothing (the default): every tensor chunk is checked against
+  // its checksum before any byte of the caller's changes, blobs and
+  // metadata are collected, and only once everything is whole (on every
+  // rank) are the caller's tensors, blobs and metadata changed. From a
+  // storage with object views (file://, mem://) each chunk is checked where
+  // it lies (file://: in the page cache) and then copied into the host
+  // tensors: one more pass over the bytes in memory, no memory of the
+  // load's own. From one without (s3://, a StorageWrapper), and when the
+  // manager already holds staging memory for every tensor (SaveAsync
+  // mapped it), every chunk is read into the manager's staging memory,
+  // which it keeps and reuses as it does for SaveAsync, and copied from
+  // there. Device tensors always go through the staging memory. false:
+  // host tensors are read straight into their buffers; a failure while
+  // reading may then leave them partly written, and its error names every
+  // entry that may have changed.
   bool transactional = true;
 };
 
@@ -407,9 +412,10 @@ class CheckpointManager {
   // dtype and shape; blobs and metadata are replaced. A load either
   // completes at one step or changes nothing (LoadOptions::transactional):
   // every check that needs no data (entries, dtypes, shapes, object sizes)
-  // runs first, then every chunk is read and checked against its checksum
-  // into staging memory, and the caller's state changes only once all of it
-  // (on every rank) is whole: with many ranks, every rank calls Load
+  // runs first, then every chunk is checked against its checksum, and the
+  // caller's state changes only once all of it (on every rank) is whole
+  // (LoadOptions::transactional says how): with many ranks, every rank calls
+  // Load
   // together. NotFound names an entry the checkpoint lacks.
   //
   // Resume (`step` nullopt): the committed steps are tried newest first,

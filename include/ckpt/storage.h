@@ -40,6 +40,9 @@ struct StorageCapabilities {
   bool server_side_copy = false;
   // The backend can link one object under a second key.
   bool hard_links = false;
+  // ViewObject hands over an object's bytes in place (no transfer, no
+  // copy), so reading them twice costs little more than once.
+  bool object_views = false;
 };
 
 struct ObjectInfo {
@@ -51,6 +54,29 @@ struct ObjectInfo {
 enum class PutMode {
   kOverwrite,       // replace any existing object atomically
   kCreateIfAbsent,  // fail with AlreadyExists if the key exists
+};
+
+// The bytes of one object, held in place by the backend (file://: the
+// object's pages, mapped read-only; mem://: the backend's own buffer), as
+// they were when the view was made: deleting or replacing the key leaves a
+// view's bytes as they are. (Truncating a file:// object in place, which
+// ckpt never does to a committed one, would end the process with SIGBUS on
+// the next access past the new end.) Thread-safe: many threads may read
+// one view at once.
+class ObjectView {
+ public:
+  virtual ~ObjectView() = default;
+  virtual std::span<const std::byte> bytes() const = 0;
+  // Hints around reading [offset, offset + length) of bytes(). Prefetch:
+  // the range will be read soon (file://: its pages are read from the disk
+  // in the background, in large requests). WillRead, DoneReading: it is
+  // read now, and is done with (file:// maps the range's pages in at once,
+  // and afterwards lets them go from this process's resident memory; they
+  // stay in the page cache), so a reader of a large object holds only what
+  // it is reading.
+  virtual void Prefetch(uint64_t offset, uint64_t length) const {}
+  virtual void WillRead(uint64_t offset, uint64_t length) const {}
+  virtual void DoneReading(uint64_t offset, uint64_t length) const {}
 };
 
 // An object written as a stream of parts. Nothing is visible under the key
@@ -111,6 +137,14 @@ class Storage {
                                   const FilledFn& filled);
   // Reads a whole object.
   virtual Result<std::string> ReadAll(std::string_view key);
+  // A view of the whole object in place, for a reader that reads the same
+  // bytes twice (an all-or-nothing load checks every chunk, then copies
+  // it); NotFound if the object is missing. Null (the default) where the
+  // backend cannot hand over its bytes without a transfer (s3://), and in
+  // a StorageWrapper, whose reads go through its ReadRange.
+  virtual Result<std::shared_ptr<const ObjectView>> ViewObject(
+      std::string_view key);
+
   virtual Result<ObjectInfo> Stat(std::string_view key) = 0;
   // Every object whose key starts with `prefix`, at any depth, sorted by key.
   virtual Result<std::vector<ObjectInfo>> List(std::string_view prefix) = 0;
@@ -164,9 +198,10 @@ class Storage {
 
 // Forwards every call to a target, so a test (or a feature) overrides just the
 // calls it cares about. Does not own the target unless given ownership.
-// ReadRangeFilling is the one call not forwarded: it goes through the
-// wrapper's ReadRange, so a wrapper that overrides ReadRange (to count,
-// throttle or fail reads) sees every read.
+// ReadRangeFilling and ViewObject are the calls not forwarded: the first
+// goes through the wrapper's ReadRange, so a wrapper that overrides
+// ReadRange (to count, throttle or fail reads) sees every read, and the
+// second hands out no views.
 class StorageWrapper : public Storage {
  public:
   explicit StorageWrapper(Storage* target) : target_(target) {}
@@ -177,7 +212,9 @@ class StorageWrapper : public Storage {
 
   const std::string& url() const override { return target_->url(); }
   StorageCapabilities capabilities() const override {
-    return target_->capabilities();
+    StorageCapabilities caps = target_->capabilities();
+    caps.object_views = false;  // ViewObject is not forwarded
+    return caps;
   }
   Result<std::unique_ptr<WritableObject>> NewWritable(
       std::string_view key) override {

@@ -15,24 +15,29 @@
 //      read: blobs and metadata into memory of the load's own, tensors as
 //      the chunks that meet this rank's box, in slabs on the I/O pool, each
 //      chunk checked against its checksum. Transactional (the default),
-//      every tensor is read into the staging memory; streaming, host
-//      tensors are read straight into their buffers. Device tensors always
-//      go through the staging memory, page-locked.
+//      host tensors from a storage with object views (file://, mem://) are
+//      checked in place in the objects' views and not yet copied
+//      (viewed_reads.h); from any other storage every tensor is read into
+//      the staging memory. Streaming, host tensors are read straight into
+//      their buffers. Device tensors always go through the staging memory,
+//      page-locked.
 //   3. The ranks all-gather their outcomes (LoadVote). All whole: each rank
 //      applies its load (ApplyLoad: device copies, one ParallelCopy from
-//      the staging memory into the host tensors, blobs and metadata), and
+//      the staging memory into the host tensors, the copy of the checked
+//      bytes out of the views, blobs and metadata), and
 //      the load is done. A failure that is not damage (the state does not
 //      fit the checkpoint, the storage failed) fails every rank at once. A
 //      damaged step (DataLoss anywhere, or a manifest gone) fails an
 //      explicit load; a resume logs it and tries the next older step, and
 //      fails, naming every step tried, when none is left.
 //
-// The cost of the promise: staging memory of this rank's loaded tensor
-// bytes, kept by the manager and reused (as SaveAsync's is), and one more
-// copy of those bytes. LoadOptions::transactional = false reads host
-// tensors in place instead; its failures name the entries they may have
-// changed. LoadAll and LoadRankLocal fill a State of their own, so they
-// change nothing of the caller's either way; they fall back as Load does.
+// The cost of the promise: from views, one more pass over the bytes in
+// memory (checked, then copied); otherwise staging memory of this rank's
+// loaded tensor bytes, kept by the manager and reused (as SaveAsync's is),
+// and one more copy of those bytes. LoadOptions::transactional = false
+// reads host tensors in place instead; its failures name the entries they
+// may have changed. LoadAll and LoadRankLocal fill a State of their own, so
+// they change nothing of the caller's either way; they fall back as Load does.
 #include <algorithm>
 #include <set>
 
@@ -330,20 +335,37 @@ Status CheckpointManager::Impl::StageLoad(int64_t step, State& state,
     damaged = objects.code() == ErrorCode::kDataLoss;
     return objects;
   }
-  // 4. Where each tensor is read to: the staging memory (every tensor of a
-  // transactional load, device tensors always), each on a page of its
-  // own, as large staged entries are; or, streaming, its own buffer. The
-  // records follow the state's entries.
+  // 4. Where each tensor is read to: the staging memory (device tensors
+  // always; every tensor of a transactional load from a storage without
+  // object views), each on a page of its own, as large staged entries are;
+  // or its own buffer: streaming at once, transactional from a storage
+  // with views only after every chunk is checked in place (viewed_reads.h).
+  // The records follow the state's entries.
   constexpr uint64_t kPage = 4096;
   constexpr uint64_t kInPlace = UINT64_MAX;
   const std::vector<Entry>& entries = state.entries();
+  // Views need no memory of the load's own, but reading through the page
+  // cache twice costs more than one copy into staging memory already
+  // mapped (by an asynchronous save): staging memory large enough for
+  // every tensor is used when the manager has it.
+  uint64_t all_staged = 0;
+  for (const Entry& e : entries) {
+    if (e.kind != EntryKind::kTensor) continue;
+    all_staged =
+        (all_staged + *e.tensor.ByteSize() + kPage - 1) / kPage * kPage;
+  }
+  const bool viewed = load.transactional &&
+                      storage_->capabilities().object_views &&
+                      staging_.capacity() < all_staged;
   std::vector<uint64_t> at(records.size(), kInPlace);
   uint64_t used = 0;
   bool staged = false;
   for (size_t i = 0; i < records.size(); ++i) {
     const Entry& e = entries[i];
     if (e.kind != EntryKind::kTensor) continue;
-    if (!load.transactional && e.tensor.location.is_host()) continue;
+    if ((viewed || !load.transactional) && e.tensor.location.is_host()) {
+      continue;
+    }
     at[i] = used;
     used = (used + *e.tensor.ByteSize() + kPage - 1) / kPage * kPage;
     staged = true;
@@ -374,6 +396,12 @@ Status CheckpointManager::Impl::StageLoad(int64_t step, State& state,
                          : std::vector<int64_t>(rec->shape.size(), 0);
         const uint64_t bytes = *e.tensor.ByteSize();
         std::byte* into = e.tensor.data;
+        if (at[i] == kInPlace && viewed) {
+          AddSlabs(BoxRead{rec, offsets, e.tensor.shape,
+                           std::span<std::byte>(into, bytes)},
+                   out.copies);
+          break;
+        }
         if (at[i] == kInPlace) {
           in_place.emplace_back(e.name, bytes);
         } else {
@@ -408,6 +436,13 @@ Status CheckpointManager::Impl::StageLoad(int64_t step, State& state,
     damaged = s.code() == ErrorCode::kDataLoss;
     return s.WithContext(op);
   }
+  if (!out.copies.empty()) {
+    out.viewed = std::make_shared<ViewedReads>(storage_.get());
+    if (Status s = out.viewed->Check(m, out.copies, IoPool()); !s.ok()) {
+      damaged = s.code() == ErrorCode::kDataLoss;
+      return s.WithContext(op);
+    }
+  }
   return Status();
 }
 
@@ -421,6 +456,13 @@ Status CheckpointManager::Impl::ApplyLoad(StagedLoad& staged, State& state) {
                                        state.cuda_stream(), op));
   }
   CKPT_RETURN_IF_ERROR_CTX(ParallelCopy(staged.to_host), op);
+  if (staged.viewed != nullptr) {
+    // The bytes were checked in place; this copy fails only if an object
+    // was rewritten in place since, which ckpt never does.
+    CKPT_RETURN_IF_ERROR_CTX(
+        staged.viewed->Copy(*staged.manifest, staged.copies, IoPool()), op);
+    staged.viewed.reset();
+  }
   for (auto& [name, bytes] : staged.blobs) {
     CKPT_RETURN_IF_ERROR(state.SetBlob(name, std::move(bytes)));
   }

@@ -5,9 +5,13 @@
 // tensor, blob and metadata entry of the target bit for bit as it was; a
 // resume skips damaged steps, an explicit step never does; the streaming
 // opt-out names the entries it changed; with many ranks, one rank's damage
-// leaves every rank unchanged.
+// leaves every rank unchanged. Each on the three ways a load reads:
+// mem:// and file:// (on disk and in memory) check every chunk in place
+// before copying it (object views), a storage without views (a wrapper,
+// as s3://) goes through the staging memory.
 #include <cstring>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +19,7 @@
 #include "format/layout.h"
 #include "gtest/gtest.h"
 #include "testing/run_ranks.h"
+#include "testing/temp_dir.h"
 
 namespace ckpt {
 namespace {
@@ -74,16 +79,54 @@ struct Snapshot {
   bool operator==(const Snapshot&) const = default;
 };
 
-class LoadAtomicTest : public ::testing::Test {
+// Where the root lies, and so how a transactional load reads it.
+// kAfterAsync: mem://, saved with SaveAsync, whose staging memory the
+// loads then reuse instead of views.
+enum class Root { kMemory, kDisk, kTmpfs, kStaged, kAfterAsync };
+
+class LoadAtomicTest : public ::testing::TestWithParam<Root> {
  protected:
   void SetUp() override {
     Options o;
     o.chunk_size = 4096;
     o.lease_seconds = 0;
-    mgr_ = CheckpointManager::Open(url_, o).value();
+    switch (GetParam()) {
+      case Root::kMemory:
+        url_ = UniqueUrl("root");
+        break;
+      case Root::kDisk:
+        dir_.emplace("load-atomic", "/var/tmp");
+        url_ = dir_->url();
+        break;
+      case Root::kTmpfs:
+        dir_.emplace("load-atomic", "/dev/shm");
+        url_ = dir_->url();
+        break;
+      case Root::kStaged:
+        url_ = UniqueUrl("staged");
+        break;
+      case Root::kAfterAsync:
+        url_ = UniqueUrl("after-async");
+        break;
+    }
+    if (GetParam() == Root::kStaged) {
+      mgr_ = CheckpointManager::Open(
+                 std::make_unique<StorageWrapper>(OpenStorage(url_).value()), o)
+                 .value();
+    } else {
+      mgr_ = CheckpointManager::Open(url_, o).value();
+    }
+    // The staged root must really go through the staging memory, the
+    // others through views.
+    ASSERT_EQ(mgr_->storage().capabilities().object_views,
+              GetParam() != Root::kStaged);
     for (int step = 1; step <= 3; ++step) {
       Model m(step);
-      ASSERT_TRUE(mgr_->Save(step, m.Make()).ok());
+      if (GetParam() == Root::kAfterAsync) {
+        ASSERT_TRUE(mgr_->SaveAsync(step, m.Make()).Wait().ok());
+      } else {
+        ASSERT_TRUE(mgr_->Save(step, m.Make()).ok());
+      }
     }
     storage_ = OpenStorage(url_).value();
   }
@@ -146,12 +189,13 @@ class LoadAtomicTest : public ::testing::Test {
     EXPECT_TRUE(Snapshot::Of(target, s) == Snapshot::Of(w, ws));
   }
 
-  const std::string url_ = UniqueUrl("root");
+  std::optional<testing::TempDir> dir_;
+  std::string url_;
   std::unique_ptr<CheckpointManager> mgr_;
   std::unique_ptr<Storage> storage_;
 };
 
-TEST_F(LoadAtomicTest, DamageAtAnExplicitStepChangesNothing) {
+TEST_P(LoadAtomicTest, DamageAtAnExplicitStepChangesNothing) {
   FlipLastByte(3);
   EXPECT_EQ(FailsUnchanged(3).code(), ErrorCode::kDataLoss);
   Truncate(2);
@@ -160,7 +204,7 @@ TEST_F(LoadAtomicTest, DamageAtAnExplicitStepChangesNothing) {
   EXPECT_EQ(FailsUnchanged(1).code(), ErrorCode::kDataLoss);
 }
 
-TEST_F(LoadAtomicTest, ResumeFallsBackPastDamagedStepsToTheNewestWholeOne) {
+TEST_P(LoadAtomicTest, ResumeFallsBackPastDamagedStepsToTheNewestWholeOne) {
   FlipLastByte(3);
   ResumesAt(2);
   // Latest() judges by a listing, without reading data: still step 3.
@@ -177,7 +221,7 @@ TEST_F(LoadAtomicTest, ResumeFallsBackPastDamagedStepsToTheNewestWholeOne) {
   }
 }
 
-TEST_F(LoadAtomicTest, MismatchesChangeNothingAndNeverFallBack) {
+TEST_P(LoadAtomicTest, MismatchesChangeNothingAndNeverFallBack) {
   FlipLastByte(3);  // a resume would skip it: a mismatch must not
   {
     Model target(99);
@@ -219,7 +263,7 @@ TEST_F(LoadAtomicTest, MismatchesChangeNothingAndNeverFallBack) {
   }
 }
 
-TEST_F(LoadAtomicTest, StreamingNamesTheEntriesItChanged) {
+TEST_P(LoadAtomicTest, StreamingNamesTheEntriesItChanged) {
   FlipLastByte(3);
   Model target(99);
   State s = target.Make();
@@ -246,7 +290,7 @@ TEST_F(LoadAtomicTest, StreamingNamesTheEntriesItChanged) {
   EXPECT_TRUE(Snapshot::Of(again, t) == Snapshot::Of(two, ts));
 }
 
-TEST_F(LoadAtomicTest, LoadAllFallsBackOnResumeButNotAtAnExplicitStep) {
+TEST_P(LoadAtomicTest, LoadAllFallsBackOnResumeButNotAtAnExplicitStep) {
   FlipLastByte(3);
   Result<LoadedCheckpoint> all = mgr_->LoadAll(std::nullopt);
   ASSERT_TRUE(all.ok()) << all.status().ToString();
@@ -256,6 +300,58 @@ TEST_F(LoadAtomicTest, LoadAllFallsBackOnResumeButNotAtAnExplicitStep) {
   // A name the checkpoint lacks is a mismatch: no fallback.
   EXPECT_EQ(mgr_->LoadAll(std::nullopt, {"nope"}).status().code(),
             ErrorCode::kNotFound);
+}
+
+INSTANTIATE_TEST_SUITE_P(Reads, LoadAtomicTest,
+                         ::testing::Values(Root::kMemory, Root::kDisk,
+                                           Root::kTmpfs, Root::kStaged,
+                                           Root::kAfterAsync),
+                         [](const ::testing::TestParamInfo<Root>& p) {
+                           switch (p.param) {
+                             case Root::kMemory:
+                               return "MemoryViews";
+                             case Root::kDisk:
+                               return "DiskViews";
+                             case Root::kTmpfs:
+                               return "TmpfsViews";
+                             case Root::kStaged:
+                               return "Staged";
+                             case Root::kAfterAsync:
+                               return "StagedAfterAsyncSave";
+                           }
+                           return "Unknown";
+                         });
+
+// The two passes of a load from views read the same bytes: a view keeps
+// the bytes it was taken with when its object is replaced or deleted.
+TEST(ObjectViewTest, KeepsItsBytesWhenTheObjectIsReplacedOrDeleted) {
+  testing::TempDir disk("object-view", "/var/tmp");
+  testing::TempDir tmpfs("object-view", "/dev/shm");
+  for (const std::string& url : {UniqueUrl("view"), disk.url(), tmpfs.url()}) {
+    SCOPED_TRACE(url);
+    auto storage = OpenStorage(url).value();
+    ASSERT_TRUE(storage->capabilities().object_views);
+    const std::string first(10000, 'a');
+    ASSERT_TRUE(storage->PutString("obj", first).ok());
+    std::shared_ptr<const ObjectView> view = storage->ViewObject("obj").value();
+    ASSERT_NE(view, nullptr);
+    auto text = [&] {
+      return std::string(reinterpret_cast<const char*>(view->bytes().data()),
+                         view->bytes().size());
+    };
+    view->WillRead(0, 10000);
+    EXPECT_EQ(text(), first);
+    view->DoneReading(0, 10000);
+    ASSERT_TRUE(storage->PutString("obj", std::string(20000, 'b')).ok());
+    EXPECT_EQ(text(), first);
+    ASSERT_TRUE(storage->Delete("obj").ok());
+    EXPECT_EQ(text(), first);
+    EXPECT_EQ(storage->ViewObject("obj").status().code(), ErrorCode::kNotFound);
+    // A wrapper's reads go through its ReadRange: it offers no views.
+    StorageWrapper wrapped(storage.get());
+    EXPECT_FALSE(wrapped.capabilities().object_views);
+    EXPECT_EQ(wrapped.ViewObject("any").value(), nullptr);
+  }
 }
 
 // Two ranks, each holding half of "table" and a replicated "bias"; only

@@ -46,6 +46,7 @@
 #include "checkpoint/planner.h"
 #include "checkpoint/reader.h"
 #include "checkpoint/staging.h"
+#include "checkpoint/viewed_reads.h"
 #include "ckpt/checkpoint_manager.h"
 #include "format/layout.h"
 #include "format/manifest.h"
@@ -113,6 +114,10 @@ struct StagedLoad {
   // Streaming: the host tensors read straight into place (name, bytes),
   // changed once the reads began.
   std::vector<std::pair<std::string, uint64_t>> written;
+  // Transactional from a storage with object views: the host tensors'
+  // boxes, already checked in place, to copy into their buffers.
+  std::shared_ptr<ViewedReads> viewed;
+  std::vector<BoxRead> copies;
 };
 
 class CheckpointManager::Impl {

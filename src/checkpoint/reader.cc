@@ -77,6 +77,54 @@ std::vector<Run> IntersectionRuns(const std::vector<int64_t>& po,
   }
 }
 
+// A stretch of one stored chunk that lands in the target box: `take`
+// bytes from `in_chunk` bytes into the chunk, to `dst` bytes into the box.
+// take == chunk->length: the whole chunk.
+struct Stretch {
+  const format::ChunkRecord* chunk;
+  uint64_t in_chunk;
+  uint64_t take;
+  uint64_t dst;
+};
+
+// Calls `visit` for each stretch of each chunk of `entry` that lands in
+// the box (`offsets`, `lengths`), walking each piece's chunks (which cover
+// its bytes in order) alongside the runs of the intersection; DataLoss if a
+// piece's chunks end before the piece does, or `visit`'s first error.
+Status WalkBox(const format::EntryRecord& entry,
+               const std::vector<int64_t>& offsets,
+               const std::vector<int64_t>& lengths,
+               const std::function<Status(const Stretch&)>& visit) {
+  const size_t elem = DTypeSize(entry.dtype);
+  for (const format::PieceRecord& piece : entry.pieces) {
+    const std::vector<Run> runs =
+        IntersectionRuns(piece.offsets, piece.lengths, offsets, lengths, elem);
+    size_t k = 0;
+    uint64_t chunk_start = 0;
+    for (const Run& run : runs) {
+      uint64_t pos = run.src;
+      const uint64_t end = run.src + run.len;
+      while (pos < end) {
+        while (k < piece.chunks.size() &&
+               chunk_start + piece.chunks[k].length <= pos) {
+          chunk_start += piece.chunks[k].length;
+          ++k;
+        }
+        if (k == piece.chunks.size()) {
+          return DataLossError("read entry " + Quote(entry.name) +
+                               ": its chunks end before its piece does");
+        }
+        const format::ChunkRecord& c = piece.chunks[k];
+        const uint64_t take = std::min(end, chunk_start + c.length) - pos;
+        CKPT_RETURN_IF_ERROR(
+            visit({&c, pos - chunk_start, take, run.dst + (pos - run.src)}));
+        pos += take;
+      }
+    }
+  }
+  return Status();
+}
+
 // "read <object> bytes [a, b) of entry "<name>"": where a chunk's error
 // happened.
 std::string ChunkWhere(const format::Manifest& manifest,
@@ -86,13 +134,6 @@ std::string ChunkWhere(const format::Manifest& manifest,
          std::to_string(chunk.offset) + ", " +
          std::to_string(chunk.offset + chunk.length) + ") of entry " +
          Quote(entry.name);
-}
-
-Status ChecksumMismatch(const format::Manifest& manifest,
-                        const format::EntryRecord& entry,
-                        const format::ChunkRecord& chunk) {
-  return DataLossError(ChunkWhere(manifest, entry, chunk) +
-                       ": checksum mismatch (the data is damaged)");
 }
 
 Status CheckChunk(const format::Manifest& manifest,
@@ -206,8 +247,8 @@ class FilledChecker {
 // cannot be read as one, each chunk is read on its own, so that the error
 // names the entry and the range as a single read's would.
 Status ReadSpan(Storage& storage, const format::Manifest& manifest,
-                const std::vector<WholeChunk>& chunks, size_t begin,
-                size_t end) {
+                const std::vector<WholeChunk>& chunks, size_t begin, size_t end,
+                Checksums checks) {
   const uint32_t object = chunks[begin].chunk->object;
   const std::string& key = manifest.objects[object].key;
   const uint64_t start = chunks[begin].chunk->offset;
@@ -225,7 +266,12 @@ Status ReadSpan(Storage& storage, const format::Manifest& manifest,
     direct = chunks[i].chunk->offset == a.chunk->offset + a.chunk->length &&
              chunks[i].dest == a.dest + a.chunk->length;
   }
-  if (direct) {
+  if (direct && checks == Checksums::kChecked) {
+    if (storage.ReadRange(key, start, {chunks[begin].dest, stop - start})
+            .ok()) {
+      return Status();
+    }
+  } else if (direct) {
     FilledChecker check(chunks, begin, end);
     const Status read = storage.ReadRangeFilling(
         key, start, {chunks[begin].dest, stop - start},
@@ -242,6 +288,7 @@ Status ReadSpan(Storage& storage, const format::Manifest& manifest,
         const WholeChunk& c = chunks[i];
         std::memcpy(c.dest, bounce.get() + (c.chunk->offset - start),
                     c.chunk->length);
+        if (checks == Checksums::kChecked) continue;
         CKPT_RETURN_IF_ERROR(CheckChunk(manifest, *c.entry, *c.chunk,
                                         {c.dest, c.chunk->length}));
       }
@@ -251,7 +298,7 @@ Status ReadSpan(Storage& storage, const format::Manifest& manifest,
   for (size_t i = begin; i < end; ++i) {
     const WholeChunk& c = chunks[i];
     CKPT_RETURN_IF_ERROR(ReadChunk(storage, manifest, *c.entry, *c.chunk,
-                                   {c.dest, c.chunk->length}));
+                                   {c.dest, c.chunk->length}, checks));
   }
   return Status();
 }
@@ -284,21 +331,43 @@ std::vector<std::pair<size_t, size_t>> Spans(std::vector<WholeChunk>& chunks) {
 
 // Reads `chunks` a span at a time, one span after another.
 Status ReadSpans(Storage& storage, const format::Manifest& manifest,
-                 std::vector<WholeChunk>& chunks) {
+                 std::vector<WholeChunk>& chunks, Checksums checks) {
   for (const auto& [begin, end] : Spans(chunks)) {
-    CKPT_RETURN_IF_ERROR(ReadSpan(storage, manifest, chunks, begin, end));
+    CKPT_RETURN_IF_ERROR(
+        ReadSpan(storage, manifest, chunks, begin, end, checks));
   }
   return Status();
 }
 
 }  // namespace
 
+Status ChecksumMismatch(const format::Manifest& manifest,
+                        const format::EntryRecord& entry,
+                        const format::ChunkRecord& chunk) {
+  return DataLossError(ChunkWhere(manifest, entry, chunk) +
+                       ": checksum mismatch (the data is damaged)");
+}
+
+Status ForEachChunkMeeting(
+    const format::EntryRecord& entry, const std::vector<int64_t>& offsets,
+    const std::vector<int64_t>& lengths,
+    const std::function<void(const format::ChunkRecord&)>& visit) {
+  const format::ChunkRecord* last = nullptr;  // the chunk visited last
+  return WalkBox(entry, offsets, lengths, [&](const Stretch& s) {
+    if (s.chunk != last) visit(*s.chunk);
+    last = s.chunk;
+    return Status();
+  });
+}
+
 Status ReadChunk(Storage& storage, const format::Manifest& manifest,
                  const format::EntryRecord& entry,
-                 const format::ChunkRecord& chunk, std::span<std::byte> dest) {
+                 const format::ChunkRecord& chunk, std::span<std::byte> dest,
+                 Checksums checks) {
   const std::string& key = manifest.objects[chunk.object].key;
   CKPT_RETURN_IF_ERROR_CTX(storage.ReadRange(key, chunk.offset, dest),
                            ChunkWhere(manifest, entry, chunk));
+  if (checks == Checksums::kChecked) return Status();
   return CheckChunk(manifest, entry, chunk, dest);
 }
 
@@ -306,67 +375,43 @@ Status ReadBox(Storage& storage, const format::Manifest& manifest,
                const format::EntryRecord& entry,
                const std::vector<int64_t>& offsets,
                const std::vector<int64_t>& lengths, std::span<std::byte> dest,
-               ReadStats* stats) {
-  const size_t elem = DTypeSize(entry.dtype);
+               ReadStats* stats, Checksums checks) {
   std::unique_ptr<std::byte[]> staging;
   uint64_t staging_size = 0;
   // Whole chunks wanted in place: read at the end a span of their object
   // at a time (ReadSpans), so that a box of small chunks, or of an
   // incremental chain's chunks from several objects, is a few reads.
   std::vector<WholeChunk> whole;
-  for (const format::PieceRecord& piece : entry.pieces) {
-    const std::vector<Run> runs =
-        IntersectionRuns(piece.offsets, piece.lengths, offsets, lengths, elem);
-    if (runs.empty()) continue;
-    // Chunks cover the piece's bytes in order; walk them alongside the runs.
-    size_t k = 0;
-    uint64_t chunk_start = 0;
-    size_t staged = SIZE_MAX;  // the chunk now in `staging`
-    for (const Run& run : runs) {
-      uint64_t pos = run.src;
-      const uint64_t end = run.src + run.len;
-      while (pos < end) {
-        while (k < piece.chunks.size() &&
-               chunk_start + piece.chunks[k].length <= pos) {
-          chunk_start += piece.chunks[k].length;
-          ++k;
-        }
-        if (k == piece.chunks.size()) {
-          return DataLossError("read entry " + Quote(entry.name) +
-                               ": its chunks end before its piece does");
-        }
-        const format::ChunkRecord& c = piece.chunks[k];
-        const uint64_t chunk_end = chunk_start + c.length;
-        const uint64_t take = std::min(end, chunk_end) - pos;
-        std::byte* out = dest.data() + run.dst + (pos - run.src);
-        if (pos == chunk_start && chunk_end <= end) {
-          whole.push_back({&entry, &c, out});
-          if (stats) {
-            ++stats->chunks_read;
-            stats->bytes_read += c.length;
-          }
-        } else {
-          if (staged != k) {
-            if (staging_size < c.length) {
-              staging = std::make_unique_for_overwrite<std::byte[]>(c.length);
-              staging_size = c.length;
-            }
-            CKPT_RETURN_IF_ERROR(
-                ReadChunk(storage, manifest, entry, c,
-                          std::span<std::byte>(staging.get(), c.length)));
-            if (stats) {
-              ++stats->chunks_read;
-              stats->bytes_read += c.length;
-            }
-            staged = k;
-          }
-          std::memcpy(out, staging.get() + (pos - chunk_start), take);
-        }
-        pos += take;
+  const format::ChunkRecord* staged = nullptr;  // the chunk in `staging`
+  CKPT_RETURN_IF_ERROR(WalkBox(entry, offsets, lengths, [&](const Stretch& s) {
+    const format::ChunkRecord& c = *s.chunk;
+    std::byte* out = dest.data() + s.dst;
+    if (s.take == c.length) {
+      whole.push_back({&entry, &c, out});
+      if (stats) {
+        ++stats->chunks_read;
+        stats->bytes_read += c.length;
       }
+      return Status();
     }
-  }
-  return ReadSpans(storage, manifest, whole);
+    if (staged != &c) {
+      if (staging_size < c.length) {
+        staging = std::make_unique_for_overwrite<std::byte[]>(c.length);
+        staging_size = c.length;
+      }
+      CKPT_RETURN_IF_ERROR(
+          ReadChunk(storage, manifest, entry, c,
+                    std::span<std::byte>(staging.get(), c.length), checks));
+      if (stats) {
+        ++stats->chunks_read;
+        stats->bytes_read += c.length;
+      }
+      staged = &c;
+    }
+    std::memcpy(out, staging.get() + s.in_chunk, s.take);
+    return Status();
+  }));
+  return ReadSpans(storage, manifest, whole, checks);
 }
 
 Status ReadEntry(Storage& storage, const format::Manifest& manifest,
@@ -405,7 +450,8 @@ std::vector<BoxRead> SplitBoxRead(BoxRead read, uint64_t slab_bytes) {
 }
 
 Status ReadBoxes(Storage& storage, const format::Manifest& manifest,
-                 const std::vector<BoxRead>& reads, ThreadPool* pool) {
+                 const std::vector<BoxRead>& reads, ThreadPool* pool,
+                 Checksums checks) {
   std::vector<WholeChunk> small;
   std::vector<const BoxRead*> boxes;
   for (const BoxRead& r : reads) {
@@ -413,16 +459,16 @@ Status ReadBoxes(Storage& storage, const format::Manifest& manifest,
   }
   const std::vector<std::pair<size_t, size_t>> spans = Spans(small);
   const int parallelism = pool == nullptr ? 1 : pool->size() + 1;
-  return ParallelFor(pool, parallelism, spans.size() + boxes.size(),
-                     [&](size_t i) {
-                       if (i < spans.size()) {
-                         return ReadSpan(storage, manifest, small,
-                                         spans[i].first, spans[i].second);
-                       }
-                       const BoxRead& r = *boxes[i - spans.size()];
-                       return ReadBox(storage, manifest, *r.entry, r.offsets,
-                                      r.lengths, r.dest);
-                     });
+  return ParallelFor(
+      pool, parallelism, spans.size() + boxes.size(), [&](size_t i) {
+        if (i < spans.size()) {
+          return ReadSpan(storage, manifest, small, spans[i].first,
+                          spans[i].second, checks);
+        }
+        const BoxRead& r = *boxes[i - spans.size()];
+        return ReadBox(storage, manifest, *r.entry, r.offsets, r.lengths,
+                       r.dest, nullptr, checks);
+      });
 }
 
 }  // namespace ckpt

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -20,6 +21,10 @@
 #include "format/manifest.h"
 
 namespace ckpt {
+
+// Whether a read checks every chunk against its checksum (always, but for
+// the second pass over bytes already checked in place: viewed_reads.h).
+enum class Checksums { kCheck, kChecked };
 
 struct ReadStats {
   uint64_t chunks_read = 0;
@@ -33,17 +38,33 @@ Status ReadBox(Storage& storage, const format::Manifest& manifest,
                const format::EntryRecord& entry,
                const std::vector<int64_t>& offsets,
                const std::vector<int64_t>& lengths, std::span<std::byte> dest,
-               ReadStats* stats = nullptr);
+               ReadStats* stats = nullptr,
+               Checksums checks = Checksums::kCheck);
 
 // The whole entry (ReadBox of its full shape).
 Status ReadEntry(Storage& storage, const format::Manifest& manifest,
                  const format::EntryRecord& entry, std::span<std::byte> dest,
                  ReadStats* stats = nullptr);
 
+// The DataLoss of a chunk whose bytes do not match its checksum, naming the
+// object, the byte range and the entry.
+Status ChecksumMismatch(const format::Manifest& manifest,
+                        const format::EntryRecord& entry,
+                        const format::ChunkRecord& chunk);
+
+// Calls `visit` once for each chunk of `entry` that holds bytes of the box
+// (`offsets`, `lengths`), in the order of its pieces; DataLoss if a piece's
+// chunks end before the piece does.
+Status ForEachChunkMeeting(
+    const format::EntryRecord& entry, const std::vector<int64_t>& offsets,
+    const std::vector<int64_t>& lengths,
+    const std::function<void(const format::ChunkRecord&)>& visit);
+
 // Reads one chunk into `dest` (its length) and checks its checksum.
 Status ReadChunk(Storage& storage, const format::Manifest& manifest,
                  const format::EntryRecord& entry,
-                 const format::ChunkRecord& chunk, std::span<std::byte> dest);
+                 const format::ChunkRecord& chunk, std::span<std::byte> dest,
+                 Checksums checks = Checksums::kCheck);
 
 }  // namespace ckpt
 
@@ -72,6 +93,7 @@ std::vector<BoxRead> SplitBoxRead(BoxRead read, uint64_t slab_bytes);
 // entries' spans first, then the other boxes in the order given) is
 // returned; other destinations may be partly written.
 Status ReadBoxes(Storage& storage, const format::Manifest& manifest,
-                 const std::vector<BoxRead>& reads, ThreadPool* pool);
+                 const std::vector<BoxRead>& reads, ThreadPool* pool,
+                 Checksums checks = Checksums::kCheck);
 
 }  // namespace ckpt

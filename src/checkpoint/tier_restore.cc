@@ -94,9 +94,9 @@ Status TieredManager::Impl::StageShare(int64_t step, State& state,
   view.AddMetadataJson(kShareEntry, "{}");
   view.AddMetadataJson(kShareJobEntry, "{}");
   out.info = d.info;
-  // The share's own manager, whose staging memory holds the share until
-  // every rank's is whole; the tiers use it alone, and no save of it is in
-  // flight (Restore waited).
+  // The share's own manager, whose staged load holds the share (checked in
+  // place, or in its staging memory) until every rank's is whole; the tiers
+  // use it alone, and no save of it is in flight (Restore waited).
   CheckpointManager::Impl& impl = TieredManager::DurableImpl(own);
   MutexLock lock(&impl.mu());
   impl.WaitIdle();

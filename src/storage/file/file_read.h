@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -22,5 +23,9 @@ Status ReadObjectRange(const Root& root, std::string_view key, uint64_t offset,
 // the size between the stat and the read (the default ReadAll opens the
 // object twice).
 Result<std::string> ReadObject(const Root& root, std::string_view key);
+
+// Storage::ViewObject: the object's pages, mapped read-only.
+Result<std::shared_ptr<const ObjectView>> ViewObject(const Root& root,
+                                                     std::string_view key);
 
 }  // namespace ckpt::file

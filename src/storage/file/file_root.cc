@@ -184,8 +184,8 @@ Result<std::shared_ptr<const Root>> OpenRoot(const std::string& url,
   root->url = url;
   root->fd = ScopedFd(fd);
   const auto type = FileSystemType(fd);
-  root->direct_io =
-      DirectIoAllowed() && type != TMPFS_MAGIC && type != RAMFS_MAGIC;
+  root->in_memory = type == TMPFS_MAGIC || type == RAMFS_MAGIC;
+  root->direct_io = DirectIoAllowed() && !root->in_memory;
   root->huge_pages = type == TMPFS_MAGIC && HugePagesAllowed();
   return std::shared_ptr<const Root>(std::move(root));
 }

@@ -66,6 +66,9 @@ struct Root {
   // takes O_DIRECT since Linux 6.6 but has no device behind it: its pages
   // are the data, so the aligned bounce block only added a copy per byte.
   bool direct_io = true;
+  // Whether the root's file system holds its files in memory (tmpfs,
+  // ramfs): their pages are the data itself.
+  bool in_memory = false;
   // Whether streamed writes ask for 2 MiB pages (huge_pages.h): on tmpfs,
   // with $CKPT_TMPFS_HUGE_PAGES=1.
   bool huge_pages = false;

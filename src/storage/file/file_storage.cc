@@ -54,6 +54,7 @@ class FileStorage : public Storage {
     caps.atomic_create_if_absent = true;
     caps.range_reads = true;
     caps.hard_links = true;
+    caps.object_views = true;
     return caps;
   }
 
@@ -88,6 +89,13 @@ class FileStorage : public Storage {
     CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Root> root, GetRoot(false));
     if (root == nullptr) return Absent("read", key);
     return ReadObject(*root, key);
+  }
+
+  Result<std::shared_ptr<const ObjectView>> ViewObject(
+      std::string_view key) override {
+    CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Root> root, GetRoot(false));
+    if (root == nullptr) return Absent("view", key);
+    return file::ViewObject(*root, key);
   }
 
   Result<ObjectInfo> Stat(std::string_view key) override {

@@ -39,6 +39,18 @@ Table& NamedStores() {
 
 class MemoryStorage;
 
+class BytesView : public ObjectView {
+ public:
+  explicit BytesView(std::shared_ptr<const std::string> bytes)
+      : bytes_(std::move(bytes)) {}
+  std::span<const std::byte> bytes() const override {
+    return {reinterpret_cast<const std::byte*>(bytes_->data()), bytes_->size()};
+  }
+
+ private:
+  std::shared_ptr<const std::string> bytes_;
+};
+
 class MemoryWritable : public WritableObject {
  public:
   MemoryWritable(std::shared_ptr<Store> store, std::string key)
@@ -77,6 +89,7 @@ class MemoryStorage : public Storage {
     StorageCapabilities caps;
     caps.atomic_create_if_absent = true;
     caps.range_reads = true;
+    caps.object_views = true;
     return caps;
   }
 
@@ -138,6 +151,21 @@ class MemoryStorage : public Storage {
                            ": no such object");
     }
     return *it->second.bytes;
+  }
+
+  // The object's own bytes, shared: a later Put replaces the pointer in
+  // the table and leaves these as they are.
+  Result<std::shared_ptr<const ObjectView>> ViewObject(
+      std::string_view key) override {
+    CKPT_RETURN_IF_ERROR(ValidateKey(key));
+    MutexLock lock(&store_->mu);
+    auto it = store_->objects.find(key);
+    if (it == store_->objects.end()) {
+      return NotFoundError("view " + Quote(key) + " in " + url_ +
+                           ": no such object");
+    }
+    return std::shared_ptr<const ObjectView>(
+        std::make_shared<const BytesView>(it->second.bytes));
   }
 
   Result<ObjectInfo> Stat(std::string_view key) override {

@@ -1,0 +1,143 @@
+#include "checkpoint/viewed_reads.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "util/checksum.h"
+#include "util/names.h"
+#include "util/thread_pool.h"
+
+namespace ckpt {
+namespace {
+
+// Copies are handed to a ReadRangeFilling caller this many bytes at a
+// time, so that it checksums them while they are still in the cache.
+constexpr size_t kFilledPiece = size_t{256} << 10;
+// Chunks of at least this many bytes are prefetched.
+constexpr uint64_t kPrefetchMin = uint64_t{1} << 20;
+
+struct ChunkToCheck {
+  const format::EntryRecord* entry;
+  const format::ChunkRecord* chunk;
+};
+
+}  // namespace
+
+Result<std::shared_ptr<const ObjectView>> ViewedReads::Get(
+    std::string_view key) {
+  {
+    MutexLock lock(&mu_);
+    auto it = views_.find(key);
+    if (it != views_.end()) return it->second;
+  }
+  CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const ObjectView> view,
+                        target()->ViewObject(key));
+  if (view == nullptr) {
+    return FailedPreconditionError("view " + Quote(key) + " in " + url() +
+                                   ": this storage offers no views");
+  }
+  MutexLock lock(&mu_);
+  return views_.emplace(std::string(key), std::move(view)).first->second;
+}
+
+Status ViewedReads::ReadRange(std::string_view key, uint64_t offset,
+                              std::span<std::byte> out) {
+  return ReadRangeFilling(key, offset, out, nullptr);
+}
+
+Status ViewedReads::ReadRangeFilling(std::string_view key, uint64_t offset,
+                                     std::span<std::byte> out,
+                                     const FilledFn& filled) {
+  CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const ObjectView> view, Get(key));
+  const std::span<const std::byte> bytes = view->bytes();
+  if (offset > bytes.size() || out.size() > bytes.size() - offset) {
+    return DataLossError("read " + Quote(key) + " in " + url() + ": " +
+                         std::to_string(out.size()) + " bytes at offset " +
+                         std::to_string(offset) +
+                         " run past the end of the object (" +
+                         std::to_string(bytes.size()) + " bytes)");
+  }
+  view->WillRead(offset, out.size());
+  for (size_t at = 0; at < out.size(); at += kFilledPiece) {
+    const size_t len = std::min(kFilledPiece, out.size() - at);
+    std::memcpy(out.data() + at, bytes.data() + offset + at, len);
+    if (filled) filled(out.subspan(at, len));
+  }
+  view->DoneReading(offset, out.size());
+  return Status();
+}
+
+Status ViewedReads::Check(const format::Manifest& manifest,
+                          const std::vector<BoxRead>& reads, ThreadPool* pool) {
+  // Each chunk once, though slabs of one box, and boxes of one entry, may
+  // share it.
+  std::vector<ChunkToCheck> chunks;
+  for (const BoxRead& r : reads) {
+    CKPT_RETURN_IF_ERROR(ForEachChunkMeeting(*r.entry, r.offsets, r.lengths,
+                                             [&](const format::ChunkRecord& c) {
+                                               chunks.push_back({r.entry, &c});
+                                             }));
+  }
+  std::sort(chunks.begin(), chunks.end(), [](const auto& a, const auto& b) {
+    return std::pair(a.chunk->object, a.chunk->offset) <
+           std::pair(b.chunk->object, b.chunk->offset);
+  });
+  chunks.erase(std::unique(chunks.begin(), chunks.end(),
+                           [](const auto& a, const auto& b) {
+                             return a.chunk == b.chunk;
+                           }),
+               chunks.end());
+  // The views, taken here in object order, one per object, before the
+  // threads start.
+  std::vector<std::shared_ptr<const ObjectView>> views(chunks.size());
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if (i > 0 && chunks[i].chunk->object == chunks[i - 1].chunk->object) {
+      views[i] = views[i - 1];
+      continue;
+    }
+    const std::string& key = manifest.objects[chunks[i].chunk->object].key;
+    Result<std::shared_ptr<const ObjectView>> view = Get(key);
+    if (!view.ok()) {
+      return view.status().WithContext(
+          "read entry " + Quote(chunks[i].entry->name) + " from " + key);
+    }
+    views[i] = *view;
+  }
+  const int parallelism = pool == nullptr ? 1 : pool->size() + 1;
+  // Each thread asks for the chunk it will likely check next while it
+  // checks this one, so that the disk reads ahead of the checksums in
+  // large requests; small chunks are left to the kernel's own read-ahead.
+  auto prefetch = [&](size_t i) {
+    const format::ChunkRecord& c = *chunks[i].chunk;
+    if (c.length >= kPrefetchMin) views[i]->Prefetch(c.offset, c.length);
+  };
+  const size_t ahead = static_cast<size_t>(parallelism);
+  return ParallelFor(pool, parallelism, chunks.size(), [&](size_t i) {
+    if (i < ahead) prefetch(i);
+    if (i + ahead < chunks.size()) prefetch(i + ahead);
+    const format::ChunkRecord& c = *chunks[i].chunk;
+    const ObjectView& view = *views[i];
+    const std::span<const std::byte> bytes = view.bytes();
+    if (c.offset > bytes.size() || c.length > bytes.size() - c.offset) {
+      return DataLossError("read " + manifest.objects[c.object].key +
+                           " bytes [" + std::to_string(c.offset) + ", " +
+                           std::to_string(c.offset + c.length) + ") of entry " +
+                           Quote(chunks[i].entry->name) +
+                           ": the object ends at " +
+                           std::to_string(bytes.size()));
+    }
+    view.WillRead(c.offset, c.length);
+    const bool whole =
+        Xxh3_128(bytes.subspan(c.offset, c.length)) == c.checksum;
+    view.DoneReading(c.offset, c.length);
+    if (!whole) return ChecksumMismatch(manifest, *chunks[i].entry, c);
+    return Status();
+  });
+}
+
+Status ViewedReads::Copy(const format::Manifest& manifest,
+                         const std::vector<BoxRead>& reads, ThreadPool* pool) {
+  return ReadBoxes(*this, manifest, reads, pool, Checksums::kChecked);
+}
+
+}  // namespace ckpt

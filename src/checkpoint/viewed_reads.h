@@ -1,0 +1,57 @@
+// An all-or-nothing load from a storage that hands over its objects' bytes
+// in place (Storage::ViewObject: file://'s mapped pages, mem://'s own
+// buffers) reads every byte twice instead of once through staging memory:
+// first every chunk is checked against its checksum where it lies (Check),
+// then, once every rank has found its chunks whole, the same bytes are
+// copied into the caller's buffers (Copy). Both passes read one view of
+// each object, taken in the first, so they see the same bytes even if the
+// step is deleted in between. The cost against a streaming load is one
+// more pass over the bytes in memory; no memory of the load's own is
+// needed (docs/design.md, "Loading").
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "checkpoint/reader.h"
+#include "ckpt/storage.h"
+#include "util/mutex.h"
+
+namespace ckpt {
+
+class ThreadPool;
+
+class ViewedReads : public StorageWrapper {
+ public:
+  // Reads through views of `target`'s objects, which must offer them
+  // (capabilities().object_views). `target` outlives this.
+  explicit ViewedReads(Storage* target) : StorageWrapper(target) {}
+
+  // Pass 1: every chunk that `reads` touch, checked against its checksum in
+  // its object's view. Writes to no destination. DataLoss names the first
+  // damaged chunk as ReadBoxes would.
+  Status Check(const format::Manifest& manifest,
+               const std::vector<BoxRead>& reads, ThreadPool* pool);
+  // Pass 2: ReadBoxes of `reads` from the views pass 1 took, without
+  // checking the chunks again: they are the bytes pass 1 checked.
+  Status Copy(const format::Manifest& manifest,
+              const std::vector<BoxRead>& reads, ThreadPool* pool);
+
+  // Copies out of the view of `key` (taken on first use).
+  Status ReadRange(std::string_view key, uint64_t offset,
+                   std::span<std::byte> out) override;
+  Status ReadRangeFilling(std::string_view key, uint64_t offset,
+                          std::span<std::byte> out,
+                          const FilledFn& filled) override;
+
+ private:
+  Result<std::shared_ptr<const ObjectView>> Get(std::string_view key);
+
+  Mutex mu_;
+  std::map<std::string, std::shared_ptr<const ObjectView>, std::less<>> views_
+      GUARDED_BY(mu_);
+};
+
+}  // namespace ckpt
