@@ -60,6 +60,19 @@ class CheckLayeringTest(unittest.TestCase):
     def test_passes_a_tree_that_keeps_the_rules(self):
         self.assertEqual(check({}), (0, ""))
 
+    def test_fails_library_code_that_includes_test_support(self):
+        code, out = check({"src/checkpoint/thing.cc":
+                           '#include "testing/temp_dir.h"\n'})
+        self.assertEqual(code, 1)
+        self.assertIn("test support (src/testing) included", out)
+        self.assertIn("src/checkpoint/thing.cc:1:", out)
+
+    def test_fails_a_public_header_that_includes_test_support(self):
+        code, out = check({"include/ckpt/thing.h":
+                           '#include "testing/temp_dir.h"\n'})
+        self.assertEqual(code, 1)
+        self.assertIn("include/ckpt/thing.h:1:", out)
+
     def test_fails_a_python_file_over_700_lines(self):
         code, out = check({"python/tests/test_a.py": "x = 1\n" * 701})
         self.assertEqual(code, 1)
