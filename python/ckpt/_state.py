@@ -28,7 +28,8 @@ def gc_paused():
     """Pauses Python's cycle collector while a save or load makes objects
     by the thousand (tuples, arrays, tensors; no cycles among them): each
     run of the collector walks every tracked object, and 10,000 tensors
-    set it off often enough to cost a fifth of such a save. Re-enabled
+    set it off often enough to cost a good part of such a save
+    (docs/benchmarks.md, "Many small tensors from Python"). Re-enabled
     after, unless it was off before; a thread that pauses it meanwhile
     sees it off and leaves it to the first."""
     enabled = gc.isenabled()
@@ -49,9 +50,10 @@ def _int64s(values):
 
 
 def _address(array):
-    """The address of a NumPy array's first byte: through ctypes, a third
-    of the time __array_interface__ takes (which builds a dict), except
-    for an empty array, which ctypes cannot take a buffer of."""
+    """The address of a NumPy array's first byte: through ctypes, faster
+    than __array_interface__, which builds a dict (docs/benchmarks.md,
+    "Figures behind the library's constants"), except for an empty array,
+    which ctypes cannot take a buffer of."""
     if array.nbytes:
         return ctypes.addressof(ctypes.c_char.from_buffer(array))
     return array.__array_interface__["data"][0]
@@ -145,8 +147,8 @@ class _State(_Owned):
         # the first bad one (in order) raises, as in one ckpt_state_add
         # call; the library's own checks follow, in order too. Whole host
         # tensors in a row go in through ckpt_state_add_tensors: filling
-        # a ctypes struct field by field costs microseconds a tensor, which
-        # for 10,000 small ones is most of a save.
+        # a ctypes struct field by field, for 10,000 small tensors, was most
+        # of a save (docs/benchmarks.md, "Many small tensors from Python").
         calls = []
         for plain, group in itertools.groupby(entries, _plain_tensor):
             group = list(group)
