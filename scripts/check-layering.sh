@@ -6,7 +6,12 @@
 #   - messages between ranks are encoded and decoded only in
 #     src/checkpoint/messages.cc, never as JSON built inline;
 #   - no non-test source file under src/ or tools/ grows past 700 lines, and
-#     the manager stays a facade (400).
+#     the manager stays a facade (400);
+#   - test support lives in src/testing and only tests use it: no library
+#     or tool source (src/, include/, tools/, but tests) includes a header
+#     of src/testing;
+#   - the Python package keeps to 700 lines a file and has no import circle
+#     (scripts/check-python-layering.py).
 # Prints every breach and exits 1 when there is one.
 set -eu
 cd "$(dirname "$0")/.."
@@ -26,6 +31,19 @@ if [ -n "$inline_json" ]; then
   echo "check-layering: JSON built or parsed in src/checkpoint (rank" \
     "messages belong in messages.cc, manifests in src/format):"
   echo "$inline_json"
+  status=1
+fi
+
+testing=$(git grep -nE '#include "testing/' -- 'src/*' 'include/*' 'tools/*' \
+  ':!src/testing/*' ':!*_test.cc' || true)
+if [ -n "$testing" ]; then
+  echo "check-layering: test support (src/testing) included by library or" \
+    "tool code:"
+  echo "$testing"
+  status=1
+fi
+
+if ! /usr/bin/python3 scripts/check-python-layering.py; then
   status=1
 fi
 

@@ -38,14 +38,10 @@ Every error is a ckpt.Error: InvalidArgument (also a ValueError), NotFound,
 AlreadyExists, DataLoss, IOError, Unavailable, Aborted, FailedPrecondition.
 """
 
-from ckpt._ckpt import (
-    __version__,
+from ckpt._lib import __version__
+from ckpt._errors import (
     Aborted,
     AlreadyExists,
-    HAS_MPI,
-    AsyncSave,
-    Catalog,
-    Communicator,
     DataLoss,
     Error,
     FailedPrecondition,
@@ -54,6 +50,9 @@ from ckpt._ckpt import (
     NotFound,
     Unavailable,
 )
+from ckpt._async_save import AsyncSave
+from ckpt._catalog import Catalog
+from ckpt._communicator import HAS_MPI, Communicator
 from ckpt._records import (
     CatalogCheckpoint,
     CatalogJob,
@@ -65,7 +64,8 @@ from ckpt._records import (
 )
 from ckpt._dist import mpi_communicator
 from ckpt._torch_dist import torch_communicator
-from ckpt._manager import CheckpointManager, Tiers, local_tier, open
+from ckpt._manager import CheckpointManager, open
+from ckpt._tiers import Tiers, local_tier
 from ckpt._tree import Metadata
 from ckpt._values import RankLocal, Shard
 

@@ -23,7 +23,7 @@ import struct
 from collections.abc import Mapping
 from fractions import Fraction
 
-from ckpt import _ckpt, _tree
+from ckpt import _dtypes, _errors, _tree
 from ckpt._manager import CheckpointManager
 
 try:
@@ -87,7 +87,7 @@ def consolidate(root, out_path, step=None, *, prefix=None,
     Needs NumPy.
     """
     if np is None:
-        raise _ckpt.FailedPrecondition(
+        raise _errors.FailedPrecondition(
             "consolidate needs NumPy: it maps the output files as arrays")
     limit = _shard_size(max_shard_size)
     prefix = _prefix(prefix)
@@ -99,18 +99,18 @@ def consolidate(root, out_path, step=None, *, prefix=None,
     else:
         try:
             mgr = CheckpointManager(root, create=False)
-        except _ckpt.Error as e:
+        except _errors.Error as e:
             raise type(e)(f"consolidate {root}: {e}") from e
     which = "the newest step" if step is None else f"step {step}"
     what = f"consolidate {which} of {mgr.url}"
     if mgr.world_size != 1:
         # load_into is collective: every rank would write the same files.
-        raise _ckpt.InvalidArgument(
+        raise _errors.InvalidArgument(
             f"{what}: the manager has {mgr.world_size} ranks; consolidate "
             f"runs in one process (open the root without a communicator)")
     try:
         desc = mgr.describe(step)
-    except _ckpt.Error as e:
+    except _errors.Error as e:
         raise type(e)(f"{what}: {e}") from e
     step = desc.info.step
     what = f"consolidate step {step} of {mgr.url}"
@@ -137,7 +137,7 @@ def consolidate(root, out_path, step=None, *, prefix=None,
     existing = {p for p in targets + [other] if os.path.lexists(p)}
     if existing and not overwrite:
         first = next(p for p in targets + [other] if p in existing)
-        raise _ckpt.AlreadyExists(
+        raise _errors.AlreadyExists(
             f"{what}: {first} exists (overwrite=True replaces it)")
 
     created = _make_dir(out_dir, what)
@@ -203,7 +203,7 @@ def _shard_size(value):
         except TypeError:
             pass
     if size is None or size < 1:
-        raise _ckpt.InvalidArgument(
+        raise _errors.InvalidArgument(
             f"max_shard_size {value!r}: give a positive number of bytes, an "
             f"int or a string such as \"5GB\", \"500MB\" or \"2GiB\" "
             f"(GB = 10**9 bytes, GiB = 2**30)")
@@ -214,7 +214,7 @@ def _prefix(prefix):
     if prefix is None:
         return ""
     if not isinstance(prefix, str):
-        raise _ckpt.InvalidArgument(
+        raise _errors.InvalidArgument(
             f"prefix must be a str, not {type(prefix).__name__}")
     return prefix
 
@@ -227,11 +227,11 @@ def _file_metadata(metadata):
     if not isinstance(metadata, Mapping) or not all(
             isinstance(k, str) and isinstance(v, str)
             for k, v in metadata.items()):
-        raise _ckpt.InvalidArgument("metadata must map str to str")
+        raise _errors.InvalidArgument("metadata must map str to str")
     for text in [*metadata, *metadata.values()]:
         problem = _tree.text_problem(text)
         if problem is not None:
-            raise _ckpt.InvalidArgument(f"metadata {text!r}: {problem}")
+            raise _errors.InvalidArgument(f"metadata {text!r}: {problem}")
     out.update(metadata)
     return out
 
@@ -244,17 +244,17 @@ def _select(entries, prefix, what):
             continue
         name = e.name[len(prefix):]
         if not name or name == "__metadata__":
-            raise _ckpt.InvalidArgument(
+            raise _errors.InvalidArgument(
                 f"{what}: entry {e.name!r} would be written as {name!r}, "
                 f"which a safetensors file cannot name a tensor")
-        width = _ckpt._WIDTHS.get(e.dtype)
+        width = _dtypes._WIDTHS.get(e.dtype)
         if width is None:
-            raise _ckpt.InvalidArgument(
+            raise _errors.InvalidArgument(
                 f"{what}: entry {e.name!r} has dtype {e.dtype!r}, which "
                 f"consolidate does not know")
         tensors.append(_Tensor(e.name, name, e.dtype, e.shape, width))
     if not tensors:
-        raise _ckpt.NotFound(
+        raise _errors.NotFound(
             f"{what}: no tensor entry" + (f" starts with prefix {prefix!r}"
                                           if prefix else ""))
     return tensors
@@ -291,7 +291,7 @@ def _header(tensors, file_metadata, what, path):
     # multiple of 8.
     text += b" " * (-len(text) % 8)
     if len(text) > _MAX_HEADER:
-        raise _ckpt.InvalidArgument(
+        raise _errors.InvalidArgument(
             f"{what}: {path}: the safetensors header would take {len(text)} "
             f"bytes, more than readers accept ({_MAX_HEADER}); a smaller "
             f"max_shard_size spreads the tensors over more files")
@@ -321,16 +321,16 @@ def _write_shard(mgr, step, path, header, what):
             raw = mm[start + offset:start + offset + t.nbytes]
             # Raw bits for dtypes NumPy lacks (BF16 as uint16, F8 as uint8):
             # load_into passes the stored dtype for an integer array as wide.
-            state[t.entry] = raw.view(_ckpt._NUMPY_NAMES[t.dtype]).reshape(
+            state[t.entry] = raw.view(_dtypes._NUMPY_NAMES[t.dtype]).reshape(
                 t.shape)
         try:
             mgr.load_into(state, step)
-        except _ckpt.Error as e:
+        except _errors.Error as e:
             raise type(e)(f"{what}: writing {path}: {e}") from e
         mm.flush()
         os.fsync(fd)
     except OSError as e:
-        raise _ckpt.IOError(
+        raise _errors.IOError(
             f"{what}: writing {path}: {e.strerror or e}") from e
     finally:
         os.close(fd)
@@ -344,7 +344,7 @@ def _write_bytes(path, data, what):
             view = view[os.write(fd, view):]
         os.fsync(fd)
     except OSError as e:
-        raise _ckpt.IOError(
+        raise _errors.IOError(
             f"{what}: writing {path}: {e.strerror or e}") from e
     finally:
         os.close(fd)
@@ -371,12 +371,12 @@ def _place(tmp, path, overwrite, what):
     try:
         os.link(tmp, path)
     except FileExistsError:
-        raise _ckpt.AlreadyExists(
+        raise _errors.AlreadyExists(
             f"{what}: {path} exists (overwrite=True replaces it)") from None
     except OSError:
         # A file system without hard links.
         if os.path.lexists(path):
-            raise _ckpt.AlreadyExists(
+            raise _errors.AlreadyExists(
                 f"{what}: {path} exists (overwrite=True replaces it)"
             ) from None
         _io(os.rename, tmp, path, what=f"{what}: renaming {tmp} to {path}")
@@ -390,7 +390,7 @@ def _make_dir(path, what):
     if os.path.isdir(path):
         return False
     if os.path.lexists(path):
-        raise _ckpt.InvalidArgument(f"{what}: {path} is not a directory")
+        raise _errors.InvalidArgument(f"{what}: {path} is not a directory")
     _io(os.makedirs, path, exist_ok=True, what=f"{what}: creating {path}")
     return True
 
@@ -408,7 +408,7 @@ def _io(fn, *args, what, **kwargs):
     try:
         return fn(*args, **kwargs)
     except OSError as e:
-        raise _ckpt.IOError(f"{what}: {e.strerror or e}") from e
+        raise _errors.IOError(f"{what}: {e.strerror or e}") from e
 
 
 def _remove_quietly(path):

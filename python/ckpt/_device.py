@@ -9,7 +9,7 @@ the current stream of their device; the interface: its "stream" field),
 and a load's copies are done before load() returns.
 """
 
-from ckpt import _ckpt
+from ckpt import _dtypes, _errors
 
 # __cuda_array_interface__ typestr -> safetensors dtype.
 _TYPESTRS = {"|b1": "BOOL", "|u1": "U8", "|i1": "I8", "<i2": "I16",
@@ -23,7 +23,7 @@ _NO_STREAM = (None, 1, 2)
 
 class DeviceArray:
     """A C-contiguous tensor in the memory of CUDA device `device`: what
-    _ckpt hands the library for it."""
+    _state hands the library for it."""
 
     __slots__ = ("address", "nbytes", "dtype", "shape", "device", "stream",
                  "owner")
@@ -35,7 +35,7 @@ class DeviceArray:
 
 
 def _bad(name, why):
-    return _ckpt.InvalidArgument(f"entry {name!r}: {why}")
+    return _errors.InvalidArgument(f"entry {name!r}: {why}")
 
 
 def is_device_value(value, torch):
@@ -93,7 +93,7 @@ def _interface_array(name, value, for_load):
     if dtype is None:
         raise _bad(name, f"__cuda_array_interface__ typestr {typestr!r} has "
                          f"no safetensors dtype")
-    width = _ckpt._WIDTHS[dtype]
+    width = _dtypes._WIDTHS[dtype]
     strides = face.get("strides")
     if strides is not None:
         expected, step = [], width

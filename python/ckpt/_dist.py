@@ -2,7 +2,7 @@
 
 import atexit
 
-from ckpt import _ckpt
+from ckpt import _communicator, _errors
 
 _finalize_registered = False
 
@@ -19,12 +19,12 @@ def mpi_communicator():
     built without MPI.
     """
     global _finalize_registered
-    if not _ckpt.HAS_MPI:
-        raise _ckpt.Unavailable(
+    if not _communicator.HAS_MPI:
+        raise _errors.Unavailable(
             "ckpt.mpi_communicator(): this ckpt was built without MPI "
             "(install libopenmpi-dev and rebuild)")
-    comm = _ckpt.mpi_communicator()
+    comm = _communicator.mpi_communicator()
     if not _finalize_registered:
-        atexit.register(_ckpt._finalize_mpi)
+        atexit.register(_communicator._finalize_mpi)
         _finalize_registered = True
     return comm

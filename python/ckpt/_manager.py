@@ -6,7 +6,9 @@ import os
 import warnings
 from collections.abc import Mapping
 
-from ckpt import _ckpt, _device, _tree, _values
+from ckpt import _device, _errors, _manager_handle, _state, _tree, _values
+from ckpt._fill import _Staged, _decoded, _fill_targets, _partly_written
+from ckpt._tiers import Tiers
 
 
 class CheckpointManager:
@@ -126,23 +128,24 @@ class CheckpointManager:
         # new job). Opening now still checks every option (a bad catalog).
         self._missing = _missing_local_root(url) if create is None else None
         self._options = options
-        self._m = _ckpt.Manager(url, create=create is not False,
-                                create_root=create is True, **options)
+        self._m = _manager_handle.Manager(
+            url, create=create is not False, create_root=create is True,
+            **options)
 
     def _create_root(self):
         """Creates the root now if it is still missing (create=True of a
         manager opened without it): ckpt.torch.latest(root, create=True)."""
         if self._missing is not None and _missing_local_root(self._url):
             self._m = None  # no save yet, so no lease to hand back
-            self._m = _ckpt.Manager(self._url, create=True, create_root=True,
-                                    **self._options)
+            self._m = _manager_handle.Manager(
+                self._url, create=True, create_root=True, **self._options)
 
     @property
     def _reader(self):
         """The library's manager, for calls that read: NotFound naming the
         path while the root does not exist."""
         if self._missing is not None and _missing_local_root(self._url):
-            raise _ckpt.NotFound(
+            raise _errors.NotFound(
                 f"root {self._missing} does not exist: nothing was saved "
                 f"there (check the path; a save creates it, or open with "
                 f"create=True to start a new job)")
@@ -183,7 +186,7 @@ class CheckpointManager:
         ranges (of dimension 0) that may have changed since this manager's
         previous save: its other rows are referenced without being hashed.
         """
-        with _ckpt.gc_paused():
+        with _state.gc_paused():
             arguments = self._save_arguments(state, metadata, epoch, metrics,
                                              incremental, dirty_rows)
         return self._m.save(step, *arguments)
@@ -211,7 +214,7 @@ class CheckpointManager:
         the arrays must not change until handle.wait_staged() returns
         (call it before the optimizer step).
         """
-        with _ckpt.gc_paused():
+        with _state.gc_paused():
             arguments = self._save_arguments(state, metadata, epoch, metrics,
                                              incremental, dirty_rows)
         return self._m.save_async(step, *arguments,
@@ -249,7 +252,7 @@ class CheckpointManager:
             step, "load", lambda s: self._reader.load(s, new_device_tensor))
         # Inline, not a helper: decode_tensor's warnings name the caller of
         # load() by how many frames up it is.
-        with _ckpt.gc_paused():
+        with _state.gc_paused():
             tree, values = None, {}
             for name, kind, dtype, value in entries:
                 if name == _tree.TREE_ENTRY and kind == "metadata":
@@ -323,7 +326,7 @@ class CheckpointManager:
             extra = [n for n in stored
                      if n not in wanted and n != _tree.TREE_ENTRY]
             if extra:
-                raise _ckpt.InvalidArgument(
+                raise _errors.InvalidArgument(
                     f"strict load of step {step}: the state has no "
                     f"entry {extra[0]!r} ({len(extra)} missing)")
         entries, finishers, paths, fresh = _fill_targets(
@@ -332,7 +335,7 @@ class CheckpointManager:
         try:
             info, values = self._m.load_into(step, entries, False)
             values = _decoded(values, where)
-        except _ckpt.Error as e:
+        except _errors.Error as e:
             if transactional:
                 raise
             raise _partly_written(e, entries, paths) from None
@@ -441,7 +444,7 @@ class CheckpointManager:
         if dirty_rows is None:
             return {}
         if not isinstance(dirty_rows, Mapping):
-            raise _ckpt.InvalidArgument(
+            raise _errors.InvalidArgument(
                 "dirty_rows must map tensor names to [(first, end), ...]")
         return {name: [(int(a), int(b)) for a, b in ranges]
                 for name, ranges in dirty_rows.items()}
@@ -453,9 +456,9 @@ class CheckpointManager:
         if not isinstance(metadata, Mapping) or not all(
                 isinstance(k, str) and isinstance(v, str)
                 for k, v in metadata.items()):
-            raise _ckpt.InvalidArgument("metadata must map str to str")
+            raise _errors.InvalidArgument("metadata must map str to str")
         if not isinstance(metrics, Mapping):
-            raise _ckpt.InvalidArgument(
+            raise _errors.InvalidArgument(
                 f"metrics must map str to numbers, not be a "
                 f"{type(metrics).__name__}")
         metrics = {_metric_name(k): _metric_value(k, v)
@@ -466,13 +469,13 @@ class CheckpointManager:
         for what, text in texts:
             problem = _tree.text_problem(text, c_string=True)
             if problem is not None:
-                raise _ckpt.InvalidArgument(f"{what}: {problem}")
+                raise _errors.InvalidArgument(f"{what}: {problem}")
         return (-1 if epoch is None else epoch, dict(metrics), dict(metadata))
 
 
 def _metric_name(key):
     if not isinstance(key, str):
-        raise _ckpt.InvalidArgument(
+        raise _errors.InvalidArgument(
             f"metrics must map str to numbers: the key {key!r} is a "
             f"{type(key).__name__}")
     return key
@@ -489,63 +492,10 @@ def _metric_value(key, value):
             return float(item)
     shape = getattr(value, "shape", None)
     told = f" of shape {list(shape)}" if shape is not None else ""
-    raise _ckpt.InvalidArgument(
+    raise _errors.InvalidArgument(
         f"metrics[{key!r}] is a {type(value).__module__}."
         f"{type(value).__qualname__}{told}, not a number (metrics take "
         f"int, float, NumPy scalars and 0-d tensors)")
-
-
-def _fill_targets(state, stored, fresh=False, own_memory=frozenset()):
-    """How `state` receives a checkpoint: (entries for the library,
-    finishers to run after, {name: (path, leaf)} of the values that are
-    replaced, [_values.Fresh] to hand over). `stored` maps names to
-    EntryInfo where known. fresh=True reads every array into new memory
-    (but those whose id() is in `own_memory`), to be copied over later;
-    else straight into the arrays."""
-    leaves, _ = _tree.flatten(state)
-    entries, finishers, paths, handed = [], [], {}, []
-    for name, path, leaf in leaves:
-        if _values.holds_nothing(leaf):
-            continue
-        value, place = _values.placement(name, leaf)
-        e = stored.get(name)
-        dtype = e.dtype if e is not None and e.kind == "tensor" else None
-        into = (fresh and id(value) not in own_memory
-                and not _values.staged_by_library(value))
-        target = (_values.fresh_target if into else _values.fill_target)(
-            name, value, dtype)
-        if target is None:
-            entries.append((name, _values.blob_kind(value), None, None,
-                            place))
-            paths[name] = (path, leaf)
-            continue
-        array, dtype, finish = target
-        entries.append((name, "tensor", array, dtype, place))
-        if finish is not None:
-            (handed if into else finishers).append(finish)
-    return entries, finishers, paths, handed
-
-
-def _decoded(values, where):
-    """The library's (name, kind, value) of blobs and metadata, metadata
-    decoded (which may find it damaged: before anything is handed over)."""
-    return [(name, kind, _values.decode_metadata(value, name, where)
-             if kind == "metadata" else value)
-            for name, kind, value in values]
-
-
-def _partly_written(error, entries, paths):
-    """`error` of a load with transactional=False, naming the entries
-    whose arrays it may have written before it failed."""
-    names = [e[0] for e in entries if e[1] == "tensor"]
-    shown = ", ".join(repr(n) for n in names[:8])
-    if len(names) > 8:
-        shown += f", ... ({len(names)} in all)"
-    told = (f"; with transactional=False the load may have written part of "
-            f"the arrays of {shown} before it failed (the state's other "
-            f"values were not changed)" if names else
-            "; the state was not changed")
-    return type(error)(f"{error}{told}")
 
 
 def first_whole(steps, attempt, where):
@@ -556,7 +506,7 @@ def first_whole(steps, attempt, where):
     for step in steps:
         try:
             return attempt(step)
-        except _ckpt.DataLoss as e:
+        except _errors.DataLoss as e:
             skipped.append((step, e))
             warn_skipped(where, step, e)
     raise all_damaged(where, skipped)
@@ -570,150 +520,8 @@ def warn_skipped(where, step, error, stacklevel=5):
 
 def all_damaged(where, skipped):
     tried = "; ".join(f"step {s}: {e}" for s, e in skipped)
-    return _ckpt.DataLoss(f"{where}: no committed step loads whole "
-                          f"(tried {len(skipped)}, newest first): {tried}")
-
-
-class _Staged:
-    """A load read in whole, not yet handed to the caller's state."""
-
-    def __init__(self, info, state, fresh, finishers, paths, values):
-        self.info, self.state, self.fresh = info, state, fresh
-        self.finishers, self.paths, self.values = finishers, paths, values
-
-    def commit(self):
-        """Copies the loaded arrays into the state's and replaces its
-        other values (nothing here fails on a state the load accepted)."""
-        for f in self.fresh:
-            f.copy()
-        self.replace([])
-
-    def swap(self):
-        """Exchanges the loaded arrays with the state's: a second call
-        puts the state's own bytes back."""
-        for f in self.fresh:
-            f.swap()
-
-    def replace(self, undo):
-        """Runs the finishers and puts the loaded blobs and metadata into
-        the state, adding to `undo` how to put back a caller's RankLocal
-        value (the state's containers are the caller's to restore)."""
-        for finish in self.finishers:
-            finish()
-        for name, _, value in self.values:
-            path, leaf = self.paths[name]
-            if isinstance(leaf, _values.RankLocal):
-                undo.append(lambda leaf=leaf, old=leaf.value:
-                            setattr(leaf, "value", old))
-                leaf.value = value
-            else:
-                _tree.assign(self.state, path, value)
-
-
-def _finish_fill(state, finishers, paths, values, where):
-    _Staged(None, state, [], finishers, paths,
-            _decoded(values, where)).replace([])
-
-
-class Tiers:
-    """A local tier in front of a CheckpointManager's root (made by
-    CheckpointManager.tiers(); docs/tiers.md).
-
-        mgr = ckpt.open("s3://bucket/run42", communicator=comm)
-        with mgr.tiers("file:///dev/shm/run42", local_every=50,
-                       durable_every=1000, replicas=1) as tiers:
-            restored = tiers.restore(state)  # .tier: none, local, durable
-            for step in range(restored.step + 1, steps):
-                train_one_step()
-                tiers.save_async(step, state)
-    """
-
-    def __init__(self, manager, local_url, local_every, durable_every, keep,
-                 replicas, replication_rate, nodes):
-        self._manager = manager
-        self._t = _ckpt.Tiered(manager._m, os.fspath(local_url), local_every,
-                               durable_every, keep, replicas, replication_rate,
-                               nodes)
-
-    @property
-    def node(self):
-        """This rank's node index."""
-        return self._t.node
-
-    @property
-    def manager(self):
-        """The durable tier's CheckpointManager."""
-        return self._manager
-
-    def save(self, step, state, metadata=None, epoch=None, metrics=None, *,
-             durable=None):
-        """Saves `state` as `step` to the tiers that are due by their
-        intervals (durable=True: to the durable tier too; durable=False:
-        never to it) and returns a TierSaveResult. A step no tier is due at
-        is skipped. The local tier is a cache: its failure is
-        result.local_error, not an exception; a durable tier's failure
-        raises."""
-        arguments = self._arguments(state, metadata, epoch, metrics)
-        return self._t.save(step, *arguments, self._durable(durable))
-
-    def save_async(self, step, state, metadata=None, epoch=None,
-                   metrics=None, *, durable=None):
-        """The same in the background: returns once the state is copied
-        (its arrays may change at once), with a handle whose wait() returns
-        the TierSaveResult. One save is in flight at a time: the next call
-        waits for it."""
-        arguments = self._arguments(state, metadata, epoch, metrics)
-        return self._t.save_async(step, *arguments, self._durable(durable))
-
-    def restore(self, state, *, strict=False):
-        """Fills `state` in place (as load_into does) from the newest step
-        that the local tiers, with peers' replicas, or the durable tier hold
-        whole, and returns a TierRestoreResult (tier 'none', and `state`
-        untouched, when nothing was saved yet). Every rank calls it. A job
-        at another world size reshards the local tier's step, fetching the
-        shares its nodes lack from their peers, unless its state has
-        rank-local entries (then the durable tier's load decides)."""
-        entries, finishers, paths, _ = _fill_targets(state, {})
-        if strict:
-            # The tree this package saves beside the entries: asked for, so
-            # that it does not count as an entry the state lacks.
-            entries.append((_tree.TREE_ENTRY, "metadata", None, None, None))
-        result, values = self._t.restore(entries, strict)
-        values = [v for v in values if v[0] != _tree.TREE_ENTRY]
-        if result.tier != "none":
-            _finish_fill(state, finishers, paths, values,
-                         f"restore of step {result.step} from the "
-                         f"{result.tier} tier")
-        return result
-
-    def close(self):
-        """Waits for the save in flight and lets go of the tiers."""
-        self._t.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def _arguments(self, state, metadata, epoch, metrics):
-        with _ckpt.gc_paused():
-            entries, epoch, metrics, metadata, _, _ = \
-                self._manager._save_arguments(state, metadata, epoch,
-                                              metrics, False, None)
-        return entries, epoch, metrics, metadata
-
-    @staticmethod
-    def _durable(durable):
-        if durable is None:
-            return _ckpt._TIER_BY_INTERVAL
-        return _ckpt._TIER_DURABLE if durable else _ckpt._TIER_SKIP_DURABLE
-
-
-def local_tier(url):
-    """What a node's local tier root holds, as `ckpt ls` of it shows: a
-    list of dicts {rank, step, marked, world_size, bytes}, one per share."""
-    return _ckpt.local_tier_list(os.fspath(url))
+    return _errors.DataLoss(f"{where}: no committed step loads whole "
+                            f"(tried {len(skipped)}, newest first): {tried}")
 
 
 def _missing_local_root(url):
@@ -734,7 +542,7 @@ def _require_torch(call):
     try:
         import torch  # noqa: F401 - only whether it imports
     except ImportError as e:
-        raise _ckpt.Unavailable(
+        raise _errors.Unavailable(
             f"{call} returns torch tensors, but PyTorch is not importable "
             f"({e}); install it, or load without as_torch") from None
 
@@ -747,12 +555,12 @@ def _device_tensors(device):
     try:
         import torch
     except ImportError:
-        raise _ckpt.Unavailable(
+        raise _errors.Unavailable(
             f"load(device={device!r}) makes torch tensors on the device: "
             f"PyTorch is not importable") from None
     device = torch.device(device)
     if device.type != "cuda":
-        raise _ckpt.InvalidArgument(
+        raise _errors.InvalidArgument(
             f"load(device={str(device)!r}): a CUDA device (\"cuda:0\"), or "
             f"device=None for host memory")
 

@@ -18,7 +18,7 @@ import itertools
 import socket
 import threading
 
-from ckpt import _ckpt
+from ckpt import _communicator, _errors, _lib
 
 _ABORTED = 7  # CKPT_ABORTED
 
@@ -50,12 +50,12 @@ class _Ops(ctypes.Structure):
     ]
 
 
-# Declared here, apart from _ckpt's table: function objects of their own.
+# Declared here, apart from _lib's table: function objects of their own.
 _create = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.POINTER(_Ops),
                            ctypes.c_void_p)(
-    ("ckpt_communicator_create", _ckpt._lib))
+    ("ckpt_communicator_create", _lib._lib))
 _push = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p,
-                         ctypes.c_size_t)(("ckpt_bytes_list_push", _ckpt._lib))
+                         ctypes.c_size_t)(("ckpt_bytes_list_push", _lib._lib))
 
 # ctx number -> _Group, for as long as the library holds the communicator.
 _CONTEXTS = {}
@@ -254,15 +254,15 @@ def torch_communicator(group=None):
         import torch
         import torch.distributed as dist
     except ImportError as e:
-        raise _ckpt.Unavailable(
+        raise _errors.Unavailable(
             f"ckpt.torch_communicator(): PyTorch is not installed ({e})"
         ) from None
     if not dist.is_available():
-        raise _ckpt.FailedPrecondition(
+        raise _errors.FailedPrecondition(
             "ckpt.torch_communicator(): this PyTorch has no "
             "torch.distributed")
     if not dist.is_initialized():
-        raise _ckpt.FailedPrecondition(
+        raise _errors.FailedPrecondition(
             "ckpt.torch_communicator(): call "
             "torch.distributed.init_process_group first (run the program "
             "under torchrun)")
@@ -271,14 +271,14 @@ def torch_communicator(group=None):
         own = _own_groups.get(id(default))
         if own is None or own[0] is not default:
             if not dist.is_gloo_available():
-                raise _ckpt.Unavailable(
+                raise _errors.Unavailable(
                     "ckpt.torch_communicator(): this PyTorch has no gloo "
                     "backend, which ckpt's collectives need")
             own = (default, dist.new_group(backend="gloo"))
             _own_groups[id(default)] = own
         group = own[1]
     elif "gloo" not in _backend(dist, group):
-        raise _ckpt.InvalidArgument(
+        raise _errors.InvalidArgument(
             f"ckpt.torch_communicator(group=...): the group's backend is "
             f"{_backend(dist, group) or 'unknown'}, not gloo; pass a gloo "
             f"group (torch.distributed.new_group(backend=\"gloo\")) or "
@@ -286,7 +286,7 @@ def torch_communicator(group=None):
     rank = dist.get_rank(group)
     size = dist.get_world_size(group)
     if rank < 0:
-        raise _ckpt.InvalidArgument(
+        raise _errors.InvalidArgument(
             "ckpt.torch_communicator(group=...): this process is not a "
             "member of the group")
     with _lock:
@@ -296,10 +296,10 @@ def torch_communicator(group=None):
     if not handle:
         _destroy(ctx)
         raise MemoryError("ckpt: cannot create a communicator")
-    comm = _ckpt.Communicator(handle)
+    comm = _communicator.Communicator(handle)
     # Point to point too, for tiers' replicas (Tiers, docs/tiers.md).
-    _ckpt._call(_ckpt._lib.ckpt_communicator_set_send_recv, handle,
-                ctypes.cast(_SEND_RECV, ctypes.c_void_p))
+    _lib._call(_lib._lib.ckpt_communicator_set_send_recv, handle,
+               ctypes.cast(_SEND_RECV, ctypes.c_void_p))
     return comm
 
 

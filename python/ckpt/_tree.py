@@ -23,7 +23,7 @@ import json
 import warnings
 from collections.abc import Mapping
 
-from ckpt import _ckpt
+from ckpt import _errors
 
 TREE_ENTRY = "__python_tree__"
 TREE_VERSION = 1
@@ -85,7 +85,7 @@ def flatten(state):
     the JSON-able description that `unflatten` rebuilds the containers from.
     """
     if not isinstance(state, Mapping) or isinstance(state, Metadata):
-        raise _ckpt.InvalidArgument(
+        raise _errors.InvalidArgument(
             f"a state must be a dict, not {type(state).__name__}")
     leaves = []
     # The root node sits one level inside the tree description's object.
@@ -100,14 +100,14 @@ def _flatten(value, path, leaves, seen, active, depth):
     if not _is_container(value):
         return _leaf(value, path, leaves, seen)
     if id(value) in active:
-        raise _ckpt.InvalidArgument(
+        raise _errors.InvalidArgument(
             f"{_show(path)} is {_show(active[id(value)])} itself: a state "
             f"that contains itself cannot be saved")
     is_dict = isinstance(value, Mapping)
     levels = _DICT_LEVELS if is_dict else _SEQ_LEVELS
     # A child node lies `levels` deeper; an empty container's array, one.
     if depth + (levels if len(value) else 1) > MAX_JSON_DEPTH:
-        raise _ckpt.InvalidArgument(
+        raise _errors.InvalidArgument(
             f"{_show(path)}: the containers nest too deep to save (their "
             f"description may nest {MAX_JSON_DEPTH} JSON levels, a dict "
             f"taking {_DICT_LEVELS} and a list or tuple {_SEQ_LEVELS})")
@@ -132,27 +132,27 @@ def _check_key(key, path):
     if type(key) is str and key.isascii() and "\0" not in key:
         return  # the common key, fine without encoding it
     if isinstance(key, bool) or not isinstance(key, (str, int)):
-        raise _ckpt.InvalidArgument(
+        raise _errors.InvalidArgument(
             f"key {key!r} at {_show(path)}: keys must be str or int")
     if isinstance(key, int):
         if not _JSON_INT_MIN <= key <= _JSON_INT_MAX:
-            raise _ckpt.InvalidArgument(
+            raise _errors.InvalidArgument(
                 f"key {key!r} at {_show(path)}: an int key must fit in 64 "
                 f"bits (int64 or uint64)")
         return
     problem = text_problem(key, c_string=True)
     if problem is not None:
-        raise _ckpt.InvalidArgument(
+        raise _errors.InvalidArgument(
             f"key {key!r} at {_show(path)}: {problem}")
 
 
 def _leaf(value, path, leaves, seen):
     name = ".".join(map(str, path))
     if name == TREE_ENTRY:
-        raise _ckpt.InvalidArgument(
+        raise _errors.InvalidArgument(
             f"entry name {TREE_ENTRY!r} is reserved by ckpt")
     if name in seen:
-        raise _ckpt.InvalidArgument(
+        raise _errors.InvalidArgument(
             f"{_show(seen[name])} and {_show(path)} both make the entry name "
             f"{name!r}")
     seen[name] = path
@@ -199,7 +199,7 @@ def _check_json(name, obj, path, depth, active):
 
 def _bad_json(name, path, why):
     where = "".join(f"[{k!r}]" for k in path)
-    return _ckpt.InvalidArgument(
+    return _errors.InvalidArgument(
         f"entry {name!r}{': ' + where if where else ''}: {why}")
 
 
@@ -245,10 +245,10 @@ def unflatten(tree, values, omitted=frozenset(), checkpoint="the checkpoint"):
             RecursionError) as e:
         why = f"{type(e).__name__}: {e}"
     else:
-        raise _ckpt.FailedPrecondition(
+        raise _errors.FailedPrecondition(
             f"{checkpoint}: its {TREE_ENTRY} has version {version!r}; this "
             f"ckpt reads version {TREE_VERSION}")
-    raise _ckpt.DataLoss(
+    raise _errors.DataLoss(
         f"{checkpoint}: its {TREE_ENTRY} entry (how the state's containers "
         f"nest) is damaged: {why}") from None
 

@@ -28,7 +28,7 @@ import math
 import sys
 import warnings
 
-from ckpt import _buffer, _ckpt, _device, _tree
+from ckpt import _buffer, _device, _dtypes, _errors, _state, _tree
 from ckpt._tree import Metadata
 
 try:
@@ -99,10 +99,10 @@ def holds_nothing(value):
 
 
 def placement(name, value):
-    """(inner value, placement tuple for _ckpt) of a state leaf."""
+    """(inner value, placement tuple for _state) of a state leaf."""
     if isinstance(value, Shard):
         if len(value.offsets) != len(value.global_shape):
-            raise _ckpt.InvalidArgument(
+            raise _errors.InvalidArgument(
                 f"entry {name!r}: a Shard needs one offset per dimension of "
                 f"its global shape")
         return value.value, ("piece", value.global_shape, value.offsets)
@@ -121,7 +121,7 @@ def _saveable(dtype):
 
 
 def _unsupported(name, what):
-    return _ckpt.InvalidArgument(
+    return _errors.InvalidArgument(
         f"entry {name!r}: {what} has no safetensors dtype (ckpt stores bool, "
         f"int8..int64, uint8..uint64, float16, bfloat16, float32, float64)")
 
@@ -138,18 +138,18 @@ def _saveable_array(name, array):
 
 def _cpu_tensor(name, tensor, torch):
     if tensor.device.type != "cpu":
-        raise _ckpt.InvalidArgument(
+        raise _errors.InvalidArgument(
             f"entry {name!r}: the tensor is on {tensor.device}; ckpt saves "
             f"CPU and CUDA tensors (use tensor.cpu())")
     if tensor.layout != torch.strided:
-        raise _ckpt.InvalidArgument(
+        raise _errors.InvalidArgument(
             f"entry {name!r}: a {tensor.layout} tensor; ckpt saves dense "
             f"(strided) tensors")
     return tensor.detach()
 
 
 def _tensor_array(name, tensor, torch):
-    """A CPU tensor's memory (_ckpt.HostMemory: its address, read from the
+    """A CPU tensor's memory (_state.HostMemory: its address, read from the
     tensor, with no NumPy view made; a state of many small tensors spends
     its time on such per-tensor steps), and the dtype to store (None: the
     memory's)."""
@@ -160,8 +160,8 @@ def _tensor_array(name, tensor, torch):
     dtype = _torch_names(torch).get(t.dtype)
     if dtype is None:
         raise _unsupported(name, f"torch dtype {t.dtype}")
-    return _ckpt.HostMemory(t.data_ptr(), t.numel() * t.element_size(), dtype,
-                            tuple(t.shape), t), None
+    return _state.HostMemory(t.data_ptr(), t.numel() * t.element_size(),
+                             dtype, tuple(t.shape), t), None
 
 
 _TORCH_NAMES = {}
@@ -189,16 +189,16 @@ def _metadata_json(name, obj):
     try:
         return json.dumps(obj, allow_nan=False)
     except (TypeError, ValueError) as e:
-        raise _ckpt.InvalidArgument(
+        raise _errors.InvalidArgument(
             f"entry {name!r}: cannot be stored as JSON: {e}") from None
 
 
 def _bad(name, why):
-    return _ckpt.InvalidArgument(f"entry {name!r}: {why}")
+    return _errors.InvalidArgument(f"entry {name!r}: {why}")
 
 
 def encode(name, value):
-    """(kind, value, dtype) of the entry that stores `value`, for _ckpt."""
+    """(kind, value, dtype) of the entry that stores `value`, for _state."""
     # A tensor first: it is neither Metadata nor NumPy, and a state of
     # many small tensors pays for every check on the way.
     torch = _loaded_torch()
@@ -237,7 +237,7 @@ def encode(name, value):
             raise _bad(name, f"the str cannot be saved: {problem}")
         scalar = {TYPE_KEY: "str", "value": str(value)}
     else:
-        raise _ckpt.InvalidArgument(
+        raise _errors.InvalidArgument(
             f"entry {name!r}: ckpt cannot save a {type(value).__name__} (it "
             f"saves NumPy arrays, torch tensors, bytes, int, float, str, bool, "
             f"None, ckpt.Metadata, and dicts, lists and tuples of them)")
@@ -273,7 +273,7 @@ def decode_metadata(text, name="", where="load"):
     if kind == "str" and isinstance(v, str):
         return v
     if kind in ("none", "bool", "int", "float", "str"):
-        raise _ckpt.DataLoss(
+        raise _errors.DataLoss(
             f"{where}: entry {name!r} is a {kind} whose stored value {v!r} "
             f"is not one; the entry is damaged")
     return Metadata(obj)
@@ -374,14 +374,14 @@ def fill_target(name, value, stored_dtype):
         buf = _buffer.open_buffer(name, value, True, _bad)
         raw = _RAW_DTYPES.get(stored_dtype)
         if raw is not None and buf.dtype in ("U8", "I8", "U16", "I16") and \
-                _ckpt._WIDTHS[buf.dtype] == raw:
+                _dtypes._WIDTHS[buf.dtype] == raw:
             return buf, stored_dtype, None
         return buf, None, None
     if isinstance(value, np.ndarray):
         if not _saveable(value.dtype):
             raise _unsupported(name, f"NumPy dtype {value.dtype}")
         if not value.flags.writeable:
-            raise _ckpt.InvalidArgument(
+            raise _errors.InvalidArgument(
                 f"entry {name!r}: the array is read-only; load_into fills "
                 f"arrays in place")
         dtype = _raw_dtype(value.dtype, stored_dtype)
@@ -469,7 +469,7 @@ def fresh_target(name, value, stored_dtype):
         if not _saveable(value.dtype):
             raise _unsupported(name, f"NumPy dtype {value.dtype}")
         if not value.flags.writeable:
-            raise _ckpt.InvalidArgument(
+            raise _errors.InvalidArgument(
                 f"entry {name!r}: the array is read-only; load_into fills "
                 f"arrays in place")
         new = np.empty(value.shape, value.dtype.newbyteorder("="))
@@ -504,7 +504,7 @@ def _raw_device_dtype(array, stored_dtype):
     integer dtype as wide (as _raw_dtype does for host arrays)."""
     raw = _RAW_DTYPES.get(stored_dtype)
     if raw is not None and array.dtype[0] in "IU" and \
-            _ckpt._WIDTHS[array.dtype] == raw:
+            _dtypes._WIDTHS[array.dtype] == raw:
         return stored_dtype
     return None
 

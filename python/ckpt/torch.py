@@ -50,7 +50,7 @@ from collections.abc import Mapping
 
 import torch
 
-from ckpt import _ckpt, _manager, _torch_dist, _tree, _values
+from ckpt import _errors, _manager, _torch_dist, _tree, _values
 from ckpt._consolidate import consolidate
 
 try:
@@ -163,7 +163,7 @@ def load(state_dict, root, step=None, *, communicator=None, strict=False,
             target = plan.target(state_dict, ())
             staged = mgr._stage_into(target, desc, strict, transactional,
                                      plan.new_leaves)
-        except _ckpt.DataLoss as e:
+        except _errors.DataLoss as e:
             outcome, error = _DAMAGED, e
         except Exception as e:  # noqa: BLE001 - every rank learns of it
             outcome, error = _FAILED, e
@@ -173,7 +173,7 @@ def load(state_dict, root, step=None, *, communicator=None, strict=False,
             plan.commit(staged, transactional)
             return staged.info
         if error is None:
-            error = _ckpt.Aborted(
+            error = _errors.Aborted(
                 f"load step {s} from {mgr.url}: another rank could not load "
                 f"it, so no rank changed its state (that rank's error says "
                 f"why)")
@@ -357,7 +357,7 @@ class _LoadPlan:
                 # is read (an optimizer's lacking ones are its new moments).
                 extra = sorted(_leaf_names(node, path) - set(mine))
                 if extra:
-                    raise _ckpt.InvalidArgument(
+                    raise _errors.InvalidArgument(
                         f"{self.where}: the checkpoint holds entry "
                         f"{extra[0]!r}, which {_show(path)}'s state_dict() "
                         f"lacks ({len(extra)} such: a different model?); "
@@ -365,7 +365,7 @@ class _LoadPlan:
             state = _build(node, self, mine, stored)
             missing = sorted(set(mine) - stored)
             if missing:
-                raise _ckpt.NotFound(
+                raise _errors.NotFound(
                     f"{self.where}: the checkpoint has no entry "
                     f"{missing[0]!r} of {_show(path)}'s state_dict() "
                     f"({len(missing)} missing)")
@@ -387,7 +387,7 @@ class _LoadPlan:
         """An empty value for entry `name`, which load_into fills."""
         e = self.stored.get(name)
         if e is None:
-            raise _ckpt.DataLoss(
+            raise _errors.DataLoss(
                 f"{self.where}: the state's tree names the entry {name!r}, "
                 f"which the checkpoint lacks")
         if e.kind == "tensor":
@@ -421,7 +421,7 @@ class _LoadPlan:
                 except Exception as p:  # noqa: BLE001 - reported below
                     problems.append(f"{type(p).__name__}: {p}")
             if problems:
-                raise _ckpt.Aborted(
+                raise _errors.Aborted(
                     f"{self.where}: {type(e).__name__}: {e}; putting the "
                     f"state back failed too ({'; '.join(problems)}), so it "
                     f"may be partly loaded") from e
@@ -519,8 +519,8 @@ def _build(node, plan, mine, stored):
         stored.add(node)
         return mine[node] if node in mine else plan.new_leaf(node)
     if not isinstance(node, dict) or len(node) != 1:
-        raise _ckpt.DataLoss(f"{plan.where}: the state's tree is damaged "
-                             f"(a node {node!r:.80})")
+        raise _errors.DataLoss(f"{plan.where}: the state's tree is damaged "
+                               f"(a node {node!r:.80})")
     [(kind, children)] = node.items()
     if kind == "dict":
         return {key: _build(child, plan, mine, stored)
@@ -556,7 +556,7 @@ def _dtensor_offsets(dt, global_shape, local_shape, path):
     if math.prod(local_shape) == 0:
         return [0] * len(global_shape)
     if list(lengths) != local_shape:
-        raise _ckpt.InvalidArgument(
+        raise _errors.InvalidArgument(
             f"entry {_show(path)!r}: the DTensor's local shard has shape "
             f"{local_shape}, but its placements {placements} give this rank "
             f"a box of {list(lengths)}")
@@ -598,7 +598,7 @@ def _local_box(global_shape, mesh, placements, path):
         if p.is_replicate():
             continue
         if not p.is_shard() or type(p).__name__ != "Shard":
-            raise _ckpt.InvalidArgument(
+            raise _errors.InvalidArgument(
                 f"entry {_show(path)!r}: the DTensor placement {p} is not "
                 f"one ckpt saves (Shard(d) and Replicate(); reduce a "
                 f"Partial first)")
@@ -620,7 +620,7 @@ def _sharded_tensor_shard(st, path):
         empty = torch.empty([0] * len(global_shape))
         return _values.Shard(empty, [0] * len(global_shape), global_shape)
     if len(shards) > 1:
-        raise _ckpt.InvalidArgument(
+        raise _errors.InvalidArgument(
             f"entry {_show(path)!r}: this rank holds {len(shards)} shards of "
             f"the ShardedTensor; ckpt saves one box per rank (place one "
             f"shard on each rank)")
@@ -628,7 +628,7 @@ def _sharded_tensor_shard(st, path):
     offsets = [int(o) for o in shard.metadata.shard_offsets]
     sizes = [int(s) for s in shard.metadata.shard_sizes]
     if sizes != list(shard.tensor.shape):
-        raise _ckpt.InvalidArgument(
+        raise _errors.InvalidArgument(
             f"entry {_show(path)!r}: the ShardedTensor's local shard has "
             f"shape {list(shard.tensor.shape)}, its metadata says {sizes}")
     return _values.Shard(shard.tensor, offsets, global_shape)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import ckpt
-from ckpt import _ckpt
+from ckpt import _lib
 
 CODES = ["InvalidArgument", "NotFound", "AlreadyExists", "DataLoss",
          "IOError", "Unavailable", "Aborted", "FailedPrecondition"]
@@ -19,7 +19,7 @@ def test_every_code_maps_to_its_class(code):
     assert issubclass(cls, ckpt.Error) and cls is not ckpt.Error
     assert cls.__module__ == "ckpt" and cls.__name__ == code
     with pytest.raises(cls) as e:
-        _ckpt._raise_status(code, f"what went wrong: {code}")
+        _lib._raise_status(code, f"what went wrong: {code}")
     assert str(e.value) == f"what went wrong: {code}"
     others = [getattr(ckpt, c) for c in CODES if c != code]
     assert not isinstance(e.value, tuple(others))

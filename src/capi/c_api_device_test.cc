@@ -9,13 +9,13 @@
 #include <stdlib.h>
 
 #include <cstring>
-#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "ckpt/c.h"
 #include "device/cuda_api.h"
 #include "testing/fake_cuda.h"
+#include "testing/temp_dir.h"
 
 namespace {
 
@@ -50,21 +50,16 @@ class CApiDeviceTest : public ::testing::Test {
     ASSERT_EQ(init(0), CUDA_SUCCESS);
     ASSERT_EQ(retain(&context_, 0), CUDA_SUCCESS);
     ASSERT_EQ(set(context_), CUDA_SUCCESS);
-    const std::string t =
-        (std::filesystem::temp_directory_path() / "ckpt-c-dev-XXXXXX").string();
-    std::string dir = t;
-    folder_ = mkdtemp(dir.data());
     Err err;
-    ASSERT_EQ(ckpt_manager_open(("file://" + folder_).c_str(), nullptr,
-                                &manager_, &err.text),
-              CKPT_OK)
+    ASSERT_EQ(
+        ckpt_manager_open(folder_.url().c_str(), nullptr, &manager_, &err.text),
+        CKPT_OK)
         << err.str();
   }
 
   void TearDown() override {
     ckpt_manager_close(manager_);
     for (CUdeviceptr p : allocations_) free_(p);
-    std::filesystem::remove_all(folder_);
   }
 
   template <typename F>
@@ -117,7 +112,7 @@ class CApiDeviceTest : public ::testing::Test {
   decltype(&::cuMemcpyDtoH_v2) to_host_ = nullptr;
   CUcontext context_ = nullptr;
   std::vector<CUdeviceptr> allocations_;
-  std::string folder_;
+  ckpt::testing::TempDir folder_{"c-dev"};
   ckpt_manager_t* manager_ = nullptr;
 };
 

@@ -3,7 +3,6 @@
 // damaged step; ckpt_manager_load_ex's streaming mode names what it changed.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <cstring>
 #include <filesystem>
@@ -13,6 +12,7 @@
 #include <vector>
 
 #include "ckpt/c.h"
+#include "testing/temp_dir.h"
 
 namespace {
 
@@ -65,9 +65,8 @@ std::string EntryBytes(const ckpt_state_t* s, size_t i) {
 }
 
 TEST(CApiLoadTest, AFailedLoadChangesNothing) {
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() /
-      ("ckpt-c-api-load-" + std::to_string(getpid()));
+  const ckpt::testing::TempDir tmp("c-api-load");
+  const std::filesystem::path& dir = tmp.path();
   const std::string root = (dir / "root").string();
   ckpt_manager_t* m = nullptr;
   Err err;
@@ -133,7 +132,6 @@ TEST(CApiLoadTest, AFailedLoadChangesNothing) {
   EXPECT_EQ(EntryBytes(s, 0), "rng-1");
   ckpt_state_destroy(s);
   ckpt_manager_close(m);
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -3,7 +3,6 @@
 // library alone, so that the hidden C++ inside it is what runs).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <condition_variable>
 #include <cstring>
@@ -17,24 +16,19 @@
 #include <vector>
 
 #include "ckpt/c.h"
+#include "testing/temp_dir.h"
 
 namespace {
 
 using ::testing::HasSubstr;
 
-// A folder for one test, removed after it.
+// A folder for one test, removed after it unless the test failed.
 class Folder {
  public:
-  Folder() {
-    std::string t =
-        (std::filesystem::temp_directory_path() / "ckpt-c-api-XXXXXX").string();
-    path_ = mkdtemp(t.data());
-  }
-  ~Folder() { std::filesystem::remove_all(path_); }
-  std::string Sub(const char* name) const { return path_ + "/" + name; }
+  std::string Sub(const char* name) const { return dir_.string() + "/" + name; }
 
  private:
-  std::string path_;
+  ckpt::testing::TempDir dir_{"c-api"};
 };
 
 // The message of a failed call, freed.

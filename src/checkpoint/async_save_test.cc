@@ -10,7 +10,6 @@
 #include <mutex>
 #include <thread>
 
-#include "checkpoint/test_util.h"
 #include "ckpt/checkpoint_manager.h"
 #include "format/constants.h"
 #include "format/layout.h"
@@ -20,6 +19,7 @@
 #include "testing/fault_storage.h"
 #include "testing/files.h"
 #include "testing/temp_dir.h"
+#include "testing/test_util.h"
 
 namespace ckpt {
 namespace {

@@ -26,7 +26,6 @@
 #include <tuple>
 #include <vector>
 
-#include "checkpoint/test_util.h"
 #include "ckpt/checkpoint_manager.h"
 #include "format/constants.h"
 #include "format/layout.h"
@@ -34,6 +33,7 @@
 #include "testing/backends.h"
 #include "testing/files.h"
 #include "testing/temp_dir.h"
+#include "testing/test_util.h"
 #include "util/checksum.h"
 #include "util/names.h"
 

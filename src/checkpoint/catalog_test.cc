@@ -14,7 +14,6 @@
 
 #include "catalog/sql_catalog.h"
 #include "checkpoint/catalog_record.h"
-#include "checkpoint/test_util.h"
 #include "ckpt/catalog_sync.h"
 #include "ckpt/checkpoint_manager.h"
 #include "ckpt/tiered.h"
@@ -23,6 +22,7 @@
 #include "gtest/gtest.h"
 #include "testing/catalog_databases.h"
 #include "testing/temp_dir.h"
+#include "testing/test_util.h"
 
 namespace ckpt {
 namespace {

@@ -6,7 +6,6 @@
 #include <optional>
 #include <set>
 
-#include "checkpoint/test_util.h"
 #include "ckpt/checkpoint_manager.h"
 #include "format/constants.h"
 #include "format/layout.h"
@@ -14,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "testing/backends.h"
 #include "testing/fault_storage.h"
+#include "testing/test_util.h"
 
 namespace ckpt {
 namespace {

@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "checkpoint/device_pipeline.h"
-#include "checkpoint/test_util.h"
 #include "ckpt/checkpoint_manager.h"
 #include "device/cuda_api.h"
 #include "device/cuda_driver.h"
@@ -26,6 +25,7 @@
 #include "testing/backends.h"
 #include "testing/fake_cuda.h"
 #include "testing/run_ranks.h"
+#include "testing/test_util.h"
 
 namespace ckpt {
 namespace {

@@ -14,12 +14,12 @@
 #include <vector>
 
 #include "checkpoint/manifests.h"
-#include "checkpoint/test_util.h"
 #include "ckpt/checkpoint_manager.h"
 #include "format/constants.h"
 #include "format/layout.h"
 #include "format/manifest.h"
 #include "testing/backends.h"
+#include "testing/test_util.h"
 
 namespace ckpt {
 namespace {

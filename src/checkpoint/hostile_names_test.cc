@@ -11,7 +11,6 @@
 #include <map>
 #include <set>
 
-#include "checkpoint/test_util.h"
 #include "ckpt/checkpoint_manager.h"
 #include "format/layout.h"
 #include "format/manifest.h"
@@ -19,6 +18,7 @@
 #include "testing/files.h"
 #include "testing/step_model.h"
 #include "testing/temp_dir.h"
+#include "testing/test_util.h"
 #include "util/names.h"
 
 namespace ckpt {

@@ -10,7 +10,6 @@
 #include <set>
 #include <thread>
 
-#include "checkpoint/test_util.h"
 #include "checkpoint/writer.h"
 #include "ckpt/checkpoint_manager.h"
 #include "format/constants.h"
@@ -19,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "testing/backends.h"
 #include "testing/fault_storage.h"
+#include "testing/test_util.h"
 #include "util/mutex.h"
 
 namespace ckpt {

@@ -16,12 +16,12 @@
 #include <thread>
 #include <vector>
 
-#include "checkpoint/test_util.h"
 #include "ckpt/checkpoint_manager.h"
 #include "format/layout.h"
 #include "format/lease_record.h"
 #include "testing/backends.h"
 #include "testing/step_model.h"
+#include "testing/test_util.h"
 
 namespace ckpt {
 namespace {

@@ -3,13 +3,13 @@
 
 #include "checkpoint/messages.h"
 #include "checkpoint/planner.h"
-#include "checkpoint/test_util.h"
 #include "ckpt/checkpoint_manager.h"
 #include "format/manifest.h"
 #include "format/safetensors.h"
 #include "gtest/gtest.h"
 #include "testing/backends.h"
 #include "testing/temp_dir.h"
+#include "testing/test_util.h"
 
 namespace ckpt {
 namespace {

@@ -11,12 +11,12 @@
 #include <thread>
 
 #include "checkpoint/planner.h"
-#include "checkpoint/test_util.h"
 #include "ckpt/checkpoint_manager.h"
 #include "format/manifest.h"
 #include "gtest/gtest.h"
 #include "testing/backends.h"
 #include "testing/fault_storage.h"
+#include "testing/test_util.h"
 
 namespace ckpt {
 namespace {

@@ -160,9 +160,10 @@ std::vector<format::DirectoryEntry> DirectoryEntries(const SavePlan& plan) {
   std::vector<int> last(n, -1);
   std::vector<char> in_order(n, 1);
   // One pass in plan order, where the pieces lie in memory: a pass entry by
-  // entry would jump across all of them (at 16,384 ranks x 100 pieces, 5
-  // times slower). Runs need each entry's pieces by rank; an entry whose
-  // pieces are not is summarized from a sorted copy below.
+  // entry would jump across all of them, and ran several times slower
+  // (docs/benchmarks.md, "Figures behind the library's constants"). Runs
+  // need each entry's pieces by rank; an entry whose pieces are not is
+  // summarized from a sorted copy below.
   for (const PlannedPiece& p : plan.pieces) {
     if (p.writer < last[p.entry]) in_order[p.entry] = 0;
     last[p.entry] = p.writer;

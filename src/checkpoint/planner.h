@@ -76,9 +76,9 @@ std::vector<format::DirectoryEntry> DirectoryEntries(const SavePlan& plan);
 
 // DirectoryEntries of a plan, which the coordinator starts building beside
 // its own writes when the plan is large: a pass over every piece of the
-// job (70 ms at 16,384 ranks x 100 pieces here) then no longer lengthens
-// the commit, which every rank waits for. The plan must outlive it; the
-// destructor waits for the build.
+// job (docs/benchmarks.md, "The directory's summary beside the writes")
+// then no longer lengthens the commit, which every rank waits for. The
+// plan must outlive it; the destructor waits for the build.
 class PendingDirectoryEntries {
  public:
   // Plans with fewer pieces are summarized at Take, on the caller's thread.

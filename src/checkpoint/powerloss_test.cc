@@ -15,7 +15,6 @@
 #include <optional>
 #include <set>
 
-#include "checkpoint/test_util.h"
 #include "ckpt/checkpoint_manager.h"
 #include "format/constants.h"
 #include "format/layout.h"
@@ -24,6 +23,7 @@
 #include "testing/backends.h"
 #include "testing/crash_storage.h"
 #include "testing/step_model.h"
+#include "testing/test_util.h"
 
 namespace ckpt {
 namespace {

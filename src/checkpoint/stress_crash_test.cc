@@ -30,11 +30,11 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/stress_util.h"
 #include "ckpt/checkpoint_manager.h"
 #include "gtest/gtest.h"
 #include "testing/backends.h"
 #include "testing/crash_storage.h"
+#include "testing/stress_util.h"
 
 namespace ckpt {
 namespace {

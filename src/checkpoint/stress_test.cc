@@ -33,11 +33,11 @@
 #include <thread>
 #include <vector>
 
-#include "checkpoint/stress_util.h"
 #include "ckpt/checkpoint_manager.h"
 #include "gtest/gtest.h"
 #include "testing/backends.h"
 #include "testing/files.h"
+#include "testing/stress_util.h"
 #include "testing/temp_dir.h"
 
 extern char** environ;

@@ -1,16 +1,16 @@
 // Copies of many buffers at the speed of the machine's cores, not one's.
 //
 // An asynchronous save stalls the caller for as long as the copy of its
-// state into staging memory takes; one thread copies at 7-12 GB/s where the
-// machine's cores together reach 3-5 times that. The copies are cut into
+// state into staging memory takes, and one thread copies at a fraction of
+// what the machine's cores reach together. The copies are cut into
 // slices of a few MiB and spread over a process-wide pool of
 // hardware_concurrency() - 1 threads plus the calling one.
 //
 // A copy of kStreamingCopyFrom bytes or more in all stores past the caches.
 // memcpy does so by itself for one large enough buffer, but not for the
-// slices: on the 2-core VM, 4 threads copying 256 MiB each in 4 MiB slices
-// took 0.08 s with memcpy against 0.06 s streamed and 0.05 s as one memcpy
-// each. A state that large is not read again while it is in the cache.
+// slices, whose copy through the caches is slower than streamed (figures:
+// docs/benchmarks.md). A state that large is not read again while it is in
+// the cache.
 //
 // Thread-safe: any number of threads may call ParallelCopy at once (they
 // share the pool).

@@ -1,9 +1,10 @@
 // xxh3-128 built for AVX2: this file alone is compiled with -mavx2, and
 // checksum.cc calls it only where the CPU has AVX2. On data in cache it
 // checksums at about twice the speed of the SSE2 code of the system's
-// libxxhash (32 against 14 GB/s a core on the reference VM), which is what
-// a load that checks each piece as it arrives waits for. The algorithm, and
-// so every checksum, is the same: the tests compare it with libxxhash.
+// libxxhash (docs/benchmarks.md, "After reading tmpfs through its pages"),
+// which is what a load that checks each piece as it arrives waits for. The
+// algorithm, and so every checksum, is the same: the tests compare it with
+// libxxhash.
 //
 // C, not C++, so that nothing compiled here with AVX2 (an inline function
 // of a C++ header) can be picked by the linker for code that runs on a CPU

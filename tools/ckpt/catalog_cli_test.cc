@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "catalog/sql_catalog.h"
-#include "checkpoint/test_util.h"
 #include "ckpt/catalog.h"
 #include "ckpt/checkpoint_manager.h"
 #include "ckpt/tiered.h"
@@ -25,6 +24,7 @@
 #include "testing/postgres_server.h"
 #include "testing/subprocess.h"
 #include "testing/temp_dir.h"
+#include "testing/test_util.h"
 
 namespace ckpt {
 namespace {

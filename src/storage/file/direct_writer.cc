@@ -23,8 +23,8 @@ constexpr size_t kMaxPooled = 4 * DirectWriter::kBuffers;
 // A block of kBlock bytes on huge-page boundaries, backed by huge pages
 // where the kernel grants them, or null. The device reads O_DIRECT writes
 // from pinned memory, and pinning 2 MiB pages is far cheaper than 4 KiB
-// ones: on the reference machine a raw O_DIRECT loop ran at 2.44-2.55 GB/s
-// from huge pages and 2.16-2.17 GB/s from 4 KiB pages (docs/benchmarks.md).
+// ones: a raw O_DIRECT loop writes faster from huge pages (docs/
+// benchmarks.md, `ckpt bench`, "Reading the figures").
 std::byte* MapBlock() {
   constexpr size_t kHuge = size_t{2} << 20;
   const size_t span = DirectWriter::kBlock + kHuge;

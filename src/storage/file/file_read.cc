@@ -25,15 +25,16 @@ namespace ckpt::file {
 namespace {
 
 // Reads of at least this many bytes (the slabs of a load) bypass the page
-// cache: a checkpoint is read once, so the cache only adds a copy, and on the
-// reference machine cold O_DIRECT reads ran about 1.3 times buffered ones.
+// cache: a checkpoint is read once, so the cache only adds a copy, and cold
+// O_DIRECT reads outran buffered ones (docs/benchmarks.md, "Figures behind
+// the library's constants").
 constexpr uint64_t kDirectReadMin = uint64_t{1} << 20;
 
 // ReadRangeFilling hands its bytes over this many at a time: small enough
-// to be still in a core's cache when the caller checksums them (on the
-// 2-core VM, reading 1 GiB from tmpfs and checksumming it took 0.13-0.15 s
-// in 256 KiB pieces against 0.17-0.19 s in 8 MiB ones), large enough that
-// the extra preads cost little.
+// to be still in a core's cache when the caller checksums them (a read
+// and checksum in 256 KiB pieces beats one in 8 MiB pieces: docs/
+// benchmarks.md, "Figures behind the library's constants"), large enough
+// that the extra preads cost little.
 constexpr size_t kFilledPiece = size_t{256} << 10;
 
 // Opens an object for reading, refusing symlinks and non-files. O_NONBLOCK

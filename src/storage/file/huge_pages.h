@@ -3,9 +3,9 @@
 //
 // A restore from the memory tier is the kernel's copy out of tmpfs plus the
 // checksum. With 4 KiB pages (tmpfs mounted without huge=, as /dev/shm is by
-// default) that copy looks up and copies page by page; on the 2-core VM 1 GiB
-// read back in 256 KiB pieces and checksummed took 0.14 s from 4 KiB pages
-// and 0.10-0.11 s from 2 MiB ones.
+// default) that copy looks up and copies page by page, and a read back from
+// 2 MiB pages is faster (figures: docs/benchmarks.md, "Figures behind the
+// library's constants").
 //
 // madvise(MADV_COLLAPSE) (Linux 6.1) on a shared mapping of a tmpfs file
 // makes the range's pages into 2 MiB ones whatever the mount's huge= says
@@ -16,18 +16,17 @@
 // pages: a clear per byte instead of a copy. Each collapse drains every
 // CPU's page lists first, so it readies far ahead (as far again as the file
 // is long, at most kReadyAhead), and cuts the file back to its size at the
-// end. On the VM, writing 4 files of 256 MiB at once took 0.20 s either
-// way, once memory was not fragmented (the first time, compacting, 0.5 s).
+// end. Written so, the files take no longer to write than with small pages
+// once memory is not fragmented (the first time, the kernel compacts it).
 //
 // Asked for only with $CKPT_TMPFS_HUGE_PAGES=1. The price is in the
 // background: the kernel clears each 2 MiB page before the write, and on a
 // virtual machine that hands free memory back to its host (virtio-balloon
 // free page reporting, which takes free 2 MiB blocks after 2 s) each one
-// then costs the host a fault too. On the VM the local tier's background
-// work (1 GiB) took 1.7-2.0 s instead of 0.76-0.80 s after an idle pause,
-// while on the 16-core machine the restore gained nothing (0.029-0.030 s
-// against 0.031 s): it pays only where few cores copy and restores are
-// worth more than saves.
+// then costs the host a fault too. On such a virtual machine the local
+// tier's background work after an idle pause took twice as long, while on
+// a 16-core machine the restore gained nothing (docs/benchmarks.md): it
+// pays only where few cores copy and restores are worth more than saves.
 //
 // Nothing here changes what a file holds once written. A refusal (an older
 // kernel, no contiguous memory) only leaves the small pages; after one the

@@ -11,7 +11,6 @@
 #include <set>
 #include <thread>
 
-#include "checkpoint/test_util.h"
 #include "ckpt/checkpoint_manager.h"
 #include "format/layout.h"
 #include "format/manifest.h"
@@ -19,6 +18,7 @@
 #include "storage/s3/s3_storage.h"
 #include "testing/backends.h"
 #include "testing/s3rver.h"
+#include "testing/test_util.h"
 
 namespace ckpt {
 namespace {

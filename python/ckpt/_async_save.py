@@ -1,0 +1,47 @@
+"""ckpt.AsyncSave: the library's handle of a save running in the
+background.
+"""
+
+from ckpt._lib import _Owned, _call, _lib
+from ckpt._records import SaveResult
+
+
+class AsyncSave(_Owned):
+    """A save running in the background (see
+    CheckpointManager.save_async)."""
+
+    _free = "ckpt_save_destroy"
+
+    def __init__(self, handle, manager, state=None):
+        super().__init__(handle)
+        self._manager = manager  # the manager outlives its saves' handles
+        # Staged in the background: the state (and the arrays it borrows)
+        # must live until the copy is done.
+        self._state = state
+
+    def wait_staged(self):
+        """Blocks until the state has been copied into the library's
+        staging memory, after which the arrays may change (at once, unless
+        the save was started with stage_in_background=True); raises the
+        copy's error, which wait() raises too."""
+        try:
+            _call(_lib.ckpt_save_wait_staged, self._handle())
+        finally:
+            self._state = None
+
+    def wait(self):
+        """Blocks until the save has committed and returns its SaveResult,
+        or raises its error (every call gives the same outcome)."""
+        try:
+            return SaveResult(_call(_lib.ckpt_save_wait, self._handle(),
+                                    out=True))
+        finally:
+            self._state = None
+
+    def done(self):
+        """True once wait() would not block."""
+        return bool(_lib.ckpt_save_done(self._handle()))
+
+    @property
+    def step(self):
+        return _lib.ckpt_save_step(self._handle())

@@ -1,0 +1,29 @@
+"""The safetensors dtypes as NumPy knows them: which NumPy dtype saves as
+which, which a loaded tensor gets, and each dtype's width.
+"""
+
+
+try:
+    import numpy as _np
+except ImportError:  # NumPy is optional: buffers serve without it
+    _np = None
+
+# NumPy's kind and width -> safetensors dtype.
+_NUMPY_DTYPES = {("b", 1): "BOOL", ("u", 1): "U8", ("i", 1): "I8",
+                 ("u", 2): "U16", ("i", 2): "I16", ("f", 2): "F16",
+                 ("u", 4): "U32", ("i", 4): "I32", ("f", 4): "F32",
+                 ("u", 8): "U64", ("i", 8): "I64", ("f", 8): "F64"}
+# safetensors dtype -> the NumPy dtype a loaded tensor gets (raw bits for
+# the dtypes NumPy lacks).
+_NUMPY_NAMES = {"BOOL": "bool", "U8": "uint8", "F8_E4M3": "uint8",
+                "F8_E5M2": "uint8", "I8": "int8", "U16": "uint16",
+                "BF16": "uint16", "I16": "int16", "F16": "float16",
+                "U32": "uint32", "I32": "int32", "F32": "float32",
+                "U64": "uint64", "I64": "int64", "F64": "float64"}
+# The same as NumPy dtype objects, so that no load parses a dtype's name
+# once per tensor.
+_NUMPY_TYPES = ({k: _np.dtype(v) for k, v in _NUMPY_NAMES.items()}
+                if _np is not None else {})
+_WIDTHS = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1,
+           "U16": 2, "I16": 2, "F16": 2, "BF16": 2, "U32": 4, "I32": 4,
+           "F32": 4, "U64": 8, "I64": 8, "F64": 8}

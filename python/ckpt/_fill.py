@@ -1,0 +1,100 @@
+"""How a caller's state receives a checkpoint in place (load_into, and the
+tiers' restore): the entries the library fills, and what is handed to the
+state once every entry has been read.
+"""
+
+from ckpt import _tree, _values
+
+
+def _fill_targets(state, stored, fresh=False, own_memory=frozenset()):
+    """How `state` receives a checkpoint: (entries for the library,
+    finishers to run after, {name: (path, leaf)} of the values that are
+    replaced, [_values.Fresh] to hand over). `stored` maps names to
+    EntryInfo where known. fresh=True reads every array into new memory
+    (but those whose id() is in `own_memory`), to be copied over later;
+    else straight into the arrays."""
+    leaves, _ = _tree.flatten(state)
+    entries, finishers, paths, handed = [], [], {}, []
+    for name, path, leaf in leaves:
+        if _values.holds_nothing(leaf):
+            continue
+        value, place = _values.placement(name, leaf)
+        e = stored.get(name)
+        dtype = e.dtype if e is not None and e.kind == "tensor" else None
+        into = (fresh and id(value) not in own_memory
+                and not _values.staged_by_library(value))
+        target = (_values.fresh_target if into else _values.fill_target)(
+            name, value, dtype)
+        if target is None:
+            entries.append((name, _values.blob_kind(value), None, None,
+                            place))
+            paths[name] = (path, leaf)
+            continue
+        array, dtype, finish = target
+        entries.append((name, "tensor", array, dtype, place))
+        if finish is not None:
+            (handed if into else finishers).append(finish)
+    return entries, finishers, paths, handed
+
+
+def _decoded(values, where):
+    """The library's (name, kind, value) of blobs and metadata, metadata
+    decoded (which may find it damaged: before anything is handed over)."""
+    return [(name, kind, _values.decode_metadata(value, name, where)
+             if kind == "metadata" else value)
+            for name, kind, value in values]
+
+
+def _partly_written(error, entries, paths):
+    """`error` of a load with transactional=False, naming the entries
+    whose arrays it may have written before it failed."""
+    names = [e[0] for e in entries if e[1] == "tensor"]
+    shown = ", ".join(repr(n) for n in names[:8])
+    if len(names) > 8:
+        shown += f", ... ({len(names)} in all)"
+    told = (f"; with transactional=False the load may have written part of "
+            f"the arrays of {shown} before it failed (the state's other "
+            f"values were not changed)" if names else
+            "; the state was not changed")
+    return type(error)(f"{error}{told}")
+
+
+class _Staged:
+    """A load read in whole, not yet handed to the caller's state."""
+
+    def __init__(self, info, state, fresh, finishers, paths, values):
+        self.info, self.state, self.fresh = info, state, fresh
+        self.finishers, self.paths, self.values = finishers, paths, values
+
+    def commit(self):
+        """Copies the loaded arrays into the state's and replaces its
+        other values (nothing here fails on a state the load accepted)."""
+        for f in self.fresh:
+            f.copy()
+        self.replace([])
+
+    def swap(self):
+        """Exchanges the loaded arrays with the state's: a second call
+        puts the state's own bytes back."""
+        for f in self.fresh:
+            f.swap()
+
+    def replace(self, undo):
+        """Runs the finishers and puts the loaded blobs and metadata into
+        the state, adding to `undo` how to put back a caller's RankLocal
+        value (the state's containers are the caller's to restore)."""
+        for finish in self.finishers:
+            finish()
+        for name, _, value in self.values:
+            path, leaf = self.paths[name]
+            if isinstance(leaf, _values.RankLocal):
+                undo.append(lambda leaf=leaf, old=leaf.value:
+                            setattr(leaf, "value", old))
+                leaf.value = value
+            else:
+                _tree.assign(self.state, path, value)
+
+
+def _finish_fill(state, finishers, paths, values, where):
+    _Staged(None, state, [], finishers, paths,
+            _decoded(values, where)).replace([])

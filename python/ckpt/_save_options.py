@@ -1,0 +1,39 @@
+"""The options of one save (ckpt_save_options_t) and the check of a step
+number, shared by the manager's saves and the tiers'.
+"""
+
+from ckpt._errors import InvalidArgument
+from ckpt._lib import _Owned, _call, _encode, _lib
+from ckpt._state import _int64s
+
+
+def _step(step):
+    if step is None:
+        return -1
+    if isinstance(step, bool) or not isinstance(step, int):
+        raise TypeError(f"a step must be an int, not {type(step).__name__}")
+    if step < 0:
+        raise InvalidArgument(f"step {step} is negative")
+    return step
+
+
+class _SaveOptions(_Owned):
+    _free = "ckpt_save_options_destroy"
+
+    def __init__(self, epoch, metrics, metadata, incremental, dirty_rows):
+        super().__init__(_lib.ckpt_save_options_create())
+        h = self._h
+        _lib.ckpt_save_options_set_epoch(h, int(epoch))
+        _lib.ckpt_save_options_set_incremental(h, 1 if incremental else 0)
+        for name, value in metrics.items():
+            _call(_lib.ckpt_save_options_set_metric, h,
+                  _encode(name, "metric name"), float(value))
+        for key, value in metadata.items():
+            _call(_lib.ckpt_save_options_set_metadata, h,
+                  _encode(key, "metadata key"),
+                  _encode(value, "metadata value"))
+        for name, ranges in dirty_rows.items():
+            flat = [int(x) for pair in ranges for x in pair]
+            _call(_lib.ckpt_save_options_set_dirty_rows, h,
+                  _encode(name, "dirty_rows name"), _int64s(flat),
+                  len(flat) // 2)

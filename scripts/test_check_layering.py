@@ -1,0 +1,105 @@
+#!/usr/bin/python3
+"""Tests of scripts/check-layering.sh and scripts/check-python-layering.py:
+they pass a tree that keeps the layering rules and fail one that breaks
+them, naming the breach.
+
+    /usr/bin/python3 scripts/test_check_layering.py
+
+Each test builds a small repository in a temporary folder (a git one: the
+shell script reads the tracked files), with the two checkers copied in,
+and runs check-layering.sh on it. No build is needed.
+"""
+
+import os
+import shutil
+import subprocess
+import tempfile
+import unittest
+
+SCRIPTS = os.path.dirname(os.path.abspath(__file__))
+
+# A tree that keeps every rule: a library file, a test that uses test
+# support, and a package whose modules import downwards only.
+GOOD = {
+    "src/checkpoint/thing.cc": '#include "checkpoint/thing.h"\n',
+    "src/checkpoint/thing.h": "#pragma once\n",
+    "src/checkpoint/thing_test.cc": '#include "testing/temp_dir.h"\n',
+    "src/testing/temp_dir.h": "#pragma once\n",
+    "src/testing/temp_dir.cc": '#include "testing/temp_dir.h"\n',
+    "python/ckpt/__init__.py": "from ckpt._a import A\n",
+    "python/ckpt/_a.py": "from ckpt import _b\n\nA = _b.B\n",
+    "python/ckpt/_b.py": "import os\n\nB = os.sep\n",
+    "python/tests/test_a.py": "import ckpt\n",
+}
+
+
+def check(changes):
+    """(exit status, output) of check-layering.sh on GOOD with `changes`
+    ({path: text}) applied."""
+    with tempfile.TemporaryDirectory() as d:
+        os.mkdir(os.path.join(d, "scripts"))
+        for name in ("check-layering.sh", "check-python-layering.py"):
+            shutil.copy(os.path.join(SCRIPTS, name),
+                        os.path.join(d, "scripts", name))
+        for path, text in {**GOOD, **changes}.items():
+            os.makedirs(os.path.dirname(os.path.join(d, path)),
+                        exist_ok=True)
+            with open(os.path.join(d, path), "w") as f:
+                f.write(text)
+        subprocess.run(["git", "init", "-q", d], check=True)
+        subprocess.run(["git", "-C", d, "add", "."], check=True)
+        p = subprocess.run(["sh", os.path.join(d, "scripts",
+                                               "check-layering.sh")],
+                           cwd=d, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=120)
+        return p.returncode, p.stdout
+
+
+class CheckLayeringTest(unittest.TestCase):
+
+    def test_passes_a_tree_that_keeps_the_rules(self):
+        self.assertEqual(check({}), (0, ""))
+
+    def test_fails_library_code_that_includes_test_support(self):
+        code, out = check({"src/checkpoint/thing.cc":
+                           '#include "testing/temp_dir.h"\n'})
+        self.assertEqual(code, 1)
+        self.assertIn("test support (src/testing) included", out)
+        self.assertIn("src/checkpoint/thing.cc:1:", out)
+
+    def test_fails_a_public_header_that_includes_test_support(self):
+        code, out = check({"include/ckpt/thing.h":
+                           '#include "testing/temp_dir.h"\n'})
+        self.assertEqual(code, 1)
+        self.assertIn("include/ckpt/thing.h:1:", out)
+
+    def test_fails_a_python_file_over_700_lines(self):
+        code, out = check({"python/tests/test_a.py": "x = 1\n" * 701})
+        self.assertEqual(code, 1)
+        self.assertIn("python/tests/test_a.py has 701 lines (limit 700)",
+                      out)
+        self.assertEqual(check({"python/tests/test_a.py": "x = 1\n" * 700}),
+                         (0, ""))
+
+    def test_fails_an_import_circle(self):
+        code, out = check({"python/ckpt/_b.py": "from ckpt import _a\n"})
+        self.assertEqual(code, 1)
+        self.assertIn("an import circle in python/ckpt: "
+                      "ckpt._a -> ckpt._b -> ckpt._a", out)
+
+    def test_fails_a_circle_through_a_function_and_the_package(self):
+        # An import inside a function, of a name the package's __init__
+        # exports, closes a circle through __init__ all the same.
+        code, out = check({"python/ckpt/_b.py":
+                           "def f():\n    from ckpt import A\n    return A\n"})
+        self.assertEqual(code, 1)
+        self.assertIn("ckpt -> ckpt._a -> ckpt._b -> ckpt", out)
+
+    def test_fails_a_relative_import_circle(self):
+        code, out = check({"python/ckpt/_b.py": "from ._a import A\n"})
+        self.assertEqual(code, 1)
+        self.assertIn("ckpt._a -> ckpt._b -> ckpt._a", out)
+
+
+if __name__ == "__main__":
+    unittest.main()
