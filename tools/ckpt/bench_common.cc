@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "common.h"
+#include "html_page.h"
 
 namespace ckpt::cli {
 namespace {
@@ -313,12 +314,32 @@ Status MeasureAsyncStall(CheckpointManager& mgr, const State& state, int runs,
   return Status();
 }
 
-void EmitReport(const nlohmann::json& report, bool json) {
-  if (json) {
+Status EmitReport(const nlohmann::json& report, const BenchArgs& args,
+                  const Figures& f, double bytes) {
+  if (args.json) {
     PrintJson(report);
   } else {
     PrintReport(report);
   }
+  if (args.html.empty()) return Status();
+  // The bars, in the order the table lists the rates.
+  const nlohmann::json order = {"raw_write_buffered_gbps",
+                                "raw_write_direct_gbps",
+                                "save_gbps",
+                                "raw_read_cold_gbps",
+                                "raw_read_direct_gbps",
+                                "load_cold_gbps",
+                                "load_device_cold_gbps",
+                                "raw_read_warm_gbps",
+                                "load_warm_gbps",
+                                "memcpy_gbps",
+                                "parallel_memcpy_gbps",
+                                "pinned_d2h_gbps",
+                                "pinned_h2d_gbps"};
+  return WriteHtmlPage(
+      args.html, "ckpt bench",
+      {{"report", report}, {"order", order}, {"rounds", RoundsJson(f, bytes)}},
+      BenchReportScript());
 }
 
 }  // namespace ckpt::cli
