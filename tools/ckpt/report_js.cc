@@ -10,10 +10,16 @@ constexpr std::string_view kRoot = R"js(
 const S = D.steps;
 const n = S.step.length;
 document.title = 'ckpt report: ' + D.root;
+const durable = i => S.tier[i] !== 'local';
+const kept = i => durable(i) && S.state[i] === 'kept';
+let inRoot = 0, deletedCount = 0, localCount = 0;
+for (let i = 0; i < n; ++i) {
+  if (kept(i)) ++inRoot; else if (durable(i)) ++deletedCount; else ++localCount;
+}
 const head = section('Root ' + D.root,
-  n + ' checkpoints (' + S.state.filter(s => s === 'kept').length +
-  ' in the root' + (D.catalog ? ', the others known from the catalog ' +
-  D.catalog : '') + '). Written ' + timeTextNow() + '.');
+  inRoot + ' checkpoints in the root' + (D.catalog ? '; from the catalog ' +
+  D.catalog + ', ' + deletedCount + ' deleted ones and ' + localCount +
+  ' steps of the job\'s local tier' : '') + '. Written ' + timeTextNow() + '.');
 function timeTextNow() { return timeText(D.generated_unix_ms); }
 if (n > MAX_POINTS) {
   note(head, 'Long series are drawn in ' + MAX_POINTS + ' buckets, each ' +
@@ -24,7 +30,6 @@ function pick(filter, ycol) {
   for (let i = 0; i < n; ++i) if (filter(i)) { xs.push(S.step[i]); ys.push(S[ycol][i]); }
   return bucketed(xs, ys);
 }
-const kept = i => S.state[i] === 'kept';
 // 1. Timeline: when each save happened, and what it wrote.
 const t0 = n ? Math.min.apply(null, S.time.filter(t => t > 0)) : 0;
 const minutes = S.time.map(t => t > 0 ? (t - t0) / 60000 : null);
@@ -34,17 +39,17 @@ const timeline = section('Timeline',
   'A gap means no save; a steep climb, saves far apart.');
 S.minutes = minutes;
 addChart(timeline, 'timeline', {type: 'scatter', data: {datasets: [
-  {label: 'full', data: pick(i => kept(i) && S.full[i] && S.tier[i] !== 'local', 'minutes'), backgroundColor: '#1f77b4'},
-  {label: 'incremental', data: pick(i => kept(i) && !S.full[i] && S.tier[i] !== 'local', 'minutes'), backgroundColor: '#2ca02c'},
-  {label: 'local tier', data: pick(i => S.tier[i] === 'local', 'minutes'), backgroundColor: '#9467bd'},
-  {label: 'deleted', data: pick(i => !kept(i) && S.tier[i] !== 'local', 'minutes'), backgroundColor: '#bbbbbb'}]},
+  {label: 'full', data: pick(i => kept(i) && S.full[i], 'minutes'), backgroundColor: '#1f77b4'},
+  {label: 'incremental', data: pick(i => kept(i) && !S.full[i], 'minutes'), backgroundColor: '#2ca02c'},
+  {label: 'local tier', data: pick(i => !durable(i), 'minutes'), backgroundColor: '#9467bd'},
+  {label: 'deleted', data: pick(i => durable(i) && !kept(i), 'minutes'), backgroundColor: '#bbbbbb'}]},
   options: {scales: {x: axis('step'), y: axis('minutes after the first save')}}});
 const sizes = section('Bytes written',
   'What each save wrote to its own step directory (full saves write ' +
   'everything; incremental ones only what changed) and, for incremental ' +
   'ones, the bytes they reference in earlier checkpoints instead.');
 addChart(sizes, 'bytes', {type: 'scatter', data: {datasets: [
-  {label: 'written (full)', data: pick(i => S.full[i], 'bytes'), backgroundColor: '#1f77b4'},
+  {label: 'written (full)', data: pick(i => durable(i) && S.full[i], 'bytes'), backgroundColor: '#1f77b4'},
   {label: 'written (incremental)', data: pick(i => !S.full[i], 'bytes'), backgroundColor: '#2ca02c'},
   {label: 'referenced', data: pick(i => !S.full[i], 'referenced'), backgroundColor: '#ff7f0e'}]},
   options: {scales: {x: axis('step'), y: bytesAxis('bytes')}}});
@@ -103,9 +108,9 @@ const retention = section('Retention',
   'it and retention or a delete removed it since (known only with ' +
   '--catalog). Steps a kept incremental checkpoint references are kept ' +
   'with it.');
-const deleted = S.step.filter((s, i) => S.state[i] === 'deleted');
-addTable(retention, ['state', 'checkpoints', 'steps'],
-         [['kept', n - deleted.length, S.step.filter((s, i) => kept(i)).slice(-30).join(', ')],
+const deleted = S.step.filter((s, i) => durable(i) && !kept(i));
+addTable(retention, ['state', 'checkpoints', 'steps (the newest 30)'],
+         [['kept', inRoot, S.step.filter((s, i) => kept(i)).slice(-30).join(', ')],
           ['deleted', deleted.length, deleted.slice(-30).join(', ') || '-']]);
 // 4. Stragglers.
 const stragglers = section('Ranks: stragglers',
