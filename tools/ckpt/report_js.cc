@@ -17,9 +17,9 @@ for (let i = 0; i < n; ++i) {
   if (kept(i)) ++inRoot; else if (durable(i)) ++deletedCount; else ++localCount;
 }
 const head = section('Root ' + D.root,
-  inRoot + ' checkpoints in the root' + (D.catalog ? '; from the catalog ' +
-  D.catalog + ', ' + deletedCount + ' deleted ones and ' + localCount +
-  ' steps of the job\'s local tier' : '') + '. Written ' + timeTextNow() + '.');
+  'checkpoints in the root: ' + inRoot + (D.catalog ? '; from the catalog ' +
+  D.catalog + ', deleted: ' + deletedCount + ', steps of the job\'s local ' +
+  'tier: ' + localCount : '') + '. Written ' + timeTextNow() + '.');
 function timeTextNow() { return timeText(D.generated_unix_ms); }
 if (n > MAX_POINTS) {
   note(head, 'Long series are drawn in ' + MAX_POINTS + ' buckets, each ' +
