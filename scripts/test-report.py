@@ -184,12 +184,12 @@ def root_case(cli, tmp, out):
 def catalog_case(cli, tmp, out):
     catalog = os.path.join(tmp, "jobs.sqlite")
     saves = {"job-a": 3, "job-b": 4, "job-c": 2}
-    for job, n in saves.items():
+    for k, (job, n) in enumerate(saves.items()):
         mgr = ckpt.CheckpointManager(os.path.join(tmp, job), create=True,
                                      catalog=catalog, job_id=job)
         for step in range(1, n + 1):
             mgr.save(step * 10, state_at(step),
-                     metrics={"loss": 1.0 / step + len(job)})
+                     metrics={"loss": 1.0 / step + k / 4})
     path = os.path.join(out, "catalog.html")
     run([cli, "report", "--catalog", catalog, "-o", path])
     summary, _ = open_page(path, os.path.join(out, "catalog.png"))

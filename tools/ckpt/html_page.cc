@@ -155,6 +155,9 @@ function bytesText(b) {
   while (b >= 1024 && u + 1 < units.length) { b /= 1024; ++u; }
   return (u === 0 ? b : b.toFixed(1)) + ' ' + units[u];
 }
+function number(v) {
+  return typeof v === 'number' ? Number(v.toPrecision(4)) : v;
+}
 function timeText(ms) {
   return ms ? new Date(ms).toISOString().replace('.000Z', 'Z') : '-';
 }

@@ -171,7 +171,7 @@ addChart(jobs, 'jobs', {type: 'bar', data: {labels: D.jobs.map(j => j.job_id),
 addTable(jobs, ['job', 'root', 'committed', 'newest step', 'newest at (UTC)', 'best', 'best step', 'best value'],
   D.jobs.map(j => [j.job_id, j.root, j.committed,
     j.newest ? j.newest.step : null, j.newest ? timeText(j.newest.created_unix_ms) : null,
-    j.best ? j.best.metric : null, j.best ? j.best.step : null, j.best ? j.best.value : null]));
+    j.best ? j.best.metric : null, j.best ? j.best.step : null, j.best ? number(j.best.value) : null]));
 const curves = section('Metric curves',
   'Every metric the jobs recorded, by step, one line per job.');
 const colors = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b'];
@@ -199,7 +199,7 @@ const order = D.order.filter(k => F[k] !== undefined);
 addChart(head, 'medians', {type: 'bar', data: {labels: order.map(k => k.replace('_gbps', '')),
   datasets: [{label: 'GB/s (median)', data: order.map(k => F[k]),
               backgroundColor: order.map(k => /^(save|load)/.test(k) ? '#d62728' : '#1f77b4')}]},
-  options: {indexAxis: 'y', scales: {x: axis('GB/s')}}}, true);
+  options: {indexAxis: 'y', scales: {x: axis('GB/s (logarithmic)', {type: 'logarithmic'})}}}, true);
 const rounds = section('Per round', 'Each round\'s rate: the spread behind each median.');
 const keys = Object.keys(D.rounds);
 const colors = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b',
@@ -207,9 +207,10 @@ const colors = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b'
 addChart(rounds, 'rounds', {type: 'line', data: {datasets: keys.map(function (k, i) {
   return {label: k, data: D.rounds[k].map((v, r) => ({x: r + 1, y: v})),
           borderColor: colors[i % colors.length], pointRadius: 3};
-})}, options: {scales: {x: axis('round', {type: 'linear', ticks: {precision: 0}}), y: axis('GB/s')}}}, true);
+})}, options: {scales: {x: axis('round', {type: 'linear', ticks: {precision: 0}}),
+                       y: axis('GB/s (logarithmic)', {type: 'logarithmic'})}}}, true);
 const ratios = section('Ratios and targets', '');
-addTable(ratios, ['ratio', 'value'], Object.keys(R.ratios).map(k => [k, R.ratios[k]]));
+addTable(ratios, ['ratio', 'value'], Object.keys(R.ratios).map(k => [k, number(R.ratios[k])]));
 addTable(ratios, ['target', 'met'], Object.keys(R.targets).map(k => [k, String(R.targets[k])]));
 )js";
 
