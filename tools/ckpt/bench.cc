@@ -140,6 +140,10 @@ Status RunHostBench(const BenchArgs& args) {
 }
 
 Status RunBench(const BenchArgs& args) {
+  if (!args.peers.empty()) {
+    if (args.html.empty()) return InvalidArgumentError("--peers needs --html");
+    CKPT_RETURN_IF_ERROR(ReadPeers(args.peers).status());  // before the run
+  }
   CKPT_ASSIGN_OR_RETURN(const MemoryLocation where,
                         ParseBenchDevice(args.device));
   if (where.is_host()) return RunHostBench(args);
@@ -209,6 +213,10 @@ void AddBenchCommand(CLI::App& app, Command& selected) {
   cmd->add_option("--html", args->html,
                   "also draw the figures and each round's rates into this "
                   "HTML file (docs/report.md)");
+  cmd->add_option("--peers", args->peers,
+                  "with --html: also draw the savers of this output of "
+                  "bench/peers/peers.py --json (torch.save, h5py, "
+                  "numpy.save) beside ckpt");
   cmd->callback([&selected, args] {
     selected.name = "bench";
     selected.run = [args] { return RunBench(*args); };

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 
 #include "common.h"
@@ -314,6 +315,22 @@ Status MeasureAsyncStall(CheckpointManager& mgr, const State& state, int runs,
   return Status();
 }
 
+Result<nlohmann::json> ReadPeers(const std::string& path) {
+  // What bench/peers/peers.py --json printed: its savers' median GB/s.
+  std::ifstream in(path);
+  nlohmann::json peers =
+      nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!in.is_open() || peers.is_discarded() || !peers.is_object() ||
+      !peers.contains("gbps") || !peers["gbps"].is_object() ||
+      !peers.contains("state_bytes")) {
+    return InvalidArgumentError(
+        "read --peers " + path +
+        ": not the JSON of bench/peers/peers.py --json (an object with "
+        "gbps and state_bytes)");
+  }
+  return peers;
+}
+
 Status EmitReport(const nlohmann::json& report, const BenchArgs& args,
                   const Figures& f, double bytes) {
   if (args.json) {
@@ -336,10 +353,12 @@ Status EmitReport(const nlohmann::json& report, const BenchArgs& args,
                                 "parallel_memcpy_gbps",
                                 "pinned_d2h_gbps",
                                 "pinned_h2d_gbps"};
-  return WriteHtmlPage(
-      args.html, "ckpt bench",
-      {{"report", report}, {"order", order}, {"rounds", RoundsJson(f, bytes)}},
-      BenchReportScript());
+  nlohmann::json data = {
+      {"report", report}, {"order", order}, {"rounds", RoundsJson(f, bytes)}};
+  if (!args.peers.empty()) {
+    CKPT_ASSIGN_OR_RETURN(data["peers"], ReadPeers(args.peers));
+  }
+  return WriteHtmlPage(args.html, "ckpt bench", data, BenchReportScript());
 }
 
 }  // namespace ckpt::cli

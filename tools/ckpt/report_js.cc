@@ -196,9 +196,24 @@ const head = section('ckpt bench',
   'save and load beside the raw disk and memory copies of the same bytes ' +
   '(medians; higher is better).');
 const order = D.order.filter(k => F[k] !== undefined);
-addChart(head, 'medians', {type: 'bar', data: {labels: order.map(k => k.replace('_gbps', '')),
-  datasets: [{label: 'GB/s (median)', data: order.map(k => F[k]),
-              backgroundColor: order.map(k => /^(save|load)/.test(k) ? '#d62728' : '#1f77b4')}]},
+const labels = order.map(k => k.replace('_gbps', ''));
+const values = order.map(k => F[k]);
+const barColors = order.map(k => /^(save|load)/.test(k) ? '#d62728' : '#1f77b4');
+if (D.peers) {
+  // The peers' saves, each a bar beside ckpt's (their own run: its state
+  // size is in the label when it differs).
+  const size = D.peers.state_bytes === R.config.state_bytes ? '' :
+      ' (' + bytesText(D.peers.state_bytes) + ' state)';
+  for (const name of Object.keys(D.peers.gbps)) {
+    labels.push('peers: ' + name + ' save' + size);
+    values.push(D.peers.gbps[name]);
+    barColors.push(name === 'ckpt' ? '#ff9896' : '#2ca02c');
+  }
+  note(head, 'Green: the peers (bench/peers/peers.py, its own run), saving ' +
+       'the same kind of state with fsync.');
+}
+addChart(head, 'medians', {type: 'bar', data: {labels: labels,
+  datasets: [{label: 'GB/s (median)', data: values, backgroundColor: barColors}]},
   options: {indexAxis: 'y', scales: {x: axis('GB/s (logarithmic)', {type: 'logarithmic'})}}}, true);
 const rounds = section('Per round', 'Each round\'s rate: the spread behind each median.');
 const keys = Object.keys(D.rounds);
