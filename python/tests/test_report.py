@@ -16,14 +16,17 @@ def page_data(path):
         r'<script type="application/json" id="ckpt-data">(.*?)</script>',
         text, re.S)
     assert found, "the page carries no data"
-    return json.loads(found.group(1).replace("<\\/", "</"))
+    # No '<' at all: no user text can end the element or start a comment.
+    assert "<" not in found.group(1)
+    return json.loads(found.group(1))
 
 
 def test_report_of_a_root_holds_its_steps_edges_and_timing(tmp_path):
     root = str(tmp_path / "run")
     mgr = ckpt.CheckpointManager(root, create=True, chunk_size=4096)
     w = array.array("f", [0.0] * 4096)
-    mgr.save(1, {"w": w}, metrics={"loss": 1.0})
+    hostile = "x</script><!--<script>"  # a metric name is the user's text
+    mgr.save(1, {"w": w}, metrics={"loss": 1.0, hostile: 2.0})
     w[0] = 1.0
     result = mgr.save(2, {"w": w}, metrics={"loss": 0.5}, incremental=True)
     timing = result.info.timing
@@ -37,7 +40,8 @@ def test_report_of_a_root_holds_its_steps_edges_and_timing(tmp_path):
     assert data["steps"]["step"] == [1, 2]
     assert data["steps"]["full"] == [True, False]
     assert data["edges"] == [[2, 1, result.info.referenced_bytes]]
-    assert data["metrics"] == {"loss": [[1, 1.0], [2, 0.5]]}
+    assert data["metrics"] == {"loss": [[1, 1.0], [2, 0.5]],
+                               hostile: [[1, 2.0]]}
     assert data["ranks"]["rank"] == [0]
 
 

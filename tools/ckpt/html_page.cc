@@ -22,6 +22,24 @@ std::string ScriptSafe(std::string_view text) {
   return out;
 }
 
+// JSON placed inside a <script> element: every '<' (which JSON holds only
+// inside strings) as \u003c, so that no user's text ("<!--<script>", a
+// closing tag) can change how the HTML parser reads the element.
+std::string JsonInScript(const nlohmann::json& data) {
+  const std::string text = data.dump(-1, ' ', /*ensure_ascii=*/true,
+                                     nlohmann::json::error_handler_t::replace);
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    if (c == '<') {
+      out += "\\u003c";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 std::string HtmlEscape(std::string_view text) {
   std::string out;
   for (char c : text) {
@@ -228,8 +246,7 @@ Status WriteHtmlPage(const std::string& path, std::string_view title,
   page += "<pre id=\"ckpt-errors\" hidden></pre>\n";
   page += "<div id=\"ckpt-content\"></div>\n";
   page += "<script type=\"application/json\" id=\"ckpt-data\">";
-  page += ScriptSafe(data.dump(-1, ' ', /*ensure_ascii=*/true,
-                               nlohmann::json::error_handler_t::replace));
+  page += JsonInScript(data);
   page += "</script>\n<pre id=\"ckpt-summary\" hidden></pre>\n<script>";
   page += kCommon;
   page += "try {\n";
