@@ -8,8 +8,10 @@
 #                                       build the library, the ckpt tool and
 #                                       the Python package: the compiler,
 #                                       CMake, Ninja, the libraries they link,
-#                                       Python's venv and patchelf (no test
-#                                       framework, server, clang or Open MPI)
+#                                       Chart.js (embedded in ckpt report's
+#                                       pages), Python's venv and patchelf
+#                                       (no test framework, server, browser,
+#                                       clang or Open MPI)
 #
 # Idempotent: when everything is already there it prints nothing and exits 0.
 set -euo pipefail
@@ -28,6 +30,7 @@ packages=(
   libsqlite3-dev libpq-dev
   libcurl4-openssl-dev libssl-dev
   python3 python3-venv patchelf
+  libjs-chart.js
 )
 if [ "$runtime" -eq 0 ]; then
   # The tests, the sanitizer and fuzz builds, and the MPI communicator
@@ -38,6 +41,7 @@ if [ "$runtime" -eq 0 ]; then
     postgresql
     python3-numpy python3-pytest python3-torch python3-h5py
     libopenmpi-dev openmpi-bin
+    chromium  # the report test opens ckpt report's pages headless
   )
 fi
 

@@ -425,7 +425,9 @@ CKPT_EXPORT int ckpt_save_options_set_dirty_rows(ckpt_save_options_t* options,
  * A checkpoint's info: an object with step, epoch (-1: none),
  * created_unix_ms, job_id, world_size, hosts, bytes, depends_on,
  * referenced_bytes, parent (-1: a full save), chain, metrics, metadata,
- * num_entries, incomplete ("" when every data object is present). */
+ * num_entries, incomplete ("" when every data object is present), timing
+ * (null when the save recorded none; else save_ms, commit_ms, stall_ms,
+ * async and ranks, an array of {rank, write_ms, wait_ms}: docs/format.md). */
 
 /* Saves `state` as `step` on every rank together. options may be NULL.
  * result (may be NULL) receives the save's result. */

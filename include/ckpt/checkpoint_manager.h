@@ -253,6 +253,32 @@ struct LoadOptions {
 };
 
 // A committed checkpoint, as `ckpt ls` shows it.
+// How long the save of a checkpoint took, as its coordinator recorded it in
+// the commit record (docs/format.md, `timing`). Checkpoints saved before
+// ckpt recorded it, or copied by a tier, have `recorded` false.
+struct RankSaveTiming {
+  int rank = 0;
+  int64_t write_ms = 0;  // writing its data object (and index)
+  // In the save before its write began: the decision, the plan and the
+  // lease, which wait for every rank to arrive.
+  int64_t wait_ms = 0;
+};
+struct SaveTiming {
+  bool recorded = false;
+  // The coordinator's save, from the call (an asynchronous save: from the
+  // start of its background work) to the commit record written.
+  int64_t save_ms = 0;
+  // Of which the commit: the manifest (or directory) built and written.
+  int64_t commit_ms = 0;
+  // How long the caller was held: the whole save, or for an asynchronous
+  // save the copy into staging memory.
+  int64_t stall_ms = 0;
+  bool async = false;
+  // Every rank's, for up to 256 ranks; of a larger world the 256 slowest
+  // writers. Sorted by rank.
+  std::vector<RankSaveTiming> ranks;
+};
+
 struct CheckpointInfo {
   int64_t step = 0;
   int64_t epoch = -1;
@@ -275,6 +301,7 @@ struct CheckpointInfo {
   // is missing, e.g. "data object step-... is missing". Latest() and
   // resume skip such a step; `ckpt ls` marks it.
   std::string incomplete;
+  SaveTiming timing;
 };
 
 struct EntryInfo {

@@ -32,7 +32,8 @@ under mpirun, or communicator=ckpt.torch_communicator() under torchrun;
 ckpt.Shard(array, offsets, global_shape) is one rank's box of
 a sharded tensor, ckpt.RankLocal(value) a value of one rank alone. The
 catalog: CheckpointManager(url, catalog=True) records every save;
-ckpt.Catalog().latest(job_id) says what to resume from.
+ckpt.Catalog().latest(job_id) says what to resume from. ckpt.report(root,
+path) writes an HTML report of a root (or of a catalog: docs/report.md).
 
 Every error is a ckpt.Error: InvalidArgument (also a ValueError), NotFound,
 AlreadyExists, DataLoss, IOError, Unavailable, Aborted, FailedPrecondition.
@@ -65,6 +66,7 @@ from ckpt._records import (
 from ckpt._dist import mpi_communicator
 from ckpt._torch_dist import torch_communicator
 from ckpt._manager import CheckpointManager, open
+from ckpt._report import report
 from ckpt._tiers import Tiers, local_tier
 from ckpt._tree import Metadata
 from ckpt._values import RankLocal, Shard
@@ -75,6 +77,6 @@ __all__ = [
     "Communicator", "DataLoss", "EntryInfo", "Error", "FailedPrecondition",
     "IOError", "InvalidArgument", "Metadata", "NotFound", "RankLocal",
     "SaveResult", "Shard", "TierRestoreResult", "TierSaveResult", "Tiers",
-    "Unavailable", "local_tier", "mpi_communicator", "open",
+    "Unavailable", "local_tier", "mpi_communicator", "open", "report",
     "torch_communicator",
 ]

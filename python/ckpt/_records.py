@@ -33,11 +33,14 @@ class CheckpointInfo(_Record):
     checkpoints' objects it references), parent (-1 for a full save), chain
     (incremental saves in a row that led to it), metrics, metadata,
     num_entries, incomplete (empty when every data object is present; else
-    what is missing: loads and resumes skip the step)."""
+    what is missing: loads and resumes skip the step), timing (None when the
+    save recorded none; else a dict: save_ms, commit_ms, stall_ms, async and
+    ranks, a list of {rank, write_ms, wait_ms})."""
 
     _fields = ("step", "epoch", "created_unix_ms", "job_id", "world_size",
                "hosts", "bytes", "depends_on", "referenced_bytes", "parent",
-               "chain", "metrics", "metadata", "num_entries", "incomplete")
+               "chain", "metrics", "metadata", "num_entries", "incomplete",
+               "timing")
     _repr_fields = ("step", "epoch", "bytes", "num_entries")
 
 

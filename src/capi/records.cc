@@ -9,6 +9,20 @@ namespace ckpt::records {
 using nlohmann::json;
 
 json InfoJson(const CheckpointInfo& info) {
+  json timing = nullptr;  // not recorded (an older checkpoint)
+  if (info.timing.recorded) {
+    const SaveTiming& t = info.timing;
+    json ranks = json::array();
+    for (const RankSaveTiming& r : t.ranks) {
+      ranks.push_back(
+          {{"rank", r.rank}, {"write_ms", r.write_ms}, {"wait_ms", r.wait_ms}});
+    }
+    timing = {{"save_ms", t.save_ms},
+              {"commit_ms", t.commit_ms},
+              {"stall_ms", t.stall_ms},
+              {"async", t.async},
+              {"ranks", std::move(ranks)}};
+  }
   return {{"step", info.step},
           {"epoch", info.epoch},
           {"created_unix_ms", info.created_unix_ms},
@@ -23,7 +37,8 @@ json InfoJson(const CheckpointInfo& info) {
           {"metrics", info.metrics},
           {"metadata", info.metadata},
           {"num_entries", info.num_entries},
-          {"incomplete", info.incomplete}};
+          {"incomplete", info.incomplete},
+          {"timing", std::move(timing)}};
 }
 
 json SaveResultJson(const SaveResult& result) {

@@ -159,40 +159,46 @@ void CheckpointManager::Impl::StartAsync(
     return;
   }
   Status staged;
+  int64_t stall_ms = 0;
   if (!save.stage_in_background) {
+    const int64_t started = SteadyNowMs();
     staged = Stage(state, need, kStage);
+    stall_ms = SteadyNowMs() - started;
     handle->Staged(staged);
   }
   // 3. Busy; 4. save in the background (staging first, if it is to run
   // there: the caller keeps `state` alive until WaitStaged returns).
   busy_ = true;
-  worker_ = std::thread([this, step, save, staged, handle, need, &state] {
-    Status staging = staged;
-    if (save.stage_in_background) {
-      staging = Stage(state, need, kStage);
-      handle->Staged(staging);
-    }
-    in_background_ = true;
-    Result<SaveResult> r =
-        Guard("save", [&] { return Save(step, staged_, save, staging); });
-    in_background_ = false;
-    {
-      MutexLock l(&mu_);
-      if (!r.ok()) {
-        async_error_ = r.status().WithContext("the asynchronous save of step " +
-                                              std::to_string(step) + " failed");
-        async_failed_ = handle;
-      }
-    }
-    // The handle is done before any waiting call runs, so a call that
-    // waited for this save finds it Done().
-    handle->Finish(std::move(r));
-    {
-      MutexLock l(&mu_);
-      busy_ = false;
-    }
-    idle_.SignalAll();
-  });
+  worker_ =
+      std::thread([this, step, save, staged, handle, need, stall_ms, &state] {
+        Status staging = staged;
+        background_stall_ms_ = stall_ms;
+        if (save.stage_in_background) {
+          staging = Stage(state, need, kStage);
+          handle->Staged(staging);
+        }
+        in_background_ = true;
+        Result<SaveResult> r =
+            Guard("save", [&] { return Save(step, staged_, save, staging); });
+        in_background_ = false;
+        {
+          MutexLock l(&mu_);
+          if (!r.ok()) {
+            async_error_ =
+                r.status().WithContext("the asynchronous save of step " +
+                                       std::to_string(step) + " failed");
+            async_failed_ = handle;
+          }
+        }
+        // The handle is done before any waiting call runs, so a call that
+        // waited for this save finds it Done().
+        handle->Finish(std::move(r));
+        {
+          MutexLock l(&mu_);
+          busy_ = false;
+        }
+        idle_.SignalAll();
+      });
 }
 
 }  // namespace ckpt

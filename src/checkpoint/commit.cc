@@ -53,6 +53,33 @@ Manifest CheckpointManager::Impl::Header(int64_t step, const SaveOptions& save,
   return m;
 }
 
+format::SaveTimingRecord CheckpointManager::Impl::Timing(
+    const std::vector<WriteResult>& results, int64_t commit_started_ms) const {
+  format::SaveTimingRecord t;
+  const int64_t now = SteadyNowMs();
+  t.save_ms = std::max<int64_t>(0, now - save_started_ms_);
+  t.commit_ms = std::max<int64_t>(0, now - commit_started_ms);
+  t.async = in_background_.load();
+  t.stall_ms = t.async ? background_stall_ms_ : t.save_ms;
+  for (size_t r = 0; r < results.size(); ++r) {
+    t.ranks.push_back({static_cast<int32_t>(r),
+                       std::max<int64_t>(0, results[r].write_ms),
+                       std::max<int64_t>(0, results[r].wait_ms)});
+  }
+  // A bounded record whatever the world size: the slowest writers are the
+  // ones a reader looks for.
+  if (t.ranks.size() > format::kMaxTimedRanks) {
+    std::nth_element(t.ranks.begin(), t.ranks.begin() + format::kMaxTimedRanks,
+                     t.ranks.end(), [](const auto& a, const auto& b) {
+                       return a.write_ms > b.write_ms;
+                     });
+    t.ranks.resize(format::kMaxTimedRanks);
+    std::sort(t.ranks.begin(), t.ranks.end(),
+              [](const auto& a, const auto& b) { return a.rank < b.rank; });
+  }
+  return t;
+}
+
 Result<Manifest> CheckpointManager::Impl::BuildManifest(
     int64_t step, const SaveOptions& save, const SaveDecision& decision,
     const SavePlan& plan, const std::vector<WriteResult>& results) {
@@ -323,6 +350,7 @@ SaveOutcome CheckpointManager::Impl::Commit(
     PendingDirectoryEntries& entries) {
   const std::string op =
       "commit step " + std::to_string(step) + " in " + Where();
+  const int64_t commit_started_ms = SteadyNowMs();
   const bool indexed =
       options_.metadata_layout == Options::MetadataLayout::kIndexed;
   std::string directory;
@@ -356,6 +384,7 @@ SaveOutcome CheckpointManager::Impl::Commit(
     }
     wrote_directory = true;
   }
+  m->timing = Timing(results, commit_started_ms);
   const std::string bytes = format::EncodeManifest(*m);
   if (Status s = Publish(*m, bytes); !s.ok()) {
     const bool discard = !MayHaveCommitted(step, s);

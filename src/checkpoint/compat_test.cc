@@ -97,6 +97,8 @@ TEST_F(CompatTest, VersionsOneAndTwoLoadBitForBitAndVerify) {
   ASSERT_TRUE(list.ok());
   ASSERT_EQ(list->size(), 2u);
   EXPECT_TRUE((*list)[1].depends_on == std::vector<int64_t>{1});
+  // Saved before saves recorded their durations: none, and no error.
+  for (const CheckpointInfo& info : *list) EXPECT_FALSE(info.timing.recorded);
   for (int64_t step : {1, 2}) {
     ExpectLoads(**mgr, step);
     auto v = (*mgr)->Verify(step);

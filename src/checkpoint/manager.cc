@@ -40,6 +40,16 @@ CheckpointInfo InfoFromManifest(const format::Manifest& m) {
   info.metrics = m.metrics;
   info.metadata = m.metadata;
   info.num_entries = m.entries.size();
+  if (m.timing) {
+    info.timing.recorded = true;
+    info.timing.save_ms = m.timing->save_ms;
+    info.timing.commit_ms = m.timing->commit_ms;
+    info.timing.stall_ms = m.timing->stall_ms;
+    info.timing.async = m.timing->async;
+    for (const format::SaveTimingRecord::Rank& r : m.timing->ranks) {
+      info.timing.ranks.push_back({r.rank, r.write_ms, r.wait_ms});
+    }
+  }
   return info;
 }
 

@@ -409,6 +409,14 @@ class CheckpointManager::Impl {
   std::atomic<bool> saving_{false};
   // The step this manager's last successful Save committed; -1 for none.
   int64_t last_saved_step_ = -1;
+  // For the commit record's timing: when the save in progress began on
+  // this rank (steady clock, ms), and the caller's stall of the background
+  // save in progress (its copy into staging memory).
+  int64_t save_started_ms_ = 0;
+  int64_t background_stall_ms_ = 0;
+  static int64_t SteadyNowMs();
+  format::SaveTimingRecord Timing(const std::vector<WriteResult>& results,
+                                  int64_t commit_started_ms) const;
   // Emptied chunk rows for the next save to fill: those of the parent an
   // incremental save read (whose own index ManifestStore keeps until the
   // next save takes it as its parent). With 4 KiB chunks a 2 GiB state has

@@ -289,6 +289,8 @@ std::string EncodeWriteResult(const WriteResult& m) {
       w.U32(c.object);
     }
   }
+  w.I64(m.wait_ms);
+  w.I64(m.write_ms);
   return w.Take();
 }
 
@@ -332,6 +334,8 @@ Result<WriteResult> DecodeWriteResult(std::string_view bytes) {
       }
     }
   }
+  m.wait_ms = r.I64();
+  m.write_ms = r.I64();
   return r.Finish(std::move(m));
 }
 
@@ -359,6 +363,18 @@ void PutInfo(Writer& w, const CheckpointInfo& i) {
   }
   w.U64(i.num_entries);
   w.Str(i.incomplete);
+  const SaveTiming& t = i.timing;
+  w.U8(t.recorded ? 1 : 0);
+  w.I64(t.save_ms);
+  w.I64(t.commit_ms);
+  w.I64(t.stall_ms);
+  w.U8(t.async ? 1 : 0);
+  w.Count(t.ranks.size());
+  for (const RankSaveTiming& rt : t.ranks) {
+    w.I64(rt.rank);
+    w.I64(rt.write_ms);
+    w.I64(rt.wait_ms);
+  }
 }
 
 CheckpointInfo GetInfo(Reader& r) {
@@ -384,6 +400,18 @@ CheckpointInfo GetInfo(Reader& r) {
   }
   i.num_entries = r.U64();
   i.incomplete = r.Str();
+  SaveTiming& t = i.timing;
+  t.recorded = r.Bool();
+  t.save_ms = r.I64();
+  t.commit_ms = r.I64();
+  t.stall_ms = r.I64();
+  t.async = r.Bool();
+  t.ranks.resize(r.Count(3 * 8));
+  for (RankSaveTiming& rt : t.ranks) {
+    rt.rank = r.I32();
+    rt.write_ms = r.I64();
+    rt.wait_ms = r.I64();
+  }
   return i;
 }
 

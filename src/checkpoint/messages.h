@@ -25,7 +25,7 @@
 
 namespace ckpt {
 
-inline constexpr uint8_t kMessageVersion = 3;
+inline constexpr uint8_t kMessageVersion = 4;
 
 // Save step 1: the coordinator's decision, broadcast to every rank.
 struct SaveDecision {
@@ -81,6 +81,12 @@ struct WriteResult {
   };
   std::vector<EntrySum> entry_sums;
   std::vector<PieceChunks> pieces;
+  // How long this rank waited in the save before its write began (the
+  // decision, the plan and the lease: the other ranks arriving) and how
+  // long its write took (data object and index), for the commit record's
+  // timing (docs/format.md).
+  int64_t wait_ms = 0;
+  int64_t write_ms = 0;
 };
 
 // Save step 7: the coordinator's outcome, broadcast to every rank.

@@ -121,6 +121,14 @@ TEST_F(MultiRankTest, SaveWritesEveryRankOnceAndCommitsOnce) {
   auto list = (*mgr)->List();
   ASSERT_TRUE(list.ok());
   ASSERT_EQ(list->size(), 1u);
+  // The commit record holds the save's durations and every rank's.
+  const SaveTiming& t = list->front().timing;
+  ASSERT_TRUE(t.recorded);
+  EXPECT_FALSE(t.async);
+  EXPECT_GE(t.save_ms, t.commit_ms);
+  EXPECT_EQ(t.stall_ms, t.save_ms);
+  ASSERT_EQ(t.ranks.size(), 4u);
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(t.ranks[r].rank, r);
   auto verify = (*mgr)->Verify(1);
   ASSERT_TRUE(verify.ok());
   EXPECT_TRUE(verify->ok());

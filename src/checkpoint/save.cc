@@ -37,6 +37,7 @@
 // nothing or the complete new one: without its manifest a step does not exist.
 // A rank whose state is bad, or that throws, still takes part in every
 // collective with an error in its message, so all ranks fail together.
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <unordered_map>
@@ -342,6 +343,12 @@ WriteResult CheckpointManager::Impl::WriteIncremental(
   return result;
 }
 
+int64_t CheckpointManager::Impl::SteadyNowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 std::vector<ChunkRow> CheckpointManager::Impl::TakeRows(size_t k, size_t n) {
   std::vector<ChunkRow> rows;
   if (k < spare_rows_.size()) rows = std::move(spare_rows_[k]);
@@ -472,6 +479,7 @@ Result<SaveResult> CheckpointManager::Impl::Save(int64_t step,
     return Save(step, staged_, save, staged);
   }
   Communicator& c = comm();
+  save_started_ms_ = SteadyNowMs();
   // 1. The coordinator decides.
   std::string decision_bytes;
   if (c.rank() == 0)
@@ -526,6 +534,7 @@ Result<SaveResult> CheckpointManager::Impl::Save(int64_t step,
   for (size_t i = 0; i < plan.pieces.size(); ++i) {
     if (plan.pieces[i].writer == c.rank()) mine.push_back(i);
   }
+  const int64_t write_started_ms = SteadyNowMs();
   WriteResult written =
       decision.parent >= 0
           ? WriteIncremental(step, decision.attempt, state, save, plan, mine,
@@ -534,6 +543,8 @@ Result<SaveResult> CheckpointManager::Impl::Save(int64_t step,
 
   // 3b. Version 3: every rank writes its own index, in parallel.
   if (indexed) WriteIndex(step, decision.attempt, plan, written);
+  written.wait_ms = write_started_ms - save_started_ms_;
+  written.write_ms = SteadyNowMs() - write_started_ms;
 
   // 4. Gather the results; 5. any failure fails every rank, and each
   // removes what it wrote: nothing can commit this attempt any more.

@@ -112,6 +112,21 @@ uint64_t Manifest::OwnObjectBytes() const {
 
 namespace {
 
+// The optional `timing` field: ranks as compact [rank, write_ms, wait_ms].
+void PutTiming(const Manifest& m, json& j) {
+  if (!m.timing) return;
+  const SaveTimingRecord& t = *m.timing;
+  json ranks = json::array();
+  for (const SaveTimingRecord::Rank& r : t.ranks) {
+    ranks.push_back({r.rank, r.write_ms, r.wait_ms});
+  }
+  j["timing"] = {{"save_ms", t.save_ms},
+                 {"commit_ms", t.commit_ms},
+                 {"stall_ms", t.stall_ms},
+                 {"async", t.async},
+                 {"ranks", std::move(ranks)}};
+}
+
 json EncodeBody(const Manifest& m) {
   json j = json::object();
   j["format"] = kManifestMagic;
@@ -137,6 +152,7 @@ json EncodeBody(const Manifest& m) {
     json metrics = json::object();
     for (const auto& [k, v] : m.metrics) metrics[k] = v;
     j["metrics"] = std::move(metrics);
+    PutTiming(m, j);
     return j;
   }
   j["hosts"] = m.hosts;
@@ -180,6 +196,7 @@ json EncodeBody(const Manifest& m) {
   json metrics = json::object();
   for (const auto& [k, v] : m.metrics) metrics[k] = v;
   j["metrics"] = std::move(metrics);
+  PutTiming(m, j);
   return j;
 }
 

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -78,6 +79,22 @@ struct DirectoryRef {
   Checksum128 checksum;  // xxh3-128 of the whole object
 };
 
+// How long the save that wrote a checkpoint took, as its coordinator
+// measured it (docs/format.md, section 3.2 `timing`); informative only.
+struct SaveTimingRecord {
+  struct Rank {
+    int32_t rank = 0;
+    int64_t write_ms = 0;
+    int64_t wait_ms = 0;
+  };
+  int64_t save_ms = 0;
+  int64_t commit_ms = 0;
+  int64_t stall_ms = 0;
+  bool async = false;
+  std::vector<Rank> ranks;  // at most kMaxTimedRanks, the slowest writers
+};
+inline constexpr size_t kMaxTimedRanks = 256;
+
 struct Manifest {
   int version = 0;
   std::string job_id;
@@ -98,6 +115,8 @@ struct Manifest {
   std::vector<EntryRecord> entries;
   std::map<std::string, std::string> metadata;  // the user's, per checkpoint
   std::map<std::string, double> metrics;        // for keep-best retention
+  // Absent in checkpoints saved before ckpt recorded it.
+  std::optional<SaveTimingRecord> timing;
   // Version 3 only. The commit record names the directory and carries the
   // data bytes, so listing needs no other object.
   DirectoryRef directory;

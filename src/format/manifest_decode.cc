@@ -258,6 +258,49 @@ Result<Manifest> DecodeBody(const json& j, const Reader& r,
   return m;
 }
 
+// The optional `timing` (docs/format.md section 3.2): absent in older
+// checkpoints; when present, every field as specified, at most
+// kMaxTimedRanks ranks, each inside the world.
+Status DecodeTiming(const json& j, const Reader& r, Manifest& m) {
+  auto it = j.find("timing");
+  if (it == j.end()) return Status();
+  const json& t = *it;
+  if (!t.is_object()) return r.Fail("timing is not an object");
+  SaveTimingRecord out;
+  for (auto [name, field] : {std::pair{"save_ms", &out.save_ms},
+                             std::pair{"commit_ms", &out.commit_ms},
+                             std::pair{"stall_ms", &out.stall_ms}}) {
+    CKPT_ASSIGN_OR_RETURN(*field, r.Int(t, name, "timing"));
+    if (*field < 0) return r.Fail(std::string("timing ") + name + " < 0");
+  }
+  CKPT_ASSIGN_OR_RETURN(const json* async, r.Field(t, "async", "timing"));
+  if (!async->is_boolean()) return r.Fail("timing async is not a boolean");
+  out.async = async->get<bool>();
+  CKPT_ASSIGN_OR_RETURN(const json* ranks, r.Field(t, "ranks", "timing"));
+  if (!ranks->is_array() || ranks->size() > kMaxTimedRanks) {
+    return r.Fail("timing ranks is not an array of at most " +
+                  std::to_string(kMaxTimedRanks));
+  }
+  for (const json& row : *ranks) {
+    if (!row.is_array() || row.size() != 3) {
+      return r.Fail("timing ranks holds something other than 3 integers");
+    }
+    int64_t v[3];
+    for (size_t k = 0; k < 3; ++k) {
+      if (!row[k].is_number_unsigned() ||
+          row[k].get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+        return r.Fail(
+            "timing ranks holds a value that is not a non-negative integer");
+      }
+      v[k] = row[k].get<int64_t>();
+    }
+    if (v[0] >= m.world_size) return r.Fail("timing names a rank out of range");
+    out.ranks.push_back({static_cast<int32_t>(v[0]), v[1], v[2]});
+  }
+  m.timing = std::move(out);
+  return Status();
+}
+
 // The user's metadata and metrics, in every version.
 Status DecodeUserFields(const json& j, const Reader& r, Manifest& m) {
   CKPT_ASSIGN_OR_RETURN(const json* meta, r.Field(j, "metadata", "manifest"));
@@ -274,7 +317,7 @@ Status DecodeUserFields(const json& j, const Reader& r, Manifest& m) {
       return r.Fail("metric " + Quote(k) + " is not a number");
     m.metrics[k] = v.get<double>();
   }
-  return Status();
+  return DecodeTiming(j, r, m);
 }
 
 // Version 3's commit record after the common header: dependencies, the

@@ -179,6 +179,33 @@ TEST(ManifestTest, EncodeDecodeRoundTrip) {
   EXPECT_EQ(EncodeManifest(*back), bytes);
 }
 
+TEST(ManifestTest, TimingRoundTripsAndIsOptional) {
+  Manifest m = SmallManifest();
+  Result<Manifest> without = DecodeManifest(EncodeManifest(m), kWhat);
+  ASSERT_TRUE(without.ok()) << without.status().ToString();
+  EXPECT_FALSE(without->timing.has_value());  // as an older save wrote it
+  SaveTimingRecord t;
+  t.save_ms = 120;
+  t.commit_ms = 7;
+  t.stall_ms = 3;
+  t.async = true;
+  t.ranks = {{0, 100, 1}};
+  m.timing = t;
+  const std::string bytes = EncodeManifest(m);
+  Result<Manifest> back = DecodeManifest(bytes, kWhat);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_TRUE(back->timing.has_value());
+  EXPECT_EQ(back->timing->save_ms, 120);
+  EXPECT_EQ(back->timing->commit_ms, 7);
+  EXPECT_EQ(back->timing->stall_ms, 3);
+  EXPECT_TRUE(back->timing->async);
+  ASSERT_EQ(back->timing->ranks.size(), 1u);
+  EXPECT_EQ(back->timing->ranks[0].rank, 0);
+  EXPECT_EQ(back->timing->ranks[0].write_ms, 100);
+  EXPECT_EQ(back->timing->ranks[0].wait_ms, 1);
+  EXPECT_EQ(EncodeManifest(*back), bytes);
+}
+
 TEST(ManifestTest, RoundTripExtremeValues) {
   Manifest m = SmallManifest();
   m.epoch = -1;
@@ -372,6 +399,43 @@ TEST(ManifestDamageTest, MissingOrMistypedFields) {
     json mistyped = good;
     mistyped[field] = json::array({json::object()});
     ExpectDecodeDataLoss(Envelope(mistyped.dump()));
+  }
+}
+
+TEST(ManifestDamageTest, MalformedTimingIsDataLoss) {
+  const json good = BodyOf(EncodeManifest(SmallManifest()));
+  const json fine = {{"save_ms", 1},
+                     {"commit_ms", 1},
+                     {"stall_ms", 1},
+                     {"async", false},
+                     {"ranks", json::array({{0, 1, 1}})}};
+  const auto with = [&fine](const json& patch) {
+    json t = fine;
+    t.update(patch);
+    return t;
+  };
+  json ok = good;
+  ok["timing"] = fine;
+  EXPECT_TRUE(DecodeManifest(Envelope(ok.dump()), kWhat).ok());
+  std::vector<std::pair<std::string, json>> bad = {
+      {"not an object", json::array()},
+      {"negative", with({{"save_ms", -1}})},
+      {"no commit_ms", fine},
+      {"async a number", with({{"async", 1}})},
+      {"rank out of range", with({{"ranks", json::array({{7, 1, 1}})}})},
+      {"row of two", with({{"ranks", json::array({{0, 1}})}})},
+      {"negative write", with({{"ranks", json::array({{0, -1, 1}})}})},
+      {"ranks not an array", with({{"ranks", 3}})},
+  };
+  bad[2].second.erase("commit_ms");
+  json many = json::array();
+  for (int i = 0; i < 257; ++i) many.push_back({0, 1, 1});
+  bad.push_back({"257 ranks", with({{"ranks", many}})});
+  for (const auto& [why, timing] : bad) {
+    SCOPED_TRACE(why);
+    json body = good;
+    body["timing"] = timing;
+    ExpectDecodeDataLoss(Envelope(body.dump()), "timing");
   }
 }
 

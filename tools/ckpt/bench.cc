@@ -134,14 +134,16 @@ Status RunHostBench(const BenchArgs& args) {
       MeasureAsyncStall(*setup.mgr, bench.state, args.runs, setup.step, f));
   setup.rss.async = MaxRssBytes();
   setup.mgr.reset();
-  EmitReport(
-      MakeReport(setup.Config(args),
-                 static_cast<double>(setup.plan.state_bytes), f, setup.rss),
-      args.json);
-  return Status();
+  const double bytes = static_cast<double>(setup.plan.state_bytes);
+  return EmitReport(MakeReport(setup.Config(args), bytes, f, setup.rss), args,
+                    f, bytes);
 }
 
 Status RunBench(const BenchArgs& args) {
+  if (!args.peers.empty()) {
+    if (args.html.empty()) return InvalidArgumentError("--peers needs --html");
+    CKPT_RETURN_IF_ERROR(ReadPeers(args.peers).status());  // before the run
+  }
   CKPT_ASSIGN_OR_RETURN(const MemoryLocation where,
                         ParseBenchDevice(args.device));
   if (where.is_host()) return RunHostBench(args);
@@ -183,6 +185,7 @@ void AddBenchCommand(CLI::App& app, Command& selected) {
       "needs the state's size in device memory and in host memory.",
       "ckpt bench\n"
       "ckpt bench --size 512MiB --tensors 16 --runs 7 --json\n"
+      "ckpt bench --size 64MiB --html bench.html\n"
       "ckpt bench --dir /data/scratch --dtype BF16\n"
       "ckpt bench --device cuda:0 --size 8GiB --json");
   cmd->add_option("--size", args->size,
@@ -207,6 +210,13 @@ void AddBenchCommand(CLI::App& app, Command& selected) {
                   "or cuda:N")
       ->check(Accepting(ParseBenchDevice, "DEVICE"));
   AddJsonFlag(*cmd, args->json);
+  cmd->add_option("--html", args->html,
+                  "also draw the figures and each round's rates into this "
+                  "HTML file (docs/report.md)");
+  cmd->add_option("--peers", args->peers,
+                  "with --html: also draw the savers of this output of "
+                  "bench/peers/peers.py --json (torch.save, h5py, "
+                  "numpy.save) beside ckpt");
   cmd->callback([&selected, args] {
     selected.name = "bench";
     selected.run = [args] { return RunBench(*args); };

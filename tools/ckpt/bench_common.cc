@@ -11,9 +11,11 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 
 #include "common.h"
+#include "html_page.h"
 
 namespace ckpt::cli {
 namespace {
@@ -313,12 +315,50 @@ Status MeasureAsyncStall(CheckpointManager& mgr, const State& state, int runs,
   return Status();
 }
 
-void EmitReport(const nlohmann::json& report, bool json) {
-  if (json) {
+Result<nlohmann::json> ReadPeers(const std::string& path) {
+  // What bench/peers/peers.py --json printed: its savers' median GB/s.
+  std::ifstream in(path);
+  nlohmann::json peers =
+      nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!in.is_open() || peers.is_discarded() || !peers.is_object() ||
+      !peers.contains("gbps") || !peers["gbps"].is_object() ||
+      !peers.contains("state_bytes")) {
+    return InvalidArgumentError(
+        "read --peers " + path +
+        ": not the JSON of bench/peers/peers.py --json (an object with "
+        "gbps and state_bytes)");
+  }
+  return peers;
+}
+
+Status EmitReport(const nlohmann::json& report, const BenchArgs& args,
+                  const Figures& f, double bytes) {
+  if (args.json) {
     PrintJson(report);
   } else {
     PrintReport(report);
   }
+  if (args.html.empty()) return Status();
+  // The bars, in the order the table lists the rates.
+  const nlohmann::json order = {"raw_write_buffered_gbps",
+                                "raw_write_direct_gbps",
+                                "save_gbps",
+                                "raw_read_cold_gbps",
+                                "raw_read_direct_gbps",
+                                "load_cold_gbps",
+                                "load_device_cold_gbps",
+                                "raw_read_warm_gbps",
+                                "load_warm_gbps",
+                                "memcpy_gbps",
+                                "parallel_memcpy_gbps",
+                                "pinned_d2h_gbps",
+                                "pinned_h2d_gbps"};
+  nlohmann::json data = {
+      {"report", report}, {"order", order}, {"rounds", RoundsJson(f, bytes)}};
+  if (!args.peers.empty()) {
+    CKPT_ASSIGN_OR_RETURN(data["peers"], ReadPeers(args.peers));
+  }
+  return WriteHtmlPage(args.html, "ckpt bench", data, BenchReportScript());
 }
 
 }  // namespace ckpt::cli

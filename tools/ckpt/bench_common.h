@@ -28,6 +28,8 @@ struct BenchArgs {
   std::string dir;  // empty: a fresh directory under /var/tmp
   bool keep = false;
   bool json = false;
+  std::string html;   // --html: also draw the report into this page
+  std::string peers;  // --peers: bench/peers/peers.py --json, drawn beside
   std::string device = "host";  // or cuda[:N] (ParseBenchDevice)
 };
 
@@ -134,8 +136,13 @@ struct BenchSetup {
 Status MeasureAsyncStall(CheckpointManager& mgr, const State& state, int runs,
                          int64_t& step, Figures& f);
 
-// Prints the report as --json asks.
-void EmitReport(const nlohmann::json& report, bool json);
+// The output of bench/peers/peers.py --json at `path`, checked.
+Result<nlohmann::json> ReadPeers(const std::string& path);
+
+// Prints the report as --json asks and, with --html, draws it and each
+// round's rates (`f`, of `bytes` each) into that page.
+Status EmitReport(const nlohmann::json& report, const BenchArgs& args,
+                  const Figures& f, double bytes);
 
 // The bench of a state on a CUDA device (bench_device.cc).
 Status RunDeviceBench(const BenchArgs& args, int device);

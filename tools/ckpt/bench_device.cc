@@ -263,11 +263,9 @@ Status RunDeviceBench(const BenchArgs& args, int device) {
   config["device"] = MemoryLocation::Cuda(device).ToString();
   config["cuda_driver"] = cuda->path();
   config["pinned_block_bytes"] = dev.block_bytes();
-  EmitReport(MakeDeviceReport(std::move(config),
-                              static_cast<double>(setup.plan.state_bytes), f,
-                              setup.rss),
-             args.json);
-  return Status();
+  const double bytes = static_cast<double>(setup.plan.state_bytes);
+  return EmitReport(MakeDeviceReport(std::move(config), bytes, f, setup.rss),
+                    args, f, bytes);
 }
 
 }  // namespace ckpt::cli

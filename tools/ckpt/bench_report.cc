@@ -373,4 +373,28 @@ void PrintReport(const json& report) {
   }
 }
 
+json RoundsJson(const Figures& f, double bytes) {
+  json out = json::object();
+  const std::pair<const char*, const std::vector<double>*> series[] = {
+      {"raw_write_buffered", &f.raw_write_buffered},
+      {"raw_write_direct", &f.raw_write_direct},
+      {"raw_read_cold", &f.raw_read_cold},
+      {"raw_read_warm", &f.raw_read_warm},
+      {"raw_read_direct", &f.raw_read_direct},
+      {"save", &f.save},
+      {"load_cold", &f.load_cold},
+      {"load_warm", &f.load_warm},
+      {"memcpy", &f.memcpy},
+      {"parallel_memcpy", &f.parallel_memcpy},
+      {"pinned_d2h", &f.pinned_d2h},
+      {"pinned_h2d", &f.pinned_h2d}};
+  for (const auto& [name, secs] : series) {
+    if (secs->empty()) continue;
+    json rates = json::array();
+    for (double s : *secs) rates.push_back(s > 0 ? bytes / s / 1e9 : 0.0);
+    out[name] = std::move(rates);
+  }
+  return out;
+}
+
 }  // namespace ckpt::cli

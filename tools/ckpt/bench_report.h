@@ -50,6 +50,9 @@ nlohmann::json MakeReport(nlohmann::json config, double bytes, const Figures& f,
 nlohmann::json MakeDeviceReport(nlohmann::json config, double bytes,
                                 const Figures& f, const PeakRss& rss);
 
+// Each round's rate (GB/s) of every series measured, for --html.
+nlohmann::json RoundsJson(const Figures& f, double bytes);
+
 // The report for people, of either kind: a heading, a table of figures and
 // ratios, and one line per target.
 void PrintReport(const nlohmann::json& report);

@@ -999,6 +999,23 @@ TEST_F(CliTest, ShowAndExportAMultiRankCheckpoint) {
     if (e["name"] == "loader") ++loaders;
   }
   EXPECT_EQ(loaders, 3);
+  // The save's durations and every rank's write and wait; the people's
+  // output names the slowest writer.
+  const nlohmann::json& timing = shown["info"]["timing"];
+  ASSERT_EQ(timing["ranks"].size(), 3u) << shown["info"].dump();
+  int64_t slowest = -1, most = -1;
+  for (const auto& t : timing["ranks"]) {
+    if (t["write_ms"].get<int64_t>() > most) {
+      most = t["write_ms"].get<int64_t>();
+      slowest = t["rank"].get<int64_t>();
+    }
+  }
+  RunResult human = Ckpt({"show", root_});
+  ASSERT_EQ(human.exit_code, 0) << human.err;
+  EXPECT_TRUE(Contains(human.out, "slowest     rank " +
+                                      std::to_string(slowest) + ": write " +
+                                      std::to_string(most) + " ms"))
+      << human.out;
 
   const std::string file = Path("all.safetensors");
   r = Ckpt({"export", root_, file});

@@ -32,5 +32,6 @@ void AddGcCommand(CLI::App& app, Command& selected);
 void AddDeleteCommand(CLI::App& app, Command& selected);
 void AddCatalogCommand(CLI::App& app, Command& selected);
 void AddBenchCommand(CLI::App& app, Command& selected);
+void AddReportCommand(CLI::App& app, Command& selected);
 
 }  // namespace ckpt::cli

@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <memory>
 #include <set>
 
@@ -162,6 +163,36 @@ std::string HostsText(const std::vector<std::string>& hosts) {
          (distinct.size() > first.size() ? ", ..." : "");
 }
 
+// The save's durations and each rank's write and wait, naming the slowest
+// writer (for many ranks only the slowest few are listed; --json has all
+// that the commit record holds).
+void PrintTiming(const SaveTiming& t) {
+  if (!t.recorded) {
+    fmt::print("save time   not recorded\n");
+    return;
+  }
+  fmt::print("save time   {} ms (commit {} ms), caller stalled {} ms{}\n",
+             t.save_ms, t.commit_ms, t.stall_ms,
+             t.async ? " (asynchronous)" : "");
+  if (t.ranks.empty()) return;
+  std::vector<RankSaveTiming> ranks = t.ranks;
+  std::stable_sort(
+      ranks.begin(), ranks.end(),
+      [](const auto& a, const auto& b) { return a.write_ms > b.write_ms; });
+  const RankSaveTiming& slowest = ranks.front();
+  fmt::print("slowest     rank {}: write {} ms, wait {} ms\n", slowest.rank,
+             slowest.write_ms, slowest.wait_ms);
+  constexpr size_t kListed = 8;
+  for (size_t i = 0; i < ranks.size() && i < kListed; ++i) {
+    fmt::print("rank {:<6} write {} ms, wait {} ms\n", ranks[i].rank,
+               ranks[i].write_ms, ranks[i].wait_ms);
+  }
+  if (ranks.size() > kListed) {
+    fmt::print("            ... {} more ranks (--json lists them)\n",
+               ranks.size() - kListed);
+  }
+}
+
 void PrintDescription(const CheckpointDescription& d) {
   const CheckpointInfo& info = d.info;
   fmt::print("step        {}\n", info.step);
@@ -178,6 +209,7 @@ void PrintDescription(const CheckpointDescription& d) {
         "row after step {})\n",
         FormatBytes(info.referenced_bytes), info.chain, info.parent);
   }
+  PrintTiming(info.timing);
   for (const auto& [name, value] : info.metrics) {
     fmt::print("metric      {} = {}\n", name, value);
   }

@@ -60,6 +60,7 @@ int main(int argc, char** argv) {
       "  ckpt delete /data/run42 --step 1200\n"
       "  ckpt catalog latest run42\n"
       "  ckpt bench --size 512MiB --json\n"
+      "  ckpt report /data/run42 -o run42.html\n"
       "Run 'ckpt <command> --help' for a command's options.\n");
   // Checked before the subcommand is required, as --help is.
   app.set_version_flag("-V,--version", "ckpt " CKPT_VERSION_STRING);
@@ -76,6 +77,7 @@ int main(int argc, char** argv) {
   ckpt::cli::AddDeleteCommand(app, command);
   ckpt::cli::AddCatalogCommand(app, command);
   ckpt::cli::AddBenchCommand(app, command);
+  ckpt::cli::AddReportCommand(app, command);
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,41 @@
+"""ckpt.report: the HTML report of a root or a catalog (docs/report.md),
+written by the command-line tool the package carries."""
+
+import os
+import subprocess
+
+from ckpt import _errors
+from ckpt.__main__ import cli_path
+
+
+def report(root, path, *, catalog=None, goal="min"):
+    """Writes one self-contained HTML page to `path` and returns `path`.
+
+    Of `root` (a URL or path): the timeline of its saves, the bytes each
+    wrote, the incremental lineage, retention, each save's durations and
+    its ranks' write and wait times, and the metrics; `catalog` (a URL or
+    path) adds the steps the catalog knows were deleted and the job's local
+    tier. With root=None and a `catalog`: every job, its newest and best
+    checkpoints (best: the lowest value of its first metric, or the highest
+    with goal="max") and the metric curves across jobs.
+
+    Runs the bundled `ckpt report`; its error raises ckpt.Error (an
+    InvalidArgument when neither root nor catalog is given)."""
+    if root is None and catalog is None:
+        raise _errors.InvalidArgument("ckpt.report: name a root or a catalog")
+    args = [cli_path(), "report"]
+    if root is not None:
+        args.append(os.fspath(root))
+    if catalog is not None:
+        args += ["--catalog", os.fspath(catalog)]
+    args += ["--goal", goal, "-o", os.fspath(path)]
+    if not os.access(args[0], os.X_OK):
+        raise _errors.FailedPrecondition(
+            f"ckpt.report: {args[0]} is missing: this installation of the "
+            "ckpt package has no command-line tool (reinstall the wheel)")
+    done = subprocess.run(args, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, check=False)
+    if done.returncode != 0:
+        raise _errors.Error(done.stderr.strip() or
+                          f"ckpt report exited with {done.returncode}")
+    return path

@@ -1,0 +1,281 @@
+#!/usr/bin/env python3
+"""Tests `ckpt report` and `ckpt bench --html` in a real headless browser.
+
+    PYTHONPATH=build/release/python scripts/test-report.py \
+        --ckpt build/release/tools/ckpt/ckpt --out build/release/report-test
+
+Three pages, each opened in headless Chromium, whose DOM the page fills in
+once drawn (#ckpt-errors: any script error; #ckpt-summary: every chart's
+datasets and their point counts, and the lineage edges drawn):
+
+  1. a root with full, incremental, asynchronous, tiered and deleted steps
+     and metrics: no error, every chart drawn with as many points as the
+     data has, and the lineage edges exactly those the manifests list
+     (read here from the MANIFEST.json files, bytes from `ckpt show`);
+  2. a catalog of three jobs: one bar per job, one curve per job;
+  3. `ckpt bench --html` of a tiny state: every figure and round drawn.
+
+Screenshots land in --out. It also prints (asserting nothing) the time to
+write the report of a long root and to load it in the browser: 2,000 steps
+by default, since saving 10,000 one by one takes about a minute here
+(CKPT_REPORT_STEPS=10000 for the full size). Stdlib only, and the ckpt
+package.
+"""
+
+import argparse
+import array
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import ckpt
+
+CHROMIUM = ["chromium", "--headless=new", "--no-sandbox", "--disable-gpu",
+            "--hide-scrollbars", "--virtual-time-budget=5000"]
+
+
+def run(args, **kw):
+    done = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, timeout=120, **kw)
+    if done.returncode != 0:
+        raise AssertionError(f"{args} failed ({done.returncode}):\n"
+                             f"{done.stdout}\n{done.stderr}")
+    return done.stdout
+
+
+def open_page(path, screenshot):
+    """The page's summary, after Chromium ran it; and a screenshot."""
+    url = "file://" + os.path.abspath(path)
+    started = time.monotonic()
+    dom = run(CHROMIUM + ["--window-size=1200,3000", "--dump-dom", url])
+    seconds = time.monotonic() - started
+    run(CHROMIUM + ["--window-size=1200,2600", f"--screenshot={screenshot}",
+                    url])
+    assert os.path.getsize(screenshot) > 10_000, f"{screenshot} is empty"
+    errors = re.search(r'<pre id="ckpt-errors"[^>]*>(.*?)</pre>', dom, re.S)
+    assert errors is not None, f"{path}: no #ckpt-errors in the DOM"
+    assert errors.group(1).strip() == "", \
+        f"{path}: script errors:\n{errors.group(1)}"
+    summary = re.search(r'<pre id="ckpt-summary"[^>]*>(.*?)</pre>', dom, re.S)
+    assert summary is not None and summary.group(1).strip(), \
+        f"{path}: the page wrote no summary (did its script run?)"
+    text = (summary.group(1).replace("&quot;", '"').replace("&lt;", "<")
+            .replace("&gt;", ">").replace("&amp;", "&"))
+    parsed = json.loads(text)
+    assert parsed["errors"] == 0, parsed
+    return parsed, seconds
+
+
+def counts(summary, chart):
+    """{dataset label: points} of one chart, each drawn whole."""
+    assert chart in summary["charts"], f"chart {chart} was not drawn"
+    c = summary["charts"][chart]
+    assert c["width"] > 0 and c["height"] > 0, c
+    out = {}
+    for d in c["datasets"]:
+        assert d["drawn"] == d["points"], f"{chart}: {d}"
+        out[d["label"]] = d["points"]
+    return out
+
+
+def manifest_edges(root):
+    """(step, referenced step) of every committed checkpoint, read from the
+    MANIFEST.json files themselves."""
+    edges = set()
+    for name in os.listdir(root):
+        path = os.path.join(root, name, "MANIFEST.json")
+        if not name.startswith("step-") or not os.path.exists(path):
+            continue
+        with open(path) as f:
+            body = json.load(f)["manifest"]
+        for dep in body["depends_on"]:
+            edges.add((body["step"], dep))
+    return edges
+
+
+def shared_bytes(cli, root, step, dep):
+    """Bytes of `dep`'s objects that `step` names (`ckpt show --json`)."""
+    shown = json.loads(run([cli, "show", root, "--step", str(step), "--json"]))
+    prefix = "step-%012d/" % dep
+    return sum(o["size"] for o in shown["objects"]
+               if o["key"].startswith(prefix))
+
+
+def state_at(step):
+    w = array.array("f", [0.0] * 8192)  # 8 chunks of 4 KiB
+    for k in range(1, step + 1):        # each step changes one more chunk,
+        w[1024 * (k % 8)] = float(k)    # so step 3 references 1 and 2
+    return {"w": w, "note": f"step {step}"}
+
+
+def root_case(cli, tmp, out):
+    root = os.path.join(tmp, "run")
+    local = os.path.join(tmp, "local")
+    catalog = os.path.join(tmp, "catalog.sqlite")
+    mgr = ckpt.CheckpointManager(root, create=True, chunk_size=4096,
+                                 catalog=catalog, job_id="report-job")
+    loss = lambda s: {"loss": 1.0 / s, "accuracy": s / 20.0}  # noqa: E731
+    mgr.save(1, state_at(1), metrics=loss(1))                    # full
+    mgr.save(2, state_at(2), metrics=loss(2), incremental=True)  # -> 1
+    mgr.save(3, state_at(3), metrics=loss(3), incremental=True)  # -> 1, 2
+    mgr.save_async(4, state_at(4), metrics=loss(4)).wait()       # async full
+    mgr.save_async(5, state_at(5), metrics=loss(5),
+                   incremental=True).wait()                      # -> 4
+    mgr.save(6, state_at(6), metrics=loss(6))
+    mgr.save(7, state_at(7), metrics=loss(7))
+    mgr.delete(6)                                                # deleted
+    with mgr.tiers(local, local_every=1, durable_every=2, replicas=0) as t:
+        for step in (8, 9, 10):                                  # tiered
+            t.save(step, state_at(step), metrics=loss(step))
+    path = os.path.join(out, "root.html")
+    started = time.monotonic()
+    assert ckpt.report(root, path, catalog=catalog) == path
+    print(f"root report: written in {time.monotonic() - started:.2f} s")
+    summary, _ = open_page(path, os.path.join(out, "root.png"))
+
+    listed = json.loads(run([cli, "ls", root, "--json"]))
+    kept = [i["step"] for i in listed]
+    assert 6 not in kept and {1, 2, 3, 4, 5, 7} <= set(kept), kept
+    full = sum(1 for i in listed if not i["depends_on"])
+    timeline = counts(summary, "timeline")
+    assert timeline["full"] + timeline["incremental"] == len(kept), timeline
+    assert timeline["full"] == full, (timeline, listed)
+    assert timeline["deleted"] == 1, timeline  # step 6, from the catalog
+    assert timeline["local tier"] >= 1, timeline
+    timed = sum(1 for i in listed if i["timing"] is not None)
+    assert timed == len(kept), listed  # every save recorded its timing
+    assert counts(summary, "durations") == {
+        "save ms": timed, "commit ms": timed, "stall ms": timed}
+    assert any(i["timing"]["async"] for i in listed), listed
+    straggle = counts(summary, "stragglers")
+    assert set(straggle.values()) == {timed}, straggle
+    assert counts(summary, "ranks") == {"write ms": 1, "wait ms": 1}
+    assert counts(summary, "bytes")["written (incremental)"] == \
+        len(kept) - full
+
+    edges = manifest_edges(root)
+    assert (3, 1) in edges and (3, 2) in edges and (5, 4) in edges, edges
+    drawn = {tuple(e) for e in summary["edges_drawn"]}
+    assert drawn == edges, f"drawn {sorted(drawn)} != manifests {sorted(edges)}"
+    assert counts(summary, "lineage") == {
+        "references (edges)": 3 * len(edges), "checkpoints": len(kept) +
+        timeline["deleted"] + timeline["local tier"]}
+    page = open(path).read()
+    data = json.loads(re.search(
+        r'<script type="application/json" id="ckpt-data">(.*?)</script>',
+        page, re.S).group(1))
+    for step, dep, nbytes in data["edges"]:
+        assert nbytes == shared_bytes(cli, root, step, dep) > 0, \
+            (step, dep, nbytes)
+    metrics = {}
+    for chart in summary["charts"]:
+        if chart.startswith("metric-"):
+            metrics.update(counts(summary, chart))
+    with_loss = sum(1 for i in listed if "loss" in i["metrics"])
+    assert metrics == {"loss": with_loss, "accuracy": with_loss}, metrics
+    return root
+
+
+def catalog_case(cli, tmp, out):
+    catalog = os.path.join(tmp, "jobs.sqlite")
+    saves = {"job-a": 3, "job-b": 4, "job-c": 2}
+    for k, (job, n) in enumerate(saves.items()):
+        mgr = ckpt.CheckpointManager(os.path.join(tmp, job), create=True,
+                                     catalog=catalog, job_id=job)
+        for step in range(1, n + 1):
+            mgr.save(step * 10, state_at(step),
+                     metrics={"loss": 1.0 / step + k / 4})
+    path = os.path.join(out, "catalog.html")
+    run([cli, "report", "--catalog", catalog, "-o", path])
+    summary, _ = open_page(path, os.path.join(out, "catalog.png"))
+    assert counts(summary, "jobs") == {"committed checkpoints": 3,
+                                       "deleted checkpoints": 3}
+    assert counts(summary, "curve-0") == saves
+    page = open(path).read()
+    for job, n in saves.items():
+        assert f'"job_id":"{job}"' in page
+        newest = re.search(r'"job_id":"%s","newest":\{[^}]*"step":(\d+)' % job,
+                           page)
+        assert newest and int(newest.group(1)) == n * 10, job
+
+
+def bench_case(cli, tmp, out):
+    path = os.path.join(out, "bench.html")
+    # What bench/peers/peers.py --json prints (its run needs NumPy, PyTorch
+    # and h5py; the page only reads these fields).
+    peers = os.path.join(tmp, "peers.json")
+    with open(peers, "w") as f:
+        json.dump({"state_bytes": 1 << 20, "tensors": 2, "runs": 2,
+                   "gbps": {"ckpt": 0.9, "torch.save": 0.3, "h5py": 0.5,
+                            "numpy.save": 0.8}}, f)
+    report = json.loads(run([cli, "bench", "--size", "1MiB", "--tensors", "2",
+                             "--runs", "2", "--dir", tmp, "--json",
+                             "--html", path, "--peers", peers]))
+    summary, _ = open_page(path, os.path.join(out, "bench.png"))
+    medians = counts(summary, "medians")
+    order = ["raw_write_buffered_gbps", "raw_write_direct_gbps", "save_gbps",
+             "raw_read_cold_gbps", "raw_read_direct_gbps", "load_cold_gbps",
+             "raw_read_warm_gbps", "load_warm_gbps", "memcpy_gbps",
+             "parallel_memcpy_gbps"]
+    assert medians == {"GB/s (median)": 4 + sum(
+        1 for k in order if k in report["figures"])}, medians
+    rounds = counts(summary, "rounds")
+    assert {"save", "load_cold", "memcpy", "raw_write_direct"} <= set(rounds)
+    assert set(rounds.values()) == {2}, rounds
+
+
+def long_root(cli, tmp, out, steps):
+    root = "/dev/shm" if os.path.isdir("/dev/shm") else tmp
+    root = tempfile.mkdtemp(prefix="ckpt-report-long-", dir=root)
+    try:
+        mgr = ckpt.CheckpointManager(root, create=True, chunk_size=4096,
+                                     gc_after_save=False)
+        state = {"w": array.array("f", [0.0] * 2048)}
+        started = time.monotonic()
+        for step in range(steps):
+            if step % 50 == 1:
+                state["w"][0] = step
+            mgr.save(step, state, metrics={"loss": 1.0 / (step + 1)},
+                     incremental=step % 50 == 1)
+        saved = time.monotonic() - started
+        path = os.path.join(out, "long.html")
+        started = time.monotonic()
+        run([cli, "report", root, "-o", path])
+        written = time.monotonic() - started
+        summary, loaded = open_page(path, os.path.join(out, "long.png"))
+        counts(summary, "timeline")
+        print(f"long root: {steps} steps saved in {saved:.1f} s; report "
+              f"({os.path.getsize(path) / 1e6:.1f} MB) written in "
+              f"{written:.2f} s, loaded in Chromium in {loaded:.2f} s")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ckpt", required=True, help="the ckpt tool")
+    parser.add_argument("--out", required=True,
+                        help="where pages and screenshots go")
+    args = parser.parse_args()
+    if shutil.which("chromium") is None:
+        sys.exit("test-report: chromium is missing (scripts/install-deps.sh)")
+    os.makedirs(args.out, exist_ok=True)
+    steps = int(os.environ.get("CKPT_REPORT_STEPS", "2000"))
+    with tempfile.TemporaryDirectory(prefix="ckpt-report-") as tmp:
+        root_case(args.ckpt, tmp, args.out)
+        print("root report: ok")
+        catalog_case(args.ckpt, tmp, args.out)
+        print("catalog report: ok")
+        bench_case(args.ckpt, tmp, args.out)
+        print("bench report: ok")
+        long_root(args.ckpt, tmp, args.out, steps)
+    print(f"test-report: ok (pages and screenshots in {args.out})")
+
+
+if __name__ == "__main__":
+    main()
