@@ -167,10 +167,12 @@ class Reader {
     if (v > 1) Fail("a flag that is neither 0 nor 1");
     return v == 1;
   }
-  std::string Str() {
+  std::string Str() { return std::string(View()); }
+  // A counted string as a view into the bytes being decoded (no copy).
+  std::string_view View() {
     const size_t n = Count(1);
     if (!ok()) return {};
-    std::string s(in_.substr(pos_, n));
+    std::string_view s = in_.substr(pos_, n);
     pos_ += n;
     return s;
   }

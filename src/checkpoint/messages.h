@@ -256,7 +256,10 @@ struct TransferPart {
   Kind kind = Kind::kEnd;
   std::string key;
   uint64_t size = 0;
-  std::string data;
+  // A view, so that a block of data is not copied again on either side:
+  // into the sender's buffer, or into the bytes a part was decoded from
+  // (valid while they are).
+  std::string_view data;
   Status failed;
 };
 

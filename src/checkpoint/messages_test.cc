@@ -351,10 +351,15 @@ TEST(MessagesTest, TierAndRunnerMessagesSurviveEncoding) {
   EXPECT_EQ(object->key, "k");
   EXPECT_EQ(object->size, 1ull << 40);
   const std::string block(5000, '\0');
-  auto data = DecodeTransferPart(
-      EncodeTransferPart({.kind = TransferPart::Kind::kData, .data = block}));
+  const std::string data_bytes =
+      EncodeTransferPart({.kind = TransferPart::Kind::kData, .data = block});
+  auto data = DecodeTransferPart(data_bytes);
   ASSERT_TRUE(data.ok());
   EXPECT_EQ(data->data, block);
+  // The block is a view into the bytes decoded, not a copy.
+  EXPECT_GE(data->data.data(), data_bytes.data());
+  EXPECT_LE(data->data.data() + data->data.size(),
+            data_bytes.data() + data_bytes.size());
   auto failed = DecodeTransferPart(EncodeTransferPart(
       {.kind = TransferPart::Kind::kFailed, .failed = NotFoundError("gone")}));
   ASSERT_TRUE(failed.ok());

@@ -183,7 +183,7 @@ Result<TransferPart> DecodeTransferPart(std::string_view bytes) {
   m.kind = r.Enum(TransferPart::Kind::kFailed);
   m.key = r.Str();
   m.size = r.U64();
-  m.data = r.Str();
+  m.data = r.View();
   m.failed = r.Stat();
   return r.Finish(std::move(m));
 }

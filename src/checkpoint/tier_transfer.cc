@@ -67,15 +67,14 @@ class Sender {
           .kind = TransferPart::Kind::kObject, .key = o.key, .size = o.size};
     }
     const uint64_t n = std::min<uint64_t>(block_, o.size - offset_);
-    TransferPart part{.kind = TransferPart::Kind::kData};
-    part.data.resize(n);
+    buffer_.resize(n);
     Status read = root_->storage().ReadRange(
-        o.key, offset_, {reinterpret_cast<std::byte*>(part.data.data()), n});
+        o.key, offset_, {reinterpret_cast<std::byte*>(buffer_.data()), n});
     if (!read.ok()) return Finish(read);
     offset_ += n;
     bytes_ += n;
     if (offset_ == o.size) Advance();
-    return part;
+    return {.kind = TransferPart::Kind::kData, .data = buffer_};
   }
 
  private:
@@ -91,6 +90,7 @@ class Sender {
 
   CheckpointManager* root_;
   const uint64_t block_;
+  std::string buffer_;  // the block a kData part views
   std::vector<ObjectInfo> objects_;
   size_t index_ = 0;
   bool started_ = false;
