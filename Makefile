@@ -64,12 +64,14 @@ check-docs: build
 check-format: deps
 	git ls-files '*.cc' '*.h' | xargs clang-format --dry-run -Werror
 
-# Backend headers above the Storage interface, inline rank messages, test
+# Backend headers above the Storage interface, inline rank messages,
+# collectives whose payload is not a message of the message layer, test
 # support used by library code, files grown past 700 lines, import circles
 # in the Python package (scripts/check-layering.sh); the checker's own test
 # first.
 check-layering:
 	/usr/bin/python3 scripts/test_check_layering.py
+	/usr/bin/python3 scripts/test_check_collectives.py
 	scripts/check-layering.sh
 
 format:

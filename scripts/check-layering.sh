@@ -3,8 +3,10 @@
 # (README, "Source tree"):
 #   - src/checkpoint and src/format know a storage backend only through the
 #     Storage interface: no header of src/storage/<backend>/ is included there;
-#   - messages between ranks are encoded and decoded only in
-#     src/checkpoint/messages.cc, never as JSON built inline;
+#   - messages between ranks are encoded and decoded only in the message
+#     layer (src/checkpoint/messages.h), never as JSON built inline; every
+#     collective's payload is one of its messages
+#     (scripts/check_collectives.py says how that is checked);
 #   - no non-test source file under src/ or tools/ grows past 700 lines, and
 #     the manager stays a facade (400);
 #   - test support lives in src/testing and only tests use it: no library
@@ -44,6 +46,10 @@ if [ -n "$testing" ]; then
 fi
 
 if ! /usr/bin/python3 scripts/check-python-layering.py; then
+  status=1
+fi
+
+if ! /usr/bin/python3 scripts/check_collectives.py; then
   status=1
 fi
 

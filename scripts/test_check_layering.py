@@ -6,7 +6,7 @@ them, naming the breach.
     /usr/bin/python3 scripts/test_check_layering.py
 
 Each test builds a small repository in a temporary folder (a git one: the
-shell script reads the tracked files), with the two checkers copied in,
+shell script reads the tracked files), with the checkers copied in,
 and runs check-layering.sh on it. No build is needed.
 """
 
@@ -38,7 +38,8 @@ def check(changes):
     ({path: text}) applied."""
     with tempfile.TemporaryDirectory() as d:
         os.mkdir(os.path.join(d, "scripts"))
-        for name in ("check-layering.sh", "check-python-layering.py"):
+        for name in ("check-layering.sh", "check-python-layering.py",
+                     "check_collectives.py"):
             shutil.copy(os.path.join(SCRIPTS, name),
                         os.path.join(d, "scripts", name))
         for path, text in {**GOOD, **changes}.items():

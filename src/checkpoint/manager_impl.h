@@ -13,7 +13,8 @@
 //   gc.cc          retention and dead attempts
 //   lease.cc       who owns the root for writing (RootLease)
 //   manifests.cc   the committed manifests of the root (ManifestStore)
-//   messages.cc    the messages between ranks
+//   messages.cc    the save's and the load's messages between ranks
+//                  (the tiers' and the runner's: tier_messages.cc)
 //   manager.cc     the public facade: options, locking, no exception escapes
 //
 // Threads: the facade holds mu_ around every call after waiting until no

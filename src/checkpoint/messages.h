@@ -1,7 +1,17 @@
-// The messages ranks exchange during the save and load protocols, as types.
+// The messages ranks exchange, as types: every payload of a collective
+// (AllGather, Broadcast, SendRecv) the library makes, in the save and load
+// protocols, the tiers and the job runner.
 //
-// This file is the protocols' vocabulary and the only place that knows their
-// wire form. Every message is encoded as
+// This file is the protocols' vocabulary; messages.cc (save, load) and
+// tier_messages.cc (tiers, runner) are the only places that know their wire
+// form, through one Writer and Reader (message_codec.h). Two kinds of
+// collective are not messages, on purpose: the communicator implementations
+// (src/dist, and the C API's adapter of a caller's callbacks in
+// src/capi/c_catalog_comm.cc) move bytes they are given, and the C API's
+// wrapper of a ckpt communicator for the caller (src/capi/c_mpi.cc) passes
+// the caller's own payload through as opaque bytes. Barrier carries no
+// payload. scripts/check-layering.sh holds every other collective call to
+// an Encode*() result. Every message is encoded as
 //
 //   "ck" | version (1 byte) | type (1 byte) | body
 //
@@ -14,12 +24,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "checkpoint/planner.h"
 #include "ckpt/checkpoint_manager.h"
+#include "ckpt/communicator.h"
 #include "ckpt/status.h"
 #include "util/checksum.h"
 
@@ -141,5 +153,144 @@ Result<LoadVote> DecodeLoadVote(std::string_view bytes);
 // Save step 2: what a rank holds (planner.h).
 std::string EncodeOffer(const Offer& offer);
 Result<Offer> DecodeOffer(std::string_view bytes);
+
+// ---- Tiers and the runner (tier_messages.cc) ----
+
+// A rank's outcome of a step every rank takes part in (Status crosses ranks
+// as its code and message, never as text read back).
+struct RankStatus {
+  Status status;
+};
+
+std::string EncodeRankStatus(const RankStatus& m);
+Result<RankStatus> DecodeRankStatus(std::string_view bytes);
+
+// Every rank's `mine`, by rank (an all-gather of RankStatus).
+Result<std::vector<Status>> AllGatherStatus(Communicator& comm,
+                                            const Status& mine);
+// `root`'s `mine` on every rank.
+Result<RankStatus> BroadcastStatus(Communicator& comm, const Status& mine,
+                                   int root);
+
+// Tiers, opening: where a rank runs. `host`: the communicator's host name
+// (which makes the nodes); `machine` and `pid`: the machine and process it
+// really runs in, which tell whether two nodes would share a local root.
+struct NodePlace {
+  std::string host;
+  std::string machine;
+  int64_t pid = 0;
+};
+
+std::string EncodeNodePlace(const NodePlace& m);
+Result<NodePlace> DecodeNodePlace(std::string_view bytes);
+
+// Tiers, restore: what a node's local root holds, all-gathered: each
+// share's committed step and each marker (with the world size that
+// committed the step).
+struct NodeShares {
+  struct Item {
+    bool marker = false;  // else a share's committed step
+    int32_t rank = 0;     // the share's rank
+    int64_t step = 0;
+    int32_t world = 0;  // markers: the world size that marked the step
+  };
+  std::vector<Item> items;
+};
+
+std::string EncodeNodeShares(const NodeShares& m);
+Result<NodeShares> DecodeNodeShares(std::string_view bytes);
+
+// Tiers, restore: the durable tier's committed steps as rank 0 listed them,
+// broadcast (or why it could not list them).
+struct DurableSteps {
+  Status status;
+  std::vector<int64_t> steps;
+};
+
+std::string EncodeDurableSteps(const DurableSteps& m);
+Result<DurableSteps> DecodeDurableSteps(std::string_view bytes);
+
+// Tiers, local save: a rank's outcome, and its share's bytes (for the
+// catalog's row) when it saved.
+struct ShareOutcome {
+  Status status;
+  uint64_t bytes = 0;
+};
+
+std::string EncodeShareOutcome(const ShareOutcome& m);
+Result<ShareOutcome> DecodeShareOutcome(std::string_view bytes);
+
+// Tiers, restore at another world size: the entries of the old shares a
+// rank read, all-gathered. A tensor is a box of its global tensor (offsets
+// and lengths in each dimension); a blob or metadata entry has no box.
+struct SharedEntry {
+  int32_t share = 0;  // the old rank whose share holds it
+  std::string name;
+  EntryKind kind = EntryKind::kTensor;
+  DType dtype = DType::kU8;
+  std::vector<int64_t> offsets, lengths, global;
+  bool piece = false;  // saved as a piece (else whole: replicated)
+};
+
+struct ShareEntries {
+  std::vector<SharedEntry> entries;
+};
+
+std::string EncodeShareEntries(const ShareEntries& m);
+// DataLoss also for a box whose offsets, lengths and global shape differ in
+// rank.
+Result<ShareEntries> DecodeShareEntries(std::string_view bytes);
+
+// Tiers, restore at another world size: the old shares a rank needs that
+// its node lacks, all-gathered.
+struct LackingShares {
+  std::vector<int64_t> shares;
+};
+
+std::string EncodeLackingShares(const LackingShares& m);
+Result<LackingShares> DecodeLackingShares(std::string_view bytes);
+
+// Tiers, a step copied between ranks (tier_transfer.h): one SendRecv
+// message of the stream.
+struct TransferPart {
+  enum class Kind : uint8_t {
+    kObject,  // an object of the step begins: `key`, `size`
+    kData,    // the next bytes of that object: `data`
+    kEnd,     // every object was sent: commit
+    kFailed,  // the sender failed (`failed`): drop what came
+  };
+  Kind kind = Kind::kEnd;
+  std::string key;
+  uint64_t size = 0;
+  // A view, so that a block of data is not copied again on either side:
+  // into the sender's buffer, or into the bytes a part was decoded from
+  // (valid while they are).
+  std::string_view data;
+  Status failed;
+};
+
+std::string EncodeTransferPart(const TransferPart& m);
+Result<TransferPart> DecodeTransferPart(std::string_view bytes);
+
+// The job runner, each step: a rank's wishes (all-gathered; `time_due` is
+// rank 0's clock's).
+struct RunnerVote {
+  bool preempt = false;
+  bool stop = false;
+  bool time_due = false;
+};
+
+std::string EncodeRunnerVote(const RunnerVote& m);
+Result<RunnerVote> DecodeRunnerVote(std::string_view bytes);
+
+// The job runner, starting: the step to resume from as rank 0 found it
+// (none: a fresh job), or why it could not, broadcast.
+struct ResumeStep {
+  Status status;
+  std::optional<int64_t> step;
+};
+
+std::string EncodeResumeStep(const ResumeStep& m);
+Result<ResumeStep> DecodeResumeStep(std::string_view bytes);
 
 }  // namespace ckpt

@@ -1,7 +1,9 @@
 #include "checkpoint/messages.h"
 
 #include <cmath>
+#include <functional>
 #include <string>
+#include <thread>
 
 #include "gtest/gtest.h"
 
@@ -231,6 +233,259 @@ TEST(MessagesTest, HostileFieldsAreRefused) {
   EXPECT_EQ(
       DecodeLoadSteps(EncodeLoadSteps({Status(), {4, -1}})).status().code(),
       ErrorCode::kDataLoss);
+}
+
+// One sample of each message of the tiers and the runner, encoded, with
+// its decoder (reduced to the status) and the name its errors carry.
+struct Sample {
+  std::string name;
+  std::string bytes;
+  std::function<Status(std::string_view)> decode;
+};
+
+template <typename T>
+std::function<Status(std::string_view)> StatusOf(
+    Result<T> (*decode)(std::string_view)) {
+  return [decode](std::string_view b) { return decode(b).status(); };
+}
+
+SharedEntry SamplePiece() {
+  return {.share = 3,
+          .name = "layer.1/weight",
+          .kind = EntryKind::kTensor,
+          .dtype = DType::kF32,
+          .offsets = {4, 0},
+          .lengths = {4, 8},
+          .global = {16, 8},
+          .piece = true};
+}
+
+std::vector<Sample> TierSamples() {
+  return {
+      {"rank status", EncodeRankStatus({DataLossError("share 2 is torn")}),
+       StatusOf(DecodeRankStatus)},
+      {"node place", EncodeNodePlace({"node-3", "machine-a", 4242}),
+       StatusOf(DecodeNodePlace)},
+      {"node shares", EncodeNodeShares({{{false, 1, 40, 0}, {true, 1, 40, 2}}}),
+       StatusOf(DecodeNodeShares)},
+      {"durable steps", EncodeDurableSteps({Status(), {10, 20}}),
+       StatusOf(DecodeDurableSteps)},
+      {"share outcome", EncodeShareOutcome({Status(), 1 << 20}),
+       StatusOf(DecodeShareOutcome)},
+      {"share entries", EncodeShareEntries({{SamplePiece()}}),
+       StatusOf(DecodeShareEntries)},
+      {"lacking shares", EncodeLackingShares({{0, 5}}),
+       StatusOf(DecodeLackingShares)},
+      {"transfer part",
+       EncodeTransferPart({.kind = TransferPart::Kind::kData, .data = "abc"}),
+       StatusOf(DecodeTransferPart)},
+      {"runner vote", EncodeRunnerVote({true, false, true}),
+       StatusOf(DecodeRunnerVote)},
+      {"resume step", EncodeResumeStep({Status(), 7}),
+       StatusOf(DecodeResumeStep)},
+  };
+}
+
+TEST(MessagesTest, TierAndRunnerMessagesSurviveEncoding) {
+  auto status = DecodeRankStatus(
+      EncodeRankStatus({IOError("the local tier is full: /nvme/r0")}));
+  ASSERT_TRUE(status.ok()) << status.status().ToString();
+  EXPECT_EQ(status->status.code(), ErrorCode::kIOError);
+  EXPECT_EQ(status->status.message(), "the local tier is full: /nvme/r0");
+  auto ok = DecodeRankStatus(EncodeRankStatus({}));
+  ASSERT_TRUE(ok.ok());
+  EXPECT_TRUE(ok->status.ok());
+
+  auto place = DecodeNodePlace(EncodeNodePlace({"n\n1", "m", -1}));
+  ASSERT_TRUE(place.ok()) << place.status().ToString();
+  EXPECT_EQ(place->host, "n\n1");  // a separator in a name is just a byte
+  EXPECT_EQ(place->machine, "m");
+  EXPECT_EQ(place->pid, -1);
+
+  auto shares = DecodeNodeShares(
+      EncodeNodeShares({{{false, 1, 40, 0}, {true, 2, 41, 8}}}));
+  ASSERT_TRUE(shares.ok()) << shares.status().ToString();
+  ASSERT_EQ(shares->items.size(), 2u);
+  EXPECT_FALSE(shares->items[0].marker);
+  EXPECT_EQ(shares->items[0].rank, 1);
+  EXPECT_EQ(shares->items[0].step, 40);
+  EXPECT_TRUE(shares->items[1].marker);
+  EXPECT_EQ(shares->items[1].world, 8);
+
+  auto steps = DecodeDurableSteps(
+      EncodeDurableSteps({UnavailableError("s3 is down"), {}}));
+  ASSERT_TRUE(steps.ok());
+  EXPECT_EQ(steps->status.code(), ErrorCode::kUnavailable);
+  EXPECT_EQ(steps->status.message(), "s3 is down");
+  steps = DecodeDurableSteps(EncodeDurableSteps({Status(), {3, 9}}));
+  ASSERT_TRUE(steps.ok());
+  EXPECT_EQ(steps->steps, (std::vector<int64_t>{3, 9}));
+
+  auto outcome = DecodeShareOutcome(EncodeShareOutcome({Status(), 123456}));
+  ASSERT_TRUE(outcome.ok());
+  EXPECT_EQ(outcome->bytes, 123456u);
+
+  SharedEntry blob{.share = 0, .name = "rng", .kind = EntryKind::kBlob};
+  auto entries =
+      DecodeShareEntries(EncodeShareEntries({{SamplePiece(), blob}}));
+  ASSERT_TRUE(entries.ok()) << entries.status().ToString();
+  ASSERT_EQ(entries->entries.size(), 2u);
+  const SharedEntry& e = entries->entries[0];
+  EXPECT_EQ(e.share, 3);
+  EXPECT_EQ(e.name, "layer.1/weight");
+  EXPECT_EQ(e.dtype, DType::kF32);
+  EXPECT_EQ(e.offsets, (std::vector<int64_t>{4, 0}));
+  EXPECT_EQ(e.lengths, (std::vector<int64_t>{4, 8}));
+  EXPECT_EQ(e.global, (std::vector<int64_t>{16, 8}));
+  EXPECT_TRUE(e.piece);
+  EXPECT_EQ(entries->entries[1].kind, EntryKind::kBlob);
+
+  auto lacking = DecodeLackingShares(EncodeLackingShares({{2, 0}}));
+  ASSERT_TRUE(lacking.ok());
+  EXPECT_EQ(lacking->shares, (std::vector<int64_t>{2, 0}));
+
+  auto object = DecodeTransferPart(EncodeTransferPart(
+      {.kind = TransferPart::Kind::kObject, .key = "k", .size = 1ull << 40}));
+  ASSERT_TRUE(object.ok());
+  EXPECT_EQ(object->kind, TransferPart::Kind::kObject);
+  EXPECT_EQ(object->key, "k");
+  EXPECT_EQ(object->size, 1ull << 40);
+  const std::string block(5000, '\0');
+  const std::string data_bytes =
+      EncodeTransferPart({.kind = TransferPart::Kind::kData, .data = block});
+  auto data = DecodeTransferPart(data_bytes);
+  ASSERT_TRUE(data.ok());
+  EXPECT_EQ(data->data, block);
+  // The block is a view into the bytes decoded, not a copy.
+  EXPECT_GE(data->data.data(), data_bytes.data());
+  EXPECT_LE(data->data.data() + data->data.size(),
+            data_bytes.data() + data_bytes.size());
+  auto failed = DecodeTransferPart(EncodeTransferPart(
+      {.kind = TransferPart::Kind::kFailed, .failed = NotFoundError("gone")}));
+  ASSERT_TRUE(failed.ok());
+  EXPECT_EQ(failed->failed.code(), ErrorCode::kNotFound);
+
+  auto vote = DecodeRunnerVote(EncodeRunnerVote({false, true, true}));
+  ASSERT_TRUE(vote.ok());
+  EXPECT_FALSE(vote->preempt);
+  EXPECT_TRUE(vote->stop);
+  EXPECT_TRUE(vote->time_due);
+
+  auto none = DecodeResumeStep(EncodeResumeStep({}));
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->step.has_value());
+  auto zero = DecodeResumeStep(EncodeResumeStep({Status(), 0}));
+  ASSERT_TRUE(zero.ok());
+  EXPECT_EQ(zero->step, std::optional<int64_t>(0));
+  auto error = DecodeResumeStep(EncodeResumeStep({IOError("no root"), {}}));
+  ASSERT_TRUE(error.ok());
+  EXPECT_EQ(error->status.code(), ErrorCode::kIOError);
+}
+
+TEST(MessagesTest, TierAndRunnerMessagesRefuseTruncatedAndForeignBytes) {
+  for (const Sample& s : TierSamples()) {
+    SCOPED_TRACE(s.name);
+    ASSERT_TRUE(s.decode(s.bytes).ok()) << s.decode(s.bytes).ToString();
+    auto expect_malformed = [&](std::string_view bytes, std::string_view why) {
+      const Status st = s.decode(bytes);
+      EXPECT_EQ(st.code(), ErrorCode::kDataLoss) << why;
+      EXPECT_NE(st.message().find("a rank sent a malformed " + s.name),
+                std::string::npos)
+          << why << ": " << st.message();
+    };
+    for (size_t n = 0; n < s.bytes.size(); ++n) {
+      expect_malformed(s.bytes.substr(0, n),
+                       "truncated to " + std::to_string(n));
+    }
+    expect_malformed(s.bytes + "x", "a trailing byte");
+    expect_malformed("Aborted: rank 1 failed", "the old text form");
+    // Any other message's bytes are refused, not read as this one.
+    for (const Sample& other : TierSamples()) {
+      if (other.name != s.name) expect_malformed(other.bytes, other.name);
+    }
+  }
+}
+
+TEST(MessagesTest, TierAndRunnerMessagesRefuseHostileFields) {
+  // A count far beyond the message allocates nothing and is refused.
+  std::string huge = EncodeShareEntries({});
+  for (int i = 0; i < 4; ++i) huge[4 + i] = '\xff';
+  EXPECT_EQ(DecodeShareEntries(huge).status().code(), ErrorCode::kDataLoss);
+  huge = EncodeNodeShares({});
+  for (int i = 0; i < 4; ++i) huge[4 + i] = '\xff';
+  EXPECT_EQ(DecodeNodeShares(huge).status().code(), ErrorCode::kDataLoss);
+
+  // A box whose offsets do not fit its shape.
+  SharedEntry bad = SamplePiece();
+  bad.offsets = {4};
+  auto box = DecodeShareEntries(EncodeShareEntries({{bad}}));
+  EXPECT_EQ(box.status().code(), ErrorCode::kDataLoss);
+  EXPECT_NE(box.status().message().find("layer.1/weight"), std::string::npos)
+      << box.status().message();
+  // An entry kind and a dtype out of range.
+  const std::string entries = EncodeShareEntries({{SamplePiece()}});
+  const size_t kind_at = entries.find("layer.1/weight") + 14;
+  std::string kind = entries;
+  kind[kind_at] = 3;
+  EXPECT_EQ(DecodeShareEntries(kind).status().code(), ErrorCode::kDataLoss);
+  std::string dtype = entries;
+  dtype[kind_at + 1] = 99;
+  EXPECT_EQ(DecodeShareEntries(dtype).status().code(), ErrorCode::kDataLoss);
+
+  // A rank beyond 32 bits.
+  std::string rank = EncodeNodeShares({{{false, 1, 40, 0}}});
+  rank[4 + 4 + 1 + 7] = 1;  // the high byte of the rank's 64-bit field
+  EXPECT_EQ(DecodeNodeShares(rank).status().code(), ErrorCode::kDataLoss);
+
+  // A transfer part of an unknown kind; a vote flag neither 0 nor 1.
+  std::string part = EncodeTransferPart({});
+  part[4] = 4;
+  EXPECT_EQ(DecodeTransferPart(part).status().code(), ErrorCode::kDataLoss);
+  std::string vote = EncodeRunnerVote({});
+  vote[5] = 2;
+  EXPECT_EQ(DecodeRunnerVote(vote).status().code(), ErrorCode::kDataLoss);
+
+  // A step to resume from that says there is none.
+  std::string resume = EncodeResumeStep({});
+  resume.back() = 5;
+  EXPECT_EQ(DecodeResumeStep(resume).status().code(), ErrorCode::kDataLoss);
+  // An OK status with a message (one spelling per value); an unknown code.
+  std::string ok = EncodeRankStatus({});
+  ok += 'x';
+  ok[5] = 1;  // the message's length
+  EXPECT_EQ(DecodeRankStatus(ok).status().code(), ErrorCode::kDataLoss);
+  std::string code = EncodeRankStatus({});
+  code[4] = 100;
+  EXPECT_EQ(DecodeRankStatus(code).status().code(), ErrorCode::kDataLoss);
+}
+
+TEST(MessagesTest, StatusCrossesRanksWithItsCodeAndMessage) {
+  auto comms = NewThreadCommunicators(3);
+  // A message that reads like another code's text keeps its own code.
+  const std::vector<Status> mine = {Status(),
+                                    AbortedError("DataLoss: not really"),
+                                    DataLossError("rank 2's share is torn")};
+  std::vector<Result<std::vector<Status>>> gathered(3, Status());
+  std::vector<Result<RankStatus>> broadcast(3, Status());
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 3; ++r) {
+    ranks.emplace_back([&, r] {
+      gathered[r] = AllGatherStatus(*comms[r], mine[r]);
+      broadcast[r] = BroadcastStatus(*comms[r], mine[r], 2);
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(gathered[r].ok()) << gathered[r].status().ToString();
+    ASSERT_EQ(gathered[r]->size(), 3u);
+    for (int q = 0; q < 3; ++q) {
+      EXPECT_EQ((*gathered[r])[q].code(), mine[q].code());
+      EXPECT_EQ((*gathered[r])[q].message(), mine[q].message());
+    }
+    ASSERT_TRUE(broadcast[r].ok()) << broadcast[r].status().ToString();
+    EXPECT_EQ(broadcast[r]->status.code(), ErrorCode::kDataLoss);
+    EXPECT_EQ(broadcast[r]->status.message(), "rank 2's share is torn");
+  }
 }
 
 }  // namespace

@@ -27,7 +27,6 @@
 #include <cstring>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include "checkpoint/tier_share.h"
 #include "checkpoint/tiered_impl.h"
@@ -35,26 +34,6 @@
 
 namespace ckpt {
 namespace {
-
-// One entry of an old share: a tensor as a box of its global tensor, or a
-// blob or metadata entry.
-struct SharedEntry {
-  int share = 0;
-  EntryKind kind = EntryKind::kTensor;
-  DType dtype = DType::kU8;
-  std::vector<int64_t> offsets, lengths, global;
-  bool piece = false;  // saved as a piece (else whole: replicated)
-};
-
-std::vector<int64_t> ParseInts(std::string_view text) {
-  std::vector<int64_t> out;
-  std::istringstream in{std::string(text)};
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    if (!item.empty()) out.push_back(std::stoll(item));
-  }
-  return out;
-}
 
 int64_t Volume(const std::vector<int64_t>& lengths) {
   int64_t v = 1;
@@ -105,10 +84,10 @@ void CopyIntoBox(const std::byte* src, const std::vector<int64_t>& len,
   }
 }
 
-// Lines describing share `q` (see ParseDescriptions), or why it cannot be
-// used.
-Result<std::string> DescribeShare(CheckpointManager& root, int64_t step, int q,
-                                  int world, const std::string& job) {
+// The entries of share `q`, or why it cannot be used.
+Result<std::vector<SharedEntry>> DescribeShare(CheckpointManager& root,
+                                               int64_t step, int q, int world,
+                                               const std::string& job) {
   CKPT_ASSIGN_OR_RETURN(CheckpointDescription d, root.Describe(step));
   std::string share_json, job_json;
   for (const EntryInfo& e : d.entries) {
@@ -126,72 +105,38 @@ Result<std::string> DescribeShare(CheckpointManager& root, int64_t step, int q,
         "the share of rank " + std::to_string(q) + " of step " +
         std::to_string(step) + " was saved by another job, rank or world size");
   }
-  // name -> (offsets, global shape) of each piece.
-  std::map<std::string, std::pair<std::string, std::string>> pieces;
-  std::istringstream boxes(fields["boxes"]);
-  for (std::string line; std::getline(boxes, line);) {
-    const size_t at = line.rfind('@'), slash = line.rfind('/');
-    if (at == std::string::npos || slash == std::string::npos || slash < at) {
-      return DataLossError("share of rank " + std::to_string(q) +
-                           ": a bad box line");
-    }
-    pieces[line.substr(0, at)] = {line.substr(at + 1, slash - at - 1),
-                                  line.substr(slash + 1)};
-  }
-  std::ostringstream out;
+  CKPT_ASSIGN_OR_RETURN(auto pieces, ParseShareBoxes(fields["boxes"], q));
+  std::vector<SharedEntry> out;
   for (const EntryInfo& e : d.entries) {
     if (e.name == kShareEntry || e.name == kShareJobEntry || e.owner >= 0) {
       continue;  // rank-local entries stay with the saving world size
     }
-    out << q << ' ' << e.name.size() << ' ' << e.name << ' '
-        << static_cast<int>(e.kind) << ' ' << static_cast<int>(e.dtype) << ' '
-        << e.shape.size();
-    for (int64_t n : e.shape) out << ' ' << n;
+    SharedEntry s{.share = q,
+                  .name = e.name,
+                  .kind = e.kind,
+                  .dtype = e.dtype,
+                  .lengths = e.shape};
     if (auto p = pieces.find(e.name); p != pieces.end()) {
-      out << " 1 " << (p->second.first.empty() ? "," : p->second.first) << ' '
-          << p->second.second;
+      s.piece = true;
+      s.offsets = p->second.offsets;
+      s.global = p->second.global;
     } else {
-      out << " 0";
+      s.offsets.assign(e.shape.size(), 0);
+      s.global = e.shape;
     }
-    out << '\n';
+    out.push_back(std::move(s));
   }
-  return out.str();
+  return out;
 }
 
-// Every share's entries by name, from the lines of DescribeShare.
+// Every share's entries by name, from the all-gathered ShareEntries (a
+// piece whose box does not fit its shape is DataLoss).
 Status ParseDescriptions(const std::vector<std::string>& all,
                          std::map<std::string, std::vector<SharedEntry>>* by) {
-  for (const std::string& text : all) {
-    std::istringstream in(text);
-    int q = 0;
-    size_t n = 0;
-    while (in >> q >> n) {
-      std::string name(n, '\0');
-      in.get();
-      in.read(name.data(), static_cast<std::streamsize>(n));
-      int kind = 0, dtype = 0, piece = 0;
-      size_t nd = 0;
-      SharedEntry e;
-      e.share = q;
-      in >> kind >> dtype >> nd;
-      e.lengths.resize(nd);
-      for (int64_t& x : e.lengths) in >> x;
-      in >> piece;
-      e.kind = static_cast<EntryKind>(kind);
-      e.dtype = static_cast<DType>(dtype);
-      e.piece = piece != 0;
-      if (e.piece) {
-        std::string off, global;
-        in >> off >> global;
-        e.offsets = ParseInts(off);
-        e.global = ParseInts(global);
-      } else {
-        e.offsets.assign(nd, 0);
-        e.global = e.lengths;
-      }
-      if (!in || e.offsets.size() != nd || e.global.size() != nd) {
-        return DataLossError("a share's description does not parse");
-      }
+  for (const std::string& bytes : all) {
+    CKPT_ASSIGN_OR_RETURN(ShareEntries m, DecodeShareEntries(bytes));
+    for (SharedEntry& e : m.entries) {
+      std::string name = e.name;
       (*by)[name].push_back(std::move(e));
     }
   }
@@ -234,21 +179,23 @@ Status TieredManager::Impl::LoadLocalResharded(
   };
 
   // 1. The shares' descriptions.
-  std::string described;
+  ShareEntries described;
   for (int q = 0; q < old_world; ++q) {
     if (holder(q) != rank_) continue;
     Result<CheckpointManager*> root = Root(q);
-    Result<std::string> lines =
+    Result<std::vector<SharedEntry>> entries =
         root.ok() ? DescribeShare(**root, step, q, old_world, job_)
                   : root.status();
-    if (lines.ok()) {
-      described += *lines;
+    if (entries.ok()) {
+      for (SharedEntry& e : *entries) {
+        described.entries.push_back(std::move(e));
+      }
     } else if (mine.ok()) {
-      mine = lines.status();
+      mine = entries.status();
     }
   }
   CKPT_ASSIGN_OR_RETURN(std::vector<std::string> all,
-                        comm_->AllGather(described));
+                        comm_->AllGather(EncodeShareEntries(described)));
   std::map<std::string, std::vector<SharedEntry>> saved;
   if (Status s = ParseDescriptions(all, &saved); !s.ok() && mine.ok()) {
     mine = s;
@@ -332,17 +279,19 @@ Status TieredManager::Impl::LoadLocalResharded(
   }
 
   // 3. Fetch what the node lacks.
-  std::string lacking;
+  LackingShares lacking;
   for (int q : used) {
-    if (!holds(q, node)) lacking += std::to_string(q) + " ";
+    if (mine.ok() && !holds(q, node)) lacking.shares.push_back(q);
   }
-  CKPT_ASSIGN_OR_RETURN(all, comm_->AllGather(mine.ok() ? lacking : ""));
+  CKPT_ASSIGN_OR_RETURN(all, comm_->AllGather(EncodeLackingShares(lacking)));
   std::set<std::pair<int, int>> assigned;    // (node, share)
   std::vector<std::pair<int, int>> fetches;  // (fetching rank, share)
   for (int r = 0; r < world_; ++r) {
-    std::istringstream in(all[r]);
-    for (int q = 0; in >> q;) {
-      if (q < 0 || q >= old_world || holder(q) < 0) continue;
+    CKPT_ASSIGN_OR_RETURN(LackingShares theirs, DecodeLackingShares(all[r]));
+    for (int64_t share : theirs.shares) {
+      if (share < 0 || share >= old_world) continue;
+      const int q = static_cast<int>(share);
+      if (holder(q) < 0) continue;
       if (assigned.insert({node_of_[r], q}).second) fetches.push_back({r, q});
     }
   }
@@ -353,9 +302,13 @@ Status TieredManager::Impl::LoadLocalResharded(
         FetchShare(step, q, holder(q), fetcher, old_world, received, out));
     if (rank_ == fetcher && mine.ok()) mine = received;
   }
-  CKPT_ASSIGN_OR_RETURN(all,
-                        comm_->AllGather(mine.ok() ? "" : mine.ToString()));
-  if (std::string why = FirstCause(all); !why.empty()) return AbortedError(why);
+  {
+    CKPT_ASSIGN_OR_RETURN(std::vector<Status> outcomes,
+                          AllGatherStatus(*comm_, mine));
+    if (std::string why = FirstCause(outcomes); !why.empty()) {
+      return AbortedError(why);
+    }
+  }
 
   // 4. Load, share by share, into buffers of the restore's own: the state
   // changes only once every rank has loaded every part whole.
@@ -414,9 +367,13 @@ Status TieredManager::Impl::LoadLocalResharded(
       described_info = true;
     }
   }
-  CKPT_ASSIGN_OR_RETURN(all,
-                        comm_->AllGather(mine.ok() ? "" : mine.ToString()));
-  if (std::string why = FirstCause(all); !why.empty()) return AbortedError(why);
+  {
+    CKPT_ASSIGN_OR_RETURN(std::vector<Status> outcomes,
+                          AllGatherStatus(*comm_, mine));
+    if (std::string why = FirstCause(outcomes); !why.empty()) {
+      return AbortedError(why);
+    }
+  }
   for (const State& view : views) {
     CKPT_RETURN_IF_ERROR(CopyBackLoaded(view, state));
   }

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include "checkpoint/manager_impl.h"
 #include "checkpoint/manifests.h"
@@ -19,11 +18,11 @@ namespace ckpt {
 using format::ManifestKey;
 using format::SplitStepKey;
 
-Result<std::vector<std::string>> TieredManager::Impl::ScanNode() {
-  // One line per share step ("m <rank> <step>") and marker ("c <rank>
-  // <step> <world size>") in this node's local root.
+Result<NodeShares> TieredManager::Impl::ScanNode() {
+  // Every share's committed step and every marker in this node's local
+  // root.
   CKPT_ASSIGN_OR_RETURN(std::vector<ObjectInfo> keys, node_->List("r"));
-  std::vector<std::string> lines;
+  NodeShares lines;
   for (const ObjectInfo& o : keys) {
     int rank = 0;
     std::string_view rest;
@@ -33,11 +32,10 @@ Result<std::vector<std::string>> TieredManager::Impl::ScanNode() {
     int64_t step = 0;
     int w = 0;
     if (ParseTierMarkerKey(rest, &step, &w)) {
-      lines.push_back("c " + std::to_string(rank) + " " + std::to_string(step) +
-                      " " + std::to_string(w));
+      lines.items.push_back({true, rank, step, w});
     } else if (std::string_view file;
                SplitStepKey(rest, &step, &file) && rest == ManifestKey(step)) {
-      lines.push_back("m " + std::to_string(rank) + " " + std::to_string(step));
+      lines.items.push_back({false, rank, step, 0});
     }
   }
   return lines;
@@ -147,8 +145,7 @@ Status TieredManager::Impl::LoadLocal(int64_t step,
   State view;
   StagedLoad staged;
   if (mine.ok()) mine = StageShare(step, state, options, view, staged, out);
-  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> all,
-                        comm_->AllGather(mine.ok() ? "" : mine.ToString()));
+  CKPT_ASSIGN_OR_RETURN(std::vector<Status> all, AllGatherStatus(*comm_, mine));
   // A share whose bytes are damaged in its node's memory (DataLoss) comes
   // again from a replica on another node, if every failed share has one
   // (and was not itself fetched from one just now); otherwise, or if that
@@ -156,10 +153,9 @@ Status TieredManager::Impl::LoadLocal(int64_t step,
   std::vector<std::pair<int, int>> again;  // (share, holder)
   bool all_again = true;
   for (int q = 0; q < world_ && all_again; ++q) {
-    if (all[q].empty()) continue;
+    if (all[q].ok()) continue;
     int holder = -1;
-    if (have[q].count(node_of_[q]) &&
-        GatheredHasCode(all[q], ErrorCode::kDataLoss)) {
+    if (have[q].count(node_of_[q]) && all[q].code() == ErrorCode::kDataLoss) {
       for (int r = 0; r < world_ && holder < 0; ++r) {
         if (node_of_[r] != node_of_[q] && have[q].count(node_of_[r])) {
           holder = r;
@@ -176,7 +172,7 @@ Status TieredManager::Impl::LoadLocal(int64_t step,
                    std::to_string(q) +
                    "'s share is damaged on its node; fetching its replica "
                    "from rank " +
-                   std::to_string(holder) + ": " + all[q]);
+                   std::to_string(holder) + ": " + all[q].ToString());
       }
       ++out.ranks_fetched;
       Status received;
@@ -188,8 +184,7 @@ Status TieredManager::Impl::LoadLocal(int64_t step,
                    : received;
       }
     }
-    CKPT_ASSIGN_OR_RETURN(all,
-                          comm_->AllGather(mine.ok() ? "" : mine.ToString()));
+    CKPT_ASSIGN_OR_RETURN(all, AllGatherStatus(*comm_, mine));
   }
   if (std::string why = FirstCause(all); !why.empty()) {
     return AbortedError(why);
@@ -201,33 +196,25 @@ Status TieredManager::Impl::LoadLocal(int64_t step,
 Result<TierRestoreResult> TieredManager::Impl::Restore(
     State& state, const LoadOptions& options) {
   WaitInflight();
-  Result<std::vector<std::string>> scanned = ScanNode();
+  Result<NodeShares> scanned = ScanNode();
   if (!scanned.ok()) {
     LogWarning("tiers: listing the local tier " + node_url_ + ": " +
                scanned.status().ToString());
   }
-  std::string mine;
-  for (const std::string& line :
-       scanned.ok() ? *scanned : std::vector<std::string>{}) {
-    mine += line + "\n";
-  }
-  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> all, comm_->AllGather(mine));
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> all,
+                        comm_->AllGather(EncodeNodeShares(
+                            scanned.ok() ? *scanned : NodeShares{})));
   // (step -> which nodes hold each rank's share), and the world sizes that
   // marked each step.
   std::map<int64_t, std::map<int, std::set<int>>> have;
   std::map<int64_t, std::set<int>> marked;
   for (int r = 0; r < world_; ++r) {
-    std::istringstream in(all[r]);
-    std::string kind;
-    int q = 0;
-    int64_t step = 0;
-    while (in >> kind >> q >> step) {
-      if (kind == "c") {
-        int w = 0;
-        in >> w;
-        if (w > 0 && w <= kMaxRanks) marked[step].insert(w);
-      } else if (q >= 0 && q < kMaxRanks) {
-        have[step][q].insert(node_of_[r]);
+    CKPT_ASSIGN_OR_RETURN(NodeShares node, DecodeNodeShares(all[r]));
+    for (const NodeShares::Item& i : node.items) {
+      if (i.marker) {
+        if (i.world > 0 && i.world <= kMaxRanks) marked[i.step].insert(i.world);
+      } else if (i.rank >= 0 && i.rank < kMaxRanks) {
+        have[i.step][i.rank].insert(node_of_[r]);
       }
     }
   }
@@ -265,32 +252,29 @@ Result<TierRestoreResult> TieredManager::Impl::Restore(
   }
   // The durable tier's committed steps, by a listing of rank 0's (no object
   // of the durable tier is read until one is tried).
-  std::string listed;
+  DurableSteps listing;
   if (rank_ == 0) {
     Result<std::vector<std::pair<int64_t, ObjectInfo>>> steps =
         ListManifests(durable_.storage());
-    if (!steps.ok()) {
-      listed = "E" + steps.status().ToString();
-    } else {
-      for (const auto& [step, info] : *steps) {
-        listed += std::to_string(step) + " ";
-      }
+    listing.status = steps.status();
+    for (const auto& [step, info] :
+         steps.ok() ? *steps : std::vector<std::pair<int64_t, ObjectInfo>>{}) {
+      listing.steps.push_back(step);
     }
   }
-  CKPT_ASSIGN_OR_RETURN(listed, comm_->Broadcast(listed, 0));
-  if (!listed.empty() && listed[0] == 'E') {
+  CKPT_ASSIGN_OR_RETURN(std::string listed,
+                        comm_->Broadcast(EncodeDurableSteps(listing), 0));
+  CKPT_ASSIGN_OR_RETURN(listing, DecodeDurableSteps(listed));
+  if (!listing.status.ok()) {
     // The local tier may still hold a whole step.
     if (rank_ == 0) {
       LogWarning("tiers: listing the durable tier " + durable_.storage().url() +
-                 ": " + listed.substr(1));
+                 ": " + listing.status.ToString());
     }
-    listed.clear();
+    listing.steps.clear();
   }
-  {
-    std::istringstream in(listed);
-    for (int64_t step = 0; in >> step;) {
-      candidates.push_back({step, Tier::kDurable, 0});
-    }
+  for (int64_t step : listing.steps) {
+    candidates.push_back({step, Tier::kDurable, 0});
   }
   std::stable_sort(
       candidates.begin(), candidates.end(),

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <map>
+#include <sstream>
 
 #include "format/layout.h"
 #include "util/names.h"
@@ -215,6 +216,37 @@ std::map<std::string, std::string> ShareDescriptionFields(
   tmp.AddMetadataJson("d", json);
   Result<std::map<std::string, std::string>> m = tmp.Metadata("d");
   return m.ok() ? *m : std::map<std::string, std::string>{};
+}
+
+namespace {
+
+std::vector<int64_t> ParseInts(std::string_view text) {
+  std::vector<int64_t> out;
+  std::istringstream in{std::string(text)};
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (!item.empty()) out.push_back(std::stoll(item));
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<std::map<std::string, ShareBox>> ParseShareBoxes(
+    const std::string& boxes, int rank) {
+  std::map<std::string, ShareBox> out;
+  std::istringstream in(boxes);
+  for (std::string line; std::getline(in, line);) {
+    const size_t at = line.rfind('@'), slash = line.rfind('/');
+    if (at == std::string::npos || slash == std::string::npos || slash < at) {
+      return DataLossError("share of rank " + std::to_string(rank) +
+                           ": a bad box line");
+    }
+    out[line.substr(0, at)] = {
+        ParseInts(std::string_view(line).substr(at + 1, slash - at - 1)),
+        ParseInts(std::string_view(line).substr(slash + 1))};
+  }
+  return out;
 }
 
 Status BuildShareState(const State& state, int rank, int world_size,

@@ -71,6 +71,15 @@ std::string ShareDescription(const State& state, int rank, int world_size);
 std::map<std::string, std::string> ShareDescriptionFields(
     const std::string& json);
 
+// A piece's box as ShareDescription records it in its "boxes" field.
+struct ShareBox {
+  std::vector<int64_t> offsets, global;
+};
+// The boxes of the "boxes" field, by entry name; DataLoss naming share
+// `rank` for a line that does not parse.
+Result<std::map<std::string, ShareBox>> ParseShareBoxes(
+    const std::string& boxes, int rank);
+
 // `out` (empty) borrows the buffers of `state` as the share saves them,
 // plus kShareEntry.
 Status BuildShareState(const State& state, int rank, int world_size,

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/messages.h"
 #include "format/constants.h"
 #include "format/layout.h"
 #include "util/names.h"
@@ -51,34 +52,29 @@ class Sender {
   Status status() const { return failed_; }
   uint64_t bytes() const { return bytes_; }
 
-  std::string Next() {
+  TransferPart Next() {
     if (!failed_.ok()) return Finish(failed_);
     if (index_ == objects_.size()) {
       done_ = true;
-      return "E";
+      return {.kind = TransferPart::Kind::kEnd};
     }
     const ObjectInfo& o = objects_[index_];
     if (!started_) {
       started_ = true;
       offset_ = 0;
-      std::string msg = "O";
-      char size[8];
-      for (int i = 0; i < 8; ++i)
-        size[i] = static_cast<char>(o.size >> (8 * i));
-      msg.append(size, 8);
-      msg += o.key;
       if (o.size == 0) Advance();
-      return msg;
+      return {
+          .kind = TransferPart::Kind::kObject, .key = o.key, .size = o.size};
     }
     const uint64_t n = std::min<uint64_t>(block_, o.size - offset_);
-    std::string msg(1 + n, 'D');
+    buffer_.resize(n);
     Status read = root_->storage().ReadRange(
-        o.key, offset_, {reinterpret_cast<std::byte*>(msg.data() + 1), n});
+        o.key, offset_, {reinterpret_cast<std::byte*>(buffer_.data()), n});
     if (!read.ok()) return Finish(read);
     offset_ += n;
     bytes_ += n;
     if (offset_ == o.size) Advance();
-    return msg;
+    return {.kind = TransferPart::Kind::kData, .data = buffer_};
   }
 
  private:
@@ -86,14 +82,15 @@ class Sender {
     ++index_;
     started_ = false;
   }
-  std::string Finish(const Status& why) {
+  TransferPart Finish(const Status& why) {
     failed_ = why;
     done_ = true;
-    return "X" + why.ToString();
+    return {.kind = TransferPart::Kind::kFailed, .failed = why};
   }
 
   CheckpointManager* root_;
   const uint64_t block_;
+  std::string buffer_;  // the block a kData part views
   std::vector<ObjectInfo> objects_;
   size_t index_ = 0;
   bool started_ = false;
@@ -117,50 +114,43 @@ class Receiver {
   Status status() const { return status_; }
   uint64_t bytes() const { return bytes_; }
 
-  void Take(std::string_view msg) {
-    if (msg.empty()) return Fail(DataLossError("an empty message"));
-    const char kind = msg[0];
-    msg.remove_prefix(1);
-    switch (kind) {
-      case 'O':
+  void Take(std::string_view bytes) {
+    Result<TransferPart> part = DecodeTransferPart(bytes);
+    if (!part.ok()) {
+      done_ = true;  // nothing more can be understood
+      return Fail(part.status());
+    }
+    switch (part->kind) {
+      case TransferPart::Kind::kObject:
         if (!status_.ok()) return;
         FinishObject();
-        if (msg.size() < 9) return Fail(DataLossError("a short object header"));
-        StartObject(msg.substr(8), DecodeSize(msg.substr(0, 8)));
+        if (part->key.empty()) {
+          return Fail(DataLossError("an object with no key"));
+        }
+        StartObject(part->key, part->size);
         return;
-      case 'D':
+      case TransferPart::Kind::kData:
         if (!status_.ok()) return;
-        Append(msg);
+        Append(part->data);
         return;
-      case 'E':
+      case TransferPart::Kind::kEnd:
         done_ = true;
         if (!status_.ok()) return;
         FinishObject();
         if (status_.ok()) Commit();
         return;
-      case 'X':
+      case TransferPart::Kind::kFailed:
         done_ = true;
         if (status_.ok()) {
           status_ = AbortedError(
               "rank " + std::to_string(peer_) + " could not send step " +
-              std::to_string(step_) + ": " + std::string(msg));
+              std::to_string(step_) + ": " + part->failed.ToString());
         }
         return;
-      default:
-        done_ = true;  // nothing more can be understood
-        return Fail(DataLossError("an unknown message"));
     }
   }
 
  private:
-  static uint64_t DecodeSize(std::string_view s) {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; --i) {
-      v = (v << 8) | static_cast<unsigned char>(s[i]);
-    }
-    return v;
-  }
-
   void Fail(Status why) {
     if (status_.ok()) {
       status_ =
@@ -262,7 +252,8 @@ Status TransferStep(Communicator& comm, int64_t step, uint64_t block,
   while ((sender && !sender->done()) || (receiver && !receiver->done())) {
     const bool sending = sender && !sender->done();
     const bool receiving = receiver && !receiver->done();
-    std::string msg = sending ? sender->Next() : std::string();
+    const std::string msg =
+        sending ? EncodeTransferPart(sender->Next()) : std::string();
     if (pacer != nullptr && !msg.empty()) pacer->Wait(msg.size());
     Result<std::string> got = comm.SendRecv(msg, sending ? send.peer : -1,
                                             receiving ? receive.peer : -1);

@@ -2,11 +2,12 @@
 // through the communicator: for replication after a local-tier save, and
 // for recovery when a node lost its shares.
 //
-// The stream (one SendRecv message each, at most `block` bytes of data):
-//   'O' <8-byte size> <key>   an object of the step begins
-//   'D' <bytes>               the next bytes of that object
-//   'E'                       every object was sent: commit
-//   'X' <why>                 the sender failed: drop what came
+// The stream (one SendRecv message each, a TransferPart of messages.h, at
+// most `block` bytes of data):
+//   kObject <key> <size>   an object of the step begins
+//   kData <bytes>          the next bytes of that object
+//   kEnd                   every object was sent: commit
+//   kFailed <why>          the sender failed: drop what came
 // The sender sends the objects the step's manifest names, then the manifest
 // itself. The receiver writes each object durably as it comes (a streamed
 // write, so it holds one block at a time) and puts the manifest last with

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "checkpoint/messages.h"
 #include "checkpoint/staging.h"
 #include "ckpt/tiered.h"
 #include "util/pacer.h"
@@ -33,10 +34,9 @@ inline constexpr int kMaxRanks = 1 << 24;
 
 // "rank R: <error>" for the first rank that failed for a reason of its own
 // (a full tier), rather than because a peer did (an aborted transfer);
-// "" when no rank failed. Every rank gets the same answer.
-std::string FirstCause(const std::vector<std::string>& errors);
-// Whether `error`, a rank's Status::ToString() as gathered, has `code`.
-bool GatheredHasCode(const std::string& error, ErrorCode code);
+// "" when no rank failed. Every rank gets the same answer. `errors`: every
+// rank's outcome, as AllGatherStatus (messages.h) gathers them.
+std::string FirstCause(const std::vector<Status>& errors);
 
 class TieredManager::Impl {
  public:
@@ -63,9 +63,8 @@ class TieredManager::Impl {
     return OpenStorage(url);
   }
   // Refuses two nodes whose local roots would be one (`where`: each rank's
-  // machine's host name and its process id, "name\npid", as Init gathers
-  // them).
-  Status CheckNodeRootsApart(const std::vector<std::string>& where) const;
+  // place, as Init gathers them).
+  Status CheckNodeRootsApart(const std::vector<NodePlace>& where) const;
   Result<CheckpointManager*> Root(int rank);
   Status ClearStep(CheckpointManager& root, int64_t step);
   // Removes every marker of `step` from this node's local root.
@@ -94,7 +93,7 @@ class TieredManager::Impl {
                                  bool local, bool durable, bool background);
   Status LocalSave(int64_t step, const TierSaveOptions& options,
                    TierSaveResult& result);
-  Result<std::vector<std::string>> ScanNode();
+  Result<NodeShares> ScanNode();
   // The two halves of loading this rank's own share of `step` from its
   // node (checked to be this job's, rank's, world size's and split's) into
   // `state` through `view` (empty): StageShare reads and checks it,

@@ -37,7 +37,6 @@
 #include <map>
 #include <mutex>
 #include <set>
-#include <sstream>
 #include <thread>
 
 #include "checkpoint/manager_impl.h"
@@ -86,22 +85,18 @@ Result<TierSaveResult> TierSaveHandle::Wait() const {
   return shared_->result;
 }
 
-bool GatheredHasCode(const std::string& error, ErrorCode code) {
-  const std::string prefix = Status(code, "").ToString();
-  return error.compare(0, prefix.size() - 1, prefix, 0, prefix.size() - 1) == 0;
-}
-
-std::string FirstCause(const std::vector<std::string>& errors) {
+std::string FirstCause(const std::vector<Status>& errors) {
   int first = -1;
   for (int r = 0; r < static_cast<int>(errors.size()); ++r) {
-    if (errors[r].empty()) continue;
-    if (!GatheredHasCode(errors[r], ErrorCode::kAborted)) {
-      return "rank " + std::to_string(r) + ": " + errors[r];
+    if (errors[r].ok()) continue;
+    if (errors[r].code() != ErrorCode::kAborted) {
+      return "rank " + std::to_string(r) + ": " + errors[r].ToString();
     }
     if (first < 0) first = r;
   }
   return first < 0 ? ""
-                   : "rank " + std::to_string(first) + ": " + errors[first];
+                   : "rank " + std::to_string(first) + ": " +
+                         errors[first].ToString();
 }
 
 CheckpointManager::Impl& TieredManager::DurableImpl(
@@ -163,15 +158,17 @@ Status TieredManager::Impl::Init() {
   // nodes), and the machine and process it really runs in (a thread
   // communicator names each rank's thread a host of its own), which tell
   // whether two nodes would share one local root.
-  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> where,
-                        comm_->AllGather(comm_->host_name() + '\n' +
-                                         comm_->Communicator::host_name() +
-                                         '\n' + std::to_string(getpid())));
+  CKPT_ASSIGN_OR_RETURN(
+      std::vector<std::string> gathered,
+      comm_->AllGather(
+          EncodeNodePlace({comm_->host_name(), comm_->Communicator::host_name(),
+                           static_cast<int64_t>(getpid())})));
+  std::vector<NodePlace> where;
   hosts_.clear();
-  for (std::string& w : where) {
-    const size_t end = w.find('\n');
-    hosts_.push_back(w.substr(0, end));
-    w.erase(0, end + 1);  // machine '\n' process
+  for (const std::string& bytes : gathered) {
+    CKPT_ASSIGN_OR_RETURN(NodePlace place, DecodeNodePlace(bytes));
+    hosts_.push_back(place.host);
+    where.push_back(std::move(place));
   }
   if (opt_.node_of_rank.empty()) {
     std::map<std::string, int> index;
@@ -259,8 +256,7 @@ Status TieredManager::Impl::Init() {
       mine = Root(rank_).status();
     }
   }
-  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> all,
-                        comm_->AllGather(mine.ok() ? "" : mine.ToString()));
+  CKPT_ASSIGN_OR_RETURN(std::vector<Status> all, AllGatherStatus(*comm_, mine));
   if (std::string why = FirstCause(all); !why.empty()) {
     return Status(
         mine.ok() ? ErrorCode::kAborted : mine.code(),
@@ -270,7 +266,7 @@ Status TieredManager::Impl::Init() {
 }
 
 Status TieredManager::Impl::CheckNodeRootsApart(
-    const std::vector<std::string>& where) const {
+    const std::vector<NodePlace>& where) const {
   // Two nodes whose local roots resolve to the same place (the same URL on
   // one machine; for mem://, in one process) would write each other's
   // shares and replicas, and every local save would fail confusingly. That
@@ -281,7 +277,8 @@ Status TieredManager::Impl::CheckNodeRootsApart(
   for (int r = 0; r < world_; ++r) {
     // The machine, or for mem:// the machine and process.
     const std::string place =
-        in_process ? where[r] : where[r].substr(0, where[r].find('\n'));
+        in_process ? where[r].machine + '\n' + std::to_string(where[r].pid)
+                   : where[r].machine;
     const auto [it, fresh] = node_at.emplace(
         std::make_pair(place, NodeRootUrl(opt_.local_url, node_of_[r])), r);
     const int other = it->second;
@@ -427,12 +424,10 @@ Status TieredManager::Impl::LocalSave(int64_t step,
   Status lease = rank_ == 0 ? TieredManager::DurableImpl(durable_).HoldLease(
                                   "save to the local tier", /*wait=*/false)
                             : Status();
-  CKPT_ASSIGN_OR_RETURN(
-      std::string refused,
-      comm_->Broadcast(lease.ok() ? "" : lease.ToString(), 0));
-  if (!refused.empty()) {
+  CKPT_ASSIGN_OR_RETURN(RankStatus refused, BroadcastStatus(*comm_, lease, 0));
+  if (!refused.status.ok()) {
     return AbortedError("local tier, step " + std::to_string(step) +
-                        ", rank 0: " + refused);
+                        ", rank 0: " + refused.status.ToString());
   }
   // No marker of this step may survive anywhere once a rank starts writing
   // it: a marker proves that every share is of one save, and a step saved
@@ -440,8 +435,8 @@ Status TieredManager::Impl::LocalSave(int64_t step,
   // new shares if the save were cut short. Every rank removes the step's
   // markers from its node's root, and all wait for all.
   Status mine = ClearMarkers(step);
-  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> cleared,
-                        comm_->AllGather(mine.ok() ? "" : mine.ToString()));
+  CKPT_ASSIGN_OR_RETURN(std::vector<Status> cleared,
+                        AllGatherStatus(*comm_, mine));
   if (std::string why = FirstCause(cleared); !why.empty()) {
     return AbortedError("local tier, step " + std::to_string(step) +
                         ", clearing its markers: " + why);
@@ -483,20 +478,17 @@ Status TieredManager::Impl::LocalSave(int64_t step,
     mine = TieredManager::DurableImpl(durable_).CheckLease().WithContext(
         "the durable root's lease");
   }
-  // Each rank's outcome: its share's bytes (for the catalog's row), or
-  // "!" and its error.
-  CKPT_ASSIGN_OR_RETURN(
-      std::vector<std::string> all,
-      comm_->AllGather(mine.ok() ? std::to_string(result.local_bytes)
-                                 : "!" + mine.ToString()));
+  // Each rank's outcome: its share's bytes (for the catalog's row), or its
+  // error.
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> outcomes,
+                        comm_->AllGather(EncodeShareOutcome(
+                            {mine, mine.ok() ? result.local_bytes : 0})));
   uint64_t bytes = 0;
-  for (std::string& outcome : all) {
-    if (outcome.starts_with("!")) {
-      outcome.erase(0, 1);
-    } else {
-      bytes += std::strtoull(outcome.c_str(), nullptr, 10);
-      outcome.clear();
-    }
+  std::vector<Status> all;
+  for (const std::string& encoded : outcomes) {
+    CKPT_ASSIGN_OR_RETURN(ShareOutcome outcome, DecodeShareOutcome(encoded));
+    if (outcome.status.ok()) bytes += outcome.bytes;
+    all.push_back(std::move(outcome.status));
   }
   if (std::string why = FirstCause(all); !why.empty()) {
     return AbortedError("local tier, step " + std::to_string(step) + ", " +

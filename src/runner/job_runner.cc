@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "checkpoint/messages.h"
 #include "ckpt/catalog_sync.h"
 #include "ckpt/runner.h"
 #include "runner/preemption.h"
@@ -106,25 +107,29 @@ Result<JobRunner::Impl::Decision> JobRunner::Impl::Agree(bool preempt,
   const bool time_due =
       comm().rank() == 0 && options_.save_every_seconds > 0 &&
       NowSeconds() - last_save_time_ >= options_.save_every_seconds;
-  const std::string mine = {static_cast<char>(preempt), static_cast<char>(stop),
-                            static_cast<char>(time_due)};
   Decision d;
   if (comm().size() == 1) {
     d = {preempt, stop, time_due};
     return d;
   }
-  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> all, comm().AllGather(mine));
-  for (const std::string& s : all) {
-    if (s.size() != 3) return AbortedError("runner: a rank sent a bad vote");
-    d.preempt |= s[0] != 0;
-    d.stop |= s[1] != 0;
+  CKPT_ASSIGN_OR_RETURN(
+      std::vector<std::string> all,
+      comm().AllGather(EncodeRunnerVote({preempt, stop, time_due})));
+  for (size_t r = 0; r < all.size(); ++r) {
+    Result<RunnerVote> vote = DecodeRunnerVote(all[r]);
+    if (!vote.ok()) {
+      return AbortedError("runner: rank " + std::to_string(r) +
+                          " sent a bad vote: " + vote.status().ToString());
+    }
+    d.preempt |= vote->preempt;
+    d.stop |= vote->stop;
+    if (r == 0) d.time_due = vote->time_due;
   }
-  d.time_due = all[0][2] != 0;
   return d;
 }
 
 Result<std::optional<int64_t>> JobRunner::Impl::FindResumeStep() {
-  std::string answer;
+  ResumeStep answer;
   if (comm().rank() == 0) {
     // The runner owns its job's root: one that does not exist yet is a new
     // job, which its first save creates (a manager that only reads would
@@ -138,8 +143,7 @@ Result<std::optional<int64_t>> JobRunner::Impl::FindResumeStep() {
         new_root ? Result<std::optional<int64_t>>(std::nullopt)
                  : manager_.Latest();
     if (!latest.ok()) {
-      answer = "E" + std::to_string(static_cast<int>(latest.status().code())) +
-               ":" + latest.status().message();
+      answer.status = latest.status();
     } else {
       const std::shared_ptr<Catalog>& catalog = manager_.options().catalog;
       if (catalog && options_.resume_from_catalog) {
@@ -157,19 +161,18 @@ Result<std::optional<int64_t>> JobRunner::Impl::FindResumeStep() {
               ") is not storage's; resuming from storage's");
         }
       }
-      answer = *latest ? "S" + std::to_string(**latest) : "N";
+      answer.step = *latest;
     }
   }
-  CKPT_ASSIGN_OR_RETURN(answer, comm().Broadcast(answer, 0));
-  if (answer.empty()) return AbortedError("runner: empty resume decision");
-  if (answer[0] == 'E') {
-    const size_t colon = answer.find(':');
+  CKPT_ASSIGN_OR_RETURN(std::string agreed,
+                        comm().Broadcast(EncodeResumeStep(answer), 0));
+  CKPT_ASSIGN_OR_RETURN(answer, DecodeResumeStep(agreed));
+  if (!answer.status.ok()) {
     return Status(
-        static_cast<ErrorCode>(std::stoi(answer.substr(1, colon))),
-        "runner: finding the step to resume from: " + answer.substr(colon + 1));
+        answer.status.code(),
+        "runner: finding the step to resume from: " + answer.status.message());
   }
-  if (answer[0] == 'N') return std::optional<int64_t>();
-  return std::optional<int64_t>(std::stoll(answer.substr(1)));
+  return answer.step;
 }
 
 Status JobRunner::Impl::Resume(std::optional<int64_t>* step) {
