@@ -116,6 +116,26 @@ Result<RootLease::Current> RootLease::ReadCurrent() {
   return current;
 }
 
+bool RootLease::NothingNewer() {
+  // A taker creates the generation one above the highest it listed, and
+  // its listing always shows this holder's generation (which does not come
+  // or go while it is listed): so the first generation newer than this
+  // holder's is generation_ + 1. Only a later winner removes that one, and
+  // winners remove generations lowest first, stopping at one they cannot
+  // remove (Create): generation_ + 1 goes only after generation_ has. So
+  // this holder's generation, present with its own record, and the next
+  // one absent, means that none is newer; anything else is judged by the
+  // listing.
+  const Result<ObjectInfo> next =
+      storage_.Stat(format::LeaseKey(generation_ + 1));
+  if (next.ok() || next.status().code() != ErrorCode::kNotFound) return false;
+  const std::string key = format::LeaseKey(generation_);
+  const Result<std::string> bytes = storage_.ReadAll(key);
+  if (!bytes.ok()) return false;
+  const Result<LeaseRecord> record = format::DecodeLease(*bytes, key);
+  return record.ok() && record->owner == owner_ && !record->released;
+}
+
 std::optional<std::string> RootLease::FreeBecause(const Current& current) {
   if (!current.record) {
     if (settings_.break_lease) return "broken on request";
@@ -203,12 +223,15 @@ Status RootLease::Create(int64_t generation, std::string_view purpose) {
   // one stays until the next takeover, so that a listing that runs while
   // this one is created still finds a generation no older than it. All of
   // those listed go, not a run down to the first gap: a holder that died
-  // part-way through this left older ones behind.
+  // part-way through this left older ones behind. Lowest first (the listing
+  // is sorted, the digits fixed), stopping at the first that cannot be
+  // removed (the next taker's job then): so a generation goes only after
+  // every lower one, which the fence's quick check relies on (NothingNewer).
   for (const ObjectInfo& o : listed) {
     const int64_t g = format::ParseLeaseKey(o.key);  // -1: not a generation
-    if (g >= 1 && g < generation - 1) {
-      storage_.Delete(o.key).IgnoreError();  // else the next taker's
-    }
+    if (g < 1 || g >= generation - 1) continue;
+    const Status removed = storage_.Delete(o.key);
+    if (!removed.ok() && removed.code() != ErrorCode::kNotFound) break;
   }
   return Status();
 }
@@ -322,6 +345,10 @@ Status RootLease::Renew(bool only_if_due) {
                              " was taken over: " + Describe(*current);
     return FailedPreconditionError(lost);
   }
+  return Rewrite(only_if_due);
+}
+
+Status RootLease::Rewrite(bool only_if_due) {
   const int64_t now = Now();
   if (only_if_due && now - record_.renewed_unix_ms < settings_.period_ms / 3) {
     return Status();
@@ -342,6 +369,7 @@ Status RootLease::Check() {
   }
   // Renewing on the way costs a write; the thread renews in time anyway,
   // so only a lease a third spent is rewritten here.
+  if (NothingNewer()) return Rewrite(/*only_if_due=*/true);
   Status s = Renew(/*only_if_due=*/true);
   if (s.code() == ErrorCode::kFailedPrecondition) {
     lost_ = s;

@@ -29,11 +29,13 @@
 //   3. Fence (Check): before a commit, and before a delete or a collection
 //      removes anything, the holder checks that its generation is still the
 //      highest and names it. A holder that was taken over commits and
-//      deletes nothing.
+//      deletes nothing. The common case needs no listing: its own
+//      generation, still its own, and no generation above it.
 //   4. Release: the holder rewrites its generation as released, so the next
 //      party takes it at once; the winner of a later generation removes the
 //      ones before the previous one (kept, so that a listing racing with a
-//      takeover still sees a generation no older than the one it replaced).
+//      takeover still sees a generation no older than the one it replaced),
+//      lowest first.
 //
 // On a store that cannot create-if-absent atomically (some S3-compatible
 // servers ignore If-None-Match), step 1 checks for the generation first and
@@ -111,6 +113,12 @@ class RootLease {
   Status Create(int64_t generation, std::string_view purpose) REQUIRES(mu_);
   // FailedPrecondition when taken over.
   Status Renew(bool only_if_due = false) REQUIRES(mu_);
+  // Renew's write, after its check.
+  Status Rewrite(bool only_if_due) REQUIRES(mu_);
+  // True when, without listing the generations (a listing of the root,
+  // which holds every checkpoint), this holder's is surely the newest;
+  // false when only the listing can tell.
+  bool NothingNewer() REQUIRES(mu_);
   void RenewLoop() EXCLUDES(mu_);
   void StopRenewing() EXCLUDES(mu_);
   std::string Describe(const Current& current) const;

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <limits>
@@ -253,6 +254,81 @@ TEST_P(LeaseTest, OldGenerationsGoEvenPastAGap) {
   for (const ObjectInfo& o : *leases) keys.push_back(o.key);
   EXPECT_EQ(keys, (std::vector<std::string>{format::LeaseKey(3),
                                             format::LeaseKey(4)}));
+}
+
+// Counts listings of the lease generations, and fails deletes of the keys
+// in `undeletable`.
+class LeaseListings : public StorageWrapper {
+ public:
+  LeaseListings(std::unique_ptr<Storage> target,
+                std::set<std::string> undeletable = {})
+      : StorageWrapper(std::move(target)),
+        undeletable_(std::move(undeletable)) {}
+  Result<std::vector<ObjectInfo>> List(std::string_view prefix) override {
+    if (prefix == format::LeasePrefix()) ++listings;
+    return StorageWrapper::List(prefix);
+  }
+  Status Delete(std::string_view key) override {
+    if (undeletable_.count(std::string(key))) {
+      return IOError("delete " + std::string(key) + ": refused by the test");
+    }
+    return StorageWrapper::Delete(key);
+  }
+  std::atomic<int> listings{0};
+
+ private:
+  const std::set<std::string> undeletable_;
+};
+
+// The fence before each commit does not list the generations (a listing of
+// the whole root, which holds every checkpoint): a save's cost must not
+// grow with the number of checkpoints. It still finds a takeover.
+TEST_P(LeaseTest, TheFenceListsNothingWhileTheLeaseIsHeld) {
+  Result<std::unique_ptr<Storage>> storage = root_.Open();
+  ASSERT_TRUE(storage.ok());
+  auto counting = std::make_unique<LeaseListings>(*std::move(storage));
+  LeaseListings* listings = counting.get();
+  auto mgr = CheckpointManager::Open(std::move(counting), Leased()).value();
+  ASSERT_TRUE(Save(*mgr, 1).ok());  // takes the lease: lists
+  const int after_first = listings->listings;
+  for (int step = 2; step <= 6; ++step) ASSERT_TRUE(Save(*mgr, step).ok());
+  EXPECT_EQ(listings->listings, after_first);
+  Options breaking = NoWait();
+  breaking.break_lease = true;
+  auto other = Open(breaking);
+  ASSERT_TRUE(Save(*other, 7).ok());
+  const Status s = Save(*mgr, 8);
+  EXPECT_EQ(s.code(), ErrorCode::kFailedPrecondition) << s.ToString();
+  EXPECT_TRUE(Mentions(s, "taken over")) << s.ToString();
+}
+
+// A takeover removes old generations lowest first and stops at one it
+// cannot remove: a newer generation never goes while an older one stays
+// (which the fence's quick check relies on).
+TEST_P(LeaseTest, OldGenerationsGoLowestFirstStoppingAtAFailure) {
+  format::LeaseRecord released = Record("some-other-host", 1, NowMs() - 1000);
+  released.released = true;
+  for (int64_t g : {1, 2, 3, 4}) PlantLease(g, released);
+  Result<std::unique_ptr<Storage>> storage = root_.Open();
+  ASSERT_TRUE(storage.ok());
+  auto mgr =
+      CheckpointManager::Open(
+          std::make_unique<LeaseListings>(
+              *std::move(storage), std::set<std::string>{format::LeaseKey(2)}),
+          NoWait())
+          .value();
+  ASSERT_TRUE(Save(*mgr, 1).ok());
+  Result<std::unique_ptr<Storage>> plain = root_.Open();
+  ASSERT_TRUE(plain.ok());
+  Result<std::vector<ObjectInfo>> leases =
+      (*plain)->List(format::LeasePrefix());
+  ASSERT_TRUE(leases.ok());
+  std::vector<std::string> keys;
+  for (const ObjectInfo& o : *leases) keys.push_back(o.key);
+  // 1 went; 2 could not, so 3 stayed too; 4 is the previous generation.
+  EXPECT_EQ(keys, (std::vector<std::string>{
+                      format::LeaseKey(2), format::LeaseKey(3),
+                      format::LeaseKey(4), format::LeaseKey(5)}));
 }
 
 // Shows no lease generation in the first listing of them, after running
