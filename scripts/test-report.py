@@ -131,9 +131,14 @@ def root_case(cli, tmp, out):
     with mgr.tiers(local, local_every=1, durable_every=2, replicas=0) as t:
         for step in (8, 9, 10):                                  # tiered
             t.save(step, state_at(step), metrics=loss(step))
+    # The disk's own speed, for the throughput chart.
+    disk = os.path.join(tmp, "disk.json")
+    with open(disk, "w") as f:
+        f.write(run([cli, "bench", "--size", "1MiB", "--tensors", "2",
+                     "--runs", "1", "--dir", tmp, "--json"]))
     path = os.path.join(out, "root.html")
     started = time.monotonic()
-    assert ckpt.report(root, path, catalog=catalog) == path
+    assert ckpt.report(root, path, catalog=catalog, bench=disk) == path
     print(f"root report: written in {time.monotonic() - started:.2f} s")
     summary, _ = open_page(path, os.path.join(out, "root.png"))
 
@@ -151,6 +156,10 @@ def root_case(cli, tmp, out):
     assert counts(summary, "durations") == {
         "save ms": timed, "commit ms": timed, "stall ms": timed}
     assert any(i["timing"]["async"] for i in listed), listed
+    # A save of under a millisecond has no throughput to draw.
+    measured = sum(1 for i in listed if i["timing"]["save_ms"] > 0)
+    assert counts(summary, "throughput") == {
+        "save GB/s": measured, "disk raw write GB/s (ckpt bench)": 2}
     straggle = counts(summary, "stragglers")
     assert set(straggle.values()) == {timed}, straggle
     assert counts(summary, "ranks") == {"write ms": 1, "wait ms": 1}

@@ -8,14 +8,16 @@ from ckpt import _errors
 from ckpt.__main__ import cli_path
 
 
-def report(root, path, *, catalog=None, goal="min"):
+def report(root, path, *, catalog=None, goal="min", bench=None):
     """Writes one self-contained HTML page to `path` and returns `path`.
 
     Of `root` (a URL or path): the timeline of its saves, the bytes each
     wrote, the incremental lineage, retention, each save's durations and
     its ranks' write and wait times, and the metrics; `catalog` (a URL or
     path) adds the steps the catalog knows were deleted and the job's local
-    tier. With root=None and a `catalog`: every job, its newest and best
+    tier; `bench` (a path), the output of `ckpt bench --json` on the same
+    disk, draws its raw write speed beside each save's throughput. With
+    root=None and a `catalog`: every job, its newest and best
     checkpoints (best: the lowest value of its first metric, or the highest
     with goal="max") and the metric curves across jobs.
 
@@ -28,6 +30,8 @@ def report(root, path, *, catalog=None, goal="min"):
         args.append(os.fspath(root))
     if catalog is not None:
         args += ["--catalog", os.fspath(catalog)]
+    if bench is not None:
+        args += ["--bench", os.fspath(bench)]
     args += ["--goal", goal, "-o", os.fspath(path)]
     if not os.access(args[0], os.X_OK):
         raise _errors.FailedPrecondition(

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <set>
@@ -16,6 +18,7 @@
 #include "commands.h"
 #include "common.h"
 #include "html_page.h"
+#include "util/names.h"
 
 namespace ckpt::cli {
 namespace {
@@ -25,6 +28,7 @@ using nlohmann::json;
 struct ReportArgs {
   std::string root;
   std::string catalog;
+  std::string bench;  // a `ckpt bench --json` output: the disk's own speed
   std::string output;
   std::string goal = "min";
 };
@@ -66,8 +70,8 @@ json Columns(const std::vector<Row>& rows) {
   json c = json::object();
   for (const char* k :
        {"step", "time", "bytes", "referenced", "full", "chain", "tier", "state",
-        "incomplete", "save_ms", "commit_ms", "stall_ms", "async", "write_max",
-        "write_min", "wait_max", "slowest_rank"}) {
+        "incomplete", "save_ms", "commit_ms", "stall_ms", "async", "gbps",
+        "write_max", "write_min", "wait_max", "slowest_rank"}) {
     c[k] = json::array();
   }
   for (const Row& r : rows) {
@@ -86,6 +90,12 @@ json Columns(const std::vector<Row>& rows) {
     c["commit_ms"].push_back(timed ? json(t->commit_ms) : json(nullptr));
     c["stall_ms"].push_back(timed ? json(t->stall_ms) : json(nullptr));
     c["async"].push_back(timed ? json(t->async) : json(nullptr));
+    // What the save wrote over how long it took (its own bytes: an
+    // incremental save's, not those it references).
+    c["gbps"].push_back(timed && t->save_ms > 0
+                            ? json(static_cast<double>(r.bytes) /
+                                   (static_cast<double>(t->save_ms) * 1e6))
+                            : json(nullptr));
     if (timed && !t->ranks.empty()) {
       auto [lo, hi] = std::minmax_element(
           t->ranks.begin(), t->ranks.end(),
@@ -114,7 +124,36 @@ Result<std::unique_ptr<Catalog>> OpenReportCatalog(const std::string& url) {
   return catalog;
 }
 
+// The disk's figures from a `ckpt bench --json` output, or null.
+Result<json> BenchFigures(const std::string& path) {
+  if (path.empty()) return json(nullptr);
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return NotFoundError("read --bench " + Quote(path) + ": cannot open it");
+  const std::string text((std::istreambuf_iterator<char>(in)),
+                         std::istreambuf_iterator<char>());
+  const json bench = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  const auto gbps = [&](const char* key) -> json {
+    if (!bench.is_object() || !bench.contains("figures") ||
+        !bench["figures"].is_object()) {
+      return nullptr;
+    }
+    const json& f = bench["figures"];
+    return f.contains(key) && f[key].is_number() ? f[key] : json(nullptr);
+  };
+  const json raw = gbps("raw_write_best_gbps");
+  if (raw.is_null()) {
+    return InvalidArgumentError("read --bench " + Quote(path) +
+                                ": not the output of `ckpt bench --json` (no "
+                                "figures.raw_write_best_gbps)");
+  }
+  return json{{"file", path},
+              {"raw_write_gbps", raw},
+              {"save_gbps", gbps("save_gbps")}};
+}
+
 Status RunRootReport(const ReportArgs& args) {
+  CKPT_ASSIGN_OR_RETURN(json disk, BenchFigures(args.bench));
   CKPT_ASSIGN_OR_RETURN(auto manager, OpenRoot(args.root, /*create=*/false));
   CKPT_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> infos, manager->List());
   std::vector<Row> rows;
@@ -204,7 +243,8 @@ Status RunRootReport(const ReportArgs& args) {
                      {"steps", Columns(rows)},
                      {"edges", std::move(edges)},
                      {"metrics", std::move(metrics)},
-                     {"ranks", std::move(ranks)}};
+                     {"ranks", std::move(ranks)},
+                     {"disk", std::move(disk)}};
   CKPT_RETURN_IF_ERROR(WriteHtmlPage(args.output, "ckpt report: " + args.root,
                                      data, RootReportScript()));
   fmt::print("wrote {} ({} checkpoints, {} lineage edges)\n", args.output,
@@ -294,11 +334,17 @@ void AddReportCommand(CLI::App& app, Command& selected) {
       "jobs. docs/report.md explains each chart.",
       "  ckpt report /data/run42 -o run42.html\n"
       "  ckpt report /data/run42 --catalog ~/.ckpt/catalog.db -o run42.html\n"
+      "  ckpt bench --dir /data --json > disk.json\n"
+      "  ckpt report /data/run42 --bench disk.json -o run42.html\n"
       "  ckpt report --catalog ~/.ckpt/catalog.db -o jobs.html\n");
   sub->add_option("root", args->root,
                   "the root (URL or path); omit it with --catalog for a "
                   "catalog report");
   sub->add_option("--catalog", args->catalog, "the catalog's URL or path");
+  sub->add_option("--bench", args->bench,
+                  "a root report: the output of `ckpt bench --json` on the "
+                  "same disk, whose raw write speed is drawn beside each "
+                  "save's throughput");
   sub->add_option("-o,--output", args->output, "the HTML file to write")
       ->required();
   sub->add_option("--goal", args->goal,

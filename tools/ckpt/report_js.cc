@@ -63,6 +63,26 @@ addChart(durations, 'durations', {type: 'line', data: {datasets: [
   {label: 'commit ms', data: pick(kept, 'commit_ms'), borderColor: '#ff7f0e', pointRadius: 2},
   {label: 'stall ms', data: pick(kept, 'stall_ms'), borderColor: '#d62728', pointRadius: 2}]},
   options: {scales: {x: axis('step', {type: 'linear'}), y: axis('milliseconds')}}});
+const speed = section('Save throughput',
+  'What each save wrote over how long it took, in GB/s' + (D.disk ?
+  '; the line is the raw write speed of the same disk, as ckpt bench ' +
+  'measured it (' + D.disk.file + ').' : '. Pass --bench with the output of ' +
+  '`ckpt bench --json` on the same disk to draw its raw write speed beside.') +
+  ' Small saves are dominated by their fixed costs (files, fsyncs, commit).');
+const speedSets = [{label: 'save GB/s',
+  data: pick(i => kept(i) && S.gbps[i] !== null, 'gbps'),
+  borderColor: '#1f77b4', backgroundColor: '#1f77b4', pointRadius: 2,
+  showLine: false}];
+if (D.disk) {
+  const xs = speedSets[0].data.map(p => p.x);
+  const lo = xs.length ? Math.min.apply(null, xs) : 0;
+  const hi = xs.length ? Math.max.apply(null, xs) : 1;
+  speedSets.push({label: 'disk raw write GB/s (ckpt bench)',
+    data: [{x: lo, y: D.disk.raw_write_gbps}, {x: hi, y: D.disk.raw_write_gbps}],
+    borderColor: '#d62728', pointRadius: 0, showLine: true});
+}
+addChart(speed, 'throughput', {type: 'scatter', data: {datasets: speedSets},
+  options: {scales: {x: axis('step'), y: axis('GB/s')}}});
 // 2. Lineage: an edge from a checkpoint to each step whose data it uses.
 const lineage = section('Incremental lineage',
   'Each checkpoint at (step, chain): full saves on the bottom row, an ' +
