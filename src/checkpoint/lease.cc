@@ -43,9 +43,21 @@ std::set<std::string>& LiveOwners() REQUIRES(live_mu) {
   return *owners;
 }
 
+// A process killed a moment ago lingers as a zombie until its parent (or,
+// once the parent is gone too, init) reaps it: kill() still finds it, yet
+// it holds nothing and never renews. A job restarted right after a kill
+// must not wait out the lease of such a process.
 bool ProcessRuns(int64_t pid) {
   if (pid <= 0 || pid > INT_MAX) return false;
-  return kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
+  if (kill(static_cast<pid_t>(pid), 0) != 0 && errno != EPERM) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return true;  // no procfs: trust kill()
+  // "pid (comm) state ...": comm may hold spaces and parentheses.
+  const size_t close = line.rfind(')');
+  if (close == std::string::npos || close + 2 >= line.size()) return true;
+  const char state = line[close + 2];
+  return state != 'Z' && state != 'X';
 }
 
 std::string When(int64_t unix_ms) {

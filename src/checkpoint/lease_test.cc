@@ -4,6 +4,7 @@
 #include "checkpoint/lease.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -176,6 +177,26 @@ TEST_P(LeaseTest, AHolderThatIsGoneIsTakenOverAtOnce) {
   PlantLease(1, Record(LeaseHostName(), DeadPid(), NowMs() + 3600'000));
   auto job = Open(NoWait());
   ASSERT_TRUE(Save(*job, 5).ok());
+  ExpectLoads(*job, 5, Model(5));
+}
+
+// A holder killed a moment ago that its parent has not reaped yet (a
+// zombie: kill() still finds it) is gone too: a job restarted at once
+// takes the lease without waiting it out.
+TEST_P(LeaseTest, AKilledHolderNotYetReapedIsTakenOverAtOnce) {
+  const pid_t zombie = fork();
+  if (zombie == 0) _exit(0);
+  ASSERT_GT(zombie, 0);
+  // Exited, not reaped: its /proc entry stays, in state Z.
+  siginfo_t info{};
+  ASSERT_EQ(waitid(P_PID, zombie, &info, WEXITED | WNOWAIT), 0);
+  ASSERT_EQ(kill(zombie, 0), 0) << "a zombie is still found by kill()";
+  PlantLease(1, Record(LeaseHostName(), zombie, NowMs() + 3600'000));
+  auto job = Open(NoWait());
+  const Status saved = Save(*job, 5);
+  int status = 0;
+  waitpid(zombie, &status, 0);
+  ASSERT_TRUE(saved.ok()) << saved.ToString();
   ExpectLoads(*job, 5, Model(5));
 }
 
