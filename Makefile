@@ -91,7 +91,7 @@ asan: deps
 # The tests that run many threads: ranks as threads, concurrent storage.
 TSAN_TESTS := util_test device_test storage_test checkpoint_test \
               checkpoint_powerloss_test checkpoint_device_test \
-              checkpoint_tiered_test
+              tiers_test
 tsan: deps
 	cmake --preset tsan >/dev/null
 	cmake --build build/tsan -j $(JOBS) --target $(TSAN_TESTS)

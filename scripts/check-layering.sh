@@ -9,6 +9,8 @@
 #     (scripts/check_collectives.py says how that is checked);
 #   - no non-test source file under src/ or tools/ grows past 700 lines, and
 #     the manager stays a facade (400);
+#   - no layer includes a header of a layer above it (the tiers above the
+#     checkpoint layer, the runner above the tiers);
 #   - test support lives in src/testing and only tests use it: no library
 #     or tool source (src/, include/, tools/, but tests) includes a header
 #     of src/testing;
@@ -33,6 +35,21 @@ if [ -n "$inline_json" ]; then
   echo "check-layering: JSON built or parsed in src/checkpoint (rank" \
     "messages belong in messages.cc, manifests in src/format):"
   echo "$inline_json"
+  status=1
+fi
+
+# Upward includes: each layer knows only those below it (docs/design.md,
+# "Layers"). The tiers sit above the checkpoint layer, the runner above the
+# tiers; the catalog and the checkpoint layer know of a local tier only the
+# names of its objects (format/tier_layout.h).
+upward=$(git grep -nE '#include "(tiers/|runner/|ckpt/tiered\.h|ckpt/runner\.h)' \
+  -- 'src/util/*' 'src/device/*' 'src/format/*' 'src/storage/*' \
+  'src/dist/*' 'src/catalog/*' 'src/checkpoint/*' ':!*_test.cc' || true)
+upward="$upward$(git grep -nE '#include "(runner/|ckpt/runner\.h)' -- \
+  'src/tiers/*' ':!*_test.cc' || true)"
+if [ -n "$upward" ]; then
+  echo "check-layering: a header of a layer above included from below:"
+  echo "$upward"
   status=1
 fi
 

@@ -30,10 +30,10 @@ PROTOCOL_FILES = {
     "src/checkpoint/save.cc",
     "src/checkpoint/load.cc",
     "src/checkpoint/tier_messages.cc",
-    "src/checkpoint/tier_reshard.cc",
-    "src/checkpoint/tier_restore.cc",
-    "src/checkpoint/tier_transfer.cc",
-    "src/checkpoint/tiered_manager.cc",
+    "src/tiers/tier_reshard.cc",
+    "src/tiers/tier_restore.cc",
+    "src/tiers/tier_transfer.cc",
+    "src/tiers/tiered_manager.cc",
     "src/runner/job_runner.cc",
 }
 EXEMPT = ("src/dist/", "src/capi/c_catalog_comm.cc", "src/capi/c_mpi.cc")

@@ -63,12 +63,12 @@ class CheckCollectivesTest(unittest.TestCase):
             self.assertIn(text, out)
 
     def test_messages_in_the_protocol_files_pass(self):
-        code, out = check({"src/checkpoint/tier_restore.cc": GOOD_TIER})
+        code, out = check({"src/tiers/tier_restore.cc": GOOD_TIER})
         self.assertEqual((code, out), (0, ""))
 
     def test_a_text_payload_fails(self):
         self.assertFails(
-            {"src/checkpoint/tier_restore.cc":
+            {"src/tiers/tier_restore.cc":
              "auto all = comm_->AllGather(mine.ok() ? \"\" : "
              "mine.ToString());\n"},
             "tier_restore.cc:1: the payload of AllGather is not an "
@@ -82,7 +82,7 @@ class CheckCollectivesTest(unittest.TestCase):
 
     def test_a_variable_built_as_text_fails(self):
         self.assertFails(
-            {"src/checkpoint/tiered_manager.cc":
+            {"src/tiers/tiered_manager.cc":
              "std::string mine = EncodeRankStatus({s});\n"
              "mine = \"!\" + s.ToString();\n"
              "auto all = comm_->AllGather(mine);\n"},
@@ -91,7 +91,7 @@ class CheckCollectivesTest(unittest.TestCase):
 
     def test_a_message_with_text_added_fails(self):
         self.assertFails(
-            {"src/checkpoint/tier_reshard.cc":
+            {"src/tiers/tier_reshard.cc":
              "auto all = comm_->AllGather(EncodeLackingShares(l) + \"x\");\n"},
             "tier_reshard.cc:1: the payload of AllGather")
 
@@ -103,7 +103,7 @@ class CheckCollectivesTest(unittest.TestCase):
 
     def test_a_string_stream_in_a_protocol_file_fails(self):
         self.assertFails(
-            {"src/checkpoint/tier_transfer.cc":
+            {"src/tiers/tier_transfer.cc":
              "std::istringstream in(all[r]);\n"},
             "tier_transfer.cc:1: a string stream in a protocol file")
 
@@ -112,7 +112,7 @@ class CheckCollectivesTest(unittest.TestCase):
             "src/dist/thread_communicator.cc":
                 "return Broadcast(std::string(data), root);\n",
             "src/capi/c_mpi.cc": "auto r = Comm(ctx)->AllGather(view);\n",
-            "src/checkpoint/tiered_test.cc": "comm->AllGather(\"x\");\n",
+            "src/tiers/tiered_test.cc": "comm->AllGather(\"x\");\n",
             "src/checkpoint/gc.cc": "return comm.Barrier();\n",
         })
         self.assertEqual((code, out), (0, ""))

@@ -74,6 +74,23 @@ class CheckLayeringTest(unittest.TestCase):
         self.assertEqual(code, 1)
         self.assertIn("include/ckpt/thing.h:1:", out)
 
+    def test_fails_an_include_of_a_layer_above(self):
+        for path, line in (
+                ("src/checkpoint/thing.cc", '#include "tiers/tier_share.h"\n'),
+                ("src/catalog/sql.cc", '#include "ckpt/tiered.h"\n'),
+                ("src/tiers/share.cc", '#include "runner/job.h"\n')):
+            code, out = check({path: line})
+            self.assertEqual(code, 1, path)
+            self.assertIn("a header of a layer above included from below",
+                          out)
+            self.assertIn(path + ":1:", out)
+        # Tests may reach up (a checkpoint test of a tiered save), and a
+        # layer may include what lies below it.
+        self.assertEqual(check({
+            "src/checkpoint/thing_test.cc": '#include "ckpt/tiered.h"\n',
+            "src/tiers/share.cc": '#include "checkpoint/thing.h"\n',
+            "src/runner/job.cc": '#include "tiers/share.h"\n'}), (0, ""))
+
     def test_fails_a_python_file_over_700_lines(self):
         code, out = check({"python/tests/test_a.py": "x = 1\n" * 701})
         self.assertEqual(code, 1)

@@ -495,8 +495,9 @@ class CheckpointManager {
 
  private:
   class Impl;
-  // Its local-tier saves hold this manager's lease on the root (tiered.h).
-  friend class TieredManager;
+  // The door of the layers above (checkpoint/manager_access.h): a tiered
+  // manager's local-tier saves hold this manager's lease on the root.
+  friend class ManagerAccess;
   explicit CheckpointManager(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -207,8 +207,6 @@ class TieredManager {
  private:
   class Impl;
   explicit TieredManager(std::unique_ptr<Impl> impl);
-  // The durable manager's own, whose lease the local-tier saves hold.
-  static CheckpointManager::Impl& DurableImpl(CheckpointManager& durable);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -1,4 +1,4 @@
-#include "checkpoint/tier_transfer.h"
+#include "tiers/tier_transfer.h"
 
 #include <cstring>
 #include <memory>

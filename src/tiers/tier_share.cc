@@ -1,14 +1,16 @@
-#include "checkpoint/tier_share.h"
+#include "tiers/tier_share.h"
 
 #include <cstdio>
 #include <map>
 #include <sstream>
 
 #include "format/layout.h"
+#include "format/tier_layout.h"
 #include "util/names.h"
 
 namespace ckpt {
 
+using format::ShareDirName;
 using format::StepDirName;
 namespace {
 
@@ -19,17 +21,6 @@ std::string JoinInts(const std::vector<int64_t>& v) {
     out += std::to_string(v[i]);
   }
   return out;
-}
-
-bool ParseDigits(std::string_view s, int64_t* out) {
-  if (s.empty() || s.size() > 18) return false;
-  int64_t v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return false;
-    v = v * 10 + (c - '0');
-  }
-  *out = v;
-  return true;
 }
 
 // Keys under a prefix of another storage. Every call maps the key; List
@@ -126,70 +117,10 @@ std::string NodeRootUrl(const std::string& pattern, int node) {
   return out;
 }
 
-std::string ShareDirName(int rank) {
-  char buf[16];
-  std::snprintf(buf, sizeof(buf), "r%05d", rank);
-  return buf;
-}
-
 std::string ShareRootUrl(const std::string& node_url, int rank) {
   std::string base = node_url;
   while (base.size() > 1 && base.back() == '/') base.pop_back();
   return base + "/" + ShareDirName(rank);
-}
-
-std::string TierMarkerPrefix(int64_t step) {
-  return std::string(kTierMarkerPrefix) + StepDirName(step).substr(5) + "-w";
-}
-
-std::string TierMarkerKey(int64_t step, int world_size) {
-  return TierMarkerPrefix(step) + std::to_string(world_size);
-}
-
-bool ParseTierMarkerKey(std::string_view key, int64_t* step, int* world_size) {
-  if (!key.starts_with(kTierMarkerPrefix)) return false;
-  key.remove_prefix(kTierMarkerPrefix.size());
-  const size_t dash = key.find("-w");
-  if (dash != 12) return false;
-  int64_t s = 0, w = 0;
-  if (!ParseDigits(key.substr(0, dash), &s) ||
-      !ParseDigits(key.substr(dash + 2), &w) || w < 1 || w > (1 << 24)) {
-    return false;
-  }
-  *step = s;
-  *world_size = static_cast<int>(w);
-  return true;
-}
-
-bool SplitShareKey(std::string_view key, int* rank, std::string_view* rest) {
-  if (key.size() < 7 || key[0] != 'r' || key[6] != '/') return false;
-  int64_t r = 0;
-  if (!ParseDigits(key.substr(1, 5), &r)) return false;
-  *rank = static_cast<int>(r);
-  *rest = key.substr(7);
-  return true;
-}
-
-Result<bool> IsLocalTierRoot(Storage& storage) {
-  // A share's root: holds markers.
-  CKPT_ASSIGN_OR_RETURN(std::vector<ObjectInfo> markers,
-                        storage.List(kTierMarkerPrefix));
-  for (const ObjectInfo& o : markers) {
-    int64_t step = 0;
-    int world = 0;
-    if (ParseTierMarkerKey(o.key, &step, &world)) return true;
-  }
-  // A node's root: shares in folders r00000/...
-  CKPT_ASSIGN_OR_RETURN(std::vector<ObjectInfo> keys, storage.List("r"));
-  for (const ObjectInfo& o : keys) {
-    int rank = 0;
-    std::string_view rest;
-    if (SplitShareKey(o.key, &rank, &rest) &&
-        (rest.starts_with("step-") || rest.starts_with(kTierMarkerPrefix))) {
-      return true;
-    }
-  }
-  return false;
 }
 
 std::string ShareDescription(const State& state, int rank, int world_size) {

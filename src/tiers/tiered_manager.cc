@@ -39,14 +39,15 @@
 #include <set>
 #include <thread>
 
-#include "checkpoint/manager_impl.h"
+#include "checkpoint/manager_access.h"
 #include "checkpoint/manifests.h"
-#include "checkpoint/tier_share.h"
-#include "checkpoint/tier_transfer.h"
-#include "checkpoint/tiered_impl.h"
 #include "ckpt/catalog_sync.h"
 #include "ckpt/tiered.h"
 #include "format/layout.h"
+#include "format/tier_layout.h"
+#include "tiers/tier_share.h"
+#include "tiers/tier_transfer.h"
+#include "tiers/tiered_impl.h"
 #include "util/log.h"
 
 namespace ckpt {
@@ -97,11 +98,6 @@ std::string FirstCause(const std::vector<Status>& errors) {
   return first < 0 ? ""
                    : "rank " + std::to_string(first) + ": " +
                          errors[first].ToString();
-}
-
-CheckpointManager::Impl& TieredManager::DurableImpl(
-    CheckpointManager& durable) {
-  return *durable.impl_;
 }
 
 namespace {
@@ -320,7 +316,7 @@ Result<CheckpointManager*> TieredManager::Impl::Root(int rank) {
 Status TieredManager::Impl::ClearStep(CheckpointManager& root, int64_t step) {
   // Markers first: a step must never look committed while it is replaced.
   CKPT_ASSIGN_OR_RETURN(std::vector<ObjectInfo> markers,
-                        root.storage().List(TierMarkerPrefix(step)));
+                        root.storage().List(format::TierMarkerPrefix(step)));
   for (const ObjectInfo& m : markers) {
     CKPT_RETURN_IF_ERROR(root.storage().Delete(m.key));
   }
@@ -336,8 +332,8 @@ Status TieredManager::Impl::ClearMarkers(int64_t step) {
     std::string_view rest;
     int64_t marked = 0;
     int w = 0;
-    if (!SplitShareKey(o.key, &rank, &rest) ||
-        !ParseTierMarkerKey(rest, &marked, &w) || marked != step) {
+    if (!format::SplitShareKey(o.key, &rank, &rest) ||
+        !format::ParseTierMarkerKey(rest, &marked, &w) || marked != step) {
       continue;
     }
     // Ranks of one node clear the same root: one's delete may find the
@@ -352,7 +348,7 @@ Status TieredManager::Impl::ClearMarkers(int64_t step) {
 
 void TieredManager::Impl::Mark(CheckpointManager& root, int64_t step,
                                int world) {
-  Status s = root.storage().Put(TierMarkerKey(step, world), {},
+  Status s = root.storage().Put(format::TierMarkerKey(step, world), {},
                                 PutMode::kCreateIfAbsent);
   if (!s.ok() && s.code() != ErrorCode::kAlreadyExists) {
     // Other roots hold the step's marker too; one missing is no loss.
@@ -365,13 +361,13 @@ std::vector<int64_t> TieredManager::Impl::Prune(CheckpointManager& root,
                                                 bool collect_garbage) {
   std::vector<int64_t> deleted;
   Result<std::vector<ObjectInfo>> listed =
-      root.storage().List(kTierMarkerPrefix);
+      root.storage().List(format::kTierMarkerPrefix);
   if (!listed.ok()) return deleted;
   std::map<int64_t, std::string> marked;  // step -> marker key
   for (const ObjectInfo& o : *listed) {
     int64_t step = 0;
     int w = 0;
-    if (ParseTierMarkerKey(o.key, &step, &w)) marked[step] = o.key;
+    if (format::ParseTierMarkerKey(o.key, &step, &w)) marked[step] = o.key;
   }
   if (marked.empty()) return deleted;
   auto kept = marked.rbegin();
@@ -421,7 +417,7 @@ Status TieredManager::Impl::LocalSave(int64_t step,
   // waited for: a job restarted on other machines while its killed
   // incarnation's lease runs out trains on, skipping the local tier until
   // the lease is free, rather than stalling behind it.
-  Status lease = rank_ == 0 ? TieredManager::DurableImpl(durable_).HoldLease(
+  Status lease = rank_ == 0 ? ManagerAccess::Of(durable_).HoldLease(
                                   "save to the local tier", /*wait=*/false)
                             : Status();
   CKPT_ASSIGN_OR_RETURN(RankStatus refused, BroadcastStatus(*comm_, lease, 0));
@@ -475,7 +471,7 @@ Status TieredManager::Impl::LocalSave(int64_t step,
   }
   // The fence: a lease taken over meanwhile marks nothing.
   if (mine.ok() && rank_ == 0) {
-    mine = TieredManager::DurableImpl(durable_).CheckLease().WithContext(
+    mine = ManagerAccess::Of(durable_).CheckLease().WithContext(
         "the durable root's lease");
   }
   // Each rank's outcome: its share's bytes (for the catalog's row), or its
@@ -509,7 +505,7 @@ Result<TierSaveResult> TieredManager::Impl::RunSave(
   // wait for a catalog that does not answer, one warning; none at all for
   // a save in the background.
   CatalogRecorder::Batch catalog_batch(
-      TieredManager::DurableImpl(durable_).catalog_recorder(), !background);
+      ManagerAccess::Of(durable_).catalog_recorder(), !background);
   TierSaveResult result;
   result.step = step;
   using Clock = std::chrono::steady_clock;

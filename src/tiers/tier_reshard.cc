@@ -28,9 +28,9 @@
 #include <map>
 #include <set>
 
-#include "checkpoint/tier_share.h"
-#include "checkpoint/tiered_impl.h"
 #include "ckpt/dtype.h"
+#include "tiers/tier_share.h"
+#include "tiers/tiered_impl.h"
 
 namespace ckpt {
 namespace {

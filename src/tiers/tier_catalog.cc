@@ -16,9 +16,9 @@
 #include <chrono>
 
 #include "checkpoint/catalog_record.h"
-#include "checkpoint/manager_impl.h"
-#include "checkpoint/tiered_impl.h"
+#include "checkpoint/manager_access.h"
 #include "format/layout.h"
+#include "tiers/tiered_impl.h"
 
 namespace ckpt {
 
@@ -59,7 +59,7 @@ void TieredManager::Impl::RecordLocal(int64_t step,
   CatalogCheckpoint c =
       CatalogRecordFor(info, LocalCatalogRoot(), std::move(checksum));
   c.tier = CatalogTier::kLocal;
-  TieredManager::DurableImpl(durable_).catalog_recorder().RecordOther(
+  ManagerAccess::Of(durable_).catalog_recorder().RecordOther(
       std::move(c), "local step " + std::to_string(step) + " is committed in " +
                         LocalCatalogRoot());
 }
@@ -68,8 +68,7 @@ void TieredManager::Impl::ForgetLocal(const std::vector<int64_t>& steps) {
   const std::shared_ptr<Catalog>& catalog = durable_.options().catalog;
   if (rank_ != 0 || !catalog) return;
   const std::string root = LocalCatalogRoot();
-  CatalogRecorder& recorder =
-      TieredManager::DurableImpl(durable_).catalog_recorder();
+  CatalogRecorder& recorder = ManagerAccess::Of(durable_).catalog_recorder();
   for (int64_t step : steps) {
     recorder.DeletedOther(
         root, step,

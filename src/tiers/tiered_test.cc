@@ -16,7 +16,6 @@
 #include <set>
 
 #include "checkpoint/catalog_record.h"
-#include "checkpoint/tier_share.h"
 #include "format/constants.h"
 #include "format/layout.h"
 #include "gtest/gtest.h"
@@ -25,6 +24,7 @@
 #include "testing/files.h"
 #include "testing/run_ranks.h"
 #include "testing/temp_dir.h"
+#include "tiers/tier_share.h"
 
 namespace ckpt {
 namespace {

@@ -5,12 +5,13 @@
 #include <map>
 #include <set>
 
-#include "checkpoint/manager_impl.h"
+#include "checkpoint/manager_access.h"
 #include "checkpoint/manifests.h"
-#include "checkpoint/tier_share.h"
-#include "checkpoint/tier_transfer.h"
-#include "checkpoint/tiered_impl.h"
 #include "format/layout.h"
+#include "format/tier_layout.h"
+#include "tiers/tier_share.h"
+#include "tiers/tier_transfer.h"
+#include "tiers/tiered_impl.h"
 #include "util/log.h"
 
 namespace ckpt {
@@ -28,10 +29,11 @@ Result<NodeShares> TieredManager::Impl::ScanNode() {
     std::string_view rest;
     // Shares of ranks past this world size too: a step saved by more ranks
     // can be resharded.
-    if (!SplitShareKey(o.key, &rank, &rest) || rank >= kMaxRanks) continue;
+    if (!format::SplitShareKey(o.key, &rank, &rest) || rank >= kMaxRanks)
+      continue;
     int64_t step = 0;
     int w = 0;
-    if (ParseTierMarkerKey(rest, &step, &w)) {
+    if (format::ParseTierMarkerKey(rest, &step, &w)) {
       lines.items.push_back({true, rank, step, w});
     } else if (std::string_view file;
                SplitStepKey(rest, &step, &file) && rest == ManifestKey(step)) {
@@ -95,7 +97,7 @@ Status TieredManager::Impl::StageShare(int64_t step, State& state,
   // The share's own manager, whose staged load holds the share (checked in
   // place, or in its staging memory) until every rank's is whole; the tiers
   // use it alone, and no save of it is in flight (Restore waited).
-  CheckpointManager::Impl& impl = TieredManager::DurableImpl(own);
+  ManagerAccess::Impl& impl = ManagerAccess::Of(own);
   MutexLock lock(&impl.mu());
   impl.WaitIdle();
   bool damaged = false;
@@ -106,7 +108,7 @@ Status TieredManager::Impl::StageShare(int64_t step, State& state,
 
 Status TieredManager::Impl::ApplyShare(State& view, StagedLoad& staged,
                                        State& state) {
-  CheckpointManager::Impl& impl = TieredManager::DurableImpl(*roots_.at(rank_));
+  ManagerAccess::Impl& impl = ManagerAccess::Of(*roots_.at(rank_));
   MutexLock lock(&impl.mu());
   impl.WaitIdle();
   CKPT_RETURN_IF_ERROR(
@@ -116,7 +118,7 @@ Status TieredManager::Impl::ApplyShare(State& view, StagedLoad& staged,
 
 Result<CheckpointInfo> TieredManager::Impl::LoadDurable(
     int64_t step, State& state, const LoadOptions& options, bool& damaged) {
-  CheckpointManager::Impl& impl = TieredManager::DurableImpl(durable_);
+  ManagerAccess::Impl& impl = ManagerAccess::Of(durable_);
   MutexLock lock(&impl.mu());
   impl.WaitIdle();
   damaged = false;
@@ -341,11 +343,11 @@ Result<std::vector<LocalShareInfo>> ListLocalTier(const std::string& url) {
   for (const ObjectInfo& o : keys) {
     int rank = 0;
     std::string_view rest;
-    if (!SplitShareKey(o.key, &rank, &rest)) continue;
+    if (!format::SplitShareKey(o.key, &rank, &rest)) continue;
     int64_t step = 0;
     int w = 0;
     std::string_view file;
-    if (ParseTierMarkerKey(rest, &step, &w)) {
+    if (format::ParseTierMarkerKey(rest, &step, &w)) {
       marks[{rank, step}] = w;
     } else if (SplitStepKey(rest, &step, &file)) {
       bytes[{rank, step}] += o.size;
