@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/planner.h"
+#include "data/planner.h"
 #include "format/layout.h"
 #include "format/manifest.h"
 #include "proc_status.h"

@@ -29,9 +29,9 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/planner.h"
-#include "checkpoint/writer.h"
 #include "ckpt/storage.h"
+#include "data/planner.h"
+#include "data/writer.h"
 #include "format/constants.h"
 #include "format/index.h"
 #include "format/layout.h"

@@ -1,8 +1,8 @@
 #!/bin/sh
 # The layering rules a reviewer would otherwise have to remember
 # (README, "Source tree"):
-#   - src/checkpoint and src/format know a storage backend only through the
-#     Storage interface: no header of src/storage/<backend>/ is included there;
+#   - the library layers (src/checkpoint, format, data, lease, staging,
+#     tiers) know a storage backend only through the Storage interface: no header of src/storage/<backend>/ is included there;
 #   - messages between ranks are encoded and decoded only in the message
 #     layer (src/checkpoint/messages.h), never as JSON built inline; every
 #     collective's payload is one of its messages
@@ -22,7 +22,8 @@ cd "$(dirname "$0")/.."
 status=0
 
 leaks=$(git grep -nE '#include "storage/(file|s3|memory)/' -- \
-  'src/checkpoint/*' 'src/format/*' || true)
+  'src/checkpoint/*' 'src/format/*' 'src/data/*' 'src/lease/*' \
+  'src/staging/*' 'src/tiers/*' || true)
 if [ -n "$leaks" ]; then
   echo "check-layering: a backend header included above the Storage interface:"
   echo "$leaks"
@@ -39,12 +40,16 @@ if [ -n "$inline_json" ]; then
 fi
 
 # Upward includes: each layer knows only those below it (docs/design.md,
-# "Layers"). The tiers sit above the checkpoint layer, the runner above the
+# "Layers"). Staging memory, the data path and the lease sit below the
+# checkpoint layer's protocols, the tiers above them, the runner above the
 # tiers; the catalog and the checkpoint layer know of a local tier only the
 # names of its objects (format/tier_layout.h).
 upward=$(git grep -nE '#include "(tiers/|runner/|ckpt/tiered\.h|ckpt/runner\.h)' \
   -- 'src/util/*' 'src/device/*' 'src/format/*' 'src/storage/*' \
-  'src/dist/*' 'src/catalog/*' 'src/checkpoint/*' ':!*_test.cc' || true)
+  'src/dist/*' 'src/catalog/*' 'src/staging/*' 'src/data/*' 'src/lease/*' \
+  'src/checkpoint/*' ':!*_test.cc' || true)
+upward="$upward$(git grep -nE '#include "(checkpoint/|ckpt/checkpoint_manager\.h)' \
+  -- 'src/staging/*' 'src/data/*' 'src/lease/*' ':!*_test.cc' || true)"
 upward="$upward$(git grep -nE '#include "(runner/|ckpt/runner\.h)' -- \
   'src/tiers/*' ':!*_test.cc' || true)"
 if [ -n "$upward" ]; then

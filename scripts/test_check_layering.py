@@ -78,7 +78,9 @@ class CheckLayeringTest(unittest.TestCase):
         for path, line in (
                 ("src/checkpoint/thing.cc", '#include "tiers/tier_share.h"\n'),
                 ("src/catalog/sql.cc", '#include "ckpt/tiered.h"\n'),
-                ("src/tiers/share.cc", '#include "runner/job.h"\n')):
+                ("src/tiers/share.cc", '#include "runner/job.h"\n'),
+                ("src/data/reader.cc", '#include "checkpoint/thing.h"\n'),
+                ("src/lease/lease.cc", '#include "tiers/share.h"\n')):
             code, out = check({path: line})
             self.assertEqual(code, 1, path)
             self.assertIn("a header of a layer above included from below",

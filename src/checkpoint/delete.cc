@@ -24,7 +24,7 @@
 #include <set>
 
 #include "checkpoint/manager_impl.h"
-#include "checkpoint/writer.h"
+#include "data/writer.h"
 #include "format/constants.h"
 #include "util/log.h"
 

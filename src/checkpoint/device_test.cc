@@ -17,11 +17,11 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/device_pipeline.h"
 #include "ckpt/checkpoint_manager.h"
 #include "device/cuda_api.h"
 #include "device/cuda_driver.h"
 #include "gtest/gtest.h"
+#include "staging/device_pipeline.h"
 #include "testing/backends.h"
 #include "testing/fake_cuda.h"
 #include "testing/run_ranks.h"

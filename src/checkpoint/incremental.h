@@ -22,9 +22,9 @@
 #include <utility>
 #include <vector>
 
-#include "checkpoint/planner.h"
-#include "checkpoint/writer.h"
 #include "ckpt/state.h"
+#include "data/planner.h"
+#include "data/writer.h"
 #include "format/manifest.h"
 
 namespace ckpt {

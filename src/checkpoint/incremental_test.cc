@@ -10,8 +10,8 @@
 #include <set>
 #include <thread>
 
-#include "checkpoint/writer.h"
 #include "ckpt/checkpoint_manager.h"
+#include "data/writer.h"
 #include "format/constants.h"
 #include "format/layout.h"
 #include "format/manifest.h"

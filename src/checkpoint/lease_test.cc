@@ -1,7 +1,7 @@
 // Root ownership (lease.h, docs/concurrency.md): one writer at a time, a
 // clear refusal naming the holder, takeover of a holder that is gone, and a
 // fence that keeps a holder whose lease was taken over from committing.
-#include "checkpoint/lease.h"
+#include "lease/lease.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>

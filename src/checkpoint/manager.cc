@@ -11,19 +11,6 @@
 
 namespace ckpt {
 
-std::string NewAttemptId() {
-  std::random_device rd;
-  std::mt19937_64 gen(
-      (uint64_t{rd()} << 32) ^ rd() ^
-      std::chrono::steady_clock::now().time_since_epoch().count());
-  static const char* kHex = "0123456789abcdef";
-  const uint64_t v = gen();
-  std::string out(format::kAttemptHexDigits, '0');
-  for (int i = 0; i < format::kAttemptHexDigits; ++i)
-    out[i] = kHex[(v >> (4 * i)) & 15];
-  return out;
-}
-
 CheckpointInfo InfoFromManifest(const format::Manifest& m) {
   CheckpointInfo info;
   info.step = m.step;

@@ -39,18 +39,18 @@
 #include <vector>
 
 #include "checkpoint/catalog_record.h"
-#include "checkpoint/device_copy.h"
-#include "checkpoint/device_pipeline.h"
-#include "checkpoint/lease.h"
 #include "checkpoint/manifests.h"
 #include "checkpoint/messages.h"
-#include "checkpoint/planner.h"
-#include "checkpoint/reader.h"
-#include "checkpoint/staging.h"
-#include "checkpoint/viewed_reads.h"
 #include "ckpt/checkpoint_manager.h"
+#include "data/planner.h"
+#include "data/reader.h"
+#include "data/viewed_reads.h"
 #include "format/layout.h"
 #include "format/manifest.h"
+#include "lease/lease.h"
+#include "staging/device_copy.h"
+#include "staging/device_pipeline.h"
+#include "staging/staging.h"
 #include "util/mutex.h"
 #include "util/parallel_copy.h"
 #include "util/thread_annotations.h"
@@ -80,8 +80,7 @@ struct SaveHandleState {
 };
 }  // namespace internal
 
-// A fresh attempt id: kAttemptHexDigits random hex digits.
-std::string NewAttemptId();
+using format::NewAttemptId;
 
 // The facts of a manifest a caller sees.
 CheckpointInfo InfoFromManifest(const format::Manifest& m);

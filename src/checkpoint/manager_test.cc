@@ -2,8 +2,8 @@
 #include <set>
 
 #include "checkpoint/messages.h"
-#include "checkpoint/planner.h"
 #include "ckpt/checkpoint_manager.h"
+#include "data/planner.h"
 #include "format/manifest.h"
 #include "format/safetensors.h"
 #include "gtest/gtest.h"

@@ -29,10 +29,10 @@
 #include <string_view>
 #include <vector>
 
-#include "checkpoint/planner.h"
 #include "ckpt/checkpoint_manager.h"
 #include "ckpt/communicator.h"
 #include "ckpt/status.h"
+#include "data/planner.h"
 #include "util/checksum.h"
 
 namespace ckpt {

@@ -10,8 +10,8 @@
 #include <set>
 #include <thread>
 
-#include "checkpoint/planner.h"
 #include "ckpt/checkpoint_manager.h"
+#include "data/planner.h"
 #include "format/manifest.h"
 #include "gtest/gtest.h"
 #include "testing/backends.h"

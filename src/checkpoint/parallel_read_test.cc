@@ -6,8 +6,8 @@
 #include <cstring>
 #include <numeric>
 
-#include "checkpoint/reader.h"
 #include "ckpt/checkpoint_manager.h"
+#include "data/reader.h"
 #include "gtest/gtest.h"
 #include "testing/backends.h"
 

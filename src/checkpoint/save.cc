@@ -44,7 +44,7 @@
 
 #include "checkpoint/incremental.h"
 #include "checkpoint/manager_impl.h"
-#include "checkpoint/writer.h"
+#include "data/writer.h"
 #include "format/constants.h"
 #include "util/log.h"
 #include "util/names.h"

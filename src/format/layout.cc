@@ -1,7 +1,9 @@
 #include "format/layout.h"
 
 #include <charconv>
+#include <chrono>
 #include <cstdio>
+#include <random>
 
 #include "format/constants.h"
 
@@ -184,6 +186,19 @@ bool IsRunOf(std::string_view tensor_name, std::string_view entry) {
   uint64_t value = 0;
   const auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), value);
   return ec == std::errc() && end == n.data() + n.size();
+}
+
+std::string NewAttemptId() {
+  std::random_device rd;
+  std::mt19937_64 gen(
+      (uint64_t{rd()} << 32) ^ rd() ^
+      std::chrono::steady_clock::now().time_since_epoch().count());
+  static const char* kHex = "0123456789abcdef";
+  const uint64_t v = gen();
+  std::string out(kAttemptHexDigits, '0');
+  for (int i = 0; i < kAttemptHexDigits; ++i)
+    out[i] = kHex[(v >> (4 * i)) & 15];
+  return out;
 }
 
 }  // namespace ckpt::format

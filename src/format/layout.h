@@ -4,7 +4,7 @@
 //
 //   LATEST                                 the newest committed step (a hint)
 //   LEASE-000000000007                     who owns the root for writing,
-//                                          generation 7 (checkpoint/lease.h)
+//                                          generation 7 (lease/lease.h)
 //   step-000000000042/                     a step directory, holding
 //     MANIFEST.json                        the commit, and
 //     r00003-0123456789abcdef.safetensors  rank 3's data of one attempt
@@ -74,5 +74,9 @@ std::string RunTensorName(std::string_view entry, uint64_t first_chunk);
 // Whether `tensor_name` is a name RunTensorName(entry, n) gives for some n
 // (decimal, without leading zeros).
 bool IsRunOf(std::string_view tensor_name, std::string_view entry);
+
+// A fresh attempt id: kAttemptHexDigits random hex digits, naming one
+// save attempt's objects (or a lease holder).
+std::string NewAttemptId();
 
 }  // namespace ckpt::format

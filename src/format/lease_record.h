@@ -7,7 +7,7 @@
 //    "started_unix_ms": ..., "renewed_unix_ms": ..., "expires_unix_ms": ...,
 //    "released": false}
 //
-// The protocol that writes and judges it is checkpoint/lease.h.
+// The protocol that writes and judges it is lease/lease.h.
 #pragma once
 
 #include <cstdint>

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "checkpoint/messages.h"
-#include "checkpoint/staging.h"
 #include "ckpt/tiered.h"
+#include "staging/staging.h"
 #include "util/pacer.h"
 
 namespace ckpt {

@@ -1,4 +1,4 @@
-#include "checkpoint/reader.h"
+#include "data/reader.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "checkpoint/viewed_reads.h"
+#include "data/viewed_reads.h"
 
 #include <algorithm>
 #include <cstring>

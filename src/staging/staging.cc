@@ -1,4 +1,4 @@
-#include "checkpoint/staging.h"
+#include "staging/staging.h"
 
 #include <sys/mman.h>
 
@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include "checkpoint/device_copy.h"
+#include "staging/device_copy.h"
 #include "util/log.h"
 #include "util/parallel_copy.h"
 

@@ -1,8 +1,8 @@
-#include "checkpoint/device_pipeline.h"
+#include "staging/device_pipeline.h"
 
 #include <algorithm>
 
-#include "checkpoint/device_copy.h"
+#include "staging/device_copy.h"
 #include "util/names.h"
 
 namespace ckpt {

@@ -1,4 +1,4 @@
-#include "checkpoint/planner.h"
+#include "data/planner.h"
 
 #include <algorithm>
 #include <map>

@@ -1,4 +1,4 @@
-#include "checkpoint/device_copy.h"
+#include "staging/device_copy.h"
 
 #include <map>
 #include <memory>

@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/device_pipeline.h"
 #include "ckpt/storage.h"
 #include "format/manifest.h"
 #include "format/safetensors.h"
+#include "staging/device_pipeline.h"
 
 namespace ckpt {
 

@@ -1,4 +1,4 @@
-#include "checkpoint/lease.h"
+#include "lease/lease.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -11,7 +11,6 @@
 #include <fstream>
 #include <set>
 
-#include "checkpoint/manager_impl.h"
 #include "format/layout.h"
 #include "util/log.h"
 #include "util/names.h"
@@ -87,7 +86,7 @@ std::string LeaseBootId() {
 RootLease::RootLease(Storage& storage, LeaseSettings settings)
     : storage_(storage),
       settings_(std::move(settings)),
-      owner_(NewAttemptId()) {}
+      owner_(format::NewAttemptId()) {}
 
 RootLease::~RootLease() { Release(); }
 

@@ -1,4 +1,4 @@
-#include "checkpoint/writer.h"
+#include "data/writer.h"
 
 #include <algorithm>
 #include <future>

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/reader.h"
 #include "ckpt/storage.h"
+#include "data/reader.h"
 #include "util/mutex.h"
 
 namespace ckpt {
