@@ -1,0 +1,330 @@
+// The tiers on nodes of their own: scripts/node-bed.sh makes four nodes on
+// this machine, each with its own network (an address on a bridge), host
+// name (node0..node3) and memory (its own tmpfs on /dev/shm), and the
+// trainer runs across them under mpirun (2 ranks a node, over TCP). The
+// tiers find the nodes by host name alone (no --nodes); a node killed
+// mid-training (every process, its memory gone) and replaced by an empty
+// one costs nothing of the durable tier: the job resumes from the peer
+// replicas, bit-identical to a run never stopped.
+//
+// Needs root (network namespaces), ip, unshare and nsenter; where they are
+// missing the tests are skipped, saying why.
+#include <signal.h>
+#include <sys/inotify.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <random>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "testing/files.h"
+#include "testing/session_child.h"
+#include "testing/subprocess.h"
+#include "testing/temp_dir.h"
+
+namespace ckpt {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using testing::Contains;
+using testing::ReadFile;
+
+constexpr int kNodes = 4;
+constexpr int kRanks = 8;  // two a node
+// The local tier's root, the same URL on every node: each node's
+// /dev/shm is its own.
+constexpr char kLocalRoot[] = "/dev/shm/ckpt-nodes-test";
+
+// The bed, up for the whole suite (one per test binary, named after its
+// process so that beds of tests run side by side do not meet).
+class Bed {
+ public:
+  static Bed& Get() {
+    static Bed bed;
+    return bed;
+  }
+
+  // Why the bed could not be made; empty when it is up.
+  const std::string& unavailable() const { return unavailable_; }
+
+  // Runs the bed script with `args` and waits.
+  testing::RunResult Script(const std::vector<std::string>& args) {
+    std::vector<std::string> all = {name_};
+    all.insert(all.end(), args.begin(), args.end());
+    return testing::RunProgram(CKPT_NODE_BED, all, scratch_.path());
+  }
+
+  // The script's command line, for a child of the test's own.
+  std::vector<std::string> Command(const std::vector<std::string>& args) {
+    std::vector<std::string> all = {CKPT_NODE_BED, name_};
+    all.insert(all.end(), args.begin(), args.end());
+    return all;
+  }
+
+  ~Bed() {
+    if (up_) Script({"down"});
+  }
+
+ private:
+  Bed() : name_("nt" + std::to_string(getpid())), scratch_("node-bed") {
+    // The mpirun the build found, which the script runs in node0.
+    setenv("CKPT_MPIRUN", CKPT_MPIRUN, 1);
+    if (geteuid() != 0) {
+      unavailable_ = "needs root to make network namespaces";
+      return;
+    }
+    for (const char* tool : {"ip", "unshare", "nsenter"}) {
+      if (std::system(
+              ("command -v " + std::string(tool) + " >/dev/null").c_str()) !=
+          0) {
+        unavailable_ = std::string("needs ") + tool + " on the PATH";
+        return;
+      }
+    }
+    const testing::RunResult up = Script(
+        {"up", std::to_string(kNodes), "--owner", std::to_string(getpid())});
+    if (up.exit_code != 0) {
+      unavailable_ = "cannot make the node bed: " + up.err;
+      return;
+    }
+    up_ = true;
+  }
+
+  std::string name_;
+  testing::TempDir scratch_;
+  std::string unavailable_;
+  bool up_ = false;
+};
+
+using Child = testing::SessionChild;
+
+// mpirun -np 8 across the bed: the trainer, 4 epochs of 16 steps, a local
+// save every step (replicated to the next node), a durable one every 8.
+std::vector<std::string> Trainer(const std::string& root,
+                                 const std::string& out) {
+  return Bed::Get().Command({"mpirun",
+                             "-np",
+                             std::to_string(kRanks),
+                             CKPT_TRAIN,
+                             "--root",
+                             root,
+                             "--out",
+                             out,
+                             "--epochs",
+                             "4",
+                             "--samples",
+                             "512",
+                             "--batch",
+                             "32",
+                             "--save-every-steps",
+                             "3",
+                             "--local-tier",
+                             std::string("file://") + kLocalRoot,
+                             "--local-every",
+                             "1",
+                             "--durable-every",
+                             "8",
+                             "--replicas",
+                             "1"});
+}
+
+// Empties the local tier on every node.
+void WipeLocalTiers() {
+  for (int i = 0; i < kNodes; ++i) {
+    ASSERT_EQ(Bed::Get()
+                  .Script({"exec", std::to_string(i), "rm", "-rf", kLocalRoot})
+                  .exit_code,
+              0);
+  }
+}
+
+// What `ls` of the local tier's root shows on node `i` (one name a line).
+std::string LocalTierOf(int i) {
+  return Bed::Get()
+      .Script({"exec", std::to_string(i), "ls", "-1", kLocalRoot})
+      .out;
+}
+
+class NodesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(std::string(CKPT_MPIRUN).empty())
+        << "built without MPI: run scripts/install-deps.sh and configure "
+           "again";
+    if (!Bed::Get().unavailable().empty()) {
+      GTEST_SKIP() << "no node bed: " << Bed::Get().unavailable();
+    }
+    WipeLocalTiers();
+  }
+};
+
+// The final state of a run never stopped, and its log, made once.
+struct Reference {
+  testing::TempDir dir{"nodes-ref"};
+  int exit_code = -1;
+  std::string log, state;
+};
+const Reference& Uninterrupted() {
+  static Reference ref;
+  if (ref.exit_code == -1) {
+    const std::string log = ref.dir.string() + "/log";
+    ref.exit_code = Child(Trainer(ref.dir.string() + "/root",
+                                  ref.dir.string() + "/final.bin"),
+                          log)
+                        .Wait();
+    ref.log = ReadFile(log);
+    ref.state = ReadFile(ref.dir.string() + "/final.bin");
+  }
+  return ref;
+}
+
+// Every rank's host name is its node's: the durable checkpoint records
+// node0, node0, node1, ... and each node's local tier holds its own two
+// ranks' shares and the replicas of the node before it (found by host
+// name: the trainer is given no map of ranks to nodes).
+TEST_F(NodesTest, EachNodeIsAHostOfItsOwn) {
+  const Reference& ref = Uninterrupted();
+  ASSERT_EQ(ref.exit_code, 0) << ref.log;
+  const testing::RunResult show = testing::RunProgram(
+      CKPT_CLI_PATH, {"show", ref.dir.string() + "/root"}, ref.dir.path());
+  ASSERT_EQ(show.exit_code, 0) << show.err;
+  EXPECT_TRUE(Contains(show.out,
+                       "world size  8 (node0, node0, node1, node1, node2, "
+                       "node2, node3, node3)"));
+  for (int i = 0; i < kNodes; ++i) {
+    std::set<std::string> want;
+    for (int r :
+         {2 * i, 2 * i + 1, (2 * i + 6) % kRanks, (2 * i + 7) % kRanks}) {
+      char name[16];
+      std::snprintf(name, sizeof(name), "r%05d", r);
+      want.insert(name);
+    }
+    std::set<std::string> got;
+    std::istringstream listed(LocalTierOf(i));
+    for (std::string name; std::getline(listed, name);) got.insert(name);
+    EXPECT_EQ(got, want) << "node" << i << "'s local tier";
+  }
+  // The machine's own /dev/shm has none of it.
+  EXPECT_FALSE(fs::exists(kLocalRoot));
+}
+
+// Counts opens of the tensor data (*.safetensors) in every folder of a
+// file root that exists when it starts: a restore that reads the durable
+// tier opens them.
+class DataOpens {
+ public:
+  explicit DataOpens(const fs::path& root) : fd_(inotify_init1(IN_NONBLOCK)) {
+    for (const auto& e : fs::recursive_directory_iterator(root)) {
+      if (e.is_directory() &&
+          inotify_add_watch(fd_, e.path().c_str(), IN_OPEN) >= 0) {
+        watched_.push_back(e.path());
+      }
+    }
+  }
+
+  // A data object in a watched folder that still exists ("" if none).
+  fs::path AnyWatchedData() const {
+    std::error_code ec;
+    for (const fs::path& d : watched_) {
+      for (const auto& e : fs::directory_iterator(d, ec)) {
+        if (e.path().extension() == ".safetensors") return e.path();
+      }
+    }
+    return {};
+  }
+  ~DataOpens() { close(fd_); }
+
+  // Opens since the last call.
+  int Count() {
+    alignas(inotify_event) char buf[1 << 16];
+    int n = 0;
+    for (ssize_t len; (len = read(fd_, buf, sizeof(buf))) > 0;) {
+      for (char* p = buf; p < buf + len;) {
+        auto* ev = reinterpret_cast<inotify_event*>(p);
+        if (ev->len > 0 && std::string(ev->name).ends_with(".safetensors")) {
+          ++n;
+        }
+        p += sizeof(inotify_event) + ev->len;
+      }
+    }
+    return n;
+  }
+
+ private:
+  int fd_;
+  std::vector<fs::path> watched_;
+};
+
+// Node 2 dies mid-training: every process in it is killed and its memory
+// (the tmpfs on /dev/shm, its local tier) is gone; an empty node takes
+// its place. The job resumes from the newest step of the local tier,
+// node 2's ranks' shares fetched from node 3's replicas, opens no tensor
+// data of the durable tier, and ends bit-identical to a run never stopped.
+TEST_F(NodesTest, NodeKilledMidTrainingResumesFromPeerReplicas) {
+  const Reference& ref = Uninterrupted();
+  ASSERT_EQ(ref.exit_code, 0) << ref.log;
+  const testing::TempDir dir("nodes-kill");
+  const std::string root = dir.string() + "/root";
+  const std::string out = dir.string() + "/final.bin";
+  {
+    Child job(Trainer(root, out), dir.string() + "/killed.log");
+    // After the second durable save (step 16), at a random moment of the
+    // next few local saves.
+    const auto deadline = Clock::now() + std::chrono::seconds(120);
+    while (!fs::exists(root + "/step-000000000016") && !job.Exited() &&
+           Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    std::mt19937 gen(std::random_device{}());
+    std::this_thread::sleep_for(std::chrono::milliseconds(
+        std::uniform_int_distribution<int>(0, 300)(gen)));
+    ASSERT_FALSE(job.Exited()) << ReadFile(dir.string() + "/killed.log");
+    const testing::RunResult killed = Bed::Get().Script({"kill", "2"});
+    ASSERT_EQ(killed.exit_code, 0) << killed.err;
+    // mpirun sees its daemon on node 2 gone and fails the job.
+    EXPECT_NE(job.Wait(), 0);
+  }
+  // Whatever of the job the other nodes still run goes too; then an empty
+  // node 2, its /dev/shm a fresh tmpfs.
+  ASSERT_EQ(Bed::Get().Script({"reap"}).exit_code, 0);
+  ASSERT_EQ(Bed::Get().Script({"replace", "2"}).exit_code, 0);
+  EXPECT_EQ(LocalTierOf(2), "");
+
+  DataOpens opens(root);
+  // The count sees an open of one (the watch works).
+  const fs::path some = opens.AnyWatchedData();
+  ASSERT_FALSE(some.empty());
+  EXPECT_FALSE(ReadFile(some).empty());
+  EXPECT_EQ(opens.Count(), 1);
+  const std::string log = dir.string() + "/resumed.log";
+  EXPECT_EQ(Child(Trainer(root, out), log).Wait(), 0) << ReadFile(log);
+  const std::string text = ReadFile(log);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      text, m,
+      std::regex("restored step ([0-9]+) from the local tier \\(2 ranks' "
+                 "shares fetched from peers\\)")))
+      << text;
+  EXPECT_GE(std::stoll(m[1]), 16);
+  EXPECT_EQ(opens.Count(), 0)
+      << "the resume opened tensor data of the durable tier";
+  EXPECT_TRUE(ReadFile(out) == ref.state)
+      << "final state differs from the uninterrupted run's";
+  const size_t at = ref.log.find("final state sha256");
+  ASSERT_NE(at, std::string::npos) << ref.log;
+  EXPECT_TRUE(Contains(text, ref.log.substr(at, 84)));
+}
+
+}  // namespace
+}  // namespace ckpt
