@@ -109,34 +109,44 @@ class Bed {
 
 using Child = testing::SessionChild;
 
-// mpirun -np 8 across the bed: the trainer, 4 epochs of 16 steps, a local
-// save every step (replicated to the next node), a durable one every 8.
-std::vector<std::string> Trainer(const std::string& root,
-                                 const std::string& out) {
-  return Bed::Get().Command({"mpirun",
-                             "-np",
-                             std::to_string(kRanks),
-                             CKPT_TRAIN,
-                             "--root",
-                             root,
-                             "--out",
-                             out,
-                             "--epochs",
-                             "4",
-                             "--samples",
-                             "512",
-                             "--batch",
-                             "32",
-                             "--save-every-steps",
-                             "3",
-                             "--local-tier",
-                             std::string("file://") + kLocalRoot,
-                             "--local-every",
-                             "1",
-                             "--durable-every",
-                             "8",
-                             "--replicas",
-                             "1"});
+// mpirun -np 8 across the bed (`mpirun_options` before the program): the
+// trainer, 4 epochs of 16 steps, a local save every step (replicated to the
+// next node), a durable one every 8, and `extra` arguments.
+std::vector<std::string> Trainer(
+    const std::string& root, const std::string& out,
+    const std::vector<std::string>& mpirun_options = {},
+    const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> args = {"mpirun", "-np", std::to_string(kRanks)};
+  args.insert(args.end(), mpirun_options.begin(), mpirun_options.end());
+  for (const std::string& a : {std::string(CKPT_TRAIN), std::string("--root"),
+                               root, std::string("--out"), out}) {
+    args.push_back(a);
+  }
+  for (const char* a : {"--epochs", "4", "--samples", "512", "--batch", "32",
+                        "--save-every-steps", "3", "--local-tier"}) {
+    args.push_back(a);
+  }
+  args.push_back(std::string("file://") + kLocalRoot);
+  for (const char* a :
+       {"--local-every", "1", "--durable-every", "8", "--replicas", "1"}) {
+    args.push_back(a);
+  }
+  args.insert(args.end(), extra.begin(), extra.end());
+  return Bed::Get().Command(args);
+}
+
+// Waits until the trainer has committed durable step 16, then a random
+// moment of the next few local saves. False if it ended first.
+bool WaitPastStep16(Child& job, const std::string& root) {
+  const auto deadline = Clock::now() + std::chrono::seconds(120);
+  while (!fs::exists(root + "/step-000000000016") && !job.Exited() &&
+         Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  std::mt19937 gen(std::random_device{}());
+  std::this_thread::sleep_for(std::chrono::milliseconds(
+      std::uniform_int_distribution<int>(0, 300)(gen)));
+  return !job.Exited();
 }
 
 // Empties the local tier on every node.
@@ -279,17 +289,8 @@ TEST_F(NodesTest, NodeKilledMidTrainingResumesFromPeerReplicas) {
   const std::string out = dir.string() + "/final.bin";
   {
     Child job(Trainer(root, out), dir.string() + "/killed.log");
-    // After the second durable save (step 16), at a random moment of the
-    // next few local saves.
-    const auto deadline = Clock::now() + std::chrono::seconds(120);
-    while (!fs::exists(root + "/step-000000000016") && !job.Exited() &&
-           Clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-    std::mt19937 gen(std::random_device{}());
-    std::this_thread::sleep_for(std::chrono::milliseconds(
-        std::uniform_int_distribution<int>(0, 300)(gen)));
-    ASSERT_FALSE(job.Exited()) << ReadFile(dir.string() + "/killed.log");
+    ASSERT_TRUE(WaitPastStep16(job, root))
+        << ReadFile(dir.string() + "/killed.log");
     const testing::RunResult killed = Bed::Get().Script({"kill", "2"});
     ASSERT_EQ(killed.exit_code, 0) << killed.err;
     // mpirun sees its daemon on node 2 gone and fails the job.
@@ -324,6 +325,95 @@ TEST_F(NodesTest, NodeKilledMidTrainingResumesFromPeerReplicas) {
   const size_t at = ref.log.find("final state sha256");
   ASSERT_NE(at, std::string::npos) << ref.log;
   EXPECT_TRUE(Contains(text, ref.log.substr(at, 84)));
+}
+
+// Node 1's link goes down mid-save (a network partition; its processes
+// live on). With --peer-timeout 3, every rank fails within the timeout and a
+// second of pings, and names node 1's ranks as the ones that do not answer
+// (node 1's own ranks name every other); nothing partial is committed:
+// with the link back, the next start restores the newest whole local step,
+// older than the one in flight, and ends bit-identical.
+TEST_F(NodesTest, PartitionedNodeFailsEveryRankInBoundedTimeNamingIt) {
+  const Reference& ref = Uninterrupted();
+  ASSERT_EQ(ref.exit_code, 0) << ref.log;
+  const testing::TempDir dir("nodes-partition");
+  const std::string root = dir.string() + "/root";
+  const std::string out = dir.string() + "/final.bin";
+  // Each rank's output, written on its own node (mpirun, in node0, cannot
+  // hear node 1 any more); ranks go on to fail on their own after the first
+  // exits.
+  const std::string outputs = dir.string() + "/ranks";
+  constexpr double kTimeout = 3;
+  std::vector<std::string> lines(kRanks);
+  double seconds = 0;
+  {
+    Child job(Trainer(root, out,
+                      {"--output-filename", outputs, "--mca",
+                       "orte_abort_on_non_zero_status", "0"},
+                      {"--peer-timeout", "3"}),
+              dir.string() + "/mpirun.log");
+    ASSERT_TRUE(WaitPastStep16(job, root))
+        << ReadFile(dir.string() + "/mpirun.log");
+    const auto t0 = Clock::now();
+    ASSERT_EQ(Bed::Get().Script({"partition", "1"}).exit_code, 0);
+    for (int done = 0;
+         done < kRanks && Clock::now() < t0 + std::chrono::seconds(60);) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      done = 0;
+      for (int r = 0; r < kRanks; ++r) {
+        const std::string err =
+            ReadFile(outputs + "/1/rank." + std::to_string(r) + "/stderr");
+        const size_t at = err.find("train: rank");
+        if (at == std::string::npos) continue;
+        if (lines[r].empty()) {
+          seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+        }
+        lines[r] = err.substr(at, err.find('\n', at) - at);
+        ++done;
+      }
+    }
+    // mpirun waits for node 1's daemon, which it cannot reach.
+    job.KillSession();
+  }
+  ASSERT_EQ(Bed::Get().Script({"heal", "1"}).exit_code, 0);
+  ASSERT_EQ(Bed::Get().Script({"reap"}).exit_code, 0);
+  int64_t in_flight = -1;
+  for (int r = 0; r < kRanks; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    ASSERT_FALSE(lines[r].empty()) << "no error from rank " << r;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(
+        lines[r], m, std::regex("; (.*) do(es)? not answer a ping")))
+        << lines[r];
+    if (r == 2 || r == 3) {
+      EXPECT_TRUE(Contains(m[1], "ranks 0, 1 (node0)"));
+      EXPECT_TRUE(Contains(m[1], "ranks 6, 7 (node3)"));
+    } else {
+      EXPECT_TRUE(Contains(m[1], "ranks 2, 3 (node1)"));
+    }
+    if (std::regex_search(lines[r], m,
+                          std::regex("transferring step ([0-9]+)"))) {
+      in_flight = std::stoll(m[1]);
+    }
+  }
+  // The last rank's error came within the timeout, a second of pings, and
+  // room for a loaded machine.
+  EXPECT_LT(seconds, kTimeout + 1 + 10);
+  std::printf("every rank failed within %.1f s of the partition\n", seconds);
+
+  const std::string log = dir.string() + "/resumed.log";
+  EXPECT_EQ(Child(Trainer(root, out), log).Wait(), 0) << ReadFile(log);
+  const std::string text = ReadFile(log);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      text, m, std::regex("restored step ([0-9]+) from the local tier")))
+      << text;
+  EXPECT_GE(std::stoll(m[1]), 16);
+  if (in_flight >= 0) {
+    EXPECT_LT(std::stoll(m[1]), in_flight);
+  }
+  EXPECT_TRUE(ReadFile(out) == ref.state)
+      << "final state differs from the uninterrupted run's";
 }
 
 }  // namespace
