@@ -11,6 +11,7 @@
 #   scripts/node-bed.sh BED kill NODE      # every process in it; memory gone
 #   scripts/node-bed.sh BED replace NODE   # kill, then an empty node
 #   scripts/node-bed.sh BED reap           # every process but the holders
+#   scripts/node-bed.sh BED reset          # reap, links up, killed nodes back
 #   scripts/node-bed.sh BED partition NODE | heal NODE   # its link down/up
 #   scripts/node-bed.sh prune              # beds whose owner has exited
 #
@@ -22,9 +23,10 @@
 # nodes) alive; `exec` enters all three with nsenter. Every other folder is
 # the machine's, so a folder outside /dev/shm is shared by all nodes (the
 # durable root). `mpirun` runs Open MPI in node0 with a hostfile of
-# node0..node<N-1> (slots 2 each, unless -np says otherwise) and an rsh
-# agent that starts each node's daemon inside that node, over TCP on the
-# bed's subnet only.
+# node0..node<N-1> (2 slots each) and an rsh agent that starts each node's
+# daemon inside that node, over TCP on the bed's subnet only; the ranks
+# yield the CPU while they wait, since the nodes share this machine's
+# cores.
 #
 # State lives in /run/ckpt-node-bed/BED. `up` first removes beds whose owner
 # process (--owner, default the caller) is gone, so a test killed before
@@ -40,7 +42,15 @@ die() {
   exit 1
 }
 
-[[ $# -ge 1 ]] || die "usage: node-bed.sh BED up|down|exec|mpirun|kill|replace|reap|partition|heal ... (or: prune)"
+[[ $# -ge 1 ]] || die "usage: node-bed.sh BED up|down|exec|mpirun|kill|replace|reap|reset|partition|heal ... (or: prune)"
+
+# Whether process $1 runs (a zombie does not: it may wait long for a
+# parent that reaps it).
+alive() {
+  local st
+  st="$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" || return 1
+  [[ -n "$st" && "$st" != Z ]]
+}
 
 # Process ids whose UTS namespace is node $1's (the holder's).
 node_pids() {
@@ -64,9 +74,7 @@ kill_node() {
     for p in $(node_pids "$1" | sort -u); do
       [[ "$p" == "$$" || "$p" == "$BASHPID" ]] && continue
       [[ "$2" != all && "$p" == "$holder" ]] && continue
-      # A zombie is dead already; its parent reaps it.
-      [[ "$(awk '{print $3}' "/proc/$p/stat" 2>/dev/null)" == Z ]] && continue
-      [[ -e "/proc/$p" ]] && pids+=("$p")
+      alive "$p" && pids+=("$p")
     done
     [[ ${#pids[@]} -eq 0 ]] && return 0
     kill -KILL "${pids[@]}" 2>/dev/null || true
@@ -123,8 +131,10 @@ prune() {
   for dir in "$state_root"/*/; do
     [[ -d "$dir" ]] || continue
     b="$(basename "$dir")"
+    # A bed being made may not have its owner written yet.
+    [[ -f "$dir/owner" || -n "$(find "$dir" -maxdepth 0 -mmin +1)" ]] || continue
     owner="$(cat "$dir/owner" 2>/dev/null || echo 0)"
-    if [[ "$owner" == 0 ]] || ! kill -0 "$owner" 2>/dev/null; then
+    if [[ "$owner" == 0 ]] || ! alive "$owner"; then
       "$self" "$b" down || true
     fi
   done
@@ -240,6 +250,16 @@ EOF
     ;;
   reap)
     for i in $(seq 0 $(($(cat "$state/nodes") - 1))); do kill_node "$i" holders; done
+    ;;
+  reset)
+    # Every node as `up` left it: linked, running nothing but its holder
+    # (a node killed gets a new one; memory of live nodes is kept).
+    for i in $(seq 0 $(($(cat "$state/nodes") - 1))); do
+      ip -n "ckb-$bed-sw" link set "v$i" up
+      kill_node "$i" holders
+      holder="$(cat "$state/node$i.pid" 2>/dev/null || echo none)"
+      alive "$holder" || start_holder "$i"
+    done
     ;;
   partition | heal)
     i="$(node_num "${1:?usage: node-bed.sh BED $cmd NODE}")"

@@ -175,6 +175,9 @@ class NodesTest : public ::testing::Test {
     if (!Bed::Get().unavailable().empty()) {
       GTEST_SKIP() << "no node bed: " << Bed::Get().unavailable();
     }
+    // Whatever an earlier test left (a failure mid-way): links up, nothing
+    // running, every node alive, every local tier empty.
+    ASSERT_EQ(Bed::Get().Script({"reset"}).exit_code, 0);
     WipeLocalTiers();
   }
 };
