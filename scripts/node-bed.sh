@@ -67,9 +67,9 @@ node_pids() {
 # SIGKILLs node $1's processes (but the holder unless $2 is "all") until
 # none is left.
 kill_node() {
-  local holder pids round p
+  local holder pids p
   holder="$(cat "$state/node$1.pid" 2>/dev/null || echo none)"
-  for round in $(seq 200); do
+  for _ in $(seq 200); do
     pids=()
     for p in $(node_pids "$1" | sort -u); do
       [[ "$p" == "$$" || "$p" == "$BASHPID" ]] && continue
@@ -88,6 +88,7 @@ kill_node() {
 start_holder() {
   local i="$1" pidfile="$state/node$1.pid"
   rm -f "$pidfile"
+  # shellcheck disable=SC2016 # the inner shell expands its own arguments
   setsid ip netns exec "ckb-$bed-n$i" \
     unshare --uts --mount --propagation private \
     sh -c 'hostname "node$1" &&
