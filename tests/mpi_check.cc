@@ -6,14 +6,19 @@
 //                            ranks saved, and the rank-local entries
 //   mpi_check fail DIR       rank 1's storage fails: every rank must get the
 //                            same error and nothing may be committed
+//   mpi_check silent -       (with CKPT_MPI_CHECK_TIMEOUT) rank 1 misses an
+//                            all-gather: the others fail within the timeout,
+//                            naming it
 //
 // Exits 0 when every check on every rank held; prints what failed otherwise.
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ckpt/ckpt.h"
@@ -167,13 +172,50 @@ int Fail(const std::string& dir, ckpt::Communicator& comm) {
   return 0;
 }
 
+// Rank 1 stays away from an all-gather for longer than the communicator's
+// timeout: every other rank's fails with Unavailable within the timeout and
+// a second of pings, naming rank 1 as the rank that does not answer, and
+// their next call fails at once.
+int Silent(double timeout, ckpt::Communicator& comm) {
+  using Clock = std::chrono::steady_clock;
+  if (rank == 1) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(2 * timeout + 1));
+    (void)comm.AllGather("late");
+    return 0;
+  }
+  const auto start = Clock::now();
+  auto all = comm.AllGather("here");
+  const double took =
+      std::chrono::duration<double>(Clock::now() - start).count();
+  const std::string why = all.ok() ? "" : all.status().message();
+  Check(!all.ok() && all.status().code() == ckpt::ErrorCode::kUnavailable,
+        "the all-gather without rank 1 failed with Unavailable: " +
+            all.status().ToString());
+  Check(why.find("rank 1 (") != std::string::npos &&
+            why.find("does not answer a ping") != std::string::npos,
+        "the error names rank 1 as not answering: " + why);
+  Check(took >= timeout && took < timeout + 1 + 5,
+        "it failed after the timeout, within a second of pings (took " +
+            std::to_string(took) + " s)");
+  const auto again = Clock::now();
+  const ckpt::Status next = comm.Barrier();
+  Check(!next.ok() && next.message() == why &&
+            Clock::now() - again < std::chrono::milliseconds(100),
+        "the next call fails at once with the same error: " + next.ToString());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  auto comm = ckpt::NewMpiCommunicator(MPI_COMM_WORLD);
+  // CKPT_MPI_CHECK_TIMEOUT: the communicator's timeout (its timed calls).
+  const char* timeout = std::getenv("CKPT_MPI_CHECK_TIMEOUT");
+  auto comm = ckpt::NewMpiCommunicator(
+      MPI_COMM_WORLD,
+      {.timeout_seconds = timeout != nullptr ? std::atof(timeout) : 0});
   const std::string mode = argc > 2 ? argv[1] : "";
   int rc = 2;
   if (mode == "save") {
@@ -182,8 +224,12 @@ int main(int argc, char** argv) {
     rc = Load(argv[2], std::atoi(argv[3]), *comm);
   } else if (mode == "fail") {
     rc = Fail(argv[2], *comm);
+  } else if (mode == "silent" && timeout != nullptr && size > 1) {
+    rc = Silent(std::atof(timeout), *comm);
   } else if (rank == 0) {
-    std::fprintf(stderr, "usage: mpi_check save|load N|fail DIR\n");
+    std::fprintf(stderr,
+                 "usage: mpi_check save|load N|fail DIR, or "
+                 "CKPT_MPI_CHECK_TIMEOUT=S mpi_check silent -\n");
   }
   if (rc == 0 && failures > 0) rc = 1;
   // Any rank's failure fails the run.

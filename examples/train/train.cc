@@ -68,6 +68,9 @@ struct Config {
   int64_t durable_every = 0;
   int replicas = 1;
   std::vector<int> nodes;
+  // Under MPI: seconds a call between ranks waits before it fails, naming
+  // the ranks it heard nothing from (0: as long as it takes).
+  double peer_timeout = 0;
 };
 
 // Uniform in [-scale, scale), from the top 24 bits: exact in a float.
@@ -435,7 +438,7 @@ int Usage() {
                "[--step-sleep-ms N] [--quiet]\n"
                "             [--local-tier URL [--local-every N] "
                "[--durable-every N] [--replicas K]\n"
-               "              [--nodes N,N,...]]\n");
+               "              [--nodes N,N,...]] [--peer-timeout SECONDS]\n");
   return 2;
 }
 
@@ -539,6 +542,8 @@ int main(int argc, char** argv) {
       config.durable_every = std::atoll(v);
     else if (a == "--replicas")
       config.replicas = std::atoi(v);
+    else if (a == "--peer-timeout")
+      config.peer_timeout = std::atof(v);
     else if (a == "--nodes")
       for (const char* p = v; *p;) {
         config.nodes.push_back(std::atoi(p));
@@ -562,8 +567,14 @@ int main(int argc, char** argv) {
     MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
     int code;
     {
-      auto comm = ckpt::NewMpiCommunicator(MPI_COMM_WORLD);
+      auto comm = ckpt::NewMpiCommunicator(
+          MPI_COMM_WORLD, {.timeout_seconds = config.peer_timeout});
       code = Run(config, *comm);
+    }
+    if (code == 1 && config.peer_timeout > 0) {
+      // A rank may be unreachable, and MPI_Finalize would wait for it.
+      std::fflush(nullptr);
+      _exit(code);
     }
     MPI_Finalize();
     return code;

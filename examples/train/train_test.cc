@@ -23,6 +23,7 @@
 #include "ckpt/ckpt.h"
 #include "gtest/gtest.h"
 #include "testing/files.h"
+#include "testing/session_child.h"
 #include "testing/subprocess.h"
 #include "testing/temp_dir.h"
 
@@ -82,80 +83,7 @@ std::vector<std::string> Command(int world, const std::string& root,
   return cmd;
 }
 
-// A child in its own session, so that it and everything it starts (mpirun's
-// ranks) can be found and killed together.
-class Child {
- public:
-  Child(const std::vector<std::string>& cmd, const std::string& log) {
-    pid_ = fork();
-    if (pid_ == 0) {
-      setsid();
-      FILE* f = std::fopen(log.c_str(), "w");
-      if (f != nullptr) {
-        dup2(fileno(f), 1);
-        dup2(fileno(f), 2);
-      }
-      std::vector<char*> argv;
-      for (const std::string& a : cmd)
-        argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-  }
-
-  // Exited already? Then its status is kept.
-  bool Exited() {
-    if (status_) return true;
-    int st = 0;
-    if (waitpid(pid_, &st, WNOHANG) == pid_) status_ = st;
-    return status_.has_value();
-  }
-
-  // SIGKILLs every process of the session (the child is its leader), and
-  // waits until none is left.
-  void KillSession() {
-    for (int round = 0; round < 500; ++round) {
-      const std::vector<pid_t> left = SessionMembers();
-      for (pid_t p : left) kill(p, SIGKILL);
-      Exited();
-      if (left.empty() && status_) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    ADD_FAILURE() << "processes of session " << pid_ << " outlived SIGKILL";
-  }
-
-  void Signal(int sig) { kill(pid_, sig); }
-
-  // Waits for the exit; the exit code, or 128 + the signal.
-  int Wait() {
-    while (!Exited()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    return WIFEXITED(*status_) ? WEXITSTATUS(*status_)
-                               : 128 + WTERMSIG(*status_);
-  }
-
- private:
-  // Live (not zombie) processes whose session is the child's.
-  std::vector<pid_t> SessionMembers() const {
-    std::vector<pid_t> out;
-    for (const auto& e : fs::directory_iterator("/proc")) {
-      const std::string name = e.path().filename();
-      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-      const std::string stat = ReadFile(e.path() / "stat");
-      const size_t close = stat.rfind(')');
-      if (close == std::string::npos) continue;
-      std::istringstream rest(stat.substr(close + 1));
-      std::string state;
-      long ppid = 0, pgrp = 0, session = 0;
-      rest >> state >> ppid >> pgrp >> session;
-      if (session == pid_ && state != "Z") out.push_back(std::stoi(name));
-    }
-    return out;
-  }
-
-  pid_t pid_ = -1;
-  std::optional<int> status_;
-};
+using Child = testing::SessionChild;
 
 int RunToEnd(const std::vector<std::string>& cmd, const std::string& log) {
   Child c(cmd, log);

@@ -1,0 +1,272 @@
+#!/usr/bin/env bash
+# A test bed of N "nodes" on one Linux machine, so that multi-node claims
+# (tiers with replicas on other nodes, under mpirun) are tested on nodes that
+# each have their own network, host name and memory, not on a map of ranks
+# to node numbers inside one kernel. Needs root (network namespaces).
+#
+#   scripts/node-bed.sh BED up N [--shm-size SIZE] [--owner PID]
+#   scripts/node-bed.sh BED down
+#   scripts/node-bed.sh BED exec NODE CMD...      # NODE: 2 or node2
+#   scripts/node-bed.sh BED mpirun MPIRUN_ARGS... # mpirun from node0
+#   scripts/node-bed.sh BED kill NODE      # every process in it; memory gone
+#   scripts/node-bed.sh BED replace NODE   # kill, then an empty node
+#   scripts/node-bed.sh BED reap           # every process but the holders
+#   scripts/node-bed.sh BED reset          # reap, links up, killed nodes back
+#   scripts/node-bed.sh BED partition NODE | heal NODE   # its link down/up
+#   scripts/node-bed.sh prune              # beds whose owner has exited
+#
+# Node i is network namespace ckb-BED-n<i> with address 10.77.0.(i+1)/24 on
+# a bridge in namespace ckb-BED-sw (each bed has its own bridge, so beds run
+# side by side and nothing is added to the machine's own network), and a
+# holder process (sleep) that keeps its UTS namespace (host name node<i>)
+# and mount namespace (its own tmpfs on /dev/shm, an /etc/hosts naming the
+# nodes) alive; `exec` enters all three with nsenter. Every other folder is
+# the machine's, so a folder outside /dev/shm is shared by all nodes (the
+# durable root). `mpirun` runs Open MPI in node0 with a hostfile of
+# node0..node<N-1> (2 slots each) and an rsh agent that starts each node's
+# daemon inside that node, over TCP on the bed's subnet only; the ranks
+# yield the CPU while they wait, since the nodes share this machine's
+# cores.
+#
+# State lives in /run/ckpt-node-bed/BED. `up` first removes beds whose owner
+# process (--owner, default the caller) is gone, so a test killed before
+# its `down` leaves nothing for long.
+set -euo pipefail
+
+self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
+state_root=/run/ckpt-node-bed
+subnet=10.77.0
+
+die() {
+  echo "node-bed: $*" >&2
+  exit 1
+}
+
+[[ $# -ge 1 ]] || die "usage: node-bed.sh BED up|down|exec|mpirun|kill|replace|reap|reset|partition|heal ... (or: prune)"
+
+# Whether process $1 runs (a zombie does not: it may wait long for a
+# parent that reaps it).
+alive() {
+  local st
+  st="$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" || return 1
+  [[ -n "$st" && "$st" != Z ]]
+}
+
+# Process ids whose UTS namespace is node $1's (the holder's).
+node_pids() {
+  local holder uts p
+  holder="$(cat "$state/node$1.pid" 2>/dev/null)" || return 0
+  uts="$(readlink "/proc/$holder/ns/uts" 2>/dev/null)" || return 0
+  for p in /proc/[0-9]*; do
+    [[ "$(readlink "$p/ns/uts" 2>/dev/null)" == "$uts" ]] && echo "${p#/proc/}"
+  done
+  # Processes started in the network namespace alone (ip netns exec).
+  ip netns pids "ckb-$bed-n$1" 2>/dev/null || true
+}
+
+# SIGKILLs node $1's processes (but the holder unless $2 is "all") until
+# none is left.
+kill_node() {
+  local holder pids p
+  holder="$(cat "$state/node$1.pid" 2>/dev/null || echo none)"
+  for _ in $(seq 200); do
+    pids=()
+    for p in $(node_pids "$1" | sort -u); do
+      [[ "$p" == "$$" || "$p" == "$BASHPID" ]] && continue
+      [[ "$2" != all && "$p" == "$holder" ]] && continue
+      alive "$p" && pids+=("$p")
+    done
+    [[ ${#pids[@]} -eq 0 ]] && return 0
+    kill -KILL "${pids[@]}" 2>/dev/null || true
+    sleep 0.05
+  done
+  die "processes of node $1 outlived SIGKILL: ${pids[*]}"
+}
+
+# Starts node $1's holder: a new UTS and mount namespace inside its network
+# namespace, with its host name and an empty tmpfs on /dev/shm.
+start_holder() {
+  local i="$1" pidfile="$state/node$1.pid"
+  rm -f "$pidfile"
+  # shellcheck disable=SC2016 # the inner shell expands its own arguments
+  setsid ip netns exec "ckb-$bed-n$i" \
+    unshare --uts --mount --propagation private \
+    sh -c 'hostname "node$1" &&
+           mount -t tmpfs -o "size=$2,mode=1777" "ckb-$3-shm$1" /dev/shm &&
+           mount --bind "$4/hosts" /etc/hosts &&
+           echo $$ > "$4/node$1.pid.new" && mv "$4/node$1.pid.new" "$4/node$1.pid" &&
+           exec sleep infinity' \
+    sh "$i" "$(cat "$state/shm-size")" "$bed" "$state" \
+    </dev/null >"$state/node$i.holder.log" 2>&1 &
+  local n
+  for n in $(seq 200); do
+    [[ -s "$pidfile" ]] && return 0
+    sleep 0.02
+  done
+  die "node $i did not start: $(cat "$state/node$i.holder.log")"
+}
+
+# Node number from "2" or "node2".
+node_num() {
+  local n="${1#node}"
+  [[ "$n" =~ ^[0-9]+$ && -f "$state/node$n.pid" ]] || die "no node $1 in bed $bed"
+  echo "$n"
+}
+
+down() {
+  local i
+  if [[ -d "$state" ]]; then
+    for i in $(seq 0 $(($(cat "$state/nodes" 2>/dev/null || echo 0) - 1))); do
+      kill_node "$i" all
+    done
+  fi
+  for ns in $(ip netns list | awk '{print $1}' | grep -E "^ckb-$bed-(n[0-9]+|sw)$" || true); do
+    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$p" 2>/dev/null || true; done
+    ip netns del "$ns" 2>/dev/null || true
+  done
+  rm -rf "$state"
+}
+
+prune() {
+  local dir owner b
+  for dir in "$state_root"/*/; do
+    [[ -d "$dir" ]] || continue
+    b="$(basename "$dir")"
+    # A bed being made may not have its owner written yet.
+    [[ -f "$dir/owner" || -n "$(find "$dir" -maxdepth 0 -mmin +1)" ]] || continue
+    owner="$(cat "$dir/owner" 2>/dev/null || echo 0)"
+    if [[ "$owner" == 0 ]] || ! alive "$owner"; then
+      "$self" "$b" down || true
+    fi
+  done
+  # Namespaces of a bed whose state folder is gone.
+  for ns in $(ip netns list | awk '{print $1}' | grep -E '^ckb-' || true); do
+    b="${ns#ckb-}"
+    b="${b%-*}"
+    if [[ ! -d "$state_root/$b" ]]; then
+      for p in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$p" 2>/dev/null || true; done
+      ip netns del "$ns" 2>/dev/null || true
+    fi
+  done
+}
+
+if [[ "$1" == prune ]]; then
+  prune
+  exit 0
+fi
+
+bed="$1"
+shift
+[[ "$bed" =~ ^[a-z0-9]{1,12}$ ]] || die "bed name '$bed': 1 to 12 lower-case letters or digits"
+state="$state_root/$bed"
+cmd="${1:-}"
+shift || true
+
+case "$cmd" in
+  up)
+    n="${1:?usage: node-bed.sh BED up N}"
+    shift
+    [[ "$n" =~ ^[0-9]+$ && "$n" -ge 1 && "$n" -le 200 ]] || die "up: N must be 1 to 200"
+    shm_size=64m
+    owner="$PPID"
+    while [[ $# -gt 0 ]]; do
+      case "$1" in
+        --shm-size) shm_size="$2"; shift 2 ;;
+        --owner) owner="$2"; shift 2 ;;
+        *) die "up: unknown option $1" ;;
+      esac
+    done
+    [[ "$(id -u)" == 0 ]] || die "up: needs root (network namespaces)"
+    prune
+    [[ -e "$state" ]] && die "bed $bed is up already (node-bed.sh $bed down)"
+    mkdir -p "$state"
+    echo "$owner" >"$state/owner"
+    echo "$n" >"$state/nodes"
+    echo "$shm_size" >"$state/shm-size"
+    trap 'down' ERR
+    sw="ckb-$bed-sw"
+    ip netns add "$sw"
+    ip -n "$sw" link add br0 type bridge
+    ip -n "$sw" link set br0 up
+    ip -n "$sw" link set lo up
+    {
+      echo "127.0.0.1 localhost"
+      for i in $(seq 0 $((n - 1))); do echo "$subnet.$((i + 1)) node$i"; done
+    } >"$state/hosts"
+    : >"$state/hostfile"
+    for i in $(seq 0 $((n - 1))); do
+      ns="ckb-$bed-n$i"
+      ip netns add "$ns"
+      ip -n "$sw" link add "v$i" type veth peer name eth0 netns "$ns"
+      ip -n "$sw" link set "v$i" master br0 up
+      ip -n "$ns" addr add "$subnet.$((i + 1))/24" dev eth0
+      ip -n "$ns" link set eth0 up
+      ip -n "$ns" link set lo up
+      echo "node$i slots=2" >>"$state/hostfile"
+      start_holder "$i"
+    done
+    # Open MPI's rsh agent: called as AGENT [options] HOST COMMAND..., like
+    # ssh, which hands the words to the remote shell.
+    cat >"$state/agent" <<EOF
+#!/bin/sh
+while [ \$# -gt 0 ] && [ "\${1#-}" != "\$1" ]; do shift; done
+host="\$1"; shift
+exec "$self" "$bed" exec "\$host" sh -c "\$*"
+EOF
+    chmod +x "$state/agent"
+    trap - ERR
+    echo "$state"
+    ;;
+  down)
+    down
+    ;;
+  exec)
+    [[ $# -ge 2 ]] || die "usage: node-bed.sh BED exec NODE CMD..."
+    i="$(node_num "$1")"
+    shift
+    exec nsenter -t "$(cat "$state/node$i.pid")" --net --uts --mount \
+      --wd="$PWD" -- "$@"
+    ;;
+  mpirun)
+    mpirun="${CKPT_MPIRUN:-mpirun}"
+    exec "$self" "$bed" exec 0 env OMPI_ALLOW_RUN_AS_ROOT=1 \
+      OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "$mpirun" \
+      --hostfile "$state/hostfile" \
+      --mca plm_rsh_agent "$state/agent" \
+      --mca plm_rsh_no_tree_spawn 1 \
+      --mca mpi_yield_when_idle 1 \
+      --mca btl tcp,self \
+      --mca btl_tcp_if_include "$subnet.0/24" \
+      --mca oob_tcp_if_include "$subnet.0/24" \
+      "$@"
+    ;;
+  kill)
+    i="$(node_num "${1:?usage: node-bed.sh BED kill NODE}")"
+    kill_node "$i" all
+    ;;
+  replace)
+    i="$(node_num "${1:?usage: node-bed.sh BED replace NODE}")"
+    kill_node "$i" all
+    start_holder "$i"
+    ;;
+  reap)
+    for i in $(seq 0 $(($(cat "$state/nodes") - 1))); do kill_node "$i" holders; done
+    ;;
+  reset)
+    # Every node as `up` left it: linked, running nothing but its holder
+    # (a node killed gets a new one; memory of live nodes is kept).
+    for i in $(seq 0 $(($(cat "$state/nodes") - 1))); do
+      ip -n "ckb-$bed-sw" link set "v$i" up
+      kill_node "$i" holders
+      holder="$(cat "$state/node$i.pid" 2>/dev/null || echo none)"
+      alive "$holder" || start_holder "$i"
+    done
+    ;;
+  partition | heal)
+    i="$(node_num "${1:?usage: node-bed.sh BED $cmd NODE}")"
+    ip -n "ckb-$bed-sw" link set "v$i" "$([[ $cmd == partition ]] && echo down || echo up)"
+    ;;
+  *)
+    die "unknown command '$cmd'"
+    ;;
+esac
