@@ -14,6 +14,7 @@
 #   - test support lives in src/testing and only tests use it: no library
 #     or tool source (src/, include/, tools/, but tests) includes a header
 #     of src/testing;
+#   - no test makes a temporary folder but through the fixtures;
 #   - the Python package keeps to 700 lines a file and has no import circle
 #     (scripts/check-python-layering.py).
 # Prints every breach and exits 1 when there is one.
@@ -64,6 +65,16 @@ if [ -n "$testing" ]; then
   echo "check-layering: test support (src/testing) included by library or" \
     "tool code:"
   echo "$testing"
+  status=1
+fi
+
+# Temporary folders of tests come from the fixtures (testing::TempDir,
+# pytest's tmp_path, TemporaryDirectory), which remove them: a bare mkdtemp
+# leaves one behind whenever a test fails before its own cleanup.
+temps=$(git grep -nE '\bmkdtemp\b' -- '*test*' ':!src/testing/*' || true)
+if [ -n "$temps" ]; then
+  echo "check-layering: mkdtemp in a test outside the fixtures (src/testing/temp_dir.h):"
+  echo "$temps"
   status=1
 fi
 

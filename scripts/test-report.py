@@ -239,8 +239,8 @@ def bench_case(cli, tmp, out):
 
 def long_root(cli, tmp, out, steps):
     root = "/dev/shm" if os.path.isdir("/dev/shm") else tmp
-    root = tempfile.mkdtemp(prefix="ckpt-report-long-", dir=root)
-    try:
+    with tempfile.TemporaryDirectory(prefix="ckpt-report-long-",
+                                     dir=root) as root:
         mgr = ckpt.CheckpointManager(root, create=True, chunk_size=4096,
                                      gc_after_save=False)
         state = {"w": array.array("f", [0.0] * 2048)}
@@ -262,8 +262,6 @@ def long_root(cli, tmp, out, steps):
               f"{written:.2f} s; the page loaded and drew its charts in "
               f"{summary['page_ms'] / 1000:.2f} s (the whole Chromium run, "
               f"its start included: {loaded:.2f} s)")
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def main():

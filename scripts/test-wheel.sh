@@ -73,10 +73,12 @@ if install_into /usr/bin/python3 "$work/venv" --system-site-packages; then
   esac
   # Saving and loading leave Open MPI alone: only mpi_communicator() loads it.
   if ! "$py" -c 'import array, ckpt, sys, tempfile
-m = ckpt.open(tempfile.mkdtemp(dir="."))
-m.save(1, {"a": array.array("f", [1.0])})
-m.load()
-sys.exit("libmpi" in open("/proc/self/maps").read())'; then
+with tempfile.TemporaryDirectory(dir=".") as d:
+    m = ckpt.open(d)
+    m.save(1, {"a": array.array("f", [1.0])})
+    m.load()
+    mpi = "libmpi" in open("/proc/self/maps").read()
+sys.exit(mpi)'; then
     say "import ckpt, save or load loaded Open MPI"
     failed+=("Open MPI loaded without mpi_communicator()")
   fi

@@ -93,6 +93,17 @@ class CheckLayeringTest(unittest.TestCase):
             "src/tiers/share.cc": '#include "checkpoint/thing.h"\n',
             "src/runner/job.cc": '#include "tiers/share.h"\n'}), (0, ""))
 
+    def test_fails_mkdtemp_in_a_test(self):
+        # Spelt in two parts, so that this file does not break the rule.
+        name = "mk" + "dtemp"
+        code, out = check({"python/tests/test_a.py":
+                           f"import tempfile\nd = tempfile.{name}()\n"})
+        self.assertEqual(code, 1)
+        self.assertIn(name + " in a test outside the fixtures", out)
+        self.assertIn("python/tests/test_a.py:2:", out)
+        self.assertEqual(check({"src/testing/temp_dir.cc":
+                                f"// {name}(3), and removed\n"}), (0, ""))
+
     def test_fails_a_python_file_over_700_lines(self):
         code, out = check({"python/tests/test_a.py": "x = 1\n" * 701})
         self.assertEqual(code, 1)

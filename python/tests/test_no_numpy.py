@@ -17,7 +17,6 @@ import array
 import glob
 import importlib.util
 import os
-import shutil
 import struct
 import sys
 import tempfile
@@ -64,11 +63,12 @@ def flip_a_byte(root):
 class NoNumpyTest(unittest.TestCase):
 
     def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="ckpt-no-numpy-")
+        self.tmp = tempfile.TemporaryDirectory(prefix="ckpt-no-numpy-")
+        self.dir = self.tmp.name
         self.root = os.path.join(self.dir, "root")
 
     def tearDown(self):
-        shutil.rmtree(self.dir, ignore_errors=True)
+        self.tmp.cleanup()
 
     def assertTensor(self, loaded, source, shape):
         """`loaded` holds the bytes, element type and shape of `source`."""
