@@ -43,8 +43,8 @@ fi
 # Upward includes: each layer knows only those below it (docs/design.md,
 # "Layers"). Staging memory, the data path and the lease sit below the
 # checkpoint layer's protocols, the tiers above them, the runner above the
-# tiers; the catalog and the checkpoint layer know of a local tier only the
-# names of its objects (format/tier_layout.h).
+# tiers; the catalog and the checkpoint layer know nothing of a local
+# tier's layout (format/tier_layout.h): the tiers tell them.
 upward=$(git grep -nE '#include "(tiers/|runner/|ckpt/tiered\.h|ckpt/runner\.h)' \
   -- 'src/util/*' 'src/device/*' 'src/format/*' 'src/storage/*' \
   'src/dist/*' 'src/catalog/*' 'src/staging/*' 'src/data/*' 'src/lease/*' \
@@ -53,6 +53,8 @@ upward="$upward$(git grep -nE '#include "(checkpoint/|ckpt/checkpoint_manager\.h
   -- 'src/staging/*' 'src/data/*' 'src/lease/*' ':!*_test.cc' || true)"
 upward="$upward$(git grep -nE '#include "(runner/|ckpt/runner\.h)' -- \
   'src/tiers/*' ':!*_test.cc' || true)"
+upward="$upward$(git grep -nE '#include "format/tier_layout\.h"' -- \
+  'src/catalog/*' 'src/checkpoint/*' ':!*_test.cc' || true)"
 if [ -n "$upward" ]; then
   echo "check-layering: a header of a layer above included from below:"
   echo "$upward"

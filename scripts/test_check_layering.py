@@ -80,7 +80,9 @@ class CheckLayeringTest(unittest.TestCase):
                 ("src/catalog/sql.cc", '#include "ckpt/tiered.h"\n'),
                 ("src/tiers/share.cc", '#include "runner/job.h"\n'),
                 ("src/data/reader.cc", '#include "checkpoint/thing.h"\n'),
-                ("src/lease/lease.cc", '#include "tiers/share.h"\n')):
+                ("src/lease/lease.cc", '#include "tiers/share.h"\n'),
+                ("src/checkpoint/sync.cc",
+                 '#include "format/tier_layout.h"\n')):
             code, out = check({path: line})
             self.assertEqual(code, 1, path)
             self.assertIn("a header of a layer above included from below",

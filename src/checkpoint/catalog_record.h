@@ -33,9 +33,15 @@ CatalogCheckpoint CatalogRecordFor(const CheckpointInfo& info,
                                    std::string manifest_checksum);
 
 // SyncCatalog for the committed checkpoints `infos` of `storage`'s root.
+// It knows nothing of the tiers' layout: SyncCatalog (src/tiers) refuses a
+// local tier's root before calling it, and it refuses a root whose rows
+// the catalog holds as a local tier's.
 Result<CatalogSyncReport> SyncCatalogWith(
     Storage& storage, const std::vector<CheckpointInfo>& infos,
     Catalog& catalog);
+
+// The refusal to sync `root`, a local tier (node memory, or a share in it).
+Status LocalTierRefusal(const Catalog& catalog, std::string_view root);
 
 // One manager's writes to its catalog (none when the catalog is null).
 //

@@ -23,7 +23,6 @@
 #include "format/constants.h"
 #include "format/layout.h"
 #include "format/manifest.h"
-#include "format/tier_layout.h"
 
 namespace ckpt {
 
@@ -52,50 +51,14 @@ std::string SyncOp(const Catalog& catalog, std::string_view root) {
   return "sync catalog " + catalog.url() + " with " + std::string(root);
 }
 
+}  // namespace
+
 Status LocalTierRefusal(const Catalog& catalog, std::string_view root) {
   return FailedPreconditionError(
       SyncOp(catalog, root) + ": " + std::string(root) +
       " is a local tier (node memory, or a share in it): its steps are "
       "recorded by the job's tiered manager, and no other machine can open "
       "them; sync the job's durable root instead");
-}
-
-// Whether `storage` is a local tier's root, by its names alone
-// (format/tier_layout.h): a share's root holds tier markers, a node's root
-// holds share folders.
-Result<bool> IsLocalTierRoot(Storage& storage) {
-  CKPT_ASSIGN_OR_RETURN(std::vector<ObjectInfo> markers,
-                        storage.List(format::kTierMarkerPrefix));
-  for (const ObjectInfo& o : markers) {
-    int64_t step = 0;
-    int world = 0;
-    if (format::ParseTierMarkerKey(o.key, &step, &world)) return true;
-  }
-  CKPT_ASSIGN_OR_RETURN(std::vector<ObjectInfo> keys, storage.List("r"));
-  for (const ObjectInfo& o : keys) {
-    int rank = 0;
-    std::string_view rest;
-    if (format::SplitShareKey(o.key, &rank, &rest) &&
-        (rest.starts_with("step-") ||
-         rest.starts_with(format::kTierMarkerPrefix))) {
-      return true;
-    }
-  }
-  return false;
-}
-
-}  // namespace
-
-Result<CatalogSyncReport> SyncCatalog(CheckpointManager& manager,
-                                      Catalog& catalog) {
-  // A root a person names may be a node's memory or a share in it (what
-  // it holds says so); a manager's own catch-up sync never is one.
-  CKPT_ASSIGN_OR_RETURN(bool is_local, IsLocalTierRoot(manager.storage()));
-  if (is_local) {
-    return LocalTierRefusal(catalog, CatalogRootUrl(manager.storage().url()));
-  }
-  CKPT_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> infos, manager.List());
-  return SyncCatalogWith(manager.storage(), infos, catalog);
 }
 
 Result<CatalogSyncReport> SyncCatalogWith(

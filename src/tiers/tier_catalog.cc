@@ -14,10 +14,14 @@
 // once at most, and a save in the background not at all.
 
 #include <chrono>
+#include <string_view>
+#include <vector>
 
 #include "checkpoint/catalog_record.h"
 #include "checkpoint/manager_access.h"
+#include "ckpt/catalog_sync.h"
 #include "format/layout.h"
+#include "format/tier_layout.h"
 #include "tiers/tiered_impl.h"
 
 namespace ckpt {
@@ -74,6 +78,47 @@ void TieredManager::Impl::ForgetLocal(const std::vector<int64_t>& steps) {
         root, step,
         "local step " + std::to_string(step) + " is deleted from " + root);
   }
+}
+
+namespace {
+
+// Whether `storage` is a local tier's root, by its names alone
+// (format/tier_layout.h): a share's root holds tier markers, a node's root
+// holds share folders.
+Result<bool> IsLocalTierRoot(Storage& storage) {
+  CKPT_ASSIGN_OR_RETURN(std::vector<ObjectInfo> markers,
+                        storage.List(format::kTierMarkerPrefix));
+  for (const ObjectInfo& o : markers) {
+    int64_t step = 0;
+    int world = 0;
+    if (format::ParseTierMarkerKey(o.key, &step, &world)) return true;
+  }
+  CKPT_ASSIGN_OR_RETURN(std::vector<ObjectInfo> keys, storage.List("r"));
+  for (const ObjectInfo& o : keys) {
+    int rank = 0;
+    std::string_view rest;
+    if (format::SplitShareKey(o.key, &rank, &rest) &&
+        (rest.starts_with("step-") ||
+         rest.starts_with(format::kTierMarkerPrefix))) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+Result<CatalogSyncReport> SyncCatalog(CheckpointManager& manager,
+                                      Catalog& catalog) {
+  // A root a person names may be a node's memory or a share in it (what
+  // it holds says so), which only the tiers can tell; a manager's own
+  // catch-up sync (SyncCatalogWith) never is one.
+  CKPT_ASSIGN_OR_RETURN(bool is_local, IsLocalTierRoot(manager.storage()));
+  if (is_local) {
+    return LocalTierRefusal(catalog, CatalogRootUrl(manager.storage().url()));
+  }
+  CKPT_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> infos, manager.List());
+  return SyncCatalogWith(manager.storage(), infos, catalog);
 }
 
 }  // namespace ckpt
