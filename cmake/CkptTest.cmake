@@ -40,3 +40,21 @@ function(ckpt_check_all_tests_registered)
     endif()
   endforeach()
 endfunction()
+
+# The sanitizer runtime that /usr/bin/python3 (not instrumented) must load
+# first to load an instrumented libckpt.so, in `var`; "" without
+# CKPT_SANITIZE.
+function(ckpt_python_preload var)
+  set(path "")
+  if(CKPT_SANITIZE)
+    if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+      set(runtime libclang_rt.asan-x86_64.so)
+    else()
+      set(runtime libasan.so)
+    endif()
+    execute_process(
+      COMMAND ${CMAKE_CXX_COMPILER} -print-file-name=${runtime}
+      OUTPUT_VARIABLE path OUTPUT_STRIP_TRAILING_WHITESPACE)
+  endif()
+  set(${var} "${path}" PARENT_SCOPE)
+endfunction()

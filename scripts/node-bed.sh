@@ -13,6 +13,8 @@
 #   scripts/node-bed.sh BED reap           # every process but the holders
 #   scripts/node-bed.sh BED reset          # reap, links up, killed nodes back
 #   scripts/node-bed.sh BED partition NODE | heal NODE   # its link down/up
+#   scripts/node-bed.sh BED slow NODE [PERCENT]  # its CPU capped (cgroup)
+#   scripts/node-bed.sh BED unslow NODE          # the cap lifted
 #   scripts/node-bed.sh prune              # beds whose owner has exited
 #
 # Node i is network namespace ckb-BED-n<i> with address 10.77.0.(i+1)/24 on
@@ -28,6 +30,13 @@
 # yield the CPU while they wait, since the nodes share this machine's
 # cores.
 #
+# `slow` puts a node's processes in a cpu cgroup of its own
+# (ckpt-node-bed-BED-n<i>: cgroup v2's cpu.max, or v1's cpu controller)
+# capped at PERCENT of one CPU (default 5) for all of them together;
+# `exec` into a slow node joins it first, so whatever starts there later
+# (a job's daemon, its ranks) is capped too. `unslow`, `reset`, `down` and
+# `prune` move the processes back and remove the cgroup.
+#
 # State lives in /run/ckpt-node-bed/BED. `up` first removes beds whose owner
 # process (--owner, default the caller) is gone, so a test killed before
 # its `down` leaves nothing for long.
@@ -42,7 +51,7 @@ die() {
   exit 1
 }
 
-[[ $# -ge 1 ]] || die "usage: node-bed.sh BED up|down|exec|mpirun|kill|replace|reap|reset|partition|heal ... (or: prune)"
+[[ $# -ge 1 ]] || die "usage: node-bed.sh BED up|down|exec|mpirun|kill|replace|reap|reset|partition|heal|slow|unslow ... (or: prune)"
 
 # Whether process $1 runs (a zombie does not: it may wait long for a
 # parent that reaps it).
@@ -54,12 +63,13 @@ alive() {
 
 # Process ids whose UTS namespace is node $1's (the holder's).
 node_pids() {
-  local holder uts p
+  local holder uts
   holder="$(cat "$state/node$1.pid" 2>/dev/null)" || return 0
   uts="$(readlink "/proc/$holder/ns/uts" 2>/dev/null)" || return 0
-  for p in /proc/[0-9]*; do
-    [[ "$(readlink "$p/ns/uts" 2>/dev/null)" == "$uts" ]] && echo "${p#/proc/}"
-  done
+  # One find, not a readlink per process: `slow` must catch a running job.
+  uts="${uts//[/\\[}"
+  find /proc/[0-9]*/ns/uts -maxdepth 0 -lname "${uts//]/\\]}" 2>/dev/null |
+    cut -d/ -f3 || true
   # Processes started in the network namespace alone (ip netns exec).
   ip netns pids "ckb-$bed-n$1" 2>/dev/null || true
 }
@@ -113,13 +123,90 @@ node_num() {
   echo "$n"
 }
 
+# Where cpu cgroups are made: cgroup v2 with the cpu controller, or v1's
+# cpu hierarchy.
+cgroup_root() {
+  local v2=/sys/fs/cgroup v1=/sys/fs/cgroup/cpu
+  if [[ -f "$v2/cgroup.controllers" ]]; then
+    grep -qw cpu "$v2/cgroup.controllers" ||
+      die "slow: no cpu cgroup to use: cgroup v2 at $v2 has no cpu controller"
+    grep -qw cpu "$v2/cgroup.subtree_control" ||
+      echo +cpu >"$v2/cgroup.subtree_control" ||
+      die "slow: no cpu cgroup to use: cannot enable the cpu controller in $v2/cgroup.subtree_control"
+    echo "$v2"
+  elif [[ -f "$v1/cpu.cfs_quota_us" ]]; then
+    echo "$v1"
+  else
+    die "slow: no cpu cgroup to use: neither cgroup v2 at $v2 nor v1's cpu at $v1"
+  fi
+}
+
+# Node $1's processes capped at $2 percent of one CPU, all together: 1 ms
+# of CPU a period (the least the kernel allows), the period as long as the
+# percentage asks (20 ms for 5%, 200 ms for 0.5%).
+slow_node() {
+  local dir period quota=1000 p
+  period="$(awk -v p="$2" 'BEGIN { if (p + 0 > 0) printf "%d", 100000 / p }')"
+  [[ -n "$period" && "$period" -ge "$quota" && "$period" -le 1000000 ]] ||
+    die "slow: PERCENT must be from 0.1 to 100, not $2"
+  dir="$(cgroup_root)/ckpt-node-bed-$bed-n$1"
+  [[ -d "$dir" ]] || mkdir "$dir" || die "slow: no cpu cgroup to use: cannot make $dir"
+  echo "$dir" >"$state/node$1.cgroup"
+  if [[ -f "$dir/cpu.max" ]]; then
+    echo "$quota $period" >"$dir/cpu.max"
+  else
+    echo "$period" >"$dir/cpu.cfs_period_us"
+    echo "$quota" >"$dir/cpu.cfs_quota_us"
+  fi
+  for p in $(node_pids "$1" | sort -u); do
+    [[ "$p" == "$$" || "$p" == "$BASHPID" ]] && continue
+    echo "$p" >"$dir/cgroup.procs" 2>/dev/null || ! alive "$p" ||
+      die "slow: cannot move process $p into $dir"
+  done
+}
+
+# Moves whatever cgroup $1 holds to its parent, then removes it.
+remove_cgroup() {
+  local p
+  for _ in $(seq 100); do
+    [[ -d "$1" ]] || return 0
+    while read -r p; do
+      echo "$p" >"$(dirname "$1")/cgroup.procs" 2>/dev/null || true
+    done <"$1/cgroup.procs"
+    rmdir "$1" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  echo "node-bed: cannot remove cgroup $1" >&2
+  return 1
+}
+
+unslow_node() {
+  [[ -f "$state/node$1.cgroup" ]] || return 0
+  remove_cgroup "$(cat "$state/node$1.cgroup")" || exit 1
+  rm -f "$state/node$1.cgroup"
+}
+
+# The cgroups of slow nodes, of every bed: ckpt-node-bed-BED-n<i>.
+slow_cgroups() {
+  local dir
+  for dir in /sys/fs/cgroup/ckpt-node-bed-* /sys/fs/cgroup/cpu/ckpt-node-bed-*; do
+    [[ -d "$dir" ]] && echo "$dir"
+  done
+  return 0
+}
+
 down() {
-  local i
+  local i dir
   if [[ -d "$state" ]]; then
     for i in $(seq 0 $(($(cat "$state/nodes" 2>/dev/null || echo 0) - 1))); do
       kill_node "$i" all
     done
   fi
+  for dir in $(slow_cgroups); do
+    if [[ "$dir" == */ckpt-node-bed-"$bed"-n* ]]; then
+      remove_cgroup "$dir" || exit 1
+    fi
+  done
   for ns in $(ip netns list | awk '{print $1}' | grep -E "^ckb-$bed-(n[0-9]+|sw)$" || true); do
     for p in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$p" 2>/dev/null || true; done
     ip netns del "$ns" 2>/dev/null || true
@@ -147,6 +234,12 @@ prune() {
       for p in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$p" 2>/dev/null || true; done
       ip netns del "$ns" 2>/dev/null || true
     fi
+  done
+  # Cgroups of slow nodes of a bed whose state folder is gone.
+  for dir in $(slow_cgroups); do
+    b="${dir##*/ckpt-node-bed-}"
+    b="${b%-*}"
+    [[ -d "$state_root/$b" ]] || remove_cgroup "$dir" || true
   done
 }
 
@@ -224,6 +317,13 @@ EOF
     [[ $# -ge 2 ]] || die "usage: node-bed.sh BED exec NODE CMD..."
     i="$(node_num "$1")"
     shift
+    if [[ -f "$state/node$i.cgroup" ]]; then
+      # Inside a node (mpirun's agent runs in node0), /sys is the node's
+      # own sysfs, without the cgroup mounts: the owner's view has them.
+      procs="$(cat "$state/node$i.cgroup")/cgroup.procs"
+      [[ -f "$procs" ]] || procs="/proc/$(cat "$state/owner")/root$procs"
+      echo $$ >"$procs" || die "exec: cannot join slow node $i's cgroup"
+    fi
     exec nsenter -t "$(cat "$state/node$i.pid")" --net --uts --mount \
       --wd="$PWD" -- "$@"
     ;;
@@ -253,14 +353,24 @@ EOF
     for i in $(seq 0 $(($(cat "$state/nodes") - 1))); do kill_node "$i" holders; done
     ;;
   reset)
-    # Every node as `up` left it: linked, running nothing but its holder
-    # (a node killed gets a new one; memory of live nodes is kept).
+    # Every node as `up` left it: linked, not slowed, running nothing but
+    # its holder (a node killed gets a new one; memory of live nodes is
+    # kept).
     for i in $(seq 0 $(($(cat "$state/nodes") - 1))); do
       ip -n "ckb-$bed-sw" link set "v$i" up
       kill_node "$i" holders
+      unslow_node "$i"
       holder="$(cat "$state/node$i.pid" 2>/dev/null || echo none)"
       alive "$holder" || start_holder "$i"
     done
+    ;;
+  slow)
+    i="$(node_num "${1:?usage: node-bed.sh BED slow NODE [PERCENT]}")"
+    slow_node "$i" "${2:-5}"
+    ;;
+  unslow)
+    i="$(node_num "${1:?usage: node-bed.sh BED unslow NODE}")"
+    unslow_node "$i"
     ;;
   partition | heal)
     i="$(node_num "${1:?usage: node-bed.sh BED $cmd NODE}")"
