@@ -129,6 +129,27 @@ std::string CephConf(const std::string& dir, const std::string& fsid,
          "rgw enable usage log = false\n";
 }
 
+// Removes the directories of clusters whose test process died without
+// cleaning up (SIGKILLed, or killed by ctest's timeout): their daemons died
+// with it, but the monitor's store and the logs stayed.
+void RemoveOrphans() {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(TempParent(), ec)) {
+    if (!entry.path().filename().string().starts_with("ckpt-rgw-")) continue;
+    const std::string owner = ReadFile(entry.path() / "owner.pid");
+    const pid_t pid = static_cast<pid_t>(std::atoi(owner.c_str()));
+    // No owner yet: another process may be starting one right now, so only
+    // an old directory goes.
+    const bool old_and_unowned =
+        pid <= 0 &&
+        fs::last_write_time(entry.path(), ec) <
+            fs::file_time_type::clock::now() - std::chrono::minutes(10);
+    if (old_and_unowned || (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH)) {
+      fs::remove_all(entry.path(), ec);
+    }
+  }
+}
+
 }  // namespace
 
 Status Rgw::Spawn(const std::vector<std::string>& args, const std::string& log,
@@ -235,6 +256,9 @@ Status Rgw::CreateBucket() {
 }
 
 Status Rgw::Boot() {
+  if (!WriteFile(fs::path(dir_) / "owner.pid", std::to_string(::getpid()))) {
+    return ErrnoError(errno, "write " + dir_ + "/owner.pid");
+  }
   for (const char* sub : {"run", "log", "mon", "osd"}) {
     fs::create_directories(fs::path(dir_) / sub);
   }
@@ -281,6 +305,7 @@ Status Rgw::Boot() {
 }
 
 Result<std::unique_ptr<Rgw>> Rgw::Start(std::string bucket) {
+  RemoveOrphans();
   Status last;
   for (int attempt = 0; attempt < kStartTries; ++attempt) {
     std::string dir = MakeTempDir("rgw", TempParent());

@@ -4,8 +4,10 @@
 // with a test user of fixed keys and one bucket. Everything (ceph.conf,
 // monitor store, logs, sockets, pid files) lives in one temporary directory;
 // the daemons are killed and the directory removed when the object goes,
-// and each daemon asks the kernel for SIGKILL when the test process dies,
-// so a crashed test leaves nothing running.
+// and each daemon asks the kernel for SIGKILL when the thread that started
+// it ends (so start it from the main thread: Shared() in a test's body or
+// fixture is), so a crashed test leaves nothing running; the next start
+// removes the directory a killed test process left.
 //
 // Nothing is downloaded here: the Debian packages ceph-mon, ceph-osd,
 // radosgw and ceph-common (scripts/install-deps.sh installs them) must be
