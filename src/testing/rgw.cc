@@ -352,6 +352,9 @@ S3Options Rgw::Options() const {
   o.access_key_id = kAccessKeyId;
   o.secret_access_key = kSecretAccessKey;
   o.addressing = S3Options::Addressing::kPath;
+  // Said, not left to the default: a CKPT_S3_CONDITIONAL_WRITES=0 that
+  // another server exported must not turn them off here.
+  o.conditional_writes = true;
   return o;
 }
 

@@ -56,7 +56,8 @@ class Rgw {
   std::vector<pid_t> pids() const;
 
   // Options that reach this server: its endpoint, path-style addressing,
-  // the test user's credentials; conditional writes as the default (on).
+  // the test user's credentials; conditional writes on (the default, and
+  // radosgw honours them).
   S3Options Options() const;
   StorageOptions MakeStorageOptions() const {
     StorageOptions options;
