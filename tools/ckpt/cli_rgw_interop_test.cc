@@ -30,9 +30,17 @@ namespace fs = std::filesystem;
 using testing::Contains;
 using testing::RunResult;
 
-// Debian's awscli package, or whatever `aws` is on PATH.
+// Debian's awscli package, or whatever `aws` is on PATH; "" if neither.
 std::string Aws() {
-  return fs::exists("/usr/bin/aws") ? "/usr/bin/aws" : "aws";
+  if (fs::exists("/usr/bin/aws")) return "/usr/bin/aws";
+  const char* path = std::getenv("PATH");
+  std::istringstream dirs(path != nullptr ? path : "");
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    if (!dir.empty() && ::access((dir + "/aws").c_str(), X_OK) == 0) {
+      return dir + "/aws";
+    }
+  }
+  return "";
 }
 
 // A safetensors file written by hand (not by ckpt): `tensors` as F32 of the
@@ -71,6 +79,9 @@ class RgwInteropTest : public ::testing::Test {
     Result<testing::Rgw*> server = testing::Rgw::Shared();
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_ = *server;
+    aws_ = Aws();
+    ASSERT_FALSE(aws_.empty()) << "awscli is not installed (no `aws` on "
+                                  "PATH): run scripts/install-deps.sh";
     // awscli reads no file of this machine's user, and asks no instance
     // metadata service for credentials: only the test user's keys count.
     ::setenv("AWS_CONFIG_FILE", (dir_ / "aws-config").c_str(), 1);
@@ -87,12 +98,13 @@ class RgwInteropTest : public ::testing::Test {
   RunResult AwsS3(std::vector<std::string> args) {
     args.insert(args.begin(), {"--endpoint-url", server_->endpoint(),
                                "--no-cli-pager", "s3"});
-    return testing::RunProgram(Aws(), args, dir_);
+    return testing::RunProgram(aws_, args, dir_);
   }
   // "s3://ckpt-test/PREFIX/": the root as a folder of the bucket.
   std::string Folder(const std::string& root) const { return root + "/"; }
 
   testing::Rgw* server_ = nullptr;
+  std::string aws_;
   // The root exports the AWS_* environment: for this process and the ckpt
   // it runs.
   const testing::TestRoot rgw_root_{testing::Backend::kRgw, "interop"};
