@@ -42,6 +42,10 @@ if [ "$runtime" -eq 0 ]; then
     python3-numpy python3-pytest python3-torch python3-h5py
     libopenmpi-dev openmpi-bin
     chromium  # the report test opens ckpt report's pages headless
+    # A real object store for s3_rgw_test and s3_interop_rgw_test: a
+    # one-node Ceph cluster with radosgw (src/testing/rgw.h), and the AWS
+    # command line the interop test drives.
+    ceph-mon ceph-osd radosgw ceph-common awscli
   )
 fi
 

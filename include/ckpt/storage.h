@@ -306,7 +306,8 @@ struct S3Options {
 
   // --- How fast, and with how much memory.
   // A Put of more bytes than this, and a streamed write that outgrows one
-  // part, is uploaded in parts (multipart upload).
+  // part, is uploaded in parts (multipart upload); but a conditional
+  // create-if-absent Put is one PUT up to 5 GiB (docs/s3.md says why).
   uint64_t multipart_threshold = uint64_t{16} << 20;
   // Bytes per part (S3's minimum is 5 MiB). A streamed write holds at most
   // max_concurrency part buffers, reused.

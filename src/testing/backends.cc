@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "storage/memory/memory_storage.h"
+#include "testing/rgw.h"
 #include "testing/s3rver.h"
 
 namespace ckpt::testing {
@@ -18,6 +19,8 @@ std::string BackendName(Backend backend) {
       return "File";
     case Backend::kS3:
       return "S3";
+    case Backend::kRgw:
+      return "Rgw";
   }
   return "Backend" + std::to_string(static_cast<int>(backend));
 }
@@ -43,18 +46,25 @@ TestRoot::TestRoot(Backend backend, std::string_view name,
       dir_.emplace(name, file_parent);
       url_ = dir_->url();
       break;
-    case Backend::kS3: {
-      Result<S3rver*> server = S3rver::Shared();
-      if (!server.ok()) {
-        throw std::runtime_error("no S3 test server: " +
-                                 server.status().ToString());
-      }
-      (*server)->ExportEnvironment();
-      options_ = (*server)->MakeStorageOptions();
-      url_ = (*server)->NewRoot(name);
+    case Backend::kS3:
+      UseSharedServer(S3rver::Shared(), "S3", name);
       break;
-    }
+    case Backend::kRgw:
+      UseSharedServer(Rgw::Shared(), "radosgw", name);
+      break;
   }
+}
+
+template <typename Server>
+void TestRoot::UseSharedServer(Result<Server*> server, const char* what,
+                               std::string_view name) {
+  if (!server.ok()) {
+    throw std::runtime_error(std::string("no ") + what +
+                             " test server: " + server.status().ToString());
+  }
+  (*server)->ExportEnvironment();
+  options_ = (*server)->MakeStorageOptions();
+  url_ = (*server)->NewRoot(name);
 }
 
 TestRoot::~TestRoot() {

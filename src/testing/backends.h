@@ -32,9 +32,10 @@ enum class Backend {
   kMemory,  // mem://: a named in-memory store of this process
   kFile,    // file://: a TempDir
   kS3,      // s3://: a prefix on this process's s3rver (testing/s3rver.h)
+  kRgw,     // s3://: a prefix on this process's radosgw (testing/rgw.h)
 };
 
-// "Memory", "File", "S3": for test names and messages.
+// "Memory", "File", "S3", "Rgw": for test names and messages.
 std::string BackendName(Backend backend);
 void PrintTo(Backend backend, std::ostream* os);
 // Names the instances of a suite parametrized by Backend alone.
@@ -47,7 +48,8 @@ std::string BackendTestName(const ::testing::TestParamInfo<Backend>& info);
 //   - s3://BUCKET/NAME-PID-N on the shared s3rver, started on first use;
 //     the AWS_* environment is exported, so that the bare URL reaches it
 //     from this process and the programs it starts. Its objects go with
-//     the server's folder at exit.
+//     the server's folder at exit;
+//   - for kRgw, the same on the shared radosgw (a one-node Ceph cluster).
 // A root that cannot be made (no temp folder, no s3rver) throws, and
 // GoogleTest reports that as a failure of the test with the reason.
 class TestRoot {
@@ -68,6 +70,11 @@ class TestRoot {
   Result<std::unique_ptr<Storage>> Open(bool create = true) const;
 
  private:
+  // s3:// roots: a prefix on the process's shared `server`.
+  template <typename Server>
+  void UseSharedServer(Result<Server*> server, const char* what,
+                       std::string_view name);
+
   Backend backend_;
   std::string url_;
   std::optional<TempDir> dir_;  // kFile

@@ -30,7 +30,7 @@
 
 #include "testing/files.h"
 #include "testing/free_port.h"
-#include "util/mutex.h"
+#include "testing/shared_server.h"
 
 namespace ckpt::testing {
 namespace {
@@ -142,21 +142,7 @@ Result<std::unique_ptr<S3rver>> S3rver::Start(std::string bucket) {
   return last;
 }
 
-Result<S3rver*> S3rver::Shared() {
-  static Mutex mu;
-  static std::unique_ptr<S3rver> server GUARDED_BY(mu);
-  static Status failed GUARDED_BY(mu);
-  MutexLock lock(&mu);
-  if (server) return server.get();
-  if (!failed.ok()) return failed;
-  Result<std::unique_ptr<S3rver>> started = Start("ckpt-test");
-  if (!started.ok()) {
-    failed = started.status();
-    return failed;
-  }
-  server = std::move(started).value();
-  return server.get();
-}
+Result<S3rver*> S3rver::Shared() { return SharedServer<S3rver>(); }
 
 S3rver::~S3rver() {
   if (pid_ > 0) {

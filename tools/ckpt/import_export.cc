@@ -69,18 +69,45 @@ class MappedFile {
     return file;
   }
 
+  // FILE given as a storage URL (s3://BUCKET/DIR/NAME.safetensors, say,
+  // where `aws s3 cp` put it): the object NAME of the root s3://BUCKET/DIR,
+  // read whole into memory.
+  static Result<std::unique_ptr<MappedFile>> ReadObject(
+      const std::string& url) {
+    const size_t scheme = url.find("://");
+    const size_t slash = url.rfind('/');
+    if (slash == std::string::npos || slash <= scheme + 3 ||
+        url.find('/', scheme + 3) == std::string::npos ||
+        slash + 1 == url.size()) {
+      return InvalidArgumentError(
+          Quote(url) +
+          " names no object (give ROOT/NAME, as s3://BUCKET/NAME)");
+    }
+    const std::string root = url.substr(0, slash);
+    const std::string key = url.substr(slash + 1);
+    CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Storage> storage,
+                          OpenStorage(root, {.create = false}));
+    CKPT_ASSIGN_OR_RETURN(std::string bytes, storage->ReadAll(key));
+    auto file = std::unique_ptr<MappedFile>(new MappedFile());
+    file->object_ = std::move(bytes);
+    return file;
+  }
+
   ~MappedFile() {
     if (data_ != nullptr) munmap(data_, size_);
   }
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
 
-  std::string_view bytes() const { return {data_, size_}; }
+  std::string_view bytes() const {
+    return data_ != nullptr ? std::string_view(data_, size_) : object_;
+  }
 
  private:
   MappedFile() = default;
   char* data_ = nullptr;
   size_t size_ = 0;
+  std::string object_;  // ReadObject's
 };
 
 struct ImportArgs {
@@ -128,7 +155,9 @@ Result<std::set<std::string>> BlobNames(const format::SafetensorsHeader& header,
 Status RunImport(const ImportArgs& args) {
   const std::string what = Quote(args.file);
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file,
-                        MappedFile::Open(args.file));
+                        args.file.find("://") != std::string::npos
+                            ? MappedFile::ReadObject(args.file)
+                            : MappedFile::Open(args.file));
   CKPT_ASSIGN_OR_RETURN(format::SafetensorsHeader header,
                         format::ParseSafetensorsFile(file->bytes(), what));
   CKPT_ASSIGN_OR_RETURN(std::set<std::string> blobs, BlobNames(header, what));
@@ -366,7 +395,8 @@ void AddImportCommand(CLI::App& app, Command& selected) {
   auto args = std::make_shared<ImportArgs>();
   CLI::App* sub = AddSubcommand(
       app, "import", "Make a checkpoint from a safetensors file.",
-      "Read FILE (a safetensors file; every offset, shape and name is "
+      "Read FILE (a safetensors file, or an object given by its URL, as "
+      "s3://BUCKET/models/model.safetensors; every offset, shape and name is "
       "checked before anything is written) and save its tensors as "
       "checkpoint --step N under ROOT, creating ROOT if needed. The file's "
       "__metadata__ becomes the checkpoint's user metadata; the blobs and "
@@ -374,8 +404,11 @@ void AddImportCommand(CLI::App& app, Command& selected) {
       "such. A bad file leaves ROOT as it was.",
       "  ckpt import model.safetensors /data/run42 --step 0\n"
       "  ckpt import model.safetensors file:///data/run42 --step 100 "
-      "--epoch 3\n");
-  sub->add_option("FILE", args->file, "the safetensors file to read")
+      "--epoch 3\n"
+      "  ckpt import s3://models/llm/model.safetensors s3://ckpt/run42 "
+      "--step 0\n");
+  sub->add_option("FILE", args->file,
+                  "the safetensors file (or object URL) to read")
       ->required();
   AddRootArg(*sub, args->root);
   sub->add_option("--step", args->step, "the step to save it as")

@@ -3,7 +3,9 @@
 // the store cannot create-if-absent atomically (s3rver ignores
 // If-None-Match), four ranks saving and other world sizes loading, and
 // garbage collection of the incomplete uploads a dead attempt leaves.
-// crash_test.cc runs its crash cases on s3:// as well.
+// crash_test.cc runs its crash cases on s3:// as well. Built with
+// CKPT_S3_TEST_ON_RGW (checkpoint_s3_rgw_test), the same tests run against
+// Ceph's radosgw, which honours If-None-Match itself.
 #include <atomic>
 #include <cstring>
 #include <map>
@@ -17,14 +19,26 @@
 #include "gtest/gtest.h"
 #include "storage/s3/s3_storage.h"
 #include "testing/backends.h"
-#include "testing/s3rver.h"
 #include "testing/test_util.h"
+#ifdef CKPT_S3_TEST_ON_RGW
+#include "testing/rgw.h"
+#else
+#include "testing/s3rver.h"
+#endif
 
 namespace ckpt {
 namespace {
 
 using testing::RandomBytes;
-using testing::S3rver;
+#ifdef CKPT_S3_TEST_ON_RGW
+using TestServer = testing::Rgw;
+constexpr testing::Backend kBackend = testing::Backend::kRgw;
+constexpr bool kServerHonoursIfNoneMatch = true;
+#else
+using TestServer = testing::S3rver;
+constexpr testing::Backend kBackend = testing::Backend::kS3;
+constexpr bool kServerHonoursIfNoneMatch = false;
+#endif
 using testing::TestModel;
 
 // Records every request, and can make the store honour If-None-Match (as
@@ -43,7 +57,9 @@ class RecordingTransport : public s3::HttpTransport {
       log_.push_back(request.method + " " + request.url +
                      (conditional ? " If-None-Match" : ""));
     }
-    if (!honour_if_none_match || !conditional) return inner_->Send(request);
+    if (!honour_if_none_match || !conditional || kServerHonoursIfNoneMatch) {
+      return inner_->Send(request);
+    }
     std::lock_guard<std::mutex> lock(conditional_mu_);
     s3::HttpRequest head;
     head.method = "HEAD";
@@ -75,7 +91,7 @@ class RecordingTransport : public s3::HttpTransport {
 class S3CheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    Result<S3rver*> server = S3rver::Shared();
+    Result<TestServer*> server = TestServer::Shared();
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_ = *server;
   }
@@ -114,8 +130,8 @@ class S3CheckpointTest : public ::testing::Test {
   // or on.
   void AbortUploadsOfDeadAttempts(const std::string& url, double lease_seconds);
 
-  S3rver* server_ = nullptr;
-  const testing::TestRoot root_{testing::Backend::kS3, "checkpoint"};
+  TestServer* server_ = nullptr;
+  const testing::TestRoot root_{kBackend, "checkpoint"};
   const std::string url_ = root_.url();
 };
 
@@ -292,7 +308,7 @@ class UploadsStorage : public StorageWrapper {
 TEST_F(S3CheckpointTest, GarbageCollectionAbortsUploadsOfDeadAttemptsOnly) {
   for (const double lease_seconds : {0.0, 60.0}) {
     SCOPED_TRACE("lease_seconds " + std::to_string(lease_seconds));
-    const testing::TestRoot root(testing::Backend::kS3, "uploads");
+    const testing::TestRoot root(kBackend, "uploads");
     AbortUploadsOfDeadAttempts(root.url(), lease_seconds);
   }
 }

@@ -49,6 +49,11 @@ struct S3Config {
   // Keys per ListObjectsV2 / ListMultipartUploads page (tests make it small
   // to exercise continuation).
   int list_page_size = 1000;
+  // A create-if-absent Put goes as one PUT up to this size (S3's largest
+  // PUT), above multipart_threshold too: radosgw honours If-None-Match on a
+  // PUT but ignores it on CompleteMultipartUpload and replaces the object.
+  // (Tests make it small to reach the conditional completion.)
+  uint64_t conditional_put_limit = kMaxPartSize;
 
   bool path_style() const {
     return options.addressing == S3Options::Addressing::kPath;

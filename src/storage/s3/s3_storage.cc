@@ -5,10 +5,13 @@
 //   Put (at most multipart_threshold bytes)   PUT
 //   Put (more), NewWritable                   a multipart upload (a streamed
 //                                             write that fits one part: PUT)
-//   Put(kCreateIfAbsent)    the PUT (or the completion) carries
-//                           If-None-Match: * (412 -> AlreadyExists); without
-//                           conditional writes a HEAD first (not atomic, and
-//                           declared so)
+//   Put(kCreateIfAbsent)    the PUT carries If-None-Match: * (412 ->
+//                           AlreadyExists): one PUT up to 5 GiB, whatever
+//                           multipart_threshold says, since radosgw ignores
+//                           the header on a multipart completion (only
+//                           above 5 GiB does the completion carry it);
+//                           without conditional writes a HEAD first (not
+//                           atomic, and declared so)
 //   ReadRange               GET with Range (large reads: several at once)
 //   ReadAll                 GET
 //   Stat                    HEAD
@@ -88,7 +91,11 @@ class S3Storage : public Storage {
         return existing.status();
       }
     }
-    if (data.size() > config().options.multipart_threshold) {
+    const uint64_t single_put_limit =
+        conditional ? std::max(config().options.multipart_threshold,
+                               config().conditional_put_limit)
+                    : config().options.multipart_threshold;
+    if (data.size() > single_put_limit) {
       return s3::PutMultipart(*root_, where, full, data, conditional);
     }
     S3Request req{"PUT", full, {}, {}, data};
