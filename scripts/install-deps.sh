@@ -36,7 +36,7 @@ if [ "$runtime" -eq 0 ]; then
   # The tests, the sanitizer and fuzz builds, and the MPI communicator
   # (libckpt_mpi.so, built wherever CMake finds MPI).
   packages+=(
-    clang clang-format libclang-rt-14-dev lld  # lld: the sanitizer presets
+    clang clang-format libclang-rt-14-dev
     libgtest-dev libgmock-dev
     postgresql
     python3-numpy python3-pytest python3-torch python3-h5py
