@@ -13,6 +13,9 @@ function(ckpt_test name)
   endif()
   cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
+  # The files of one test binary keep their own file-local helpers, often of
+  # one name (kRows, Contains): never compiled as one (CMAKE_UNITY_BUILD).
+  set_target_properties(${name} PROPERTIES UNITY_BUILD OFF)
   target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gmock GTest::gtest
                                         GTest::gtest_main)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src)

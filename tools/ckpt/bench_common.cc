@@ -21,7 +21,6 @@ namespace ckpt::cli {
 namespace {
 
 constexpr uint64_t kDirectAlign = 4096;
-constexpr double kMiB = 1024.0 * 1024.0;
 
 // Writes `total` bytes from `block` (reused) to a new file at `path`, then
 // fsyncs; returns the seconds. `direct`: O_DIRECT (the block is aligned).

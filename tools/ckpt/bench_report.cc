@@ -20,8 +20,6 @@ double Median(std::vector<double> v) {
 
 namespace {
 
-constexpr double kMiB = 1024.0 * 1024.0;
-
 // --- Figures and ratios.
 
 // `bytes` moved in the median of `secs`; null when not measured.

@@ -12,6 +12,7 @@ namespace ckpt::cli {
 // The raw loops' block, and the memory the bench itself holds beside the
 // state.
 inline constexpr uint64_t kBlock = uint64_t{16} << 20;
+inline constexpr double kMiB = 1024.0 * 1024.0;
 
 // The median of `v` (empty: 0).
 double Median(std::vector<double> v);
