@@ -174,13 +174,15 @@ std::vector<std::string> Trainer(
 }
 
 // mpirun -np 8 across the bed: the trainer without tiers, one epoch of 4
-// steps, saved at steps 0, 2 and 4.
+// steps, saved at steps 0, 2 and 4. Each step lasts at least 300 ms, so
+// that a node slowed once step 0 is saved is slow before step 4's save
+// however loaded the machine (slowing takes a fraction of that).
 std::vector<std::string> ShortTrainer(const std::string& root,
                                       const std::string& out) {
-  return Bed::Get().Command({"mpirun", "-np", std::to_string(kRanks),
-                             CKPT_TRAIN, "--root", root, "--out", out,
-                             "--epochs", "1", "--samples", "128", "--batch",
-                             "32", "--save-every-steps", "2"});
+  return Bed::Get().Command(
+      {"mpirun", "-np", std::to_string(kRanks), CKPT_TRAIN, "--root", root,
+       "--out", out, "--epochs", "1", "--samples", "128", "--batch", "32",
+       "--save-every-steps", "2", "--step-sleep-ms", "300"});
 }
 
 // Waits for `job` to exit, or ends it after `seconds`; its exit code, or -1
