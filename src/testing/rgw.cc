@@ -22,7 +22,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -364,20 +363,9 @@ S3Options Rgw::Options() const {
 }
 
 std::string Rgw::NewRoot(std::string_view name) {
-  static std::atomic<int> counter{0};
-  return "s3://" + bucket_ + "/" + std::string(name) + "-" +
-         std::to_string(::getpid()) + "-" +
-         std::to_string(counter.fetch_add(1));
+  return UniqueS3Root(bucket_, name);
 }
 
-void Rgw::ExportEnvironment() const {
-  ::setenv("AWS_ENDPOINT_URL", endpoint_.c_str(), 1);
-  ::setenv("AWS_ACCESS_KEY_ID", kAccessKeyId, 1);
-  ::setenv("AWS_SECRET_ACCESS_KEY", kSecretAccessKey, 1);
-  ::setenv("AWS_REGION", "us-east-1", 1);
-  ::unsetenv("AWS_SESSION_TOKEN");
-  ::setenv("CKPT_S3_ADDRESSING_STYLE", "path", 1);
-  ::unsetenv("CKPT_S3_CONDITIONAL_WRITES");
-}
+void Rgw::ExportEnvironment() const { ExportS3Environment(Options()); }
 
 }  // namespace ckpt::testing
