@@ -8,6 +8,7 @@
 #   scripts/node-bed.sh BED down
 #   scripts/node-bed.sh BED exec NODE CMD...      # NODE: 2 or node2
 #   scripts/node-bed.sh BED mpirun MPIRUN_ARGS... # mpirun from node0
+#   scripts/node-bed.sh BED pids NODE      # its processes' ids
 #   scripts/node-bed.sh BED kill NODE      # every process in it; memory gone
 #   scripts/node-bed.sh BED replace NODE   # kill, then an empty node
 #   scripts/node-bed.sh BED reap           # every process but the holders
@@ -51,7 +52,7 @@ die() {
   exit 1
 }
 
-[[ $# -ge 1 ]] || die "usage: node-bed.sh BED up|down|exec|mpirun|kill|replace|reap|reset|partition|heal|slow|unslow ... (or: prune)"
+[[ $# -ge 1 ]] || die "usage: node-bed.sh BED up|down|exec|mpirun|pids|kill|replace|reap|reset|partition|heal|slow|unslow ... (or: prune)"
 
 # Whether process $1 runs (a zombie does not: it may wait long for a
 # parent that reaps it).
@@ -61,15 +62,34 @@ alive() {
   [[ -n "$st" && "$st" != Z ]]
 }
 
+# Node $1's holder, if it runs: a process in a UTS namespace other than
+# the host's (recorded by `up`). A pid file naming a host process (the
+# holder gone and its id taken by another) names none: entering or killing
+# "the node" would then reach every process on the machine. Without the
+# record, no holder is trusted.
+node_holder() {
+  local holder uts host
+  holder="$(cat "$state/node$1.pid" 2>/dev/null)" || return 1
+  host="$(cat "$state/host-uts" 2>/dev/null)" || return 1
+  [[ -n "$host" ]] || return 1
+  alive "$holder" || return 1
+  uts="$(readlink "/proc/$holder/ns/uts" 2>/dev/null)" || return 1
+  [[ -n "$uts" && "$uts" != "$host" ]] || return 1
+  echo "$holder"
+}
+
 # Process ids whose UTS namespace is node $1's (the holder's).
 node_pids() {
-  local holder uts
-  holder="$(cat "$state/node$1.pid" 2>/dev/null)" || return 0
-  uts="$(readlink "/proc/$holder/ns/uts" 2>/dev/null)" || return 0
-  # One find, not a readlink per process: `slow` must catch a running job.
-  uts="${uts//[/\\[}"
-  find /proc/[0-9]*/ns/uts -maxdepth 0 -lname "${uts//]/\\]}" 2>/dev/null |
-    cut -d/ -f3 || true
+  local holder uts=""
+  if holder="$(node_holder "$1")"; then
+    uts="$(readlink "/proc/$holder/ns/uts" 2>/dev/null)" || uts=""
+  fi
+  if [[ -n "$uts" ]]; then
+    # One find, not a readlink per process: `slow` must catch a running job.
+    uts="${uts//[/\\[}"
+    find /proc/[0-9]*/ns/uts -maxdepth 0 -lname "${uts//]/\\]}" 2>/dev/null |
+      cut -d/ -f3 || true
+  fi
   # Processes started in the network namespace alone (ip netns exec).
   ip netns pids "ckb-$bed-n$1" 2>/dev/null || true
 }
@@ -78,7 +98,7 @@ node_pids() {
 # none is left.
 kill_node() {
   local holder pids p
-  holder="$(cat "$state/node$1.pid" 2>/dev/null || echo none)"
+  holder="$(node_holder "$1" || echo none)"
   for _ in $(seq 200); do
     pids=()
     for p in $(node_pids "$1" | sort -u); do
@@ -274,6 +294,9 @@ case "$cmd" in
     [[ -e "$state" ]] && die "bed $bed is up already (node-bed.sh $bed down)"
     mkdir -p "$state"
     echo "$owner" >"$state/owner"
+    # The host's UTS namespace, which no node's holder may share.
+    readlink "/proc/$$/ns/uts" >"$state/host-uts" ||
+      die "cannot read this process's UTS namespace"
     echo "$n" >"$state/nodes"
     echo "$shm_size" >"$state/shm-size"
     trap 'down' ERR
@@ -324,8 +347,9 @@ EOF
       [[ -f "$procs" ]] || procs="/proc/$(cat "$state/owner")/root$procs"
       echo $$ >"$procs" || die "exec: cannot join slow node $i's cgroup"
     fi
-    exec nsenter -t "$(cat "$state/node$i.pid")" --net --uts --mount \
-      --wd="$PWD" -- "$@"
+    holder="$(node_holder "$i")" ||
+      die "node $i is down (killed): replace or reset it first"
+    exec nsenter -t "$holder" --net --uts --mount --wd="$PWD" -- "$@"
     ;;
   mpirun)
     mpirun="${CKPT_MPIRUN:-mpirun}"
@@ -339,6 +363,10 @@ EOF
       --mca btl_tcp_if_include "$subnet.0/24" \
       --mca oob_tcp_if_include "$subnet.0/24" \
       "$@"
+    ;;
+  pids)
+    i="$(node_num "${1:?usage: node-bed.sh BED pids NODE}")"
+    node_pids "$i" | sort -un
     ;;
   kill)
     i="$(node_num "${1:?usage: node-bed.sh BED kill NODE}")"
@@ -360,8 +388,7 @@ EOF
       ip -n "ckb-$bed-sw" link set "v$i" up
       kill_node "$i" holders
       unslow_node "$i"
-      holder="$(cat "$state/node$i.pid" 2>/dev/null || echo none)"
-      alive "$holder" || start_holder "$i"
+      node_holder "$i" >/dev/null || start_holder "$i"
     done
     ;;
   slow)

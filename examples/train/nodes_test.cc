@@ -270,6 +270,31 @@ const Reference& Uninterrupted() {
   return ref;
 }
 
+// A killed node's holder id may be taken by a host process before the node
+// is replaced; the bed then finds no process of that node's, rather than
+// every process of the machine (whose UTS namespace the new owner of the id
+// shares), and refuses to enter it. `reset` brings it back.
+TEST_F(NodesTest, AKilledNodesReusedHolderIdNamesNoHostProcess) {
+  Bed& bed = Bed::Get();
+  ASSERT_EQ(bed.Script({"kill", "node3"}).exit_code, 0);
+  const std::string pidfile = "/run/ckpt-node-bed/" + bed.name() + "/node3.pid";
+  ASSERT_TRUE(fs::exists(pidfile));
+  // This test's own process stands for the one that took the id.
+  ASSERT_TRUE(testing::WriteFile(pidfile, std::to_string(getpid()) + "\n"));
+  const testing::RunResult pids = bed.Script({"pids", "node3"});
+  EXPECT_EQ(pids.exit_code, 0) << pids.err;
+  EXPECT_EQ(pids.out, "");
+  const testing::RunResult entered = bed.Script({"exec", "node3", "true"});
+  EXPECT_NE(entered.exit_code, 0);
+  EXPECT_TRUE(Contains(entered.err, "node 3 is down")) << entered.err;
+  // The live nodes' processes are still found.
+  EXPECT_NE(bed.Script({"pids", "node2"}).out, "");
+  ASSERT_EQ(bed.Script({"reset"}).exit_code, 0);
+  const testing::RunResult host = bed.Script({"exec", "node3", "hostname"});
+  EXPECT_EQ(host.exit_code, 0) << host.err;
+  EXPECT_EQ(host.out, "node3\n");
+}
+
 // Every rank's host name is its node's: the durable checkpoint records
 // node0, node0, node1, ... and each node's local tier holds its own two
 // ranks' shares and the replicas of the node before it (found by host
