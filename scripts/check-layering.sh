@@ -7,10 +7,14 @@
 #     layer (src/checkpoint/messages.h), never as JSON built inline; every
 #     collective's payload is one of its messages
 #     (scripts/check_collectives.py says how that is checked);
-#   - no non-test source file under src/ or tools/ grows past 700 lines, and
+#   - no non-test source file under src/, tools/ or bench/ grows past 700
+#     lines, and
 #     the manager stays a facade (400);
 #   - no layer includes a header of a layer above it (the tiers above the
-#     checkpoint layer, the runner above the tiers);
+#     checkpoint layer, the runner above the tiers, the benchmark of
+#     `ckpt bench` in bench/core above the library and below the tools);
+#   - the tools hold no benchmark machinery: it lives in bench/core, and
+#     tools/ckpt/bench.cc is only the command's front;
 #   - test support lives in src/testing and only tests use it: no library
 #     or tool source (src/, include/, tools/, but tests) includes a header
 #     of src/testing;
@@ -55,6 +59,12 @@ upward="$upward$(git grep -nE '#include "(runner/|ckpt/runner\.h)' -- \
   'src/tiers/*' ':!*_test.cc' || true)"
 upward="$upward$(git grep -nE '#include "format/tier_layout\.h"' -- \
   'src/catalog/*' 'src/checkpoint/*' ':!*_test.cc' || true)"
+# bench/core sits above the library and below the tools: the library does
+# not include it, and it includes no header of a tool (a tool's headers are
+# named without a folder; every layer's are named with theirs).
+upward="$upward$(git grep -nE '#include "core/' -- 'src/*' 'include/*' \
+  ':!*_test.cc' || true)"
+upward="$upward$(git grep -nE '#include "[^/"]+"' -- 'bench/core/*' || true)"
 if [ -n "$upward" ]; then
   echo "check-layering: a header of a layer above included from below:"
   echo "$upward"
@@ -62,11 +72,22 @@ if [ -n "$upward" ]; then
 fi
 
 testing=$(git grep -nE '#include "testing/' -- 'src/*' 'include/*' 'tools/*' \
-  ':!src/testing/*' ':!*_test.cc' || true)
+  'bench/core/*' ':!src/testing/*' ':!*_test.cc' || true)
 if [ -n "$testing" ]; then
   echo "check-layering: test support (src/testing) included by library or" \
     "tool code:"
   echo "$testing"
+  status=1
+fi
+
+# The benchmarks live in one place, bench/: the measuring and the report of
+# `ckpt bench` are bench/core's, and the command only parses its flags and
+# prints what the library returns.
+machinery=$(git ls-files 'tools/*/bench_*' || true)
+if [ -n "$machinery" ]; then
+  echo "check-layering: benchmark machinery under tools/ (it belongs in" \
+    "bench/core; tools/ckpt/bench.cc is only the command's front):"
+  echo "$machinery"
   status=1
 fi
 
@@ -88,7 +109,8 @@ if ! /usr/bin/python3 scripts/check_collectives.py; then
   status=1
 fi
 
-for f in $(git ls-files 'src/*.cc' 'src/*.h' 'tools/*.cc' 'tools/*.h' |
+for f in $(git ls-files 'src/*.cc' 'src/*.h' 'tools/*.cc' 'tools/*.h' \
+  'bench/*.cc' 'bench/*.h' |
   grep -v '_test\.cc$'); do
   limit=700
   [ "$f" = src/checkpoint/manager.cc ] && limit=400

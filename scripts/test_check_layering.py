@@ -19,13 +19,18 @@ import unittest
 SCRIPTS = os.path.dirname(os.path.abspath(__file__))
 
 # A tree that keeps every rule: a library file, a test that uses test
-# support, and a package whose modules import downwards only.
+# support, the benchmark library and the command in front of it, and a
+# package whose modules import downwards only.
 GOOD = {
     "src/checkpoint/thing.cc": '#include "checkpoint/thing.h"\n',
     "src/checkpoint/thing.h": "#pragma once\n",
     "src/checkpoint/thing_test.cc": '#include "testing/temp_dir.h"\n',
     "src/testing/temp_dir.h": "#pragma once\n",
     "src/testing/temp_dir.cc": '#include "testing/temp_dir.h"\n',
+    "bench/core/bench.h": '#include "ckpt/status.h"\n',
+    "bench/core/bench.cc": '#include "core/bench.h"\n',
+    "tools/ckpt/common.h": "#pragma once\n",
+    "tools/ckpt/bench.cc": '#include "common.h"\n#include "core/bench.h"\n',
     "python/ckpt/__init__.py": "from ckpt._a import A\n",
     "python/ckpt/_a.py": "from ckpt import _b\n\nA = _b.B\n",
     "python/ckpt/_b.py": "import os\n\nB = os.sep\n",
@@ -94,6 +99,32 @@ class CheckLayeringTest(unittest.TestCase):
             "src/checkpoint/thing_test.cc": '#include "ckpt/tiered.h"\n',
             "src/tiers/share.cc": '#include "checkpoint/thing.h"\n',
             "src/runner/job.cc": '#include "tiers/share.h"\n'}), (0, ""))
+
+    def test_fails_the_library_including_the_benchmark(self):
+        code, out = check({"src/checkpoint/thing.cc":
+                           '#include "core/bench.h"\n'})
+        self.assertEqual(code, 1)
+        self.assertIn("a header of a layer above included from below", out)
+        self.assertIn("src/checkpoint/thing.cc:1:", out)
+
+    def test_fails_the_benchmark_including_a_tool_header(self):
+        code, out = check({"bench/core/bench.cc":
+                           '#include "core/bench.h"\n#include "common.h"\n'})
+        self.assertEqual(code, 1)
+        self.assertIn("a header of a layer above included from below", out)
+        self.assertIn("bench/core/bench.cc:2:", out)
+
+    def test_fails_benchmark_machinery_in_the_tools(self):
+        code, out = check({"tools/ckpt/bench_disk.cc":
+                           '#include "common.h"\n'})
+        self.assertEqual(code, 1)
+        self.assertIn("benchmark machinery under tools/", out)
+        self.assertIn("tools/ckpt/bench_disk.cc", out)
+
+    def test_fails_a_benchmark_file_over_700_lines(self):
+        code, out = check({"bench/core/bench.cc": "//\n" * 701})
+        self.assertEqual(code, 1)
+        self.assertIn("bench/core/bench.cc has 701 lines", out)
 
     def test_fails_mkdtemp_in_a_test(self):
         # Spelt in two parts, so that this file does not break the rule.

@@ -1,153 +1,149 @@
-// ckpt bench: ckpt's save and load beside the raw disk, in one run.
-//
-// Per round, on a fresh file under DIR and then a fresh step in a root under
-// DIR, with the same number of bytes:
-//   1. raw write: a plain pwrite loop of 16 MiB blocks, then fsync; once
-//      buffered, once with O_DIRECT (an aligned, reused buffer) where the file
-//      system allows it;
-//   2. raw read: a read loop over the buffered file, cold (its pages dropped
-//      from the page cache with posix_fadvise, so the device is read) and
-//      warm (again, from the cache); and over the O_DIRECT file with
-//      O_DIRECT;
-//   3. ckpt Save of the state (fsync and commit included), then Load into the
-//      same buffers (checksums checked), cold (the checkpoint's pages
-//      dropped the same way) and warm.
-// Then memcpy of the state into a reused buffer, by one thread and by as many
-// threads as the machine has cores (each copying its share of every tensor:
-// what the cores reach together), and SaveAsync: the time the
-// caller is stalled (the first save, which maps the staging memory, is
-// reported apart) and the time until the save is committed. Peak memory is
-// getrusage's ru_maxrss after the synchronous phases and after the
-// asynchronous one. Figures are medians over the rounds.
-//
-// With --device cuda:N the state lives on that device instead
-// (bench_device.cc).
-#include <algorithm>
-#include <cstring>
+// ckpt bench: the command's flags, and the output of the benchmark it runs
+// (bench/core/bench.h): a table for people, or --json, and with --html a
+// page.
+#include "core/bench.h"
+
+#include <fmt/core.h>
+
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "bench_common.h"
-#include "bench_report.h"
 #include "commands.h"
 #include "common.h"
+#include "core/bench_report.h"
+#include "html_page.h"
 
 namespace ckpt::cli {
 namespace {
 
-// The tensors' memory and the State that borrows it.
-struct BenchState {
-  std::vector<std::unique_ptr<Buffer>> tensors;
-  State state;
+using nlohmann::json;
+
+struct BenchArgs {
+  bench::BenchOptions options;
+  bool json = false;
+  std::string html;   // --html: also draw the report into this page
+  std::string peers;  // --peers: bench/peers/peers.py --json, drawn beside
 };
 
-// Every page written (varied bytes, so nothing is all zeros).
-Status BuildState(const StatePlan& plan, int num_tensors, BenchState& out) {
-  const uint64_t elem = DTypeSize(plan.dtype);
-  for (int t = 0; t < num_tensors; ++t) {
-    auto b = std::make_unique<Buffer>();
-    CKPT_RETURN_IF_ERROR(b->Map(plan.per_tensor * elem));
-    for (uint64_t i = 0; i < b->size(); i += 4096) {
-      b->data()[i] = static_cast<std::byte>(t * 31 + i / 4096);
-    }
-    out.state.AddTensor(BenchTensorName(t),
-                        TensorView{plan.dtype,
-                                   {static_cast<int64_t>(plan.per_tensor)},
-                                   b->data(),
-                                   true});
-    out.tensors.push_back(std::move(b));
-  }
-  return out.state.status();
+// The table's rows, in the order people read them: rates (with their
+// ranges), then the other figures.
+struct Layout {
+  std::vector<const char*> rates;
+  std::vector<const char*> others;
+};
+
+Layout HostLayout() {
+  return {
+      {"raw_write_buffered_gbps", "raw_write_direct_gbps", "raw_read_cold_gbps",
+       "raw_read_warm_gbps", "raw_read_direct_gbps", "memcpy_gbps",
+       "parallel_memcpy_gbps", "save_gbps", "load_cold_gbps", "load_warm_gbps"},
+      {"first_touch_gbps", "memcpy_seconds", "parallel_memcpy_seconds",
+       "parallel_memcpy_threads", "save_seconds", "load_cold_seconds",
+       "load_warm_seconds", "async_first_stall_seconds", "async_stall_seconds",
+       "async_total_seconds", "peak_rss_sync_mib", "peak_rss_async_mib",
+       "sync_peak_above_state_mib", "async_peak_above_state_and_staging_mib"}};
 }
 
-// One round of ckpt: Save as the next step (alone on the disk), then Load it
-// cold and warm.
-Status MeasureSaveLoad(CheckpointManager& mgr, const std::string& root,
-                       State& state, int64_t& step, Figures& f) {
-  CKPT_RETURN_IF_ERROR(DeleteAll(mgr));
-  CKPT_RETURN_IF_ERROR(
-      Timed(f.save, [&] { return mgr.Save(++step, state).status(); }));
-  DropCachedTree(root);
-  CKPT_RETURN_IF_ERROR(
-      Timed(f.load_cold, [&] { return mgr.Load(step, state).status(); }));
-  return Timed(f.load_warm, [&] { return mgr.Load(step, state).status(); });
+Layout DeviceLayout() {
+  return {
+      {"raw_write_buffered_gbps", "raw_write_direct_gbps", "raw_read_cold_gbps",
+       "raw_read_warm_gbps", "raw_read_direct_gbps", "pinned_d2h_gbps",
+       "pinned_h2d_gbps", "save_gbps", "load_device_cold_gbps"},
+      {"pinned_d2h_seconds", "pinned_h2d_seconds", "save_seconds",
+       "load_device_cold_seconds", "async_first_stall_seconds",
+       "async_stall_seconds", "async_total_seconds",
+       "async_background_return_seconds", "async_background_staged_seconds",
+       "async_background_total_seconds", "peak_rss_sync_mib",
+       "peak_rss_async_mib", "sync_peak_above_staging_mib",
+       "async_peak_above_staging_mib"}};
 }
 
-// Copies share `part` of `parts` of every tensor into `copy`.
-void CopyShare(const std::vector<std::unique_ptr<Buffer>>& tensors,
-               std::byte* copy, int part, int parts) {
-  uint64_t at = 0;
-  for (const auto& t : tensors) {
-    const uint64_t begin = t->size() * part / parts;
-    const uint64_t end = t->size() * (part + 1) / parts;
-    std::memcpy(copy + at + begin, t->data() + begin, end - begin);
-    at += t->size();
+// The report for people, of either kind: a heading, a table of figures and
+// ratios, and one line per target.
+void PrintReport(const json& report) {
+  const json& config = report.at("config");
+  const json& figures = report.at("figures");
+  const json& ranges = report.at("ranges");
+  const bool on_device = config.contains("device");
+  const Layout layout = on_device ? DeviceLayout() : HostLayout();
+  auto num = [](const json& v, const char* fmt_spec) -> std::string {
+    if (!v.is_number()) return "-";
+    return fmt::format(fmt::runtime(fmt_spec), v.get<double>());
+  };
+  fmt::print("ckpt bench: {:.2f} GiB in {} {} {}{}, {} (medians), {}\n",
+             config.at("state_bytes").get<double>() / bench::kMiB / 1024,
+             config.at("tensors").get<int>(),
+             config.at("dtype").get<std::string>(),
+             config.at("tensors").get<int>() == 1 ? "tensor" : "tensors",
+             on_device ? " on " + config.at("device").get<std::string>() : "",
+             Count(config.at("runs").get<int>(), "round"),
+             config.at("dir").get<std::string>());
+  std::vector<std::vector<std::string>> rows = {{"figure", "value", "range"}};
+  auto range_text = [&](const char* key) -> std::string {
+    const json& r = ranges.at(key);
+    if (!r.is_array()) return "";
+    return fmt::format("{:.2f}-{:.2f}", r[0].get<double>(), r[1].get<double>());
+  };
+  for (const char* key : layout.rates) {
+    rows.push_back({key, num(figures.at(key), "{:.3f}"), range_text(key)});
+  }
+  for (const char* key : layout.others) {
+    rows.push_back({key, num(figures.at(key), "{:.3f}"), ""});
+  }
+  for (auto& [key, value] : report.at("ratios").items()) {
+    rows.push_back({key, num(value, "{:.2f}"), ""});
+  }
+  PrintTable(rows);
+  if (on_device)
+    fmt::print("load verified: the device bytes are those saved\n");
+  for (auto& [key, value] : report.at("targets").items()) {
+    fmt::print("target {}: {}\n", key,
+               value.is_boolean() ? (value.get<bool>() ? "met" : "NOT met")
+                                  : "not measured");
   }
 }
 
-// The first touch of a buffer of the state's size, then `runs` copies of
-// the state into it by one thread, and `runs` by one thread per core.
-Status MeasureMemcpy(const std::vector<std::unique_ptr<Buffer>>& tensors,
-                     uint64_t state_bytes, int runs, Figures& f) {
-  Buffer copy;
-  auto t0 = BenchClock::now();
-  CKPT_RETURN_IF_ERROR(copy.Map(state_bytes));
-  f.first_touch = Seconds(t0, BenchClock::now());
-  for (int r = 0; r < runs; ++r) {
-    t0 = BenchClock::now();
-    CopyShare(tensors, copy.data(), 0, 1);
-    f.memcpy.push_back(Seconds(t0, BenchClock::now()));
+// Prints the report as --json asks and, with --html, draws it and each
+// round's rates into that page.
+Status EmitReport(const bench::BenchResult& result, const BenchArgs& args) {
+  const json& report = result.report;
+  if (args.json) {
+    PrintJson(report);
+  } else {
+    PrintReport(report);
   }
-  f.parallel_memcpy_threads =
-      std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  const int n = f.parallel_memcpy_threads;
-  for (int r = 0; r < runs; ++r) {
-    t0 = BenchClock::now();
-    std::vector<std::thread> threads;
-    for (int part = 1; part < n; ++part) {
-      threads.emplace_back(CopyShare, std::cref(tensors), copy.data(), part, n);
-    }
-    CopyShare(tensors, copy.data(), 0, n);
-    for (auto& t : threads) t.join();
-    f.parallel_memcpy.push_back(Seconds(t0, BenchClock::now()));
+  if (args.html.empty()) return Status();
+  // The bars, in the order the table lists the rates.
+  const json order = {"raw_write_buffered_gbps",
+                      "raw_write_direct_gbps",
+                      "save_gbps",
+                      "raw_read_cold_gbps",
+                      "raw_read_direct_gbps",
+                      "load_cold_gbps",
+                      "load_device_cold_gbps",
+                      "raw_read_warm_gbps",
+                      "load_warm_gbps",
+                      "memcpy_gbps",
+                      "parallel_memcpy_gbps",
+                      "pinned_d2h_gbps",
+                      "pinned_h2d_gbps"};
+  json data = {{"report", report}, {"order", order}, {"rounds", result.rounds}};
+  if (!args.peers.empty()) {
+    CKPT_ASSIGN_OR_RETURN(data["peers"], bench::ReadPeers(args.peers));
   }
-  return Status();
-}
-
-Status RunHostBench(const BenchArgs& args) {
-  BenchSetup setup(args.keep);
-  CKPT_RETURN_IF_ERROR(setup.Start(args));
-  BenchState bench;
-  CKPT_RETURN_IF_ERROR(BuildState(setup.plan, args.tensors, bench));
-  Figures f;
-  for (int r = 0; r < args.runs; ++r) {
-    CKPT_RETURN_IF_ERROR(setup.MeasureRawDisk(f));
-    CKPT_RETURN_IF_ERROR(MeasureSaveLoad(*setup.mgr, setup.workspace.root(),
-                                         bench.state, setup.step, f));
-  }
-  setup.rss.sync = MaxRssBytes();
-  CKPT_RETURN_IF_ERROR(
-      MeasureMemcpy(bench.tensors, setup.plan.state_bytes, args.runs, f));
-  CKPT_RETURN_IF_ERROR(
-      MeasureAsyncStall(*setup.mgr, bench.state, args.runs, setup.step, f));
-  setup.rss.async = MaxRssBytes();
-  setup.mgr.reset();
-  const double bytes = static_cast<double>(setup.plan.state_bytes);
-  return EmitReport(MakeReport(setup.Config(args), bytes, f, setup.rss), args,
-                    f, bytes);
+  return WriteHtmlPage(args.html, "ckpt bench", data, BenchReportScript());
 }
 
 Status RunBench(const BenchArgs& args) {
   if (!args.peers.empty()) {
     if (args.html.empty()) return InvalidArgumentError("--peers needs --html");
-    CKPT_RETURN_IF_ERROR(ReadPeers(args.peers).status());  // before the run
+    // Before the run: a wrong file costs no measuring.
+    CKPT_RETURN_IF_ERROR(bench::ReadPeers(args.peers).status());
   }
-  CKPT_ASSIGN_OR_RETURN(const MemoryLocation where,
-                        ParseBenchDevice(args.device));
-  if (where.is_host()) return RunHostBench(args);
-  return RunDeviceBench(args, where.device());
+  CKPT_ASSIGN_OR_RETURN(const bench::BenchResult result,
+                        bench::RunBench(args.options));
+  return EmitReport(result, args);
 }
 
 // Accepts what `parse` accepts; otherwise shows its error.
@@ -188,27 +184,28 @@ void AddBenchCommand(CLI::App& app, Command& selected) {
       "ckpt bench --size 64MiB --html bench.html\n"
       "ckpt bench --dir /data/scratch --dtype BF16\n"
       "ckpt bench --device cuda:0 --size 8GiB --json");
-  cmd->add_option("--size", args->size,
+  cmd->add_option("--size", args->options.size,
                   "state size: 2GiB (default), 512MiB, 4096, ...")
-      ->check(Accepting(ParseSize, "SIZE"));
-  cmd->add_option("--tensors", args->tensors, "number of tensors (64)")
+      ->check(Accepting(bench::ParseSize, "SIZE"));
+  cmd->add_option("--tensors", args->options.tensors, "number of tensors (64)")
       ->check(CLI::Range(1, 1000000));
-  cmd->add_option("--dtype", args->dtype, "element type (F32)")
+  cmd->add_option("--dtype", args->options.dtype, "element type (F32)")
       ->check(CLI::Validator(
           [](std::string& text) -> std::string {
             return ParseDType(text) ? "" : "not a dtype: " + text;
           },
           "DTYPE"));
-  cmd->add_option("--runs", args->runs, "rounds; figures are medians (5)")
+  cmd->add_option("--runs", args->options.runs,
+                  "rounds; figures are medians (5)")
       ->check(CLI::Range(1, 1000));
-  cmd->add_option("--dir", args->dir,
+  cmd->add_option("--dir", args->options.dir,
                   "where to write (default: a fresh directory under "
                   "/var/tmp, removed afterwards)");
-  cmd->add_flag("--keep", args->keep, "keep the files written");
-  cmd->add_option("--device", args->device,
+  cmd->add_flag("--keep", args->options.keep, "keep the files written");
+  cmd->add_option("--device", args->options.device,
                   "where the state lives: host (default), cuda (device 0) "
                   "or cuda:N")
-      ->check(Accepting(ParseBenchDevice, "DEVICE"));
+      ->check(Accepting(bench::ParseBenchDevice, "DEVICE"));
   AddJsonFlag(*cmd, args->json);
   cmd->add_option("--html", args->html,
                   "also draw the figures and each round's rates into this "

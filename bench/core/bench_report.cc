@@ -1,13 +1,9 @@
-#include "bench_report.h"
-
-#include <fmt/core.h>
+#include "core/bench_report.h"
 
 #include <algorithm>
 #include <string>
 
-#include "common.h"
-
-namespace ckpt::cli {
+namespace ckpt::bench {
 
 using nlohmann::json;
 
@@ -272,39 +268,6 @@ json Report(json config, json figures, json ranges, json ratios, json targets) {
           {"targets", std::move(targets)}};
 }
 
-// The table's rows, in the order people read them: rates (with their
-// ranges), then the other figures.
-struct Layout {
-  std::vector<const char*> rates;
-  std::vector<const char*> others;
-};
-
-Layout HostLayout() {
-  return {
-      {"raw_write_buffered_gbps", "raw_write_direct_gbps", "raw_read_cold_gbps",
-       "raw_read_warm_gbps", "raw_read_direct_gbps", "memcpy_gbps",
-       "parallel_memcpy_gbps", "save_gbps", "load_cold_gbps", "load_warm_gbps"},
-      {"first_touch_gbps", "memcpy_seconds", "parallel_memcpy_seconds",
-       "parallel_memcpy_threads", "save_seconds", "load_cold_seconds",
-       "load_warm_seconds", "async_first_stall_seconds", "async_stall_seconds",
-       "async_total_seconds", "peak_rss_sync_mib", "peak_rss_async_mib",
-       "sync_peak_above_state_mib", "async_peak_above_state_and_staging_mib"}};
-}
-
-Layout DeviceLayout() {
-  return {
-      {"raw_write_buffered_gbps", "raw_write_direct_gbps", "raw_read_cold_gbps",
-       "raw_read_warm_gbps", "raw_read_direct_gbps", "pinned_d2h_gbps",
-       "pinned_h2d_gbps", "save_gbps", "load_device_cold_gbps"},
-      {"pinned_d2h_seconds", "pinned_h2d_seconds", "save_seconds",
-       "load_device_cold_seconds", "async_first_stall_seconds",
-       "async_stall_seconds", "async_total_seconds",
-       "async_background_return_seconds", "async_background_staged_seconds",
-       "async_background_total_seconds", "peak_rss_sync_mib",
-       "peak_rss_async_mib", "sync_peak_above_staging_mib",
-       "async_peak_above_staging_mib"}};
-}
-
 }  // namespace
 
 json MakeReport(json config, double bytes, const Figures& f,
@@ -326,49 +289,6 @@ json MakeDeviceReport(json config, double bytes, const Figures& f,
              std::move(ratios), std::move(targets));
   report["load_verified"] = true;
   return report;
-}
-
-void PrintReport(const json& report) {
-  const json& config = report.at("config");
-  const json& figures = report.at("figures");
-  const json& ranges = report.at("ranges");
-  const bool on_device = config.contains("device");
-  const Layout layout = on_device ? DeviceLayout() : HostLayout();
-  auto num = [](const json& v, const char* fmt_spec) -> std::string {
-    if (!v.is_number()) return "-";
-    return fmt::format(fmt::runtime(fmt_spec), v.get<double>());
-  };
-  fmt::print("ckpt bench: {:.2f} GiB in {} {} {}{}, {} (medians), {}\n",
-             config.at("state_bytes").get<double>() / kMiB / 1024,
-             config.at("tensors").get<int>(),
-             config.at("dtype").get<std::string>(),
-             config.at("tensors").get<int>() == 1 ? "tensor" : "tensors",
-             on_device ? " on " + config.at("device").get<std::string>() : "",
-             Count(config.at("runs").get<int>(), "round"),
-             config.at("dir").get<std::string>());
-  std::vector<std::vector<std::string>> rows = {{"figure", "value", "range"}};
-  auto range_text = [&](const char* key) -> std::string {
-    const json& r = ranges.at(key);
-    if (!r.is_array()) return "";
-    return fmt::format("{:.2f}-{:.2f}", r[0].get<double>(), r[1].get<double>());
-  };
-  for (const char* key : layout.rates) {
-    rows.push_back({key, num(figures.at(key), "{:.3f}"), range_text(key)});
-  }
-  for (const char* key : layout.others) {
-    rows.push_back({key, num(figures.at(key), "{:.3f}"), ""});
-  }
-  for (auto& [key, value] : report.at("ratios").items()) {
-    rows.push_back({key, num(value, "{:.2f}"), ""});
-  }
-  PrintTable(rows);
-  if (on_device)
-    fmt::print("load verified: the device bytes are those saved\n");
-  for (auto& [key, value] : report.at("targets").items()) {
-    fmt::print("target {}: {}\n", key,
-               value.is_boolean() ? (value.get<bool>() ? "met" : "NOT met")
-                                  : "not measured");
-  }
 }
 
 json RoundsJson(const Figures& f, double bytes) {
@@ -395,4 +315,4 @@ json RoundsJson(const Figures& f, double bytes) {
   return out;
 }
 
-}  // namespace ckpt::cli
+}  // namespace ckpt::bench

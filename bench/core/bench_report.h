@@ -1,13 +1,13 @@
-// ckpt bench's report: the figures a run measured, turned into the JSON
-// object `--json` prints (figures, ranges, ratios, targets) and the table
-// people read. Kept apart from the measuring in bench.cc.
+// The benchmark's report: the figures a run measured, turned into the JSON
+// object `ckpt bench --json` prints (figures, ranges, ratios, targets). Kept
+// apart from the measuring in bench_host.cc and bench_device.cc.
 #pragma once
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <vector>
 
-namespace ckpt::cli {
+namespace ckpt::bench {
 
 // The raw loops' block, and the memory the bench itself holds beside the
 // state.
@@ -54,8 +54,4 @@ nlohmann::json MakeDeviceReport(nlohmann::json config, double bytes,
 // Each round's rate (GB/s) of every series measured, for --html.
 nlohmann::json RoundsJson(const Figures& f, double bytes);
 
-// The report for people, of either kind: a heading, a table of figures and
-// ratios, and one line per target.
-void PrintReport(const nlohmann::json& report);
-
-}  // namespace ckpt::cli
+}  // namespace ckpt::bench

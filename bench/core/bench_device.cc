@@ -27,11 +27,11 @@
 #include <string>
 #include <vector>
 
-#include "bench_common.h"
-#include "bench_report.h"
+#include "core/bench_common.h"
+#include "core/bench_report.h"
 #include "device/cuda_driver.h"
 
-namespace ckpt::cli {
+namespace ckpt::bench {
 namespace {
 
 // The registered block's size at most: copies this large run at the bus's
@@ -229,7 +229,7 @@ Status MeasureStagedInBackground(BenchSetup& setup, const State& state,
 
 }  // namespace
 
-Status RunDeviceBench(const BenchArgs& args, int device) {
+Result<BenchResult> RunDeviceBench(const BenchOptions& options, int device) {
   // Before anything is written: a machine without the driver or the device
   // is told so at once.
   CKPT_ASSIGN_OR_RETURN(CudaDriver * cuda, CudaDriver::Get());
@@ -241,31 +241,31 @@ Status RunDeviceBench(const BenchArgs& args, int device) {
   // Declared first so that it goes last, after the manager has ended any
   // save that reads it.
   DeviceState dev(*cuda, device);
-  BenchSetup setup(args.keep);
-  CKPT_RETURN_IF_ERROR(setup.Start(args));
-  CKPT_RETURN_IF_ERROR(dev.Build(setup.plan, args.tensors));
+  BenchSetup setup(options.keep);
+  CKPT_RETURN_IF_ERROR(setup.Start(options));
+  CKPT_RETURN_IF_ERROR(dev.Build(setup.plan, options.tensors));
   setup.rss.own = dev.block_bytes();
 
   Figures f;
-  for (int r = 0; r < args.runs; ++r) {
+  for (int r = 0; r < options.runs; ++r) {
     CKPT_RETURN_IF_ERROR(setup.MeasureRawDisk(f));
     CKPT_RETURN_IF_ERROR(MeasureDeviceRound(setup, dev, f));
   }
   setup.rss.sync = MaxRssBytes();
   CKPT_RETURN_IF_ERROR(
-      MeasureAsyncStall(*setup.mgr, dev.state(), args.runs, setup.step, f));
+      MeasureAsyncStall(*setup.mgr, dev.state(), options.runs, setup.step, f));
   CKPT_RETURN_IF_ERROR(
-      MeasureStagedInBackground(setup, dev.state(), args.runs, f));
+      MeasureStagedInBackground(setup, dev.state(), options.runs, f));
   setup.rss.async = MaxRssBytes();
   setup.mgr.reset();
 
-  nlohmann::json config = setup.Config(args);
+  nlohmann::json config = setup.Config(options);
   config["device"] = MemoryLocation::Cuda(device).ToString();
   config["cuda_driver"] = cuda->path();
   config["pinned_block_bytes"] = dev.block_bytes();
   const double bytes = static_cast<double>(setup.plan.state_bytes);
-  return EmitReport(MakeDeviceReport(std::move(config), bytes, f, setup.rss),
-                    args, f, bytes);
+  return BenchResult{MakeDeviceReport(std::move(config), bytes, f, setup.rss),
+                     RoundsJson(f, bytes)};
 }
 
-}  // namespace ckpt::cli
+}  // namespace ckpt::bench

@@ -1,7 +1,7 @@
-// What `ckpt bench` measures the same way for a state in host memory
-// (bench.cc) and on a CUDA device (bench_device.cc): the arguments, the
-// state's plan, the directory it writes under, the raw disk baselines and
-// ckpt's asynchronous saves.
+// What the benchmark measures the same way for a state in host memory
+// (bench_host.cc) and on a CUDA device (bench_device.cc): the state's plan,
+// the directory it writes under, the raw disk baselines and ckpt's
+// asynchronous saves.
 #pragma once
 
 #include <chrono>
@@ -13,33 +13,16 @@
 #include <string>
 #include <vector>
 
-#include "bench_report.h"
 #include "ckpt/checkpoint_manager.h"
+#include "core/bench.h"
+#include "core/bench_report.h"
 
-namespace ckpt::cli {
+namespace ckpt::bench {
 
 using BenchClock = std::chrono::steady_clock;
 
-struct BenchArgs {
-  std::string size = "2GiB";
-  int tensors = 64;
-  std::string dtype = "F32";
-  int runs = 5;
-  std::string dir;  // empty: a fresh directory under /var/tmp
-  bool keep = false;
-  bool json = false;
-  std::string html;   // --html: also draw the report into this page
-  std::string peers;  // --peers: bench/peers/peers.py --json, drawn beside
-  std::string device = "host";  // or cuda[:N] (ParseBenchDevice)
-};
-
 double Seconds(BenchClock::time_point a, BenchClock::time_point b);
 uint64_t MaxRssBytes();
-
-// "2GiB", "512MiB", "64KiB", "1000" (bytes); K/M/G mean the binary units.
-Result<uint64_t> ParseSize(const std::string& text);
-// "host", "cuda" (device 0) or "cuda:N".
-Result<MemoryLocation> ParseBenchDevice(const std::string& text);
 
 // "layer007.weight": the name of the state's tensor `t`.
 std::string BenchTensorName(int t);
@@ -111,7 +94,7 @@ struct BenchSetup {
 
   // Plans the state, creates the workspace, maps the block and opens the
   // manager.
-  Status Start(const BenchArgs& args);
+  Status Start(const BenchOptions& options);
 
   // One round of the raw disk baselines: buffered write, cold and warm read,
   // then (where the file system takes it) O_DIRECT write and read, of the
@@ -119,7 +102,7 @@ struct BenchSetup {
   Status MeasureRawDisk(Figures& f) const;
 
   // The configuration the report starts with.
-  nlohmann::json Config(const BenchArgs& args) const;
+  nlohmann::json Config(const BenchOptions& options) const;
 
   StatePlan plan;
   Workspace workspace;
@@ -136,15 +119,7 @@ struct BenchSetup {
 Status MeasureAsyncStall(CheckpointManager& mgr, const State& state, int runs,
                          int64_t& step, Figures& f);
 
-// The output of bench/peers/peers.py --json at `path`, checked.
-Result<nlohmann::json> ReadPeers(const std::string& path);
-
-// Prints the report as --json asks and, with --html, draws it and each
-// round's rates (`f`, of `bytes` each) into that page.
-Status EmitReport(const nlohmann::json& report, const BenchArgs& args,
-                  const Figures& f, double bytes);
-
 // The bench of a state on a CUDA device (bench_device.cc).
-Status RunDeviceBench(const BenchArgs& args, int device);
+Result<BenchResult> RunDeviceBench(const BenchOptions& options, int device);
 
-}  // namespace ckpt::cli
+}  // namespace ckpt::bench

@@ -1,4 +1,4 @@
-#include "bench_common.h"
+#include "core/bench_common.h"
 
 #include <fcntl.h>
 #include <fmt/core.h>
@@ -14,10 +14,7 @@
 #include <fstream>
 #include <optional>
 
-#include "common.h"
-#include "html_page.h"
-
-namespace ckpt::cli {
+namespace ckpt::bench {
 namespace {
 
 constexpr uint64_t kDirectAlign = 4096;
@@ -98,23 +95,24 @@ bool DirectWorks(const std::string& dir) {
   return fd >= 0;
 }
 
-Result<StatePlan> PlanState(const BenchArgs& args) {
-  CKPT_ASSIGN_OR_RETURN(const uint64_t requested, ParseSize(args.size));
-  const std::optional<DType> dtype = ParseDType(args.dtype);
+Result<StatePlan> PlanState(const BenchOptions& options) {
+  CKPT_ASSIGN_OR_RETURN(const uint64_t requested, ParseSize(options.size));
+  const std::optional<DType> dtype = ParseDType(options.dtype);
   if (!dtype) {
-    return InvalidArgumentError("--dtype " + args.dtype +
+    return InvalidArgumentError("--dtype " + options.dtype +
                                 ": not a dtype (F32, BF16, F16, F64, U8, ...)");
   }
-  if (args.tensors < 1 || args.runs < 1) {
+  if (options.tensors < 1 || options.runs < 1) {
     return InvalidArgumentError("--tensors and --runs must be at least 1");
   }
   const uint64_t elem = DTypeSize(*dtype);
-  const uint64_t per_tensor = requested / args.tensors / elem;
+  const uint64_t per_tensor = requested / options.tensors / elem;
   if (per_tensor == 0) {
-    return InvalidArgumentError("--size " + args.size + " is too small for " +
-                                std::to_string(args.tensors) + " tensors");
+    return InvalidArgumentError("--size " + options.size +
+                                " is too small for " +
+                                std::to_string(options.tensors) + " tensors");
   }
-  return StatePlan{*dtype, per_tensor, per_tensor * elem * args.tensors};
+  return StatePlan{*dtype, per_tensor, per_tensor * elem * options.tensors};
 }
 
 }  // namespace
@@ -245,9 +243,9 @@ Status Workspace::Create(const std::string& dir) {
   return Status();
 }
 
-Status BenchSetup::Start(const BenchArgs& args) {
-  CKPT_ASSIGN_OR_RETURN(plan, PlanState(args));
-  CKPT_RETURN_IF_ERROR(workspace.Create(args.dir));
+Status BenchSetup::Start(const BenchOptions& options) {
+  CKPT_ASSIGN_OR_RETURN(plan, PlanState(options));
+  CKPT_RETURN_IF_ERROR(workspace.Create(options.dir));
   rss.baseline = MaxRssBytes();
   CKPT_RETURN_IF_ERROR(block.Map(kBlock));  // mmap is page-aligned
   direct = DirectWorks(workspace.dir());
@@ -255,11 +253,10 @@ Status BenchSetup::Start(const BenchArgs& args) {
   // No retention inside the timed saves: removing the previous step (an
   // unlink of a file of the state's size: half a second for 2 GiB on ext4)
   // is done between them instead, so the disk holds one checkpoint at a time.
-  Options options;
-  options.create = true;
-  options.create_root = true;  // the bench's own root, read at once
-  CKPT_ASSIGN_OR_RETURN(mgr,
-                        CheckpointManager::Open(workspace.root(), options));
+  Options open;
+  open.create = true;
+  open.create_root = true;  // the bench's own root, read at once
+  CKPT_ASSIGN_OR_RETURN(mgr, CheckpointManager::Open(workspace.root(), open));
   if (auto latest = mgr->Latest(); latest.ok() && *latest) step = **latest;
   return Status();
 }
@@ -285,11 +282,11 @@ Status BenchSetup::MeasureRawDisk(Figures& f) const {
   return Status();
 }
 
-nlohmann::json BenchSetup::Config(const BenchArgs& args) const {
+nlohmann::json BenchSetup::Config(const BenchOptions& options) const {
   return {{"state_bytes", plan.state_bytes},
-          {"tensors", args.tensors},
+          {"tensors", options.tensors},
           {"dtype", std::string(DTypeName(plan.dtype))},
-          {"runs", args.runs},
+          {"runs", options.runs},
           {"dir", workspace.dir()},
           {"o_direct", direct},
           {"cpus", ::sysconf(_SC_NPROCESSORS_ONLN)}};
@@ -330,34 +327,4 @@ Result<nlohmann::json> ReadPeers(const std::string& path) {
   return peers;
 }
 
-Status EmitReport(const nlohmann::json& report, const BenchArgs& args,
-                  const Figures& f, double bytes) {
-  if (args.json) {
-    PrintJson(report);
-  } else {
-    PrintReport(report);
-  }
-  if (args.html.empty()) return Status();
-  // The bars, in the order the table lists the rates.
-  const nlohmann::json order = {"raw_write_buffered_gbps",
-                                "raw_write_direct_gbps",
-                                "save_gbps",
-                                "raw_read_cold_gbps",
-                                "raw_read_direct_gbps",
-                                "load_cold_gbps",
-                                "load_device_cold_gbps",
-                                "raw_read_warm_gbps",
-                                "load_warm_gbps",
-                                "memcpy_gbps",
-                                "parallel_memcpy_gbps",
-                                "pinned_d2h_gbps",
-                                "pinned_h2d_gbps"};
-  nlohmann::json data = {
-      {"report", report}, {"order", order}, {"rounds", RoundsJson(f, bytes)}};
-  if (!args.peers.empty()) {
-    CKPT_ASSIGN_OR_RETURN(data["peers"], ReadPeers(args.peers));
-  }
-  return WriteHtmlPage(args.html, "ckpt bench", data, BenchReportScript());
-}
-
-}  // namespace ckpt::cli
+}  // namespace ckpt::bench
