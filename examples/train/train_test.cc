@@ -91,8 +91,10 @@ int RunToEnd(const std::vector<std::string>& cmd, const std::string& log) {
 }
 
 // The newest step committed in the file root `root` (a step folder with
-// its manifest); -1 for none.
-int64_t NewestCommitted(const std::string& root) {
+// its manifest) or marked complete in a local tier under `local` (a
+// "tier-committed-" marker in a node's rank folder); -1 for none.
+int64_t NewestCommitted(const std::string& root,
+                        const std::string& local = "") {
   int64_t newest = -1;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(root, ec)) {
@@ -100,6 +102,19 @@ int64_t NewestCommitted(const std::string& root) {
     if (name.starts_with("step-") &&
         fs::exists(e.path() / "MANIFEST.json", ec)) {
       newest = std::max<int64_t>(newest, std::stoll(name.substr(5)));
+    }
+  }
+  if (local.empty()) return newest;
+  const std::string marker = "tier-committed-";
+  for (const auto& node : fs::directory_iterator(local, ec)) {
+    for (const auto& rank : fs::directory_iterator(node.path(), ec)) {
+      for (const auto& e : fs::directory_iterator(rank.path(), ec)) {
+        const std::string name = e.path().filename().string();
+        if (name.starts_with(marker) && name.size() > marker.size() + 12) {
+          newest = std::max<int64_t>(
+              newest, std::stoll(name.substr(marker.size(), 12)));
+        }
+      }
     }
   }
   return newest;
@@ -116,6 +131,22 @@ std::vector<int64_t> ResumedSteps(const std::string& log) {
   return out;
 }
 
+// The lines of `text` holding any of `words`, each indented.
+std::string Lines(const std::string& text,
+                  const std::vector<std::string>& words) {
+  std::string out, line;
+  std::istringstream in(text);
+  while (std::getline(in, line)) {
+    for (const std::string& w : words) {
+      if (line.find(w) != std::string::npos) {
+        out += "  " + line + "\n";
+        break;
+      }
+    }
+  }
+  return out;
+}
+
 // Seconds until `log` shows the runner's first line (it has loaded or
 // initialized the state), or the child exited.
 double WaitForRunner(Child& c, const std::string& log, Clock::time_point t0) {
@@ -126,12 +157,14 @@ double WaitForRunner(Child& c, const std::string& log, Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Kills the trainer (with `extra` arguments) `kills` times at random
-// moments, runs it to the end (after `before_last`), and compares with an
-// uninterrupted run without them. Returns the last run's log.
+// Kills the trainer (with `extra` arguments) `kills` times, runs it to the
+// end (after `before_last`), and compares with an uninterrupted run
+// without them. `local` is the trainer's local tier folder, if it has one.
+// Returns the last run's log.
 std::string KillAndCompare(int world, int kills,
                            const std::vector<std::string>& extra = {},
-                           const std::function<void()>& before_last = {}) {
+                           const std::function<void()>& before_last = {},
+                           const std::string& local = "") {
   const testing::TempDir temp("train-kill" + std::to_string(world));
   const std::string dir = temp.string();
   const std::string reference = dir + "/reference.bin";
@@ -148,52 +181,55 @@ std::string KillAndCompare(int world, int kills,
     return "";
   }
 
-  // Random moments: one kill in four strikes while the trainer starts or
-  // loads its checkpoint; the others strike a random time into training,
-  // about a twentieth of the run on average, so that the twenty of them
-  // spread from the first step to the last save.
+  // One kill in four strikes at a random moment while the trainer starts
+  // or loads its checkpoint. The others wait until the run has committed a
+  // step newer than the one it resumed from, then strike a random moment
+  // within about a step more (as long as the reference took for them):
+  // wherever the training, a save or a replication is then. Each of these
+  // moves the job on, however much slower than the reference a loaded
+  // machine runs it, so the kills land at many different steps, from the
+  // first to the last save.
   std::mt19937 gen(std::random_device{}());
   std::uniform_real_distribution<double> early(0.0, startup);
-  std::uniform_real_distribution<double> late(0.0, training / 8);
+  std::uniform_real_distribution<double> later(0.0, training / kTotalSteps);
   const std::string root = dir + "/root", out = dir + "/final.bin";
   std::set<int64_t> resumed_at;
   int killed_running = 0;
-  // The kills asked for; on a machine slow enough to crowd them into a few
-  // steps, up to forty more until they have landed at several steps.
+  // One line per run, shown if the kills did not spread: when it was
+  // killed, whether it still ran, and what its log said about resuming
+  // and saving.
+  std::string runs;
+  // The kills asked for; where some found the job finished or between
+  // steps, up to twenty more until they have landed at several steps.
   auto spread = [&] { return resumed_at.size() >= 4 && killed_running >= 10; };
-  for (int kill = 0; kill < kills || (kill < kills + 40 && !spread()); ++kill) {
+  for (int kill = 0; kill < kills || (kill < kills + 20 && !spread()); ++kill) {
     const std::string log = dir + "/kill" + std::to_string(kill) + ".log";
     const auto start = Clock::now();
     Child c(Command(world, root, out, extra), log);
-    if (kill >= kills) {
-      // An extra kill strikes a random moment after the run has committed
-      // a step in the root newer than any resumed from, so that each lands
-      // at a new step however much slower than the reference a loaded
-      // machine runs it.
-      const int64_t newest = resumed_at.empty() ? -1 : *resumed_at.rbegin();
-      WaitForRunner(c, log, start);
-      while (!c.Exited() && NewestCommitted(root) <= newest) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      }
-      std::this_thread::sleep_for(std::chrono::duration<double>(late(gen) / 4));
-    } else if (kill % 4 == 3) {
+    if (kill % 4 == 3 && kill < kills) {
       std::this_thread::sleep_for(std::chrono::duration<double>(early(gen)));
     } else {
       WaitForRunner(c, log, start);
-      // Never past half of what is left of the run (as long as the
-      // reference took), so that a kill does not find the job finished,
-      // after which none could strike a running trainer.
       const std::vector<int64_t> from = ResumedSteps(ReadFile(log));
-      const double left =
-          from.empty()
-              ? 1.0
-              : std::max<double>(0.0, kTotalSteps - from.back()) / kTotalSteps;
-      std::this_thread::sleep_for(std::chrono::duration<double>(
-          std::min(late(gen), 0.5 * training * left)));
+      const int64_t resumed = from.empty() ? -1 : from.back();
+      while (!c.Exited() && NewestCommitted(root, local) <= resumed) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+      std::this_thread::sleep_for(std::chrono::duration<double>(later(gen)));
     }
-    if (!c.Exited()) ++killed_running;
+    const bool running = !c.Exited();
+    if (running) ++killed_running;
+    const double at =
+        std::chrono::duration<double>(Clock::now() - start).count();
     c.KillSession();
-    for (int64_t s : ResumedSteps(ReadFile(log))) resumed_at.insert(s);
+    const std::string text = ReadFile(log);
+    for (int64_t s : ResumedSteps(text)) resumed_at.insert(s);
+    runs += "run " + std::to_string(kill) + ": killed at " +
+            std::to_string(at) + " s" + (running ? "" : " (had exited)") +
+            ", newest committed " +
+            std::to_string(NewestCommitted(root, local)) + "\n" +
+            Lines(text,
+                  {"resumed", "restored", "tier", "lease", "warning", "error"});
   }
   if (before_last) before_last();
   const std::string last_log = dir + "/last.log";
@@ -201,7 +237,8 @@ std::string KillAndCompare(int world, int kills,
       << ReadFile(last_log);
   EXPECT_GE(killed_running, 10) << "most kills must hit a running trainer";
   EXPECT_GE(resumed_at.size(), 4u)
-      << "the kills should land at many different steps";
+      << "the kills should land at many different steps; the runs:\n"
+      << runs;
   const std::string a = ReadFile(reference), b = ReadFile(out);
   EXPECT_FALSE(a.empty());
   EXPECT_TRUE(a == b) << "final state differs from the uninterrupted run's";
@@ -239,7 +276,8 @@ TEST(TrainTest, TieredKilledFiftyTimesUnderMpirunEndsBitIdentical) {
         std::error_code ec;
         fs::remove_all(shm.path() / "node1", ec);
         ASSERT_FALSE(ec) << ec.message();
-      });
+      },
+      shm.string());
   EXPECT_NE(last.find("from the local tier (2 ranks' shares fetched from "
                       "peers)"),
             std::string::npos)
