@@ -433,6 +433,30 @@ TEST(TieredTest, ANodeReplacedByAnEmptyOneRecoversFromPeersNotDurable) {
   RestoreAndCheck(job, 4, 4, Tier::kDurable);
 }
 
+// A restore at another world size from node memory reads nothing of the
+// durable tier: 4 ranks on two nodes to 2 (one a node), and a step saved by
+// those 2 back to 4, each node holding every share through its replica.
+TEST(TieredTest, ReshardingFromMemoryReadsNoDurableObject) {
+  testing::TempDir dir("tiered-reshard-counted", "/dev/shm");
+  ReadCounter durable_reads;
+  Job four = CountedJob(dir, durable_reads);
+  four.rank_local = false;
+  SaveSteps(four, 4, {2, 3});
+  Job two = four;
+  two.nodes = {0, 1};
+  durable_reads.reads = 0;
+  for (const TierRestoreResult& r : RestoreAndCheck(two, 2, 3, Tier::kLocal)) {
+    EXPECT_EQ(r.ranks_fetched, 0);
+  }
+  EXPECT_EQ(durable_reads.reads.load(), 0) << "4 to 2 read the durable tier";
+  SaveSteps(two, 2, {4, 5});
+  durable_reads.reads = 0;
+  for (const TierRestoreResult& r : RestoreAndCheck(four, 4, 5, Tier::kLocal)) {
+    EXPECT_EQ(r.ranks_fetched, 0);
+  }
+  EXPECT_EQ(durable_reads.reads.load(), 0) << "2 to 4 read the durable tier";
+}
+
 TEST(TieredTest, ANewerDurableStepWins) {
   Job job = MemJob("newer", {0, 1});
   job.local_every = 2;
