@@ -1,5 +1,10 @@
 # ckpt_test(NAME SOURCES a_test.cc ... [LIBS lib ...] [LABELS l ...]
-#           [TIMEOUT seconds])
+#           [TIMEOUT seconds] [COST seconds])
+#
+# COST: about how long the test runs, for the longest few. ctest starts
+# tests in descending COST, so a long test starts first and the cores stay
+# busy to the end of a parallel run, instead of one core running it alone
+# after the short ones are done.
 #
 # Builds a GoogleTest binary and registers it with CTest. Every *_test.cc in
 # the tree must be registered through this helper: the configure step fails
@@ -11,7 +16,7 @@ function(ckpt_test name)
   if(NOT CKPT_BUILD_TESTS)
     return()
   endif()
-  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "" "TIMEOUT;COST" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   # The files of one test binary keep their own file-local helpers, often of
   # one name (kRows, Contains): never compiled as one (CMAKE_UNITY_BUILD).
@@ -25,6 +30,9 @@ function(ckpt_test name)
   add_test(NAME ${name} COMMAND ${name})
   set_tests_properties(${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT}
                                           LABELS "${ARG_LABELS}")
+  if(ARG_COST)
+    set_tests_properties(${name} PROPERTIES COST ${ARG_COST})
+  endif()
   foreach(src ${ARG_SOURCES})
     get_filename_component(abs ${src} ABSOLUTE)
     set_property(GLOBAL APPEND PROPERTY CKPT_REGISTERED_TESTS ${abs})
