@@ -40,6 +40,7 @@
 #include "storage/s3/http.h"
 #include "storage/s3/s3_client.h"
 #include "storage/s3/s3_storage.h"
+#include "testing/aws_cli.h"
 #include "testing/rgw.h"
 #include "testing/s3rver.h"
 
@@ -80,25 +81,6 @@ int Run(const std::vector<std::string>& argv, const std::string& log) {
   int status = 0;
   if (waitpid(pid, &status, 0) != pid) return -1;
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-// Debian's awscli (scripts/install-deps.sh installs it), else the first
-// `aws` on PATH; empty if there is none.
-std::string FindAws() {
-  if (::access("/usr/bin/aws", X_OK) == 0) return "/usr/bin/aws";
-  const char* path = std::getenv("PATH");
-  const std::string dirs = path ? path : "";
-  size_t start = 0;
-  while (start <= dirs.size()) {
-    size_t end = dirs.find(':', start);
-    if (end == std::string::npos) end = dirs.size();
-    const std::string candidate = dirs.substr(start, end - start) + "/aws";
-    if (end > start && ::access(candidate.c_str(), X_OK) == 0) {
-      return candidate;
-    }
-    start = end + 1;
-  }
-  return "";
 }
 
 class CountingTransport : public ckpt::s3::HttpTransport {
@@ -285,7 +267,7 @@ int main(int argc, char** argv) {
     }
   }
   // awscli: the same bytes as one file, to the same server and back.
-  const std::string aws_path = FindAws();
+  const std::string aws_path = ckpt::testing::AwsCli();
   const bool have_aws = !aws_path.empty();
   std::vector<double> aws_up_s, aws_down_s;
   const std::string dir = tmpl;

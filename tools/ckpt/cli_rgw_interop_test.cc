@@ -17,6 +17,7 @@
 #include "ckpt/checkpoint_manager.h"
 #include "format/safetensors.h"
 #include "gtest/gtest.h"
+#include "testing/aws_cli.h"
 #include "testing/backends.h"
 #include "testing/files.h"
 #include "testing/rgw.h"
@@ -29,19 +30,6 @@ namespace {
 namespace fs = std::filesystem;
 using testing::Contains;
 using testing::RunResult;
-
-// Debian's awscli package, or whatever `aws` is on PATH; "" if neither.
-std::string Aws() {
-  if (fs::exists("/usr/bin/aws")) return "/usr/bin/aws";
-  const char* path = std::getenv("PATH");
-  std::istringstream dirs(path != nullptr ? path : "");
-  for (std::string dir; std::getline(dirs, dir, ':');) {
-    if (!dir.empty() && ::access((dir + "/aws").c_str(), X_OK) == 0) {
-      return dir + "/aws";
-    }
-  }
-  return "";
-}
 
 // A safetensors file written by hand (not by ckpt): `tensors` as F32 of the
 // given shapes, values i * scale + offset, and `metadata`.
@@ -79,7 +67,7 @@ class RgwInteropTest : public ::testing::Test {
     Result<testing::Rgw*> server = testing::Rgw::Shared();
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_ = *server;
-    aws_ = Aws();
+    aws_ = testing::AwsCli();
     ASSERT_FALSE(aws_.empty()) << "awscli is not installed (no `aws` on "
                                   "PATH): run scripts/install-deps.sh";
     // awscli reads no file of this machine's user, and asks no instance
