@@ -181,7 +181,7 @@ std::string StepDir(int64_t step) {
 std::set<int64_t> MarkedSteps(int i, int rank) {
   std::set<int64_t> out;
   std::error_code ec;
-  const std::regex marker("tier-committed-([0-9]+)-w8");
+  const std::regex marker("tier-committed-([0-9]+)-w" + std::to_string(kRanks));
   for (const auto& e :
        fs::directory_iterator(LocalTierSeenFrom(i) / ShareDir(rank), ec)) {
     std::smatch m;
@@ -201,12 +201,12 @@ bool Committed(int i, int rank, int64_t step) {
 // are on their way to it, paced (--replication-rate) so that a step's
 // replication lasts about a second. Every rank fails within the timeout
 // and a second of pings, naming node 1's ranks (theirs name the others);
-// the ranks that receive from node 1 fail transferring step N. No root holds a
-// marker of step N; each marked copy verifies, and the newest marked step is
-// whole on every rank's node and on its replica's; every committed durable step
-// verifies. Node 1 then dies and an empty node takes its place: the next start
-// restores that newest marked step, node 1's shares fetched from node 2's
-// replicas, and ends bit-identical.
+// the ranks that receive from node 1 fail transferring step N. No root
+// holds a marker of step N; each marked copy verifies, and the newest
+// marked step is whole on every rank's node and on its replica's; every
+// committed durable step verifies. With the link back and node 1's local
+// tier gone, the next start restores that newest marked step, node 1's
+// shares fetched from node 2's replicas, and ends bit-identical.
 TEST_F(NodesTest, PartitionMidReplicationCommitsNoPartialStep) {
   const Reference& ref = Uninterrupted();
   ASSERT_EQ(ref.exit_code, 0) << ref.log;

@@ -7,7 +7,8 @@
 // one costs nothing of the durable tier: the job resumes from the peer
 // replicas, bit-identical to a run never stopped. A node capped to a sliver
 // of a CPU is named the slowest writer of a save that still commits, and a
-// torchrun job of one agent a node saves and loads with ckpt.torch.
+// torchrun job of one agent a node saves and loads with ckpt.torch. A node
+// cut off by the network: nodes_partition_test.cc, in the same binary.
 //
 // Needs root (network namespaces), ip, unshare and nsenter; where they are
 // missing the tests are skipped, saying why.
