@@ -7,7 +7,8 @@
 // one costs nothing of the durable tier: the job resumes from the peer
 // replicas, bit-identical to a run never stopped. A node capped to a sliver
 // of a CPU is named the slowest writer of a save that still commits, and a
-// torchrun job of one agent a node saves and loads with ckpt.torch.
+// torchrun job of one agent a node saves and loads with ckpt.torch. A node
+// cut off by the network: nodes_partition_test.cc, in the same binary.
 //
 // Needs root (network namespaces), ip, unshare and nsenter; where they are
 // missing the tests are skipped, saying why.
@@ -30,6 +31,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "nodes_bed.h"
 #include "testing/files.h"
 #include "testing/session_child.h"
 #include "testing/subprocess.h"
@@ -38,89 +40,7 @@
 namespace ckpt {
 namespace {
 
-namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
-using testing::Contains;
-using testing::ReadFile;
-
-constexpr int kNodes = 4;
-constexpr int kRanks = 8;  // two a node
-// The local tier's root, the same URL on every node: each node's
-// /dev/shm is its own.
-constexpr char kLocalRoot[] = "/dev/shm/ckpt-nodes-test";
-
-// The bed, up for the whole suite (one per test binary, named after its
-// process so that beds of tests run side by side do not meet).
-class Bed {
- public:
-  static Bed& Get() {
-    static Bed bed;
-    return bed;
-  }
-
-  // Why the bed cannot be made here (no root, no namespaces), or why
-  // making it failed; both empty when it is up.
-  const std::string& unavailable() const { return unavailable_; }
-  const std::string& broken() const { return broken_; }
-
-  // Runs the bed script with `args` and waits.
-  testing::RunResult Script(const std::vector<std::string>& args) {
-    std::vector<std::string> all = {name_};
-    all.insert(all.end(), args.begin(), args.end());
-    return testing::RunProgram(CKPT_NODE_BED, all, scratch_.path());
-  }
-
-  // The script's command line, for a child of the test's own.
-  std::vector<std::string> Command(const std::vector<std::string>& args) {
-    std::vector<std::string> all = {CKPT_NODE_BED, name_};
-    all.insert(all.end(), args.begin(), args.end());
-    return all;
-  }
-
-  // The bed's name, which its namespaces and cgroups carry.
-  const std::string& name() const { return name_; }
-
-  ~Bed() {
-    if (up_) Script({"down"});
-  }
-
- private:
-  Bed() : name_("nt" + std::to_string(getpid())), scratch_("node-bed") {
-    // The mpirun the build found, which the script runs in node0.
-    setenv("CKPT_MPIRUN", CKPT_MPIRUN, 1);
-    if (geteuid() != 0) {
-      unavailable_ = "needs root to make network namespaces";
-      return;
-    }
-    for (const char* tool : {"ip", "unshare", "nsenter"}) {
-      if (std::system(
-              ("command -v " + std::string(tool) + " >/dev/null").c_str()) !=
-          0) {
-        unavailable_ = std::string("needs ") + tool + " on the PATH";
-        return;
-      }
-    }
-    const testing::RunResult up = Script(
-        {"up", std::to_string(kNodes), "--owner", std::to_string(getpid())});
-    if (up.exit_code != 0) {
-      // Root without the capabilities (a container): skipped; any other
-      // failure of the bed is the test's.
-      (up.err.find("not permitted") != std::string::npos ||
-               up.err.find("Permission denied") != std::string::npos
-           ? unavailable_
-           : broken_) = "cannot make the node bed: " + up.err;
-      return;
-    }
-    up_ = true;
-  }
-
-  std::string name_;
-  testing::TempDir scratch_;
-  std::string unavailable_, broken_;
-  bool up_ = false;
-};
-
-using Child = testing::SessionChild;
+using namespace nodes_bed;
 
 // After the tests, when some were skipped (no cpu cgroup, no PyTorch) and
 // none failed, a line that ctest reads as "skipped" (not "passed"): the
@@ -147,32 +67,6 @@ class ReportSkips : public ::testing::Environment {
 ::testing::Environment* const kReportSkips =
     ::testing::AddGlobalTestEnvironment(new ReportSkips);
 
-// mpirun -np 8 across the bed (`mpirun_options` before the program): the
-// trainer, 4 epochs of 16 steps, a local save every step (replicated to the
-// next node), a durable one every 8, and `extra` arguments.
-std::vector<std::string> Trainer(
-    const std::string& root, const std::string& out,
-    const std::vector<std::string>& mpirun_options = {},
-    const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> args = {"mpirun", "-np", std::to_string(kRanks)};
-  args.insert(args.end(), mpirun_options.begin(), mpirun_options.end());
-  for (const std::string& a : {std::string(CKPT_TRAIN), std::string("--root"),
-                               root, std::string("--out"), out}) {
-    args.push_back(a);
-  }
-  for (const char* a : {"--epochs", "4", "--samples", "512", "--batch", "32",
-                        "--save-every-steps", "3", "--local-tier"}) {
-    args.push_back(a);
-  }
-  args.push_back(std::string("file://") + kLocalRoot);
-  for (const char* a :
-       {"--local-every", "1", "--durable-every", "8", "--replicas", "1"}) {
-    args.push_back(a);
-  }
-  args.insert(args.end(), extra.begin(), extra.end());
-  return Bed::Get().Command(args);
-}
-
 // mpirun -np 8 across the bed: the trainer without tiers, one epoch of 4
 // steps, saved at steps 0, 2 and 4. Each step lasts at least 300 ms, so
 // that a node slowed once step 0 is saved is slow before step 4's save
@@ -183,91 +77,6 @@ std::vector<std::string> ShortTrainer(const std::string& root,
       {"mpirun", "-np", std::to_string(kRanks), CKPT_TRAIN, "--root", root,
        "--out", out, "--epochs", "1", "--samples", "128", "--batch", "32",
        "--save-every-steps", "2", "--step-sleep-ms", "300"});
-}
-
-// Waits for `job` to exit, or ends it after `seconds`; its exit code, or -1
-// if it had to be ended.
-int WaitOrEnd(Child& job, int seconds) {
-  const auto deadline = Clock::now() + std::chrono::seconds(seconds);
-  while (!job.Exited() && Clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  if (job.Exited()) return job.Wait();
-  job.KillSession();
-  return -1;
-}
-
-// Waits until the trainer has committed durable step 16, then a random
-// moment of the next few local saves. False if it ended first.
-bool WaitPastStep16(Child& job, const std::string& root) {
-  const auto deadline = Clock::now() + std::chrono::seconds(120);
-  while (!fs::exists(root + "/step-000000000016") && !job.Exited() &&
-         Clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  std::mt19937 gen(std::random_device{}());
-  std::this_thread::sleep_for(std::chrono::milliseconds(
-      std::uniform_int_distribution<int>(0, 300)(gen)));
-  return !job.Exited();
-}
-
-// Empties the local tier on every node.
-void WipeLocalTiers() {
-  for (int i = 0; i < kNodes; ++i) {
-    ASSERT_EQ(Bed::Get()
-                  .Script({"exec", std::to_string(i), "rm", "-rf", kLocalRoot})
-                  .exit_code,
-              0);
-  }
-}
-
-// What `ls` of the local tier's root shows on node `i` (one name a line).
-std::string LocalTierOf(int i) {
-  return Bed::Get()
-      .Script({"exec", std::to_string(i), "ls", "-1", kLocalRoot})
-      .out;
-}
-
-class NodesTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    ASSERT_FALSE(std::string(CKPT_MPIRUN).empty())
-        << "built without MPI: run scripts/install-deps.sh and configure "
-           "again";
-    if (!Bed::Get().unavailable().empty()) {
-      GTEST_SKIP() << "no node bed: " << Bed::Get().unavailable();
-    }
-    ASSERT_EQ(Bed::Get().broken(), "");
-    // Whatever an earlier test left (a failure mid-way): links up, nothing
-    // running, every node alive, every local tier empty.
-    ASSERT_EQ(Bed::Get().Script({"reset"}).exit_code, 0);
-    WipeLocalTiers();
-  }
-};
-
-// The final state of a run never stopped, and its log, made once.
-struct Reference {
-  testing::TempDir dir{"nodes-ref"};
-  int exit_code = -1;
-  std::string log, state;
-  // What each node's local tier held at the end (then emptied: another
-  // job's shares in it would stop the next job, which refuses them).
-  std::vector<std::string> local;
-};
-const Reference& Uninterrupted() {
-  static Reference ref;
-  if (ref.exit_code == -1) {
-    const std::string log = ref.dir.string() + "/log";
-    ref.exit_code = Child(Trainer(ref.dir.string() + "/root",
-                                  ref.dir.string() + "/final.bin"),
-                          log)
-                        .Wait();
-    ref.log = ReadFile(log);
-    ref.state = ReadFile(ref.dir.string() + "/final.bin");
-    for (int i = 0; i < kNodes; ++i) ref.local.push_back(LocalTierOf(i));
-    WipeLocalTiers();
-  }
-  return ref;
 }
 
 // A killed node's holder id may be taken by a host process before the node
@@ -430,95 +239,6 @@ TEST_F(NodesTest, NodeKilledMidTrainingResumesFromPeerReplicas) {
   const size_t at = ref.log.find("final state sha256");
   ASSERT_NE(at, std::string::npos) << ref.log;
   EXPECT_TRUE(Contains(text, ref.log.substr(at, 84)));
-}
-
-// Node 1's link goes down mid-save (a network partition; its processes
-// live on). With --peer-timeout 3, every rank fails within the timeout and a
-// second of pings, and names node 1's ranks as the ones that do not answer
-// (node 1's own ranks name every other); nothing partial is committed:
-// with the link back, the next start restores the newest whole local step,
-// older than the one in flight, and ends bit-identical.
-TEST_F(NodesTest, PartitionedNodeFailsEveryRankInBoundedTimeNamingIt) {
-  const Reference& ref = Uninterrupted();
-  ASSERT_EQ(ref.exit_code, 0) << ref.log;
-  const testing::TempDir dir("nodes-partition");
-  const std::string root = dir.string() + "/root";
-  const std::string out = dir.string() + "/final.bin";
-  // Each rank's output, written on its own node (mpirun, in node0, cannot
-  // hear node 1 any more); ranks go on to fail on their own after the first
-  // exits.
-  const std::string outputs = dir.string() + "/ranks";
-  constexpr double kTimeout = 3;
-  std::vector<std::string> lines(kRanks);
-  double seconds = 0;
-  {
-    Child job(Trainer(root, out,
-                      {"--output-filename", outputs, "--mca",
-                       "orte_abort_on_non_zero_status", "0"},
-                      {"--peer-timeout", "3"}),
-              dir.string() + "/mpirun.log");
-    ASSERT_TRUE(WaitPastStep16(job, root))
-        << ReadFile(dir.string() + "/mpirun.log");
-    const auto t0 = Clock::now();
-    ASSERT_EQ(Bed::Get().Script({"partition", "1"}).exit_code, 0);
-    for (int done = 0;
-         done < kRanks && Clock::now() < t0 + std::chrono::seconds(60);) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      done = 0;
-      for (int r = 0; r < kRanks; ++r) {
-        const std::string err =
-            ReadFile(outputs + "/1/rank." + std::to_string(r) + "/stderr");
-        const size_t at = err.find("train: rank");
-        if (at == std::string::npos) continue;
-        if (lines[r].empty()) {
-          seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-        }
-        lines[r] = err.substr(at, err.find('\n', at) - at);
-        ++done;
-      }
-    }
-    // mpirun waits for node 1's daemon, which it cannot reach.
-    job.KillSession();
-  }
-  ASSERT_EQ(Bed::Get().Script({"heal", "1"}).exit_code, 0);
-  ASSERT_EQ(Bed::Get().Script({"reap"}).exit_code, 0);
-  int64_t in_flight = -1;
-  for (int r = 0; r < kRanks; ++r) {
-    SCOPED_TRACE("rank " + std::to_string(r));
-    ASSERT_FALSE(lines[r].empty()) << "no error from rank " << r;
-    std::smatch m;
-    ASSERT_TRUE(std::regex_search(
-        lines[r], m, std::regex("; (.*) do(es)? not answer a ping")))
-        << lines[r];
-    if (r == 2 || r == 3) {
-      EXPECT_TRUE(Contains(m[1], "ranks 0, 1 (node0)"));
-      EXPECT_TRUE(Contains(m[1], "ranks 6, 7 (node3)"));
-    } else {
-      EXPECT_TRUE(Contains(m[1], "ranks 2, 3 (node1)"));
-    }
-    if (std::regex_search(lines[r], m,
-                          std::regex("transferring step ([0-9]+)"))) {
-      in_flight = std::stoll(m[1]);
-    }
-  }
-  // The last rank's error came within the timeout, a second of pings, and
-  // room for a loaded machine.
-  EXPECT_LT(seconds, kTimeout + 1 + 10);
-  std::printf("every rank failed within %.1f s of the partition\n", seconds);
-
-  const std::string log = dir.string() + "/resumed.log";
-  EXPECT_EQ(Child(Trainer(root, out), log).Wait(), 0) << ReadFile(log);
-  const std::string text = ReadFile(log);
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(
-      text, m, std::regex("restored step ([0-9]+) from the local tier")))
-      << text;
-  EXPECT_GE(std::stoll(m[1]), 16);
-  if (in_flight >= 0) {
-    EXPECT_LT(std::stoll(m[1]), in_flight);
-  }
-  EXPECT_TRUE(ReadFile(out) == ref.state)
-      << "final state differs from the uninterrupted run's";
 }
 
 // Node 2 is slow: once the job has started (its first save, step 0), its

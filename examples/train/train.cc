@@ -68,6 +68,9 @@ struct Config {
   int64_t durable_every = 0;
   int replicas = 1;
   std::vector<int> nodes;
+  // The most bytes per second a rank sends replicating a local step (0:
+  // unpaced): TierOptions::replication_bytes_per_second.
+  double replication_rate = 0;
   // Under MPI: seconds a call between ranks waits before it fails, naming
   // the ranks it heard nothing from (0: as long as it takes).
   double peer_timeout = 0;
@@ -438,6 +441,7 @@ int Usage() {
                "[--step-sleep-ms N] [--quiet]\n"
                "             [--local-tier URL [--local-every N] "
                "[--durable-every N] [--replicas K]\n"
+               "              [--replication-rate BYTES_PER_SECOND]\n"
                "              [--nodes N,N,...]] [--peer-timeout SECONDS]\n");
   return 2;
 }
@@ -469,7 +473,8 @@ int Run(const Config& config, ckpt::Communicator& comm) {
                 .node_of_rank = config.nodes,
                 .local_every_steps = config.local_every,
                 .durable_every_steps = config.durable_every,
-                .replicas = config.replicas});
+                .replicas = config.replicas,
+                .replication_bytes_per_second = config.replication_rate});
     if (!opened.ok()) {
       std::fprintf(stderr, "train: %s\n", opened.status().ToString().c_str());
       return 1;
@@ -542,6 +547,8 @@ int main(int argc, char** argv) {
       config.durable_every = std::atoll(v);
     else if (a == "--replicas")
       config.replicas = std::atoi(v);
+    else if (a == "--replication-rate")
+      config.replication_rate = std::atof(v);
     else if (a == "--peer-timeout")
       config.peer_timeout = std::atof(v);
     else if (a == "--nodes")

@@ -59,15 +59,20 @@ def _load_mpi():
                     f"openmpi-bin)") from None
             lib.ckpt_mpi_communicator_create.restype = ctypes.c_int
             lib.ckpt_mpi_communicator_create.argtypes = [_err, _err]
+            lib.ckpt_mpi_communicator_create_with_timeout.restype = \
+                ctypes.c_int
+            lib.ckpt_mpi_communicator_create_with_timeout.argtypes = [
+                ctypes.c_double, _err, _err]
             lib.ckpt_mpi_finalize.restype = None
             lib.ckpt_mpi_finalize.argtypes = []
             _mpi_lib = lib
     return _mpi_lib
 
 
-def mpi_communicator():
+def mpi_communicator(timeout=0):
     lib = _load_mpi()
-    return Communicator(_make(lib.ckpt_mpi_communicator_create))
+    return Communicator(_make(lib.ckpt_mpi_communicator_create_with_timeout,
+                              ctypes.c_double(timeout)))
 
 
 def _finalize_mpi():

@@ -21,6 +21,7 @@ import threading
 from ckpt import _communicator, _errors, _lib
 
 _ABORTED = 7  # CKPT_ABORTED
+_UNAVAILABLE = 6  # CKPT_UNAVAILABLE
 
 _INT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
 _HOST_NAME = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
@@ -155,7 +156,9 @@ def _run(ctx, errbuf, errlen, what):
         return 0
     except BaseException as e:  # noqa: B036 - nothing may leave a callback
         _write_error(errbuf, errlen, e)
-        return _ABORTED
+        # gloo's timeout (the group's): a rank that never came, as the MPI
+        # communicator's timeout reports it.
+        return _UNAVAILABLE if "Timed out" in str(e) else _ABORTED
 
 
 def _rank(ctx):
@@ -220,8 +223,9 @@ _SEND_RECV = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
                               ctypes.c_void_p, ctypes.c_void_p,
                               ctypes.c_size_t)(_send_recv)
 
-# The gloo group made for the default group, per default group: every rank
-# makes the same calls, so every rank makes it (once) at the same point.
+# The gloo group made for the default group, per default group and timeout:
+# every rank makes the same calls, so every rank makes it (once) at the
+# same point.
 _own_groups = {}
 
 
@@ -232,7 +236,7 @@ def _backend(dist, group):
         return ""
 
 
-def torch_communicator(group=None):
+def torch_communicator(group=None, timeout=None):
     """The ranks of a torch.distributed job, for
     CheckpointManager(communicator=...): run the program under torchrun
     and call torch.distributed.init_process_group first.
@@ -246,6 +250,15 @@ def torch_communicator(group=None):
     call), at the same point. A `group` passed in must have a gloo backend
     and is used as it is: then the program must not run collectives on it
     while ckpt saves or loads (a save_async included).
+
+    timeout (seconds; group=None only): the timeout of the gloo group ckpt
+    makes, so that each of ckpt's collectives waits at most this long for
+    the other ranks; one that a rank never reaches (a node stopped, or cut
+    off by the network) then fails with ckpt.Unavailable carrying gloo's
+    message ("Timed out waiting ... ms"), which names no rank (the MPI
+    communicator's does). None: torch's default for a new group (30
+    minutes). A group passed in has the timeout it was made with
+    (torch.distributed.new_group(backend="gloo", timeout=...)).
 
     Raises ckpt.FailedPrecondition when torch.distributed is not available
     or not initialized, ckpt.Unavailable without PyTorch.
@@ -266,16 +279,35 @@ def torch_communicator(group=None):
             "ckpt.torch_communicator(): call "
             "torch.distributed.init_process_group first (run the program "
             "under torchrun)")
+    if timeout is not None and (
+            group is not None or isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float)) or not timeout > 0
+            or timeout == float("inf")):
+        raise _errors.InvalidArgument(
+            f"ckpt.torch_communicator(timeout={timeout!r}): "
+            + ("a group passed in keeps the timeout it was made with "
+               "(torch.distributed.new_group(backend=\"gloo\", "
+               "timeout=...))" if group is not None else
+               "the timeout is a number of seconds > 0 (None: torch's "
+               "default)"))
     if group is None:
         default = dist.distributed_c10d._get_default_group()
-        own = _own_groups.get(id(default))
+        key = (id(default), timeout)
+        own = _own_groups.get(key)
         if own is None or own[0] is not default:
             if not dist.is_gloo_available():
                 raise _errors.Unavailable(
                     "ckpt.torch_communicator(): this PyTorch has no gloo "
                     "backend, which ckpt's collectives need")
-            own = (default, dist.new_group(backend="gloo"))
-            _own_groups[id(default)] = own
+            if timeout is None:
+                made = dist.new_group(backend="gloo")
+            else:
+                import datetime
+                made = dist.new_group(
+                    backend="gloo",
+                    timeout=datetime.timedelta(seconds=timeout))
+            own = (default, made)
+            _own_groups[key] = own
         group = own[1]
     elif "gloo" not in _backend(dist, group):
         raise _errors.InvalidArgument(
@@ -317,9 +349,11 @@ def agreement_group(world_size):
     if not (dist.is_available() and dist.is_initialized()):
         return None
     default = dist.distributed_c10d._get_default_group()
-    own = _own_groups.get(id(default))
-    if own is None or own[0] is not default or \
-            dist.get_world_size(own[1]) != world_size:
+    # The first made (with or without a timeout): every rank made the same
+    # groups in the same order.
+    own = next((g for (d, _), g in _own_groups.items()
+                if d == id(default) and g[0] is default), None)
+    if own is None or dist.get_world_size(own[1]) != world_size:
         return None
     return own[1]
 

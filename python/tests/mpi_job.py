@@ -6,6 +6,10 @@
   mpi_job.py load ROOT SAVERS    every rank fills its shard of "w" (split
                                  over however many ranks run now) and checks
                                  every value; exits 1 on any mismatch
+  mpi_job.py silent SECONDS      with a timeout of SECONDS, rank 1 stays
+                                 away from a barrier longer than that; every
+                                 other rank's barrier must fail within the
+                                 timeout and a second of pings, naming rank 1
 """
 
 import sys
@@ -13,6 +17,8 @@ import sys
 import numpy as np
 
 import ckpt
+
+from silent_rank import silent_rank
 
 ROWS, COLS = 30, 4
 
@@ -31,7 +37,20 @@ def fail(rank, what):
     sys.exit(1)
 
 
+def silent(timeout):
+    comm = ckpt.mpi_communicator(timeout=timeout)
+    why = silent_rank(comm, timeout, fail)
+    if why is None:
+        return
+    if "rank 1 (" not in why or "does not answer a ping" not in why:
+        fail(comm.rank, f"the error does not name rank 1: {why}")
+    print(f"rank {comm.rank}: {why}")
+
+
 def main():
+    if sys.argv[1] == "silent":
+        silent(float(sys.argv[2]))
+        return
     op, root = sys.argv[1], sys.argv[2]
     comm = ckpt.mpi_communicator()
     rank, size = comm.rank, comm.size

@@ -125,6 +125,7 @@ def _mpirun(n, *args):
            sys.executable, os.path.join(HERE, "mpi_job.py"), *args]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
 
 
 def test_many_ranks_under_mpirun(root, tmp_path):
@@ -146,6 +147,21 @@ def test_many_ranks_under_mpirun(root, tmp_path):
                                           1: b"rng of rank 1"}
     row = ckpt.Catalog(catalog).latest("mpi-job")
     assert (row.step, row.world_size, row.metrics) == (7, 2, {"loss": 0.25})
+
+
+def test_mpi_timeout_names_the_rank_that_never_arrives():
+    assert "CKPT_MPIEXEC" in os.environ, (
+        "the build found no MPI: run scripts/install-deps.sh and configure "
+        "again")
+    out = _mpirun(2, "silent", "2")
+    assert "MPI barrier: rank 0 (" in out
+    assert "heard nothing from rank 1 (" in out
+
+
+def test_mpi_timeout_must_be_seconds():
+    for bad in (-1, float("nan"), float("inf"), "3", True):
+        with pytest.raises(ckpt.InvalidArgument, match="timeout"):
+            ckpt.mpi_communicator(timeout=bad)
 
 
 def test_incremental_saves_write_only_what_changed(root):

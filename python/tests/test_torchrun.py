@@ -42,6 +42,18 @@ def test_torch_communicator_needs_an_initialized_process_group():
         ckpt.torch_communicator()
 
 
+def test_a_timeout_ends_a_collective_that_a_rank_never_reaches():
+    err = torchrun(2, "silent", "2")
+    assert "rank 0 timed out: " in err, err
+
+
+def test_a_timeout_is_for_ckpts_own_group(one_rank_group):
+    with pytest.raises(ckpt.InvalidArgument, match="new_group"):
+        ckpt.torch_communicator(dist.new_group(backend="gloo"), timeout=5)
+    with pytest.raises(ckpt.InvalidArgument, match="seconds > 0"):
+        ckpt.torch_communicator(timeout=-1)
+
+
 def errors_by_rank(err):
     """{rank: [(class, message), ...]} of the errors a job printed."""
     out = {}

@@ -42,6 +42,11 @@
                     a Partial DTensor): every rank gets the same error
                     (printed as for bad), nothing is committed
 
+  silent SECONDS    a communicator with a timeout of SECONDS: rank 1 stays
+                    away from a barrier longer than that; every other
+                    rank's barrier must fail with ckpt.Unavailable within
+                    the timeout and a few seconds
+
 Exits 1 on any mismatch. Several operations in one job save starting
 PyTorch (the slow part) more than once.
 """
@@ -56,6 +61,7 @@ import ckpt
 import ckpt.torch as ct
 
 import sharded_doubles as sd
+from silent_rank import silent_rank
 
 ROWS, COLS = 30, 4
 
@@ -377,6 +383,15 @@ def tbad(root, rank, size):
         pass  # nothing was committed, so nothing made the root
 
 
+def silent(timeout, rank):
+    why = silent_rank(ckpt.torch_communicator(timeout=timeout), timeout, fail)
+    if why is None:
+        return
+    if "Timed out" not in why:
+        fail(rank, f"not gloo's timeout: {why}")
+    print(f"rank {rank} timed out: {why}", file=sys.stderr)
+
+
 def main():
     dist.init_process_group("gloo")
     comm = ckpt.torch_communicator()
@@ -415,6 +430,8 @@ def main():
             args = args[4:]
         elif op == "tbad":
             tbad(root, rank, size)
+        elif op == "silent":
+            silent(float(root), rank)
         else:
             fail(rank, f"unknown operation {op}")
     comm.barrier()

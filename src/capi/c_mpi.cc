@@ -6,6 +6,7 @@
 
 #include <mpi.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -84,9 +85,21 @@ int SetError(char** errptr, int code, const std::string& message) {
 extern "C" {
 
 int ckpt_mpi_communicator_create(ckpt_communicator_t** out, char** errptr) {
+  return ckpt_mpi_communicator_create_with_timeout(0, out, errptr);
+}
+
+int ckpt_mpi_communicator_create_with_timeout(double timeout_seconds,
+                                              ckpt_communicator_t** out,
+                                              char** errptr) {
   if (out == nullptr) {
     return SetError(errptr, CKPT_INVALID_ARGUMENT,
                     "ckpt_mpi_communicator_create: out is NULL");
+  }
+  if (!(timeout_seconds >= 0) || std::isinf(timeout_seconds)) {
+    return SetError(errptr, CKPT_INVALID_ARGUMENT,
+                    "ckpt_mpi_communicator_create: timeout_seconds " +
+                        std::to_string(timeout_seconds) +
+                        " is not a number of seconds >= 0");
   }
   int ready = 0;
   MPI_Initialized(&ready);
@@ -108,7 +121,8 @@ int ckpt_mpi_communicator_create(ckpt_communicator_t** out, char** errptr) {
   }
   std::unique_ptr<ckpt::Communicator> comm;
   try {
-    comm = ckpt::NewMpiCommunicator();
+    comm = ckpt::NewMpiCommunicator(MPI_COMM_WORLD,
+                                    {.timeout_seconds = timeout_seconds});
   } catch (...) {
     return SetError(errptr, CKPT_UNAVAILABLE,
                     "ckpt_mpi_communicator_create: out of memory");
