@@ -258,8 +258,9 @@ int ckpt_manager_delete(ckpt_manager_t* manager, int64_t step,
                         int rewrite_dependants, char** errptr) {
   return Guard(errptr, [&]() -> ckpt::Status {
     if (manager == nullptr) return Unopened("ckpt_manager_delete");
-    return manager->manager->Delete(
-        step, {.rewrite_dependants = rewrite_dependants != 0});
+    return manager->manager
+        ->Delete(step, {.rewrite_dependants = rewrite_dependants != 0})
+        .status();
   });
 }
 
