@@ -190,5 +190,43 @@ TEST_F(DeleteReportTest, DeleteOfAChainBaseReportsRewritesAndKeptObjects) {
   EXPECT_EQ(testing::ListedSteps(*mgr), (Steps{2, 3}));
 }
 
+// A collection reports each step it deleted as Delete would, newest first;
+// the rest of deleted_objects are dead attempts' objects.
+TEST_F(DeleteReportTest, GarbageCollectReportsEachDeletedStep) {
+  auto mgr = Open();
+  ASSERT_NE(mgr, nullptr);
+  for (int64_t step : {1, 2, 3}) {
+    values_[0] = static_cast<float>(-step);
+    ASSERT_NO_FATAL_FAILURE(Save(*mgr, step, false));
+  }
+  const std::string dead = format::DataObjectKey(3, 0, "00000000deadbeef");
+  ASSERT_TRUE(mgr->storage().PutString(dead, "a dead attempt").ok());
+  const std::map<std::string, uint64_t> one = Listing(*mgr, 1);
+  const std::map<std::string, uint64_t> two = Listing(*mgr, 2);
+
+  Result<GcReport> gc =
+      mgr->GarbageCollect({.retention = RetentionPolicy{.keep_last = 1}});
+  ASSERT_TRUE(gc.ok()) << gc.status().ToString();
+  EXPECT_EQ(gc->deleted_steps, (Steps{1, 2}));
+  ASSERT_EQ(gc->step_reports.size(), 2u);
+  EXPECT_EQ(gc->step_reports[0].step, 2);
+  EXPECT_EQ(Objects(gc->step_reports[0].removed), two);
+  EXPECT_EQ(gc->step_reports[1].step, 1);
+  EXPECT_EQ(Objects(gc->step_reports[1].removed), one);
+  std::set<std::string> rest(gc->deleted_objects.begin(),
+                             gc->deleted_objects.end());
+  uint64_t bytes = 0;
+  for (const DeleteReport& r : gc->step_reports) {
+    EXPECT_TRUE(r.manifest_deleted);
+    EXPECT_TRUE(r.kept.empty());
+    for (const DeleteReport::Object& o : r.removed) {
+      EXPECT_EQ(rest.erase(o.key), 1u) << o.key;
+    }
+    bytes += r.bytes_freed;
+  }
+  EXPECT_EQ(rest, std::set<std::string>{dead});
+  EXPECT_EQ(gc->bytes_freed, bytes + 14);
+}
+
 }  // namespace
 }  // namespace ckpt

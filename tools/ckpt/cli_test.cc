@@ -875,6 +875,17 @@ TEST_F(CliTest, DiffIgnoresAChunkSizeChange) {
   EXPECT_EQ(r.out, "");
 }
 
+// The objects of `root`'s step directory `dir`: key relative to the root
+// -> bytes.
+std::map<std::string, uint64_t> StepObjectSizes(const std::string& root,
+                                                const std::string& dir) {
+  std::map<std::string, uint64_t> sizes;
+  for (const auto& e : fs::directory_iterator(fs::path(root) / dir)) {
+    sizes[dir + "/" + e.path().filename().string()] = fs::file_size(e.path());
+  }
+  return sizes;
+}
+
 // --- gc
 // --------------------------------------------------------------------------
 
@@ -903,6 +914,53 @@ TEST_F(CliTest, GcKeepLast) {
   EXPECT_GT(j["bytes_freed"].get<uint64_t>(), 0u);
   EXPECT_EQ(CommittedSteps(root_), std::vector<int64_t>{3});
   EXPECT_EQ(Ckpt({"verify", root_, "--all"}).exit_code, 0);
+}
+
+// gc reports each deleted step as delete does: under its line what the
+// step's delete kept and why; --json adds one report per step.
+TEST_F(CliTest, GcPrintsWhatEachStepsDeleteKept) {
+  SaveSteps({1, 2, 3});
+  const std::string dir = "step-000000000001";
+  ASSERT_TRUE(
+      WriteFile((fs::path(root_) / dir / "notes.txt").string(), "a note\n"));
+  const auto one = StepObjectSizes(root_, dir);
+  const auto two = StepObjectSizes(root_, "step-000000000002");
+
+  RunResult r = Ckpt({"gc", root_, "--keep-last", "1", "--dry-run", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = ParseJson(r.out);
+  EXPECT_EQ(j["deleted_steps"], nlohmann::json({1, 2}));
+  ASSERT_EQ(j["step_reports"].size(), 2u) << r.out;
+  EXPECT_EQ(j["step_reports"][0]["step"], 2);
+  EXPECT_EQ(j["step_reports"][0]["kept"], nlohmann::json::array());
+  EXPECT_EQ(j["step_reports"][1]["step"], 1);
+  EXPECT_EQ(j["step_reports"][1]["dry_run"], true);
+  EXPECT_EQ(j["step_reports"][1]["kept"],
+            nlohmann::json::parse(R"([{"key": ")" + dir +
+                                  R"(/notes.txt", "bytes": 7,
+                "reason": "not_ckpt_object", "named_by": []}])"));
+  EXPECT_EQ(j["step_reports"][1]["removed"].size(), one.size() - 1);
+  EXPECT_EQ(CommittedSteps(root_), (std::vector<int64_t>{1, 2, 3}));
+
+  r = Ckpt({"gc", root_, "--keep-last", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  uint64_t bytes = 0;
+  for (const auto* step : {&one, &two}) {
+    for (const auto& [key, size] : *step) {
+      if (!key.ends_with("notes.txt")) bytes += size;
+    }
+  }
+  EXPECT_EQ(r.out,
+            "deleted step 1\n"
+            "kept " +
+                dir +
+                "/notes.txt (7 B): not written by ckpt\n"
+                "deleted step 2\n"
+                "deleted " +
+                std::to_string(one.size() - 1 + two.size()) + " objects (" +
+                FormatBytes(bytes) + ")\n");
+  EXPECT_EQ(CommittedSteps(root_), std::vector<int64_t>{3});
+  EXPECT_TRUE(fs::exists(fs::path(root_) / dir / "notes.txt"));
 }
 
 // A running job owns its root: `ckpt gc` and `ckpt delete` beside it are
@@ -1262,16 +1320,6 @@ std::pair<std::set<std::string>, uint64_t> StepObjects(const std::string& root,
     bytes += fs::file_size(e.path());
   }
   return {keys, bytes};
-}
-
-// The same, key -> bytes.
-std::map<std::string, uint64_t> StepObjectSizes(const std::string& root,
-                                                const std::string& dir) {
-  std::map<std::string, uint64_t> sizes;
-  for (const auto& e : fs::directory_iterator(fs::path(root) / dir)) {
-    sizes[dir + "/" + e.path().filename().string()] = fs::file_size(e.path());
-  }
-  return sizes;
 }
 
 TEST_F(CliTest, DeleteJsonListsWhatItDeleted) {
