@@ -19,6 +19,11 @@
 //   5. Delete the step's objects that are ckpt's own (data objects, a
 //      backend's temporaries) and that no other manifest names; anything
 //      else in the directory is left alone. Update the LATEST hint.
+//   The DeleteReport says what each step did: the dependants rewritten
+//   (bytes copied), the objects removed, those kept in the directory and
+//   why, those already gone. A dry run goes through 1 to 5 writing nothing:
+//   with rewrite_dependants it counts the bytes each rewrite would copy and
+//   judges the directory as the rewritten dependants would leave it.
 #include <algorithm>
 #include <map>
 #include <memory>

@@ -2,7 +2,6 @@
 
 #include <fmt/core.h>
 
-#include <algorithm>
 #include <climits>
 #include <memory>
 #include <set>
@@ -38,7 +37,9 @@ void PrintLeftBehind(const DeleteReport& r) {
     std::string why = "not written by ckpt";
     if (o.reason == kDeleteNamedByCheckpoint) {
       why = o.named_by.empty() ? "named by a checkpoint that stays"
-                               : "named by step " + Steps(o.named_by);
+                               : (o.named_by.size() == 1 ? "named by step "
+                                                         : "named by steps ") +
+                                     Steps(o.named_by);
     }
     fmt::print("kept {} ({}): {}\n", o.key, FormatBytes(o.bytes), why);
   }
