@@ -87,7 +87,7 @@ struct ChildReport {
   ckpt::Status s;
   {
     auto mgr = ckpt::CheckpointManager::Open(url);
-    s = mgr.ok() ? (*mgr)->Delete(1, {.rewrite_dependants = true})
+    s = mgr.ok() ? (*mgr)->Delete(1, {.rewrite_dependants = true}).status()
                  : mgr.status();
   }
   report.seconds = Seconds(t0);

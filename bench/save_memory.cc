@@ -316,7 +316,7 @@ int main(int argc, char** argv) {
       mgr->reset();
       std::error_code ec;
       std::filesystem::remove_all(dir, ec);
-    } else if (ckpt::Status s = (*mgr)->Delete(step); !s.ok()) {
+    } else if (ckpt::Status s = (*mgr)->Delete(step).status(); !s.ok()) {
       std::fprintf(stderr, "bench_save_memory: delete the checkpoint: %s\n",
                    s.ToString().c_str());
     }

@@ -73,6 +73,20 @@ class CheckLayeringTest(unittest.TestCase):
         self.assertIn("test support (src/testing) included", out)
         self.assertIn("src/checkpoint/thing.cc:1:", out)
 
+    def test_fails_a_command_that_includes_checkpoint_internals(self):
+        code, out = check({"tools/ckpt/gc.cc":
+                           '#include "ckpt/checkpoint_manager.h"\n'
+                           '#include "checkpoint/manifests.h"\n'})
+        self.assertEqual(code, 1)
+        self.assertIn("the ckpt command includes an internal header", out)
+        self.assertIn("tools/ckpt/gc.cc:2:", out)
+        # Its tests may, and the public header is the way in.
+        self.assertEqual(check({"tools/ckpt/cli_test.cc":
+                                '#include "checkpoint/manifests.h"\n',
+                                "tools/ckpt/gc.cc":
+                                '#include "ckpt/checkpoint_manager.h"\n'}),
+                         (0, ""))
+
     def test_fails_a_public_header_that_includes_test_support(self):
         code, out = check({"include/ckpt/thing.h":
                            '#include "testing/temp_dir.h"\n'})

@@ -211,7 +211,7 @@ void DropCachedTree(const std::string& dir) {
 Status DeleteAll(CheckpointManager& mgr) {
   CKPT_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> infos, mgr.List());
   for (const CheckpointInfo& info : infos) {
-    CKPT_RETURN_IF_ERROR(mgr.Delete(info.step));
+    CKPT_RETURN_IF_ERROR(mgr.Delete(info.step).status());
   }
   return Status();
 }

@@ -524,6 +524,19 @@ CKPT_EXPORT int ckpt_manager_verify(ckpt_manager_t* manager, int64_t step,
 CKPT_EXPORT int ckpt_manager_delete(ckpt_manager_t* manager, int64_t step,
                                     int rewrite_dependants, char** errptr);
 
+/* ckpt_manager_delete, with what it did: {step, dry_run, manifest_deleted,
+ * removed (array of {key, bytes}: the manifest first), bytes_freed, kept and
+ * skipped (arrays of {key, bytes, reason, named_by}: objects left in the
+ * step's directory, reason "not_ckpt_object" or "named_by_checkpoint" with
+ * the steps naming it; objects already gone, reason "already_gone"),
+ * rewritten (array of {step, bytes_copied}: the dependants rewrite_dependants
+ * rewrote), deleted_steps, deleted_objects}. With dry_run, changes nothing
+ * and reports what it would do. */
+CKPT_EXPORT int ckpt_manager_delete_report(ckpt_manager_t* manager,
+                                           int64_t step, int rewrite_dependants,
+                                           int dry_run, char** json,
+                                           char** errptr);
+
 /* Applies the retention policy and removes dead attempts' objects:
  * {deleted_steps, deleted_objects, bytes_freed}. With dry_run, deletes nothing
  * and reports what it would. */

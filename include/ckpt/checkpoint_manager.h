@@ -345,10 +345,55 @@ struct GcOptions {
   std::optional<RetentionPolicy> retention = {};
 };
 
+// What deleting one checkpoint did (or, in a dry run, would do).
+struct DeleteReport {
+  // An object of the step's directory.
+  struct Object {
+    std::string key;
+    uint64_t bytes = 0;
+    // Kept and skipped objects: why (one of the kDelete* reasons below).
+    std::string reason;
+    // Kept as kDeleteNamedByCheckpoint by a delete alone: the checkpoints
+    // whose manifests name it (a collection leaves it empty).
+    std::vector<int64_t> named_by;
+  };
+  // A checkpoint that depended on this one, rewritten first
+  // (DeleteOptions::rewrite_dependants): the bytes of this step's objects it
+  // read, now copied into a new object in its own directory.
+  struct Rewritten {
+    int64_t step = 0;
+    uint64_t bytes_copied = 0;
+  };
+  int64_t step = -1;
+  bool dry_run = false;
+  // True when this delete removed the manifest (it goes first, so from then
+  // on the step is no checkpoint); false when another party had removed it
+  // first (it is then under `skipped`).
+  bool manifest_deleted = false;
+  std::vector<Rewritten> rewritten;  // oldest first
+  std::vector<Object> removed;       // the manifest first, then data objects
+  uint64_t bytes_freed = 0;          // the bytes of `removed`
+  std::vector<Object> kept;          // left in the step's directory
+  std::vector<Object> skipped;       // meant to go, but already gone
+};
+// DeleteReport::Object::reason: another checkpoint's manifest names the
+// object, so it stays with that checkpoint.
+inline constexpr char kDeleteNamedByCheckpoint[] = "named_by_checkpoint";
+// Not an object ckpt writes (a user's file in the step's directory): ckpt
+// deletes only its own objects.
+inline constexpr char kDeleteNotCkptObject[] = "not_ckpt_object";
+// Listed, but gone when its delete came: another party (a collection, a
+// delete of the same step) removed it first.
+inline constexpr char kDeleteAlreadyGone[] = "already_gone";
+
 struct GcReport {
   std::vector<int64_t> deleted_steps;        // checkpoints retention removed
   std::vector<std::string> deleted_objects;  // every key removed
   uint64_t bytes_freed = 0;
+  // Each step of deleted_steps, in the order deleted (newest first): its
+  // objects are among deleted_objects; the rest of deleted_objects are dead
+  // attempts' objects.
+  std::vector<DeleteReport> step_reports;
 };
 
 struct DeleteOptions {
@@ -357,6 +402,10 @@ struct DeleteOptions {
   // first (the `--force` of `ckpt delete`); otherwise such a delete fails
   // with FailedPrecondition naming them.
   bool rewrite_dependants = false;
+  // Report what the delete would do, rewrite and delete nothing (it takes
+  // no lease). With rewrite_dependants, the report's `rewritten` says how
+  // many bytes each dependant would copy.
+  bool dry_run = false;
 };
 
 struct VerifyReport {
@@ -484,9 +533,12 @@ class CheckpointManager {
   // files' safetensors headers.
   Result<VerifyReport> Verify(int64_t step, const ProgressFn& progress = {});
   // Deletes a committed checkpoint (manifest first, so a crash leaves
-  // garbage, never a half-deleted checkpoint that looks complete).
-  Status Delete(int64_t step);
-  Status Delete(int64_t step, const DeleteOptions& options);
+  // garbage, never a half-deleted checkpoint that looks complete), and
+  // reports what went, what stayed in its directory and why, and which
+  // dependants were rewritten. An error names the root, the step and the
+  // operation; the report comes only with success.
+  Result<DeleteReport> Delete(int64_t step);
+  Result<DeleteReport> Delete(int64_t step, const DeleteOptions& options);
   // Applies retention and removes dead attempts' objects.
   Result<GcReport> GarbageCollect(const GcOptions& options = {});
 

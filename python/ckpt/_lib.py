@@ -110,6 +110,7 @@ _SIGNATURES = {
     "ckpt_manager_describe_columns": (_i, [_p, _i64, _err, _err]),
     "ckpt_manager_verify": (_i, [_p, _i64, _err, _err]),
     "ckpt_manager_delete": (_i, [_p, _i64, _i, _err]),
+    "ckpt_manager_delete_report": (_i, [_p, _i64, _i, _i, _err, _err]),
     "ckpt_manager_gc": (_i, [_p, _i, _err, _err]),
     "ckpt_communicator_set_send_recv": (_i, [_p, _p, _err]),
     "ckpt_tiered_open": (_i, [_p, _s, _i64, _i64, _i, _i, ctypes.c_double,

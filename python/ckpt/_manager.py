@@ -407,9 +407,17 @@ class CheckpointManager:
         shape, bytes."""
         return self._reader.describe(step)
 
-    def delete(self, step):
-        """Deletes the committed checkpoint `step`."""
-        self._reader.delete(step)
+    def delete(self, step, *, dry_run=False):
+        """Deletes the committed checkpoint `step` and returns what it did,
+        as a dict: "removed" (each object deleted, {"key", "bytes"}, the
+        manifest first; "bytes_freed" their sum), "kept" (objects left in
+        the step's directory, each with a "reason": "not_ckpt_object" for a
+        file ckpt did not write, "named_by_checkpoint" with the "named_by"
+        steps), "skipped" (already gone: "already_gone"),
+        "manifest_deleted", "step" and "dry_run". A checkpoint that others
+        depend on is refused (ckpt.FailedPrecondition naming them).
+        dry_run=True reports the same and deletes nothing."""
+        return self._reader.delete(step, dry_run=dry_run)
 
     def _save_arguments(self, state, metadata, epoch, metrics, incremental,
                         dirty_rows):

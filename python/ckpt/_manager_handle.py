@@ -269,9 +269,10 @@ class Manager(_Owned):
         return [CheckpointInfo(i) for i in _call(
             _lib.ckpt_manager_list, self._handle(), out=True)]
 
-    def delete(self, step, rewrite_dependants=False):
-        _call(_lib.ckpt_manager_delete, self._handle(), _step(step),
-              1 if rewrite_dependants else 0)
+    def delete(self, step, rewrite_dependants=False, dry_run=False):
+        return _call(_lib.ckpt_manager_delete_report, self._handle(),
+                     _step(step), 1 if rewrite_dependants else 0,
+                     1 if dry_run else 0, out=True)
 
     def verify(self, step):
         return _call(_lib.ckpt_manager_verify, self._handle(), _step(step),

@@ -1,6 +1,7 @@
 """Round trips of NumPy arrays, scalars, blobs and containers."""
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -206,13 +207,26 @@ def test_save_options_reach_the_manifest(mgr):
         mgr.save(5, {}, metadata={"n": 1})
 
 
-def test_latest_list_delete(mgr):
+def test_latest_list_delete(mgr, root):
     assert mgr.latest() is None and mgr.list() == []
     for step in (1, 2, 3):
         mgr.save(step, {"x": np.full(2, step)})
     assert mgr.latest() == 3
     assert [i.step for i in mgr.list()] == [1, 2, 3]
-    mgr.delete(3)
+    folder = os.path.join(root, "step-000000000003")
+    listed = {"step-000000000003/" + name:
+              os.path.getsize(os.path.join(folder, name))
+              for name in os.listdir(folder)}
+    planned = mgr.delete(3, dry_run=True)
+    assert planned["dry_run"] and os.listdir(folder)
+    report = mgr.delete(3)
+    assert report["step"] == 3 and not report["dry_run"]
+    assert report["manifest_deleted"]
+    assert {o["key"]: o["bytes"] for o in report["removed"]} == listed
+    assert report["removed"][0]["key"] == "step-000000000003/MANIFEST.json"
+    assert report["bytes_freed"] == sum(listed.values())
+    assert report["kept"] == report["skipped"] == report["rewritten"] == []
+    assert planned["removed"] == report["removed"]
     assert mgr.latest() == 2
     assert (mgr.load()["x"] == 2).all()
     assert (mgr.load(1)["x"] == 1).all()

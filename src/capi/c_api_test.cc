@@ -563,7 +563,38 @@ TEST(CApiTest, IncrementalSaveWithDirtyRows) {
   // rewritten first.
   EXPECT_EQ(ckpt_manager_delete(m, 1, 0, &err.text), CKPT_FAILED_PRECONDITION);
   EXPECT_THAT(err.str(), HasSubstr("2"));
-  ASSERT_EQ(ckpt_manager_delete(m, 1, 1, &err.text), CKPT_OK) << err.str();
+  // The report says which dependant is rewritten with how many bytes, and
+  // what goes; a dry run says the same and changes nothing.
+  char* json = nullptr;
+  ASSERT_EQ(ckpt_manager_delete_report(m, 1, 1, 1, &json, &err.text), CKPT_OK)
+      << err.str();
+  const nlohmann::json planned = nlohmann::json::parse(Take(json));
+  EXPECT_EQ(planned["dry_run"], true);
+  ASSERT_EQ(planned["rewritten"].size(), 1u) << planned.dump();
+  EXPECT_EQ(planned["rewritten"][0]["step"], 2);
+  // Every chunk of step 1 but the one row 0 lies in.
+  EXPECT_GT(planned["rewritten"][0]["bytes_copied"].get<uint64_t>(), 0u);
+  EXPECT_LT(planned["rewritten"][0]["bytes_copied"].get<uint64_t>(),
+            table.size() * 4);
+  ASSERT_FALSE(planned["removed"].empty());
+  EXPECT_EQ(planned["removed"][0]["key"], "step-000000000001/MANIFEST.json");
+  ASSERT_EQ(ckpt_manager_delete(m, 1, 0, &err.text), CKPT_FAILED_PRECONDITION)
+      << "the dry run rewrote nothing";
+  ASSERT_EQ(ckpt_manager_delete_report(m, 1, 1, 0, &json, &err.text), CKPT_OK)
+      << err.str();
+  const nlohmann::json done = nlohmann::json::parse(Take(json));
+  EXPECT_EQ(done["dry_run"], false);
+  EXPECT_EQ(done["manifest_deleted"], true);
+  EXPECT_EQ(done["rewritten"], planned["rewritten"]);
+  EXPECT_EQ(done["removed"], planned["removed"]);
+  EXPECT_EQ(done["kept"], nlohmann::json::array());
+  int64_t latest = -1;
+  ASSERT_EQ(ckpt_manager_latest(m, &latest, &err.text), CKPT_OK);
+  EXPECT_EQ(latest, 2);
+  json = nullptr;
+  EXPECT_EQ(ckpt_manager_delete_report(m, 1, 0, 0, &json, &err.text),
+            CKPT_NOT_FOUND);
+  EXPECT_EQ(json, nullptr) << "an error returns no report";
   std::vector<float> back(table.size());
   e.data = back.data();
   ckpt_state_t* s = ckpt_state_create();

@@ -258,8 +258,23 @@ int ckpt_manager_delete(ckpt_manager_t* manager, int64_t step,
                         int rewrite_dependants, char** errptr) {
   return Guard(errptr, [&]() -> ckpt::Status {
     if (manager == nullptr) return Unopened("ckpt_manager_delete");
-    return manager->manager->Delete(
-        step, {.rewrite_dependants = rewrite_dependants != 0});
+    return manager->manager
+        ->Delete(step, {.rewrite_dependants = rewrite_dependants != 0})
+        .status();
+  });
+}
+
+int ckpt_manager_delete_report(ckpt_manager_t* manager, int64_t step,
+                               int rewrite_dependants, int dry_run, char** json,
+                               char** errptr) {
+  return Guard(errptr, [&]() -> ckpt::Status {
+    if (manager == nullptr) return Unopened("ckpt_manager_delete_report");
+    auto r = manager->manager->Delete(
+        step, {.rewrite_dependants = rewrite_dependants != 0,
+               .dry_run = dry_run != 0});
+    if (!r.ok()) return r.status();
+    SetOut(json, Dump(ckpt::records::DeleteJson(*r)));
+    return ckpt::Status();
   });
 }
 

@@ -142,6 +142,43 @@ json GcJson(const GcReport& r) {
           {"bytes_freed", r.bytes_freed}};
 }
 
+namespace {
+
+json ObjectsJson(const std::vector<DeleteReport::Object>& objects,
+                 bool with_reason) {
+  json out = json::array();
+  for (const DeleteReport::Object& o : objects) {
+    json j = {{"key", o.key}, {"bytes", o.bytes}};
+    if (with_reason) {
+      j["reason"] = o.reason;
+      j["named_by"] = o.named_by;
+    }
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+}  // namespace
+
+json DeleteJson(const DeleteReport& r) {
+  std::vector<std::string> keys;
+  for (const DeleteReport::Object& o : r.removed) keys.push_back(o.key);
+  json rewritten = json::array();
+  for (const DeleteReport::Rewritten& w : r.rewritten) {
+    rewritten.push_back({{"step", w.step}, {"bytes_copied", w.bytes_copied}});
+  }
+  return {{"step", r.step},
+          {"dry_run", r.dry_run},
+          {"deleted_steps", json::array({r.step})},
+          {"deleted_objects", keys},
+          {"bytes_freed", r.bytes_freed},
+          {"manifest_deleted", r.manifest_deleted},
+          {"removed", ObjectsJson(r.removed, false)},
+          {"kept", ObjectsJson(r.kept, true)},
+          {"skipped", ObjectsJson(r.skipped, true)},
+          {"rewritten", rewritten}};
+}
+
 json CatalogRowJson(const CatalogCheckpoint& c) {
   return {{"job_id", c.job_id},
           {"root", c.root},

@@ -25,6 +25,9 @@ std::string DescriptionText(const CheckpointDescription& desc);
 std::string DescriptionColumnsText(const CheckpointDescription& desc);
 nlohmann::json VerifyJson(const VerifyReport& report);
 nlohmann::json GcJson(const GcReport& report);
+// Also the keys `ckpt gc --json` prints (deleted_steps, deleted_objects,
+// bytes_freed), for the one step.
+nlohmann::json DeleteJson(const DeleteReport& report);
 nlohmann::json CatalogRowJson(const CatalogCheckpoint& row);
 nlohmann::json CatalogJobJson(const CatalogJob& job);
 nlohmann::json TierSaveResultJson(const TierSaveResult& result);

@@ -188,7 +188,7 @@ TEST_F(AsyncSaveTest, DeleteWithOptionsWaitsForTheSaveInFlight) {
   std::thread opener = g->OpenSoon();
   // Run beside the background save, the delete would find no step 1 (or
   // remove a parent the save references); after it, it deletes step 1.
-  Status s = mgr->Delete(1, DeleteOptions{.rewrite_dependants = true});
+  Status s = mgr->Delete(1, DeleteOptions{.rewrite_dependants = true}).status();
   EXPECT_TRUE(s.ok()) << s.ToString();
   EXPECT_TRUE(g->is_open());
   EXPECT_TRUE(h.Done());

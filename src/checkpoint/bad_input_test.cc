@@ -515,7 +515,7 @@ TEST_F(DamagedTest, StepThatDoesNotExist) {
   EXPECT_ERROR(mgr_->LoadAll(42).status(), ErrorCode::kNotFound, "step 42");
   EXPECT_ERROR(mgr_->Describe(42).status(), ErrorCode::kNotFound, "step 42");
   EXPECT_ERROR(mgr_->Verify(42).status(), ErrorCode::kNotFound, "step 42");
-  EXPECT_ERROR(mgr_->Delete(42), ErrorCode::kNotFound, "step 42");
+  EXPECT_ERROR(mgr_->Delete(42).status(), ErrorCode::kNotFound, "step 42");
   // A step directory without a manifest is not a checkpoint either.
   Overwrite(storage(), format::DataObjectKey(43, 0, "0123456789abcdef"), "x");
   EXPECT_ERROR(mgr_->LoadAll(43).status(), ErrorCode::kNotFound, "step 43");
@@ -540,7 +540,7 @@ TEST_F(DamagedTest, NegativeStep) {
   EXPECT_ERROR(mgr_->LoadAll(-1).status(), ErrorCode::kInvalidArgument, "-1");
   EXPECT_ERROR(mgr_->Describe(-1).status(), ErrorCode::kInvalidArgument, "-1");
   EXPECT_ERROR(mgr_->Verify(-1).status(), ErrorCode::kInvalidArgument, "-1");
-  EXPECT_ERROR(mgr_->Delete(-1), ErrorCode::kInvalidArgument, "-1");
+  EXPECT_ERROR(mgr_->Delete(-1).status(), ErrorCode::kInvalidArgument, "-1");
   EXPECT_EQ(m.weights, Model(3).weights);
   EXPECT_EQ(Snapshot(storage()), before);
 }

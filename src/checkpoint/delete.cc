@@ -19,7 +19,13 @@
 //   5. Delete the step's objects that are ckpt's own (data objects, a
 //      backend's temporaries) and that no other manifest names; anything
 //      else in the directory is left alone. Update the LATEST hint.
+//   The DeleteReport says what each step did: the dependants rewritten
+//   (bytes copied), the objects removed, those kept in the directory and
+//   why, those already gone. A dry run goes through 1 to 5 writing nothing:
+//   with rewrite_dependants it counts the bytes each rewrite would copy and
+//   judges the directory as the rewritten dependants would leave it.
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <set>
 
@@ -41,7 +47,46 @@ std::string ListSteps(const std::vector<int64_t>& steps) {
   return list;
 }
 
+// `object` as removed, or skipped when it was `gone` already.
+void Record(DeleteReport* report, DeleteReport::Object object, bool gone) {
+  if (gone) {
+    object.reason = kDeleteAlreadyGone;
+    report->skipped.push_back(std::move(object));
+    return;
+  }
+  report->bytes_freed += object.bytes;
+  report->removed.push_back(std::move(object));
+}
+
+// The bytes of the chunks of `m` that lie in objects of step `step`: what a
+// rewrite of `m` without `step` copies.
+uint64_t ChunkBytesIn(const Manifest& m, int64_t step) {
+  uint64_t bytes = 0;
+  for (const auto& e : m.entries) {
+    for (const auto& p : e.pieces) {
+      for (const auto& c : p.chunks) {
+        if (format::StepOfKey(m.objects[c.object].key) == step) {
+          bytes += c.length;
+        }
+      }
+    }
+  }
+  return bytes;
+}
+
+std::string RewriteOp(int64_t dependant, int64_t step) {
+  return "rewrite step " + std::to_string(dependant) + " without step " +
+         std::to_string(step);
+}
+
 }  // namespace
+
+Result<uint64_t> CheckpointManager::Impl::BytesToRewrite(int64_t dependant,
+                                                         int64_t step) {
+  Result<std::shared_ptr<const Manifest>> m = manifests_.Read(dependant);
+  if (!m.ok()) return m.status().WithContext(RewriteOp(dependant, step));
+  return ChunkBytesIn(**m, step);
+}
 
 Status CheckpointManager::Impl::CheckLeaseBeforeDeleting(
     const std::string& op) {
@@ -54,11 +99,12 @@ Status CheckpointManager::Impl::CheckLeaseBeforeDeleting(
 }
 
 Status CheckpointManager::Impl::Delete(int64_t step, const DeleteRun* run,
-                                       std::vector<std::string>* deleted,
-                                       uint64_t* bytes, bool dry_run,
+                                       DeleteReport* report, bool dry_run,
                                        bool rewrite_dependants) {
   const std::string op =
       "delete step " + std::to_string(step) + " in " + Where();
+  report->step = step;
+  report->dry_run = dry_run;
   // 1. Committed?
   if (step < 0) return InvalidArgumentError(op + ": the step is negative");
   const std::string manifest_key = format::ManifestKey(step);
@@ -70,15 +116,14 @@ Status CheckpointManager::Impl::Delete(int64_t step, const DeleteRun* run,
     return info.status().WithContext(op);
   }
   // 2. Dependants, and the objects that checkpoints which stay name (in a
-  // collection, from its one listing).
+  // collection, from its one listing; alone, with the steps naming each,
+  // for the report).
   std::vector<int64_t> dependants;
-  std::set<std::string> own_named_elsewhere;
-  const std::set<std::string>* named_elsewhere = &own_named_elsewhere;
+  std::map<std::string, std::vector<int64_t>> named_by;
   if (run) {
     if (auto it = run->dependants.find(step); it != run->dependants.end()) {
       dependants = it->second;
     }
-    named_elsewhere = &run->named_by_staying;
   } else {
     CKPT_ASSIGN_OR_RETURN(auto listed, manifests_.List());
     for (const auto& [s, oi] : listed) {
@@ -88,23 +133,39 @@ Status CheckpointManager::Impl::Delete(int64_t step, const DeleteRun* run,
       const auto& deps = (*m)->depends_on;
       if (std::find(deps.begin(), deps.end(), step) != deps.end())
         dependants.push_back(s);
-      for (const auto& o : (*m)->objects) own_named_elsewhere.insert(o.key);
+      for (const auto& o : (*m)->objects) named_by[o.key].push_back(s);
     }
   }
   std::sort(dependants.begin(), dependants.end());
   // 3. Refuse, or rewrite the dependants first (oldest first; each rewrite
   // is complete, new object durable then manifest replaced, before the next).
-  if (!dependants.empty() && rewrite_dependants && !dry_run) {
+  if (!dependants.empty() && !rewrite_dependants) {
+    return FailedPreconditionError(op + ": steps " + ListSteps(dependants) +
+                                   " depend on it; delete them first");
+  }
+  if (!dependants.empty() && !dry_run) {
     CKPT_RETURN_IF_ERROR(CheckLeaseBeforeDeleting(op));
     CatalogRecorder::Batch catalog_batch(catalog_);  // one wait, one warning
     for (int64_t d : dependants) {
-      CKPT_RETURN_IF_ERROR_CTX(RewriteDependant(d, step), op);
+      Result<uint64_t> copied = RewriteDependant(d, step);
+      if (!copied.ok()) return copied.status().WithContext(op);
+      report->rewritten.push_back({d, *copied});
     }
-    return Delete(step, run, deleted, bytes, dry_run, false);
+    return Delete(step, run, report, dry_run, false);
   }
   if (!dependants.empty()) {
-    return FailedPreconditionError(op + ": steps " + ListSteps(dependants) +
-                                   " depend on it; delete them first");
+    // A dry run: rewritten, the dependants would name none of this step's
+    // objects.
+    for (int64_t d : dependants) {
+      Result<uint64_t> copied = BytesToRewrite(d, step);
+      if (!copied.ok()) return copied.status().WithContext(op);
+      report->rewritten.push_back({d, *copied});
+    }
+    for (auto& [key, steps] : named_by) {
+      std::erase_if(steps, [&](int64_t s) {
+        return std::binary_search(dependants.begin(), dependants.end(), s);
+      });
+    }
   }
   std::vector<ObjectInfo> listed_objects;
   if (run) {
@@ -117,44 +178,54 @@ Status CheckpointManager::Impl::Delete(int64_t step, const DeleteRun* run,
   }
   std::vector<ObjectInfo> doomed;
   for (const ObjectInfo& o : listed_objects) {
-    if (o.key == manifest_key || named_elsewhere->count(o.key)) continue;
-    if (format::IsCkptObjectKey(o.key) || IsTemporaryOf(*storage_, o.key)) {
+    if (o.key == manifest_key) continue;
+    const auto named = named_by.find(o.key);
+    if (named != named_by.end() && !named->second.empty()) {
+      report->kept.push_back(
+          {o.key, o.size, kDeleteNamedByCheckpoint, named->second});
+    } else if (run && run->named_by_staying.count(o.key)) {
+      report->kept.push_back({o.key, o.size, kDeleteNamedByCheckpoint, {}});
+    } else if (format::IsCkptObjectKey(o.key) ||
+               IsTemporaryOf(*storage_, o.key)) {
       doomed.push_back(o);  // ckpt's own; anything else is left alone
+    } else {
+      report->kept.push_back({o.key, o.size, kDeleteNotCkptObject, {}});
     }
   }
   // 4. The manifest first, once the lease is known to be still ours: what
   // was judged above from the listings holds only while no other party
   // writes.
+  bool manifest_gone = false;
   if (!dry_run) {
     CKPT_RETURN_IF_ERROR(CheckLeaseBeforeDeleting(op));
     // Another party deleting the same step may have removed it first: the
     // outcome is the same, so that is no error.
-    if (Status s = storage_->Delete(manifest_key);
-        !s.ok() && s.code() != ErrorCode::kNotFound) {
-      return s.WithContext(op);
-    }
+    Status s = storage_->Delete(manifest_key);
+    if (!s.ok() && s.code() != ErrorCode::kNotFound) return s.WithContext(op);
+    manifest_gone = s.code() == ErrorCode::kNotFound;
     manifests_.Forget(step);
     catalog_.Deleted(step);
   }
-  if (deleted) deleted->push_back(manifest_key);
-  if (bytes) *bytes += info->size;
+  Record(report, DeleteReport::Object{manifest_key, info->size, "", {}},
+         manifest_gone);
+  report->manifest_deleted = !manifest_gone;
   // 5. Its objects.
   for (const ObjectInfo& o : doomed) {
+    bool gone = false;
     if (!dry_run) {
       Status s = storage_->Delete(o.key);
       if (!s.ok() && s.code() != ErrorCode::kNotFound) return s.WithContext(op);
+      gone = s.code() == ErrorCode::kNotFound;
     }
-    if (deleted) deleted->push_back(o.key);
-    if (bytes) *bytes += o.size;
+    Record(report, DeleteReport::Object{o.key, o.size, "", {}}, gone);
   }
   if (!dry_run && !run) manifests_.UpdateLatestHint();
   return Status();
 }
 
-Status CheckpointManager::Impl::RewriteDependant(int64_t dependant,
-                                                 int64_t step) {
-  const std::string op = "rewrite step " + std::to_string(dependant) +
-                         " without step " + std::to_string(step);
+Result<uint64_t> CheckpointManager::Impl::RewriteDependant(int64_t dependant,
+                                                           int64_t step) {
+  const std::string op = RewriteOp(dependant, step);
   CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> old,
                         manifests_.Read(dependant));
   Manifest m = *old;
@@ -169,6 +240,7 @@ Status CheckpointManager::Impl::RewriteDependant(int64_t dependant,
   std::vector<Moved> moved;
   std::vector<format::TensorLayout> tensors;
   uint64_t largest = 1;
+  uint64_t copied = 0;
   for (auto& e : m.entries) {
     for (auto& p : e.pieces) {
       for (auto& c : p.chunks) {
@@ -183,6 +255,7 @@ Status CheckpointManager::Impl::RewriteDependant(int64_t dependant,
             name, DType::kU8, {static_cast<int64_t>(c.length)}});
         moved.push_back(Moved{&e, &c});
         largest = std::max(largest, c.length);
+        copied += c.length;
       }
     }
   }
@@ -266,7 +339,7 @@ Status CheckpointManager::Impl::RewriteDependant(int64_t dependant,
   // Its row must name the new manifest (checksum, bytes), or a reader that
   // checks rows against storage skips it.
   catalog_.Committed(InfoFromManifest(m), encoded);
-  return Status();
+  return copied;
 }
 
 }  // namespace ckpt

@@ -105,9 +105,11 @@ Result<GcReport> CheckpointManager::Impl::GarbageCollect(
   run.named_by_staying = live.referenced;
 
   std::set<int64_t> gone_already;
+  // The keys the deletes removed or found gone: not dead attempts below.
+  std::set<std::string> already;
   for (auto it = doomed.rbegin(); it != doomed.rend(); ++it) {
-    Status s = Delete(*it, &run, &report.deleted_objects, &report.bytes_freed,
-                      gc.dry_run);
+    DeleteReport deleted;
+    Status s = Delete(*it, &run, &deleted, gc.dry_run);
     // Gone already: another collection (or delete) got there first, which
     // ends in the same state.
     if (s.code() == ErrorCode::kNotFound) {
@@ -115,6 +117,15 @@ Result<GcReport> CheckpointManager::Impl::GarbageCollect(
       continue;
     }
     CKPT_RETURN_IF_ERROR(s);
+    for (const DeleteReport::Object& o : deleted.removed) {
+      report.deleted_objects.push_back(o.key);
+      already.insert(o.key);
+    }
+    for (const DeleteReport::Object& o : deleted.skipped) {
+      already.insert(o.key);
+    }
+    report.bytes_freed += deleted.bytes_freed;
+    report.step_reports.push_back(std::move(deleted));
   }
   for (int64_t step : doomed) {
     if (!gone_already.count(step)) report.deleted_steps.push_back(step);
@@ -134,8 +145,6 @@ Result<GcReport> CheckpointManager::Impl::GarbageCollect(
   }
   const int64_t now = options_.now_unix_ms();
   const int64_t grace_ms = options_.gc_grace_seconds * 1000;
-  const std::set<std::string> already(report.deleted_objects.begin(),
-                                      report.deleted_objects.end());
   // Holding the lease (a dry run: as if holding it), no other party can be
   // writing, so an attempt no manifest names can never commit.
   const bool owned = lease_->enabled();

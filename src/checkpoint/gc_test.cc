@@ -375,9 +375,9 @@ TEST_P(GcTest, DeleteRemovesTheManifestAndTheData) {
   ExpectLoads(*mgr, 1, Model(1));
   ExpectLoads(*mgr, 3, Model(3));
 
-  Status again = mgr->Delete(2);
+  Status again = mgr->Delete(2).status();
   EXPECT_EQ(again.code(), ErrorCode::kNotFound) << again.ToString();
-  Status missing = mgr->Delete(99);
+  Status missing = mgr->Delete(99).status();
   EXPECT_EQ(missing.code(), ErrorCode::kNotFound) << missing.ToString();
   EXPECT_NE(missing.message().find("99"), std::string::npos)
       << missing.ToString();
@@ -392,7 +392,7 @@ TEST_P(GcTest, DeleteRefusesWhileAnotherCheckpointDependsOnIt) {
   ExpectLoads(*mgr, 5, Model(1));  // its objects are step 1's
 
   const auto before = Snapshot(mgr->storage());
-  Status refused = mgr->Delete(1);
+  Status refused = mgr->Delete(1).status();
   EXPECT_EQ(refused.code(), ErrorCode::kFailedPrecondition)
       << refused.ToString();
   EXPECT_NE(refused.message().find("5"), std::string::npos)
@@ -649,7 +649,7 @@ TEST_P(GcTest, TwoCollectionsAtOnceEndAsOne) {
   EXPECT_EQ(ListedSteps(*other), Steps{5});
   ExpectLoads(*other, 5, Model(5));
   // And a delete of a step already gone says so (the caller asked for it).
-  EXPECT_EQ(other->Delete(3).code(), ErrorCode::kNotFound);
+  EXPECT_EQ(other->Delete(3).status().code(), ErrorCode::kNotFound);
 }
 
 // A disk that fills up exactly when the manifest is written.

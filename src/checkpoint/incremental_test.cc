@@ -296,7 +296,7 @@ TEST_F(IncrementalTest, DeleteRefusesDependedOnAndForceRewritesDependants) {
   m.tables[0][2000] = 6;
   ASSERT_TRUE(mgr->Save(3, s, Incremental()).ok());
 
-  Status refused = mgr->Delete(1);
+  Status refused = mgr->Delete(1).status();
   ASSERT_EQ(refused.code(), ErrorCode::kFailedPrecondition);
   EXPECT_NE(refused.message().find("2, 3"), std::string::npos)
       << refused.message();
@@ -762,7 +762,8 @@ void RandomRounds(CheckpointManager& mgr, int rounds, uint64_t seed) {
       auto it = std::next(saved.begin(), gen() % saved.size());
       const bool force = gen() % 2;
       Status del =
-          mgr.Delete(it->first, DeleteOptions{.rewrite_dependants = force});
+          mgr.Delete(it->first, DeleteOptions{.rewrite_dependants = force})
+              .status();
       if (del.ok()) {
         saved.erase(it);
       } else {

@@ -127,7 +127,7 @@ TEST_P(LeaseTest, ASecondWriterIsRefusedNamingTheHolderAndWritesNothing) {
   EXPECT_TRUE(Mentions(s, "--break-lease")) << s.ToString();
   EXPECT_EQ(DataObjects(), before);
   // Deletes and collections are refused the same way; loads are not.
-  EXPECT_EQ(second->Delete(10).code(), ErrorCode::kFailedPrecondition);
+  EXPECT_EQ(second->Delete(10).status().code(), ErrorCode::kFailedPrecondition);
   EXPECT_EQ(second->GarbageCollect().status().code(),
             ErrorCode::kFailedPrecondition);
   EXPECT_TRUE(second->GarbageCollect({.dry_run = true}).ok());
@@ -169,7 +169,7 @@ TEST_P(LeaseTest, ToolsGiveTheLeaseBackAfterEachCall) {
   // The tool still exists, and a job can take the root at once.
   auto job = Open(NoWait());
   ASSERT_TRUE(Save(*job, 3).ok());
-  EXPECT_EQ(tool->Delete(2).code(), ErrorCode::kFailedPrecondition);
+  EXPECT_EQ(tool->Delete(2).status().code(), ErrorCode::kFailedPrecondition);
 }
 
 TEST_P(LeaseTest, AHolderThatIsGoneIsTakenOverAtOnce) {
@@ -499,10 +499,10 @@ void ExpectALostLeaseDeletesNothing(
   Status s;
   switch (removal) {
     case Removal::kDelete:
-      s = (*holder)->Delete(3);
+      s = (*holder)->Delete(3).status();
       break;
     case Removal::kDeleteForce:  // steps 2 and 3 depend on it
-      s = (*holder)->Delete(1, {.rewrite_dependants = true});
+      s = (*holder)->Delete(1, {.rewrite_dependants = true}).status();
       break;
     case Removal::kGcDeadAttempts:
       s = (*holder)->GarbageCollect().status();

@@ -268,28 +268,27 @@ Result<VerifyReport> CheckpointManager::Verify(int64_t step,
   });
 }
 
-Status CheckpointManager::Delete(int64_t step) {
-  MutexLock lock(&impl_->mu());
-  impl_->WaitIdle();
-  return Guard("delete", [&] {
-    CKPT_RETURN_IF_ERROR(RootToRead(impl_->storage(), "delete"));
-    return impl_->Owning("delete", [&] {
-      return impl_->Delete(step, nullptr, nullptr, nullptr, false);
-    });
-  });
+Result<DeleteReport> CheckpointManager::Delete(int64_t step) {
+  return Delete(step, DeleteOptions{});
 }
 
-Status CheckpointManager::Delete(int64_t step, const DeleteOptions& options) {
+Result<DeleteReport> CheckpointManager::Delete(int64_t step,
+                                               const DeleteOptions& options) {
   // Like every call, after the save in flight: a delete beside a background
   // save could remove the parent it references.
   MutexLock lock(&impl_->mu());
   impl_->WaitIdle();
-  return Guard("delete", [&] {
+  return Guard("delete", [&]() -> Result<DeleteReport> {
     CKPT_RETURN_IF_ERROR(RootToRead(impl_->storage(), "delete"));
-    return impl_->Owning("delete", [&] {
-      return impl_->Delete(step, nullptr, nullptr, nullptr, false,
+    DeleteReport report;
+    auto run = [&] {
+      return impl_->Delete(step, nullptr, &report, options.dry_run,
                            options.rewrite_dependants);
-    });
+    };
+    // A dry run writes nothing, so it needs no lease (as a collection's).
+    CKPT_RETURN_IF_ERROR(options.dry_run ? run()
+                                         : impl_->Owning("delete", run));
+    return report;
   });
 }
 

@@ -232,8 +232,8 @@ class CheckpointManager::Impl {
   };
   // `run`: the collection this delete is part of (null: a delete alone,
   // which lists what it needs and updates the LATEST hint itself).
-  Status Delete(int64_t step, const DeleteRun* run,
-                std::vector<std::string>* deleted, uint64_t* bytes,
+  // `report` (never null) gets what it did, or would do in a dry run.
+  Status Delete(int64_t step, const DeleteRun* run, DeleteReport* report,
                 bool dry_run, bool rewrite_dependants = false);
 
   // The lease check before a delete or a collection removes anything:
@@ -370,8 +370,11 @@ class CheckpointManager::Impl {
 
   // --- delete.cc
   // Copies the chunks of `dependant` that lie in objects of `step` into a new
-  // object of its own and rewrites its manifest, so `step` can go.
-  Status RewriteDependant(int64_t dependant, int64_t step);
+  // object of its own and rewrites its manifest, so `step` can go; returns
+  // the bytes copied.
+  Result<uint64_t> RewriteDependant(int64_t dependant, int64_t step);
+  // The bytes RewriteDependant would copy, read from the manifest alone.
+  Result<uint64_t> BytesToRewrite(int64_t dependant, int64_t step);
 
   std::string Where() const { return storage_->url(); }
 

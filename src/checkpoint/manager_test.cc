@@ -244,7 +244,7 @@ TEST(MissingRootTest, ReadingAMissingRootIsNotFoundAndCreatesNothing) {
   expect_missing(mgr->LoadRankLocal(std::nullopt, "x").status(), "rank local");
   expect_missing(mgr->Describe(std::nullopt).status(), "describe");
   expect_missing(mgr->Verify(1).status(), "verify");
-  expect_missing(mgr->Delete(1), "delete");
+  expect_missing(mgr->Delete(1).status(), "delete");
   expect_missing(mgr->GarbageCollect().status(), "gc");
   expect_missing(mgr->GarbageCollect({.dry_run = true}).status(), "gc dry");
   EXPECT_FALSE(std::filesystem::exists(temp.string() + "/tpyo"));

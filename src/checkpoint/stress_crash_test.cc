@@ -131,8 +131,9 @@ Outcome RunParty(const Party& p, std::unique_ptr<Storage> storage,
     if (!mgr.ok()) {
       s = mgr.status();
     } else if (p.op == Op::kDelete || p.op == Op::kDeleteForce) {
-      s = (*mgr)->Delete(p.step,
-                         {.rewrite_dependants = p.op == Op::kDeleteForce});
+      s = (*mgr)
+              ->Delete(p.step, {.rewrite_dependants = p.op == Op::kDeleteForce})
+              .status();
     } else if (p.op == Op::kGc) {
       s = (*mgr)->GarbageCollect({.retention = RetentionPolicy()}).status();
     } else {

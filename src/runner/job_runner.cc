@@ -279,7 +279,7 @@ Status JobRunner::Impl::SaveNow(bool in_epoch, bool finished) {
       // replaces it.
       Log("replacing step " + std::to_string(ctx_.step_) +
           ", which does not load whole");
-      CKPT_RETURN_IF_ERROR(manager_.Delete(ctx_.step_));
+      CKPT_RETURN_IF_ERROR(manager_.Delete(ctx_.step_).status());
       saved = manager_.Save(ctx_.step_, state, so);
     }
     CKPT_RETURN_IF_ERROR(saved.status());
@@ -320,7 +320,7 @@ Status JobRunner::Impl::DeleteAll() {
     // Newest first: an incremental checkpoint depends only on older ones,
     // so each goes before what it references and no Delete is refused.
     for (auto it = all.rbegin(); it != all.rend(); ++it) {
-      CKPT_RETURN_IF_ERROR(manager_.Delete(it->step));
+      CKPT_RETURN_IF_ERROR(manager_.Delete(it->step).status());
     }
     Log("deleted " + std::to_string(all.size()) +
         " checkpoints: the job is done");

@@ -321,7 +321,7 @@ Status TieredManager::Impl::ClearStep(CheckpointManager& root, int64_t step) {
     CKPT_RETURN_IF_ERROR(root.storage().Delete(m.key));
   }
   if (!root.storage().Stat(ManifestKey(step)).ok()) return Status();
-  Status s = root.Delete(step);
+  Status s = root.Delete(step).status();
   return s.code() == ErrorCode::kNotFound ? Status() : s;
 }
 
@@ -384,7 +384,7 @@ std::vector<int64_t> TieredManager::Impl::Prune(CheckpointManager& root,
   if (auto steps = ListManifests(root.storage()); steps.ok()) {
     for (const auto& [step, manifest] : *steps) {
       if (step < oldest_kept || (!marked.count(step) && step < newest)) {
-        if (Status s = root.Delete(step); !s.ok()) {
+        if (Status s = root.Delete(step).status(); !s.ok()) {
           failed = s;
         } else {
           deleted.push_back(step);

@@ -875,6 +875,17 @@ TEST_F(CliTest, DiffIgnoresAChunkSizeChange) {
   EXPECT_EQ(r.out, "");
 }
 
+// The objects of `root`'s step directory `dir`: key relative to the root
+// -> bytes.
+std::map<std::string, uint64_t> StepObjectSizes(const std::string& root,
+                                                const std::string& dir) {
+  std::map<std::string, uint64_t> sizes;
+  for (const auto& e : fs::directory_iterator(fs::path(root) / dir)) {
+    sizes[dir + "/" + e.path().filename().string()] = fs::file_size(e.path());
+  }
+  return sizes;
+}
+
 // --- gc
 // --------------------------------------------------------------------------
 
@@ -903,6 +914,53 @@ TEST_F(CliTest, GcKeepLast) {
   EXPECT_GT(j["bytes_freed"].get<uint64_t>(), 0u);
   EXPECT_EQ(CommittedSteps(root_), std::vector<int64_t>{3});
   EXPECT_EQ(Ckpt({"verify", root_, "--all"}).exit_code, 0);
+}
+
+// gc reports each deleted step as delete does: under its line what the
+// step's delete kept and why; --json adds one report per step.
+TEST_F(CliTest, GcPrintsWhatEachStepsDeleteKept) {
+  SaveSteps({1, 2, 3});
+  const std::string dir = "step-000000000001";
+  ASSERT_TRUE(
+      WriteFile((fs::path(root_) / dir / "notes.txt").string(), "a note\n"));
+  const auto one = StepObjectSizes(root_, dir);
+  const auto two = StepObjectSizes(root_, "step-000000000002");
+
+  RunResult r = Ckpt({"gc", root_, "--keep-last", "1", "--dry-run", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = ParseJson(r.out);
+  EXPECT_EQ(j["deleted_steps"], nlohmann::json({1, 2}));
+  ASSERT_EQ(j["step_reports"].size(), 2u) << r.out;
+  EXPECT_EQ(j["step_reports"][0]["step"], 2);
+  EXPECT_EQ(j["step_reports"][0]["kept"], nlohmann::json::array());
+  EXPECT_EQ(j["step_reports"][1]["step"], 1);
+  EXPECT_EQ(j["step_reports"][1]["dry_run"], true);
+  EXPECT_EQ(j["step_reports"][1]["kept"],
+            nlohmann::json::parse(R"([{"key": ")" + dir +
+                                  R"(/notes.txt", "bytes": 7,
+                "reason": "not_ckpt_object", "named_by": []}])"));
+  EXPECT_EQ(j["step_reports"][1]["removed"].size(), one.size() - 1);
+  EXPECT_EQ(CommittedSteps(root_), (std::vector<int64_t>{1, 2, 3}));
+
+  r = Ckpt({"gc", root_, "--keep-last", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  uint64_t bytes = 0;
+  for (const auto* step : {&one, &two}) {
+    for (const auto& [key, size] : *step) {
+      if (!key.ends_with("notes.txt")) bytes += size;
+    }
+  }
+  EXPECT_EQ(r.out,
+            "deleted step 1\n"
+            "kept " +
+                dir +
+                "/notes.txt (7 B): not written by ckpt\n"
+                "deleted step 2\n"
+                "deleted " +
+                std::to_string(one.size() - 1 + two.size()) + " objects (" +
+                FormatBytes(bytes) + ")\n");
+  EXPECT_EQ(CommittedSteps(root_), std::vector<int64_t>{3});
+  EXPECT_TRUE(fs::exists(fs::path(root_) / dir / "notes.txt"));
 }
 
 // A running job owns its root: `ckpt gc` and `ckpt delete` beside it are
@@ -1281,10 +1339,12 @@ TEST_F(CliTest, DeleteJsonListsWhatItDeleted) {
   EXPECT_EQ(CommittedSteps(root_), (std::vector<int64_t>{1, 3}));
   EXPECT_EQ(Ckpt({"verify", root_, "--all"}).exit_code, 0);
 
-  // Without --json the line for people is unchanged.
+  // Without --json one line for people: the step, its objects and bytes.
+  const auto [keys1, bytes1] = StepObjects(root_, "step-000000000001");
   r = Ckpt({"delete", root_, "--step", "1"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.out, "deleted step 1\n");
+  EXPECT_EQ(r.out, "deleted step 1: " + std::to_string(keys1.size()) +
+                       " objects (" + FormatBytes(bytes1) + ")\n");
 
   // A delete that fails prints no JSON.
   r = Ckpt({"delete", root_, "--step", "2", "--json"});
@@ -1300,6 +1360,7 @@ TEST_F(CliTest, DeleteJsonListsWhatItDeleted) {
 TEST_F(CliTest, DeleteForceJsonListsOnlyTheDeletedStep) {
   ASSERT_NO_FATAL_FAILURE(SaveChain(root_));
   const auto [keys, bytes] = StepObjects(root_, "step-000000000001");
+  const auto sizes = StepObjectSizes(root_, "step-000000000001");
   const auto [kept2, kept2_bytes] = StepObjects(root_, "step-000000000002");
 
   RunResult r = Ckpt({"delete", root_, "--step", "1", "--force", "--json"});
@@ -1308,11 +1369,79 @@ TEST_F(CliTest, DeleteForceJsonListsOnlyTheDeletedStep) {
   EXPECT_EQ(j["deleted_steps"], nlohmann::json({1}));
   EXPECT_EQ(j["deleted_objects"].get<std::set<std::string>>(), keys);
   EXPECT_EQ(j["bytes_freed"].get<uint64_t>(), bytes);
+  // The report: each dependant with the bytes of step 1 copied into it
+  // (step 2 read chunks 0, 1 and 3 of it, step 3 chunks 0 and 1), each
+  // object removed with its bytes, nothing kept or skipped.
+  EXPECT_EQ(j["step"], 1);
+  EXPECT_EQ(j["dry_run"], false);
+  EXPECT_EQ(j["manifest_deleted"], true);
+  EXPECT_EQ(j["rewritten"], nlohmann::json::parse(R"([
+      {"step": 2, "bytes_copied": 12288}, {"step": 3, "bytes_copied": 8192}])"));
+  std::map<std::string, uint64_t> removed;
+  for (const nlohmann::json& o : j["removed"]) {
+    removed[o["key"].get<std::string>()] = o["bytes"].get<uint64_t>();
+  }
+  EXPECT_EQ(removed, sizes);
+  EXPECT_EQ(j["kept"], nlohmann::json::array());
+  EXPECT_EQ(j["skipped"], nlohmann::json::array());
   EXPECT_EQ(CommittedSteps(root_), (std::vector<int64_t>{2, 3}));
   for (const std::string& key : kept2) {
     if (!key.ends_with(".safetensors")) continue;
     EXPECT_TRUE(fs::exists(fs::path(root_) / key)) << key;
   }
+  EXPECT_EQ(Ckpt({"verify", root_, "--all"}).exit_code, 0);
+}
+
+// `delete --force` prints what it rewrote, what it kept in the step's
+// directory and why, and what it deleted; --dry-run prints the same and
+// changes nothing.
+TEST_F(CliTest, DeletePrintsItsReport) {
+  ASSERT_NO_FATAL_FAILURE(SaveChain(root_));
+  const std::string dir = "step-000000000001";
+  ASSERT_TRUE(
+      WriteFile((fs::path(root_) / dir / "notes.txt").string(), "the user's"));
+  auto sizes = StepObjectSizes(root_, dir);
+  sizes.erase(dir + "/notes.txt");
+  uint64_t bytes = 0;
+  for (const auto& [key, size] : sizes) bytes += size;
+  const std::string count = std::to_string(sizes.size());
+
+  RunResult r = Ckpt({"delete", root_, "--step", "1", "--force", "--dry-run"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "would rewrite step 2: copy 12.0 KiB of step 1 into it\n"
+            "would rewrite step 3: copy 8.0 KiB of step 1 into it\n"
+            "kept " +
+                dir +
+                "/notes.txt (10 B): not written by ckpt\n"
+                "would delete step 1: " +
+                count + " objects (" + FormatBytes(bytes) + ")\n");
+  EXPECT_EQ(CommittedSteps(root_), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(StepObjectSizes(root_, dir).size(), sizes.size() + 1);
+
+  r = Ckpt({"delete", root_, "--step", "1", "--force", "--dry-run", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = ParseJson(r.out);
+  EXPECT_EQ(j["dry_run"], true);
+  EXPECT_EQ(j["kept"], nlohmann::json::parse(R"([{"key": ")" + dir +
+                                             R"(/notes.txt", "bytes": 10,
+      "reason": "not_ckpt_object", "named_by": []}])"));
+  EXPECT_EQ(j["bytes_freed"].get<uint64_t>(), bytes);
+  EXPECT_EQ(CommittedSteps(root_), (std::vector<int64_t>{1, 2, 3}));
+
+  r = Ckpt({"delete", root_, "--step", "1", "--force"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "rewrote step 2: copied 12.0 KiB of step 1 into it\n"
+            "rewrote step 3: copied 8.0 KiB of step 1 into it\n"
+            "kept " +
+                dir +
+                "/notes.txt (10 B): not written by ckpt\n"
+                "deleted step 1: " +
+                count + " objects (" + FormatBytes(bytes) + ")\n");
+  EXPECT_EQ(CommittedSteps(root_), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(StepObjectSizes(root_, dir),
+            (std::map<std::string, uint64_t>{{dir + "/notes.txt", 10}}));
   EXPECT_EQ(Ckpt({"verify", root_, "--all"}).exit_code, 0);
 }
 

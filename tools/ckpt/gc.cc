@@ -2,18 +2,14 @@
 
 #include <fmt/core.h>
 
-#include <algorithm>
 #include <climits>
 #include <memory>
 #include <set>
 
-#include "checkpoint/manifests.h"
+#include "capi/records.h"
 #include "ckpt/checkpoint_manager.h"
 #include "commands.h"
 #include "common.h"
-#include "format/constants.h"
-#include "format/layout.h"
-#include "format/manifest.h"
 #include "util/progress.h"
 
 namespace ckpt::cli {
@@ -27,6 +23,30 @@ struct GcArgs {
   LeaseArgs lease;
   bool json = false;
 };
+
+std::string Steps(const std::vector<int64_t>& steps) {
+  std::vector<std::string> parts;
+  for (int64_t s : steps) parts.push_back(std::to_string(s));
+  return Join(parts, ", ");
+}
+
+// What a step's delete kept in its directory, and why, and what it meant to
+// delete but found gone.
+void PrintLeftBehind(const DeleteReport& r) {
+  for (const DeleteReport::Object& o : r.kept) {
+    std::string why = "not written by ckpt";
+    if (o.reason == kDeleteNamedByCheckpoint) {
+      why = o.named_by.empty() ? "named by a checkpoint that stays"
+                               : (o.named_by.size() == 1 ? "named by step "
+                                                         : "named by steps ") +
+                                     Steps(o.named_by);
+    }
+    fmt::print("kept {} ({}): {}\n", o.key, FormatBytes(o.bytes), why);
+  }
+  for (const DeleteReport::Object& o : r.skipped) {
+    fmt::print("skipped {}: already gone\n", o.key);
+  }
+}
 
 Status RunGc(const GcArgs& args) {
   // On a terminal a bar follows the bytes freed; a dry run first says how
@@ -56,24 +76,30 @@ Status RunGc(const GcArgs& args) {
                                                  .retention = args.retention}));
   if (bar) bar->Finish();
   if (args.json) {
-    PrintJson({{"dry_run", args.dry_run},
-               {"deleted_steps", report.deleted_steps},
-               {"deleted_objects", report.deleted_objects},
-               {"bytes_freed", report.bytes_freed}});
+    nlohmann::json j = records::GcJson(report);
+    j["dry_run"] = args.dry_run;
+    j["step_reports"] = nlohmann::json::array();
+    for (const DeleteReport& r : report.step_reports) {
+      j["step_reports"].push_back(records::DeleteJson(r));
+    }
+    PrintJson(j);
     return Status();
   }
   const char* verb = args.dry_run ? "would delete" : "deleted";
-  for (int64_t step : report.deleted_steps) {
-    fmt::print("{} step {}\n", verb, step);
+  // A deleted step's own objects are implied by its line; list only the
+  // rest (dead attempts, leftovers of crashed writes), and what a step's
+  // delete left behind.
+  std::set<std::string> of_steps;
+  // Oldest first, as deleted_steps (the deletes went newest first).
+  for (auto it = report.step_reports.rbegin(); it != report.step_reports.rend();
+       ++it) {
+    const DeleteReport& r = *it;
+    fmt::print("{} step {}\n", verb, r.step);
+    PrintLeftBehind(r);
+    for (const DeleteReport::Object& o : r.removed) of_steps.insert(o.key);
   }
-  // A deleted step's own objects are implied by its line above; list only
-  // the rest (dead attempts, leftovers of crashed writes).
-  const std::set<int64_t> deleted_steps(report.deleted_steps.begin(),
-                                        report.deleted_steps.end());
   for (const std::string& key : report.deleted_objects) {
-    if (!deleted_steps.contains(format::StepOfKey(key))) {
-      fmt::print("{} {}\n", verb, key);
-    }
+    if (!of_steps.contains(key)) fmt::print("{} {}\n", verb, key);
   }
   fmt::print("{} {} objects ({})\n", verb, report.deleted_objects.size(),
              FormatBytes(report.bytes_freed));
@@ -84,54 +110,29 @@ struct DeleteArgs {
   std::string root;
   int64_t step = -1;
   bool force = false;
+  bool dry_run = false;
   std::string catalog;
   LeaseArgs lease;
   bool json = false;
 };
 
-// The objects under `prefix` before that are gone after.
-std::vector<ObjectInfo> Gone(const std::vector<ObjectInfo>& before,
-                             const std::vector<ObjectInfo>& after) {
-  std::set<std::string_view> left;
-  for (const ObjectInfo& o : after) left.insert(o.key);
-  std::vector<ObjectInfo> gone;
-  for (const ObjectInfo& o : before) {
-    if (!left.contains(o.key)) gone.push_back(o);
+void PrintDeleteReport(const DeleteReport& r) {
+  const bool dry = r.dry_run;
+  for (const DeleteReport::Rewritten& w : r.rewritten) {
+    fmt::print("{} step {}: {} {} of step {} into it\n",
+               dry ? "would rewrite" : "rewrote", w.step,
+               dry ? "copy" : "copied", FormatBytes(w.bytes_copied), r.step);
   }
-  return gone;
-}
-
-// The bytes `delete --force` of `step` copies: the chunks its dependants
-// read from its objects.
-Result<uint64_t> BytesToCopy(CheckpointManager& manager, int64_t step,
-                             std::vector<std::string>* dependants) {
-  CKPT_ASSIGN_OR_RETURN(std::vector<CheckpointInfo> infos, manager.List());
-  uint64_t bytes = 0;
-  // Every piece of each dependant, in any manifest version.
-  ManifestStore store(manager.storage());
-  for (const CheckpointInfo& info : infos) {
-    if (!std::ranges::count(info.depends_on, step)) continue;
-    dependants->push_back(std::to_string(info.step));
-    CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const format::Manifest> full,
-                          store.Read(info.step));
-    const format::Manifest& m = *full;
-    for (const format::EntryRecord& e : m.entries) {
-      for (const format::PieceRecord& p : e.pieces) {
-        for (const format::ChunkRecord& c : p.chunks) {
-          if (format::StepOfKey(m.objects[c.object].key) == step) {
-            bytes += c.length;
-          }
-        }
-      }
-    }
-  }
-  return bytes;
+  PrintLeftBehind(r);
+  fmt::print("{} step {}: {} objects ({})\n", dry ? "would delete" : "deleted",
+             r.step, r.removed.size(), FormatBytes(r.bytes_freed));
 }
 
 Status RunDelete(const DeleteArgs& args) {
   // On a terminal a bar follows the bytes --force copies (it reads each
   // once).
-  const bool draw = args.force && !args.json && ProgressBar::Enabled();
+  const bool draw =
+      args.force && !args.json && !args.dry_run && ProgressBar::Enabled();
   std::unique_ptr<ProgressBar> bar;
   ByteProgressFn progress;
   if (draw) {
@@ -144,43 +145,34 @@ Status RunDelete(const DeleteArgs& args) {
       OpenRootWithCatalog(args.root, /*create=*/false, args.catalog, args.lease,
                           std::move(progress)));
   if (draw) {
-    // Only for the bar: should it fail, Delete says why.
-    std::vector<std::string> dependants;
-    Result<uint64_t> bytes = BytesToCopy(*manager, args.step, &dependants);
-    if (bytes.ok() && *bytes > 0) {
+    // Only for the bar: should it fail, the delete says why.
+    Result<DeleteReport> planned = manager->Delete(
+        args.step, {.rewrite_dependants = true, .dry_run = true});
+    uint64_t bytes = 0;
+    std::vector<int64_t> dependants;
+    for (const DeleteReport::Rewritten& w :
+         planned.ok() ? planned->rewritten
+                      : std::vector<DeleteReport::Rewritten>{}) {
+      bytes += w.bytes_copied;
+      dependants.push_back(w.step);
+    }
+    if (bytes > 0) {
       bar = std::make_unique<ProgressBar>(
           fmt::format("delete step {}: copy into {}", args.step,
-                      Join(dependants, ", ")),
-          *bytes);
+                      Steps(dependants)),
+          bytes);
     }
   }
-  // Delete reports no objects, so --json lists the step's directory before
-  // and after: what went is what it deleted (objects other checkpoints
-  // still name stay, and --force writes only into the dependants' own
-  // directories).
-  Storage& storage = manager->storage();
-  const std::string prefix = format::StepDirName(args.step) + "/";
-  std::vector<ObjectInfo> before;
-  if (args.json) {
-    CKPT_ASSIGN_OR_RETURN(before, storage.List(prefix));
-  }
-  CKPT_RETURN_IF_ERROR(
-      manager->Delete(args.step, {.rewrite_dependants = args.force}));
+  CKPT_ASSIGN_OR_RETURN(
+      DeleteReport report,
+      manager->Delete(args.step, {.rewrite_dependants = args.force,
+                                  .dry_run = args.dry_run}));
   if (bar) bar->Finish();
-  if (!args.json) {
-    fmt::print("deleted step {}\n", args.step);
-    return Status();
+  if (args.json) {
+    PrintJson(records::DeleteJson(report));
+  } else {
+    PrintDeleteReport(report);
   }
-  CKPT_ASSIGN_OR_RETURN(std::vector<ObjectInfo> after, storage.List(prefix));
-  std::vector<std::string> deleted;
-  uint64_t bytes = 0;
-  for (const ObjectInfo& o : Gone(before, after)) {
-    deleted.push_back(o.key);
-    bytes += o.size;
-  }
-  PrintJson({{"deleted_steps", {args.step}},
-             {"deleted_objects", deleted},
-             {"bytes_freed", bytes}});
   return Status();
 }
 
@@ -194,8 +186,11 @@ void AddDeleteCommand(CLI::App& app, Command& selected) {
       "objects. A checkpoint that other (incremental) checkpoints depend on "
       "is not deleted: the error names them. With --force their referenced "
       "bytes are first copied into their own step directories and their "
-      "manifests rewritten, so they stop depending on it.",
+      "manifests rewritten, so they stop depending on it. Prints what it "
+      "rewrote, what it deleted, and what it kept in the step's directory "
+      "and why; --dry-run prints the same and changes nothing.",
       "  ckpt delete /data/run42 --step 1200\n"
+      "  ckpt delete /data/run42 --step 1000 --force --dry-run\n"
       "  ckpt delete /data/run42 --step 1000 --force\n"
       "  ckpt delete s3://bucket/run42 --step 1200 --json\n");
   AddRootArg(*sub, args->root);
@@ -204,6 +199,8 @@ void AddDeleteCommand(CLI::App& app, Command& selected) {
       ->check(NonNegativeInteger(INT64_MAX));
   sub->add_flag("--force", args->force,
                 "rewrite the checkpoints that depend on it first");
+  sub->add_flag("--dry-run", args->dry_run,
+                "print what would be deleted and rewritten, change nothing");
   AddCatalogOption(*sub, args->catalog);
   AddLeaseOptions(*sub, args->lease);
   AddJsonFlag(*sub, args->json);
