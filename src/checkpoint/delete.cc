@@ -19,11 +19,13 @@
 //   5. Delete the step's objects that are ckpt's own (data objects, a
 //      backend's temporaries) and that no other manifest names; anything
 //      else in the directory is left alone. Update the LATEST hint.
+#include "checkpoint/delete.h"
+
 #include <algorithm>
 #include <memory>
 #include <set>
 
-#include "checkpoint/manager_impl.h"
+#include "data/reader.h"
 #include "data/writer.h"
 #include "format/constants.h"
 #include "util/log.h"
@@ -43,26 +45,24 @@ std::string ListSteps(const std::vector<int64_t>& steps) {
 
 }  // namespace
 
-Status CheckpointManager::Impl::CheckLeaseBeforeDeleting(
-    const std::string& op) {
+Status RootContext::CheckLeaseBeforeDeleting(const std::string& op) {
   // The same refusal as the fence at commit: another party owns the root
   // now, and may be writing what a listing taken before showed as garbage.
-  if (Status s = lease_->Check(); !s.ok()) {
+  if (Status s = lease->Check(); !s.ok()) {
     return s.WithContext(op + ": nothing was deleted");
   }
   return Status();
 }
 
-Status CheckpointManager::Impl::Delete(int64_t step, const DeleteRun* run,
-                                       std::vector<std::string>* deleted,
-                                       uint64_t* bytes, bool dry_run,
-                                       bool rewrite_dependants) {
+Status Deleter::Delete(int64_t step, const DeleteRun* run,
+                       std::vector<std::string>* deleted, uint64_t* bytes,
+                       bool dry_run, bool rewrite_dependants) {
   const std::string op =
-      "delete step " + std::to_string(step) + " in " + Where();
+      "delete step " + std::to_string(step) + " in " + root_.Where();
   // 1. Committed?
   if (step < 0) return InvalidArgumentError(op + ": the step is negative");
   const std::string manifest_key = format::ManifestKey(step);
-  Result<ObjectInfo> info = storage_->Stat(manifest_key);
+  Result<ObjectInfo> info = root_.storage->Stat(manifest_key);
   if (!info.ok()) {
     if (info.status().code() == ErrorCode::kNotFound) {
       return NotFoundError(op + ": step is not a committed checkpoint");
@@ -80,10 +80,11 @@ Status CheckpointManager::Impl::Delete(int64_t step, const DeleteRun* run,
     }
     named_elsewhere = &run->named_by_staying;
   } else {
-    CKPT_ASSIGN_OR_RETURN(auto listed, manifests_.List());
+    CKPT_ASSIGN_OR_RETURN(auto listed, root_.manifests.List());
     for (const auto& [s, oi] : listed) {
       if (s == step) continue;
-      Result<std::shared_ptr<const Manifest>> m = manifests_.Summary(s, oi);
+      Result<std::shared_ptr<const Manifest>> m =
+          root_.manifests.Summary(s, oi);
       if (!m.ok()) continue;
       const auto& deps = (*m)->depends_on;
       if (std::find(deps.begin(), deps.end(), step) != deps.end())
@@ -95,8 +96,9 @@ Status CheckpointManager::Impl::Delete(int64_t step, const DeleteRun* run,
   // 3. Refuse, or rewrite the dependants first (oldest first; each rewrite
   // is complete, new object durable then manifest replaced, before the next).
   if (!dependants.empty() && rewrite_dependants && !dry_run) {
-    CKPT_RETURN_IF_ERROR(CheckLeaseBeforeDeleting(op));
-    CatalogRecorder::Batch catalog_batch(catalog_);  // one wait, one warning
+    CKPT_RETURN_IF_ERROR(root_.CheckLeaseBeforeDeleting(op));
+    // One wait, one warning.
+    CatalogRecorder::Batch catalog_batch(root_.catalog);
     for (int64_t d : dependants) {
       CKPT_RETURN_IF_ERROR_CTX(RewriteDependant(d, step), op);
     }
@@ -113,12 +115,13 @@ Status CheckpointManager::Impl::Delete(int64_t step, const DeleteRun* run,
     }
   } else {
     CKPT_ASSIGN_OR_RETURN(listed_objects,
-                          storage_->List(format::StepDirName(step) + "/"));
+                          root_.storage->List(format::StepDirName(step) + "/"));
   }
   std::vector<ObjectInfo> doomed;
   for (const ObjectInfo& o : listed_objects) {
     if (o.key == manifest_key || named_elsewhere->count(o.key)) continue;
-    if (format::IsCkptObjectKey(o.key) || IsTemporaryOf(*storage_, o.key)) {
+    if (format::IsCkptObjectKey(o.key) ||
+        IsTemporaryOf(*root_.storage, o.key)) {
       doomed.push_back(o);  // ckpt's own; anything else is left alone
     }
   }
@@ -126,37 +129,36 @@ Status CheckpointManager::Impl::Delete(int64_t step, const DeleteRun* run,
   // was judged above from the listings holds only while no other party
   // writes.
   if (!dry_run) {
-    CKPT_RETURN_IF_ERROR(CheckLeaseBeforeDeleting(op));
+    CKPT_RETURN_IF_ERROR(root_.CheckLeaseBeforeDeleting(op));
     // Another party deleting the same step may have removed it first: the
     // outcome is the same, so that is no error.
-    if (Status s = storage_->Delete(manifest_key);
+    if (Status s = root_.storage->Delete(manifest_key);
         !s.ok() && s.code() != ErrorCode::kNotFound) {
       return s.WithContext(op);
     }
-    manifests_.Forget(step);
-    catalog_.Deleted(step);
+    root_.manifests.Forget(step);
+    root_.catalog.Deleted(step);
   }
   if (deleted) deleted->push_back(manifest_key);
   if (bytes) *bytes += info->size;
   // 5. Its objects.
   for (const ObjectInfo& o : doomed) {
     if (!dry_run) {
-      Status s = storage_->Delete(o.key);
+      Status s = root_.storage->Delete(o.key);
       if (!s.ok() && s.code() != ErrorCode::kNotFound) return s.WithContext(op);
     }
     if (deleted) deleted->push_back(o.key);
     if (bytes) *bytes += o.size;
   }
-  if (!dry_run && !run) manifests_.UpdateLatestHint();
+  if (!dry_run && !run) root_.manifests.UpdateLatestHint();
   return Status();
 }
 
-Status CheckpointManager::Impl::RewriteDependant(int64_t dependant,
-                                                 int64_t step) {
+Status Deleter::RewriteDependant(int64_t dependant, int64_t step) {
   const std::string op = "rewrite step " + std::to_string(dependant) +
                          " without step " + std::to_string(step);
   CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> old,
-                        manifests_.Read(dependant));
+                        root_.manifests.Read(dependant));
   Manifest m = *old;
   // The chunks to copy, each a piece of its own in the new object, under a
   // name none of the dependant's tensors has.
@@ -193,14 +195,14 @@ Status CheckpointManager::Impl::RewriteDependant(int64_t dependant,
     const std::string key = format::DataObjectKey(dependant, 0, m.attempt);
     // One chunk at a time through one buffer, each checked as it is read:
     // the memory a rewrite takes is one chunk, however much it copies.
-    CKPT_ASSIGN_OR_RETURN(
-        DataObjectStream out,
-        DataObjectStream::Start(*storage_, key, std::move(tensors), largest));
+    CKPT_ASSIGN_OR_RETURN(DataObjectStream out,
+                          DataObjectStream::Start(*root_.storage, key,
+                                                  std::move(tensors), largest));
     const auto buffer = std::make_unique_for_overwrite<std::byte[]>(largest);
     for (const Moved& mv : moved) {
       const std::span<std::byte> bytes(buffer.get(), mv.chunk->length);
       CKPT_RETURN_IF_ERROR_CTX(
-          ReadChunk(*storage_, *old, *mv.entry, *mv.chunk, bytes), op);
+          ReadChunk(*root_.storage, *old, *mv.entry, *mv.chunk, bytes), op);
       CKPT_RETURN_IF_ERROR_CTX(out.Append(bytes), op);
     }
     CKPT_ASSIGN_OR_RETURN(WrittenObject written, out.Close());
@@ -253,19 +255,19 @@ Status CheckpointManager::Impl::RewriteDependant(int64_t dependant,
   // happens the old one, whose bytes are all still there, stands.
   const std::string encoded = format::EncodeManifest(m);
   CKPT_RETURN_IF_ERROR_CTX(
-      storage_->PutString(format::ManifestKey(dependant), encoded), op);
-  manifests_.Forget(dependant);
+      root_.storage->PutString(format::ManifestKey(dependant), encoded), op);
+  root_.manifests.Forget(dependant);
   // A version 3 dependant's directory and indexes are named by nothing now.
   // Best effort: what stays is garbage a collection removes.
   for (const format::ObjectRecord& o : old->metadata_objects) {
-    if (Status s = storage_->Delete(o.key);
+    if (Status s = root_.storage->Delete(o.key);
         !s.ok() && s.code() != ErrorCode::kNotFound) {
       LogWarning(op + ": could not remove " + o.key + ": " + s.ToString());
     }
   }
   // Its row must name the new manifest (checksum, bytes), or a reader that
   // checks rows against storage skips it.
-  catalog_.Committed(InfoFromManifest(m), encoded);
+  root_.catalog.Committed(InfoFromManifest(m), encoded);
   return Status();
 }
 
