@@ -27,7 +27,10 @@
 // part in the save's collectives, carrying the error, so that the ranks that
 // did collect it (and go on to save) fail the same save with it instead of
 // waiting for this one.
-#include "checkpoint/manager_impl.h"
+#include "checkpoint/async_save.h"
+
+#include "checkpoint/save.h"
+#include "staging/device_copy.h"
 
 namespace ckpt {
 namespace {
@@ -83,20 +86,20 @@ Result<SaveResult> SaveHandle::Wait() const {
   return *shared_->result;
 }
 
-CheckpointManager::Impl::~Impl() {
-  MutexLock lock(&mu_);
+RootContext::~RootContext() {
+  MutexLock lock(&mu);
   WaitIdle();
-  // Once idle the thread no longer needs mu_: joining under it is safe.
-  if (worker_.joinable()) worker_.join();
+  // Once idle the thread no longer needs mu: joining under it is safe.
+  if (worker.joinable()) worker.join();
 }
 
-void CheckpointManager::Impl::WaitIdle() {
-  while (busy_) idle_.Wait(&mu_);
+void RootContext::WaitIdle() {
+  while (busy) idle.Wait(&mu);
 }
 
-Status CheckpointManager::Impl::TakeAsyncError(int64_t next_step) {
-  const Status error = std::exchange(async_error_, Status());
-  const auto failed = std::exchange(async_failed_, nullptr);
+Status TakeAsyncError(RootContext& root, int64_t next_step) {
+  const Status error = std::exchange(root.async_error, Status());
+  const auto failed = std::exchange(root.async_failed, nullptr);
   if (error.ok()) return error;
   if (failed != nullptr) {
     MutexLock lock(&failed->mu);
@@ -109,95 +112,99 @@ Status CheckpointManager::Impl::TakeAsyncError(int64_t next_step) {
                                   " was not saved (save it again)");
 }
 
-Status CheckpointManager::Impl::Stage(const State& state, uint64_t need,
-                                      std::string_view op) {
-  staged_ = State();
+Status Stage(RootContext& root, const State& state, uint64_t need,
+             std::string_view op) {
+  root.staged = State();
   Status staged = state.status();
   if (staged.ok()) {
     staged = Guard(op, [&]() -> Status {
       CKPT_ASSIGN_OR_RETURN(std::span<std::byte> memory,
-                            staging_.Reserve(need));
+                            root.staging.Reserve(need));
       if (const Entry* e = FirstDeviceTensor(state)) {
         CKPT_ASSIGN_OR_RETURN(CudaDriver * cuda, DriverFor(*e, op));
         CKPT_RETURN_IF_ERROR(
-            staging_.Register(*cuda, e->tensor.location.device(), op));
+            root.staging.Register(*cuda, e->tensor.location.device(), op));
       }
-      return StageState(state, memory, staged_);
+      return StageState(state, memory, root.staged);
     });
   }
-  if (!staged.ok()) staged_ = State();
+  if (!staged.ok()) root.staged = State();
   return staged;
 }
 
-void CheckpointManager::Impl::StartAsync(
-    int64_t step, const State& state, const SaveOptions& save,
-    const std::shared_ptr<internal::SaveHandleState>& handle) {
+void StartAsync(RootContext& root, int64_t step, const State& state,
+                const SaveOptions& save,
+                const std::shared_ptr<internal::SaveHandleState>& handle) {
   // 1. Wait for the save in flight, or skip.
-  if (busy_ && options_.async_policy == AsyncSavePolicy::kSkip &&
-      comm().size() == 1) {
+  if (root.busy && root.options.async_policy == AsyncSavePolicy::kSkip &&
+      root.comm().size() == 1) {
     SaveResult skipped;
     skipped.skipped = true;
     handle->Finish(std::move(skipped));
     return;
   }
-  WaitIdle();
+  root.WaitIdle();
   // The thread has reported its result and is ending; join it so that it
   // can be replaced.
-  if (worker_.joinable()) worker_.join();
-  if (Status s = TakeAsyncError(step); !s.ok()) {
-    if (comm().size() == 1) {
+  if (root.worker.joinable()) root.worker.join();
+  if (Status s = TakeAsyncError(root, step); !s.ok()) {
+    if (root.comm().size() == 1) {
       handle->Finish(std::move(s));
     } else {
-      handle->Finish(Guard("save", [&] { return Save(step, state, save, s); }));
+      handle->Finish(Guard(
+          "save", [&] { return Saver(root).Save(step, state, save, s); }));
     }
     return;
   }
   // 2. Stage.
   const uint64_t need = StagingBytes(state);
-  if (options_.async_staging_bytes > 0 && need > options_.async_staging_bytes) {
-    handle->Finish(Guard("save", [&] { return Save(step, state, save); }));
+  if (root.options.async_staging_bytes > 0 &&
+      need > root.options.async_staging_bytes) {
+    handle->Finish(
+        Guard("save", [&] { return Saver(root).Save(step, state, save); }));
     return;
   }
   Status staged;
   int64_t stall_ms = 0;
   if (!save.stage_in_background) {
-    const int64_t started = SteadyNowMs();
-    staged = Stage(state, need, kStage);
-    stall_ms = SteadyNowMs() - started;
+    const int64_t started = RootContext::SteadyNowMs();
+    staged = Stage(root, state, need, kStage);
+    stall_ms = RootContext::SteadyNowMs() - started;
     handle->Staged(staged);
   }
   // 3. Busy; 4. save in the background (staging first, if it is to run
   // there: the caller keeps `state` alive until WaitStaged returns).
-  busy_ = true;
-  worker_ =
-      std::thread([this, step, save, staged, handle, need, stall_ms, &state] {
+  root.busy = true;
+  root.worker =
+      std::thread([&root, step, save, staged, handle, need, stall_ms, &state] {
         Status staging = staged;
-        background_stall_ms_ = stall_ms;
+        root.background_stall_ms = stall_ms;
         if (save.stage_in_background) {
-          staging = Stage(state, need, kStage);
+          staging = Stage(root, state, need, kStage);
           handle->Staged(staging);
         }
-        in_background_ = true;
-        Result<SaveResult> r =
-            Guard("save", [&] { return Save(step, staged_, save, staging); });
-        in_background_ = false;
+        root.in_background = true;
+        Result<SaveResult> r = Guard("save", [&] {
+          return Saver(root).Save(step, root.staged, save, staging);
+        });
+        root.in_background = false;
         {
-          MutexLock l(&mu_);
+          MutexLock l(&root.mu);
           if (!r.ok()) {
-            async_error_ =
+            root.async_error =
                 r.status().WithContext("the asynchronous save of step " +
                                        std::to_string(step) + " failed");
-            async_failed_ = handle;
+            root.async_failed = handle;
           }
         }
         // The handle is done before any waiting call runs, so a call that
         // waited for this save finds it Done().
         handle->Finish(std::move(r));
         {
-          MutexLock l(&mu_);
-          busy_ = false;
+          MutexLock l(&root.mu);
+          root.busy = false;
         }
-        idle_.SignalAll();
+        root.idle.SignalAll();
       });
 }
 

@@ -1,7 +1,7 @@
 #include "checkpoint/catalog_record.h"
 
-#include "checkpoint/manager_impl.h"
 #include "checkpoint/manifests.h"
+#include "checkpoint/root_context.h"
 #include "format/constants.h"
 #include "util/log.h"
 

@@ -26,10 +26,13 @@
 //      retention and remove dead attempts. The commit stands whatever
 //      happens here: failures are warnings, and what they leave is garbage
 //      that a later collection removes.
+#include "checkpoint/commit.h"
+
 #include <algorithm>
 #include <map>
 
-#include "checkpoint/manager_impl.h"
+#include "checkpoint/gc.h"
+#include "checkpoint/save.h"
 #include "format/constants.h"
 #include "util/log.h"
 
@@ -37,30 +40,30 @@ namespace ckpt {
 
 using format::Manifest;
 
-Manifest CheckpointManager::Impl::Header(int64_t step, const SaveOptions& save,
-                                         const SaveDecision& decision,
-                                         const SavePlan& plan) const {
+Manifest Committer::Header(int64_t step, const SaveOptions& save,
+                           const SaveDecision& decision,
+                           const SavePlan& plan) const {
   Manifest m;
-  m.job_id = options_.job_id;
+  m.job_id = root_.options.job_id;
   m.step = step;
   m.epoch = save.epoch;
-  m.created_unix_ms = options_.now_unix_ms();
+  m.created_unix_ms = root_.options.now_unix_ms();
   m.attempt = decision.attempt;
   m.world_size = static_cast<int32_t>(plan.hosts.size());
-  m.chunk_size = options_.chunk_size;
+  m.chunk_size = root_.options.chunk_size;
   m.metadata = save.metadata;
   m.metrics = save.metrics;
   return m;
 }
 
-format::SaveTimingRecord CheckpointManager::Impl::Timing(
+format::SaveTimingRecord Committer::Timing(
     const std::vector<WriteResult>& results, int64_t commit_started_ms) const {
   format::SaveTimingRecord t;
-  const int64_t now = SteadyNowMs();
-  t.save_ms = std::max<int64_t>(0, now - save_started_ms_);
+  const int64_t now = RootContext::SteadyNowMs();
+  t.save_ms = std::max<int64_t>(0, now - root_.save_started_ms);
   t.commit_ms = std::max<int64_t>(0, now - commit_started_ms);
-  t.async = in_background_.load();
-  t.stall_ms = t.async ? background_stall_ms_ : t.save_ms;
+  t.async = root_.in_background.load();
+  t.stall_ms = t.async ? root_.background_stall_ms : t.save_ms;
   for (size_t r = 0; r < results.size(); ++r) {
     t.ranks.push_back({static_cast<int32_t>(r),
                        std::max<int64_t>(0, results[r].write_ms),
@@ -80,7 +83,7 @@ format::SaveTimingRecord CheckpointManager::Impl::Timing(
   return t;
 }
 
-Result<Manifest> CheckpointManager::Impl::BuildManifest(
+Result<Manifest> Committer::BuildManifest(
     int64_t step, const SaveOptions& save, const SaveDecision& decision,
     const SavePlan& plan, const std::vector<WriteResult>& results) {
   Manifest m = Header(step, save, decision, plan);
@@ -151,7 +154,7 @@ Result<Manifest> CheckpointManager::Impl::BuildManifest(
   return m;
 }
 
-Result<Manifest> CheckpointManager::Impl::BuildIndexed(
+Result<Manifest> Committer::BuildIndexed(
     int64_t step, const SaveOptions& save, const SaveDecision& decision,
     const SavePlan& plan, const std::vector<WriteResult>& results,
     PendingDirectoryEntries& entries, std::string& directory,
@@ -222,12 +225,12 @@ Result<Manifest> CheckpointManager::Impl::BuildIndexed(
   return out;
 }
 
-Status CheckpointManager::Impl::CheckReferences(const Manifest& m) {
+Status Committer::CheckReferences(const Manifest& m) {
   for (const format::ObjectRecord& o : m.objects) {
     int64_t in;
     std::string_view file;
     if (!format::SplitStepKey(o.key, &in, &file) || in == m.step) continue;
-    Result<ObjectInfo> info = storage_->Stat(o.key);
+    Result<ObjectInfo> info = root_.storage->Stat(o.key);
     if (info.ok() && info->size == o.size) continue;
     if (!info.ok() && info.status().code() != ErrorCode::kNotFound) {
       return info.status().WithContext("stat " + o.key);
@@ -243,27 +246,26 @@ Status CheckpointManager::Impl::CheckReferences(const Manifest& m) {
   return Status();
 }
 
-Status CheckpointManager::Impl::Publish(const Manifest& m,
-                                        const std::string& bytes) {
+Status Committer::Publish(const Manifest& m, const std::string& bytes) {
   const std::string key = format::ManifestKey(m.step);
-  if (!storage_->capabilities().atomic_create_if_absent) {
+  if (!root_.storage->capabilities().atomic_create_if_absent) {
     // Best effort where the store cannot refuse an existing object: check
     // first. Only one job writes a root, so the race is between its own
     // retries, which use distinct steps.
-    if (storage_->Stat(key).ok()) {
+    if (root_.storage->Stat(key).ok()) {
       return AlreadyExistsError("step is already committed");
     }
   }
   // THE COMMIT.
-  Status s = storage_->PutString(key, bytes, PutMode::kCreateIfAbsent);
+  Status s = root_.storage->PutString(key, bytes, PutMode::kCreateIfAbsent);
   if (s.code() == ErrorCode::kAlreadyExists) {
     return AlreadyExistsError("another save committed this step first");
   }
   return s;
 }
 
-Status CheckpointManager::Impl::RecheckAfterPublish(const Manifest& m) {
-  Status lease = lease_->Check();
+Status Committer::RecheckAfterPublish(const Manifest& m) {
+  Status lease = root_.lease->Check();
   if (lease.ok()) return lease;
   // Taken over between the fence and the write: the new owner may have
   // removed objects this manifest names before it existed. A manifest
@@ -273,14 +275,14 @@ Status CheckpointManager::Impl::RecheckAfterPublish(const Manifest& m) {
   named.insert(named.end(), m.metadata_objects.begin(),
                m.metadata_objects.end());
   for (const format::ObjectRecord& o : named) {
-    Result<ObjectInfo> info = storage_->Stat(o.key);
+    Result<ObjectInfo> info = root_.storage->Stat(o.key);
     if (info.ok() && info->size == o.size) continue;
-    Status removed = storage_->Delete(format::ManifestKey(m.step));
+    Status removed = root_.storage->Delete(format::ManifestKey(m.step));
     if (!removed.ok() && removed.code() != ErrorCode::kNotFound) {
       LogWarning("withdrawing step " + std::to_string(m.step) + ": " +
                  removed.ToString());
     }
-    manifests_.Forget(m.step);
+    root_.manifests.Forget(m.step);
     return FailedPreconditionError(
         lease.message() + "; while it committed, the new owner removed " +
         o.key + ", so the manifest was withdrawn: nothing was committed");
@@ -290,50 +292,53 @@ Status CheckpointManager::Impl::RecheckAfterPublish(const Manifest& m) {
   return Status();
 }
 
-bool CheckpointManager::Impl::MayHaveCommitted(int64_t step,
-                                               const Status& failure) {
+bool Committer::MayHaveCommitted(int64_t step, const Status& failure) {
   // Another commit won: ours did not happen. Any other failure may have
   // left the manifest written (a reply lost after the store wrote it), so
   // only a manifest that is certainly absent proves nothing was committed.
   if (failure.code() == ErrorCode::kAlreadyExists) return false;
-  Result<ObjectInfo> manifest = storage_->Stat(format::ManifestKey(step));
+  Result<ObjectInfo> manifest = root_.storage->Stat(format::ManifestKey(step));
   return manifest.ok() || manifest.status().code() != ErrorCode::kNotFound;
 }
 
-std::vector<int64_t> CheckpointManager::Impl::AfterCommit(
+std::vector<int64_t> Committer::AfterCommit(
     Manifest m, const std::string& bytes, const CheckpointInfo& info,
     std::shared_ptr<const format::Directory> dir) {
   const int64_t step = m.step;
   const std::string op =
-      "commit step " + std::to_string(step) + " in " + Where();
+      "commit step " + std::to_string(step) + " in " + root_.Where();
   // The coordinator keeps what it just wrote instead of decoding it again
   // (a large manifest takes seconds to parse); the cache still checks the
   // object's size and mtime on every use.
   // The catalog, however it fails, holds this save up once at most.
   // An asynchronous save's calls are made on the recorder's thread, so that
   // the next call never waits for the catalog.
-  CatalogRecorder::Batch catalog_batch(catalog_, !in_background_.load());
-  manifests_.Forget(step);
-  if (Result<ObjectInfo> written = storage_->Stat(format::ManifestKey(step));
+  CatalogRecorder::Batch catalog_batch(root_.catalog,
+                                       !root_.in_background.load());
+  root_.manifests.Forget(step);
+  if (Result<ObjectInfo> written =
+          root_.storage->Stat(format::ManifestKey(step));
       written.ok() && written->size == bytes.size()) {
     // Version 3: the summary that listing, LATEST and retention read next
     // (decoding and checking the directory again was a fifth of a small
     // save's CPU with 10,000 entries).
     if (dir) {
-      manifests_.RememberSummary(step, *written, std::move(m), std::move(dir));
+      root_.manifests.RememberSummary(step, *written, std::move(m),
+                                      std::move(dir));
     } else {
-      manifests_.Remember(step, *written, std::move(m));
+      root_.manifests.Remember(step, *written, std::move(m));
     }
   }
-  catalog_.Committed(info, bytes);
-  manifests_.UpdateLatestHint(lease_->enabled() ? std::optional<int64_t>(step)
-                                                : std::nullopt);
-  if (!options_.retention.enabled() && !options_.gc_after_save) return {};
+  root_.catalog.Committed(info, bytes);
+  root_.manifests.UpdateLatestHint(
+      root_.lease->enabled() ? std::optional<int64_t>(step) : std::nullopt);
+  if (!root_.options.retention.enabled() && !root_.options.gc_after_save)
+    return {};
   GcOptions gc;
-  gc.retention = options_.retention;
+  gc.retention = root_.options.retention;
   // A step saved below the newest (a rollback) is one no rule may keep;
   // it stays until a later collection, so the save that made it succeeds.
-  Result<GcReport> report = GarbageCollect(gc, step);
+  Result<GcReport> report = Collector(root_).GarbageCollect(gc, step);
   if (!report.ok()) {
     // The checkpoint is committed; a failed clean-up only leaves garbage
     // that the next GarbageCollect removes.
@@ -344,15 +349,16 @@ std::vector<int64_t> CheckpointManager::Impl::AfterCommit(
   return report->deleted_steps;
 }
 
-SaveOutcome CheckpointManager::Impl::Commit(
-    int64_t step, const SaveOptions& save, const SaveDecision& decision,
-    const SavePlan& plan, const std::vector<WriteResult>& results,
-    PendingDirectoryEntries& entries) {
+SaveOutcome Committer::Commit(int64_t step, const SaveOptions& save,
+                              const SaveDecision& decision,
+                              const SavePlan& plan,
+                              const std::vector<WriteResult>& results,
+                              PendingDirectoryEntries& entries) {
   const std::string op =
-      "commit step " + std::to_string(step) + " in " + Where();
-  const int64_t commit_started_ms = SteadyNowMs();
+      "commit step " + std::to_string(step) + " in " + root_.Where();
+  const int64_t commit_started_ms = RootContext::SteadyNowMs();
   const bool indexed =
-      options_.metadata_layout == Options::MetadataLayout::kIndexed;
+      root_.options.metadata_layout == Options::MetadataLayout::kIndexed;
   std::string directory;
   std::shared_ptr<const format::Directory> built;
   Result<Manifest> m = indexed
@@ -364,7 +370,8 @@ SaveOutcome CheckpointManager::Impl::Commit(
   // (`discard`), and the coordinator the directory it wrote.
   bool wrote_directory = false;
   const auto failed = [&](Status s, bool discard) {
-    if (discard && wrote_directory) DiscardAttempt(m->directory.key);
+    if (discard && wrote_directory)
+      Saver(root_).DiscardAttempt(m->directory.key);
     return SaveOutcome{std::move(s), {}, discard};
   };
   if (Status s = CheckReferences(*m); !s.ok()) {
@@ -373,13 +380,14 @@ SaveOutcome CheckpointManager::Impl::Commit(
   // The fence: a coordinator whose lease was taken over (it stalled past
   // the lease period, or was broken) may no longer write the root; the new
   // owner may have collected what this save wrote.
-  if (Status s = lease_->Check(); !s.ok()) {
+  if (Status s = root_.lease->Check(); !s.ok()) {
     return failed(s.WithContext(op + ": nothing was committed"), true);
   }
   if (indexed) {
     // Durable before the commit record names it. The key carries the
     // attempt, so no other save writes it.
-    if (Status s = storage_->PutString(m->directory.key, directory); !s.ok()) {
+    if (Status s = root_.storage->PutString(m->directory.key, directory);
+        !s.ok()) {
       return failed(s.WithContext(op + ": write " + m->directory.key), true);
     }
     wrote_directory = true;

@@ -24,12 +24,14 @@
 //   why, those already gone. A dry run goes through 1 to 5 writing nothing:
 //   with rewrite_dependants it counts the bytes each rewrite would copy and
 //   judges the directory as the rewritten dependants would leave it.
+#include "checkpoint/delete.h"
+
 #include <algorithm>
 #include <map>
 #include <memory>
 #include <set>
 
-#include "checkpoint/manager_impl.h"
+#include "data/reader.h"
 #include "data/writer.h"
 #include "format/constants.h"
 #include "util/log.h"
@@ -81,34 +83,31 @@ std::string RewriteOp(int64_t dependant, int64_t step) {
 
 }  // namespace
 
-Result<uint64_t> CheckpointManager::Impl::BytesToRewrite(int64_t dependant,
-                                                         int64_t step) {
-  Result<std::shared_ptr<const Manifest>> m = manifests_.Read(dependant);
+Result<uint64_t> Deleter::BytesToRewrite(int64_t dependant, int64_t step) {
+  Result<std::shared_ptr<const Manifest>> m = root_.manifests.Read(dependant);
   if (!m.ok()) return m.status().WithContext(RewriteOp(dependant, step));
   return ChunkBytesIn(**m, step);
 }
 
-Status CheckpointManager::Impl::CheckLeaseBeforeDeleting(
-    const std::string& op) {
+Status RootContext::CheckLeaseBeforeDeleting(const std::string& op) {
   // The same refusal as the fence at commit: another party owns the root
   // now, and may be writing what a listing taken before showed as garbage.
-  if (Status s = lease_->Check(); !s.ok()) {
+  if (Status s = lease->Check(); !s.ok()) {
     return s.WithContext(op + ": nothing was deleted");
   }
   return Status();
 }
 
-Status CheckpointManager::Impl::Delete(int64_t step, const DeleteRun* run,
-                                       DeleteReport* report, bool dry_run,
-                                       bool rewrite_dependants) {
+Status Deleter::Delete(int64_t step, const DeleteRun* run, DeleteReport* report,
+                       bool dry_run, bool rewrite_dependants) {
   const std::string op =
-      "delete step " + std::to_string(step) + " in " + Where();
+      "delete step " + std::to_string(step) + " in " + root_.Where();
   report->step = step;
   report->dry_run = dry_run;
   // 1. Committed?
   if (step < 0) return InvalidArgumentError(op + ": the step is negative");
   const std::string manifest_key = format::ManifestKey(step);
-  Result<ObjectInfo> info = storage_->Stat(manifest_key);
+  Result<ObjectInfo> info = root_.storage->Stat(manifest_key);
   if (!info.ok()) {
     if (info.status().code() == ErrorCode::kNotFound) {
       return NotFoundError(op + ": step is not a committed checkpoint");
@@ -125,10 +124,11 @@ Status CheckpointManager::Impl::Delete(int64_t step, const DeleteRun* run,
       dependants = it->second;
     }
   } else {
-    CKPT_ASSIGN_OR_RETURN(auto listed, manifests_.List());
+    CKPT_ASSIGN_OR_RETURN(auto listed, root_.manifests.List());
     for (const auto& [s, oi] : listed) {
       if (s == step) continue;
-      Result<std::shared_ptr<const Manifest>> m = manifests_.Summary(s, oi);
+      Result<std::shared_ptr<const Manifest>> m =
+          root_.manifests.Summary(s, oi);
       if (!m.ok()) continue;
       const auto& deps = (*m)->depends_on;
       if (std::find(deps.begin(), deps.end(), step) != deps.end())
@@ -144,8 +144,9 @@ Status CheckpointManager::Impl::Delete(int64_t step, const DeleteRun* run,
                                    " depend on it; delete them first");
   }
   if (!dependants.empty() && !dry_run) {
-    CKPT_RETURN_IF_ERROR(CheckLeaseBeforeDeleting(op));
-    CatalogRecorder::Batch catalog_batch(catalog_);  // one wait, one warning
+    CKPT_RETURN_IF_ERROR(root_.CheckLeaseBeforeDeleting(op));
+    // One wait, one warning.
+    CatalogRecorder::Batch catalog_batch(root_.catalog);
     for (int64_t d : dependants) {
       Result<uint64_t> copied = RewriteDependant(d, step);
       if (!copied.ok()) return copied.status().WithContext(op);
@@ -174,7 +175,7 @@ Status CheckpointManager::Impl::Delete(int64_t step, const DeleteRun* run,
     }
   } else {
     CKPT_ASSIGN_OR_RETURN(listed_objects,
-                          storage_->List(format::StepDirName(step) + "/"));
+                          root_.storage->List(format::StepDirName(step) + "/"));
   }
   std::vector<ObjectInfo> doomed;
   for (const ObjectInfo& o : listed_objects) {
@@ -186,7 +187,7 @@ Status CheckpointManager::Impl::Delete(int64_t step, const DeleteRun* run,
     } else if (run && run->named_by_staying.count(o.key)) {
       report->kept.push_back({o.key, o.size, kDeleteNamedByCheckpoint, {}});
     } else if (format::IsCkptObjectKey(o.key) ||
-               IsTemporaryOf(*storage_, o.key)) {
+               IsTemporaryOf(*root_.storage, o.key)) {
       doomed.push_back(o);  // ckpt's own; anything else is left alone
     } else {
       report->kept.push_back({o.key, o.size, kDeleteNotCkptObject, {}});
@@ -197,14 +198,14 @@ Status CheckpointManager::Impl::Delete(int64_t step, const DeleteRun* run,
   // writes.
   bool manifest_gone = false;
   if (!dry_run) {
-    CKPT_RETURN_IF_ERROR(CheckLeaseBeforeDeleting(op));
+    CKPT_RETURN_IF_ERROR(root_.CheckLeaseBeforeDeleting(op));
     // Another party deleting the same step may have removed it first: the
     // outcome is the same, so that is no error.
-    Status s = storage_->Delete(manifest_key);
+    Status s = root_.storage->Delete(manifest_key);
     if (!s.ok() && s.code() != ErrorCode::kNotFound) return s.WithContext(op);
     manifest_gone = s.code() == ErrorCode::kNotFound;
-    manifests_.Forget(step);
-    catalog_.Deleted(step);
+    root_.manifests.Forget(step);
+    root_.catalog.Deleted(step);
   }
   Record(report, DeleteReport::Object{manifest_key, info->size, "", {}},
          manifest_gone);
@@ -213,21 +214,20 @@ Status CheckpointManager::Impl::Delete(int64_t step, const DeleteRun* run,
   for (const ObjectInfo& o : doomed) {
     bool gone = false;
     if (!dry_run) {
-      Status s = storage_->Delete(o.key);
+      Status s = root_.storage->Delete(o.key);
       if (!s.ok() && s.code() != ErrorCode::kNotFound) return s.WithContext(op);
       gone = s.code() == ErrorCode::kNotFound;
     }
     Record(report, DeleteReport::Object{o.key, o.size, "", {}}, gone);
   }
-  if (!dry_run && !run) manifests_.UpdateLatestHint();
+  if (!dry_run && !run) root_.manifests.UpdateLatestHint();
   return Status();
 }
 
-Result<uint64_t> CheckpointManager::Impl::RewriteDependant(int64_t dependant,
-                                                           int64_t step) {
+Result<uint64_t> Deleter::RewriteDependant(int64_t dependant, int64_t step) {
   const std::string op = RewriteOp(dependant, step);
   CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> old,
-                        manifests_.Read(dependant));
+                        root_.manifests.Read(dependant));
   Manifest m = *old;
   // The chunks to copy, each a piece of its own in the new object, under a
   // name none of the dependant's tensors has.
@@ -266,14 +266,14 @@ Result<uint64_t> CheckpointManager::Impl::RewriteDependant(int64_t dependant,
     const std::string key = format::DataObjectKey(dependant, 0, m.attempt);
     // One chunk at a time through one buffer, each checked as it is read:
     // the memory a rewrite takes is one chunk, however much it copies.
-    CKPT_ASSIGN_OR_RETURN(
-        DataObjectStream out,
-        DataObjectStream::Start(*storage_, key, std::move(tensors), largest));
+    CKPT_ASSIGN_OR_RETURN(DataObjectStream out,
+                          DataObjectStream::Start(*root_.storage, key,
+                                                  std::move(tensors), largest));
     const auto buffer = std::make_unique_for_overwrite<std::byte[]>(largest);
     for (const Moved& mv : moved) {
       const std::span<std::byte> bytes(buffer.get(), mv.chunk->length);
       CKPT_RETURN_IF_ERROR_CTX(
-          ReadChunk(*storage_, *old, *mv.entry, *mv.chunk, bytes), op);
+          ReadChunk(*root_.storage, *old, *mv.entry, *mv.chunk, bytes), op);
       CKPT_RETURN_IF_ERROR_CTX(out.Append(bytes), op);
     }
     CKPT_ASSIGN_OR_RETURN(WrittenObject written, out.Close());
@@ -326,19 +326,19 @@ Result<uint64_t> CheckpointManager::Impl::RewriteDependant(int64_t dependant,
   // happens the old one, whose bytes are all still there, stands.
   const std::string encoded = format::EncodeManifest(m);
   CKPT_RETURN_IF_ERROR_CTX(
-      storage_->PutString(format::ManifestKey(dependant), encoded), op);
-  manifests_.Forget(dependant);
+      root_.storage->PutString(format::ManifestKey(dependant), encoded), op);
+  root_.manifests.Forget(dependant);
   // A version 3 dependant's directory and indexes are named by nothing now.
   // Best effort: what stays is garbage a collection removes.
   for (const format::ObjectRecord& o : old->metadata_objects) {
-    if (Status s = storage_->Delete(o.key);
+    if (Status s = root_.storage->Delete(o.key);
         !s.ok() && s.code() != ErrorCode::kNotFound) {
       LogWarning(op + ": could not remove " + o.key + ": " + s.ToString());
     }
   }
   // Its row must name the new manifest (checksum, bytes), or a reader that
   // checks rows against storage skips it.
-  catalog_.Committed(InfoFromManifest(m), encoded);
+  root_.catalog.Committed(InfoFromManifest(m), encoded);
   return copied;
 }
 

@@ -24,10 +24,13 @@
 //   4. Writes that died unfinished show in no listing but a store may keep
 //      them (s3://: incomplete multipart uploads): the same rule picks the
 //      dead ones to abort; a store that cannot tell does not fail the run.
+#include "checkpoint/gc.h"
+
 #include <algorithm>
 #include <set>
 
-#include "checkpoint/manager_impl.h"
+#include "checkpoint/delete.h"
+#include "checkpoint/inspect.h"
 #include "checkpoint/retention.h"
 #include "format/constants.h"
 #include "format/layout.h"
@@ -48,13 +51,13 @@ struct LiveSet {
 
 }  // namespace
 
-Result<GcReport> CheckpointManager::Impl::GarbageCollect(
-    const GcOptions& gc, std::optional<int64_t> keep) {
+Result<GcReport> Collector::GarbageCollect(const GcOptions& gc,
+                                           std::optional<int64_t> keep) {
   GcReport report;
   // One listing of the root serves every step below: a listing per deleted
   // step made a collection quadratic in the number of checkpoints. Objects
   // written after it are not seen, so they are left alone.
-  CKPT_ASSIGN_OR_RETURN(std::vector<ObjectInfo> all, storage_->List(""));
+  CKPT_ASSIGN_OR_RETURN(std::vector<ObjectInfo> all, root_.storage->List(""));
   std::vector<std::pair<int64_t, ObjectInfo>> listed;
   DeleteRun run;
   for (const ObjectInfo& o : all) {
@@ -69,8 +72,9 @@ Result<GcReport> CheckpointManager::Impl::GarbageCollect(
 
   // 1. Retention.
   const RetentionPolicy policy =
-      gc.retention ? *gc.retention : options_.retention;
-  const std::vector<CheckpointInfo> infos = Infos(listed, nullptr);
+      gc.retention ? *gc.retention : root_.options.retention;
+  const std::vector<CheckpointInfo> infos =
+      Inspector(root_).Infos(listed, nullptr);
   // In a dry run a step that only doomed steps depend on may go: those
   // dependants are still there.
   std::vector<int64_t> doomed = StepsToDelete(infos, policy);
@@ -90,7 +94,8 @@ Result<GcReport> CheckpointManager::Impl::GarbageCollect(
   LiveSet live;
   for (const auto& [step, info] : listed) {
     if (run.going.count(step)) continue;
-    Result<std::shared_ptr<const Manifest>> m = manifests_.Summary(step, info);
+    Result<std::shared_ptr<const Manifest>> m =
+        root_.manifests.Summary(step, info);
     if (!m.ok()) {
       live.damaged.insert(step);
       continue;
@@ -109,7 +114,7 @@ Result<GcReport> CheckpointManager::Impl::GarbageCollect(
   std::set<std::string> already;
   for (auto it = doomed.rbegin(); it != doomed.rend(); ++it) {
     DeleteReport deleted;
-    Status s = Delete(*it, &run, &deleted, gc.dry_run);
+    Status s = Deleter(root_).Delete(*it, &run, &deleted, gc.dry_run);
     // Gone already: another collection (or delete) got there first, which
     // ends in the same state.
     if (s.code() == ErrorCode::kNotFound) {
@@ -131,7 +136,7 @@ Result<GcReport> CheckpointManager::Impl::GarbageCollect(
     if (!gone_already.count(step)) report.deleted_steps.push_back(step);
   }
   if (!gc.dry_run && !report.deleted_steps.empty()) {
-    manifests_.UpdateLatestHint();
+    root_.manifests.UpdateLatestHint();
   }
 
   // 3. Dead attempts, from the same listing.
@@ -140,14 +145,14 @@ Result<GcReport> CheckpointManager::Impl::GarbageCollect(
   // without an atomic create and also believes it won), so what no
   // manifest names is dead. Lost, delete nothing.
   if (!gc.dry_run) {
-    CKPT_RETURN_IF_ERROR(
-        CheckLeaseBeforeDeleting("garbage collection in " + Where()));
+    CKPT_RETURN_IF_ERROR(root_.CheckLeaseBeforeDeleting(
+        "garbage collection in " + root_.Where()));
   }
-  const int64_t now = options_.now_unix_ms();
-  const int64_t grace_ms = options_.gc_grace_seconds * 1000;
+  const int64_t now = root_.options.now_unix_ms();
+  const int64_t grace_ms = root_.options.gc_grace_seconds * 1000;
   // Holding the lease (a dry run: as if holding it), no other party can be
   // writing, so an attempt no manifest names can never commit.
-  const bool owned = lease_->enabled();
+  const bool owned = root_.lease->enabled();
   for (const ObjectInfo& o : all) {
     if (live.referenced.count(o.key) || already.count(o.key)) continue;
     const bool old = now - o.mtime_unix_ms > grace_ms;
@@ -159,24 +164,24 @@ Result<GcReport> CheckpointManager::Impl::GarbageCollect(
           gone_already.count(step)) {
         continue;
       }
-      const bool ours =
-          format::IsCkptObjectKey(o.key) || IsTemporaryOf(*storage_, o.key);
+      const bool ours = format::IsCkptObjectKey(o.key) ||
+                        IsTemporaryOf(*root_.storage, o.key);
       // Without the lease: an attempt at a step at or below the newest
       // committed one can no longer commit; a newer one may still be
       // running elsewhere.
       dead = ours && (owned || step <= live.newest || old);
     } else {
       // A root-level object's dead write: of the LATEST hint or a lease.
-      const std::optional<std::string> of = storage_->TemporaryOf(o.key);
+      const std::optional<std::string> of = root_.storage->TemporaryOf(o.key);
       dead = of &&
              (*of == format::kLatestName || format::ParseLeaseKey(*of) >= 0) &&
              old;
     }
     if (!dead) continue;
     if (!gc.dry_run) {
-      Status s = storage_->Delete(o.key);
+      Status s = root_.storage->Delete(o.key);
       if (!s.ok() && s.code() != ErrorCode::kNotFound) {
-        return s.WithContext("garbage collection in " + Where());
+        return s.WithContext("garbage collection in " + root_.Where());
       }
     }
     report.deleted_objects.push_back(o.key);
@@ -184,29 +189,30 @@ Result<GcReport> CheckpointManager::Impl::GarbageCollect(
   }
 
   // 4. Unfinished writes.
-  Result<std::vector<std::string>> aborted = storage_->AbortIncompleteWrites(
-      format::kStepPrefix, [&](const ObjectInfo& o) {
-        int64_t step;
-        std::string_view file;
-        if (!format::SplitStepKey(o.key, &step, &file) ||
-            live.damaged.count(step)) {
-          return false;
-        }
-        const bool manifest = file == format::kManifestName;
-        const bool ours = manifest || format::IsCkptObjectKey(o.key);
-        const bool old = now - o.mtime_unix_ms > grace_ms;
-        const bool dead =
-            ours && (owned || old || (step <= live.newest && !manifest));
-        if (dead && gc.dry_run) report.deleted_objects.push_back(o.key);
-        return dead && !gc.dry_run;
-      });
+  Result<std::vector<std::string>> aborted =
+      root_.storage->AbortIncompleteWrites(
+          format::kStepPrefix, [&](const ObjectInfo& o) {
+            int64_t step;
+            std::string_view file;
+            if (!format::SplitStepKey(o.key, &step, &file) ||
+                live.damaged.count(step)) {
+              return false;
+            }
+            const bool manifest = file == format::kManifestName;
+            const bool ours = manifest || format::IsCkptObjectKey(o.key);
+            const bool old = now - o.mtime_unix_ms > grace_ms;
+            const bool dead =
+                ours && (owned || old || (step <= live.newest && !manifest));
+            if (dead && gc.dry_run) report.deleted_objects.push_back(o.key);
+            return dead && !gc.dry_run;
+          });
   if (aborted.ok()) {
     for (std::string& key : *aborted) {
       report.deleted_objects.push_back(std::move(key));
     }
   } else {
     LogWarning(
-        "garbage collection in " + Where() +
+        "garbage collection in " + root_.Where() +
         ": incomplete uploads were left: " + aborted.status().ToString());
   }
   return report;

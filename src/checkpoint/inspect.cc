@@ -1,6 +1,8 @@
 // Inspection: which checkpoints a root holds and what they contain, read
 // from the manifests alone (no data object is opened).
-#include "checkpoint/manager_impl.h"
+#include "checkpoint/inspect.h"
+
+#include "checkpoint/load.h"
 #include "util/checksum.h"
 #include "util/log.h"
 
@@ -8,8 +10,8 @@ namespace ckpt {
 
 using format::Manifest;
 
-Result<std::optional<int64_t>> CheckpointManager::Impl::Latest() {
-  Result<std::shared_ptr<const Manifest>> m = manifests_.NewestComplete();
+Result<std::optional<int64_t>> Inspector::Latest() {
+  Result<std::shared_ptr<const Manifest>> m = root_.manifests.NewestComplete();
   if (!m.ok()) {
     if (m.status().code() == ErrorCode::kNotFound)
       return std::optional<int64_t>();
@@ -18,21 +20,21 @@ Result<std::optional<int64_t>> CheckpointManager::Impl::Latest() {
   return std::optional<int64_t>((*m)->step);
 }
 
-Result<std::vector<CheckpointInfo>> CheckpointManager::Impl::List() {
-  CKPT_ASSIGN_OR_RETURN(auto listed, manifests_.List());
+Result<std::vector<CheckpointInfo>> Inspector::List() {
+  CKPT_ASSIGN_OR_RETURN(auto listed, root_.manifests.List());
   // Listed after the manifests, as NewestComplete does: a save committing
   // meanwhile wrote its objects before its manifest, so it is not marked.
-  CKPT_ASSIGN_OR_RETURN(auto sizes, manifests_.ObjectSizes());
+  CKPT_ASSIGN_OR_RETURN(auto sizes, root_.manifests.ObjectSizes());
   return Infos(listed, &sizes);
 }
 
-std::vector<CheckpointInfo> CheckpointManager::Impl::Infos(
+std::vector<CheckpointInfo> Inspector::Infos(
     const std::vector<std::pair<int64_t, ObjectInfo>>& listed,
     const std::map<std::string, uint64_t>* sizes) {
   std::vector<CheckpointInfo> out;
   for (auto it = listed.rbegin(); it != listed.rend(); ++it) {
     Result<std::shared_ptr<const Manifest>> m =
-        manifests_.Summary(it->first, it->second);
+        root_.manifests.Summary(it->first, it->second);
     if (!m.ok()) {
       LogWarning("skipping step " + std::to_string(it->first) + ": " +
                  m.status().ToString());
@@ -82,13 +84,12 @@ EntryInfo DescribeEntry(const format::EntryRecord& rec, bool with_pieces) {
 
 }  // namespace
 
-Result<CheckpointDescription> CheckpointManager::Impl::Describe(
-    std::optional<int64_t> step) {
+Result<CheckpointDescription> Inspector::Describe(std::optional<int64_t> step) {
   // The commit record and the directory say all of it (versions 1 and 2:
   // the manifest).
-  CKPT_ASSIGN_OR_RETURN(int64_t s, ResolveStep(step));
+  CKPT_ASSIGN_OR_RETURN(int64_t s, Loader(root_).ResolveStep(step));
   CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> m,
-                        manifests_.Summary(s));
+                        root_.manifests.Summary(s));
   CheckpointDescription d;
   d.info = InfoFromManifest(*m);
   for (const auto& rec : m->entries) {

@@ -38,10 +38,11 @@
 // reads host tensors in place instead; its failures name the entries they
 // may have changed. LoadAll and LoadRankLocal fill a State of their own, so
 // they change nothing of the caller's either way; they fall back as Load does.
+#include "checkpoint/load.h"
+
 #include <algorithm>
 #include <set>
 
-#include "checkpoint/manager_impl.h"
 #include "util/dtype_text.h"
 #include "util/log.h"
 #include "util/names.h"
@@ -58,46 +59,45 @@ std::span<std::byte> BytesOf(std::string& s) {
 
 }  // namespace
 
-Result<int64_t> CheckpointManager::Impl::ResolveStep(
-    std::optional<int64_t> step) {
+Result<int64_t> Loader::ResolveStep(std::optional<int64_t> step) {
   if (step) return *step;
-  if (comm().size() == 1) {
+  if (root_.comm().size() == 1) {
     CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> newest,
-                          manifests_.NewestComplete());
+                          root_.manifests.NewestComplete());
     return newest->step;
   }
   std::string mine;
-  if (comm().rank() == 0) {
-    Result<std::shared_ptr<const Manifest>> m = manifests_.NewestComplete();
+  if (root_.comm().rank() == 0) {
+    Result<std::shared_ptr<const Manifest>> m =
+        root_.manifests.NewestComplete();
     mine = EncodeLoadSteps(m.ok() ? LoadSteps{Status(), {(*m)->step}}
                                   : LoadSteps{m.status(), {}});
   }
-  CKPT_ASSIGN_OR_RETURN(std::string agreed, comm().Broadcast(mine, 0));
+  CKPT_ASSIGN_OR_RETURN(std::string agreed, root_.comm().Broadcast(mine, 0));
   CKPT_ASSIGN_OR_RETURN(LoadSteps resolved, DecodeLoadSteps(agreed));
   CKPT_RETURN_IF_ERROR(resolved.status);
   return resolved.steps.front();
 }
 
-Result<std::vector<int64_t>> CheckpointManager::Impl::StepsToTry(
-    std::optional<int64_t> step) {
+Result<std::vector<int64_t>> Loader::StepsToTry(std::optional<int64_t> step) {
   if (step) return std::vector<int64_t>{*step};
   auto newest_first = [&]() -> Result<std::vector<int64_t>> {
-    CKPT_ASSIGN_OR_RETURN(auto listed, manifests_.List());
+    CKPT_ASSIGN_OR_RETURN(auto listed, root_.manifests.List());
     if (listed.empty()) {
-      return NotFoundError("no committed checkpoint in " + Where());
+      return NotFoundError("no committed checkpoint in " + root_.Where());
     }
     std::vector<int64_t> steps;
     for (const auto& [s, info] : listed) steps.push_back(s);
     return steps;
   };
-  if (comm().size() == 1) return newest_first();
+  if (root_.comm().size() == 1) return newest_first();
   std::string mine;
-  if (comm().rank() == 0) {
+  if (root_.comm().rank() == 0) {
     Result<std::vector<int64_t>> steps = newest_first();
     mine = EncodeLoadSteps(steps.ok() ? LoadSteps{Status(), *steps}
                                       : LoadSteps{steps.status(), {}});
   }
-  CKPT_ASSIGN_OR_RETURN(std::string agreed, comm().Broadcast(mine, 0));
+  CKPT_ASSIGN_OR_RETURN(std::string agreed, root_.comm().Broadcast(mine, 0));
   CKPT_ASSIGN_OR_RETURN(LoadSteps steps, DecodeLoadSteps(agreed));
   CKPT_RETURN_IF_ERROR(steps.status);
   return steps.steps;
@@ -121,7 +121,7 @@ Result<LoadVote> Agree(const std::vector<std::string>& votes) {
 
 }  // namespace
 
-Result<int64_t> CheckpointManager::Impl::FirstStepThatLoads(
+Result<int64_t> Loader::FirstStepThatLoads(
     std::optional<int64_t> step,
     const std::function<Status(int64_t, bool& damaged)>& attempt,
     bool* damaged_out, bool agree_explicit) {
@@ -133,28 +133,28 @@ Result<int64_t> CheckpointManager::Impl::FirstStepThatLoads(
     LoadVote vote{mine, !mine.ok() && damaged};
     // No rank changes its state before every rank has read and checked
     // its part whole.
-    if (comm().size() > 1 && (!step || agree_explicit)) {
+    if (root_.comm().size() > 1 && (!step || agree_explicit)) {
       CKPT_ASSIGN_OR_RETURN(std::vector<std::string> all,
-                            comm().AllGather(EncodeLoadVote(vote)));
+                            root_.comm().AllGather(EncodeLoadVote(vote)));
       CKPT_ASSIGN_OR_RETURN(vote, Agree(all));
     }
     if (vote.status.ok()) return s;
     if (damaged_out != nullptr) *damaged_out = vote.damaged;
     if (step || !vote.damaged) return vote.status;
-    if (comm().rank() == 0) {
-      LogWarning("resume from " + Where() + ": skipping step " +
+    if (root_.comm().rank() == 0) {
+      LogWarning("resume from " + root_.Where() + ": skipping step " +
                  std::to_string(s) + ", which does not load whole (" +
                  vote.status.ToString() + "); trying an older step");
     }
     tried += (tried.empty() ? "" : "; ") + std::string("step ") +
              std::to_string(s) + ": " + vote.status.ToString();
   }
-  return DataLossError("resume from " + Where() +
+  return DataLossError("resume from " + root_.Where() +
                        ": no committed step loads whole (tried " + tried + ")");
 }
 
-Result<std::shared_ptr<const Manifest>> CheckpointManager::Impl::ReadFor(
-    int64_t step, const State& state) {
+Result<std::shared_ptr<const Manifest>> Loader::ReadFor(int64_t step,
+                                                        const State& state) {
   // The boxes this rank loads: of a version 3 checkpoint it reads only the
   // indexes whose pieces meet them.
   std::vector<ManifestStore::Want> wants;
@@ -162,29 +162,28 @@ Result<std::shared_ptr<const Manifest>> CheckpointManager::Impl::ReadFor(
     if (e.kind == EntryKind::kMetadata) continue;
     ManifestStore::Want& w = wants.emplace_back();
     w.name = e.name;
-    w.owner = e.rank_local ? comm().rank() : -1;
+    w.owner = e.rank_local ? root_.comm().rank() : -1;
     if (e.kind == EntryKind::kTensor && e.is_piece()) {
       w.offsets = e.offsets;
       w.lengths = e.tensor.shape;
     }
   }
-  return manifests_.ReadFor(step, wants);
+  return root_.manifests.ReadFor(step, wants);
 }
 
-Result<std::vector<const format::EntryRecord*>>
-CheckpointManager::Impl::MatchEntries(const Manifest& m, const State& state,
-                                      const LoadOptions& load,
-                                      const std::string& op) {
-  const int rank = comm().rank();
+Result<std::vector<const format::EntryRecord*>> Loader::MatchEntries(
+    const Manifest& m, const State& state, const LoadOptions& load,
+    const std::string& op) {
+  const int rank = root_.comm().rank();
   std::vector<const format::EntryRecord*> records;
   for (const Entry& e : state.entries()) {
     const format::EntryRecord* rec;
     if (e.rank_local) {
-      if (m.world_size != comm().size()) {
+      if (m.world_size != root_.comm().size()) {
         return FailedPreconditionError(
             op + ": entry " + Quote(e.name) +
             " is rank-local and was saved by " + std::to_string(m.world_size) +
-            " ranks, but " + std::to_string(comm().size()) +
+            " ranks, but " + std::to_string(root_.comm().size()) +
             " ranks load it; use LoadRankLocal to get every rank's value and "
             "merge them");
       }
@@ -233,7 +232,7 @@ CheckpointManager::Impl::MatchEntries(const Manifest& m, const State& state,
   return records;
 }
 
-Status CheckpointManager::Impl::CheckObjects(
+Status Loader::CheckObjects(
     const Manifest& m, const std::vector<const format::EntryRecord*>& entries) {
   std::set<uint32_t> needed;
   for (const auto* e : entries) {
@@ -241,10 +240,11 @@ Status CheckpointManager::Impl::CheckObjects(
       for (const auto& c : p.chunks) needed.insert(c.object);
     }
   }
-  const std::string where = "step " + std::to_string(m.step) + " in " + Where();
+  const std::string where =
+      "step " + std::to_string(m.step) + " in " + root_.Where();
   for (uint32_t i : needed) {
     const format::ObjectRecord& o = m.objects[i];
-    Result<ObjectInfo> info = storage_->Stat(o.key);
+    Result<ObjectInfo> info = root_.storage->Stat(o.key);
     if (!info.ok()) {
       if (info.status().code() == ErrorCode::kNotFound) {
         return DataLossError(where + ": data object " + o.key + " is missing");
@@ -279,9 +279,8 @@ std::string Joined(const std::vector<std::string>& names) {
 
 }  // namespace
 
-Result<CheckpointInfo> CheckpointManager::Impl::Load(
-    std::optional<int64_t> step, State& state, const LoadOptions& load,
-    bool* damaged) {
+Result<CheckpointInfo> Loader::Load(std::optional<int64_t> step, State& state,
+                                    const LoadOptions& load, bool* damaged) {
   // A state that cannot be loaded into is refused before any step is looked
   // for.
   CKPT_RETURN_IF_ERROR(state.status());
@@ -312,9 +311,8 @@ Result<CheckpointInfo> CheckpointManager::Impl::Load(
   return InfoFromManifest(*staged.manifest);
 }
 
-Status CheckpointManager::Impl::StageLoad(int64_t step, State& state,
-                                          const LoadOptions& load,
-                                          StagedLoad& out, bool& damaged) {
+Status Loader::StageLoad(int64_t step, State& state, const LoadOptions& load,
+                         StagedLoad& out, bool& damaged) {
   damaged = false;
   CKPT_RETURN_IF_ERROR(state.status());
   // 1. The manifest, with the pieces this rank's boxes meet.
@@ -326,7 +324,7 @@ Status CheckpointManager::Impl::StageLoad(int64_t step, State& state,
   out.manifest = *read;
   const Manifest& m = **read;
   const std::string op =
-      "load step " + std::to_string(m.step) + " from " + Where();
+      "load step " + std::to_string(m.step) + " from " + root_.Where();
   // 2-3. Everything that can be checked without reading data is checked
   // before the first byte is read.
   CKPT_ASSIGN_OR_RETURN(std::vector<const format::EntryRecord*> records,
@@ -355,8 +353,8 @@ Status CheckpointManager::Impl::StageLoad(int64_t step, State& state,
         (all_staged + *e.tensor.ByteSize() + kPage - 1) / kPage * kPage;
   }
   const bool viewed = load.transactional &&
-                      storage_->capabilities().object_views &&
-                      staging_.capacity() < all_staged;
+                      root_.storage->capabilities().object_views &&
+                      root_.staging.capacity() < all_staged;
   std::vector<uint64_t> at(records.size(), kInPlace);
   uint64_t used = 0;
   bool staged = false;
@@ -373,13 +371,13 @@ Status CheckpointManager::Impl::StageLoad(int64_t step, State& state,
   std::byte* memory = nullptr;
   if (staged) {
     CKPT_ASSIGN_OR_RETURN(std::span<std::byte> reserved,
-                          staging_.Reserve(std::max(used, kPage)));
+                          root_.staging.Reserve(std::max(used, kPage)));
     memory = reserved.data();
   }
   if (const Entry* first = FirstDeviceTensor(state)) {
     CKPT_ASSIGN_OR_RETURN(out.cuda, DriverFor(*first, op));
     CKPT_RETURN_IF_ERROR(
-        staging_.Register(*out.cuda, first->tensor.location.device(), op));
+        root_.staging.Register(*out.cuda, first->tensor.location.device(), op));
   }
   // 5. Read: blobs and metadata into the staged load, tensors in parallel
   // at the end, every chunk checked against its checksum.
@@ -419,7 +417,8 @@ Status CheckpointManager::Impl::StageLoad(int64_t step, State& state,
       }
       case EntryKind::kBlob: {
         std::string bytes(static_cast<size_t>(rec->shape[0]), '\0');
-        if (Status s = ReadEntry(*storage_, m, *rec, BytesOf(bytes)); !s.ok()) {
+        if (Status s = ReadEntry(*root_.storage, m, *rec, BytesOf(bytes));
+            !s.ok()) {
           damaged = s.code() == ErrorCode::kDataLoss;
           return s.WithContext(op);
         }
@@ -432,13 +431,13 @@ Status CheckpointManager::Impl::StageLoad(int64_t step, State& state,
     }
   }
   out.written = std::move(in_place);
-  if (Status s = ReadBoxes(*storage_, m, reads, IoPool()); !s.ok()) {
+  if (Status s = ReadBoxes(*root_.storage, m, reads, root_.IoPool()); !s.ok()) {
     damaged = s.code() == ErrorCode::kDataLoss;
     return s.WithContext(op);
   }
   if (!out.copies.empty()) {
-    out.viewed = std::make_shared<ViewedReads>(storage_.get());
-    if (Status s = out.viewed->Check(m, out.copies, IoPool()); !s.ok()) {
+    out.viewed = std::make_shared<ViewedReads>(root_.storage.get());
+    if (Status s = out.viewed->Check(m, out.copies, root_.IoPool()); !s.ok()) {
       damaged = s.code() == ErrorCode::kDataLoss;
       return s.WithContext(op);
     }
@@ -446,9 +445,9 @@ Status CheckpointManager::Impl::StageLoad(int64_t step, State& state,
   return Status();
 }
 
-Status CheckpointManager::Impl::ApplyLoad(StagedLoad& staged, State& state) {
-  const std::string op =
-      "load step " + std::to_string(staged.manifest->step) + " from " + Where();
+Status Loader::ApplyLoad(StagedLoad& staged, State& state) {
+  const std::string op = "load step " + std::to_string(staged.manifest->step) +
+                         " from " + root_.Where();
   // The devices first: the copy that can fail (a device error) goes before
   // the ones that cannot.
   if (!staged.to_devices.empty()) {
@@ -460,7 +459,8 @@ Status CheckpointManager::Impl::ApplyLoad(StagedLoad& staged, State& state) {
     // The bytes were checked in place; this copy fails only if an object
     // was rewritten in place since, which ckpt never does.
     CKPT_RETURN_IF_ERROR_CTX(
-        staged.viewed->Copy(*staged.manifest, staged.copies, IoPool()), op);
+        staged.viewed->Copy(*staged.manifest, staged.copies, root_.IoPool()),
+        op);
     staged.viewed.reset();
   }
   for (auto& [name, bytes] : staged.blobs) {
@@ -472,11 +472,12 @@ Status CheckpointManager::Impl::ApplyLoad(StagedLoad& staged, State& state) {
   return Status();
 }
 
-Status CheckpointManager::Impl::ReadInto(
-    const Manifest& m, const std::vector<const format::EntryRecord*>& records,
-    const std::vector<std::string>& names, LoadedCheckpoint& out) {
+Status Loader::ReadInto(const Manifest& m,
+                        const std::vector<const format::EntryRecord*>& records,
+                        const std::vector<std::string>& names,
+                        LoadedCheckpoint& out) {
   const std::string op =
-      "load step " + std::to_string(m.step) + " from " + Where();
+      "load step " + std::to_string(m.step) + " from " + root_.Where();
   // The objects must really hold the bytes the manifest claims before any
   // buffer is sized from the manifest's shapes.
   CKPT_RETURN_IF_ERROR(CheckObjects(m, records));
@@ -497,8 +498,8 @@ Status CheckpointManager::Impl::ReadInto(
       }
       case EntryKind::kBlob: {
         std::string bytes(static_cast<size_t>(rec->shape[0]), '\0');
-        CKPT_RETURN_IF_ERROR_CTX(ReadEntry(*storage_, m, *rec, BytesOf(bytes)),
-                                 op);
+        CKPT_RETURN_IF_ERROR_CTX(
+            ReadEntry(*root_.storage, m, *rec, BytesOf(bytes)), op);
         out.state.AddBlob(names[i], std::move(bytes));
         break;
       }
@@ -507,11 +508,12 @@ Status CheckpointManager::Impl::ReadInto(
         break;
     }
   }
-  CKPT_RETURN_IF_ERROR_CTX(ReadBoxes(*storage_, m, reads, IoPool()), op);
+  CKPT_RETURN_IF_ERROR_CTX(ReadBoxes(*root_.storage, m, reads, root_.IoPool()),
+                           op);
   return out.state.status();
 }
 
-Result<LoadedCheckpoint> CheckpointManager::Impl::LoadAll(
+Result<LoadedCheckpoint> Loader::LoadAll(
     std::optional<int64_t> step, const std::vector<std::string>& names) {
   LoadedCheckpoint out;
   CKPT_RETURN_IF_ERROR(
@@ -519,13 +521,13 @@ Result<LoadedCheckpoint> CheckpointManager::Impl::LoadAll(
           step,
           [&](int64_t s, bool& damaged) -> Status {
             out = LoadedCheckpoint();
-            Result<std::shared_ptr<const Manifest>> m = manifests_.Read(s);
+            Result<std::shared_ptr<const Manifest>> m = root_.manifests.Read(s);
             if (!m.ok()) {
               damaged = ManifestDamaged(m.status());
               return m.status();
             }
             const std::string op =
-                "load step " + std::to_string(s) + " from " + Where();
+                "load step " + std::to_string(s) + " from " + root_.Where();
             std::vector<const format::EntryRecord*> records;
             std::vector<std::string> as;
             if (names.empty()) {
@@ -555,15 +557,15 @@ Result<LoadedCheckpoint> CheckpointManager::Impl::LoadAll(
   return out;
 }
 
-Result<LoadedCheckpoint> CheckpointManager::Impl::LoadRankLocal(
-    std::optional<int64_t> step, std::string_view name) {
+Result<LoadedCheckpoint> Loader::LoadRankLocal(std::optional<int64_t> step,
+                                               std::string_view name) {
   LoadedCheckpoint out;
   CKPT_RETURN_IF_ERROR(
       FirstStepThatLoads(
           step,
           [&](int64_t s, bool& damaged) -> Status {
             out = LoadedCheckpoint();
-            Result<std::shared_ptr<const Manifest>> m = manifests_.Read(s);
+            Result<std::shared_ptr<const Manifest>> m = root_.manifests.Read(s);
             if (!m.ok()) {
               damaged = ManifestDamaged(m.status());
               return m.status();
@@ -578,7 +580,7 @@ Result<LoadedCheckpoint> CheckpointManager::Impl::LoadRankLocal(
             }
             if (records.empty()) {
               return NotFoundError(
-                  "load step " + std::to_string(s) + " from " + Where() +
+                  "load step " + std::to_string(s) + " from " + root_.Where() +
                   ": no rank saved a rank-local entry " + Quote(name));
             }
             const Status read = ReadInto(**m, records, as, out);
@@ -590,21 +592,19 @@ Result<LoadedCheckpoint> CheckpointManager::Impl::LoadRankLocal(
   return out;
 }
 
-ThreadPool* CheckpointManager::Impl::IoPool() {
-  if (options_.io_threads <= 1) return nullptr;
-  if (!io_pool_)
-    io_pool_ = std::make_unique<ThreadPool>(options_.io_threads - 1);
-  return io_pool_.get();
+ThreadPool* RootContext::IoPool() {
+  if (options.io_threads <= 1) return nullptr;
+  if (!io_pool) io_pool = std::make_unique<ThreadPool>(options.io_threads - 1);
+  return io_pool.get();
 }
 
-void CheckpointManager::Impl::AddSlabs(BoxRead read,
-                                       std::vector<BoxRead>& reads) const {
+void Loader::AddSlabs(BoxRead read, std::vector<BoxRead>& reads) const {
   // Slabs of whole chunks where the rows allow, so that few chunks are read
   // by two slabs, and of at least 8 MiB: a slab's chunks are read a span at
   // a time (ReadBox), and with small chunks (4 KiB, for incremental saves
   // of embedding rows) slabs of four chunks were a read per 16 KiB.
   const uint64_t bytes =
-      std::max<uint64_t>(4 * options_.chunk_size, uint64_t{8} << 20);
+      std::max<uint64_t>(4 * root_.options.chunk_size, uint64_t{8} << 20);
   for (BoxRead& slab : SplitBoxRead(std::move(read), bytes)) {
     reads.push_back(std::move(slab));
   }

@@ -1,4 +1,4 @@
-// CheckpointManager: the public facade over the protocols (manager_impl.h
+// CheckpointManager: the public facade over the protocols (root_context.h
 // lists the file of each). It checks options, takes the manager's lock for
 // every call (waiting for a save in flight), and turns any escaping
 // exception into an error, so no exception crosses the library boundary.
@@ -6,7 +6,14 @@
 #include <cstdio>
 #include <random>
 
-#include "checkpoint/manager_impl.h"
+#include "checkpoint/async_save.h"
+#include "checkpoint/delete.h"
+#include "checkpoint/gc.h"
+#include "checkpoint/inspect.h"
+#include "checkpoint/load.h"
+#include "checkpoint/manager_access.h"
+#include "checkpoint/save.h"
+#include "checkpoint/verify.h"
 #include "format/constants.h"
 
 namespace ckpt {
@@ -52,34 +59,35 @@ std::string RankLocalName(std::string_view name, int rank) {
   return std::string(name) + buf;
 }
 
-CheckpointManager::Impl::Impl(std::unique_ptr<Storage> storage, Options options)
-    : storage_(std::move(storage)),
-      options_(std::move(options)),
-      manifests_(*storage_) {
-  if (options_.communicator == nullptr) {
-    local_ = NewLocalCommunicator();
-    options_.communicator = local_.get();
+RootContext::RootContext(std::unique_ptr<Storage> storage_in,
+                         Options options_in)
+    : storage(std::move(storage_in)),
+      options(std::move(options_in)),
+      manifests(*storage) {
+  if (options.communicator == nullptr) {
+    local = NewLocalCommunicator();
+    options.communicator = local.get();
   }
   // A job named by its root, or by a path, is one job however the path was
   // spelled.
-  options_.job_id = options_.job_id.empty() ? CatalogRootUrl(storage_->url())
-                                            : CatalogJobId(options_.job_id);
+  options.job_id = options.job_id.empty() ? CatalogRootUrl(storage->url())
+                                          : CatalogJobId(options.job_id);
   // Only the coordinator writes what the lease guards.
-  LeaseSettings lease;
+  LeaseSettings settings;
   if (comm().rank() == 0) {
-    lease.period_ms = static_cast<int64_t>(options_.lease_seconds * 1000);
+    settings.period_ms = static_cast<int64_t>(options.lease_seconds * 1000);
   } else {
-    lease.period_ms = 0;
+    settings.period_ms = 0;
   }
-  lease.wait_ms = static_cast<int64_t>((options_.lease_wait_seconds < 0
-                                            ? options_.lease_seconds + 10
-                                            : options_.lease_wait_seconds) *
-                                       1000);
-  lease.break_lease = options_.break_lease;
-  lease.job_id = options_.job_id;
-  lease_ = std::make_unique<RootLease>(*storage_, std::move(lease));
-  if (!options_.now_unix_ms) {
-    options_.now_unix_ms = [] {
+  settings.wait_ms = static_cast<int64_t>((options.lease_wait_seconds < 0
+                                               ? options.lease_seconds + 10
+                                               : options.lease_wait_seconds) *
+                                          1000);
+  settings.break_lease = options.break_lease;
+  settings.job_id = options.job_id;
+  lease = std::make_unique<RootLease>(*storage, std::move(settings));
+  if (!options.now_unix_ms) {
+    options.now_unix_ms = [] {
       return std::chrono::duration_cast<std::chrono::milliseconds>(
                  std::chrono::system_clock::now().time_since_epoch())
           .count();
@@ -180,91 +188,101 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
 
 Result<SaveResult> CheckpointManager::Save(int64_t step, const State& state,
                                            const SaveOptions& options) {
-  MutexLock lock(&impl_->mu());
-  impl_->WaitIdle();
-  if (Status s = impl_->TakeAsyncError(step); !s.ok()) {
+  RootContext& root = impl_->root;
+  MutexLock lock(&root.mu);
+  root.WaitIdle();
+  if (Status s = TakeAsyncError(root, step); !s.ok()) {
     // With many ranks the others may have collected it and be saving: this
     // rank fails the same save with it rather than leave them waiting.
-    if (impl_->comm().size() == 1) return s;
-    return Guard("save", [&] { return impl_->Save(step, state, options, s); });
+    if (root.comm().size() == 1) return s;
+    return Guard("save",
+                 [&] { return Saver(root).Save(step, state, options, s); });
   }
-  return Guard("save", [&] { return impl_->Save(step, state, options); });
+  return Guard("save", [&] { return Saver(root).Save(step, state, options); });
 }
 
 SaveHandle CheckpointManager::SaveAsync(int64_t step, const State& state,
                                         const SaveOptions& options) {
   auto handle = std::make_shared<internal::SaveHandleState>(step);
-  MutexLock lock(&impl_->mu());
-  impl_->StartAsync(step, state, options, handle);
+  RootContext& root = impl_->root;
+  MutexLock lock(&root.mu);
+  StartAsync(root, step, state, options, handle);
   return SaveHandle(std::move(handle));
 }
 
 Result<CheckpointInfo> CheckpointManager::Load(std::optional<int64_t> step,
                                                State& state,
                                                const LoadOptions& options) {
-  MutexLock lock(&impl_->mu());
-  impl_->WaitIdle();
+  RootContext& root = impl_->root;
+  MutexLock lock(&root.mu);
+  root.WaitIdle();
   return Guard("load", [&]() -> Result<CheckpointInfo> {
-    CKPT_RETURN_IF_ERROR(RootToRead(impl_->storage(), "load"));
-    return impl_->Load(step, state, options);
+    CKPT_RETURN_IF_ERROR(RootToRead(*root.storage, "load"));
+    return Loader(root).Load(step, state, options);
   });
 }
 
 Result<LoadedCheckpoint> CheckpointManager::LoadRankLocal(
     std::optional<int64_t> step, std::string_view name) {
-  MutexLock lock(&impl_->mu());
-  impl_->WaitIdle();
+  RootContext& root = impl_->root;
+  MutexLock lock(&root.mu);
+  root.WaitIdle();
   return Guard("load", [&]() -> Result<LoadedCheckpoint> {
-    CKPT_RETURN_IF_ERROR(RootToRead(impl_->storage(), "load"));
-    return impl_->LoadRankLocal(step, name);
+    CKPT_RETURN_IF_ERROR(RootToRead(*root.storage, "load"));
+    return Loader(root).LoadRankLocal(step, name);
   });
 }
 
 Result<LoadedCheckpoint> CheckpointManager::LoadAll(
     std::optional<int64_t> step, const std::vector<std::string>& names) {
-  MutexLock lock(&impl_->mu());
-  impl_->WaitIdle();
+  RootContext& root = impl_->root;
+  MutexLock lock(&root.mu);
+  root.WaitIdle();
   return Guard("load", [&]() -> Result<LoadedCheckpoint> {
-    CKPT_RETURN_IF_ERROR(RootToRead(impl_->storage(), "load"));
-    return impl_->LoadAll(step, names);
+    CKPT_RETURN_IF_ERROR(RootToRead(*root.storage, "load"));
+    return Loader(root).LoadAll(step, names);
   });
 }
 
 Result<std::optional<int64_t>> CheckpointManager::Latest() {
-  MutexLock lock(&impl_->mu());
-  impl_->WaitIdle();
+  RootContext& root = impl_->root;
+  MutexLock lock(&root.mu);
+  root.WaitIdle();
   return Guard("latest", [&]() -> Result<std::optional<int64_t>> {
-    CKPT_RETURN_IF_ERROR(RootToRead(impl_->storage(), "latest"));
-    return impl_->Latest();
+    CKPT_RETURN_IF_ERROR(RootToRead(*root.storage, "latest"));
+    return Inspector(root).Latest();
   });
 }
 
 Result<std::vector<CheckpointInfo>> CheckpointManager::List() {
-  MutexLock lock(&impl_->mu());
-  impl_->WaitIdle();
+  RootContext& root = impl_->root;
+  MutexLock lock(&root.mu);
+  root.WaitIdle();
   return Guard("list", [&]() -> Result<std::vector<CheckpointInfo>> {
-    CKPT_RETURN_IF_ERROR(RootToRead(impl_->storage(), "list"));
-    return impl_->List();
+    CKPT_RETURN_IF_ERROR(RootToRead(*root.storage, "list"));
+    return Inspector(root).List();
   });
 }
 
 Result<CheckpointDescription> CheckpointManager::Describe(
     std::optional<int64_t> step) {
-  MutexLock lock(&impl_->mu());
-  impl_->WaitIdle();
+  RootContext& root = impl_->root;
+  MutexLock lock(&root.mu);
+  root.WaitIdle();
   return Guard("describe", [&]() -> Result<CheckpointDescription> {
-    CKPT_RETURN_IF_ERROR(RootToRead(impl_->storage(), "describe"));
-    return impl_->Describe(step);
+    CKPT_RETURN_IF_ERROR(RootToRead(*root.storage, "describe"));
+    return Inspector(root).Describe(step);
   });
 }
 
 Result<VerifyReport> CheckpointManager::Verify(int64_t step,
                                                const ProgressFn& progress) {
-  MutexLock lock(&impl_->mu());
-  impl_->WaitIdle();
+  RootContext& root = impl_->root;
+  MutexLock lock(&root.mu);
+  root.WaitIdle();
   return Guard("verify", [&]() -> Result<VerifyReport> {
-    CKPT_RETURN_IF_ERROR(RootToRead(impl_->storage(), "verify"));
-    return impl_->Verify(step, progress);
+    CKPT_RETURN_IF_ERROR(RootToRead(*root.storage, "verify"));
+    return Verifier(root).Verify(step, progress);
   });
 }
 
@@ -276,35 +294,39 @@ Result<DeleteReport> CheckpointManager::Delete(int64_t step,
                                                const DeleteOptions& options) {
   // Like every call, after the save in flight: a delete beside a background
   // save could remove the parent it references.
-  MutexLock lock(&impl_->mu());
-  impl_->WaitIdle();
+  RootContext& root = impl_->root;
+  MutexLock lock(&root.mu);
+  root.WaitIdle();
   return Guard("delete", [&]() -> Result<DeleteReport> {
-    CKPT_RETURN_IF_ERROR(RootToRead(impl_->storage(), "delete"));
+    CKPT_RETURN_IF_ERROR(RootToRead(*root.storage, "delete"));
     DeleteReport report;
     auto run = [&] {
-      return impl_->Delete(step, nullptr, &report, options.dry_run,
-                           options.rewrite_dependants);
+      return Deleter(root).Delete(step, nullptr, &report, options.dry_run,
+                                  options.rewrite_dependants);
     };
     // A dry run writes nothing, so it needs no lease (as a collection's).
-    CKPT_RETURN_IF_ERROR(options.dry_run ? run()
-                                         : impl_->Owning("delete", run));
+    CKPT_RETURN_IF_ERROR(options.dry_run ? run() : root.Owning("delete", run));
     return report;
   });
 }
 
 Result<GcReport> CheckpointManager::GarbageCollect(const GcOptions& options) {
-  MutexLock lock(&impl_->mu());
-  impl_->WaitIdle();
+  RootContext& root = impl_->root;
+  MutexLock lock(&root.mu);
+  root.WaitIdle();
   return Guard("gc", [&]() -> Result<GcReport> {
-    CKPT_RETURN_IF_ERROR(RootToRead(impl_->storage(), "gc"));
+    CKPT_RETURN_IF_ERROR(RootToRead(*root.storage, "gc"));
     // A dry run writes nothing, so it needs no lease: it reports what a
     // collection holding the lease would remove.
-    if (options.dry_run) return impl_->GarbageCollect(options);
-    return impl_->Owning("gc", [&] { return impl_->GarbageCollect(options); });
+    if (options.dry_run) return Collector(root).GarbageCollect(options);
+    return root.Owning("gc",
+                       [&] { return Collector(root).GarbageCollect(options); });
   });
 }
 
-Storage& CheckpointManager::storage() { return impl_->storage(); }
-const Options& CheckpointManager::options() const { return impl_->options(); }
+Storage& CheckpointManager::storage() { return *impl_->root.storage; }
+const Options& CheckpointManager::options() const {
+  return impl_->root.options;
+}
 
 }  // namespace ckpt

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "checkpoint/manager_impl.h"
+#include "checkpoint/root_context.h"
 #include "format/constants.h"
 #include "util/log.h"
 

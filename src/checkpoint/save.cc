@@ -37,14 +37,18 @@
 // nothing or the complete new one: without its manifest a step does not exist.
 // A rank whose state is bad, or that throws, still takes part in every
 // collective with an error in its message, so all ranks fail together.
+#include "checkpoint/save.h"
+
 #include <chrono>
 #include <cmath>
 #include <map>
 #include <unordered_map>
 
+#include "checkpoint/async_save.h"
+#include "checkpoint/commit.h"
 #include "checkpoint/incremental.h"
-#include "checkpoint/manager_impl.h"
 #include "data/writer.h"
+#include "staging/device_copy.h"
 #include "format/constants.h"
 #include "util/log.h"
 #include "util/names.h"
@@ -78,8 +82,7 @@ WriteResult Failed(const Status& s) {
 
 }  // namespace
 
-SaveDecision CheckpointManager::Impl::DecideSave(int64_t step,
-                                                 const SaveOptions& save) {
+SaveDecision Saver::DecideSave(int64_t step, const SaveOptions& save) {
   auto fail = [](Status s) {
     SaveDecision d;
     d.status = std::move(s);
@@ -99,21 +102,23 @@ SaveDecision CheckpointManager::Impl::DecideSave(int64_t step,
           InvalidArgumentError("metric " + Quote(k) + " is not finite"));
     }
   }
-  Result<ObjectInfo> existing = storage_->Stat(format::ManifestKey(step));
+  Result<ObjectInfo> existing = root_.storage->Stat(format::ManifestKey(step));
   if (existing.ok()) {
     return fail(AlreadyExistsError("step " + std::to_string(step) +
-                                   " is already committed in " + Where()));
+                                   " is already committed in " +
+                                   root_.Where()));
   }
   if (existing.status().code() != ErrorCode::kNotFound) {
     return fail(
         existing.status().WithContext("save step " + std::to_string(step)));
   }
-  if (options_.min_seconds_between_saves > 0) {
-    Result<std::shared_ptr<const Manifest>> newest = manifests_.NewestValid();
+  if (root_.options.min_seconds_between_saves > 0) {
+    Result<std::shared_ptr<const Manifest>> newest =
+        root_.manifests.NewestValid();
     if (newest.ok()) {
       const double since =
-          (options_.now_unix_ms() - (*newest)->created_unix_ms) / 1000.0;
-      if (since < options_.min_seconds_between_saves) {
+          (root_.options.now_unix_ms() - (*newest)->created_unix_ms) / 1000.0;
+      if (since < root_.options.min_seconds_between_saves) {
         SaveDecision skip;
         skip.skip = true;
         return skip;
@@ -125,49 +130,49 @@ SaveDecision CheckpointManager::Impl::DecideSave(int64_t step,
   return out;
 }
 
-SaveDecision CheckpointManager::Impl::ConfirmSave(int64_t step,
-                                                  const SaveOptions& save,
-                                                  const SaveDecision& decided) {
+SaveDecision Saver::ConfirmSave(int64_t step, const SaveOptions& save,
+                                const SaveDecision& decided) {
   bool taken = false;
-  if (Status s = lease_->Acquire("save", &taken); !s.ok()) {
+  if (Status s = root_.lease->Acquire("save", &taken); !s.ok()) {
     SaveDecision refused;
     refused.status = s.WithContext("save step " + std::to_string(step));
     return refused;
   }
-  saving_ = true;
+  root_.saving = true;
   if (!taken) return decided;
   SaveDecision again = DecideSave(step, save);
   again.attempt = decided.attempt;
   return again;
 }
 
-Status CheckpointManager::Impl::HoldLease(std::string_view purpose, bool wait) {
-  CKPT_RETURN_IF_ERROR(lease_->Acquire(purpose, nullptr, wait));
-  saving_ = true;
+Status RootContext::HoldLease(std::string_view purpose, bool wait) {
+  CKPT_RETURN_IF_ERROR(lease->Acquire(purpose, nullptr, wait));
+  saving = true;
   return Status();
 }
 
-SaveDecision CheckpointManager::Impl::DecideParent(int64_t step) {
+SaveDecision Saver::DecideParent(int64_t step) {
   SaveDecision full;  // a full save is always safe
   Result<std::vector<std::pair<int64_t, ObjectInfo>>> listed =
-      manifests_.List();
+      root_.manifests.List();
   if (!listed.ok()) return full;
-  Result<std::map<std::string, uint64_t>> sizes = manifests_.ObjectSizes();
+  Result<std::map<std::string, uint64_t>> sizes = root_.manifests.ObjectSizes();
   if (!sizes.ok()) return full;
   for (const auto& [s, info] : *listed) {
     if (s >= step) continue;
-    Result<std::shared_ptr<const Manifest>> m = manifests_.Summary(s, info);
+    Result<std::shared_ptr<const Manifest>> m =
+        root_.manifests.Summary(s, info);
     // A parent with a missing object would pass the gap on: compare with
     // the newest complete checkpoint instead.
     if (!m.ok() || !ManifestStore::MissingObject(**m, *sizes).empty()) {
       continue;
     }
-    const IncrementalPolicy& policy = options_.incremental;
+    const IncrementalPolicy& policy = root_.options.incremental;
     const int64_t next = (*m)->chain + 1;
     int64_t cap = format::kMaxDependsOn;
     if (policy.max_chain > 0) cap = std::min<int64_t>(cap, policy.max_chain);
     if (next > cap || (policy.full_every > 0 && next >= policy.full_every) ||
-        (*m)->chunk_size != options_.chunk_size) {
+        (*m)->chunk_size != root_.options.chunk_size) {
       return full;
     }
     SaveDecision d;
@@ -178,9 +183,9 @@ SaveDecision CheckpointManager::Impl::DecideParent(int64_t step) {
   return full;
 }
 
-WriteResult CheckpointManager::Impl::WriteFull(
-    int64_t step, const std::string& attempt, const State& state,
-    const SavePlan& plan, const std::vector<size_t>& mine) {
+WriteResult Saver::WriteFull(int64_t step, const std::string& attempt,
+                             const State& state, const SavePlan& plan,
+                             const std::vector<size_t>& mine) {
   if (mine.empty()) return WriteResult();
   std::vector<PieceToWrite> pieces;
   std::vector<DeviceReadPipeline::Segment> device_pieces;
@@ -197,15 +202,17 @@ WriteResult CheckpointManager::Impl::WriteFull(
     if (w.on_device) device_pieces.push_back({&entry, p.bytes});
     pieces.push_back(std::move(w));
   }
-  const std::string key = format::DataObjectKey(step, comm().rank(), attempt);
+  const std::string key =
+      format::DataObjectKey(step, root_.comm().rank(), attempt);
   Result<WrittenObject> written =
       Guard("write " + key, [&]() -> Result<WrittenObject> {
         std::unique_ptr<DeviceReadPipeline> device;
         if (!device_pieces.empty()) {
           CKPT_ASSIGN_OR_RETURN(device, StartDeviceReads(state, device_pieces));
         }
-        return WriteDataObject(*storage_, key, pieces, options_.chunk_size,
-                               IsStaged(state), device.get());
+        return WriteDataObject(*root_.storage, key, pieces,
+                               root_.options.chunk_size, IsStaged(state),
+                               device.get());
       });
   if (!written.ok()) return Failed(written.status());
   WriteResult result;
@@ -214,7 +221,7 @@ WriteResult CheckpointManager::Impl::WriteFull(
   for (size_t k = 0; k < mine.size(); ++k) {
     PieceChunks& p = result.pieces.emplace_back();
     p.piece = mine[k];
-    p.chunks = TakeRows(k, written->chunks[k].size());
+    p.chunks = root_.TakeRows(k, written->chunks[k].size());
     for (const format::ChunkRecord& ch : written->chunks[k]) {
       p.chunks.push_back(
           ChunkRow{kOwnObject, ch.offset, ch.length, ch.checksum});
@@ -223,25 +230,25 @@ WriteResult CheckpointManager::Impl::WriteFull(
   return result;
 }
 
-Result<std::unique_ptr<DeviceReadPipeline>>
-CheckpointManager::Impl::StartDeviceReads(
+Result<std::unique_ptr<DeviceReadPipeline>> Saver::StartDeviceReads(
     const State& state, std::vector<DeviceReadPipeline::Segment> pieces) {
   constexpr std::string_view kOp = "copy from the device";
   const Entry& first = *pieces.front().entry;
   CKPT_ASSIGN_OR_RETURN(CudaDriver * cuda, DriverFor(first, kOp));
   CKPT_ASSIGN_OR_RETURN(std::span<std::byte> memory,
-                        bounce_.Reserve(DeviceReadPipeline::kMemoryBytes));
+                        root_.bounce.Reserve(DeviceReadPipeline::kMemoryBytes));
   CKPT_RETURN_IF_ERROR(
-      bounce_.Register(*cuda, first.tensor.location.device(), kOp));
+      root_.bounce.Register(*cuda, first.tensor.location.device(), kOp));
   return DeviceReadPipeline::Start(*cuda, memory, std::move(pieces),
                                    state.cuda_stream(), std::string(kOp));
 }
 
-WriteResult CheckpointManager::Impl::WriteIncremental(
-    int64_t step, const std::string& attempt, const State& state,
-    const SaveOptions& save, const SavePlan& plan,
-    const std::vector<size_t>& mine, int64_t parent) {
-  Communicator& c = comm();
+WriteResult Saver::WriteIncremental(int64_t step, const std::string& attempt,
+                                    const State& state, const SaveOptions& save,
+                                    const SavePlan& plan,
+                                    const std::vector<size_t>& mine,
+                                    int64_t parent) {
+  Communicator& c = root_.comm();
   // A rank that cannot read the parent writes all its pieces: correct, just
   // larger. Of a version 3 parent it reads only the indexes holding pieces
   // that meet its own.
@@ -252,7 +259,7 @@ WriteResult CheckpointManager::Impl::WriteIncremental(
     wants.push_back({e.name, e.owner, p.offsets, p.lengths});
   }
   Result<std::shared_ptr<const Manifest>> old =
-      manifests_.ReadFor(parent, wants);
+      root_.manifests.ReadFor(parent, wants);
   const Manifest* base = old.ok() ? old->get() : nullptr;
   Result<IncrementalWrites> w =
       Guard("plan incremental writes", [&]() -> Result<IncrementalWrites> {
@@ -267,8 +274,8 @@ WriteResult CheckpointManager::Impl::WriteIncremental(
         // describe the parent only if that save is the parent (not when it was
         // deleted since, skipped, or made by another process).
         return PlanIncrementalWrites(
-            plan, mine, state, base, options_.chunk_size, c.size(),
-            save.dirty_rows, parent == last_saved_step_);
+            plan, mine, state, base, root_.options.chunk_size, c.size(),
+            save.dirty_rows, parent == root_.last_saved_step);
       });
   // Every rank learns what all could reference, so all drop the references
   // together when too little is unchanged.
@@ -286,10 +293,10 @@ WriteResult CheckpointManager::Impl::WriteIncremental(
     total += st->total;
   }
   if (static_cast<double>(referenced) <
-      options_.incremental.min_referenced_fraction *
+      root_.options.incremental.min_referenced_fraction *
           static_cast<double>(total)) {
-    w = PlanIncrementalWrites(plan, mine, state, nullptr, options_.chunk_size,
-                              c.size(), {}, false);
+    w = PlanIncrementalWrites(plan, mine, state, nullptr,
+                              root_.options.chunk_size, c.size(), {}, false);
     if (!w.ok()) return Failed(w.status());
   }
   WriteResult result;
@@ -297,8 +304,8 @@ WriteResult CheckpointManager::Impl::WriteIncremental(
   if (!w->runs.empty()) {
     const std::string key = format::DataObjectKey(step, c.rank(), attempt);
     Result<WrittenObject> r = Guard("write " + key, [&] {
-      return WriteDataObject(*storage_, key, w->runs, options_.chunk_size,
-                             IsStaged(state));
+      return WriteDataObject(*root_.storage, key, w->runs,
+                             root_.options.chunk_size, IsStaged(state));
     });
     if (!r.ok()) return Failed(r.status());
     written = std::move(r).value();
@@ -314,7 +321,7 @@ WriteResult CheckpointManager::Impl::WriteIncremental(
   for (size_t k = 0; k < mine.size(); ++k) {
     PieceChunks& piece = result.pieces.emplace_back();
     piece.piece = mine[k];
-    piece.chunks = TakeRows(k, w->slots[k].size());
+    piece.chunks = root_.TakeRows(k, w->slots[k].size());
     for (const ChunkSlot& slot : w->slots[k]) {
       if (slot.ref) {
         const format::ChunkRecord& ch = *slot.ref;
@@ -339,34 +346,33 @@ WriteResult CheckpointManager::Impl::WriteIncremental(
   }
   // The parent's rows, read for this save only, hold the next one's.
   if (old.ok())
-    spare_rows_ = ManifestStore::RecycleRows(std::move(old).value());
+    root_.spare_rows = ManifestStore::RecycleRows(std::move(old).value());
   return result;
 }
 
-int64_t CheckpointManager::Impl::SteadyNowMs() {
+int64_t RootContext::SteadyNowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 
-std::vector<ChunkRow> CheckpointManager::Impl::TakeRows(size_t k, size_t n) {
+std::vector<ChunkRow> RootContext::TakeRows(size_t k, size_t n) {
   std::vector<ChunkRow> rows;
-  if (k < spare_rows_.size()) rows = std::move(spare_rows_[k]);
+  if (k < spare_rows.size()) rows = std::move(spare_rows[k]);
   rows.clear();
   rows.reserve(n);
   return rows;
 }
 
-void CheckpointManager::Impl::WriteIndex(int64_t step,
-                                         const std::string& attempt,
-                                         const SavePlan& plan,
-                                         WriteResult& result) {
+void Saver::WriteIndex(int64_t step, const std::string& attempt,
+                       const SavePlan& plan, WriteResult& result) {
   if (!result.status.ok()) return;
-  const std::string key = format::IndexObjectKey(step, comm().rank(), attempt);
+  const std::string key =
+      format::IndexObjectKey(step, root_.comm().rank(), attempt);
   format::RankIndex x;
   x.step = step;
-  x.rank = comm().rank();
-  x.world_size = comm().size();
+  x.rank = root_.comm().rank();
+  x.world_size = root_.comm().size();
   format::ParseAttempt(attempt, &x.attempt);
   // Its own object first, then the parent's it references.
   const auto add = [&](const std::string& k, uint64_t size) {
@@ -411,9 +417,9 @@ void CheckpointManager::Impl::WriteIndex(int64_t step,
     // A large index goes the way data objects do (file://: O_DIRECT from
     // this memory where it is aligned).
     constexpr size_t kStreamFrom = size_t{1} << 20;
-    if (bytes.size() < kStreamFrom) return storage_->PutString(key, bytes);
+    if (bytes.size() < kStreamFrom) return root_.storage->PutString(key, bytes);
     CKPT_ASSIGN_OR_RETURN(std::unique_ptr<WritableObject> out,
-                          storage_->NewWritable(key));
+                          root_.storage->NewWritable(key));
     CKPT_RETURN_IF_ERROR(out->AppendRetained(std::as_bytes(std::span(bytes))));
     return out->Close();
   });
@@ -428,21 +434,20 @@ void CheckpointManager::Impl::WriteIndex(int64_t step,
   result.index_checksum = Xxh3_128(bytes);
   result.pieces.clear();  // the coordinator needs only the digest
   // The next incremental save's parent index of this rank, if this commits.
-  manifests_.RememberIndex(result.index_size, result.index_checksum,
-                           std::move(x));
+  root_.manifests.RememberIndex(result.index_size, result.index_checksum,
+                                std::move(x));
 }
 
-Result<std::vector<WriteResult>> CheckpointManager::Impl::GatherResults(
-    WriteResult mine) {
+Result<std::vector<WriteResult>> Saver::GatherResults(WriteResult mine) {
   std::vector<WriteResult> results;
   // A single rank keeps its own: with small chunks the result holds a row
   // per chunk, and encoding it only to decode it again is wasted time.
-  if (comm().size() == 1) {
+  if (root_.comm().size() == 1) {
     results.push_back(std::move(mine));
     return results;
   }
   CKPT_ASSIGN_OR_RETURN(std::vector<std::string> gathered,
-                        comm().AllGather(EncodeWriteResult(mine)));
+                        root_.comm().AllGather(EncodeWriteResult(mine)));
   for (size_t r = 0; r < gathered.size(); ++r) {
     Result<WriteResult> decoded = DecodeWriteResult(gathered[r]);
     if (!decoded.ok()) {
@@ -453,21 +458,21 @@ Result<std::vector<WriteResult>> CheckpointManager::Impl::GatherResults(
   return results;
 }
 
-void CheckpointManager::Impl::DiscardAttempt(const std::string& key) {
+void Saver::DiscardAttempt(const std::string& key) {
   if (key.empty()) return;
   // Best effort: what stays behind is garbage a collection removes.
-  if (Status s = storage_->Delete(key);
+  if (Status s = root_.storage->Delete(key);
       !s.ok() && s.code() != ErrorCode::kNotFound) {
     LogWarning("could not remove " + key +
                " of a failed save: " + s.ToString());
   }
 }
 
-Result<SaveResult> CheckpointManager::Impl::Save(int64_t step,
-                                                 const State& state,
-                                                 const SaveOptions& save,
-                                                 const Status& state_error) {
-  const std::string op = "save step " + std::to_string(step) + " in " + Where();
+Result<SaveResult> Saver::Save(int64_t step, const State& state,
+                               const SaveOptions& save,
+                               const Status& state_error) {
+  const std::string op =
+      "save step " + std::to_string(step) + " in " + root_.Where();
   // An incremental save of a state with tensors on a device is saved from a
   // copy in the staging memory, page-locked, as an asynchronous save is: it
   // checksums the bytes before it knows which to write. A full save streams
@@ -475,11 +480,12 @@ Result<SaveResult> CheckpointManager::Impl::Save(int64_t step,
   // fails still takes part, with the error.
   if (state_error.ok() && !IsStaged(state) && save.incremental &&
       state.HasDeviceTensors()) {
-    const Status staged = Stage(state, StagingBytes(state), "stage the state");
-    return Save(step, staged_, save, staged);
+    const Status staged =
+        Stage(root_, state, StagingBytes(state), "stage the state");
+    return Save(step, root_.staged, save, staged);
   }
-  Communicator& c = comm();
-  save_started_ms_ = SteadyNowMs();
+  Communicator& c = root_.comm();
+  root_.save_started_ms = RootContext::SteadyNowMs();
   // 1. The coordinator decides.
   std::string decision_bytes;
   if (c.rank() == 0)
@@ -527,14 +533,14 @@ Result<SaveResult> CheckpointManager::Impl::Save(int64_t step,
   // 3. Write this rank's pieces (the coordinator summarizes a large plan
   // for its directory meanwhile).
   const bool indexed =
-      options_.metadata_layout == Options::MetadataLayout::kIndexed;
+      root_.options.metadata_layout == Options::MetadataLayout::kIndexed;
   PendingDirectoryEntries entries;
   if (indexed && c.rank() == 0) entries.Start(plan);
   std::vector<size_t> mine;
   for (size_t i = 0; i < plan.pieces.size(); ++i) {
     if (plan.pieces[i].writer == c.rank()) mine.push_back(i);
   }
-  const int64_t write_started_ms = SteadyNowMs();
+  const int64_t write_started_ms = RootContext::SteadyNowMs();
   WriteResult written =
       decision.parent >= 0
           ? WriteIncremental(step, decision.attempt, state, save, plan, mine,
@@ -543,8 +549,8 @@ Result<SaveResult> CheckpointManager::Impl::Save(int64_t step,
 
   // 3b. Version 3: every rank writes its own index, in parallel.
   if (indexed) WriteIndex(step, decision.attempt, plan, written);
-  written.wait_ms = write_started_ms - save_started_ms_;
-  written.write_ms = SteadyNowMs() - write_started_ms;
+  written.wait_ms = write_started_ms - root_.save_started_ms;
+  written.write_ms = RootContext::SteadyNowMs() - write_started_ms;
 
   // 4. Gather the results; 5. any failure fails every rank, and each
   // removes what it wrote: nothing can commit this attempt any more.
@@ -569,7 +575,8 @@ Result<SaveResult> CheckpointManager::Impl::Save(int64_t step,
     SaveOutcome outcome;
     Result<SaveOutcome> committed =
         Guard("commit", [&]() -> Result<SaveOutcome> {
-          return Commit(step, save, decision, plan, *results, entries);
+          return Committer(root_).Commit(step, save, decision, plan, *results,
+                                         entries);
         });
     outcome = committed.ok() ? std::move(committed).value()
                              : SaveOutcome{committed.status(), {}, false};
@@ -588,7 +595,7 @@ Result<SaveResult> CheckpointManager::Impl::Save(int64_t step,
   // it: nothing is read back, so nothing can fail after the commit.
   SaveResult out;
   out.info = std::move(outcome.info);
-  last_saved_step_ = step;
+  root_.last_saved_step = step;
   out.deleted_steps = std::move(outcome.deleted_steps);
   return out;
 }

@@ -8,10 +8,12 @@
 //   3. For each chunk of each entry: within its object, inside a tensor of
 //      the entry's (or of one of its incremental runs) in the object's
 //      header, and matching its xxh3-128 checksum when read back.
+#include "checkpoint/verify.h"
+#include "data/reader.h"
+
 #include <algorithm>
 #include <optional>
 
-#include "checkpoint/manager_impl.h"
 #include "format/safetensors.h"
 #include "util/checksum.h"
 #include "util/names.h"
@@ -124,12 +126,12 @@ Status CheckChunkBytes(Storage& storage, const Manifest& m,
 
 }  // namespace
 
-Result<VerifyReport> CheckpointManager::Impl::Verify(
-    int64_t step, const ProgressFn& progress) {
+Result<VerifyReport> Verifier::Verify(int64_t step,
+                                      const ProgressFn& progress) {
   // 1. The manifest.
-  manifests_.Forget(step);
+  root_.manifests.Forget(step);
   CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> m,
-                        manifests_.Read(step));
+                        root_.manifests.Read(step));
   VerifyReport report;
   report.step = step;
   uint64_t total = 0;
@@ -141,7 +143,7 @@ Result<VerifyReport> CheckpointManager::Impl::Verify(
   // 2. The objects.
   std::vector<ObjectCheck> objects;
   for (const format::ObjectRecord& o : m->objects) {
-    objects.push_back(CheckObject(*storage_, o, report.problems));
+    objects.push_back(CheckObject(*root_.storage, o, report.problems));
   }
   // 3. Every chunk, re-read and re-hashed.
   std::vector<std::byte> buf;
@@ -163,7 +165,7 @@ Result<VerifyReport> CheckpointManager::Impl::Verify(
                                     Quote(e.name) + " holds bytes " + Range(c) +
                                     " of entry " + Quote(e.name));
         }
-        Status s = CheckChunkBytes(*storage_, *m, e, c, buf);
+        Status s = CheckChunkBytes(*root_.storage, *m, e, c, buf);
         if (!s.ok()) {
           report.problems.push_back(s.ToString());
         } else {

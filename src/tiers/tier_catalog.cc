@@ -63,7 +63,7 @@ void TieredManager::Impl::RecordLocal(int64_t step,
   CatalogCheckpoint c =
       CatalogRecordFor(info, LocalCatalogRoot(), std::move(checksum));
   c.tier = CatalogTier::kLocal;
-  ManagerAccess::Of(durable_).catalog_recorder().RecordOther(
+  ManagerAccess::Of(durable_).catalog.RecordOther(
       std::move(c), "local step " + std::to_string(step) + " is committed in " +
                         LocalCatalogRoot());
 }
@@ -72,7 +72,7 @@ void TieredManager::Impl::ForgetLocal(const std::vector<int64_t>& steps) {
   const std::shared_ptr<Catalog>& catalog = durable_.options().catalog;
   if (rank_ != 0 || !catalog) return;
   const std::string root = LocalCatalogRoot();
-  CatalogRecorder& recorder = ManagerAccess::Of(durable_).catalog_recorder();
+  CatalogRecorder& recorder = ManagerAccess::Of(durable_).catalog;
   for (int64_t step : steps) {
     recorder.DeletedOther(
         root, step,

@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "checkpoint/load.h"
 #include "checkpoint/manager_access.h"
 #include "checkpoint/manifests.h"
 #include "format/layout.h"
@@ -97,33 +98,33 @@ Status TieredManager::Impl::StageShare(int64_t step, State& state,
   // The share's own manager, whose staged load holds the share (checked in
   // place, or in its staging memory) until every rank's is whole; the tiers
   // use it alone, and no save of it is in flight (Restore waited).
-  ManagerAccess::Impl& impl = ManagerAccess::Of(own);
-  MutexLock lock(&impl.mu());
-  impl.WaitIdle();
+  RootContext& root = ManagerAccess::Of(own);
+  MutexLock lock(&root.mu);
+  root.WaitIdle();
   bool damaged = false;
   return Guard("load", [&] {
-    return impl.StageLoad(step, view, options, staged, damaged);
+    return Loader(root).StageLoad(step, view, options, staged, damaged);
   });
 }
 
 Status TieredManager::Impl::ApplyShare(State& view, StagedLoad& staged,
                                        State& state) {
-  ManagerAccess::Impl& impl = ManagerAccess::Of(*roots_.at(rank_));
-  MutexLock lock(&impl.mu());
-  impl.WaitIdle();
+  RootContext& root = ManagerAccess::Of(*roots_.at(rank_));
+  MutexLock lock(&root.mu);
+  root.WaitIdle();
   CKPT_RETURN_IF_ERROR(
-      Guard("load", [&] { return impl.ApplyLoad(staged, view); }));
+      Guard("load", [&] { return Loader(root).ApplyLoad(staged, view); }));
   return CopyBackLoaded(view, state);
 }
 
 Result<CheckpointInfo> TieredManager::Impl::LoadDurable(
     int64_t step, State& state, const LoadOptions& options, bool& damaged) {
-  ManagerAccess::Impl& impl = ManagerAccess::Of(durable_);
-  MutexLock lock(&impl.mu());
-  impl.WaitIdle();
+  RootContext& root = ManagerAccess::Of(durable_);
+  MutexLock lock(&root.mu);
+  root.WaitIdle();
   damaged = false;
   return Guard("load", [&]() -> Result<CheckpointInfo> {
-    return impl.Load(step, state, options, &damaged);
+    return Loader(root).Load(step, state, options, &damaged);
   });
 }
 

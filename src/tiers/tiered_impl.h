@@ -20,7 +20,7 @@
 
 namespace ckpt {
 
-struct StagedLoad;  // manager_impl.h
+struct StagedLoad;  // checkpoint/load.h
 
 // Why `state` cannot be filled from shares saved at another world size
 // (an entry that is rank-local, or in device memory); OK if it can.

@@ -504,8 +504,8 @@ Result<TierSaveResult> TieredManager::Impl::RunSave(
   // Every catalog call of the save, local and durable, in one batch: one
   // wait for a catalog that does not answer, one warning; none at all for
   // a save in the background.
-  CatalogRecorder::Batch catalog_batch(
-      ManagerAccess::Of(durable_).catalog_recorder(), !background);
+  CatalogRecorder::Batch catalog_batch(ManagerAccess::Of(durable_).catalog,
+                                       !background);
   TierSaveResult result;
   result.step = step;
   using Clock = std::chrono::steady_clock;

@@ -1,0 +1,24 @@
+// Retention and dead attempts (gc.cc).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "checkpoint/root_context.h"
+
+namespace ckpt {
+
+class Collector {
+ public:
+  explicit Collector(RootContext& root) : root_(root) {}
+
+  // `keep`: a step retention must not delete now (with what it depends on):
+  // the one a save just committed, which may lie below the newest.
+  Result<GcReport> GarbageCollect(const GcOptions& gc,
+                                  std::optional<int64_t> keep = std::nullopt);
+
+ private:
+  RootContext& root_;
+};
+
+}  // namespace ckpt
