@@ -48,8 +48,8 @@
 #include "checkpoint/commit.h"
 #include "checkpoint/incremental.h"
 #include "data/writer.h"
-#include "staging/device_copy.h"
 #include "format/constants.h"
+#include "staging/device_copy.h"
 #include "util/log.h"
 #include "util/names.h"
 

@@ -9,11 +9,11 @@
 //      the entry's (or of one of its incremental runs) in the object's
 //      header, and matching its xxh3-128 checksum when read back.
 #include "checkpoint/verify.h"
-#include "data/reader.h"
 
 #include <algorithm>
 #include <optional>
 
+#include "data/reader.h"
 #include "format/safetensors.h"
 #include "util/checksum.h"
 #include "util/names.h"
