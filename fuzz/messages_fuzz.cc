@@ -1,4 +1,4 @@
-// libFuzzer target: hostile messages between ranks (checkpoint/messages.h).
+// libFuzzer target: hostile messages between ranks (messages/messages.h).
 // The first byte picks the decoder, the rest is the message. A decoder must
 // return a value or DataLoss, never crash, hang or allocate beyond the
 // input's size; an accepted message re-encodes to exactly the input, so the
@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "checkpoint/messages.h"
+#include "messages/messages.h"
 
 namespace {
 

@@ -2,9 +2,9 @@
 # The layering rules a reviewer would otherwise have to remember
 # (README, "Source tree"):
 #   - the library layers (src/checkpoint, format, data, lease, staging,
-#     tiers) know a storage backend only through the Storage interface: no header of src/storage/<backend>/ is included there;
+#     messages, tiers) know a storage backend only through the Storage interface: no header of src/storage/<backend>/ is included there;
 #   - messages between ranks are encoded and decoded only in the message
-#     layer (src/checkpoint/messages.h), never as JSON built inline; every
+#     layer (src/messages/messages.h), never as JSON built inline; every
 #     collective's payload is one of its messages
 #     (scripts/check_collectives.py says how that is checked);
 #   - no non-test source file under src/, tools/ or bench/ grows past 700
@@ -32,7 +32,7 @@ status=0
 
 leaks=$(git grep -nE '#include "storage/(file|s3|memory)/' -- \
   'src/checkpoint/*' 'src/format/*' 'src/data/*' 'src/lease/*' \
-  'src/staging/*' 'src/tiers/*' || true)
+  'src/staging/*' 'src/messages/*' 'src/tiers/*' || true)
 if [ -n "$leaks" ]; then
   echo "check-layering: a backend header included above the Storage interface:"
   echo "$leaks"
@@ -43,22 +43,26 @@ inline_json=$(git grep -nE 'json::parse|\.dump\(\)' -- 'src/checkpoint/*.cc' \
   ':!src/checkpoint/*_test.cc' || true)
 if [ -n "$inline_json" ]; then
   echo "check-layering: JSON built or parsed in src/checkpoint (rank" \
-    "messages belong in messages.cc, manifests in src/format):"
+    "messages belong in src/messages, manifests in src/format):"
   echo "$inline_json"
   status=1
 fi
 
 # Upward includes: each layer knows only those below it (docs/design.md,
-# "Layers"). Staging memory, the data path and the lease sit below the
-# checkpoint layer's protocols, the tiers above them, the runner above the
+# "Layers"). Staging memory, the data path, the lease and the message
+# layer sit below the checkpoint layer's protocols, the tiers above them, the runner above the
 # tiers; the catalog and the checkpoint layer know nothing of a local
 # tier's layout (format/tier_layout.h): the tiers tell them.
 upward=$(git grep -nE '#include "(tiers/|runner/|ckpt/tiered\.h|ckpt/runner\.h)' \
   -- 'src/util/*' 'src/device/*' 'src/format/*' 'src/storage/*' \
   'src/dist/*' 'src/catalog/*' 'src/staging/*' 'src/data/*' 'src/lease/*' \
-  'src/checkpoint/*' ':!*_test.cc' || true)
+  'src/messages/*' 'src/checkpoint/*' ':!*_test.cc' || true)
 upward="$upward$(git grep -nE '#include "(checkpoint/|ckpt/checkpoint_manager\.h)' \
   -- 'src/staging/*' 'src/data/*' 'src/lease/*' ':!*_test.cc' || true)"
+# The message layer carries the public API's types (ckpt/checkpoint_manager.h)
+# but knows none of the protocols that send its messages.
+upward="$upward$(git grep -nE '#include "checkpoint/' -- 'src/messages/*' \
+  ':!*_test.cc' || true)"
 upward="$upward$(git grep -nE '#include "(runner/|ckpt/runner\.h)' -- \
   'src/tiers/*' ':!*_test.cc' || true)"
 upward="$upward$(git grep -nE '#include "format/tier_layout\.h"' -- \

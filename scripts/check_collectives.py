@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Every collective payload is a message of the message layer
-(src/checkpoint/messages.h); run by scripts/check-layering.sh.
+(src/messages/messages.h); run by scripts/check-layering.sh.
 
     /usr/bin/python3 scripts/check_collectives.py [ROOT]
 
@@ -29,7 +29,7 @@ import sys
 PROTOCOL_FILES = {
     "src/checkpoint/save.cc",
     "src/checkpoint/load.cc",
-    "src/checkpoint/tier_messages.cc",
+    "src/messages/tier_messages.cc",
     "src/tiers/tier_reshard.cc",
     "src/tiers/tier_restore.cc",
     "src/tiers/tier_transfer.cc",
@@ -135,7 +135,7 @@ def breaches(path, text):
     if protocol:
         for m in STREAM.finditer(text):
             out.append("%s:%d: a string stream in a protocol file (payloads "
-                       "are messages of src/checkpoint/messages.h)" %
+                       "are messages of src/messages/messages.h)" %
                        (path, line_of(m.start())))
     return out
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/messages.h"
+#include "messages/messages.h"
 #include "checkpoint/root_context.h"
 #include "data/planner.h"
 

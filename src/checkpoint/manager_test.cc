@@ -1,7 +1,7 @@
 #include <filesystem>
 #include <set>
 
-#include "checkpoint/messages.h"
+#include "messages/messages.h"
 #include "ckpt/checkpoint_manager.h"
 #include "data/planner.h"
 #include "format/manifest.h"

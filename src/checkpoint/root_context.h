@@ -41,7 +41,7 @@
 
 #include "checkpoint/catalog_record.h"
 #include "checkpoint/manifests.h"
-#include "checkpoint/messages.h"
+#include "messages/messages.h"
 #include "ckpt/checkpoint_manager.h"
 #include "format/layout.h"
 #include "format/manifest.h"

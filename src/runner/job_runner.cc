@@ -24,7 +24,7 @@
 #include <chrono>
 #include <cstdio>
 
-#include "checkpoint/messages.h"
+#include "messages/messages.h"
 #include "ckpt/catalog_sync.h"
 #include "ckpt/runner.h"
 #include "runner/preemption.h"

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/messages.h"
+#include "messages/messages.h"
 #include "format/constants.h"
 #include "format/layout.h"
 #include "util/names.h"

@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "checkpoint/messages.h"
+#include "messages/messages.h"
 #include "ckpt/tiered.h"
 #include "staging/staging.h"
 #include "util/pacer.h"

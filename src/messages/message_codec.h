@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "checkpoint/messages.h"
+#include "messages/messages.h"
 #include "ckpt/status.h"
 #include "util/checksum.h"
 

@@ -1,6 +1,6 @@
-#include "checkpoint/messages.h"
+#include "messages/messages.h"
 
-#include "checkpoint/message_codec.h"
+#include "messages/message_codec.h"
 #include "ckpt/dtype.h"
 
 namespace ckpt {

@@ -1,4 +1,4 @@
-#include "checkpoint/messages.h"
+#include "messages/messages.h"
 
 #include <cmath>
 #include <functional>

@@ -1,7 +1,7 @@
 // The tiers' and the job runner's messages (messages.h), in the wire form
 // of message_codec.h.
-#include "checkpoint/message_codec.h"
-#include "checkpoint/messages.h"
+#include "messages/message_codec.h"
+#include "messages/messages.h"
 #include "ckpt/dtype.h"
 
 namespace ckpt {
