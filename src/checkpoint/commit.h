@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "messages/messages.h"
 #include "checkpoint/root_context.h"
 #include "data/planner.h"
+#include "messages/messages.h"
 
 namespace ckpt {
 

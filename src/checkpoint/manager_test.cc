@@ -1,12 +1,12 @@
 #include <filesystem>
 #include <set>
 
-#include "messages/messages.h"
 #include "ckpt/checkpoint_manager.h"
 #include "data/planner.h"
 #include "format/manifest.h"
 #include "format/safetensors.h"
 #include "gtest/gtest.h"
+#include "messages/messages.h"
 #include "testing/backends.h"
 #include "testing/temp_dir.h"
 #include "testing/test_util.h"

@@ -41,11 +41,11 @@
 
 #include "checkpoint/catalog_record.h"
 #include "checkpoint/manifests.h"
-#include "messages/messages.h"
 #include "ckpt/checkpoint_manager.h"
 #include "format/layout.h"
 #include "format/manifest.h"
 #include "lease/lease.h"
+#include "messages/messages.h"
 #include "staging/staging.h"
 #include "util/mutex.h"
 #include "util/thread_annotations.h"

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "messages/messages.h"
 #include "checkpoint/root_context.h"
 #include "data/planner.h"
+#include "messages/messages.h"
 #include "staging/device_pipeline.h"
 
 namespace ckpt {

@@ -11,8 +11,8 @@
 #include <string_view>
 #include <vector>
 
-#include "messages/messages.h"
 #include "ckpt/status.h"
+#include "messages/messages.h"
 #include "util/checksum.h"
 
 namespace ckpt::wire {

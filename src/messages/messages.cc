@@ -1,7 +1,7 @@
 #include "messages/messages.h"
 
-#include "messages/message_codec.h"
 #include "ckpt/dtype.h"
+#include "messages/message_codec.h"
 
 namespace ckpt {
 

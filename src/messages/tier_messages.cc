@@ -1,8 +1,8 @@
 // The tiers' and the job runner's messages (messages.h), in the wire form
 // of message_codec.h.
+#include "ckpt/dtype.h"
 #include "messages/message_codec.h"
 #include "messages/messages.h"
-#include "ckpt/dtype.h"
 
 namespace ckpt {
 

@@ -24,9 +24,9 @@
 #include <chrono>
 #include <cstdio>
 
-#include "messages/messages.h"
 #include "ckpt/catalog_sync.h"
 #include "ckpt/runner.h"
+#include "messages/messages.h"
 #include "runner/preemption.h"
 
 namespace ckpt {

@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "messages/messages.h"
 #include "format/constants.h"
 #include "format/layout.h"
+#include "messages/messages.h"
 #include "util/names.h"
 
 namespace ckpt {

@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
-#include "messages/messages.h"
 #include "ckpt/tiered.h"
+#include "messages/messages.h"
 #include "staging/staging.h"
 #include "util/pacer.h"
 
