@@ -150,11 +150,11 @@ Status RunDelete(const DeleteArgs& args) {
         args.step, {.rewrite_dependants = true, .dry_run = true});
     uint64_t bytes = 0;
     std::vector<int64_t> dependants;
-    for (const DeleteReport::Rewritten& w :
-         planned.ok() ? planned->rewritten
-                      : std::vector<DeleteReport::Rewritten>{}) {
-      bytes += w.bytes_copied;
-      dependants.push_back(w.step);
+    if (planned.ok()) {
+      for (const DeleteReport::Rewritten& w : planned->rewritten) {
+        bytes += w.bytes_copied;
+        dependants.push_back(w.step);
+      }
     }
     if (bytes > 0) {
       bar = std::make_unique<ProgressBar>(
