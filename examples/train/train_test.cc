@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "ckpt/ckpt.h"
+#include "format/tier_layout.h"
 #include "gtest/gtest.h"
 #include "testing/files.h"
 #include "testing/session_child.h"
@@ -105,14 +106,14 @@ int64_t NewestCommitted(const std::string& root,
     }
   }
   if (local.empty()) return newest;
-  const std::string marker = "tier-committed-";
   for (const auto& node : fs::directory_iterator(local, ec)) {
     for (const auto& rank : fs::directory_iterator(node.path(), ec)) {
       for (const auto& e : fs::directory_iterator(rank.path(), ec)) {
-        const std::string name = e.path().filename().string();
-        if (name.starts_with(marker) && name.size() > marker.size() + 12) {
-          newest = std::max<int64_t>(
-              newest, std::stoll(name.substr(marker.size(), 12)));
+        int64_t step = 0;
+        int world = 0;
+        if (format::ParseTierMarkerKey(e.path().filename().string(), &step,
+                                       &world)) {
+          newest = std::max(newest, step);
         }
       }
     }
