@@ -250,6 +250,16 @@ struct LoadOptions {
   // reading may then leave them partly written, and its error names every
   // entry that may have changed.
   bool transactional = true;
+  // Every byte read once (docs/design.md, "Every byte read once"): with
+  // many ranks, a chunk that several ranks need (a replicated tensor, a
+  // piece that several new boxes of a reshard meet) is read from storage by
+  // one of them and sent to the others through the communicator. kAuto
+  // (the default) does so whenever the ranks share a chunk and every rank's
+  // communicator can send from rank to rank; kOff has every rank read all
+  // it needs itself. The environment variable CKPT_READ_ONCE=off turns it
+  // off for every load of the process.
+  enum class ReadOnce { kAuto, kOff };
+  ReadOnce read_once = ReadOnce::kAuto;
 };
 
 // A committed checkpoint, as `ckpt ls` shows it.
