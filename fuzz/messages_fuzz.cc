@@ -31,7 +31,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                size - 1);
   // Every message of messages.h; the seeds in corpus/messages are named by
   // the message their first byte picks.
-  switch (data[0] % 17) {
+  switch (data[0] % 19) {
     case 0:
       RoundTrip(bytes, DecodeSaveDecision, EncodeSaveDecision);
       break;
@@ -82,6 +82,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     case 16:
       RoundTrip(bytes, DecodeResumeStep, EncodeResumeStep);
+      break;
+    case 17:
+      RoundTrip(bytes, DecodeReadOncePlan, EncodeReadOncePlan);
+      break;
+    case 18:
+      RoundTrip(bytes, DecodeReadOnceBatch, EncodeReadOnceBatch);
       break;
   }
   return 0;

@@ -43,6 +43,7 @@
 #include <algorithm>
 #include <set>
 
+#include "checkpoint/read_once.h"
 #include "util/dtype_text.h"
 #include "util/log.h"
 #include "util/names.h"
@@ -314,6 +315,55 @@ Result<CheckpointInfo> Loader::Load(std::optional<int64_t> step, State& state,
 Status Loader::StageLoad(int64_t step, State& state, const LoadOptions& load,
                          StagedLoad& out, bool& damaged) {
   damaged = false;
+  std::vector<const format::EntryRecord*> records;
+  Status planned = PlanStage(step, state, load, out, records, damaged);
+  if (!ReadOnceWanted(load, root_.comm())) {
+    CKPT_RETURN_IF_ERROR(planned);
+    return ReadStage(state, load, records, *root_.storage, out, damaged);
+  }
+  // Every byte read once (read_once.h): the ranks share their plans, even
+  // one that failed, so that no rank waits on it.
+  std::vector<NeededChunk> needed;
+  if (planned.ok()) {
+    planned = NeededChunks(state, records, needed);
+    damaged = planned.code() == ErrorCode::kDataLoss;
+  }
+  Result<SharedReads> shared =
+      ShareReads(root_.comm(), *root_.storage, *out.manifest,
+                 planned.ok() ? &needed : nullptr, root_.IoPool());
+  CKPT_RETURN_IF_ERROR(planned);
+  const std::string op =
+      "load step " + std::to_string(step) + " from " + root_.Where();
+  CKPT_RETURN_IF_ERROR_CTX(shared.status(), op);
+  if (shared->another_failed) {
+    // That rank's vote fails the step; this one has read nothing.
+    out.incomplete = true;
+    return Status();
+  }
+  Storage& from = shared->storage ? *shared->storage : *root_.storage;
+  return ReadStage(state, load, records, from, out, damaged);
+}
+
+Status Loader::NeededChunks(
+    const State& state, const std::vector<const format::EntryRecord*>& records,
+    std::vector<NeededChunk>& out) {
+  const std::vector<Entry>& entries = state.entries();
+  for (size_t i = 0; i < records.size(); ++i) {
+    const format::EntryRecord& rec = *records[i];
+    const Entry& e = entries[i];
+    if (rec.kind == EntryKind::kMetadata) continue;
+    const bool piece = rec.kind == EntryKind::kTensor && e.is_piece();
+    CKPT_RETURN_IF_ERROR(AddNeededChunks(
+        rec, piece ? e.offsets : std::vector<int64_t>(rec.shape.size(), 0),
+        piece ? e.tensor.shape : rec.shape, out));
+  }
+  return Status();
+}
+
+Status Loader::PlanStage(int64_t step, State& state, const LoadOptions& load,
+                         StagedLoad& out,
+                         std::vector<const format::EntryRecord*>& records,
+                         bool& damaged) {
   CKPT_RETURN_IF_ERROR(state.status());
   // 1. The manifest, with the pieces this rank's boxes meet.
   Result<std::shared_ptr<const Manifest>> read = ReadFor(step, state);
@@ -327,12 +377,20 @@ Status Loader::StageLoad(int64_t step, State& state, const LoadOptions& load,
       "load step " + std::to_string(m.step) + " from " + root_.Where();
   // 2-3. Everything that can be checked without reading data is checked
   // before the first byte is read.
-  CKPT_ASSIGN_OR_RETURN(std::vector<const format::EntryRecord*> records,
-                        MatchEntries(m, state, load, op));
+  CKPT_ASSIGN_OR_RETURN(records, MatchEntries(m, state, load, op));
   if (Status objects = CheckObjects(m, records); !objects.ok()) {
     damaged = objects.code() == ErrorCode::kDataLoss;
     return objects;
   }
+  return Status();
+}
+
+Status Loader::ReadStage(State& state, const LoadOptions& load,
+                         const std::vector<const format::EntryRecord*>& records,
+                         Storage& from, StagedLoad& out, bool& damaged) {
+  const Manifest& m = *out.manifest;
+  const std::string op =
+      "load step " + std::to_string(m.step) + " from " + root_.Where();
   // 4. Where each tensor is read to: the staging memory (device tensors
   // always; every tensor of a transactional load from a storage without
   // object views), each on a page of its own, as large staged entries are;
@@ -352,8 +410,7 @@ Status Loader::StageLoad(int64_t step, State& state, const LoadOptions& load,
     all_staged =
         (all_staged + *e.tensor.ByteSize() + kPage - 1) / kPage * kPage;
   }
-  const bool viewed = load.transactional &&
-                      root_.storage->capabilities().object_views &&
+  const bool viewed = load.transactional && from.capabilities().object_views &&
                       root_.staging.capacity() < all_staged;
   std::vector<uint64_t> at(records.size(), kInPlace);
   uint64_t used = 0;
@@ -417,8 +474,7 @@ Status Loader::StageLoad(int64_t step, State& state, const LoadOptions& load,
       }
       case EntryKind::kBlob: {
         std::string bytes(static_cast<size_t>(rec->shape[0]), '\0');
-        if (Status s = ReadEntry(*root_.storage, m, *rec, BytesOf(bytes));
-            !s.ok()) {
+        if (Status s = ReadEntry(from, m, *rec, BytesOf(bytes)); !s.ok()) {
           damaged = s.code() == ErrorCode::kDataLoss;
           return s.WithContext(op);
         }
@@ -431,12 +487,12 @@ Status Loader::StageLoad(int64_t step, State& state, const LoadOptions& load,
     }
   }
   out.written = std::move(in_place);
-  if (Status s = ReadBoxes(*root_.storage, m, reads, root_.IoPool()); !s.ok()) {
+  if (Status s = ReadBoxes(from, m, reads, root_.IoPool()); !s.ok()) {
     damaged = s.code() == ErrorCode::kDataLoss;
     return s.WithContext(op);
   }
   if (!out.copies.empty()) {
-    out.viewed = std::make_shared<ViewedReads>(root_.storage.get());
+    out.viewed = std::make_shared<ViewedReads>(&from);
     if (Status s = out.viewed->Check(m, out.copies, root_.IoPool()); !s.ok()) {
       damaged = s.code() == ErrorCode::kDataLoss;
       return s.WithContext(op);
@@ -446,6 +502,10 @@ Status Loader::StageLoad(int64_t step, State& state, const LoadOptions& load,
 }
 
 Status Loader::ApplyLoad(StagedLoad& staged, State& state) {
+  if (staged.incomplete) {
+    return FailedPreconditionError(
+        "load: applying a load that another rank failed");
+  }
   const std::string op = "load step " + std::to_string(staged.manifest->step) +
                          " from " + root_.Where();
   // The devices first: the copy that can fail (a device error) goes before

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "checkpoint/read_once.h"
 #include "checkpoint/root_context.h"
 #include "data/reader.h"
 #include "data/viewed_reads.h"
@@ -33,6 +34,9 @@ struct StagedLoad {
   // boxes, already checked in place, to copy into their buffers.
   std::shared_ptr<ViewedReads> viewed;
   std::vector<BoxRead> copies;
+  // Read nothing: another rank failed before the reads were shared
+  // (read_once.h), and its vote fails the step.
+  bool incomplete = false;
 };
 
 class Loader {
@@ -91,6 +95,20 @@ class Loader {
   // sizes, before a single byte is read into the caller's buffers.
   Status CheckObjects(const format::Manifest& m,
                       const std::vector<const format::EntryRecord*>& entries);
+  // StageLoad's halves: the manifest, the entries matched and the objects
+  // checked (setting `damaged` as StageLoad does); then the reads from
+  // `from` (the root's storage, or the shared reads over it).
+  Status PlanStage(int64_t step, State& state, const LoadOptions& load,
+                   StagedLoad& out,
+                   std::vector<const format::EntryRecord*>& records,
+                   bool& damaged);
+  Status ReadStage(State& state, const LoadOptions& load,
+                   const std::vector<const format::EntryRecord*>& records,
+                   Storage& from, StagedLoad& out, bool& damaged);
+  // The chunks that `state`'s boxes of `records` meet.
+  Status NeededChunks(const State& state,
+                      const std::vector<const format::EntryRecord*>& records,
+                      std::vector<NeededChunk>& out);
   // Reads `records` into `out.state` under the names `names`.
   Status ReadInto(const format::Manifest& m,
                   const std::vector<const format::EntryRecord*>& records,

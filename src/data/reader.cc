@@ -159,11 +159,7 @@ constexpr uint64_t kSpanBytes = uint64_t{8} << 20;     // one read at most
 constexpr uint64_t kSpanGap = uint64_t{16} << 10;
 
 // A whole chunk read in place.
-struct WholeChunk {
-  const format::EntryRecord* entry;
-  const format::ChunkRecord* chunk;
-  std::byte* dest;
-};
+using WholeChunk = ChunkRead;
 
 // Appends the chunks of `r` to `out` when `r` is a whole entry of one piece
 // whose chunks are all small; false (nothing appended) otherwise.
@@ -306,7 +302,8 @@ Status ReadSpan(Storage& storage, const format::Manifest& manifest,
 // Sorts `chunks` by object and offset and cuts them into spans [begin, end)
 // of one object each, at most kSpanBytes (or one chunk), bridging gaps of at
 // most kSpanGap.
-std::vector<std::pair<size_t, size_t>> Spans(std::vector<WholeChunk>& chunks) {
+std::vector<std::pair<size_t, size_t>> Spans(std::vector<WholeChunk>& chunks,
+                                             uint64_t max_gap = kSpanGap) {
   std::sort(chunks.begin(), chunks.end(), [](const auto& a, const auto& b) {
     return std::pair(a.chunk->object, a.chunk->offset) <
            std::pair(b.chunk->object, b.chunk->offset);
@@ -317,7 +314,7 @@ std::vector<std::pair<size_t, size_t>> Spans(std::vector<WholeChunk>& chunks) {
     const format::ChunkRecord& c = *chunks[i].chunk;
     const uint64_t stop = std::max(span_stop, c.offset + c.length);
     if (i == 0 || c.object != chunks[i - 1].chunk->object ||
-        c.offset > span_stop + kSpanGap || stop - span_start > kSpanBytes) {
+        c.offset > span_stop + max_gap || stop - span_start > kSpanBytes) {
       spans.emplace_back(i, i + 1);
       span_start = c.offset;
       span_stop = c.offset + c.length;
@@ -469,6 +466,17 @@ Status ReadBoxes(Storage& storage, const format::Manifest& manifest,
         return ReadBox(storage, manifest, *r.entry, r.offsets, r.lengths,
                        r.dest, nullptr, checks);
       });
+}
+
+Status ReadChunks(Storage& storage, const format::Manifest& manifest,
+                  std::vector<ChunkRead> chunks, ThreadPool* pool,
+                  uint64_t max_gap, Checksums checks) {
+  const std::vector<std::pair<size_t, size_t>> spans = Spans(chunks, max_gap);
+  const int parallelism = pool == nullptr ? 1 : pool->size() + 1;
+  return ParallelFor(pool, parallelism, spans.size(), [&](size_t i) {
+    return ReadSpan(storage, manifest, chunks, spans[i].first, spans[i].second,
+                    checks);
+  });
 }
 
 }  // namespace ckpt

@@ -96,4 +96,18 @@ Status ReadBoxes(Storage& storage, const format::Manifest& manifest,
                  const std::vector<BoxRead>& reads, ThreadPool* pool,
                  Checksums checks = Checksums::kCheck);
 
+// One whole chunk to read into `dest` (the chunk's length).
+struct ChunkRead {
+  const format::EntryRecord* entry;
+  const format::ChunkRecord* chunk;
+  std::byte* dest;
+};
+
+// Reads whole chunks, a span of their object at a time (as ReadBoxes reads
+// small entries, but bridging gaps of at most `max_gap` bytes), in
+// parallel on `pool`, checking every chunk; the first error is returned.
+Status ReadChunks(Storage& storage, const format::Manifest& manifest,
+                  std::vector<ChunkRead> chunks, ThreadPool* pool,
+                  uint64_t max_gap, Checksums checks = Checksums::kCheck);
+
 }  // namespace ckpt

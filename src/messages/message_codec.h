@@ -35,6 +35,8 @@ enum class MessageType : uint8_t {
   kTransferPart,
   kRunnerVote,
   kResumeStep,
+  kReadOncePlan,
+  kReadOnceBatch,
 };
 
 inline std::string_view TypeName(MessageType type) {
@@ -73,6 +75,10 @@ inline std::string_view TypeName(MessageType type) {
       return "runner vote";
     case MessageType::kResumeStep:
       return "resume step";
+    case MessageType::kReadOncePlan:
+      return "read-once plan";
+    case MessageType::kReadOnceBatch:
+      return "read-once batch";
   }
   return "message";
 }

@@ -261,6 +261,63 @@ Result<LoadVote> DecodeLoadVote(std::string_view bytes) {
   return r.Finish(std::move(m));
 }
 
+std::string EncodeReadOncePlan(const ReadOncePlan& m) {
+  Writer w(MessageType::kReadOncePlan);
+  w.Bool(m.planned);
+  w.Bool(m.can_send);
+  w.Count(m.chunks.size());
+  for (size_t i = 0; i < m.chunks.size(); ++i) {
+    w.Sum(m.chunks[i].sum);
+    w.U64(m.chunks[i].length);
+    const ReadOncePlan::Place p =
+        i < m.places.size() ? m.places[i] : ReadOncePlan::Place();
+    w.U64(p.object);
+    w.U64(p.offset);
+  }
+  return w.Take();
+}
+
+Result<ReadOncePlan> DecodeReadOncePlan(std::string_view bytes) {
+  Reader r(bytes, MessageType::kReadOncePlan);
+  ReadOncePlan m;
+  m.planned = r.Bool();
+  m.can_send = r.Bool();
+  m.chunks.resize(r.Count(40));
+  m.places.resize(m.chunks.size());
+  for (size_t i = 0; i < m.chunks.size() && r.ok(); ++i) {
+    m.chunks[i].sum = r.Sum();
+    m.chunks[i].length = r.U64();
+    m.places[i].object = r.U64();
+    m.places[i].offset = r.U64();
+    if (r.ok() && i > 0 && !(m.chunks[i - 1] < m.chunks[i])) {
+      r.Fail("chunks not sorted, or one listed twice");
+    }
+  }
+  if (r.ok() && !m.planned && !m.chunks.empty()) {
+    r.Fail("chunks of a rank that did not plan");
+  }
+  return r.Finish(std::move(m));
+}
+
+std::string EncodeReadOnceBatch(const ReadOnceBatch& m) {
+  Writer w(MessageType::kReadOnceBatch);
+  w.Count(m.present.size());
+  for (bool p : m.present) w.Bool(p);
+  w.Str(m.data);
+  return w.Take();
+}
+
+Result<ReadOnceBatch> DecodeReadOnceBatch(std::string_view bytes) {
+  Reader r(bytes, MessageType::kReadOnceBatch);
+  ReadOnceBatch m;
+  m.present.resize(r.Count(1));
+  for (size_t i = 0; i < m.present.size() && r.ok(); ++i) {
+    m.present[i] = r.Bool();
+  }
+  m.data = r.View();
+  return r.Finish(std::move(m));
+}
+
 std::string EncodeOffer(const Offer& offer) {
   Writer w(MessageType::kOffer);
   w.Str(offer.host);

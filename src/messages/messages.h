@@ -27,6 +27,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "ckpt/checkpoint_manager.h"
@@ -132,6 +133,44 @@ struct LoadVote {
   bool damaged = false;
 };
 
+// Load, every byte read once (read_once.h): a chunk by its content, so
+// that equal chunks anywhere in the checkpoint are one.
+struct ChunkId {
+  Checksum128 sum;
+  uint64_t length = 0;
+  friend bool operator==(const ChunkId&, const ChunkId&) = default;
+  friend bool operator<(const ChunkId& a, const ChunkId& b) {
+    return std::tie(a.sum.high, a.sum.low, a.length) <
+           std::tie(b.sum.high, b.sum.low, b.length);
+  }
+};
+
+// Load, every byte read once: what one rank needs of a step, all-gathered
+// before any rank reads. `planned` false: the rank failed before it knew
+// (its own vote says why), and no rank reads for another.
+struct ReadOncePlan {
+  // Where the rank reads a chunk from: a hash of the object's key and the
+  // offset in it, so that chunks that lie side by side are read together.
+  struct Place {
+    uint64_t object = 0;
+    uint64_t offset = 0;
+  };
+  bool planned = false;
+  bool can_send = false;        // its communicator passes messages (SendRecv)
+  std::vector<ChunkId> chunks;  // sorted, each once
+  std::vector<Place> places;    // one a chunk
+};
+
+// Load, every byte read once: chunks one rank read for another, in the
+// order both know from the plans (one SendRecv message). `present[i]` is
+// false where the reader could not read chunk i (the receiver reads it
+// itself, and meets the same error); `data` holds the present chunks back
+// to back, a view into the bytes decoded (as TransferPart's).
+struct ReadOnceBatch {
+  std::vector<bool> present;
+  std::string_view data;
+};
+
 std::string EncodeSaveDecision(const SaveDecision& m);
 Result<SaveDecision> DecodeSaveDecision(std::string_view bytes);
 
@@ -149,6 +188,11 @@ Result<LoadSteps> DecodeLoadSteps(std::string_view bytes);
 
 std::string EncodeLoadVote(const LoadVote& m);
 Result<LoadVote> DecodeLoadVote(std::string_view bytes);
+
+std::string EncodeReadOncePlan(const ReadOncePlan& m);
+Result<ReadOncePlan> DecodeReadOncePlan(std::string_view bytes);
+std::string EncodeReadOnceBatch(const ReadOnceBatch& m);
+Result<ReadOnceBatch> DecodeReadOnceBatch(std::string_view bytes);
 
 // Save step 2: what a rank holds (planner.h).
 std::string EncodeOffer(const Offer& offer);

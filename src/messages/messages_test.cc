@@ -459,6 +459,49 @@ TEST(MessagesTest, TierAndRunnerMessagesRefuseHostileFields) {
   EXPECT_EQ(DecodeRankStatus(code).status().code(), ErrorCode::kDataLoss);
 }
 
+TEST(MessagesTest, ReadOnceMessagesSurviveEncodingAndRefuseHostileFields) {
+  ReadOncePlan plan{.planned = true, .can_send = true};
+  plan.chunks = {{{1, 2}, 4096}, {{1, 3}, 16}};
+  plan.places = {{77, 0}, {77, 4096}};
+  auto back = DecodeReadOncePlan(EncodeReadOncePlan(plan));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->planned);
+  EXPECT_TRUE(back->can_send);
+  EXPECT_EQ(back->chunks, plan.chunks);
+  ASSERT_EQ(back->places.size(), 2u);
+  EXPECT_EQ(back->places[1].object, 77u);
+  EXPECT_EQ(back->places[1].offset, 4096u);
+  // Chunks out of order or listed twice would let ranks disagree on who
+  // reads what: refused.
+  ReadOncePlan twice = plan;
+  twice.chunks[1] = twice.chunks[0];
+  EXPECT_EQ(DecodeReadOncePlan(EncodeReadOncePlan(twice)).status().code(),
+            ErrorCode::kDataLoss);
+  ReadOncePlan unplanned = plan;
+  unplanned.planned = false;
+  EXPECT_EQ(DecodeReadOncePlan(EncodeReadOncePlan(unplanned)).status().code(),
+            ErrorCode::kDataLoss);
+  const std::string plan_bytes = EncodeReadOncePlan(plan);
+  for (size_t n = 0; n < plan_bytes.size(); ++n) {
+    EXPECT_FALSE(DecodeReadOncePlan(plan_bytes.substr(0, n)).ok()) << n;
+  }
+
+  const std::string block(5000, 'x');
+  const std::string batch_bytes =
+      EncodeReadOnceBatch({.present = {true, false}, .data = block});
+  auto batch = DecodeReadOnceBatch(batch_bytes);
+  ASSERT_TRUE(batch.ok()) << batch.status().ToString();
+  EXPECT_EQ(batch->present, (std::vector<bool>{true, false}));
+  EXPECT_EQ(batch->data, block);
+  // The data is a view into the bytes decoded, not a copy.
+  EXPECT_GE(batch->data.data(), batch_bytes.data());
+  EXPECT_EQ(DecodeReadOnceBatch(batch_bytes + "x").status().code(),
+            ErrorCode::kDataLoss);
+  std::string flag = batch_bytes;
+  flag[4 + 4] = 2;  // a presence flag that is neither 0 nor 1
+  EXPECT_EQ(DecodeReadOnceBatch(flag).status().code(), ErrorCode::kDataLoss);
+}
+
 TEST(MessagesTest, StatusCrossesRanksWithItsCodeAndMessage) {
   auto comms = NewThreadCommunicators(3);
   // A message that reads like another code's text keeps its own code.

@@ -1,0 +1,375 @@
+#include "checkpoint/read_once.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <numeric>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <utility>
+
+#include "messages/messages.h"
+#include "util/checksum.h"
+#include "util/log.h"
+
+namespace ckpt {
+
+namespace {
+
+// At most this many bytes of chunks in one message (one chunk larger goes
+// alone), so that neither side holds more than one such message at a time
+// for the exchange itself.
+constexpr uint64_t kBatchBytes = uint64_t{64} << 20;
+// At most this many bytes of chunks side by side are read by one rank, so
+// that a large tensor every rank needs is read by many, in parallel.
+constexpr uint64_t kRunBytes = uint64_t{8} << 20;
+
+ChunkId IdOf(const format::ChunkRecord& c) { return {c.checksum, c.length}; }
+
+// The root's storage, but for the byte ranges of chunks held in memory:
+// the shared chunks this rank needs, at every place of the step's objects
+// it reads them from. A read that covers chunks and the gaps between them
+// (the reader's spans do) takes the chunks from memory and the rest from
+// the root's storage.
+class SharedChunkStorage : public StorageWrapper {
+ public:
+  explicit SharedChunkStorage(Storage* target) : StorageWrapper(target) {}
+
+  // `bytes` (`length` of them, alive as long as this storage) are the
+  // object `key`'s from `offset`.
+  void Place(const std::string& key, uint64_t offset, const std::byte* bytes,
+             uint64_t length) {
+    places_[key][offset] = std::span<const std::byte>(bytes, length);
+  }
+  // Memory that placed bytes live in.
+  std::string& Keep(std::string bytes) {
+    return kept_.emplace_back(std::move(bytes));
+  }
+  bool empty() const { return places_.empty(); }
+
+  Status ReadRange(std::string_view key, uint64_t offset,
+                   std::span<std::byte> out) override {
+    auto object = places_.find(key);
+    if (object == places_.end()) return target()->ReadRange(key, offset, out);
+    const auto& chunks = object->second;
+    const uint64_t end = offset + out.size();
+    uint64_t at = offset;
+    // The first chunk that ends after `at`.
+    auto c = chunks.upper_bound(at);
+    if (c != chunks.begin() &&
+        std::prev(c)->first + std::prev(c)->second.size() > at) {
+      --c;
+    }
+    while (at < end) {
+      if (c != chunks.end() && c->first <= at) {
+        const uint64_t stop = std::min(end, c->first + c->second.size());
+        std::memcpy(out.data() + (at - offset),
+                    c->second.data() + (at - c->first), stop - at);
+        at = stop;
+        ++c;
+        continue;
+      }
+      const uint64_t stop = c == chunks.end() ? end : std::min(end, c->first);
+      CKPT_RETURN_IF_ERROR(
+          target()->ReadRange(key, at, out.subspan(at - offset, stop - at)));
+      at = stop;
+    }
+    return Status();
+  }
+
+  Status ReadRangeFilling(std::string_view key, uint64_t offset,
+                          std::span<std::byte> out,
+                          const FilledFn& filled) override {
+    if (places_.find(key) == places_.end()) {
+      return target()->ReadRangeFilling(key, offset, out, filled);
+    }
+    CKPT_RETURN_IF_ERROR(ReadRange(key, offset, out));
+    filled(out);
+    return Status();
+  }
+
+ private:
+  std::map<std::string, std::map<uint64_t, std::span<const std::byte>>,
+           std::less<>>
+      places_;
+  std::deque<std::string> kept_;
+};
+
+// One shared chunk: who needs it and who reads it.
+struct Shared {
+  ChunkId id;
+  std::vector<int> ranks;  // that need it, ascending
+  // The first place any rank reads it from (ReadOncePlan::Place).
+  std::pair<uint64_t, uint64_t> place{UINT64_MAX, UINT64_MAX};
+  int reader = -1;
+};
+
+// `items` cut into messages of at most kBatchBytes (or one chunk).
+std::vector<std::vector<const Shared*>> Batches(
+    const std::vector<const Shared*>& items) {
+  std::vector<std::vector<const Shared*>> out;
+  uint64_t bytes = 0;
+  for (const Shared* s : items) {
+    if (out.empty() || (bytes > 0 && bytes + s->id.length > kBatchBytes)) {
+      out.emplace_back();
+      bytes = 0;
+    }
+    out.back().push_back(s);
+    bytes += s->id.length;
+  }
+  return out;
+}
+
+bool Needs(const Shared& s, int rank) {
+  return std::binary_search(s.ranks.begin(), s.ranks.end(), rank);
+}
+
+}  // namespace
+
+bool ReadOnceWanted(const LoadOptions& load, const Communicator& comm) {
+  if (comm.size() <= 1 || load.read_once == LoadOptions::ReadOnce::kOff) {
+    return false;
+  }
+  const char* env = std::getenv("CKPT_READ_ONCE");
+  if (env == nullptr) return true;
+  const std::string_view v(env);
+  return !(v == "off" || v == "0" || v == "false" || v == "no");
+}
+
+Status AddNeededChunks(const format::EntryRecord& entry,
+                       const std::vector<int64_t>& offsets,
+                       const std::vector<int64_t>& lengths,
+                       std::vector<NeededChunk>& out) {
+  return ForEachChunkMeeting(entry, offsets, lengths,
+                             [&](const format::ChunkRecord& c) {
+                               out.push_back({&entry, &c});
+                             });
+}
+
+Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
+                               const format::Manifest& manifest,
+                               const std::vector<NeededChunk>* mine,
+                               ThreadPool* pool) {
+  const int world = comm.size();
+  const int me = comm.rank();
+  SharedReads out;
+  // 1. Every rank's plan. A rank whose communicator cannot pass messages
+  // says so here, so that no rank waits on a message that never comes.
+  ReadOncePlan plan;
+  plan.can_send = comm.SendRecv("", -1, -1).ok();
+  std::map<ChunkId, std::vector<const NeededChunk*>> places;
+  if (mine != nullptr) {
+    plan.planned = true;
+    for (const NeededChunk& c : *mine) places[IdOf(*c.chunk)].push_back(&c);
+    plan.chunks.reserve(places.size());
+    for (const auto& [id, at] : places) {
+      const format::ChunkRecord& c = *at[0]->chunk;
+      plan.chunks.push_back(id);
+      plan.places.push_back(
+          {Xxh3_128(manifest.objects[c.object].key).low, c.offset});
+    }
+  }
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> gathered,
+                        comm.AllGather(EncodeReadOncePlan(plan)));
+  std::vector<ReadOncePlan> plans(gathered.size());
+  bool all_send = true;
+  for (size_t r = 0; r < gathered.size(); ++r) {
+    Result<ReadOncePlan> p = DecodeReadOncePlan(gathered[r]);
+    if (!p.ok()) {
+      return p.status().WithContext("the read plan of rank " +
+                                    std::to_string(r));
+    }
+    plans[r] = std::move(*p);
+    if (!plans[r].planned) out.another_failed = mine != nullptr;
+    all_send = all_send && plans[r].can_send;
+  }
+  gathered.clear();
+  if (mine == nullptr || out.another_failed || !all_send) return out;
+
+  // 2. Who needs each chunk, and who reads the shared ones (read_once.h).
+  std::map<ChunkId, Shared> by_id;
+  for (int r = 0; r < world; ++r) {
+    for (size_t i = 0; i < plans[r].chunks.size(); ++i) {
+      Shared& s = by_id[plans[r].chunks[i]];
+      s.id = plans[r].chunks[i];
+      s.ranks.push_back(r);
+      s.place = std::min(s.place, std::pair(plans[r].places[i].object,
+                                            plans[r].places[i].offset));
+    }
+  }
+  plans.clear();
+  std::vector<uint64_t> reads(world, 0);
+  std::vector<Shared*> shared;
+  for (auto& [id, s] : by_id) {
+    if (s.ranks.size() == 1) {
+      reads[s.ranks[0]] += id.length;
+    } else {
+      shared.push_back(&s);
+    }
+  }
+  if (shared.empty()) return out;
+  // Side by side in their objects, cut into runs of chunks that lie back
+  // to back and that the same ranks need, each at most kRunBytes; a run is
+  // read by one rank with one range read.
+  std::sort(shared.begin(), shared.end(), [](const Shared* a, const Shared* b) {
+    return std::tie(a->place, a->id) < std::tie(b->place, b->id);
+  });
+  struct Run {
+    size_t begin, end;
+    uint64_t bytes;
+  };
+  std::vector<Run> runs;
+  for (size_t i = 0; i < shared.size(); ++i) {
+    const Shared& s = *shared[i];
+    if (!runs.empty()) {
+      Run& last = runs.back();
+      const Shared& prev = *shared[i - 1];
+      if (s.place.first == prev.place.first &&
+          s.place.second == prev.place.second + prev.id.length &&
+          s.ranks == prev.ranks && last.bytes + s.id.length <= kRunBytes) {
+        last.end = i + 1;
+        last.bytes += s.id.length;
+        continue;
+      }
+    }
+    runs.push_back({i, i + 1, s.id.length});
+  }
+  std::vector<size_t> order(runs.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return runs[a].bytes > runs[b].bytes;
+  });
+  for (size_t k : order) {
+    const Run& run = runs[k];
+    int reader = -1;
+    for (int r : shared[run.begin]->ranks) {
+      if (reader < 0 || reads[r] < reads[reader]) reader = r;
+    }
+    reads[reader] += run.bytes;
+    for (size_t i = run.begin; i < run.end; ++i) shared[i]->reader = reader;
+  }
+  std::vector<std::vector<const Shared*>> send_to(world), receive_from(world);
+  std::vector<const Shared*> own;
+  for (const Shared* s : shared) {
+    if (s->reader == me) {
+      own.push_back(s);
+      for (int r : s->ranks) {
+        if (r != me) send_to[r].push_back(s);
+      }
+    } else if (Needs(*s, me)) {
+      receive_from[s->reader].push_back(s);
+    }
+  }
+
+  auto held = std::make_unique<SharedChunkStorage>(&storage);
+  // 3. This rank's share of the reading: its chunks back to back, in the
+  // order of their places in the objects, so that adjacent chunks are read
+  // with one range read straight into place.
+  std::sort(own.begin(), own.end(), [&](const Shared* a, const Shared* b) {
+    const format::ChunkRecord& x = *places.at(a->id)[0]->chunk;
+    const format::ChunkRecord& y = *places.at(b->id)[0]->chunk;
+    return std::pair(x.object, x.offset) < std::pair(y.object, y.offset);
+  });
+  uint64_t own_bytes = 0;
+  for (const Shared* s : own) own_bytes += s->id.length;
+  std::string& own_memory = held->Keep(std::string(own_bytes, '\0'));
+  std::map<ChunkId, const std::byte*> bytes_of;
+  std::vector<ChunkRead> to_read;
+  uint64_t at = 0;
+  for (const Shared* s : own) {
+    const NeededChunk& c = *places.at(s->id)[0];
+    auto* dest = reinterpret_cast<std::byte*>(own_memory.data()) + at;
+    to_read.push_back({c.entry, c.chunk, dest});
+    bytes_of[s->id] = dest;
+    at += s->id.length;
+  }
+  const Status read = ReadChunks(storage, manifest, std::move(to_read), pool,
+                                 /*max_gap=*/0);
+  // A failed read sends every chunk as missing: the ranks that need them
+  // read them themselves, and meet the error where it lies.
+  if (!read.ok()) {
+    bytes_of.clear();
+    LogInfo("read once: rank " + std::to_string(me) +
+            " could not read the chunks it reads for others (" +
+            read.message() + "); they read them themselves");
+  } else {
+    out.read_for_others = own_bytes;
+  }
+
+  // 4. The exchange, in rounds.
+  for (int k = 1; k < world; ++k) {
+    const int dest = (me + k) % world;
+    const int source = (me - k + world) % world;
+    const auto sends = Batches(send_to[dest]);
+    const auto receives = Batches(receive_from[source]);
+    for (size_t j = 0; j < std::max(sends.size(), receives.size()); ++j) {
+      std::string message;
+      if (j < sends.size()) {
+        ReadOnceBatch batch;
+        std::string data;
+        for (const Shared* s : sends[j]) {
+          auto found = bytes_of.find(s->id);
+          batch.present.push_back(found != bytes_of.end());
+          if (found != bytes_of.end()) {
+            data.append(reinterpret_cast<const char*>(found->second),
+                        s->id.length);
+          }
+        }
+        batch.data = data;
+        message = EncodeReadOnceBatch(batch);
+      }
+      Result<std::string> got =
+          comm.SendRecv(message, j < sends.size() ? dest : -1,
+                        j < receives.size() ? source : -1);
+      if (!got.ok()) {
+        // A rank that stops here leaves its partners waiting on it.
+        const Status why = got.status().WithContext(
+            "read once: chunks with ranks " + std::to_string(dest) + " and " +
+            std::to_string(source));
+        comm.Abort(why);
+        return why;
+      }
+      if (j >= receives.size()) continue;
+      const std::string& kept = held->Keep(std::move(*got));
+      Result<ReadOnceBatch> batch = DecodeReadOnceBatch(kept);
+      uint64_t want = 0;
+      if (batch.ok() && batch->present.size() == receives[j].size()) {
+        for (size_t i = 0; i < receives[j].size(); ++i) {
+          if (batch->present[i]) want += receives[j][i]->id.length;
+        }
+      }
+      if (!batch.ok() || batch->present.size() != receives[j].size() ||
+          batch->data.size() != want) {
+        const Status why = DataLossError(
+            "read once: rank " + std::to_string(source) +
+            " sent chunks that its plan does not hold" +
+            (batch.ok() ? "" : " (" + batch.status().message() + ")"));
+        comm.Abort(why);
+        return why;
+      }
+      uint64_t from = 0;
+      for (size_t i = 0; i < receives[j].size(); ++i) {
+        if (!batch->present[i]) continue;
+        bytes_of[receives[j][i]->id] =
+            reinterpret_cast<const std::byte*>(batch->data.data()) + from;
+        from += receives[j][i]->id.length;
+        out.received += receives[j][i]->id.length;
+      }
+    }
+  }
+
+  // 5. Every place this rank reads a chunk it holds from.
+  for (const auto& [id, bytes] : bytes_of) {
+    for (const NeededChunk* c : places.at(id)) {
+      held->Place(manifest.objects[c->chunk->object].key, c->chunk->offset,
+                  bytes, id.length);
+    }
+  }
+  if (!held->empty()) out.storage = std::move(held);
+  return out;
+}
+
+}  // namespace ckpt

@@ -1,0 +1,85 @@
+// Every byte read once (docs/design.md, "Every byte read once"): on a load
+// with many ranks, a chunk that several ranks need is read from storage by
+// one of them and sent to the others, so that a job whose ranks share data
+// (a replicated state, a reshard whose boxes straddle the saved pieces)
+// reads each stored byte once, not once per rank that needs it.
+//
+// The rule, the same on every rank from the same all-gathered plans:
+//   - every rank lists the chunks its load reads, by content (checksum and
+//     length: equal chunks anywhere in the step are one);
+//   - a chunk that one rank needs is read by that rank, as without;
+//   - a chunk that several need is read by one of them: chunks are taken
+//     largest first, each by the rank among those needing it that reads the
+//     fewest bytes so far (the lowest rank on a tie), so reading is spread
+//     evenly across ranks and so across nodes;
+//   - its reader checks it against its checksum and sends it to every other
+//     rank that needs it, in rounds of SendRecv (round k: to rank + k, from
+//     rank - k), at most 64 MiB a message; the receiver checks it again as
+//     it reads it, so a chunk damaged on the way fails as it would from
+//     storage;
+//   - a chunk its reader could not read is sent as missing: the ranks that
+//     need it read it themselves and meet the same error, so a damaged step
+//     is judged damaged by every rank that needs the damaged bytes;
+//   - it is off for one rank, with LoadOptions::ReadOnce::kOff or
+//     CKPT_READ_ONCE=off, and when any rank's communicator cannot send
+//     between ranks (the plans say so), and it changes nothing where no
+//     chunk is shared.
+// The cost: one all-gather of 24 bytes per chunk each rank needs, and memory
+// for the shared chunks a rank needs, held until its load has read them.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "ckpt/checkpoint_manager.h"
+#include "ckpt/communicator.h"
+#include "ckpt/storage.h"
+#include "data/reader.h"
+#include "format/manifest.h"
+
+namespace ckpt {
+
+class ThreadPool;
+
+// A chunk this rank's load reads, with the entry it belongs to.
+struct NeededChunk {
+  const format::EntryRecord* entry = nullptr;
+  const format::ChunkRecord* chunk = nullptr;
+};
+
+// Whether a load with `load` on `comm` shares its reads (not yet whether
+// any rank can send: ShareReads finds that out with the plans).
+bool ReadOnceWanted(const LoadOptions& load, const Communicator& comm);
+
+// The chunks that the boxes (`offsets`, `lengths`) of `entry` meet,
+// appended to `out`.
+Status AddNeededChunks(const format::EntryRecord& entry,
+                       const std::vector<int64_t>& offsets,
+                       const std::vector<int64_t>& lengths,
+                       std::vector<NeededChunk>& out);
+
+// What ShareReads arranged for this rank.
+struct SharedReads {
+  // Another rank failed before it knew what it needs: this rank reads
+  // nothing more (that rank's own vote fails the step).
+  bool another_failed = false;
+  // Reads through this storage get the shared chunks this rank needs from
+  // memory (sent by their readers, or read by this rank for others) and
+  // everything else from the root's storage. Null where nothing is shared:
+  // read from the root's storage as without.
+  std::unique_ptr<Storage> storage;
+  uint64_t read_for_others = 0;  // bytes of chunks this rank read and sent
+  uint64_t received = 0;         // bytes of chunks other ranks sent it
+};
+
+// Every rank of `comm` calls it together, at the same step: `mine` lists
+// the chunks this rank needs (null: it failed before it knew). Reads this
+// rank's share of the shared chunks from `storage` (on `pool`) and
+// exchanges them. Fails (after giving up on `comm`) only where the
+// communicator failed or a rank sent what the plans do not say.
+Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
+                               const format::Manifest& manifest,
+                               const std::vector<NeededChunk>* mine,
+                               ThreadPool* pool);
+
+}  // namespace ckpt

@@ -1,0 +1,270 @@
+// Every byte read once (read_once.h): a chunk that several ranks need is
+// read from storage by one of them; what each rank loads is bit-identical
+// either way, and a damaged chunk, a rank that fails, or a communicator that
+// cannot send between ranks changes nothing of the load's all-or-nothing
+// promise.
+#include <atomic>
+#include <cstdlib>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "ckpt/checkpoint_manager.h"
+#include "gtest/gtest.h"
+#include "testing/backends.h"
+#include "testing/run_ranks.h"
+
+namespace ckpt {
+namespace {
+
+using testing::RunRanks;
+
+constexpr int64_t kRows = 256;
+constexpr int64_t kCols = 64;  // 256 x 64 floats: 64 KiB, 16 chunks
+constexpr uint64_t kChunk = 4096;
+constexpr uint64_t kTensorBytes = kRows * kCols * sizeof(float);
+
+// Bytes read from data objects (ReadRange: manifests and indexes are read
+// whole), over every rank's storage.
+class CountingReads : public StorageWrapper {
+ public:
+  CountingReads(std::unique_ptr<Storage> target, std::atomic<uint64_t>* count)
+      : StorageWrapper(std::move(target)), count_(count) {}
+  Status ReadRange(std::string_view key, uint64_t offset,
+                   std::span<std::byte> out) override {
+    *count_ += out.size();
+    return StorageWrapper::ReadRange(key, offset, out);
+  }
+
+ private:
+  std::atomic<uint64_t>* count_;
+};
+
+// Element i of tensor `t` at step `step`.
+float Value(int t, int64_t i, int64_t step) {
+  return static_cast<float>(t * 1000003 + i * 7 + step);
+}
+
+std::vector<float> Rows(int t, int64_t r0, int64_t n, int64_t step) {
+  std::vector<float> v(static_cast<size_t>(n * kCols));
+  for (int64_t i = 0; i < n * kCols; ++i) v[i] = Value(t, r0 * kCols + i, step);
+  return v;
+}
+
+// A communicator that cannot send between ranks, as a caller's may be.
+class NoSendRecv : public Communicator {
+ public:
+  explicit NoSendRecv(Communicator* c) : c_(c) {}
+  int rank() const override { return c_->rank(); }
+  int size() const override { return c_->size(); }
+  std::string host_name() const override { return c_->host_name(); }
+  Status Barrier() override { return c_->Barrier(); }
+  Result<std::vector<std::string>> AllGather(std::string_view mine) override {
+    return c_->AllGather(mine);
+  }
+  Result<std::string> Broadcast(std::string_view data, int root) override {
+    return c_->Broadcast(data, root);
+  }
+
+ private:
+  Communicator* c_;
+};
+
+class ReadOnceTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<CheckpointManager> Open(Communicator* comm) {
+    auto storage = OpenStorage(root_.url());
+    EXPECT_TRUE(storage.ok()) << storage.status().ToString();
+    Options o;
+    o.communicator = comm;
+    o.chunk_size = kChunk;
+    auto mgr = CheckpointManager::Open(
+        std::make_unique<CountingReads>(std::move(*storage), &read_), o);
+    EXPECT_TRUE(mgr.ok()) << mgr.status().ToString();
+    return std::move(mgr).value();
+  }
+
+  // `ranks` ranks save `step`: two tensors of kRows rows, "a" split by rows
+  // across the ranks (a piece each) and "b" whole on every rank.
+  void Save(int ranks, int64_t step) {
+    RunRanks(ranks, [&](int rank, Communicator* comm) {
+      auto mgr = Open(comm);
+      const int64_t n = kRows / ranks;
+      std::vector<float> a = Rows(0, rank * n, n, step);
+      std::vector<float> b = Rows(1, 0, kRows, step);
+      State s;
+      s.AddTensorPiece("a", {kRows, kCols}, {rank * n, 0},
+                       View(std::span<float>(a), {n, kCols}))
+          .AddTensor("b", View(std::span<float>(b), {kRows, kCols}));
+      auto saved = mgr->Save(step, s);
+      ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+    });
+  }
+
+  // `ranks` ranks load `step` (nullopt: resume), each "a" whole when
+  // `whole`, else its even split of rows (the last rank takes the rest),
+  // and "b" whole; returns each rank's outcome, and checks that a rank
+  // whose load succeeded holds `want_step`'s values and one whose load
+  // failed holds its buffers' old values (all or nothing).
+  std::vector<Status> Load(
+      int ranks, std::optional<int64_t> step, bool whole,
+      LoadOptions::ReadOnce mode, int64_t want_step = -1,
+      const std::function<Communicator*(Communicator*)>& wrap = nullptr) {
+    std::vector<Status> out(ranks);
+    read_ = 0;
+    RunRanks(ranks, [&](int rank, Communicator* comm) {
+      std::unique_ptr<Communicator> own;
+      if (wrap) own.reset(wrap(comm));
+      auto mgr = Open(own ? own.get() : comm);
+      const int64_t per = kRows / ranks;
+      const int64_t r0 = whole ? 0 : rank * per;
+      const int64_t n = whole ? kRows : (rank == ranks - 1 ? kRows - r0 : per);
+      std::vector<float> a(static_cast<size_t>(n * kCols), -1.0f);
+      std::vector<float> b(static_cast<size_t>(kRows * kCols), -1.0f);
+      State s;
+      s.AddTensorPiece("a", {kRows, kCols}, {r0, 0},
+                       View(std::span<float>(a), {n, kCols}))
+          .AddTensor("b", View(std::span<float>(b), {kRows, kCols}));
+      LoadOptions lo;
+      lo.read_once = mode;
+      auto loaded = mgr->Load(step, s, lo);
+      out[rank] = loaded.status();
+      if (loaded.ok()) {
+        EXPECT_EQ(loaded->step, want_step) << "rank " << rank;
+        EXPECT_EQ(a, Rows(0, r0, n, want_step)) << "rank " << rank;
+        EXPECT_EQ(b, Rows(1, 0, kRows, want_step)) << "rank " << rank;
+      } else {
+        EXPECT_EQ(a, std::vector<float>(a.size(), -1.0f)) << "rank " << rank;
+        EXPECT_EQ(b, std::vector<float>(b.size(), -1.0f)) << "rank " << rank;
+      }
+    });
+    return out;
+  }
+
+  testing::TestRoot root_{testing::Backend::kMemory, "read-once"};
+  std::atomic<uint64_t> read_{0};
+};
+
+void ExpectAllOk(const std::vector<Status>& got) {
+  for (size_t r = 0; r < got.size(); ++r) {
+    EXPECT_TRUE(got[r].ok()) << "rank " << r << ": " << got[r].ToString();
+  }
+}
+
+TEST_F(ReadOnceTest, ReplicatedStateIsReadOnceByTheJob) {
+  Save(4, 1);
+  // Every rank loads both tensors whole: the job needs 2 tensors' bytes.
+  ExpectAllOk(Load(4, 1, /*whole=*/true, LoadOptions::ReadOnce::kAuto, 1));
+  EXPECT_EQ(read_.load(), 2 * kTensorBytes);
+  ExpectAllOk(Load(4, 1, /*whole=*/true, LoadOptions::ReadOnce::kOff, 1));
+  EXPECT_EQ(read_.load(), 4 * 2 * kTensorBytes);
+}
+
+TEST_F(ReadOnceTest, ReshardReadsEveryChunkOnce) {
+  Save(4, 1);
+  // 4 -> 3: the new boxes straddle chunks; each is read by one rank.
+  ExpectAllOk(Load(3, 1, /*whole=*/false, LoadOptions::ReadOnce::kAuto, 1));
+  EXPECT_EQ(read_.load(), 2 * kTensorBytes);
+  ExpectAllOk(Load(3, 1, /*whole=*/false, LoadOptions::ReadOnce::kOff, 1));
+  EXPECT_GT(read_.load(), 3 * kTensorBytes);  // "b" three times, "a" once+
+  // 4 -> 6, the same.
+  ExpectAllOk(Load(6, 1, /*whole=*/false, LoadOptions::ReadOnce::kAuto, 1));
+  EXPECT_EQ(read_.load(), 2 * kTensorBytes);
+}
+
+TEST_F(ReadOnceTest, SameSplitSharesOnlyWhatIsReplicated) {
+  Save(4, 1);
+  // "a" at the split it was saved at: each rank reads its own piece; "b"
+  // once for the job.
+  ExpectAllOk(Load(4, 1, /*whole=*/false, LoadOptions::ReadOnce::kAuto, 1));
+  EXPECT_EQ(read_.load(), 2 * kTensorBytes);
+}
+
+TEST_F(ReadOnceTest, EnvironmentTurnsItOff) {
+  Save(4, 1);
+  setenv("CKPT_READ_ONCE", "off", 1);
+  ExpectAllOk(Load(4, 1, /*whole=*/true, LoadOptions::ReadOnce::kAuto, 1));
+  unsetenv("CKPT_READ_ONCE");
+  EXPECT_EQ(read_.load(), 4 * 2 * kTensorBytes);
+}
+
+TEST_F(ReadOnceTest, ACommunicatorThatCannotSendLoadsAsWithout) {
+  Save(4, 1);
+  // One rank's communicator cannot send: every rank reads for itself, and
+  // none waits on a message.
+  auto status = Load(4, 1, /*whole=*/true, LoadOptions::ReadOnce::kAuto, 1,
+                     [](Communicator* c) -> Communicator* {
+                       return c->rank() == 2 ? new NoSendRecv(c) : nullptr;
+                     });
+  ExpectAllOk(status);
+  EXPECT_EQ(read_.load(), 4 * 2 * kTensorBytes);
+}
+
+// Flips the last byte of every data object of `step` ("b"'s last chunk on
+// the rank that wrote it: a chunk every rank needs).
+void DamageStep(const std::string& url, int64_t step) {
+  auto storage = OpenStorage(url);
+  ASSERT_TRUE(storage.ok());
+  auto listed = (*storage)->List("");
+  ASSERT_TRUE(listed.ok());
+  int damaged = 0;
+  char prefix[32];
+  std::snprintf(prefix, sizeof(prefix), "step-%012lld/",
+                static_cast<long long>(step));
+  for (const ObjectInfo& o : *listed) {
+    if (o.key.rfind(prefix, 0) != 0 || !o.key.ends_with(".safetensors")) {
+      continue;
+    }
+    auto bytes = (*storage)->ReadAll(o.key);
+    ASSERT_TRUE(bytes.ok());
+    bytes->back() ^= 0x5a;
+    ASSERT_TRUE(
+        (*storage)
+            ->Put(o.key, std::as_bytes(std::span(*bytes)), PutMode::kOverwrite)
+            .ok());
+    ++damaged;
+  }
+  ASSERT_GT(damaged, 0) << "no data object of step " << step;
+}
+
+TEST_F(ReadOnceTest, ADamagedSharedChunkFailsEveryRankAndResumeFallsBack) {
+  Save(4, 1);
+  Save(4, 2);
+  DamageStep(root_.url(), 2);
+  // Asked for step 2: every rank fails, naming the damage, and no rank's
+  // buffers change.
+  for (const Status& s :
+       Load(4, 2, /*whole=*/true, LoadOptions::ReadOnce::kAuto)) {
+    EXPECT_EQ(s.code(), ErrorCode::kDataLoss) << s.ToString();
+    EXPECT_NE(s.message().find("checksum mismatch"), std::string::npos)
+        << s.ToString();
+  }
+  // A resume skips step 2 on every rank and loads step 1 whole.
+  ExpectAllOk(
+      Load(4, std::nullopt, /*whole=*/true, LoadOptions::ReadOnce::kAuto, 1));
+}
+
+TEST_F(ReadOnceTest, ARankThatCannotPlanFailsTheLoadWithoutAHang) {
+  Save(4, 1);
+  std::vector<Status> out(4);
+  RunRanks(4, [&](int rank, Communicator* comm) {
+    auto mgr = Open(comm);
+    std::vector<float> b(static_cast<size_t>(kRows * kCols), -1.0f);
+    // Rank 3 asks for "b" with a shape the checkpoint does not hold.
+    const int64_t rows = rank == 3 ? kRows / 2 : kRows;
+    State s;
+    s.AddTensor("b",
+                View(std::span<float>(b).first(rows * kCols), {rows, kCols}));
+    out[rank] = mgr->Load(1, s).status();
+    EXPECT_EQ(b, std::vector<float>(b.size(), -1.0f)) << "rank " << rank;
+  });
+  for (size_t r = 0; r < out.size(); ++r) {
+    EXPECT_EQ(out[r].code(), ErrorCode::kInvalidArgument)
+        << "rank " << r << ": " << out[r].ToString();
+    EXPECT_NE(out[r].message().find("rank 3"), std::string::npos)
+        << out[r].ToString();
+  }
+}
+
+}  // namespace
+}  // namespace ckpt
