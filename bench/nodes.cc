@@ -18,8 +18,12 @@
 // compared with what was saved; a wrong one fails the run. The bed goes
 // down at the end, after a failure, and on SIGINT, SIGTERM or SIGHUP.
 //
-//   bench_nodes [--mib 512] [--tensors 32] [--dir /var/tmp] [--json]
-//               [--timeout 600]
+//   bench_nodes [--mib 512] [--tensors 32] [--dir /var/tmp] [--runs 1]
+//               [--json] [--timeout 600]
+//
+// --runs N loads each case N times in each mode (the modes taking turns)
+// and reports the median load time (and every run's) and the most bytes
+// read; --timeout ends a job (one mpirun) that runs longer.
 //
 // Needs root (network namespaces) and ip, unshare and nsenter; otherwise it
 // says "no node bed: " and why, and exits with 77.
@@ -31,6 +35,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -65,6 +70,7 @@ struct Args {
   std::string dir = "/var/tmp";
   bool json = false;
   int timeout = 600;  // seconds, per mpirun job
+  int runs = 1;       // loads of each case and mode
 };
 
 // One load of the benchmark: a layout on a number of ranks.
@@ -246,14 +252,15 @@ std::string SelfPath() {
 int Usage(const char* msg) {
   std::fprintf(stderr,
                "%s%susage: bench_nodes [--mib 512] [--tensors 32] "
-               "[--dir /var/tmp] [--json] [--timeout 600]\n",
+               "[--dir /var/tmp] [--runs 1] [--json] [--timeout 600]\n",
                msg, *msg ? "\n" : "");
   return 2;
 }
 
 struct Measured {
-  json save;                         // the save job's line
-  std::map<std::string, json> load;  // "<case>/<auto|off>"
+  json save;  // the save job's line
+  // "<case>/<auto|off>": each run's line.
+  std::map<std::string, std::vector<json>> load;
 };
 
 // The jobs, on a bed that is up; 0, or 1 after saying what failed.
@@ -306,38 +313,61 @@ int Jobs(const Args& a, Bed& bed, Measured& m) {
   m.save = saved[0];
   const uint64_t needed = ShapeFor(a.mib, a.tensors).Bytes();
   for (const Case& c : Cases()) {
-    for (const std::string mode : {"auto", "off"}) {
-      std::vector<std::string> rank_args = common("load");
-      for (const std::string& x :
-           {std::string("--layout"), std::string(c.layout),
-            std::string("--read-once"), mode}) {
-        rank_args.push_back(x);
+    // The modes take turns, so that whatever else the machine does
+    // weighs on both alike.
+    for (int run = 0; run < a.runs; ++run) {
+      for (const std::string mode : {"auto", "off"}) {
+        std::vector<std::string> rank_args = common("load");
+        for (const std::string& x :
+             {std::string("--layout"), std::string(c.layout),
+              std::string("--read-once"), mode}) {
+          rank_args.push_back(x);
+        }
+        const std::string label = std::string(c.name) + "-" + mode +
+                                  (a.runs > 1 ? "-" + std::to_string(run) : "");
+        const std::vector<json> lines =
+            job(label, c.ranks, c.mpirun_options, rank_args);
+        if (lines.size() != 1) return 1;
+        const json& l = lines[0];
+        // Each rank checks its own box; together they cover the state once
+        // (sharded), or once a rank (replicated).
+        const uint64_t want =
+            std::string(c.layout) == kReplicated ? needed * c.ranks : needed;
+        if (l.at("read_once") != mode || l.at("wrong_bytes") != 0 ||
+            l.at("verified_bytes") != want) {
+          std::fprintf(stderr,
+                       "bench_nodes: %s: %llu bytes loaded wrong, %llu checked "
+                       "of %llu; the ranks' messages:\n%s\n",
+                       label.c_str(),
+                       static_cast<unsigned long long>(l.at("wrong_bytes")),
+                       static_cast<unsigned long long>(l.at("verified_bytes")),
+                       static_cast<unsigned long long>(want),
+                       ReadText(work_dir + "/" + label + ".log").c_str());
+          return 1;
+        }
+        m.load[std::string(c.name) + "/" + mode].push_back(l);
       }
-      const std::string label = std::string(c.name) + "-" + mode;
-      const std::vector<json> lines =
-          job(label, c.ranks, c.mpirun_options, rank_args);
-      if (lines.size() != 1) return 1;
-      const json& l = lines[0];
-      // Each rank checks its own box; together they cover the state once
-      // (sharded), or once a rank (replicated).
-      const uint64_t want =
-          std::string(c.layout) == kReplicated ? needed * c.ranks : needed;
-      if (l.at("read_once") != mode || l.at("wrong_bytes") != 0 ||
-          l.at("verified_bytes") != want) {
-        std::fprintf(stderr,
-                     "bench_nodes: %s: %llu bytes loaded wrong, %llu checked "
-                     "of %llu; the ranks' messages:\n%s\n",
-                     label.c_str(),
-                     static_cast<unsigned long long>(l.at("wrong_bytes")),
-                     static_cast<unsigned long long>(l.at("verified_bytes")),
-                     static_cast<unsigned long long>(want),
-                     ReadText(work_dir + "/" + label + ".log").c_str());
-        return 1;
-      }
-      m.load[std::string(c.name) + "/" + mode] = l;
     }
   }
   return 0;
+}
+
+// The runs of one case and mode as one: the median load time (and every
+// run's), the most bytes read.
+json Merged(const std::vector<json>& runs) {
+  std::vector<double> secs;
+  json out = runs.at(0);
+  for (const json& r : runs) {
+    secs.push_back(r.at("load_s"));
+    for (const char* k : {"read_bytes", "max_rank_read_bytes"}) {
+      out[k] = std::max(out[k].get<uint64_t>(), r.at(k).get<uint64_t>());
+    }
+  }
+  out["load_s_runs"] = secs;
+  std::sort(secs.begin(), secs.end());
+  const size_t n = secs.size();
+  out["load_s"] = n % 2 ? secs[n / 2] : (secs[n / 2 - 1] + secs[n / 2]) / 2;
+  return out;
 }
 
 void Report(const Args& a, const std::string& bed_name, const Measured& m) {
@@ -345,8 +375,8 @@ void Report(const Args& a, const std::string& bed_name, const Measured& m) {
   const double needed = static_cast<double>(s.Bytes());
   json ratios = json::object(), load_s = json::object(), cases = json::object();
   for (const Case& c : Cases()) {
-    const json& on = m.load.at(std::string(c.name) + "/auto");
-    const json& off = m.load.at(std::string(c.name) + "/off");
+    const json on = Merged(m.load.at(std::string(c.name) + "/auto"));
+    const json off = Merged(m.load.at(std::string(c.name) + "/off"));
     const std::string key = std::string("read_amplification_") + c.name;
     ratios[key] = on.at("read_bytes").get<double>() / needed;
     ratios[key + "_off"] = off.at("read_bytes").get<double>() / needed;
@@ -360,6 +390,7 @@ void Report(const Args& a, const std::string& bed_name, const Measured& m) {
       entry[mode] = {{"read_bytes", l.at("read_bytes")},
                      {"max_rank_read_bytes", l.at("max_rank_read_bytes")},
                      {"load_s", l.at("load_s")},
+                     {"load_s_runs", l.at("load_s_runs")},
                      {"verified_bytes", l.at("verified_bytes")},
                      {"wrong_bytes", l.at("wrong_bytes")}};
     }
@@ -368,6 +399,7 @@ void Report(const Args& a, const std::string& bed_name, const Measured& m) {
   if (a.json) {
     const json out = {{"state_bytes", s.Bytes()},
                       {"tensors", s.tensors},
+                      {"runs", a.runs},
                       {"tensor_shape", {s.rows, s.cols}},
                       {"dtype", "U32"},
                       {"nodes", kNodes},
@@ -402,7 +434,9 @@ void Report(const Args& a, const std::string& bed_name, const Measured& m) {
   }
   std::printf(
       "ratio: bytes all ranks read from storage (manifests included) / "
-      "bytes of the state; every loaded byte checked\n");
+      "bytes of the state; load s: the slowest rank's Load, median of %d "
+      "run%s; every loaded byte checked\n",
+      a.runs, a.runs == 1 ? "" : "s");
 }
 
 int Main(int argc, char** argv) {
@@ -422,6 +456,8 @@ int Main(int argc, char** argv) {
       a.tensors = std::atoi(value().c_str());
     } else if (f == "--dir") {
       a.dir = value();
+    } else if (f == "--runs") {
+      a.runs = std::atoi(value().c_str());
     } else if (f == "--timeout") {
       a.timeout = std::atoi(value().c_str());
     } else if (f == "--json") {
@@ -433,8 +469,8 @@ int Main(int argc, char** argv) {
       return Usage(("unknown option " + f).c_str());
     }
   }
-  if (a.mib < 1 || a.tensors < 1 || a.timeout < 1) {
-    return Usage("--mib, --tensors and --timeout must be at least 1");
+  if (a.mib < 1 || a.tensors < 1 || a.timeout < 1 || a.runs < 1) {
+    return Usage("--mib, --tensors, --runs and --timeout must be at least 1");
   }
   std::string why =
       geteuid() == 0 ? "" : "needs root to make network namespaces";
