@@ -1,0 +1,544 @@
+// bench_nodes: every byte read once, measured on nodes of their own
+// (docs/benchmarks.md). Brings up the node bed (scripts/node-bed.sh: four
+// nodes on this machine, each with its own network, host name and
+// /dev/shm), saves a state under mpirun, 8 ranks on the 4 nodes, into a
+// file:// folder every node sees, in two layouts (fully replicated, as a
+// data-parallel job holds it, and sharded along dimension 0, one piece a
+// rank), and loads it back four ways, each with LoadOptions::read_once on
+// (kAuto) and off:
+//
+//   replicated     8 ranks, every rank the whole state
+//   sharded        8 ranks, each its own piece
+//   reshard_8_6    6 ranks, each its even split (boxes across the pieces)
+//   reshard_8_12  12 ranks (3 a node), likewise
+//
+// For each it reports the read amplification (bytes every rank read from
+// storage, manifests included, over the bytes of the union of the ranks'
+// boxes: the state once) and the slowest rank's Load. Every loaded byte is
+// compared with what was saved; a wrong one fails the run. The bed goes
+// down at the end, after a failure, and on SIGINT, SIGTERM or SIGHUP.
+//
+//   bench_nodes [--mib 512] [--tensors 32] [--dir /var/tmp] [--runs 1]
+//               [--json] [--timeout 600]
+//
+// --runs N loads each case N times in each mode (the modes taking turns)
+// and reports the median load time (and every run's) and the most bytes
+// read; --timeout ends a job (one mpirun) that runs longer.
+//
+// Needs root (network namespaces) and ip, unshare and nsenter; otherwise it
+// says "no node bed: " and why, and exits with 77.
+#include "nodes.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "nlohmann/json.hpp"
+
+extern char** environ;
+
+namespace ckpt_bench_nodes {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using json = nlohmann::json;
+
+constexpr int kNodes = 4;
+constexpr int kSaveRanks = 8;  // two a node
+constexpr int kUnavailable = 77;
+
+struct Args {
+  int64_t mib = 512;
+  int tensors = 32;
+  std::string dir = "/var/tmp";
+  bool json = false;
+  int timeout = 600;  // seconds, per mpirun job
+  int runs = 1;       // loads of each case and mode
+};
+
+// One load of the benchmark: a layout on a number of ranks.
+struct Case {
+  const char* name;
+  const char* layout;
+  int ranks;
+  std::vector<std::string> mpirun_options;
+};
+
+const std::vector<Case>& Cases() {
+  static const std::vector<Case> cases = {
+      {"replicated", kReplicated, 8, {}},
+      {"sharded", kSharded, 8, {}},
+      {"reshard_8_6", kSharded, 6, {}},
+      // The hostfile gives each node 2 slots; 3 a node is one more.
+      {"reshard_8_12",
+       kSharded,
+       12,
+       {"--map-by", "ppr:3:node", "--oversubscribe"}},
+  };
+  return cases;
+}
+
+// The process group of the job running now (0: none), for the signal
+// watcher to end.
+std::atomic<pid_t> running_group{0};
+
+// Runs `cmd` in a process group of its own, its output to `log`; waits at
+// most `timeout` seconds (then kills the group). The exit code, 128 + a
+// signal, or -1 if it had to be killed.
+int Run(const std::vector<std::string>& cmd, const std::string& log,
+        int timeout) {
+  std::vector<char*> argv;
+  for (const std::string& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t files;
+  posix_spawn_file_actions_init(&files);
+  posix_spawn_file_actions_addopen(&files, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&files, 1, log.c_str(),
+                                   O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&files, 1, 2);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setpgroup(&attr, 0);
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
+  pid_t pid = -1;
+  const int err =
+      posix_spawnp(&pid, argv[0], &files, &attr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&files);
+  posix_spawnattr_destroy(&attr);
+  if (err != 0) {
+    std::ofstream(log, std::ios::app)
+        << "cannot start " << cmd[0] << ": " << std::strerror(err) << "\n";
+    return 127;
+  }
+  running_group = pid;
+  const auto deadline = Clock::now() + std::chrono::seconds(timeout);
+  int status = 0;
+  int code = -1;
+  for (;;) {
+    const pid_t done = waitpid(pid, &status, WNOHANG);
+    if (done == pid) {
+      code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      break;
+    }
+    if (Clock::now() > deadline) {
+      kill(-pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      std::ofstream(log, std::ios::app)
+          << "bench_nodes: ended after " << timeout << " s\n";
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  running_group = 0;
+  return code;
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The node bed, named after this process so that it meets no other.
+class Bed {
+ public:
+  Bed(std::string script, std::string scratch)
+      : script_(std::move(script)),
+        scratch_(std::move(scratch)),
+        name_("bn" + std::to_string(getpid())) {}
+
+  const std::string& name() const { return name_; }
+
+  // The script with `args`; its exit code, its output appended to `log`.
+  int Script(const std::vector<std::string>& args, const std::string& log,
+             int timeout = 120) {
+    std::vector<std::string> cmd = {script_, name_};
+    cmd.insert(cmd.end(), args.begin(), args.end());
+    return Run(cmd, log, timeout);
+  }
+
+  // Brings it up; "" or why not. `unavailable` says the machine cannot
+  // have one (no capabilities), not that making it failed.
+  std::string Up(bool& unavailable) {
+    const std::string log = scratch_ + "/bed-up.log";
+    // Down from here on, even if `up` is stopped half-way (it leaves
+    // namespaces behind); `down` of a bed that is not there does nothing.
+    up_ = true;
+    if (Script(
+            {"up", std::to_string(kNodes), "--owner", std::to_string(getpid())},
+            log) == 0) {
+      return "";
+    }
+    const std::string err = ReadText(log);
+    unavailable = err.find("not permitted") != std::string::npos ||
+                  err.find("Permission denied") != std::string::npos;
+    return "cannot make the node bed: " + err;
+  }
+
+  // Takes it down (idempotent); false if the script failed.
+  bool Down() {
+    if (!up_) return true;
+    up_ = false;
+    return Script({"down"}, scratch_ + "/bed-down.log") == 0;
+  }
+
+ private:
+  std::string script_, scratch_, name_;
+  bool up_ = false;
+};
+
+// The folder of this run: the roots, the jobs' logs and what they wrote.
+std::string work_dir;
+
+// The signal that asked the run to stop (0: none).
+std::atomic<int> interrupted{0};
+
+// Waits for SIGINT, SIGTERM or SIGHUP (blocked in every thread but this
+// one's sigwait) and ends the job running now; the main thread then skips
+// the rest, takes the bed down and removes the work folder.
+void WatchSignals(sigset_t set) {
+  int sig = 0;
+  sigwait(&set, &sig);
+  interrupted = sig;
+  std::fprintf(stderr, "bench_nodes: signal %d: stopping\n", sig);
+  const pid_t group = running_group.load();
+  if (group > 0) kill(-group, SIGKILL);
+}
+
+std::string Why(const std::string& tool) {
+  return std::system(("command -v " + tool + " >/dev/null 2>&1").c_str()) == 0
+             ? ""
+             : "needs " + tool + " on the PATH";
+}
+
+// What a job's ranks wrote, one object a line.
+std::vector<json> Lines(const std::string& file) {
+  std::vector<json> out;
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) out.push_back(json::parse(line));
+  }
+  return out;
+}
+
+std::string SelfPath() {
+  std::error_code ec;
+  const fs::path p = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("bench_nodes") : p.string();
+}
+
+int Usage(const char* msg) {
+  std::fprintf(stderr,
+               "%s%susage: bench_nodes [--mib 512] [--tensors 32] "
+               "[--dir /var/tmp] [--runs 1] [--json] [--timeout 600]\n",
+               msg, *msg ? "\n" : "");
+  return 2;
+}
+
+struct Measured {
+  json save;  // the save job's line
+  // "<case>/<auto|off>": each run's line.
+  std::map<std::string, std::vector<json>> load;
+};
+
+// The jobs, on a bed that is up; 0, or 1 after saying what failed.
+int Jobs(const Args& a, Bed& bed, Measured& m) {
+  const std::string self = SelfPath();
+  const std::string roots = work_dir + "/roots";
+  fs::create_directories(roots);
+  const auto common = [&](const std::string& what) {
+    return std::vector<std::string>{self,
+                                    "--rank",
+                                    what,
+                                    "--dir",
+                                    roots,
+                                    "--mib",
+                                    std::to_string(a.mib),
+                                    "--tensors",
+                                    std::to_string(a.tensors)};
+  };
+  const auto job = [&](const std::string& label, int ranks,
+                       const std::vector<std::string>& options,
+                       std::vector<std::string> rank_args) {
+    if (interrupted != 0) return std::vector<json>();
+    const std::string log = work_dir + "/" + label + ".log";
+    const std::string out = work_dir + "/" + label + ".json";
+    std::vector<std::string> args = {"mpirun", "-np", std::to_string(ranks)};
+    args.insert(args.end(), options.begin(), options.end());
+    args.insert(args.end(), rank_args.begin(), rank_args.end());
+    args.push_back("--out");
+    args.push_back(out);
+    std::fprintf(stderr, "bench_nodes: %s on %d ranks\n", label.c_str(), ranks);
+    const auto t0 = Clock::now();
+    const int rc = bed.Script(args, log, a.timeout);
+    std::fprintf(stderr, "bench_nodes: %s: exit %d after %.1f s\n",
+                 label.c_str(), rc,
+                 std::chrono::duration<double>(Clock::now() - t0).count());
+    if (interrupted != 0) return std::vector<json>();
+    if (rc != 0) {
+      std::fprintf(stderr,
+                   "bench_nodes: %s failed (exit %d); its output:\n%s\n",
+                   label.c_str(), rc, ReadText(log).c_str());
+      // Whatever of the job is left in the nodes.
+      bed.Script({"reap"}, log);
+      return std::vector<json>();
+    }
+    return Lines(out);
+  };
+
+  std::vector<json> saved = job("save", kSaveRanks, {}, common("save"));
+  if (saved.size() != 1) return 1;
+  m.save = saved[0];
+  const uint64_t needed = ShapeFor(a.mib, a.tensors).Bytes();
+  for (const Case& c : Cases()) {
+    // The modes take turns, so that whatever else the machine does
+    // weighs on both alike.
+    for (int run = 0; run < a.runs; ++run) {
+      for (const std::string mode : {"auto", "off"}) {
+        std::vector<std::string> rank_args = common("load");
+        for (const std::string& x :
+             {std::string("--layout"), std::string(c.layout),
+              std::string("--read-once"), mode}) {
+          rank_args.push_back(x);
+        }
+        const std::string label = std::string(c.name) + "-" + mode +
+                                  (a.runs > 1 ? "-" + std::to_string(run) : "");
+        const std::vector<json> lines =
+            job(label, c.ranks, c.mpirun_options, rank_args);
+        if (lines.size() != 1) return 1;
+        const json& l = lines[0];
+        // Each rank checks its own box; together they cover the state once
+        // (sharded), or once a rank (replicated).
+        const uint64_t want =
+            std::string(c.layout) == kReplicated ? needed * c.ranks : needed;
+        if (l.at("read_once") != mode || l.at("wrong_bytes") != 0 ||
+            l.at("verified_bytes") != want) {
+          std::fprintf(stderr,
+                       "bench_nodes: %s: %llu bytes loaded wrong, %llu checked "
+                       "of %llu; the ranks' messages:\n%s\n",
+                       label.c_str(),
+                       static_cast<unsigned long long>(l.at("wrong_bytes")),
+                       static_cast<unsigned long long>(l.at("verified_bytes")),
+                       static_cast<unsigned long long>(want),
+                       ReadText(work_dir + "/" + label + ".log").c_str());
+          return 1;
+        }
+        m.load[std::string(c.name) + "/" + mode].push_back(l);
+      }
+    }
+  }
+  return 0;
+}
+
+// The runs of one case and mode as one: the median load time (and every
+// run's), the most bytes read.
+json Merged(const std::vector<json>& runs) {
+  std::vector<double> secs;
+  json out = runs.at(0);
+  for (const json& r : runs) {
+    secs.push_back(r.at("load_s"));
+    for (const char* k : {"read_bytes", "max_rank_read_bytes"}) {
+      out[k] = std::max(out[k].get<uint64_t>(), r.at(k).get<uint64_t>());
+    }
+  }
+  out["load_s_runs"] = secs;
+  std::sort(secs.begin(), secs.end());
+  const size_t n = secs.size();
+  out["load_s"] = n % 2 ? secs[n / 2] : (secs[n / 2 - 1] + secs[n / 2]) / 2;
+  return out;
+}
+
+void Report(const Args& a, const std::string& bed_name, const Measured& m) {
+  const Shape s = ShapeFor(a.mib, a.tensors);
+  const double needed = static_cast<double>(s.Bytes());
+  json ratios = json::object(), load_s = json::object(), cases = json::object();
+  for (const Case& c : Cases()) {
+    const json on = Merged(m.load.at(std::string(c.name) + "/auto"));
+    const json off = Merged(m.load.at(std::string(c.name) + "/off"));
+    const std::string key = std::string("read_amplification_") + c.name;
+    ratios[key] = on.at("read_bytes").get<double>() / needed;
+    ratios[key + "_off"] = off.at("read_bytes").get<double>() / needed;
+    load_s[c.name] = on.at("load_s");
+    load_s[std::string(c.name) + "_off"] = off.at("load_s");
+    json entry = {{"layout", c.layout},
+                  {"ranks", c.ranks},
+                  {"nodes_used", on.at("nodes_used")},
+                  {"needed_bytes", s.Bytes()}};
+    for (const auto& [mode, l] : {std::pair{"auto", on}, {"off", off}}) {
+      entry[mode] = {{"read_bytes", l.at("read_bytes")},
+                     {"max_rank_read_bytes", l.at("max_rank_read_bytes")},
+                     {"load_s", l.at("load_s")},
+                     {"load_s_runs", l.at("load_s_runs")},
+                     {"verified_bytes", l.at("verified_bytes")},
+                     {"wrong_bytes", l.at("wrong_bytes")}};
+    }
+    cases[c.name] = entry;
+  }
+  if (a.json) {
+    const json out = {{"state_bytes", s.Bytes()},
+                      {"tensors", s.tensors},
+                      {"runs", a.runs},
+                      {"tensor_shape", {s.rows, s.cols}},
+                      {"dtype", "U32"},
+                      {"nodes", kNodes},
+                      {"save_ranks", kSaveRanks},
+                      {"bed", bed_name},
+                      {"save_s",
+                       {{"replicated", m.save.at("replicated_save_s")},
+                        {"sharded", m.save.at("sharded_save_s")}}},
+                      {"ratios", ratios},
+                      {"load_s", load_s},
+                      {"cases", cases},
+                      {"every_byte_right", true}};
+    std::printf("%s\n", out.dump(1).c_str());
+    return;
+  }
+  std::printf(
+      "bench_nodes: %.1f MiB in %d U32 tensors of %lld x %lld, saved by %d "
+      "ranks on %d nodes (replicated %.2f s, sharded %.2f s)\n",
+      needed / (1 << 20), s.tensors, static_cast<long long>(s.rows),
+      static_cast<long long>(s.cols), kSaveRanks, kNodes,
+      m.save.at("replicated_save_s").get<double>(),
+      m.save.at("sharded_save_s").get<double>());
+  std::printf("%-14s %5s %5s  %12s %12s  %11s %11s\n", "case", "ranks", "nodes",
+              "ratio (once)", "ratio (off)", "load s once", "load s off");
+  for (const Case& c : Cases()) {
+    const std::string key = std::string("read_amplification_") + c.name;
+    std::printf("%-14s %5d %5d  %12.3f %12.3f  %11.3f %11.3f\n", c.name,
+                c.ranks, cases[c.name]["nodes_used"].get<int>(),
+                ratios[key].get<double>(), ratios[key + "_off"].get<double>(),
+                load_s[c.name].get<double>(),
+                load_s[std::string(c.name) + "_off"].get<double>());
+  }
+  std::printf(
+      "ratio: bytes all ranks read from storage (manifests included) / "
+      "bytes of the state; load s: the slowest rank's Load, median of %d "
+      "run%s; every loaded byte checked\n",
+      a.runs, a.runs == 1 ? "" : "s");
+}
+
+int Main(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string f = argv[i];
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        Usage((f + " needs a value").c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (f == "--mib") {
+      a.mib = std::atoll(value().c_str());
+    } else if (f == "--tensors") {
+      a.tensors = std::atoi(value().c_str());
+    } else if (f == "--dir") {
+      a.dir = value();
+    } else if (f == "--runs") {
+      a.runs = std::atoi(value().c_str());
+    } else if (f == "--timeout") {
+      a.timeout = std::atoi(value().c_str());
+    } else if (f == "--json") {
+      a.json = true;
+    } else if (f == "--help") {
+      Usage("");
+      return 0;
+    } else {
+      return Usage(("unknown option " + f).c_str());
+    }
+  }
+  if (a.mib < 1 || a.tensors < 1 || a.timeout < 1 || a.runs < 1) {
+    return Usage("--mib, --tensors, --runs and --timeout must be at least 1");
+  }
+  std::string why =
+      geteuid() == 0 ? "" : "needs root to make network namespaces";
+  for (const char* tool : {"ip", "unshare", "nsenter", CKPT_MPIRUN}) {
+    if (why.empty()) why = Why(tool);
+  }
+  if (!why.empty()) {
+    std::fprintf(stderr, "bench_nodes: no node bed: %s\n", why.c_str());
+    return kUnavailable;
+  }
+  // The loads say themselves whether they read once.
+  unsetenv("CKPT_READ_ONCE");
+  setenv("CKPT_MPIRUN", CKPT_MPIRUN, 1);
+
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::thread(WatchSignals, set).detach();
+
+  work_dir = a.dir + "/ckpt-bench-nodes-" + std::to_string(getpid());
+  std::error_code ec;
+  fs::create_directories(work_dir, ec);
+  if (ec) {
+    std::fprintf(stderr, "bench_nodes: cannot make %s: %s\n", work_dir.c_str(),
+                 ec.message().c_str());
+    return 1;
+  }
+  Bed bed(CKPT_NODE_BED, work_dir);
+  bool unavailable = false;
+  const std::string up = bed.Up(unavailable);
+  int rc = 1;
+  Measured m;
+  if (!up.empty() && interrupted == 0) {
+    std::fprintf(stderr, "bench_nodes: %s%s\n",
+                 unavailable ? "no node bed: " : "", up.c_str());
+    rc = unavailable ? kUnavailable : 1;
+  } else if (up.empty()) {
+    std::fprintf(stderr, "bench_nodes: bed %s up, %d nodes, work folder %s\n",
+                 bed.name().c_str(), kNodes, work_dir.c_str());
+    try {
+      rc = Jobs(a, bed, m);
+    } catch (const std::exception& e) {
+      // What a job wrote is not what its ranks write (json's exceptions):
+      // the bed still goes down.
+      std::fprintf(stderr, "bench_nodes: reading a job's results: %s\n",
+                   e.what());
+      rc = 1;
+    }
+  }
+  if (!bed.Down()) {
+    std::fprintf(stderr, "bench_nodes: taking bed %s down failed:\n%s\n",
+                 bed.name().c_str(),
+                 ReadText(work_dir + "/bed-down.log").c_str());
+    rc = 1;
+  }
+  fs::remove_all(work_dir, ec);
+  if (interrupted != 0) return 128 + interrupted;
+  if (rc == 0) Report(a, bed.name(), m);
+  return rc;
+}
+
+}  // namespace
+}  // namespace ckpt_bench_nodes
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--rank") {
+    return ckpt_bench_nodes::RankMain(argc, argv);
+  }
+  return ckpt_bench_nodes::Main(argc, argv);
+}
