@@ -29,6 +29,7 @@ import sys
 PROTOCOL_FILES = {
     "src/checkpoint/save.cc",
     "src/checkpoint/load.cc",
+    "src/checkpoint/read_once.cc",
     "src/messages/tier_messages.cc",
     "src/tiers/tier_reshard.cc",
     "src/tiers/tier_restore.cc",

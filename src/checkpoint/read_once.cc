@@ -1,6 +1,7 @@
 #include "checkpoint/read_once.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -123,8 +124,81 @@ std::vector<std::vector<const Shared*>> Batches(
   return out;
 }
 
-bool Needs(const Shared& s, int rank) {
-  return std::binary_search(s.ranks.begin(), s.ranks.end(), rank);
+// What one rank sends to and receives from each other rank in one phase of
+// the exchange, in the order both sides list them.
+struct Transfers {
+  explicit Transfers(int world) : send(world), receive(world) {}
+  std::vector<std::vector<const Shared*>> send, receive;
+};
+
+// One phase: in round k, to rank + k and from rank - k, a message of at
+// most kBatchBytes at a time. Sends the chunks `bytes_of` holds (the others
+// as missing); what arrives is kept in `held` and added to `bytes_of`.
+Status Exchange(Communicator& comm, const Transfers& t,
+                std::map<ChunkId, const std::byte*>& bytes_of,
+                SharedChunkStorage& held, uint64_t& received) {
+  const int world = comm.size();
+  const int me = comm.rank();
+  for (int k = 1; k < world; ++k) {
+    const int dest = (me + k) % world;
+    const int source = (me - k + world) % world;
+    const auto sends = Batches(t.send[dest]);
+    const auto receives = Batches(t.receive[source]);
+    for (size_t j = 0; j < std::max(sends.size(), receives.size()); ++j) {
+      std::string message;
+      if (j < sends.size()) {
+        std::vector<bool> present;
+        std::vector<std::string_view> data;
+        for (const Shared* s : sends[j]) {
+          auto found = bytes_of.find(s->id);
+          present.push_back(found != bytes_of.end());
+          if (found != bytes_of.end()) {
+            data.emplace_back(reinterpret_cast<const char*>(found->second),
+                              s->id.length);
+          }
+        }
+        message = EncodeReadOnceBatch(present, data);
+      }
+      Result<std::string> got =
+          comm.SendRecv(message, j < sends.size() ? dest : -1,
+                        j < receives.size() ? source : -1);
+      if (!got.ok()) {
+        // A rank that stops here leaves its partners waiting on it.
+        const Status why = got.status().WithContext(
+            "read once: chunks with ranks " + std::to_string(dest) + " and " +
+            std::to_string(source));
+        comm.Abort(why);
+        return why;
+      }
+      if (j >= receives.size()) continue;
+      const std::string& kept = held.Keep(std::move(*got));
+      Result<ReadOnceBatch> batch = DecodeReadOnceBatch(kept);
+      uint64_t want = 0;
+      if (batch.ok() && batch->present.size() == receives[j].size()) {
+        for (size_t i = 0; i < receives[j].size(); ++i) {
+          if (batch->present[i]) want += receives[j][i]->id.length;
+        }
+      }
+      if (!batch.ok() || batch->present.size() != receives[j].size() ||
+          batch->data.size() != want) {
+        const Status why = DataLossError(
+            "read once: rank " + std::to_string(source) +
+            " sent chunks that its plan does not hold" +
+            (batch.ok() ? "" : " (" + batch.status().message() + ")"));
+        comm.Abort(why);
+        return why;
+      }
+      uint64_t from = 0;
+      for (size_t i = 0; i < receives[j].size(); ++i) {
+        if (!batch->present[i]) continue;
+        bytes_of[receives[j][i]->id] =
+            reinterpret_cast<const std::byte*>(batch->data.data()) + from;
+        from += receives[j][i]->id.length;
+        received += receives[j][i]->id.length;
+      }
+    }
+  }
+  return Status();
 }
 
 }  // namespace
@@ -153,13 +227,15 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
                                const format::Manifest& manifest,
                                const std::vector<NeededChunk>* mine,
                                ThreadPool* pool) {
+  const auto start = std::chrono::steady_clock::now();
   const int world = comm.size();
   const int me = comm.rank();
   SharedReads out;
   // 1. Every rank's plan. A rank whose communicator cannot pass messages
   // says so here, so that no rank waits on a message that never comes.
   ReadOncePlan plan;
-  plan.can_send = comm.SendRecv("", -1, -1).ok();
+  plan.can_send = comm.SendRecv(EncodeReadOnceBatch({}), -1, -1).ok();
+  plan.host = comm.host_name();
   std::map<ChunkId, std::vector<const NeededChunk*>> places;
   if (mine != nullptr) {
     plan.planned = true;
@@ -188,6 +264,13 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
   }
   gathered.clear();
   if (mine == nullptr || out.another_failed || !all_send) return out;
+  // On one host, from a storage that hands its objects over in place, the
+  // host's memory already holds each byte once for all its ranks (the page
+  // cache, or mem://'s buffers): sending would only add copies.
+  bool one_host = true;
+  for (const ReadOncePlan& p : plans)
+    one_host = one_host && p.host == plan.host;
+  if (one_host && storage.capabilities().object_views) return out;
 
   // 2. Who needs each chunk, and who reads the shared ones (read_once.h).
   std::map<ChunkId, Shared> by_id;
@@ -200,7 +283,6 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
                                             plans[r].places[i].offset));
     }
   }
-  plans.clear();
   std::vector<uint64_t> reads(world, 0);
   std::vector<Shared*> shared;
   for (auto& [id, s] : by_id) {
@@ -242,25 +324,54 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     return runs[a].bytes > runs[b].bytes;
   });
+  // Each run's reader, and its way to each rank that needs it: straight
+  // to those on the reader's node, and to one rank of each other node (the
+  // relay, the one that relays the fewest bytes so far), which passes it
+  // on to the others of its node. A byte crosses the network once a node.
+  std::map<std::string, int> nodes;
+  std::vector<int> node_of(world);
+  for (int r = 0; r < world; ++r) {
+    node_of[r] = nodes.emplace(plans[r].host, nodes.size()).first->second;
+  }
+  plans.clear();
+  std::vector<uint64_t> relayed(world, 0);
+  Transfers direct(world), relay(world);
+  std::vector<const Shared*> own;
   for (size_t k : order) {
     const Run& run = runs[k];
+    const std::vector<int>& ranks = shared[run.begin]->ranks;
     int reader = -1;
-    for (int r : shared[run.begin]->ranks) {
+    for (int r : ranks) {
       if (reader < 0 || reads[r] < reads[reader]) reader = r;
     }
     reads[reader] += run.bytes;
-    for (size_t i = run.begin; i < run.end; ++i) shared[i]->reader = reader;
-  }
-  std::vector<std::vector<const Shared*>> send_to(world), receive_from(world);
-  std::vector<const Shared*> own;
-  for (const Shared* s : shared) {
-    if (s->reader == me) {
-      own.push_back(s);
-      for (int r : s->ranks) {
-        if (r != me) send_to[r].push_back(s);
+    std::map<int, std::vector<int>> by_node;
+    for (int r : ranks) {
+      if (r != reader) by_node[node_of[r]].push_back(r);
+    }
+    auto add = [&](Transfers& t, int from, int to) {
+      for (size_t i = run.begin; i < run.end; ++i) {
+        if (from == me) t.send[to].push_back(shared[i]);
+        if (to == me) t.receive[from].push_back(shared[i]);
       }
-    } else if (Needs(*s, me)) {
-      receive_from[s->reader].push_back(s);
+    };
+    for (const auto& [node, members] : by_node) {
+      if (node == node_of[reader] || members.size() == 1) {
+        for (int r : members) add(direct, reader, r);
+        continue;
+      }
+      int via = -1;
+      for (int r : members) {
+        if (via < 0 || relayed[r] < relayed[via]) via = r;
+      }
+      relayed[via] += run.bytes;
+      add(direct, reader, via);
+      for (int r : members) {
+        if (r != via) add(relay, via, r);
+      }
+    }
+    if (reader == me) {
+      for (size_t i = run.begin; i < run.end; ++i) own.push_back(shared[i]);
     }
   }
 
@@ -299,66 +410,21 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
     out.read_for_others = own_bytes;
   }
 
-  // 4. The exchange, in rounds.
-  for (int k = 1; k < world; ++k) {
-    const int dest = (me + k) % world;
-    const int source = (me - k + world) % world;
-    const auto sends = Batches(send_to[dest]);
-    const auto receives = Batches(receive_from[source]);
-    for (size_t j = 0; j < std::max(sends.size(), receives.size()); ++j) {
-      std::string message;
-      if (j < sends.size()) {
-        ReadOnceBatch batch;
-        std::string data;
-        for (const Shared* s : sends[j]) {
-          auto found = bytes_of.find(s->id);
-          batch.present.push_back(found != bytes_of.end());
-          if (found != bytes_of.end()) {
-            data.append(reinterpret_cast<const char*>(found->second),
-                        s->id.length);
-          }
-        }
-        batch.data = data;
-        message = EncodeReadOnceBatch(batch);
-      }
-      Result<std::string> got =
-          comm.SendRecv(message, j < sends.size() ? dest : -1,
-                        j < receives.size() ? source : -1);
-      if (!got.ok()) {
-        // A rank that stops here leaves its partners waiting on it.
-        const Status why = got.status().WithContext(
-            "read once: chunks with ranks " + std::to_string(dest) + " and " +
-            std::to_string(source));
-        comm.Abort(why);
-        return why;
-      }
-      if (j >= receives.size()) continue;
-      const std::string& kept = held->Keep(std::move(*got));
-      Result<ReadOnceBatch> batch = DecodeReadOnceBatch(kept);
-      uint64_t want = 0;
-      if (batch.ok() && batch->present.size() == receives[j].size()) {
-        for (size_t i = 0; i < receives[j].size(); ++i) {
-          if (batch->present[i]) want += receives[j][i]->id.length;
-        }
-      }
-      if (!batch.ok() || batch->present.size() != receives[j].size() ||
-          batch->data.size() != want) {
-        const Status why = DataLossError(
-            "read once: rank " + std::to_string(source) +
-            " sent chunks that its plan does not hold" +
-            (batch.ok() ? "" : " (" + batch.status().message() + ")"));
-        comm.Abort(why);
-        return why;
-      }
-      uint64_t from = 0;
-      for (size_t i = 0; i < receives[j].size(); ++i) {
-        if (!batch->present[i]) continue;
-        bytes_of[receives[j][i]->id] =
-            reinterpret_cast<const std::byte*>(batch->data.data()) + from;
-        from += receives[j][i]->id.length;
-        out.received += receives[j][i]->id.length;
-      }
-    }
+  // 4. The exchange: from the readers, then from the relays.
+  const auto read_done = std::chrono::steady_clock::now();
+  for (const Transfers* t : {&direct, &relay}) {
+    CKPT_RETURN_IF_ERROR(Exchange(comm, *t, bytes_of, *held, out.received));
+  }
+  if (LogEnabled(LogLevel::kInfo)) {
+    const auto seconds = [](auto a, auto b) {
+      return std::to_string(std::chrono::duration<double>(b - a).count());
+    };
+    LogInfo("read once, step " + std::to_string(manifest.step) + ": rank " +
+            std::to_string(me) + " read " +
+            std::to_string(out.read_for_others) +
+            " bytes that other ranks need in " + seconds(start, read_done) +
+            " s, and received " + std::to_string(out.received) + " bytes in " +
+            seconds(read_done, std::chrono::steady_clock::now()) + " s");
   }
 
   // 5. Every place this rank reads a chunk it holds from.

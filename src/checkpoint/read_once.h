@@ -4,28 +4,16 @@
 // (a replicated state, a reshard whose boxes straddle the saved pieces)
 // reads each stored byte once, not once per rank that needs it.
 //
-// The rule, the same on every rank from the same all-gathered plans:
-//   - every rank lists the chunks its load reads, by content (checksum and
-//     length: equal chunks anywhere in the step are one);
-//   - a chunk that one rank needs is read by that rank, as without;
-//   - a chunk that several need is read by one of them: chunks are taken
-//     largest first, each by the rank among those needing it that reads the
-//     fewest bytes so far (the lowest rank on a tie), so reading is spread
-//     evenly across ranks and so across nodes;
-//   - its reader checks it against its checksum and sends it to every other
-//     rank that needs it, in rounds of SendRecv (round k: to rank + k, from
-//     rank - k), at most 64 MiB a message; the receiver checks it again as
-//     it reads it, so a chunk damaged on the way fails as it would from
-//     storage;
-//   - a chunk its reader could not read is sent as missing: the ranks that
-//     need it read it themselves and meet the same error, so a damaged step
-//     is judged damaged by every rank that needs the damaged bytes;
-//   - it is off for one rank, with LoadOptions::ReadOnce::kOff or
-//     CKPT_READ_ONCE=off, and when any rank's communicator cannot send
-//     between ranks (the plans say so), and it changes nothing where no
-//     chunk is shared.
-// The cost: one all-gather of 24 bytes per chunk each rank needs, and memory
-// for the shared chunks a rank needs, held until its load has read them.
+// The rule (docs/design.md, "Every byte read once", says it whole and why),
+// computed alike on every rank from the all-gathered plans: a chunk one
+// rank needs, that rank reads; chunks several need are cut into runs that
+// lie back to back, each read by the least-loaded rank that needs it and
+// sent straight to the ranks of its node and to one relay on each other
+// node, which passes it on; a chunk its reader could not read is sent as
+// missing, and whoever needs it reads it itself. Off for one rank, with
+// LoadOptions::ReadOnce::kOff or CKPT_READ_ONCE=off, when a rank's
+// communicator cannot send, and on one host over a storage that hands its
+// objects over in place (the page cache already shares them).
 #pragma once
 
 #include <memory>

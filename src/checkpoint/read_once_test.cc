@@ -70,6 +70,29 @@ class NoSendRecv : public Communicator {
   Communicator* c_;
 };
 
+// A rank on node `node` (its host name), counting the bytes it sends to
+// ranks of other nodes.
+class OnNode : public NoSendRecv {
+ public:
+  OnNode(Communicator* c, int per_node, std::atomic<uint64_t>* across)
+      : NoSendRecv(c), c_(c), per_node_(per_node), across_(across) {}
+  std::string host_name() const override {
+    return "node" + std::to_string(c_->rank() / per_node_);
+  }
+  Result<std::string> SendRecv(std::string_view data, int dest,
+                               int source) override {
+    if (dest >= 0 && dest / per_node_ != c_->rank() / per_node_) {
+      *across_ += data.size();
+    }
+    return c_->SendRecv(data, dest, source);
+  }
+
+ private:
+  Communicator* c_;
+  int per_node_;
+  std::atomic<uint64_t>* across_;
+};
+
 class ReadOnceTest : public ::testing::Test {
  protected:
   std::unique_ptr<CheckpointManager> Open(Communicator* comm) {
@@ -180,6 +203,22 @@ TEST_F(ReadOnceTest, SameSplitSharesOnlyWhatIsReplicated) {
   EXPECT_EQ(read_.load(), 2 * kTensorBytes);
 }
 
+TEST_F(ReadOnceTest, AByteCrossesToAnotherNodeOnce) {
+  Save(4, 1);
+  // 6 ranks on 2 nodes load everything: what one node reads goes to one
+  // rank of the other, which passes it on to its node's others.
+  std::atomic<uint64_t> across{0};
+  ExpectAllOk(Load(6, 1, /*whole=*/true, LoadOptions::ReadOnce::kAuto, 1,
+                   [&](Communicator* c) -> Communicator* {
+                     return new OnNode(c, 3, &across);
+                   }));
+  EXPECT_EQ(read_.load(), 2 * kTensorBytes);
+  // Each byte crosses once (and the messages' few bytes of framing); sent
+  // to every rank of the other node it would cross three times.
+  EXPECT_GE(across.load(), 2 * kTensorBytes);
+  EXPECT_LT(across.load(), 2 * kTensorBytes + 4096);
+}
+
 TEST_F(ReadOnceTest, EnvironmentTurnsItOff) {
   Save(4, 1);
   setenv("CKPT_READ_ONCE", "off", 1);
@@ -239,9 +278,21 @@ TEST_F(ReadOnceTest, ADamagedSharedChunkFailsEveryRankAndResumeFallsBack) {
     EXPECT_NE(s.message().find("checksum mismatch"), std::string::npos)
         << s.ToString();
   }
+  // The same where the damaged chunk reaches a node through a relay, which
+  // passes it on as missing.
+  std::atomic<uint64_t> across{0};
+  auto two_nodes = [&](Communicator* c) -> Communicator* {
+    return new OnNode(c, 2, &across);
+  };
+  for (const Status& s : Load(4, 2, /*whole=*/true,
+                              LoadOptions::ReadOnce::kAuto, -1, two_nodes)) {
+    EXPECT_EQ(s.code(), ErrorCode::kDataLoss) << s.ToString();
+  }
   // A resume skips step 2 on every rank and loads step 1 whole.
   ExpectAllOk(
       Load(4, std::nullopt, /*whole=*/true, LoadOptions::ReadOnce::kAuto, 1));
+  ExpectAllOk(Load(4, std::nullopt, /*whole=*/true,
+                   LoadOptions::ReadOnce::kAuto, 1, two_nodes));
 }
 
 TEST_F(ReadOnceTest, ARankThatCannotPlanFailsTheLoadWithoutAHang) {

@@ -10,6 +10,8 @@
 //   async_save.h  async_save.cc: SaveAsync: staging, the background save,
 //                 SaveHandle
 //   load.h        load.cc: Load, LoadAll, LoadRankLocal
+//   read_once.h   read_once.cc: a chunk several ranks load, read by one and
+//                 sent to the others
 //   inspect.h     inspect.cc: Latest, List, Describe
 //   verify.h      verify.cc: Verify
 //   delete.h      delete.cc: Delete and delete --force (rewriting dependants)

@@ -94,6 +94,14 @@ class Writer {
   }
 
   void U8(uint8_t v) { out_.push_back(static_cast<char>(v)); }
+  // A counted string made of `parts` back to back, copied once.
+  void StrOf(const std::vector<std::string_view>& parts) {
+    size_t n = 0;
+    for (std::string_view p : parts) n += p.size();
+    out_.reserve(out_.size() + 4 + n);
+    Count(n);
+    for (std::string_view p : parts) out_.append(p);
+  }
   void U32(uint32_t v) { Fixed(v); }
   void U64(uint64_t v) { Fixed(v); }
   void I64(int64_t v) { Fixed(static_cast<uint64_t>(v)); }

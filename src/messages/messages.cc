@@ -265,6 +265,7 @@ std::string EncodeReadOncePlan(const ReadOncePlan& m) {
   Writer w(MessageType::kReadOncePlan);
   w.Bool(m.planned);
   w.Bool(m.can_send);
+  w.Str(m.host);
   w.Count(m.chunks.size());
   for (size_t i = 0; i < m.chunks.size(); ++i) {
     w.Sum(m.chunks[i].sum);
@@ -282,6 +283,7 @@ Result<ReadOncePlan> DecodeReadOncePlan(std::string_view bytes) {
   ReadOncePlan m;
   m.planned = r.Bool();
   m.can_send = r.Bool();
+  m.host = r.Str();
   m.chunks.resize(r.Count(40));
   m.places.resize(m.chunks.size());
   for (size_t i = 0; i < m.chunks.size() && r.ok(); ++i) {
@@ -300,10 +302,15 @@ Result<ReadOncePlan> DecodeReadOncePlan(std::string_view bytes) {
 }
 
 std::string EncodeReadOnceBatch(const ReadOnceBatch& m) {
+  return EncodeReadOnceBatch(m.present, {m.data});
+}
+
+std::string EncodeReadOnceBatch(const std::vector<bool>& present,
+                                const std::vector<std::string_view>& data) {
   Writer w(MessageType::kReadOnceBatch);
-  w.Count(m.present.size());
-  for (bool p : m.present) w.Bool(p);
-  w.Str(m.data);
+  w.Count(present.size());
+  for (bool p : present) w.Bool(p);
+  w.StrOf(data);
   return w.Take();
 }
 

@@ -157,6 +157,7 @@ struct ReadOncePlan {
   };
   bool planned = false;
   bool can_send = false;        // its communicator passes messages (SendRecv)
+  std::string host;             // its host name: ranks of one host are a node
   std::vector<ChunkId> chunks;  // sorted, each once
   std::vector<Place> places;    // one a chunk
 };
@@ -192,6 +193,10 @@ Result<LoadVote> DecodeLoadVote(std::string_view bytes);
 std::string EncodeReadOncePlan(const ReadOncePlan& m);
 Result<ReadOncePlan> DecodeReadOncePlan(std::string_view bytes);
 std::string EncodeReadOnceBatch(const ReadOnceBatch& m);
+// The same message with `data` the concatenation of the parts, so that a
+// sender's chunks are copied once, into the message.
+std::string EncodeReadOnceBatch(const std::vector<bool>& present,
+                                const std::vector<std::string_view>& data);
 Result<ReadOnceBatch> DecodeReadOnceBatch(std::string_view bytes);
 
 // Save step 2: what a rank holds (planner.h).
