@@ -131,6 +131,57 @@ struct Transfers {
   std::vector<std::vector<const Shared*>> send, receive;
 };
 
+// Takes a batch from `source` that holds `expected` (as its plan says):
+// kept in `held`, its present chunks added to `bytes_of`. A batch that
+// does not match gives up on the communicator.
+Status Take(Communicator& comm, std::string got,
+            const std::vector<const Shared*>& expected, int source,
+            std::map<ChunkId, const std::byte*>& bytes_of,
+            SharedChunkStorage& held, uint64_t& received) {
+  const std::string& kept = held.Keep(std::move(got));
+  Result<ReadOnceBatch> batch = DecodeReadOnceBatch(kept);
+  uint64_t want = 0;
+  if (batch.ok() && batch->present.size() == expected.size()) {
+    for (size_t i = 0; i < expected.size(); ++i) {
+      if (batch->present[i]) want += expected[i]->id.length;
+    }
+  }
+  if (!batch.ok() || batch->present.size() != expected.size() ||
+      batch->data.size() != want) {
+    const Status why = DataLossError(
+        "read once: rank " + std::to_string(source) +
+        " sent chunks that its plan does not hold" +
+        (batch.ok() ? "" : " (" + batch.status().message() + ")"));
+    comm.Abort(why);
+    return why;
+  }
+  uint64_t from = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    if (!batch->present[i]) continue;
+    bytes_of[expected[i]->id] =
+        reinterpret_cast<const std::byte*>(batch->data.data()) + from;
+    from += expected[i]->id.length;
+    received += expected[i]->id.length;
+  }
+  return Status();
+}
+
+// The message of `chunks`: those `bytes_of` holds, the others as missing.
+std::string EncodeBatch(const std::vector<const Shared*>& chunks,
+                        const std::map<ChunkId, const std::byte*>& bytes_of) {
+  std::vector<bool> present;
+  std::vector<std::string_view> data;
+  for (const Shared* s : chunks) {
+    auto found = bytes_of.find(s->id);
+    present.push_back(found != bytes_of.end());
+    if (found != bytes_of.end()) {
+      data.emplace_back(reinterpret_cast<const char*>(found->second),
+                        s->id.length);
+    }
+  }
+  return EncodeReadOnceBatch(present, data);
+}
+
 // One phase: in round k, to rank + k and from rank - k, a message of at
 // most kBatchBytes at a time. Sends the chunks `bytes_of` holds (the others
 // as missing); what arrives is kept in `held` and added to `bytes_of`.
@@ -145,23 +196,9 @@ Status Exchange(Communicator& comm, const Transfers& t,
     const auto sends = Batches(t.send[dest]);
     const auto receives = Batches(t.receive[source]);
     for (size_t j = 0; j < std::max(sends.size(), receives.size()); ++j) {
-      std::string message;
-      if (j < sends.size()) {
-        std::vector<bool> present;
-        std::vector<std::string_view> data;
-        for (const Shared* s : sends[j]) {
-          auto found = bytes_of.find(s->id);
-          present.push_back(found != bytes_of.end());
-          if (found != bytes_of.end()) {
-            data.emplace_back(reinterpret_cast<const char*>(found->second),
-                              s->id.length);
-          }
-        }
-        message = EncodeReadOnceBatch(present, data);
-      }
-      Result<std::string> got =
-          comm.SendRecv(message, j < sends.size() ? dest : -1,
-                        j < receives.size() ? source : -1);
+      Result<std::string> got = comm.SendRecv(
+          j < sends.size() ? EncodeBatch(sends[j], bytes_of) : std::string(),
+          j < sends.size() ? dest : -1, j < receives.size() ? source : -1);
       if (!got.ok()) {
         // A rank that stops here leaves its partners waiting on it.
         const Status why = got.status().WithContext(
@@ -171,31 +208,8 @@ Status Exchange(Communicator& comm, const Transfers& t,
         return why;
       }
       if (j >= receives.size()) continue;
-      const std::string& kept = held.Keep(std::move(*got));
-      Result<ReadOnceBatch> batch = DecodeReadOnceBatch(kept);
-      uint64_t want = 0;
-      if (batch.ok() && batch->present.size() == receives[j].size()) {
-        for (size_t i = 0; i < receives[j].size(); ++i) {
-          if (batch->present[i]) want += receives[j][i]->id.length;
-        }
-      }
-      if (!batch.ok() || batch->present.size() != receives[j].size() ||
-          batch->data.size() != want) {
-        const Status why = DataLossError(
-            "read once: rank " + std::to_string(source) +
-            " sent chunks that its plan does not hold" +
-            (batch.ok() ? "" : " (" + batch.status().message() + ")"));
-        comm.Abort(why);
-        return why;
-      }
-      uint64_t from = 0;
-      for (size_t i = 0; i < receives[j].size(); ++i) {
-        if (!batch->present[i]) continue;
-        bytes_of[receives[j][i]->id] =
-            reinterpret_cast<const std::byte*>(batch->data.data()) + from;
-        from += receives[j][i]->id.length;
-        received += receives[j][i]->id.length;
-      }
+      CKPT_RETURN_IF_ERROR(Take(comm, std::move(*got), receives[j], source,
+                                bytes_of, held, received));
     }
   }
   return Status();
@@ -336,6 +350,8 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
   plans.clear();
   std::vector<uint64_t> relayed(world, 0);
   Transfers direct(world), relay(world);
+  // Runs every rank needs, by reader: broadcast.
+  std::vector<std::vector<const Shared*>> everyone(world);
   std::vector<const Shared*> own;
   for (size_t k : order) {
     const Run& run = runs[k];
@@ -345,6 +361,15 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
       if (reader < 0 || reads[r] < reads[reader]) reader = r;
     }
     reads[reader] += run.bytes;
+    if (reader == me) {
+      for (size_t i = run.begin; i < run.end; ++i) own.push_back(shared[i]);
+    }
+    if (ranks.size() == static_cast<size_t>(world)) {
+      for (size_t i = run.begin; i < run.end; ++i) {
+        everyone[reader].push_back(shared[i]);
+      }
+      continue;
+    }
     std::map<int, std::vector<int>> by_node;
     for (int r : ranks) {
       if (r != reader) by_node[node_of[r]].push_back(r);
@@ -369,9 +394,6 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
       for (int r : members) {
         if (r != via) add(relay, via, r);
       }
-    }
-    if (reader == me) {
-      for (size_t i = run.begin; i < run.end; ++i) own.push_back(shared[i]);
     }
   }
 
@@ -414,6 +436,23 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
   const auto read_done = std::chrono::steady_clock::now();
   for (const Transfers* t : {&direct, &relay}) {
     CKPT_RETURN_IF_ERROR(Exchange(comm, *t, bytes_of, *held, out.received));
+  }
+  // What every rank needs goes out as broadcasts (the communicator's own,
+  // which MPI spreads over the nodes), reader by reader.
+  for (int r = 0; r < world; ++r) {
+    for (const auto& batch : Batches(everyone[r])) {
+      Result<std::string> got = comm.Broadcast(
+          r == me ? EncodeBatch(batch, bytes_of) : std::string(), r);
+      if (!got.ok()) {
+        const Status why = got.status().WithContext(
+            "read once: chunks broadcast by rank " + std::to_string(r));
+        comm.Abort(why);
+        return why;
+      }
+      if (r == me) continue;
+      CKPT_RETURN_IF_ERROR(
+          Take(comm, std::move(*got), batch, r, bytes_of, *held, out.received));
+    }
   }
   if (LogEnabled(LogLevel::kInfo)) {
     const auto seconds = [](auto a, auto b) {
