@@ -9,8 +9,9 @@
 // rank needs, that rank reads; chunks several need are cut into runs that
 // lie back to back, each read by the least-loaded rank that needs it and
 // sent straight to the ranks of its node and to one relay on each other
-// node, which passes it on; a chunk its reader could not read is sent as
-// missing, and whoever needs it reads it itself. Off for one rank, with
+// node, which passes it on (runs every rank needs are broadcast instead);
+// a chunk its reader could not read is sent as missing, and whoever needs
+// it reads it itself. Off for one rank, with
 // LoadOptions::ReadOnce::kOff or CKPT_READ_ONCE=off, when a rank's
 // communicator cannot send, and on one host over a storage that hands its
 // objects over in place (the page cache already shares them).
