@@ -199,13 +199,12 @@ Status Exchange(Communicator& comm, const Transfers& t,
       Result<std::string> got = comm.SendRecv(
           j < sends.size() ? EncodeBatch(sends[j], bytes_of) : std::string(),
           j < sends.size() ? dest : -1, j < receives.size() ? source : -1);
+      // A message that fails fails this rank's load; its partners fail
+      // too, within the communicator's timeout (docs/tiers.md).
       if (!got.ok()) {
-        // A rank that stops here leaves its partners waiting on it.
-        const Status why = got.status().WithContext(
-            "read once: chunks with ranks " + std::to_string(dest) + " and " +
-            std::to_string(source));
-        comm.Abort(why);
-        return why;
+        return got.status().WithContext("read once: chunks with ranks " +
+                                        std::to_string(dest) + " and " +
+                                        std::to_string(source));
       }
       if (j >= receives.size()) continue;
       CKPT_RETURN_IF_ERROR(Take(comm, std::move(*got), receives[j], source,
@@ -444,10 +443,8 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
       Result<std::string> got = comm.Broadcast(
           r == me ? EncodeBatch(batch, bytes_of) : std::string(), r);
       if (!got.ok()) {
-        const Status why = got.status().WithContext(
-            "read once: chunks broadcast by rank " + std::to_string(r));
-        comm.Abort(why);
-        return why;
+        return got.status().WithContext("read once: chunks broadcast by rank " +
+                                        std::to_string(r));
       }
       if (r == me) continue;
       CKPT_RETURN_IF_ERROR(

@@ -64,8 +64,9 @@ struct SharedReads {
 // Every rank of `comm` calls it together, at the same step: `mine` lists
 // the chunks this rank needs (null: it failed before it knew). Reads this
 // rank's share of the shared chunks from `storage` (on `pool`) and
-// exchanges them. Fails (after giving up on `comm`) only where the
-// communicator failed or a rank sent what the plans do not say.
+// exchanges them. Fails only where the communicator failed, or where a
+// rank sent what the plans do not say (after giving up on `comm`: its
+// partners would wait for messages that never come).
 Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
                                const format::Manifest& manifest,
                                const std::vector<NeededChunk>* mine,
