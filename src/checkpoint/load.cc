@@ -11,7 +11,10 @@
 //      the state against it (every entry present with the same kind, dtype
 //      and global shape, views writable, rank-local entries only at the
 //      saving world size, no extras under `strict`); check that every
-//      object the needed chunks lie in exists with its recorded size; then
+//      object the needed chunks lie in exists with its recorded size; with
+//      many ranks, share the reads (read_once.h: a chunk several ranks need
+//      is read by one and sent to the others; every rank takes part, even
+//      one whose checks failed); then
 //      read: blobs and metadata into memory of the load's own, tensors as
 //      the chunks that meet this rank's box, in slabs on the I/O pool, each
 //      chunk checked against its checksum. Transactional (the default),
