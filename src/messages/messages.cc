@@ -178,12 +178,20 @@ CheckpointInfo GetInfo(Reader& r) {
   i.referenced_bytes = r.U64();
   i.parent = r.I64();
   i.chain = r.I64();
+  // Names in the order the encoder's map gives them, each once: any other
+  // order or a name twice is a second spelling of one value, refused.
   for (size_t n = r.Count(12); n > 0 && r.ok(); --n) {
     std::string name = r.Str();
+    if (!i.metrics.empty() && name <= i.metrics.rbegin()->first) {
+      r.Fail("metrics out of order, or one named twice");
+    }
     i.metrics[std::move(name)] = r.F64();
   }
   for (size_t n = r.Count(8); n > 0 && r.ok(); --n) {
     std::string key = r.Str();
+    if (!i.metadata.empty() && key <= i.metadata.rbegin()->first) {
+      r.Fail("metadata out of order, or a key twice");
+    }
     i.metadata[std::move(key)] = r.Str();
   }
   i.num_entries = r.U64();

@@ -459,6 +459,24 @@ TEST(MessagesTest, TierAndRunnerMessagesRefuseHostileFields) {
   EXPECT_EQ(DecodeRankStatus(code).status().code(), ErrorCode::kDataLoss);
 }
 
+TEST(MessagesTest, MetricsOutOfOrderAreASecondSpellingAndRefused) {
+  SaveOutcome m;
+  m.info.metrics = {{"p", 1.0}, {"q", 2.0}};
+  const std::string bytes = EncodeSaveOutcome(m);
+  ASSERT_TRUE(DecodeSaveOutcome(bytes).ok());
+  // The same two metrics named the other way round: "q" first.
+  std::string swapped = bytes;
+  const size_t p = swapped.find('p'), q = swapped.find('q');
+  ASSERT_NE(p, std::string::npos);
+  ASSERT_NE(q, std::string::npos);
+  std::swap(swapped[p], swapped[q]);
+  EXPECT_EQ(DecodeSaveOutcome(swapped).status().code(), ErrorCode::kDataLoss);
+  // One name twice.
+  std::string twice = bytes;
+  twice[q] = 'p';
+  EXPECT_EQ(DecodeSaveOutcome(twice).status().code(), ErrorCode::kDataLoss);
+}
+
 TEST(MessagesTest, ReadOnceMessagesSurviveEncodingAndRefuseHostileFields) {
   ReadOncePlan plan{.planned = true, .can_send = true, .host = "node3"};
   plan.chunks = {{{1, 2}, 4096}, {{1, 3}, 16}};
