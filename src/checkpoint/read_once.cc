@@ -99,13 +99,12 @@ class SharedChunkStorage : public StorageWrapper {
   std::deque<std::string> kept_;
 };
 
-// One shared chunk: who needs it and who reads it.
+// One shared chunk and the ranks that need it.
 struct Shared {
   ChunkId id;
   std::vector<int> ranks;  // that need it, ascending
   // The first place any rank reads it from (ReadOncePlan::Place).
   std::pair<uint64_t, uint64_t> place{UINT64_MAX, UINT64_MAX};
-  int reader = -1;
 };
 
 // `items` cut into messages of at most kBatchBytes (or one chunk).
