@@ -7,6 +7,11 @@
 #        make tsan, make fuzz (docs/reliability.md).
 
 PRESET ?= release
+# Debian's CMake (3.25, from scripts/install-deps.sh), not whichever comes
+# first on PATH: another on this machine's PATH may be a newer one from PyPI
+# whose policies and warnings the build was not written for.
+CMAKE  ?= /usr/bin/cmake
+CTEST  ?= /usr/bin/ctest
 BUILD  := build/$(PRESET)
 JOBS   ?= $(shell nproc)
 
@@ -24,8 +29,8 @@ deps:
 	scripts/install-deps.sh
 
 build: deps
-	cmake --preset $(PRESET) >/dev/null
-	cmake --build $(BUILD) -j $(JOBS)
+	$(CMAKE) --preset $(PRESET) >/dev/null
+	$(CMAKE) --build $(BUILD) -j $(JOBS)
 
 demo: build
 	scripts/demo.sh $(BUILD)
@@ -43,7 +48,7 @@ wheel: build
 test: test-release check-docs test-wheel asan tsan fuzz-replay
 
 test-release: build check-format check-layering
-	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+	$(CTEST) --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
 # The wheel installed with pip into a fresh venv of /usr/bin/python3 (the
 # whole python/tests suite, run from outside the source tree) and of every
@@ -85,9 +90,9 @@ format:
 # tsan and fuzz builds compile only their own targets. The fuzz targets are
 # built here too, and their corpus replayed by fuzz-replay, not here.
 asan: deps
-	cmake --preset asan >/dev/null
-	cmake --build build/asan -j $(JOBS)
-	ctest --test-dir build/asan --output-on-failure -j $(JOBS) -E '^mpi_' \
+	$(CMAKE) --preset asan >/dev/null
+	$(CMAKE) --build build/asan -j $(JOBS)
+	$(CTEST) --test-dir build/asan --output-on-failure -j $(JOBS) -E '^mpi_' \
 	  -LE '^fuzz$$'
 
 # The tests that run many threads: ranks as threads, concurrent storage.
@@ -95,18 +100,18 @@ TSAN_TESTS := util_test device_test storage_test checkpoint_test \
               checkpoint_powerloss_test checkpoint_device_test \
               tiers_test
 tsan: deps
-	cmake --preset tsan >/dev/null
-	cmake --build build/tsan -j $(JOBS) --target $(TSAN_TESTS)
-	ctest --test-dir build/tsan --output-on-failure -j $(JOBS) \
+	$(CMAKE) --preset tsan >/dev/null
+	$(CMAKE) --build build/tsan -j $(JOBS) --target $(TSAN_TESTS)
+	$(CTEST) --test-dir build/tsan --output-on-failure -j $(JOBS) \
 	  -R '^($(subst $(eval) ,|,$(TSAN_TESTS)))$$'
 
 # Each fuzz target over its committed seed corpus, once, under ASan and
 # UBSan: the targets are built in the asan preset, on its libraries (after
 # `make asan` only they are left to link), as replaying needs no coverage.
 fuzz-replay: deps
-	cmake --preset asan >/dev/null
-	cmake --build build/asan -j $(JOBS) --target ckpt_fuzzers
-	ctest --test-dir build/asan --output-on-failure -j $(JOBS) -L '^fuzz$$'
+	$(CMAKE) --preset asan >/dev/null
+	$(CMAKE) --build build/asan -j $(JOBS) --target ckpt_fuzzers
+	$(CTEST) --test-dir build/asan --output-on-failure -j $(JOBS) -L '^fuzz$$'
 
 # Each fuzz target, built with coverage in the fuzz preset, replays and then
 # mutates its corpus for FUZZ_SECONDS (new inputs go to build/fuzz/found/,
@@ -114,9 +119,9 @@ fuzz-replay: deps
 FUZZ_SECONDS ?= 300
 FUZZ_TARGETS := safetensors manifest url messages index resigned
 fuzz: deps
-	cmake --preset fuzz >/dev/null
-	cmake --build build/fuzz -j $(JOBS) --target ckpt_fuzzers
-	ctest --test-dir build/fuzz --output-on-failure -j $(JOBS) -L '^fuzz$$'
+	$(CMAKE) --preset fuzz >/dev/null
+	$(CMAKE) --build build/fuzz -j $(JOBS) --target ckpt_fuzzers
+	$(CTEST) --test-dir build/fuzz --output-on-failure -j $(JOBS) -L '^fuzz$$'
 	@for t in $(FUZZ_TARGETS); do \
 	  mkdir -p build/fuzz/found/$$t && \
 	  build/fuzz/fuzz/$${t}_fuzz -max_total_time=$(FUZZ_SECONDS) \

@@ -1,7 +1,7 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """What the Python package's path through the C API adds to a save.
 
-    PYTHONPATH=build/release/python /usr/bin/python3 bench/boundary.py \\
+    PYTHONPATH=build/release/python .venv/bin/python bench/boundary.py \\
         --cxx build/release/bench/bench_boundary [--root mem|file] \\
         [--runs 7] [--json]
 

@@ -1,10 +1,10 @@
 // bench_s3_throughput: save and load throughput to an S3 server that the
-// program starts on 127.0.0.1 (s3rver, or Ceph's radosgw on a one-node
+// program starts on 127.0.0.1 (moto's emulator, or Ceph's radosgw on a one-node
 // cluster), beside the file:// backend and beside a real S3 client, awscli,
 // moving the same bytes to and from the same server; with the number of
 // HTTP requests per GiB.
 //
-//   bench_s3_throughput [--server s3rver|rgw] [--mib N] [--tensors T]
+//   bench_s3_throughput [--server moto|rgw] [--mib N] [--tensors T]
 //                       [--runs R] [--part-mib P] [--concurrency C]
 //                       [--unsigned] [--json]
 //
@@ -15,9 +15,9 @@
 // when `aws` is on PATH. Seconds are wall time; requests are counted by a
 // wrapper around the HTTP transport and include every retry. The figures
 // are medians over R runs (default 3); the ratios are ckpt's GB/s over
-// awscli's (goal: at least 1). s3rver is plain JavaScript writing files
-// under $TMPDIR, so against it the figures measure the clients' protocol
-// cost and s3rver's own speed; radosgw keeps its objects in the OSD's
+// awscli's (goal: at least 1). moto is plain Python keeping objects in
+// memory, so against it the figures measure the clients' protocol cost
+// and moto's own speed; radosgw keeps its objects in the OSD's
 // memory. It exits 1 when a save, a load or an awscli copy fails.
 #include <fcntl.h>
 #include <spawn.h>
@@ -41,8 +41,8 @@
 #include "storage/s3/s3_client.h"
 #include "storage/s3/s3_storage.h"
 #include "testing/aws_cli.h"
+#include "testing/moto_s3.h"
 #include "testing/rgw.h"
-#include "testing/s3rver.h"
 
 namespace {
 
@@ -56,7 +56,7 @@ struct Args {
   int concurrency = 4;
   bool sign_payload = true;
   bool json = false;
-  std::string server = "s3rver";
+  std::string server = "moto";
 };
 
 extern "C" char** environ;
@@ -112,13 +112,13 @@ struct Figures {
 
 // The server the bench talks to: its endpoint, bucket and options.
 struct Server {
-  std::unique_ptr<ckpt::testing::S3rver> s3rver;
+  std::unique_ptr<ckpt::testing::MotoS3> moto;
   std::unique_ptr<ckpt::testing::Rgw> rgw;
   std::string endpoint() const {
-    return rgw ? rgw->endpoint() : s3rver->endpoint();
+    return rgw ? rgw->endpoint() : moto->endpoint();
   }
   ckpt::S3Options Options() const {
-    return rgw ? rgw->Options() : s3rver->Options();
+    return rgw ? rgw->Options() : moto->Options();
   }
 };
 
@@ -147,7 +147,7 @@ bool Parse(int argc, char** argv, Args* args) {
     } else if (a == "--server") {
       if (i + 1 >= argc) return false;
       args->server = argv[++i];
-      if (args->server != "s3rver" && args->server != "rgw") return false;
+      if (args->server != "moto" && args->server != "rgw") return false;
     } else {
       return false;
     }
@@ -163,7 +163,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: bench_s3_throughput [--mib N] [--tensors T] "
                  "[--runs R] [--part-mib P] [--concurrency C] [--unsigned] "
-                 "[--server s3rver|rgw] [--json]\n");
+                 "[--server moto|rgw] [--json]\n");
     return 2;
   }
   Server server;
@@ -173,9 +173,9 @@ int main(int argc, char** argv) {
     if (rgw.ok()) server.rgw = std::move(rgw).value();
     started = rgw.status();
   } else {
-    auto s3rver = ckpt::testing::S3rver::Start("bench");
-    if (s3rver.ok()) server.s3rver = std::move(s3rver).value();
-    started = s3rver.status();
+    auto moto = ckpt::testing::MotoS3::Start("bench");
+    if (moto.ok()) server.moto = std::move(moto).value();
+    started = moto.status();
   }
   if (!started.ok()) {
     std::fprintf(stderr, "bench_s3_throughput: starting %s: %s\n",

@@ -1,9 +1,9 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """What checkpoints cost a training run: the same PyTorch training three
 times, without checkpoints, with ckpt.torch.async_save every --every steps,
 and with ckpt.torch.save every --every steps, and the run-time ratios.
 
-    PYTHONPATH=build/release/python /usr/bin/python3 bench/train_overhead.py \\
+    PYTHONPATH=build/release/python .venv/bin/python bench/train_overhead.py \\
         [--state-gib 1] [--steps 60] [--every 20] [--rounds 2] [--dir DIR]
         [--json]
 

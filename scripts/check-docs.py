@@ -10,7 +10,8 @@ done with it (docs/README.md, "Code blocks", is the reference):
   sh, bash, shell, console   run with bash in a scratch directory; a block
                              with `$ ` lines is a transcript whose shown
                              output is compared with what the commands print
-  python                     run as a script with /usr/bin/python3
+  python                     run as a script with the project's virtual
+                             environment's Python (.venv/bin/python)
   c, cpp                     compiled against include/ and the build's
                              libraries, then run
   text, json, ...            not a program: never run
@@ -136,6 +137,9 @@ class Env:
         self.repo, self.build = repo, os.path.join(repo, build)
         self.build_rel = build
         self._cxx_libs = None
+        # The project's virtual environment (scripts/install-deps.sh), where
+        # the tests' packages are; Debian's python3 has none of them.
+        self.python = os.path.join(repo, ".venv", "bin", "python")
 
     def scratch(self):
         d = tempfile.mkdtemp(prefix="ckpt-docs-")
@@ -256,7 +260,7 @@ def run_block(block, env):
         elif block.lang in PYTHON:
             with open(os.path.join(scratch, "block.py"), "w") as f:
                 f.write(src)
-            rc, out = run(["/usr/bin/python3", "block.py"], scratch, e)
+            rc, out = run([env.python, "block.py"], scratch, e)
         else:
             c = block.lang in C
             name = os.path.join(scratch, "block." + ("c" if c else "cc"))

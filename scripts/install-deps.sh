@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Installs ckpt's dependencies from Debian's archive:
+# Installs ckpt's dependencies from Debian's archive and PyPI:
 #
-#   scripts/install-deps.sh             every build and test dependency, and
-#                                       the S3 tests' server (s3rver) from the
-#                                       npm registry into .deps/npm
+#   scripts/install-deps.sh             every build and test dependency: the
+#                                       Debian packages, and the project's
+#                                       virtual environment .venv (ignored by
+#                                       git) from the pinned requirements.txt
+#                                       (PyTorch 2.13 for the CPU, NumPy,
+#                                       pytest, Lightning, moto's S3 server)
 #   scripts/install-deps.sh --runtime   only what `pip install .` needs to
 #                                       build the library, the ckpt tool and
 #                                       the Python package: the compiler,
@@ -39,7 +42,7 @@ if [ "$runtime" -eq 0 ]; then
     clang clang-format libclang-rt-14-dev
     libgtest-dev libgmock-dev
     postgresql
-    python3-numpy python3-pytest python3-torch python3-h5py
+    valgrind  # the MPI timeout test runs its ranks under memcheck
     libopenmpi-dev openmpi-bin
     chromium  # the report test opens ckpt report's pages headless
     # A real object store for s3_rgw_test and s3_interop_rgw_test: a
@@ -67,26 +70,24 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 [ "$runtime" -eq 1 ] && exit 0
 
-# The S3 tests' server: s3rver from the npm registry, pinned, into a folder of
-# the repository (.deps/npm, ignored by git). The test binaries start it from
-# there; nothing is fetched at test time. Node and npm come from Debian where
-# the machine has none.
-s3rver_version=3.7.1
-npm_prefix="$(cd "$(dirname "$0")/.." && pwd)/.deps/npm"
-s3rver_pkg="$npm_prefix/node_modules/s3rver/package.json"
-if ! grep -q "\"version\": \"$s3rver_version\"" "$s3rver_pkg" 2>/dev/null; then
-  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-    if [ "$(id -u)" -ne 0 ]; then
-      echo "install-deps: node and npm are missing; run as root (or with sudo)" >&2
-      exit 1
-    fi
-    echo "install-deps: installing nodejs npm"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+# The project's virtual environment: the Python of every Python test, the
+# docs' Python blocks and the S3 tests' server (moto), made with Debian's
+# python3 and filled from requirements.txt, every package pinned. Made
+# again only when requirements.txt changed (its hash is kept beside it);
+# a failed install leaves no half-made environment behind.
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+venv="$repo/.venv"
+stamp="$venv/.requirements.sha256"
+want="$(sha256sum "$repo/requirements.txt" | cut -d' ' -f1)"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "install-deps: making $venv from requirements.txt"
+  rm -rf "$venv"
+  if ! { /usr/bin/python3 -m venv "$venv" &&
+         "$venv/bin/python" -m pip install --quiet \
+           --disable-pip-version-check -r "$repo/requirements.txt"; }; then
+    rm -rf "$venv"
+    echo "install-deps: could not install requirements.txt into $venv" >&2
+    exit 1
   fi
-  echo "install-deps: installing s3rver@$s3rver_version into $npm_prefix"
-  mkdir -p "$npm_prefix"
-  npm install --prefix "$npm_prefix" --save-exact --no-audit --no-fund --loglevel=error \
-    "s3rver@$s3rver_version" >/dev/null
+  echo "$want" >"$stamp"
 fi

@@ -4,9 +4,11 @@
 #
 #   scripts/test-wheel.sh [BUILD_DIR] [WHEEL_DIR]     (build/release, dist)
 #
-# 1. A fresh virtual environment of /usr/bin/python3 with
-#    --system-site-packages (Debian's NumPy, PyTorch, h5py and pytest), the
-#    wheel installed with pip --no-index, and the whole python/tests suite
+# 1. A fresh virtual environment of /usr/bin/python3 that also sees the
+#    packages of the project's .venv (PyTorch 2.13, NumPy, h5py, pytest,
+#    Lightning: scripts/install-deps.sh, requirements.txt) through a .pth
+#    file, the wheel installed into it with pip --no-index (so ckpt itself
+#    comes from the wheel, never from .venv), and the whole python/tests suite
 #    run from a folder outside the source tree, with no PYTHONPATH: the
 #    installed package is the one imported. BUILD_DIR gives the tests'
 #    interop_helper.
@@ -62,8 +64,15 @@ install_into() {
 # --- 1. Debian's python, the whole suite ------------------------------------
 start=$SECONDS
 say "installing $(basename "$wheel") into a fresh venv of /usr/bin/python3"
-if install_into /usr/bin/python3 "$work/venv" --system-site-packages; then
+deps_site="$("$repo/.venv/bin/python" -c \
+  'import sysconfig; print(sysconfig.get_paths()["purelib"])' 2>/dev/null)"
+if [ -z "$deps_site" ]; then
+  say "no $repo/.venv: run scripts/install-deps.sh"
+  failed+=("the project's .venv")
+elif install_into /usr/bin/python3 "$work/venv"; then
   py="$work/venv/bin/python"
+  echo "$deps_site" >"$("$py" -c \
+    'import sysconfig; print(sysconfig.get_paths()["purelib"])')/ckpt-test-deps.pth"
   where="$("$py" -c 'import ckpt; print(ckpt.__version__, ckpt.__file__)')"
   say "imports ckpt $where"
   case "${where#* }" in

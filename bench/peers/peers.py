@@ -1,7 +1,7 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """ckpt beside torch.save, h5py and numpy.save, on the same state, in one run.
 
-    PYTHONPATH=build/release/python /usr/bin/python3 bench/peers/peers.py \
+    PYTHONPATH=build/release/python .venv/bin/python bench/peers/peers.py \
         [--size-mib 2048] [--tensors 64] [--runs 5] [--dir DIR] [--json]
 
 The state is --tensors float32 arrays of --size-mib MiB in all, every page

@@ -1,7 +1,7 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """ckpt beside torch.save, DCP and safetensors, on the same CUDA state.
 
-    PYTHONPATH=build/release/python /usr/bin/python3 bench/peers/peers_gpu.py \
+    PYTHONPATH=build/release/python .venv/bin/python bench/peers/peers_gpu.py \
         [--device cuda:0] [--size-mib 2048] [--tensors 64] [--runs 5] \
         [--dir DIR] [--json]
 

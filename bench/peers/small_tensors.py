@@ -1,7 +1,7 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """ckpt beside torch.save and torch.load on many small tensors, in one run.
 
-    PYTHONPATH=build/release/python /usr/bin/python3 \\
+    PYTHONPATH=build/release/python .venv/bin/python \\
         bench/peers/small_tensors.py [--tensors 10000] [--elements 1024] \\
         [--runs 5] [--dir /var/tmp] [--json]
 

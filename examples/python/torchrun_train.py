@@ -1,10 +1,10 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Data-parallel training under torchrun that checkpoints with ckpt.torch
 and resumes at any number of ranks, ending bit-identical whatever the world
 size and however often it was killed.
 
     export PYTHONPATH=build/release/python
-    /usr/bin/python3 -m torch.distributed.run --standalone \\
+    .venv/bin/python -m torch.distributed.run --standalone \\
         --nproc_per_node 2 --redirects 1 --tee 1 \\
         examples/python/torchrun_train.py --root /tmp/run --steps 12 \\
         --save-every 3 --out /tmp/run.params [--die-at 6]

@@ -1,8 +1,8 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Trains a small PyTorch model, checkpointing every epoch with ckpt, and
 resumes from the newest checkpoint when it is started again after a crash.
 
-    PYTHONPATH=build/release/python /usr/bin/python3 \\
+    PYTHONPATH=build/release/python .venv/bin/python \\
         examples/python/train.py --root /tmp/run [--epochs 6] [--kill-in-epoch 3]
 
 --kill-in-epoch N makes the run kill itself with SIGKILL halfway through

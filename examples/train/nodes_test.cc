@@ -318,10 +318,10 @@ TEST_F(NodesTest, SlowNodeIsNamedTheSlowestWriter) {
 TEST_F(NodesTest, TorchrunAgentOnEachNodeSavesAndLoads) {
   const testing::TempDir dir("nodes-torchrun");
   const testing::RunResult torch = testing::RunProgram(
-      "/usr/bin/python3", {"-c", "import torch, torch.distributed.run"},
+      CKPT_TEST_PYTHON, {"-c", "import torch, torch.distributed.run"},
       dir.path());
   if (torch.exit_code != 0) {
-    GTEST_SKIP() << "/usr/bin/python3 cannot import torch.distributed.run: "
+    GTEST_SKIP() << CKPT_TEST_PYTHON " cannot import torch.distributed.run: "
                  << torch.err;
   }
   const std::string root = dir.string() + "/root";
@@ -335,7 +335,7 @@ TEST_F(NodesTest, TorchrunAgentOnEachNodeSavesAndLoads) {
     agent.push_back("LD_PRELOAD=" CKPT_PYTHON_PRELOAD);
   }
   for (const char* a :
-       {"/usr/bin/python3", "-m", "torch.distributed.run", "--nnodes", "2",
+       {CKPT_TEST_PYTHON, "-m", "torch.distributed.run", "--nnodes", "2",
         "--nproc_per_node", "2", "--rdzv_backend", "c10d", "--rdzv_endpoint",
         "10.77.0.1:29400", "--rdzv_id", "nodes-test",
         // torchrun 1.13 under Python 3.11 cannot parse its own defaults of

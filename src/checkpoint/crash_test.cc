@@ -24,7 +24,7 @@ using testing::FaultStorage;
 using testing::TestModel;
 
 struct CrashCase {
-  Backend backend;  // s3:// is s3rver's
+  Backend backend;  // s3:// is moto's
   int keep_last;    // 0: no retention; 1: the save also deletes step 1
 };
 

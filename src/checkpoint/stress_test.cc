@@ -9,7 +9,7 @@
 // Judge): every checkpoint committed and not deleted by a successful
 // request loads bit-identical, and every refusal said clearly why.
 //
-// On file:// every pair; on s3:// (s3rver) the pairs of full save, delete,
+// On file:// every pair; on s3:// (moto) the pairs of full save, delete,
 // delete --force and gc. CKPT_STRESS_TRIALS=N runs N trials per pair (by
 // default 8, under a sanitizer 2; on s3:// a quarter, at least 1);
 // CKPT_STRESS_SEED=S replays a run's choices (the seed is printed; the

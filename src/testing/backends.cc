@@ -7,7 +7,7 @@
 
 #include "storage/memory/memory_storage.h"
 #include "testing/rgw.h"
-#include "testing/s3rver.h"
+#include "testing/moto_s3.h"
 
 namespace ckpt::testing {
 
@@ -47,7 +47,7 @@ TestRoot::TestRoot(Backend backend, std::string_view name,
       url_ = dir_->url();
       break;
     case Backend::kS3:
-      UseSharedServer(S3rver::Shared(), "S3", name);
+      UseSharedServer(MotoS3::Shared(), "S3", name);
       break;
     case Backend::kRgw:
       UseSharedServer(Rgw::Shared(), "radosgw", name);

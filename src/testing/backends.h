@@ -31,7 +31,7 @@ namespace ckpt::testing {
 enum class Backend {
   kMemory,  // mem://: a named in-memory store of this process
   kFile,    // file://: a TempDir
-  kS3,      // s3://: a prefix on this process's s3rver (testing/s3rver.h)
+  kS3,      // s3://: a prefix on this process's moto (testing/moto_s3.h)
   kRgw,     // s3://: a prefix on this process's radosgw (testing/rgw.h)
 };
 
@@ -45,12 +45,12 @@ std::string BackendTestName(const ::testing::TestParamInfo<Backend>& info);
 //   - mem://NAME-PID-N, dropped at the end;
 //   - file://DIR, DIR a TempDir (under `file_parent`), so kept and named
 //     on stderr when a test failed while it existed;
-//   - s3://BUCKET/NAME-PID-N on the shared s3rver, started on first use;
+//   - s3://BUCKET/NAME-PID-N on the shared moto server, started on first use;
 //     the AWS_* environment is exported, so that the bare URL reaches it
 //     from this process and the programs it starts. Its objects go with
-//     the server's folder at exit;
+//     the server at exit;
 //   - for kRgw, the same on the shared radosgw (a one-node Ceph cluster).
-// A root that cannot be made (no temp folder, no s3rver) throws, and
+// A root that cannot be made (no temp folder, no moto) throws, and
 // GoogleTest reports that as a failure of the test with the reason.
 class TestRoot {
  public:

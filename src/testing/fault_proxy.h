@@ -1,5 +1,5 @@
 // A TCP proxy on 127.0.0.1 in front of an HTTP server (a test's radosgw or
-// s3rver) that breaks connections the way networks and loaded stores do, so
+// moto) that breaks connections the way networks and loaded stores do, so
 // a test can show that the S3 backend's retries carry a save or a load
 // through them. Each connection draws one fate:
 //   - kPass:       forwarded untouched;

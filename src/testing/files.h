@@ -1,6 +1,6 @@
 // Files and folders for tests and the test servers: read or write a whole
 // file, show the end of a log, make a temporary folder. No GoogleTest here,
-// so that the S3 benchmark can start s3rver without it; a test wants
+// so that the S3 benchmark can start moto without it; a test wants
 // TempDir (temp_dir.h), which also cleans up.
 #pragma once
 

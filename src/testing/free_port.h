@@ -1,4 +1,4 @@
-// A free TCP port on 127.0.0.1 for a test server (s3rver, PostgreSQL).
+// A free TCP port on 127.0.0.1 for a test server (moto, PostgreSQL).
 #pragma once
 
 #include <arpa/inet.h>

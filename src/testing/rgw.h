@@ -13,9 +13,10 @@
 // radosgw and ceph-common (scripts/install-deps.sh installs them) must be
 // installed; where they are not, Start fails and says so.
 //
-// Unlike s3rver (testing/s3rver.h), radosgw checks SigV4 signatures,
-// honours `If-None-Match: *` on PUT and on multipart completion, lists and
-// aborts multipart uploads, and stores objects atomically; docs/s3.md
+// Unlike moto (testing/moto_s3.h), radosgw checks SigV4 signatures and is
+// a real store: it honours `If-None-Match: *` on PUT and on multipart
+// completion, lists and aborts multipart uploads, and stores objects
+// atomically; docs/s3.md
 // compares the two.
 //
 // Thread-safe: Shared(), NewRoot and the accessors may be called from any

@@ -1,4 +1,4 @@
-// One test server for the whole process (s3rver, radosgw): started on first
+// One test server for the whole process (moto, radosgw): started on first
 // use, stopped at exit, and after a failed start every later call returns
 // that failure at once instead of trying again; and what the S3 test
 // servers share beside it: fresh roots, and the environment that reaches

@@ -46,11 +46,10 @@ struct StorageConformanceParams {
   std::function<std::unique_ptr<Storage>(const std::string& url, bool create)>
       open;
   // The longest key component the store keeps: 255 (NAME_MAX) where a file
-  // system holds each component. A test server may keep less (s3rver stores
-  // "<name>._S3rver_metadata.json" files, so 233).
+  // system holds each component. A test server may keep less.
   size_t longest_key_component = 255;
   // Keep an extra object in the folder that ConcurrentWritesAndDeletes...
-  // shares, so no Delete ever empties it. For s3rver, whose file store
+  // shares, so no Delete ever empties it. For a server whose file store
   // removes an emptied folder after answering the DELETE and can take a
   // concurrent PUT's new object with it; S3 itself has no folders.
   bool keep_shared_folder_nonempty = false;

@@ -1,6 +1,6 @@
 // `ckpt ls`, `show`, `verify`, `export` and `gc` on an s3:// root, run as a
-// user would: the binary reaches s3rver (started by the test) through the
-// AWS_* environment variables alone.
+// user would: the binary reaches moto's S3 server (started by the test) through
+// the AWS_* environment variables alone.
 #include <unistd.h>
 
 #include <cstdlib>
@@ -15,7 +15,7 @@
 #include "gtest/gtest.h"
 #include "testing/backends.h"
 #include "testing/files.h"
-#include "testing/s3rver.h"
+#include "testing/moto_s3.h"
 #include "testing/subprocess.h"
 #include "testing/temp_dir.h"
 
@@ -29,7 +29,7 @@ using testing::RunResult;
 class CliS3Test : public ::testing::Test {
  protected:
   void SetUp() override {
-    Result<testing::S3rver*> server = testing::S3rver::Shared();
+    Result<testing::MotoS3*> server = testing::MotoS3::Shared();
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_ = *server;
   }
@@ -52,7 +52,7 @@ class CliS3Test : public ::testing::Test {
     }
   }
 
-  testing::S3rver* server_ = nullptr;
+  testing::MotoS3* server_ = nullptr;
   // The root exports the AWS_* environment: for this process and the ckpt
   // it runs.
   const testing::TestRoot s3_root_{testing::Backend::kS3, "cli"};

@@ -44,7 +44,7 @@ struct HttpResponse {
 };
 
 // Whether `headers` hold a Content-Range "bytes FIRST-LAST/SIZE" that reaches
-// past SIZE (s3rver answers a range on an empty object that way).
+// past SIZE (some servers answer a range on an empty object that way).
 bool ContentRangePastEnd(const std::map<std::string, std::string>& headers);
 
 class HttpTransport {

@@ -1,10 +1,10 @@
-// The checkpoint layer on s3:// roots, against s3rver (started by the test
-// on 127.0.0.1): round trips with multipart data objects, the commit where
-// the store cannot create-if-absent atomically (s3rver ignores
-// If-None-Match), four ranks saving and other world sizes loading, and
-// garbage collection of the incomplete uploads a dead attempt leaves.
-// crash_test.cc runs its crash cases on s3:// as well. Built with
-// CKPT_S3_TEST_ON_RGW (checkpoint_s3_rgw_test), the same tests run against
+// The checkpoint layer on s3:// roots, against moto's S3 emulator (started
+// by the test on 127.0.0.1): round trips with multipart data objects, the
+// commit where the store cannot create-if-absent atomically (conditional
+// writes off, as MotoS3::Options() sets them), four ranks saving and other
+// world sizes loading, and garbage collection of the incomplete uploads a dead
+// attempt leaves. crash_test.cc runs its crash cases on s3:// as well. Built
+// with CKPT_S3_TEST_ON_RGW (checkpoint_s3_rgw_test), the same tests run against
 // Ceph's radosgw, which honours If-None-Match itself.
 #include <atomic>
 #include <cstring>
@@ -23,7 +23,7 @@
 #ifdef CKPT_S3_TEST_ON_RGW
 #include "testing/rgw.h"
 #else
-#include "testing/s3rver.h"
+#include "testing/moto_s3.h"
 #endif
 
 namespace ckpt {
@@ -35,14 +35,15 @@ using TestServer = testing::Rgw;
 constexpr testing::Backend kBackend = testing::Backend::kRgw;
 constexpr bool kServerHonoursIfNoneMatch = true;
 #else
-using TestServer = testing::S3rver;
+using TestServer = testing::MotoS3;
 constexpr testing::Backend kBackend = testing::Backend::kS3;
 constexpr bool kServerHonoursIfNoneMatch = false;
 #endif
 using testing::TestModel;
 
 // Records every request, and can make the store honour If-None-Match (as
-// AWS does; s3rver does not) by checking for the object first, under a lock.
+// AWS does, where a server would not) by checking for the object first,
+// under a lock.
 class RecordingTransport : public s3::HttpTransport {
  public:
   bool honour_if_none_match = false;

@@ -1,9 +1,8 @@
 // The s3:// backend against a real S3 server started by the test on
-// 127.0.0.1 — s3rver (s3_storage_test) or Ceph's radosgw (s3_rgw_test, the
-// same source built with CKPT_S3_TEST_ON_RGW) — and against a transport
-// wrapper that injects what a server cannot show: failures, throttling, a
-// store that honours If-None-Match (on s3rver, which ignores it), and
-// multipart upload listings.
+// 127.0.0.1 — moto's emulator (s3_storage_test) or Ceph's radosgw
+// (s3_rgw_test, the same source built with CKPT_S3_TEST_ON_RGW) — and
+// against a transport wrapper that injects what a server cannot show:
+// failures, throttling, and multipart upload listings.
 #include "storage/s3/s3_storage.h"
 
 #include <arpa/inet.h>
@@ -24,7 +23,7 @@
 #ifdef CKPT_S3_TEST_ON_RGW
 #include "testing/rgw.h"
 #else
-#include "testing/s3rver.h"
+#include "testing/moto_s3.h"
 #endif
 #include "util/names.h"
 
@@ -41,9 +40,10 @@ constexpr testing::Backend kBackend = testing::Backend::kRgw;
 // HEAD would carry the PUT's signature, which radosgw checks).
 constexpr bool kServerHonoursIfNoneMatch = true;
 #else
-using TestServer = testing::S3rver;
+using TestServer = testing::MotoS3;
 constexpr testing::Backend kBackend = testing::Backend::kS3;
-constexpr bool kServerHonoursIfNoneMatch = false;
+// moto_s3.py makes moto refuse a second create atomically (testing/moto_s3.h).
+constexpr bool kServerHonoursIfNoneMatch = true;
 #endif
 
 bool Contains(const std::string& s, std::string_view part) {
@@ -66,7 +66,7 @@ TestServer* Server() {
 
 // Wraps the real transport: logs requests, tracks concurrency, lets a test
 // answer or fail chosen requests, and can make the store honour
-// `If-None-Match: *` atomically, as AWS does and s3rver does not.
+// `If-None-Match: *` atomically, as AWS does, where a server would not.
 class TestTransport : public HttpTransport {
  public:
   explicit TestTransport(std::shared_ptr<HttpTransport> inner = nullptr)
@@ -77,11 +77,6 @@ class TestTransport : public HttpTransport {
   std::function<std::optional<Result<HttpResponse>>(const HttpRequest&, int n)>
       intercept;
   bool honour_if_none_match = false;
-  // s3rver writes an object in place, so a reader racing an overwrite can
-  // see a mix, and it crashes when a PUT races a DELETE that empties the
-  // same folder. S3 does neither. On, requests that change objects run one
-  // at a time and alone, standing in for S3's atomic PUT and DELETE.
-  bool serialize_writes = false;
 
   Result<HttpResponse> Send(const HttpRequest& request) override {
     int n;
@@ -133,21 +128,14 @@ class TestTransport : public HttpTransport {
                     [](const auto& h) {
                       return h.first == "If-None-Match" && h.second == "*";
                     });
-    const bool write = request.method == "PUT" || request.method == "POST" ||
-                       request.method == "DELETE";
-    std::shared_lock<std::shared_mutex> shared(objects_mu_, std::defer_lock);
     std::unique_lock<std::shared_mutex> exclusive(objects_mu_, std::defer_lock);
-    if (conditional || (serialize_writes && write)) {
-      exclusive.lock();
-    } else if (serialize_writes) {
-      shared.lock();
-    }
+    if (conditional) exclusive.lock();
     if (!conditional) return inner_->Send(request);
     HttpRequest head;
     head.method = "HEAD";
     head.url = request.url.substr(0, request.url.find('?'));
     for (const auto& h : request.headers) {
-      // s3rver does not check signatures, so the PUT's will do.
+      // moto does not check signatures, so the PUT's will do.
       if (h.first != "If-None-Match") head.headers.push_back(h);
     }
     CKPT_ASSIGN_OR_RETURN(HttpResponse exists, inner_->Send(head));
@@ -216,8 +204,6 @@ StorageConformanceParams S3Params(std::string name,
     if (server == nullptr) return nullptr;
     auto transport = std::make_shared<TestTransport>();
     transport->honour_if_none_match = honour_if_none_match;
-    // radosgw writes and deletes atomically, as S3 does.
-    transport->serialize_writes = kBackend == testing::Backend::kS3;
     S3Options options = server->Options();
     if (tweak) tweak(options);
     Result<ParsedUrl> parsed = ParseUrl(url);
@@ -235,11 +221,6 @@ StorageConformanceParams S3Params(std::string name,
     }
     return std::move(storage).value();
   };
-  if (kBackend == testing::Backend::kS3) {
-    // s3rver keeps each key component in files named "<name>._S3rver_*".
-    params.longest_key_component = 233;
-    params.keep_shared_folder_nonempty = true;
-  }
   return params;
 }
 
@@ -268,15 +249,15 @@ INSTANTIATE_TEST_SUITE_P(
 INSTANTIATE_TEST_SUITE_P(
     S3, StorageConformanceTest,
     ::testing::Values(
-        // s3rver as it is: no conditional writes, so create-if-absent is
-        // HEAD-then-PUT and the backend declares it not atomic.
-        S3Params("S3rver", {}, false),
-        // A store that honours If-None-Match (emulated in front of s3rver):
-        // the backend declares atomic create-if-absent and the race test
-        // runs.
+        // What MotoS3::Options() sets: no conditional writes, so
+        // create-if-absent is HEAD-then-PUT and the backend declares it not
+        // atomic.
+        S3Params("Moto", {}, false),
+        // Conditional writes on: one atomic PUT with If-None-Match: *,
+        // which moto_s3.py makes moto refuse atomically; the race test runs.
         S3Params(
             "S3Conditional", [](S3Options& o) { o.conditional_writes = true; },
-            true),
+            false),
         // Every Put above 1 MiB goes multipart, reads split early.
         S3Params(
             "S3Multipart",
@@ -468,8 +449,8 @@ TEST(S3AddressingTest, VirtualHostedAndPathStyleUrls) {
   }
 }
 
-// --- Against s3rver
-// -----------------------------------------------------------
+// --- Against the test server
+// --------------------------------------------------
 
 class S3StorageTest : public ::testing::Test {
  protected:
@@ -494,8 +475,7 @@ class S3StorageTest : public ::testing::Test {
   std::shared_ptr<TestTransport> transport_;
 };
 
-#ifdef CKPT_S3_TEST_ON_RGW
-TEST_F(S3StorageTest, RgwHonoursIfNoneMatchSoCreateIfAbsentIsOnePut) {
+TEST_F(S3StorageTest, ServerHonoursIfNoneMatchSoCreateIfAbsentIsOnePut) {
   // What ckpt's commit relies on where it declares atomic create-if-absent:
   // the store itself refuses the second create, with 412, and a racing
   // pair has exactly one winner.
@@ -525,34 +505,21 @@ TEST_F(S3StorageTest, RgwHonoursIfNoneMatchSoCreateIfAbsentIsOnePut) {
     EXPECT_EQ(refused.load(), 3) << key;
   }
 }
-#else
-TEST_F(S3StorageTest, S3rverIgnoresIfNoneMatchSoTheBackendMustNotClaimIt) {
-  // Ask for conditional writes on a store that ignores them: the second
-  // create-if-absent wins as well. This is what s3rver does (and why its
-  // options turn them off); if it ever starts honouring the header, this
-  // test says so.
-  auto storage =
-      Open([](s3::S3Config& c) { c.options.conditional_writes = true; });
-  ASSERT_NE(storage, nullptr);
-  EXPECT_TRUE(storage->capabilities().atomic_create_if_absent);
-  ASSERT_TRUE(storage->PutString("m", "first", PutMode::kCreateIfAbsent).ok());
-  const Status second =
-      storage->PutString("m", "second", PutMode::kCreateIfAbsent);
-  EXPECT_TRUE(second.ok()) << "s3rver now honours If-None-Match: "
-                           << second.ToString();
-  EXPECT_GE(transport_->Count("PUT", "/m"), 2);
 
-  // Off (what S3rver::Options() sets): the backend declares it not atomic
-  // and checks with HEAD first.
+TEST_F(S3StorageTest, WithoutConditionalWritesCreateIfAbsentChecksFirst) {
+  // Off (what MotoS3::Options() sets, and a store that ignores the header
+  // needs): the backend declares create-if-absent not atomic and checks
+  // with HEAD first.
   auto fallback = Open();
   ASSERT_NE(fallback, nullptr);
-  EXPECT_FALSE(fallback->capabilities().atomic_create_if_absent);
-  const Status third =
-      fallback->PutString("m", "third", PutMode::kCreateIfAbsent);
-  EXPECT_EQ(third.code(), ErrorCode::kAlreadyExists) << third.ToString();
-  EXPECT_EQ(*fallback->ReadAll("m"), "second");
+  EXPECT_EQ(fallback->capabilities().atomic_create_if_absent,
+            kBackend == testing::Backend::kRgw);
+  ASSERT_TRUE(fallback->PutString("m", "first", PutMode::kCreateIfAbsent).ok());
+  const Status second =
+      fallback->PutString("m", "second", PutMode::kCreateIfAbsent);
+  EXPECT_EQ(second.code(), ErrorCode::kAlreadyExists) << second.ToString();
+  EXPECT_EQ(*fallback->ReadAll("m"), "first");
 }
-#endif
 
 TEST_F(S3StorageTest, StreamedWriteUploadsPartsInParallelWithBoundedBuffers) {
   auto storage = Open([](s3::S3Config& c) {
@@ -756,11 +723,11 @@ TEST_F(S3StorageTest, RequestsTimeOut) {
 }
 
 // A PUT whose client dies in the middle of the body takes no effect: on S3 an
-// object is written whole or not at all. The test server's PUT once wrote
-// its file in place, so a writer killed mid-PUT (a lease being taken, in the
-// concurrency stress test) left a short object under the key, and a root
-// whose lease could no longer be read. The shim (s3rver_put_shim.js) keeps
-// it whole; this cuts a PUT off by hand to hold it to that.
+// object is written whole or not at all. A test server that stores a short
+// body would let a writer killed mid-PUT (a lease being taken, in the
+// concurrency stress test) leave a short object under the key, and a root
+// whose lease could no longer be read. moto_s3.py refuses a short body; this
+// cuts a PUT off by hand to hold it to that.
 TEST_F(S3StorageTest, APutCutOffInTheMiddleLeavesNoObject) {
   auto storage = Open();
   ASSERT_NE(storage, nullptr);
@@ -918,7 +885,8 @@ TEST_F(S3StorageTest, RgwIgnoresIfNoneMatchOnMultipartCompletion) {
 }
 #else
 TEST_F(S3StorageTest, ConditionalMultipartCompletionRefusesAnExistingObject) {
-  // What AWS does (emulated in front of s3rver), for objects above 5 GiB.
+  // What AWS does (emulated in front of the test server), for objects above 5
+  // GiB.
   transport_->honour_if_none_match = true;
   auto storage = Open([](s3::S3Config& c) {
     c.options.conditional_writes = true;
@@ -1027,7 +995,8 @@ TEST_F(S3StorageTest, AbortIncompleteWritesOffersEveryUploadAndAbortsTheDead) {
   EXPECT_EQ(transport_->Count("DELETE", "uploadId=u2"), 0);
   EXPECT_EQ(transport_->Count("DELETE", "uploadId=u3"), 1);
 
-  // s3rver itself cannot list uploads (501): nothing to do, no error.
+  // The server itself has no upload under this root: nothing to do, no
+  // error.
   transport_->intercept = nullptr;
   auto none = storage->AbortIncompleteWrites(
       "", [](const ObjectInfo&) { return true; });

@@ -1,5 +1,5 @@
 // SigV4 against AWS's published known answers, so that a signing bug fails a
-// test even where the test server (s3rver) does not check signatures.
+// test even where the test server (moto) does not check signatures.
 //
 // The cases are in testdata/aws-sigv4 (its README says where they come
 // from), whose path CMake passes in as CKPT_SIGV4_TESTDATA. A missing or

@@ -1,14 +1,16 @@
-// A real S3 server for the S3 tests and the S3 benchmark: s3rver (an npm
-// package that scripts/install-deps.sh installs into .deps/npm), started on
-// a free port of 127.0.0.1 with a fresh temporary directory and one bucket,
-// and killed when done. Nothing is downloaded here: where s3rver is not
-// installed, Start fails and says to run scripts/install-deps.sh.
+// An emulated S3 server for the S3 tests and the S3 benchmark: moto's (a
+// PyPI package that scripts/install-deps.sh installs into the project's
+// virtual environment, .venv), run by moto_s3.py on a free port of
+// 127.0.0.1 with one empty bucket, in memory, and killed when done. Nothing
+// is downloaded here: where moto is not installed, Start fails and says to
+// run scripts/install-deps.sh. The real object store of the tests is Ceph's
+// radosgw (testing/rgw.h); this one is the quick second.
 //
-// What s3rver lacks, and what follows (docs/s3.md): it ignores
-// `If-None-Match`, so Options() turns conditional writes off and the commit
-// takes the non-atomic path the backend then declares; it cannot list or
-// abort multipart uploads (HTTP 501 / 405); it checks the access key id
-// (S3RVER) but not the signature.
+// What it is like (docs/s3.md): it honours `If-None-Match: *` (atomically:
+// moto_s3.py runs one change at a time) and lists and aborts multipart
+// uploads, but does not check signatures. Options() still turns conditional
+// writes off, so that the tests on s3:// roots take the HEAD-then-PUT path
+// the backend declares not atomic (radosgw's tests take the atomic one).
 //
 // Thread-safe: Shared(), NewRoot and the accessors may be called from any
 // thread; ExportEnvironment, which calls setenv, before other threads start.
@@ -24,23 +26,23 @@
 
 namespace ckpt::testing {
 
-class S3rver {
+class MotoS3 {
  public:
   // Starts a server holding `bucket` (empty).
-  static Result<std::unique_ptr<S3rver>> Start(std::string bucket);
+  static Result<std::unique_ptr<MotoS3>> Start(std::string bucket);
   // One server for the whole process, started on first use and stopped at
   // exit; every call after a failed start returns that failure.
-  static Result<S3rver*> Shared();
+  static Result<MotoS3*> Shared();
 
-  ~S3rver();
-  S3rver(const S3rver&) = delete;
-  S3rver& operator=(const S3rver&) = delete;
+  ~MotoS3();
+  MotoS3(const MotoS3&) = delete;
+  MotoS3& operator=(const MotoS3&) = delete;
 
   const std::string& endpoint() const { return endpoint_; }  // http://IP:PORT
   const std::string& bucket() const { return bucket_; }
 
   // Options that reach this server: its endpoint, path-style addressing,
-  // its credentials, and conditional writes off (s3rver ignores them).
+  // any credentials, and conditional writes off (see above).
   S3Options Options() const;
   StorageOptions MakeStorageOptions() const {
     StorageOptions options;
@@ -55,7 +57,7 @@ class S3rver {
   void ExportEnvironment() const;
 
  private:
-  S3rver() = default;
+  MotoS3() = default;
 
   pid_t pid_ = -1;
   std::string dir_;

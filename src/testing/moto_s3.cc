@@ -1,15 +1,14 @@
-// Starting s3rver:
-//   1. Find node and the installed s3rver.js (CKPT_S3RVER_JS: set by CMake
-//      to the repository's .deps/npm; the environment variable of the same
-//      name overrides it).
+// Starting moto's S3 server:
+//   1. Find the Python of the project's virtual environment (CKPT_MOTO_PYTHON:
+//      set by CMake to .venv/bin/python; the environment variable of the
+//      same name overrides it) and moto_s3.py beside this file.
 //   2. Pick a free port: bind port 0 on 127.0.0.1, read it, close.
 //   3. fork; the child asks for SIGKILL when its parent dies (so a crashed
-//      test leaves no server behind) and execs node on s3rver.js with the
-//      port, a fresh directory and the bucket, its output into a log file,
-//      with s3rver_put_shim.js preloaded (PUTs answer once written).
+//      test leaves no server behind) and execs moto_s3.py with the port and
+//      the bucket, its output into a log file.
 //   4. Poll until the server answers a ListObjectsV2 on the bucket, or the
 //      child exits (then its log says why; another port is tried).
-#include "testing/s3rver.h"
+#include "testing/moto_s3.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -39,58 +38,40 @@ namespace fs = std::filesystem;
 constexpr auto kStartTimeout = std::chrono::seconds(30);
 constexpr int kStartTries = 3;
 
-std::string S3rverJs() {
-  const char* env = std::getenv("CKPT_S3RVER_JS");
-  return env != nullptr && *env != '\0' ? env : CKPT_S3RVER_JS;
+std::string MotoPython() {
+  const char* env = std::getenv("CKPT_MOTO_PYTHON");
+  return env != nullptr && *env != '\0' ? env : CKPT_MOTO_PYTHON;
 }
 
 }  // namespace
 
-Result<std::unique_ptr<S3rver>> S3rver::Start(std::string bucket) {
-  const std::string js = S3rverJs();
-  if (!fs::exists(js)) {
+Result<std::unique_ptr<MotoS3>> MotoS3::Start(std::string bucket) {
+  const std::string python = MotoPython();
+  if (!fs::exists(python)) {
     return FailedPreconditionError(
-        "s3rver is not installed (no " + js +
-        "): run scripts/install-deps.sh, which installs it from the npm "
-        "registry into .deps/npm");
+        "moto's S3 server is not installed (no " + python +
+        "): run scripts/install-deps.sh, which makes the project's virtual "
+        "environment from requirements.txt");
   }
-  std::string dir = MakeTempDir("s3rver", TempParent());
-  if (dir.empty()) return ErrnoError(errno, "make a directory for s3rver");
-  std::unique_ptr<S3rver> server(new S3rver());
+  std::string dir = MakeTempDir("moto-s3", TempParent());
+  if (dir.empty()) return ErrnoError(errno, "make a directory for moto");
+  std::unique_ptr<MotoS3> server(new MotoS3());
   server->dir_ = std::move(dir);
   server->bucket_ = std::move(bucket);
-  const std::string data = server->dir_ + "/data";
-  const std::string log = server->dir_ + "/s3rver.log";
-  fs::create_directory(data);
+  const std::string log = server->dir_ + "/moto.log";
 
   Status last;
   for (int attempt = 0; attempt < kStartTries; ++attempt) {
     CKPT_ASSIGN_OR_RETURN(int port, FreePort());
     const std::string port_s = std::to_string(port);
-    // s3rver's continuation tokens use DES, which OpenSSL 3 (Node 17 and
-    // later) has only in its legacy provider: without it every truncated
-    // listing fails with InternalError.
-    // The shim makes a PUT's answer wait for its bytes (see the file).
-    std::vector<std::string> args = {"node",
-                                     "--openssl-legacy-provider",
-                                     "--require",
-                                     CKPT_S3RVER_SHIM,
-                                     js,
-                                     "-d",
-                                     data,
-                                     "-a",
-                                     "127.0.0.1",
-                                     "-p",
-                                     port_s,
-                                     "--configure-bucket",
-                                     server->bucket_,
-                                     "-s"};
+    std::vector<std::string> args = {python, CKPT_MOTO_LAUNCHER, port_s,
+                                     server->bucket_};
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     const pid_t parent = ::getpid();
     const pid_t pid = ::fork();
-    if (pid < 0) return ErrnoError(errno, "fork for s3rver");
+    if (pid < 0) return ErrnoError(errno, "fork for moto");
     if (pid == 0) {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (::getppid() != parent) ::_exit(127);
@@ -101,7 +82,7 @@ Result<std::unique_ptr<S3rver>> S3rver::Start(std::string bucket) {
         ::dup2(out, 2);
       }
       if (in >= 0) ::dup2(in, 0);
-      ::execvp("node", argv.data());
+      ::execv(argv[0], argv.data());
       ::_exit(127);
     }
     server->pid_ = pid;
@@ -118,12 +99,9 @@ Result<std::unique_ptr<S3rver>> S3rver::Start(std::string bucket) {
       if (::waitpid(pid, &wstatus, WNOHANG) == pid) {
         exited = true;
         server->pid_ = -1;
-        last =
-            UnavailableError("s3rver (node " + js + ") exited at start" +
-                             (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 127
-                                  ? " (is node on PATH?)"
-                                  : "") +
-                             "; its log:\n" + LogTail(log));
+        last = UnavailableError("moto's S3 server (" + python + " " +
+                                CKPT_MOTO_LAUNCHER + ") exited at start" +
+                                "; its log:\n" + LogTail(log));
         break;
       }
       Result<std::unique_ptr<Storage>> probe =
@@ -133,7 +111,7 @@ Result<std::unique_ptr<S3rver>> S3rver::Start(std::string bucket) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     if (!exited) {
-      return UnavailableError("s3rver did not answer on " + server->endpoint_ +
+      return UnavailableError("moto did not answer on " + server->endpoint_ +
                               " within 30 s: " + last.ToString() +
                               "; its log:\n" + LogTail(log));
     }
@@ -141,17 +119,16 @@ Result<std::unique_ptr<S3rver>> S3rver::Start(std::string bucket) {
   return last;
 }
 
-Result<S3rver*> S3rver::Shared() { return SharedServer<S3rver>(); }
+Result<MotoS3*> MotoS3::Shared() { return SharedServer<MotoS3>(); }
 
-S3rver::~S3rver() {
+MotoS3::~MotoS3() {
   if (pid_ > 0) {
     int early = 0;
     if (::waitpid(pid_, &early, WNOHANG) == pid_) {
       // It died under the tests: say why, or every later failure is a
       // mystery.
-      std::fprintf(stderr,
-                   "s3rver on %s exited during the tests; its log:\n%s\n",
-                   endpoint_.c_str(), LogTail(dir_ + "/s3rver.log").c_str());
+      std::fprintf(stderr, "moto on %s exited during the tests; its log:\n%s\n",
+                   endpoint_.c_str(), LogTail(dir_ + "/moto.log").c_str());
       pid_ = -1;
     }
   }
@@ -173,21 +150,21 @@ S3rver::~S3rver() {
   if (!dir_.empty()) fs::remove_all(dir_, ec);
 }
 
-S3Options S3rver::Options() const {
+S3Options MotoS3::Options() const {
   S3Options o;
   o.endpoint = endpoint_;
   o.region = "us-east-1";
-  o.access_key_id = "S3RVER";
-  o.secret_access_key = "S3RVER";
+  o.access_key_id = "ckpt-test";
+  o.secret_access_key = "ckpt-test";
   o.addressing = S3Options::Addressing::kPath;
   o.conditional_writes = false;
   return o;
 }
 
-std::string S3rver::NewRoot(std::string_view name) {
+std::string MotoS3::NewRoot(std::string_view name) {
   return UniqueS3Root(bucket_, name);
 }
 
-void S3rver::ExportEnvironment() const { ExportS3Environment(Options()); }
+void MotoS3::ExportEnvironment() const { ExportS3Environment(Options()); }
 
 }  // namespace ckpt::testing
