@@ -22,7 +22,7 @@ A program block that cannot run here says why in its info string:
 Every block runs in a fresh scratch directory that holds symbolic links to
 the repository's top-level files and folders (so `build/release/...`,
 `examples/...` resolve) with the build's `ckpt` command and benchmark tools
-on PATH, PYTHONPATH=BUILD/python and XDG_STATE_HOME in the scratch directory
+and then the project's .venv/bin on PATH, PYTHONPATH=BUILD/python and XDG_STATE_HOME in the scratch directory
 (the `ckpt` tool's default catalog lands there). Every relative link of a
 checked file must name a file of the repository, and a `#fragment` a
 heading of it.
@@ -153,6 +153,9 @@ class Env:
         env = dict(os.environ)
         tools = [os.path.join(self.build, p) for p in
                  ("tools/ckpt", "bench", "examples", "examples/train")]
+        # The project's virtual environment comes next, as for a user who
+        # activated it: `python`, `torchrun` and `pytest` are its.
+        tools.append(os.path.dirname(self.python))
         env["PATH"] = os.pathsep.join(tools + [env.get("PATH", "")])
         env["PYTHONPATH"] = os.path.join(self.build, "python")
         env["XDG_STATE_HOME"] = os.path.join(scratch, ".state")

@@ -1,8 +1,9 @@
 """Test doubles of PyTorch's DTensor and ShardedTensor.
 
-Debian's PyTorch 1.13 has no DTensor, and under Python 3.11 it cannot
-import ShardedTensor (a dataclass of its own is refused at import), so the
-tests hand ckpt.torch objects with the same interface instead: what
+PyTorch 1.13 has no DTensor, and under Python 3.11 it cannot import
+ShardedTensor (a dataclass of its own is refused at import), so these
+tests hand ckpt.torch objects with the same interface instead, on any
+PyTorch (test_fsdp2.py runs the real ones on PyTorch 2): what
 ckpt.torch reads of them (a DTensor's shape, device_mesh, placements and
 local tensor; a ShardedTensor's size() and local_shards()) behaves as in
 PyTorch 2. Each rank's local piece is cut here with torch.chunk, which is

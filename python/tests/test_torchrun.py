@@ -102,7 +102,7 @@ def test_real_sharded_tensors_where_this_pytorch_makes_them(tmp_path):
     try:
         from torch.distributed._shard import sharded_tensor  # noqa: F401
     except Exception as e:  # noqa: BLE001 - any failure to import it
-        # Debian's PyTorch 1.13 under Python 3.11 refuses one of its own
+        # PyTorch 1.13 under Python 3.11 refuses one of its own
         # dataclasses; the ShardedTensor path runs on test doubles
         # (sharded_doubles.py) in the jobs above.
         _skip_test(f"this PyTorch cannot make a ShardedTensor "
