@@ -98,6 +98,13 @@ sys.exit(mpi)'; then
     say "ckpt --version or python -m ckpt --version does not print ckpt $version"
     failed+=("the ckpt command")
   fi
+  # Quiet: no warning of Python's (a module run after the package imported
+  # it) before the command's own output.
+  noise="$("$py" -m ckpt --version 2>&1 >/dev/null)"
+  if [ -n "$noise" ]; then
+    say "python -m ckpt --version wrote to stderr: $noise"
+    failed+=("python -m ckpt is not quiet")
+  fi
   [ -x "$build/python/interop_helper" ] ||
     say "warning: $build/python/interop_helper is not built (make build)"
   env=(CKPT_INTEROP_HELPER="$build/python/interop_helper"

@@ -9,12 +9,7 @@ the build's tools/ckpt/ckpt) with the arguments given.
 import os
 import sys
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def cli_path():
-    """The path of the bundled `ckpt` program."""
-    return os.path.join(_HERE, "_bin", "ckpt")
+from ckpt._cli import cli_path
 
 
 def main(argv=None):

@@ -5,7 +5,7 @@ import os
 import subprocess
 
 from ckpt import _errors
-from ckpt.__main__ import cli_path
+from ckpt._cli import cli_path
 
 
 def report(root, path, *, catalog=None, goal="min", bench=None):
