@@ -4,10 +4,12 @@ import json
 import numbers
 import os
 import warnings
+import weakref
 from collections.abc import Mapping
 
 from ckpt import _device, _errors, _manager_handle, _state, _tree, _values
 from ckpt._fill import _Staged, _decoded, _fill_targets, _partly_written
+from ckpt._pending_saves import PendingSaves
 from ckpt._tiers import Tiers
 
 
@@ -58,9 +60,11 @@ class CheckpointManager:
     root at a time (default lease_seconds=60; 0 turns ownership off, and
     one writer per root is then the caller's promise). The first save, delete() or gc() takes the root's lease
     (an object LEASE-<n> in the root), which the manager renews while it
-    lives and gives back when it is destroyed (del, or the end of the
-    process; a killed process's lease expires, at once for a restart on
-    the same host); a save whose lease was taken over
+    lives and gives back when it is closed (close(), the end of a with
+    block) or destroyed (del, or the end of the process; a killed process's
+    lease expires, at once for a restart on the same host); the lease is
+    the manager's own, so that another manager of the same process waits
+    for it as another process would. A save whose lease was taken over
     commits nothing. Finding the lease held by another live process, the
     manager waits up to lease_wait_seconds (default lease_seconds + 10,
     enough for the lease of a crashed job to expire), then raises
@@ -87,6 +91,10 @@ class CheckpointManager:
     Errors raise ckpt.Error subclasses (ckpt.NotFound, ckpt.DataLoss, ...)
     with the library's message. The GIL is released while the library reads
     and writes. Calls on one manager are serialized.
+
+    close() (or the end of a with block: `with ckpt.open(url) as mgr:`)
+    waits for the saves in flight and gives the root's lease back at once;
+    every call of a closed manager raises ckpt.FailedPrecondition.
     """
 
     def __init__(self, url, *, keep_last=0, keep_every_n_steps=0,
@@ -128,22 +136,84 @@ class CheckpointManager:
         # new job). Opening now still checks every option (a bad catalog).
         self._missing = _missing_local_root(url) if create is None else None
         self._options = options
-        self._m = _manager_handle.Manager(
+        self._library = None  # closed, until the library's manager opens
+        self._library = _manager_handle.Manager(
             url, create=create is not False, create_root=create is True,
             **options)
+        # What a closed manager still tells.
+        self._facts = (self._library.url, self._library.rank,
+                       self._library.world_size)
+        self._pending = PendingSaves()
+        self._tiers = weakref.WeakSet()
 
     def _create_root(self):
         """Creates the root now if it is still missing (create=True of a
         manager opened without it): ckpt.torch.latest(root, create=True)."""
         if self._missing is not None and _missing_local_root(self._url):
-            self._m = None  # no save yet, so no lease to hand back
-            self._m = _manager_handle.Manager(
+            self._m.close()  # no save yet, so no lease to hand back
+            self._library = _manager_handle.Manager(
                 self._url, create=True, create_root=True, **self._options)
+
+    @property
+    def _m(self):
+        """The library's manager; FailedPrecondition once closed."""
+        if self._library is None:
+            raise _errors.FailedPrecondition(
+                f"the manager of {self.url} is closed (close() or the end "
+                f"of its with block): open the root again to use it")
+        return self._library
+
+    @property
+    def closed(self):
+        """True once close() has run."""
+        return self._library is None
+
+    def close(self):
+        """Waits for the saves in flight (save_async), closes the tiers
+        made by tiers(), and gives the root's lease back at once, so that
+        another manager (of this process or another) may write the root
+        now. Every later call of this manager raises
+        ckpt.FailedPrecondition; close() again does nothing. Raises, once
+        closed, the first error of a save_async that no wait() raised (nor
+        a later save carried), so that closing loses no failure."""
+        if self._library is None:
+            return
+        try:
+            for tiers in list(self._tiers):
+                tiers.close()  # they use the library's manager
+            unseen = self._pending.finish()
+        finally:
+            library, self._library = self._library, None
+            library.close()
+        if unseen is not None:
+            raise unseen
+
+    def wait(self):
+        """Waits for every save_async of this manager since the last
+        wait() and raises the first failure among them (ckpt.Error, as
+        handle.wait() would); None when all committed."""
+        self._m  # noqa: B018 - FailedPrecondition once closed
+        self._pending.wait()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc is None:
+            self.close()
+            return
+        # The block's error goes on; a failed save must not replace it.
+        try:
+            self.close()
+        except _errors.Error as e:
+            warnings.warn(f"closing the manager of {self.url} after an "
+                          f"error: {e}", RuntimeWarning, stacklevel=2)
 
     @property
     def _reader(self):
         """The library's manager, for calls that read: NotFound naming the
         path while the root does not exist."""
+        self._m  # noqa: B018 - FailedPrecondition once closed
         if self._missing is not None and _missing_local_root(self._url):
             raise _errors.NotFound(
                 f"root {self._missing} does not exist: nothing was saved "
@@ -153,20 +223,21 @@ class CheckpointManager:
 
     @property
     def url(self):
-        return self._m.url
+        return self._facts[0]
 
     @property
     def rank(self):
         """This process's rank (0 without a communicator)."""
-        return self._m.rank
+        return self._facts[1]
 
     @property
     def world_size(self):
         """The number of ranks (1 without a communicator)."""
-        return self._m.world_size
+        return self._facts[2]
 
     def __repr__(self):
-        return f"ckpt.CheckpointManager({self.url!r})"
+        closed = ", closed" if self._library is None else ""
+        return f"ckpt.CheckpointManager({self.url!r}{closed})"
 
     def save(self, step, state, metadata=None, epoch=None, metrics=None, *,
              incremental=False, dirty_rows=None):
@@ -186,10 +257,13 @@ class CheckpointManager:
         ranges (of dimension 0) that may have changed since this manager's
         previous save: its other rows are referenced without being hashed.
         """
+        library = self._m  # FailedPrecondition once closed
         with _state.gc_paused():
             arguments = self._save_arguments(state, metadata, epoch, metrics,
                                              incremental, dirty_rows)
-        return self._m.save(step, *arguments)
+        result = library.save(step, *arguments)
+        self._pending.settled()
+        return result
 
     def save_async(self, step, state, metadata=None, epoch=None,
                    metrics=None, *, incremental=False, dirty_rows=None,
@@ -213,12 +287,18 @@ class CheckpointManager:
         streams), so that it overlaps the next forward and backward pass:
         the arrays must not change until handle.wait_staged() returns
         (call it before the optimizer step).
+
+        mgr.wait() waits for every save_async since the last mgr.wait(),
+        and close() for those in flight.
         """
+        library = self._m  # FailedPrecondition once closed
         with _state.gc_paused():
             arguments = self._save_arguments(state, metadata, epoch, metrics,
                                              incremental, dirty_rows)
-        return self._m.save_async(step, *arguments,
-                                  stage_in_background=stage_in_background)
+        handle = library.save_async(step, *arguments,
+                                    stage_in_background=stage_in_background)
+        self._pending.started(handle)
+        return handle
 
     def load(self, step=None, *, as_torch=False, device=None):
         """Loads `step` and returns its state. Default: the newest
@@ -378,8 +458,10 @@ class CheckpointManager:
         object (not this manager) while it is open; close() it (or use it
         in a with block) before the manager goes.
         """
-        return Tiers(self, local_url, local_every, durable_every, keep,
-                     replicas, replication_rate, nodes)
+        tiers = Tiers(self, local_url, local_every, durable_every, keep,
+                      replicas, replication_rate, nodes)
+        self._tiers.add(tiers)  # closed before this manager closes
+        return tiers
 
     def load_rank_local(self, name, step=None, *, as_torch=False):
         """Every saving rank's value of the rank-local entry `name`, as a

@@ -4,12 +4,12 @@ CheckpointManager (_manager.py) drives.
 
 import ctypes
 
-from ckpt._async_save import AsyncSave
 from ckpt._catalog import Catalog
 from ckpt._communicator import Communicator
 from ckpt._dtypes import _NUMPY_TYPES, _np
 from ckpt._errors import _CODES, Aborted, Error
 from ckpt._lib import _Owned, _call, _encode, _lib, _make, _streamed
+from ckpt._pending_saves import TrackedSave
 from ckpt._records import (CheckpointDescription, CheckpointInfo,
                            SaveResult)
 from ckpt._save_options import _SaveOptions, _step
@@ -107,7 +107,8 @@ class Manager(_Owned):
                                          state._h, options._h)
         if not h:
             raise MemoryError("ckpt: cannot start an asynchronous save")
-        return AsyncSave(h, self, state if stage_in_background else None)
+        return TrackedSave(h, self,
+                           state if stage_in_background else None)
 
     def _state_to_save(self, entries):
         """The state of `entries`, or, when they are an exception (what

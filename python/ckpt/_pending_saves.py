@@ -1,0 +1,78 @@
+"""The asynchronous saves a CheckpointManager has started and nobody has
+waited for: what its wait() and close() wait for (_manager.py).
+"""
+
+from ckpt._async_save import AsyncSave
+from ckpt._errors import Error
+
+
+class TrackedSave(AsyncSave):
+    """An AsyncSave that remembers whether a wait() has raised its error,
+    so that closing the manager raises only an error nobody has seen."""
+
+    seen = False
+
+    def wait(self):
+        try:
+            return super().wait()
+        except Error:
+            self.seen = True
+            raise
+
+
+class PendingSaves:
+    """The handles of a manager's save_async() calls since its last wait():
+    the newest, and older ones that failed (a succeeded older save needs no
+    more waiting)."""
+
+    def __init__(self):
+        self._saves = []
+
+    def started(self, handle):
+        """Records `handle`, a save the library has just started."""
+        self.settled()
+        self._saves.append(handle)
+
+    def settled(self):
+        """The library has just started a save, or made one: it waited for
+        every earlier save first and took the error of one that failed,
+        which that save then raised or carries, unless a wait() collected
+        it. The earlier saves have been seen; only those that failed stay,
+        for wait() to raise."""
+        for save in self._saves:
+            save.seen = True
+        self._saves = [s for s in self._saves if _failure(s) is not None]
+
+    def wait(self):
+        """Waits for every recorded save and forgets them; raises the first
+        failure among them."""
+        saves, self._saves = self._saves, []
+        first = None
+        for save in saves:
+            error = _failure(save)
+            save.seen = True
+            if first is None:
+                first = error
+        if first is not None:
+            raise first
+
+    def finish(self):
+        """Waits for every recorded save and forgets them; the first failure
+        that no wait() raised and no later save carried, or None."""
+        saves, self._saves = self._saves, []
+        unseen = None
+        for save in saves:
+            error = _failure(save)
+            if error is not None and not save.seen and unseen is None:
+                unseen = error
+        return unseen
+
+
+def _failure(save):
+    """Waits for `save`: its error, or None when it committed (or was
+    skipped)."""
+    try:
+        AsyncSave.wait(save)
+    except Error as e:
+        return e
+    return None
