@@ -106,7 +106,23 @@ struct ShowArgs {
   std::string root;
   std::optional<int64_t> step;
   bool json = false;
+  bool all = false;
 };
+
+// An entry a binding keeps for itself, named __NAME__ (the Python
+// package's __python_tree__, which rebuilds its nested containers): not
+// the user's state, so shown only with --all.
+bool IsInternalEntry(const std::string& name) {
+  return name.size() > 4 && name.starts_with("__") && name.ends_with("__");
+}
+
+// `d` without the internal entries; how many it had.
+size_t HideInternalEntries(CheckpointDescription& d) {
+  const size_t before = d.entries.size();
+  std::erase_if(d.entries,
+                [](const EntryInfo& e) { return IsInternalEntry(e.name); });
+  return before - d.entries.size();
+}
 
 // A metadata entry's value: its JSON, or the raw text if it does not parse.
 nlohmann::json MetadataValue(const std::string& text) {
@@ -193,7 +209,7 @@ void PrintTiming(const SaveTiming& t) {
   }
 }
 
-void PrintDescription(const CheckpointDescription& d) {
+void PrintDescription(const CheckpointDescription& d, size_t hidden) {
   const CheckpointInfo& info = d.info;
   fmt::print("step        {}\n", info.step);
   fmt::print("epoch       {}\n", EpochText(info.epoch));
@@ -229,6 +245,11 @@ void PrintDescription(const CheckpointDescription& d) {
                     std::to_string(e.num_pieces), FormatBytes(e.bytes)});
   }
   PrintTable(rows);
+  if (hidden > 0) {
+    fmt::print(
+        "({} internal {} of the Python package hidden: --all shows {})\n",
+        hidden, hidden == 1 ? "entry" : "entries", hidden == 1 ? "it" : "them");
+  }
   for (const EntryInfo& e : d.entries) {
     if (e.kind == EntryKind::kMetadata) {
       fmt::print("\n{} = {}\n", e.name, e.json);
@@ -239,10 +260,11 @@ void PrintDescription(const CheckpointDescription& d) {
 Status RunShow(const ShowArgs& args) {
   CKPT_ASSIGN_OR_RETURN(auto manager, OpenRoot(args.root, /*create=*/false));
   CKPT_ASSIGN_OR_RETURN(CheckpointDescription d, manager->Describe(args.step));
+  const size_t hidden = args.all ? 0 : HideInternalEntries(d);
   if (args.json) {
     PrintJson(DescriptionToJson(d));
   } else {
-    PrintDescription(d);
+    PrintDescription(d, hidden);
   }
   return Status();
 }
@@ -280,12 +302,17 @@ void AddShowCommand(CLI::App& app, Command& selected) {
       "Show one checkpoint: its step, epoch, time, job, ranks, metrics and "
       "user metadata, then every entry with its kind (tensor, blob or "
       "metadata), dtype, global shape, number of pieces and bytes, and the "
-      "values of its metadata entries.",
+      "values of its metadata entries. Entries a binding keeps for itself "
+      "(named __NAME__, such as the Python package's __python_tree__) are "
+      "left out, text and --json alike, unless --all is given.",
       "  ckpt show /data/run42\n"
-      "  ckpt show /data/run42 --step 1200 --json\n");
+      "  ckpt show /data/run42 --step 1200 --json\n"
+      "  ckpt show /data/run42 --all\n");
   AddRootArg(*sub, args->root);
   AddStepOption(*sub, args->step);
   AddJsonFlag(*sub, args->json);
+  sub->add_flag("--all", args->all,
+                "Also show the entries a binding keeps for itself (__NAME__)");
   sub->callback([args, &selected] {
     selected = {"show", [args] { return RunShow(*args); }};
   });

@@ -1,0 +1,32 @@
+"""`ckpt show` of a root the Python package saved: the package's own
+__python_tree__ entry (how nested containers are rebuilt) is not the
+user's state, so it is left out unless --all asks for it."""
+
+import json
+import subprocess
+import sys
+
+import ckpt
+
+
+def show(*args):
+    r = subprocess.run([sys.executable, "-m", "ckpt", "show", *args],
+                       capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_show_hides_the_packages_internal_entry_unless_all(tmp_path):
+    root = str(tmp_path / "run")
+    ckpt.open(root, create=True).save(1, {"model": {"w": b"\x01\x02"},
+                                          "step": 1})
+    text = show(root)
+    assert "model.w" in text and "step" in text
+    assert "__python_tree__" not in text
+    assert "1 internal entry of the Python package hidden" in text
+    names = [e["name"] for e in json.loads(show(root, "--json"))["entries"]]
+    assert "__python_tree__" not in names and "model.w" in names
+    assert "__python_tree__" in show(root, "--all")
+    names = [e["name"] for e in
+             json.loads(show(root, "--json", "--all"))["entries"]]
+    assert "__python_tree__" in names
