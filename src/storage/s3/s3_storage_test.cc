@@ -478,8 +478,10 @@ class S3StorageTest : public ::testing::Test {
 TEST_F(S3StorageTest, ServerHonoursIfNoneMatchSoCreateIfAbsentIsOnePut) {
   // What ckpt's commit relies on where it declares atomic create-if-absent:
   // the store itself refuses the second create, with 412, and a racing
-  // pair has exactly one winner.
-  auto storage = Open();
+  // pair has exactly one winner. (Conditional writes are on by default on
+  // radosgw; MotoS3::Options() turns them off, so they are asked for.)
+  auto storage =
+      Open([](s3::S3Config& c) { c.options.conditional_writes = true; });
   ASSERT_NE(storage, nullptr);
   EXPECT_TRUE(storage->capabilities().atomic_create_if_absent);
   ASSERT_TRUE(storage->PutString("m", "first", PutMode::kCreateIfAbsent).ok());
