@@ -44,6 +44,7 @@ if [ "$runtime" -eq 0 ]; then
     postgresql
     valgrind  # the MPI timeout test runs its ranks under memcheck
     libopenmpi-dev openmpi-bin
+    valgrind  # mpi_timed_late_3_memcheck: each rank under memcheck
     chromium  # the report test opens ckpt report's pages headless
     # A real object store for s3_rgw_test and s3_interop_rgw_test: a
     # one-node Ceph cluster with radosgw (src/testing/rgw.h), and the AWS

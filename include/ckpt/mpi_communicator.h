@@ -32,10 +32,25 @@ struct MpiCommunicatorOptions {
   // With a timeout, creating the communicator is a collective (it gathers
   // the ranks' host names, to name them), and collectives go point to
   // point, each rank to every other: O(size) messages per rank and call,
-  // for jobs of up to some hundreds of ranks. After a timeout every later
-  // call fails at once with the same error; the job cannot go on, and
-  // MPI_Finalize may wait forever on a rank it cannot reach, so exit
-  // without it (or MPI_Abort).
+  // for jobs of up to some hundreds of ranks. A timed SendRecv sends a copy
+  // of its message (the caller's bytes may be gone when a late rank takes
+  // it).
+  //
+  // After a timeout every later call of the communicator fails at once with
+  // the same error: the job cannot go on with collectives. The late rank's
+  // messages may still come, at any time, and go nowhere the program or ckpt
+  // uses: what the failed call posted is cancelled, or completes into
+  // buffers the communicator keeps (until it is destroyed after
+  // MPI_Finalize, or for good if before). What a rank may still do:
+  // - local work: a save to, or a load from, storage of its own, with a
+  //   manager without a communicator (or a single-process one);
+  // - destroy the communicator, and exit with or without MPI_Finalize
+  //   (MPI_Finalize waits for every rank, and may wait forever on one that
+  //   is cut off; exit without it, or MPI_Abort, if a rank may be gone).
+  // Not: a new ckpt communicator over the same `comm`, where the late
+  // rank's messages wait under ckpt's tags (0x636b to 0x636e) and would be
+  // taken for new ones. A new MPI communicator has none of them (an
+  // MPI_Comm_dup by every rank, once they all reach each other again).
   double timeout_seconds = 0;
 };
 

@@ -115,7 +115,10 @@ class _Group:
     def send_recv(self, data, size, dest, source, out):
         # A non-blocking send, so that ranks passing messages around a ring
         # all reach their receive; a length first, then the bytes (gloo
-        # matches messages between two ranks in order).
+        # matches messages between two ranks in order). After a timeout
+        # nothing is written or read late: gloo's requests hold their
+        # tensors, its transport only weak references to their buffers, and
+        # a timeout closes the group's connections (docs/tiers.md).
         torch, dist = self.torch, self.dist
         sends = []
         if dest >= 0:

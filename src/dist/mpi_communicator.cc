@@ -6,8 +6,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace ckpt {
@@ -29,6 +32,39 @@ constexpr int kCollectiveTag = 0x636c;  // the timed collectives' messages
 constexpr int kPingTag = 0x636d;
 constexpr int kPongTag = 0x636e;
 const char kPingByte = 'p';
+
+// With a timeout, the calls go point to point with MPI_Isend and
+// MPI_Irecv, and one that gives up at its deadline returns before MPI is
+// done with what it posted: a late rank's message may come seconds later,
+// or never. What keeps that from touching freed memory:
+//
+// - Each call's buffers (sizes, bytes received, and a copy of the bytes
+//   sent) are on the heap, shared between the call and its operations
+//   (Flight); on the way out it cancels what is still pending (Abandon).
+// - What MPI cannot cancel (a send nobody took: Open MPI cancels no send;
+//   a receive whose message is arriving) stays the communicator's, with
+//   the buffers it uses, until MPI completes it (Sweep).
+// - A communicator destroyed before MPI_Finalize frees those requests
+//   (MPI completes them on its own) and hands their buffers to KeepForMpi:
+//   nothing says when MPI is done with them, so they stay until the
+//   process exits (the messages of one call at most, per communicator).
+//   One destroyed after MPI_Finalize frees them: MPI touches no buffer
+//   then.
+// - After a timeout the communicator posts nothing again (every call fails
+//   at once, Broken), so no later receive of its takes the late rank's
+//   stale message for a new one. Those messages stay queued in MPI, under
+//   ckpt's tags on the MPI communicator: a new ckpt communicator over the
+//   same one would take them for its own, and must not be made
+//   (include/ckpt/mpi_communicator.h).
+
+// Buffers that a pending MPI operation may still use when their
+// communicator goes: reachable (not leaked) until the process exits.
+void KeepForMpi(std::shared_ptr<const void> buffers) {
+  static std::mutex mu;
+  static auto* kept = new std::vector<std::shared_ptr<const void>>;
+  std::lock_guard lock(mu);
+  kept->push_back(std::move(buffers));
+}
 
 class MpiCommunicator : public Communicator {
  public:
@@ -143,12 +179,114 @@ class MpiCommunicator : public Communicator {
 
   void Abort(Status why) override { MPI_Abort(comm_, 1); }
 
+  // What a timed call left posted (see Flight) may still be pending. After
+  // MPI_Finalize MPI reads and writes no buffer, so the orphans' buffers
+  // simply go; before, MPI is left to complete the requests on its own,
+  // and their buffers are kept for good (KeepForMpi).
+  ~MpiCommunicator() override {
+    if (orphans_.empty()) return;
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) return;
+    Sweep();
+    for (Orphan& o : orphans_) {
+      MPI_Request_free(&o.request);
+      KeepForMpi(std::move(o.buffers));
+    }
+  }
+
  private:
   // One posted send or receive and the rank at its other end.
   struct Op {
     MPI_Request request = MPI_REQUEST_NULL;
     int peer = 0;
   };
+
+  // An operation a timed call gave up on and MPI has not completed, with
+  // the buffers it reads or writes.
+  struct Orphan {
+    MPI_Request request = MPI_REQUEST_NULL;
+    std::shared_ptr<const void> buffers;
+  };
+
+  // One timed call's posted operations and the buffers they read and
+  // write. A call that gives up at its deadline (or on an error) returns
+  // with operations still posted: a receive from a rank that has not sent
+  // yet, written whenever that rank's message comes (seconds later, or
+  // never), and a send a rank has not taken, read whenever it does. So the
+  // buffers are the call's, on the heap (a copy of the bytes sent too: the
+  // caller may free its own as soon as the call returns), and whatever is
+  // pending when the call returns, by any path, goes to Abandon with them.
+  class Flight {
+   public:
+    Flight(MpiCommunicator& comm, std::shared_ptr<const void> buffers)
+        : comm_(comm), buffers_(std::move(buffers)) {}
+    ~Flight() { comm_.Abandon(ops, buffers_); }
+    Flight(const Flight&) = delete;
+    Flight& operator=(const Flight&) = delete;
+
+    // Posts one operation with `peer` at its other end: `post` calls
+    // MPI_Isend or MPI_Irecv with the request it is given.
+    template <typename Post>
+    Status Add(int peer, const char* what, Post post) {
+      ops.push_back({MPI_REQUEST_NULL, peer});
+      const int rc = post(&ops.back().request);
+      if (rc == MPI_SUCCESS) return Status();
+      ops.back().request = MPI_REQUEST_NULL;
+      comm_.broken_ = MpiError(rc, what);
+      return comm_.broken_;
+    }
+
+    std::vector<Op> ops;
+
+   private:
+    MpiCommunicator& comm_;
+    std::shared_ptr<const void> buffers_;
+  };
+
+  // Cancels what a call left pending. A receive not yet matched is then
+  // complete and done with its buffer. A receive whose message is arriving
+  // cannot be cancelled, nor can a send in Open MPI (in MPI implementations
+  // that can, the peer then never gets it, as if this rank had stopped):
+  // those stay the communicator's, with their buffers, until MPI completes
+  // them (Sweep, ~MpiCommunicator). MPI_Wait instead would wait on the
+  // silent rank, which may be forever.
+  void Abandon(std::vector<Op>& ops,
+               const std::shared_ptr<const void>& buffers) {
+    for (Op& op : ops) {
+      if (op.request == MPI_REQUEST_NULL) continue;
+      MPI_Cancel(&op.request);
+      int done = 0;
+      MPI_Test(&op.request, &done, MPI_STATUS_IGNORE);
+      if (done == 0 && op.request != MPI_REQUEST_NULL) {
+        orphans_.push_back({op.request, buffers});
+      }
+      op.request = MPI_REQUEST_NULL;
+    }
+  }
+
+  // Lets go of the orphans MPI has completed, and their buffers (each
+  // goes with the last operation that uses it).
+  void Sweep() {
+    size_t kept = 0;
+    for (size_t i = 0; i < orphans_.size(); ++i) {
+      int done = 0;
+      MPI_Test(&orphans_[i].request, &done, MPI_STATUS_IGNORE);
+      if (done != 0 || orphans_[i].request == MPI_REQUEST_NULL) continue;
+      if (kept != i) orphans_[kept] = std::move(orphans_[i]);
+      ++kept;
+    }
+    orphans_.resize(kept);
+  }
+
+  // The error of the timed call that failed, for every later one: the
+  // ranks' calls no longer pair up (a late rank's messages for the failed
+  // call may still come, under the same tags as a new call's), so none
+  // may post anything again.
+  Status Broken() {
+    Sweep();
+    return broken_;
+  }
 
   void GatherHosts() {
     std::vector<char> all(static_cast<size_t>(size_) * MPI_MAX_PROCESSOR_NAME);
@@ -181,15 +319,9 @@ class MpiCommunicator : public Communicator {
     return out;
   }
 
-  Status Posted(int rc, const char* what) {
-    if (rc == MPI_SUCCESS) return Status();
-    broken_ = MpiError(rc, what);
-    return broken_;
-  }
-
   // Waits until every op has completed or the call's deadline passed; then
-  // every later call fails with the same error (their messages may still
-  // be in flight, so the ranks' calls no longer pair up).
+  // every later call fails with the same error (Broken), and the caller's
+  // Flight abandons what is still pending.
   Status Await(std::vector<Op>& ops, const char* what,
                Clock::time_point start) {
     const auto deadline =
@@ -262,8 +394,9 @@ class MpiCommunicator : public Communicator {
   // Pings every other rank; the ranks whose answer has not come within a
   // second (or the timeout, if shorter), answering theirs meanwhile.
   std::vector<int> Unanswered() {
-    pongs_.assign(size_, 0);
-    std::vector<Op> ops;
+    // The answers' bytes: a late answer is written after this returns.
+    auto pongs = std::make_shared<std::vector<char>>(size_, 0);
+    Flight flight(*this, pongs);
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) continue;
       MPI_Request ping;
@@ -271,9 +404,10 @@ class MpiCommunicator : public Communicator {
           MPI_SUCCESS) {
         MPI_Request_free(&ping);
       }
-      ops.push_back({MPI_REQUEST_NULL, r});
-      MPI_Irecv(&pongs_[r], 1, MPI_CHAR, r, kPongTag, comm_,
-                &ops.back().request);
+      (void)flight.Add(r, "ping", [&](MPI_Request* request) {
+        return MPI_Irecv(&(*pongs)[r], 1, MPI_CHAR, r, kPongTag, comm_,
+                         request);
+      });
     }
     const auto deadline =
         Clock::now() +
@@ -283,7 +417,7 @@ class MpiCommunicator : public Communicator {
     for (;;) {
       AnswerPings();
       out.clear();
-      for (Op& op : ops) {
+      for (Op& op : flight.ops) {
         int done = 1;
         if (op.request != MPI_REQUEST_NULL) {
           MPI_Test(&op.request, &done, MPI_STATUS_IGNORE);
@@ -295,153 +429,173 @@ class MpiCommunicator : public Communicator {
     }
   }
 
+  // A timed all-gather's buffers (see Flight).
+  struct GatherBuffers {
+    long long my_size = 0;
+    std::string mine;  // what the others receive
+    std::vector<long long> sizes;
+    std::vector<std::string> out;
+  };
+
   // Every rank sends its bytes' size, then the bytes, to every other rank.
   Result<std::vector<std::string>> TimedAllGather(std::string_view mine,
                                                   const char* what) {
-    if (!broken_.ok()) return broken_;
+    if (!broken_.ok()) return Broken();
     const auto start = Clock::now();
-    long long my_size = static_cast<long long>(mine.size());
-    if (my_size > INT_MAX) {
+    if (mine.size() > INT_MAX) {
       return InvalidArgumentError("MPI all-gather: more than 2 GiB");
     }
-    std::vector<long long> sizes(size_, 0);
-    sizes[rank_] = my_size;
-    std::vector<Op> ops;
+    auto b = std::make_shared<GatherBuffers>();
+    b->my_size = static_cast<long long>(mine.size());
+    b->mine = std::string(mine);
+    b->sizes.assign(size_, 0);
+    b->sizes[rank_] = b->my_size;
+    b->out.resize(size_);
+    Flight flight(*this, b);
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) continue;
-      ops.push_back({MPI_REQUEST_NULL, r});
-      CKPT_RETURN_IF_ERROR(
-          Posted(MPI_Isend(&my_size, 1, MPI_LONG_LONG, r, kCollectiveTag, comm_,
-                           &ops.back().request),
-                 what));
-      ops.push_back({MPI_REQUEST_NULL, r});
-      CKPT_RETURN_IF_ERROR(
-          Posted(MPI_Irecv(&sizes[r], 1, MPI_LONG_LONG, r, kCollectiveTag,
-                           comm_, &ops.back().request),
-                 what));
+      CKPT_RETURN_IF_ERROR(flight.Add(r, what, [&](MPI_Request* request) {
+        return MPI_Isend(&b->my_size, 1, MPI_LONG_LONG, r, kCollectiveTag,
+                         comm_, request);
+      }));
+      CKPT_RETURN_IF_ERROR(flight.Add(r, what, [&](MPI_Request* request) {
+        return MPI_Irecv(&b->sizes[r], 1, MPI_LONG_LONG, r, kCollectiveTag,
+                         comm_, request);
+      }));
     }
-    CKPT_RETURN_IF_ERROR(Await(ops, what, start));
-    std::vector<std::string> out(size_);
-    out[rank_] = std::string(mine);
-    ops.clear();
+    CKPT_RETURN_IF_ERROR(Await(flight.ops, what, start));
+    flight.ops.clear();
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) continue;
-      if (sizes[r] < 0 || sizes[r] > INT_MAX) {
+      const long long size = b->sizes[r];
+      if (size < 0 || size > INT_MAX) {
         broken_ = DataLossError("MPI " + std::string(what) + ": rank " +
                                 std::to_string(r) + " announced " +
-                                std::to_string(sizes[r]) + " bytes");
+                                std::to_string(size) + " bytes");
         return broken_;
       }
-      out[r].resize(static_cast<size_t>(sizes[r]));
-      ops.push_back({MPI_REQUEST_NULL, r});
-      CKPT_RETURN_IF_ERROR(
-          Posted(MPI_Isend(mine.data(), static_cast<int>(my_size), MPI_CHAR, r,
-                           kCollectiveTag, comm_, &ops.back().request),
-                 what));
-      ops.push_back({MPI_REQUEST_NULL, r});
-      CKPT_RETURN_IF_ERROR(
-          Posted(MPI_Irecv(out[r].data(), static_cast<int>(sizes[r]), MPI_CHAR,
-                           r, kCollectiveTag, comm_, &ops.back().request),
-                 what));
+      b->out[r].resize(static_cast<size_t>(size));
+      CKPT_RETURN_IF_ERROR(flight.Add(r, what, [&](MPI_Request* request) {
+        return MPI_Isend(b->mine.data(), static_cast<int>(b->my_size), MPI_CHAR,
+                         r, kCollectiveTag, comm_, request);
+      }));
+      CKPT_RETURN_IF_ERROR(flight.Add(r, what, [&](MPI_Request* request) {
+        return MPI_Irecv(b->out[r].data(), static_cast<int>(size), MPI_CHAR, r,
+                         kCollectiveTag, comm_, request);
+      }));
     }
-    CKPT_RETURN_IF_ERROR(Await(ops, what, start));
-    return out;
+    CKPT_RETURN_IF_ERROR(Await(flight.ops, what, start));
+    b->out[rank_] = std::move(b->mine);  // every send is done with it
+    return std::move(b->out);
   }
+
+  // A timed broadcast's or send/receive's buffers (see Flight): the sizes
+  // sent and received, the bytes sent (a copy) and received.
+  struct MessageBuffers {
+    long long n = 0;
+    long long m = 0;
+    std::string data;
+    std::string out;
+  };
 
   // The root sends the size, then the bytes, to every other rank.
   Result<std::string> TimedBroadcast(std::string_view data, int root) {
-    if (!broken_.ok()) return broken_;
+    if (!broken_.ok()) return Broken();
     const auto start = Clock::now();
     const char* what = "broadcast";
-    long long n = static_cast<long long>(data.size());
-    if (rank_ == root && n > INT_MAX) {
+    if (rank_ == root && data.size() > INT_MAX) {
       return InvalidArgumentError("MPI broadcast: more than 2 GiB");
     }
-    std::vector<Op> ops;
+    auto b = std::make_shared<MessageBuffers>();
+    if (rank_ == root) b->n = static_cast<long long>(data.size());
+    Flight flight(*this, b);
+    std::vector<int> peers;
     for (int r = 0; r < size_; ++r) {
       if (r == root || (rank_ != root && r != rank_)) continue;
       const int peer = rank_ == root ? r : root;
-      ops.push_back({MPI_REQUEST_NULL, peer});
-      CKPT_RETURN_IF_ERROR(Posted(
-          rank_ == root ? MPI_Isend(&n, 1, MPI_LONG_LONG, peer, kCollectiveTag,
-                                    comm_, &ops.back().request)
-                        : MPI_Irecv(&n, 1, MPI_LONG_LONG, peer, kCollectiveTag,
-                                    comm_, &ops.back().request),
-          what));
+      peers.push_back(peer);
+      CKPT_RETURN_IF_ERROR(flight.Add(peer, what, [&](MPI_Request* request) {
+        return rank_ == root ? MPI_Isend(&b->n, 1, MPI_LONG_LONG, peer,
+                                         kCollectiveTag, comm_, request)
+                             : MPI_Irecv(&b->n, 1, MPI_LONG_LONG, peer,
+                                         kCollectiveTag, comm_, request);
+      }));
     }
-    CKPT_RETURN_IF_ERROR(Await(ops, what, start));
+    CKPT_RETURN_IF_ERROR(Await(flight.ops, what, start));
+    flight.ops.clear();
+    const long long n = b->n;
     if (n < 0 || n > INT_MAX) {
       broken_ = DataLossError("MPI broadcast: rank " + std::to_string(root) +
                               " announced " + std::to_string(n) + " bytes");
       return broken_;
     }
-    std::string out = rank_ == root ? std::string(data)
-                                    : std::string(static_cast<size_t>(n), '\0');
-    for (Op& op : ops) {
-      CKPT_RETURN_IF_ERROR(
-          Posted(rank_ == root
-                     ? MPI_Isend(out.data(), static_cast<int>(n), MPI_CHAR,
-                                 op.peer, kCollectiveTag, comm_, &op.request)
-                     : MPI_Irecv(out.data(), static_cast<int>(n), MPI_CHAR,
-                                 op.peer, kCollectiveTag, comm_, &op.request),
-                 what));
+    b->out = rank_ == root ? std::string(data)
+                           : std::string(static_cast<size_t>(n), '\0');
+    for (int peer : peers) {
+      CKPT_RETURN_IF_ERROR(flight.Add(peer, what, [&](MPI_Request* request) {
+        return rank_ == root
+                   ? MPI_Isend(b->out.data(), static_cast<int>(n), MPI_CHAR,
+                               peer, kCollectiveTag, comm_, request)
+                   : MPI_Irecv(b->out.data(), static_cast<int>(n), MPI_CHAR,
+                               peer, kCollectiveTag, comm_, request);
+      }));
     }
-    CKPT_RETURN_IF_ERROR(Await(ops, what, start));
-    return out;
+    CKPT_RETURN_IF_ERROR(Await(flight.ops, what, start));
+    return std::move(b->out);
   }
 
   Result<std::string> TimedSendRecv(std::string_view data, int dest,
                                     int source) {
-    if (!broken_.ok()) return broken_;
+    if (!broken_.ok()) return Broken();
     const auto start = Clock::now();
     const char* what = "send/receive";
-    long long n = static_cast<long long>(data.size());
-    long long m = 0;
-    std::vector<Op> ops;
+    auto b = std::make_shared<MessageBuffers>();
+    b->n = static_cast<long long>(data.size());
+    Flight flight(*this, b);
     if (dest >= 0) {
-      ops.push_back({MPI_REQUEST_NULL, dest});
-      CKPT_RETURN_IF_ERROR(Posted(MPI_Isend(&n, 1, MPI_LONG_LONG, dest, kTag,
-                                            comm_, &ops.back().request),
-                                  what));
+      CKPT_RETURN_IF_ERROR(flight.Add(dest, what, [&](MPI_Request* request) {
+        return MPI_Isend(&b->n, 1, MPI_LONG_LONG, dest, kTag, comm_, request);
+      }));
     }
     if (source >= 0) {
-      ops.push_back({MPI_REQUEST_NULL, source});
-      CKPT_RETURN_IF_ERROR(Posted(MPI_Irecv(&m, 1, MPI_LONG_LONG, source, kTag,
-                                            comm_, &ops.back().request),
-                                  what));
+      CKPT_RETURN_IF_ERROR(flight.Add(source, what, [&](MPI_Request* request) {
+        return MPI_Irecv(&b->m, 1, MPI_LONG_LONG, source, kTag, comm_, request);
+      }));
     }
-    CKPT_RETURN_IF_ERROR(Await(ops, what, start));
+    CKPT_RETURN_IF_ERROR(Await(flight.ops, what, start));
+    flight.ops.clear();
+    const long long m = b->m;
     if (m < 0 || m > INT_MAX) {
       broken_ =
           DataLossError("MPI send/receive: rank " + std::to_string(source) +
                         " announced " + std::to_string(m) + " bytes");
       return broken_;
     }
-    std::string out(static_cast<size_t>(m), '\0');
-    ops.clear();
+    b->out.resize(static_cast<size_t>(m));
     if (dest >= 0) {
-      ops.push_back({MPI_REQUEST_NULL, dest});
-      CKPT_RETURN_IF_ERROR(
-          Posted(MPI_Isend(data.data(), static_cast<int>(n), MPI_CHAR, dest,
-                           kTag, comm_, &ops.back().request),
-                 what));
+      // A copy: a rank that takes the message after a timeout here reads it
+      // when the caller's may be gone (ckpt sends blocks of a few MiB).
+      b->data = std::string(data);
+      CKPT_RETURN_IF_ERROR(flight.Add(dest, what, [&](MPI_Request* request) {
+        return MPI_Isend(b->data.data(), static_cast<int>(b->n), MPI_CHAR, dest,
+                         kTag, comm_, request);
+      }));
     }
     if (source >= 0) {
-      ops.push_back({MPI_REQUEST_NULL, source});
-      CKPT_RETURN_IF_ERROR(
-          Posted(MPI_Irecv(out.data(), static_cast<int>(m), MPI_CHAR, source,
-                           kTag, comm_, &ops.back().request),
-                 what));
+      CKPT_RETURN_IF_ERROR(flight.Add(source, what, [&](MPI_Request* request) {
+        return MPI_Irecv(b->out.data(), static_cast<int>(m), MPI_CHAR, source,
+                         kTag, comm_, request);
+      }));
     }
-    CKPT_RETURN_IF_ERROR(Await(ops, what, start));
-    return out;
+    CKPT_RETURN_IF_ERROR(Await(flight.ops, what, start));
+    return std::move(b->out);
   }
 
   MPI_Comm comm_;
   double timeout_seconds_ = 0;
   std::vector<std::string> hosts_;  // by rank, with a timeout
   Status broken_;                   // a timed call failed: every later one
-  std::vector<char> pongs_;  // the answers' bytes (kept: receives pending)
+  std::vector<Orphan> orphans_;     // see Abandon
   int rank_ = 0;
   int size_ = 1;
 };
