@@ -42,7 +42,6 @@ if [ "$runtime" -eq 0 ]; then
     clang clang-format libclang-rt-14-dev
     libgtest-dev libgmock-dev
     postgresql
-    valgrind  # the MPI timeout test runs its ranks under memcheck
     libopenmpi-dev openmpi-bin
     valgrind  # mpi_timed_late_3_memcheck: each rank under memcheck
     chromium  # the report test opens ckpt report's pages headless
