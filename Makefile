@@ -32,7 +32,11 @@ build: deps
 	$(CMAKE) --preset $(PRESET) >/dev/null
 	$(CMAKE) --build $(BUILD) -j $(JOBS)
 
-demo: build
+# Only what the demo runs (the training program and the ckpt tool), not
+# every test: a first `make demo` is minutes, not a quarter of an hour.
+demo: deps
+	$(CMAKE) --preset $(PRESET) >/dev/null
+	$(CMAKE) --build $(BUILD) -j $(JOBS) --target train ckpt_cli
 	scripts/demo.sh $(BUILD)
 
 # The Python wheel, dist/ckpt-<version>-py3-none-linux_x86_64.whl: the
