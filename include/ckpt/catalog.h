@@ -171,6 +171,10 @@ class Catalog {
 // runner uses the manager's.
 std::string DefaultCatalogUrl();
 
+// `url` with any password in it (user:PASSWORD@, ?password=) replaced by
+// "***": what a page, a log line or an error may show of a catalog URL.
+std::string RedactCatalogUrl(std::string_view url);
+
 // Opens (creating if needed, and migrating) the catalog at `url`:
 //   /path/catalog.sqlite, sqlite:///path/catalog.sqlite   SQLite
 //   postgresql://user:password@host:port/db?...           PostgreSQL (also

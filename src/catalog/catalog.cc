@@ -111,6 +111,10 @@ Result<std::unique_ptr<SqlConnection>> ConnectSql(
 
 }  // namespace catalog
 
+std::string RedactCatalogUrl(std::string_view url) {
+  return catalog::RedactPassword(url);
+}
+
 Result<std::unique_ptr<Catalog>> OpenCatalog(std::string_view url,
                                              const CatalogOptions& options) {
   if (url == kNone) return std::unique_ptr<Catalog>();

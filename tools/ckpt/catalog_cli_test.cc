@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -515,6 +517,64 @@ TEST(CatalogCliPostgresTest, AWrongPasswordIsAClearError) {
                        "postgresql://ckpt_pw:***@127.0.0.1"));
   EXPECT_TRUE(Contains(out, "password authentication failed"));
   EXPECT_FALSE(Contains(out, "wrong-secret"));
+}
+
+// A catalog URL with a password, used to save and then to report and list:
+// what ckpt writes for people (the report page, --json output, the
+// catalog's own rows) holds the password nowhere.
+TEST(CatalogCliPostgresTest, APasswordInTheCatalogUrlIsWrittenNowhere) {
+  auto server = ckpt::testing::SharedPostgresServer();
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const std::string secret(testing::PostgresServer::kPassword);
+  const std::string url = (*server)->PasswordUrl(secret);
+  const testing::TempDir dir("catalog-secret");
+  const std::string root = dir.string() + "/run";
+  {
+    auto catalog = OpenCatalog(url);
+    ASSERT_TRUE(catalog.ok()) << catalog.status().ToString();
+    Options options;
+    options.job_id = "secret-job";
+    options.catalog = std::move(catalog).value();
+    auto mgr = CheckpointManager::Open(root, std::move(options));
+    ASSERT_TRUE(mgr.ok()) << mgr.status().ToString();
+    TestModel model(1, 256);
+    ASSERT_TRUE((*mgr)->Save(1, model.MakeState()).ok());
+  }
+  const std::string page = dir.string() + "/run.html";
+  const std::string jobs_page = dir.string() + "/jobs.html";
+  std::string written;
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{
+           {"report", root, "--catalog", url, "-o", page},
+           {"report", "--catalog", url, "-o", jobs_page},
+           {"catalog", "jobs", "--catalog", url, "--json"},
+           {"catalog", "list", "secret-job", "--catalog", url, "--json"},
+           {"ls", root, "--json"},
+           {"show", root, "--json"}}) {
+    RunResult r = testing::RunProgram(CKPT_CLI_PATH, args, dir.string());
+    EXPECT_EQ(r.exit_code, 0) << args[0] << ": " << r.err;
+    written += r.out + r.err;
+  }
+  for (const std::string& file : {page, jobs_page}) {
+    std::ifstream in(file);
+    ASSERT_TRUE(in) << file;
+    written += std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  auto conn = catalog::ConnectSql(url);
+  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+  for (const char* table : {"ckpt_jobs", "ckpt_checkpoints", "ckpt_metrics"}) {
+    auto rows = (*conn)->Query(std::string("SELECT * FROM ") + table);
+    ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+    for (const catalog::SqlRow& row : *rows) {
+      for (const catalog::SqlValue& cell : row) {
+        if (const auto* text = std::get_if<std::string>(&cell)) {
+          written += *text + "\n";
+        }
+      }
+    }
+  }
+  EXPECT_TRUE(Contains(written, "ckpt_pw:***@")) << "the masked URL is shown";
+  EXPECT_FALSE(Contains(written, secret));
 }
 
 }  // namespace

@@ -238,7 +238,8 @@ Status RunRootReport(const ReportArgs& args) {
   const json data = {{"kind", "root"},
                      {"root", args.root},
                      {"job_id", job_id},
-                     {"catalog", args.catalog},
+                     // A page made to be shared: no password.
+                     {"catalog", RedactCatalogUrl(args.catalog)},
                      {"generated_unix_ms", NowUnixMs()},
                      {"steps", Columns(rows)},
                      {"edges", std::move(edges)},
