@@ -39,6 +39,12 @@ the process; close() lets them go.
 consolidate(root, out_path, ...) writes a checkpoint as Hugging Face
 safetensors: one model.safetensors, or several files and
 model.safetensors.index.json beyond max_shard_size.
+
+Sampler(dataset_or_len, num_replicas=None, rank=None, shuffle=True,
+seed=0, drop_last=False) is a DistributedSampler whose state_dict() is one
+position in the epoch for the whole job: loaded on another number of ranks
+(or through torchdata's StatefulDataLoader), the epoch goes on with every
+sample taken exactly once (ckpt._torch_sampler says more).
 """
 
 import gc
@@ -52,6 +58,7 @@ import torch
 
 from ckpt import _errors, _manager, _torch_dist, _tree, _values
 from ckpt._consolidate import consolidate
+from ckpt._torch_sampler import Sampler
 
 try:
     from torch.distributed.tensor import DTensor as _DTensor
@@ -63,8 +70,8 @@ except ImportError:
 
 HAS_DTENSOR = _DTensor is not None
 
-__all__ = ["HAS_DTENSOR", "async_save", "close", "consolidate", "latest",
-           "load", "manager", "save"]
+__all__ = ["HAS_DTENSOR", "Sampler", "async_save", "close", "consolidate",
+           "latest", "load", "manager", "save"]
 
 # url -> (manager, the communicator it was opened with, or a key naming the
 # default process group). A manager holds its root's lease between saves.
