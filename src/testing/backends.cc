@@ -6,8 +6,8 @@
 #include <stdexcept>
 
 #include "storage/memory/memory_storage.h"
-#include "testing/rgw.h"
 #include "testing/moto_s3.h"
+#include "testing/rgw.h"
 
 namespace ckpt::testing {
 
