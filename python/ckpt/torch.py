@@ -45,6 +45,12 @@ seed=0, drop_last=False) is a DistributedSampler whose state_dict() is one
 position in the epoch for the whole job: loaded on another number of ranks
 (or through torchdata's StatefulDataLoader), the epoch goes on with every
 sample taken exactly once (ckpt._torch_sampler says more).
+
+StorageWriter(root, **options) and StorageReader(root) are
+torch.distributed.checkpoint's storage on ckpt: dcp.save, dcp.async_save
+and dcp.load through them write and read ckpt checkpoint steps (one atomic
+commit for every rank, every chunk checked; checkpoint_id: None, a step,
+"ROOT" or "ROOT@STEP"; ckpt._torch_dcp says more).
 """
 
 import gc
@@ -58,6 +64,7 @@ import torch
 
 from ckpt import _errors, _manager, _torch_dist, _tree, _values
 from ckpt._consolidate import consolidate
+from ckpt._torch_dcp import StorageReader, StorageWriter
 from ckpt._torch_sampler import Sampler
 
 try:
@@ -70,8 +77,9 @@ except ImportError:
 
 HAS_DTENSOR = _DTensor is not None
 
-__all__ = ["HAS_DTENSOR", "Sampler", "async_save", "close", "consolidate",
-           "latest", "load", "manager", "save"]
+__all__ = ["HAS_DTENSOR", "Sampler", "StorageReader", "StorageWriter",
+           "async_save", "close", "consolidate", "latest", "load", "manager",
+           "save"]
 
 # url -> (manager, the communicator it was opened with, or a key naming the
 # default process group). A manager holds its root's lease between saves.

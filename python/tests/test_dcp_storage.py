@@ -1,0 +1,234 @@
+"""PyTorch's distributed checkpoint (dcp.save, dcp.async_save, dcp.load)
+with ckpt.torch.StorageWriter and StorageReader as its storage: real
+torchrun jobs (gloo, CPU; dcp_job.py is the job) save at 2 ranks and load
+at 3, bit for bit, into DTensors split anew; the result is a ckpt root that
+`ckpt ls` and `ckpt verify` read; a flipped byte makes dcp.load raise on
+every rank with the state unchanged. In one process (no process group):
+the checkpoint_id rule, manager options (retention, the catalog) passed
+through, and an s3:// root on an emulated S3 server."""
+
+import glob
+import os
+import socket
+import struct
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+import ckpt
+
+import torchrun_util
+
+torchrun_util.skip_without_torchrun("test_dcp_storage.py")
+
+import torch  # noqa: E402 - after the skip
+
+try:
+    import torch.distributed.checkpoint as dcp
+except ImportError as e:  # pragma: no cover - PyTorch 1.13 has it
+    torchrun_util.skip_module("test_dcp_storage.py",
+                              f"torch.distributed.checkpoint: {e}")
+
+import ckpt.torch as ct  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+JOB = os.path.join(HERE, "dcp_job.py")
+
+# dcp.save and dcp.load without a process group say that they assume one
+# process: that is what these tests mean.
+one_process = pytest.mark.filterwarnings(
+    "ignore:torch.distributed is disabled")
+
+
+def torchrun(n, *ops):
+    """Runs dcp_job.py OPS on n processes; its stderr."""
+    rc, out, err = torchrun_util.torchrun(n, JOB, ops)
+    assert rc == 0, (f"torchrun -n {n} {' '.join(map(str, ops))} exited "
+                     f"{rc}:\n{out}{err}")
+    return err
+
+
+def cli(*args):
+    """(exit status, output) of the ckpt command, or None where CKPT_CLI is
+    not set (ctest sets it), said in a warning."""
+    exe = os.environ.get("CKPT_CLI")
+    if not exe:
+        warnings.warn(pytest.PytestWarning(
+            "test_dcp_storage.py: CKPT_CLI is not set (the ckpt binary; "
+            "ctest sets it): `ckpt ls` and `ckpt verify` are not run"))
+        return None
+    run = subprocess.run([exe, *args], capture_output=True, text=True,
+                         timeout=60)
+    return run.returncode, run.stdout + run.stderr
+
+
+def flip_a_data_byte(root, step):
+    """Flips one byte in the middle of the tensor data of rank 0's data
+    object of `step` (past its safetensors header)."""
+    [path] = glob.glob(os.path.join(root, f"step-{step:012d}",
+                                    "r00000-*.safetensors"))
+    with open(path, "r+b") as f:
+        data = bytearray(f.read())
+        start = 8 + struct.unpack("<Q", bytes(data[:8]))[0]
+        i = start + (len(data) - start) // 2
+        data[i] ^= 0x10
+        f.seek(0)
+        f.write(data)
+    return path
+
+
+def test_dcp_save_at_2_ranks_loads_at_3_and_a_flipped_byte_changes_nothing(
+        tmp_path):
+    root = str(tmp_path / "run")
+    # dcp.save (step 1) and dcp.async_save (step 2) of a replicated tensor,
+    # a DTensor, an optimizer state and Python values.
+    torchrun(2, "save", root)
+    steps = ckpt.open(root, create=False).list()
+    assert [(i.step, i.world_size) for i in steps] == [(1, 2), (2, 2)]
+    listed = cli("ls", root)
+    if listed is not None:
+        rc, out = listed
+        assert rc == 0, out
+        rows = [line.split()[:1] for line in out.splitlines()[1:]]
+        assert rows == [["1"], ["2"]], out
+        rc, out = cli("verify", root, "--all")
+        assert rc == 0 and out.count("ok: step") == 2, out
+    flip_a_data_byte(root, 1)
+    # At 3 ranks: the newest step (async_save's) loads bit for bit into a
+    # DTensor split over 3; step 1, damaged, raises on every rank and
+    # changes nothing.
+    err = torchrun(3, "load", root, "-", 2, "damaged", root, 1)
+    for rank in range(3):
+        assert f"rank {rank} ok load" in err, err
+        assert f"rank {rank} raised CheckpointException (DataLoss)" in err, \
+            err
+        assert f"rank {rank} ok damaged" in err, err
+    verified = cli("verify", root, "--step", "1")
+    if verified is not None:
+        rc, out = verified
+        assert rc == 1 and "checksum mismatch" in out, out
+
+
+def small_state(v):
+    g = torch.Generator().manual_seed(v)
+    return {"w": torch.randn(4, 3, generator=g),
+            "b": torch.randn(3, generator=g).to(torch.bfloat16),
+            "n": torch.tensor(float(v)),
+            "optim": {"state": {0: {"m": torch.randn(3, generator=g)}},
+                      "param_groups": [{"lr": 0.1 * v, "params": [0]}]},
+            "epoch": v, "name": f"v{v}"}
+
+
+def loaded(reader, checkpoint_id=None):
+    """A state loaded by dcp.load through `reader`."""
+    got = small_state(0)
+    for k in ("w", "b", "n"):
+        got[k].zero_()
+    dcp.load(got, storage_reader=reader, checkpoint_id=checkpoint_id)
+    return got
+
+
+def same(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        if isinstance(a[k], torch.Tensor):
+            assert a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]), k
+        elif isinstance(a[k], dict):
+            same(a[k], b[k])
+        else:
+            assert a[k] == b[k], k
+
+
+@one_process
+def test_checkpoint_id_names_a_root_and_a_step(tmp_path):
+    root, other = str(tmp_path / "run"), str(tmp_path / "other")
+    writer = ct.StorageWriter(root)
+    saved = []
+    for checkpoint_id in (None, None, 7, f"{other}@3", None, other):
+        dcp.save(small_state(len(saved) + 1), storage_writer=writer,
+                 checkpoint_id=checkpoint_id)
+        saved.append(writer.last_step)
+    # None: the next step (1 in a new root); an int: that step; ROOT@N;
+    # a later call without one names the constructor's root again.
+    assert saved == [1, 2, 7, 3, 8, 4]
+    assert [i.step for i in ckpt.open(root).list()] == [1, 2, 7, 8]
+    assert [i.step for i in ckpt.open(other).list()] == [3, 4]
+    reader = ct.StorageReader(root)
+    same(loaded(reader), small_state(5))  # the newest: step 8
+    assert reader.step == 8
+    same(loaded(reader, 2), small_state(2))
+    same(loaded(reader, f"{other}@3"), small_state(4))
+    same(loaded(reader, other), small_state(6))
+    # A committed step is not written again.
+    with pytest.raises(BaseException, match="AlreadyExists"):
+        dcp.save(small_state(1), storage_writer=writer, checkpoint_id=7)
+    assert ct.StorageWriter.validate_checkpoint_id(f"{root}@12")
+    assert ct.StorageReader.validate_checkpoint_id(3)
+    for bad in (-1, True, "", "@4", 1.5):
+        assert not ct.StorageWriter.validate_checkpoint_id(bad)
+        with pytest.raises(ckpt.InvalidArgument, match="checkpoint_id"):
+            writer.reset(bad)
+    with pytest.raises(BaseException, match="none does not exist"):
+        loaded(ct.StorageReader(str(tmp_path / "none")))
+    writer.close()
+
+
+@one_process
+def test_manager_options_pass_through(tmp_path):
+    root, catalog = str(tmp_path / "run"), str(tmp_path / "catalog.sqlite")
+    writer = ct.StorageWriter(root, keep_last=2, catalog=catalog,
+                              job_id="dcp-job")
+    for v in (1, 2, 3):
+        future = dcp.async_save(small_state(v), storage_writer=writer)
+        future.result()
+    assert [i.step for i in ckpt.open(root).list()] == [2, 3]
+    assert ckpt.Catalog(catalog).latest("dcp-job").step == 3
+    same(loaded(ct.StorageReader(root)), small_state(3))
+    writer.close()
+
+
+@pytest.fixture
+def s3_bucket(tmp_path, monkeypatch):
+    """An emulated S3 server (moto's, src/testing/moto_s3.py) with an empty
+    bucket, and the AWS_* variables that point ckpt at it."""
+    try:
+        import moto  # noqa: F401 - only whether it imports
+    except ImportError as e:
+        why = f"moto is not importable ({e}): no s3:// root here"
+        warnings.warn(pytest.PytestWarning(f"test_dcp_storage.py: {why}"))
+        pytest.skip(why)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = os.path.join(HERE, "..", "..", "src", "testing", "moto_s3.py")
+    log = open(tmp_path / "moto.log", "w+")
+    proc = subprocess.Popen([sys.executable, server, str(port), "dcp"],
+                            stdout=subprocess.PIPE, stderr=log, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready", log.read()
+        for name, value in (("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}"),
+                            ("AWS_ACCESS_KEY_ID", "test"),
+                            ("AWS_SECRET_ACCESS_KEY", "test"),
+                            ("AWS_REGION", "us-east-1")):
+            monkeypatch.setenv(name, value)
+        monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+        yield "s3://dcp"
+    finally:
+        proc.kill()
+        proc.wait()
+        log.close()
+
+
+@one_process
+def test_an_s3_root(s3_bucket):
+    root = f"{s3_bucket}/run"
+    writer = ct.StorageWriter(root)
+    dcp.save(small_state(1), storage_writer=writer)
+    dcp.async_save(small_state(2), storage_writer=writer).result()
+    assert [i.step for i in ckpt.open(root).list()] == [1, 2]
+    reader = ct.StorageReader(root)
+    same(loaded(reader), small_state(2))
+    same(loaded(reader, f"{root}@1"), small_state(1))
+    writer.close()
