@@ -5,7 +5,12 @@ this):
     idea;
   - no import circle among the modules of python/ckpt: each module imports
     only modules below it, so that any of them can be read (and imported)
-    without the ones above.
+    without the ones above;
+  - integrations depend on the core, never the reverse: a module that
+    imports a framework (torch, lightning, jax, keras, ...) as it loads is
+    an integration (ckpt.torch, ckpt.lightning and their private modules),
+    and no other module of the package imports one, even inside a
+    function, so that `import ckpt` needs none of them.
 
     scripts/check-python-layering.py [REPO_ROOT]
 
@@ -20,6 +25,9 @@ import sys
 
 LIMIT = 700
 PACKAGE = "ckpt"
+# The frameworks an integration module imports as it loads.
+FRAMEWORKS = {"torch", "lightning", "pytorch_lightning", "torchdata", "jax",
+              "jaxlib", "flax", "orbax", "keras", "tensorflow"}
 
 
 def long_files(root):
@@ -75,6 +83,24 @@ def imports(path, name, known):
     return out
 
 
+def loads_a_framework(path):
+    """Whether the module at `path` imports a framework at its top level
+    (not inside a function: a core module may reach one lazily)."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    for node in tree.body:
+        # A guarded import (try/except ImportError) counts as well.
+        for sub in ast.walk(node) if isinstance(node, ast.Try) else [node]:
+            names = []
+            if isinstance(sub, ast.Import):
+                names = [a.name for a in sub.names]
+            elif isinstance(sub, ast.ImportFrom) and not sub.level:
+                names = [sub.module or ""]
+            if any(n.split(".")[0] in FRAMEWORKS for n in names):
+                return True
+    return False
+
+
 def circles(graph):
     """Each import circle of `graph` ({module: {modules it imports}}), as
     the list of its modules with the first repeated at the end."""
@@ -109,6 +135,14 @@ def check(root):
         for circle in circles(graph):
             problems.append("check-layering: an import circle in python/"
                             f"{PACKAGE}: " + " -> ".join(circle))
+        integrations = {name for name, path in known.items()
+                        if loads_a_framework(path)}
+        for name in sorted(set(known) - integrations):
+            for dep in sorted(graph[name] & integrations):
+                problems.append(
+                    f"check-layering: core module {name} imports the "
+                    f"integration {dep}: integrations depend on the core, "
+                    "never the reverse")
     return problems
 
 

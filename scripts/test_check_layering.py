@@ -178,6 +178,18 @@ class CheckLayeringTest(unittest.TestCase):
         self.assertEqual(code, 1)
         self.assertIn("ckpt._a -> ckpt._b -> ckpt._a", out)
 
+    def test_fails_the_core_importing_an_integration(self):
+        integration = {"python/ckpt/torch.py": "import torch\n\nfrom ckpt import _a\n"}
+        self.assertEqual(check(integration), (0, ""))
+        code, out = check({**integration, "python/ckpt/_b.py":
+                           "def f():\n    import ckpt.torch\n"})
+        self.assertEqual(code, 1)
+        self.assertIn("core module ckpt._b imports the integration "
+                      "ckpt.torch", out)
+        # A framework reached inside a function keeps a module core.
+        self.assertEqual(check({"python/ckpt/_b.py":
+                                "def f():\n    import torch\n"}), (0, ""))
+
 
 if __name__ == "__main__":
     unittest.main()
