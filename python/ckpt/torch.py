@@ -34,7 +34,8 @@ ShardedTensor; everything else works with it.
 catalog or other options (ckpt.open(url, keep_last=3,
 communicator=ckpt.torch_communicator())). For a URL, this module opens one
 manager per root and keeps it (and the root's lease) for the next calls of
-the process; close() lets them go.
+the process; close() closes them (their saves in flight end and the
+leases are given back at once).
 
 consolidate(root, out_path, ...) writes a checkpoint as Hugging Face
 safetensors: one model.safetensors, or several files and
@@ -240,7 +241,7 @@ def _managed(root, communicator):
     key = communicator if communicator is not None else _default_group_key()
     with _lock:
         held = _managers.get(url)
-        if held is not None and held[1] is key:
+        if held is not None and held[1] is key and not held[0].closed:
             return held[0]
         if held is not None:
             # Another communicator: the old manager gives the lease back
@@ -257,14 +258,27 @@ def _managed(root, communicator):
 
 
 def close(root=None):
-    """Lets go of the managers this module opened (of `root` only, if
-    given), which gives their roots' leases back once their saves end."""
+    """Closes the managers this module opened (of `root` only, if given):
+    each waits for its saves in flight and gives its root's lease back at
+    once (CheckpointManager.close()), not when it is collected. Raises,
+    once all are closed, the first failure of a save that nothing waited
+    for. The next call on a root opens a manager again."""
     with _lock:
         if root is None:
+            held = list(_managers.values())
             _managers.clear()
         else:
-            _managers.pop(os.fspath(root), None)
+            held = [h for h in [_managers.pop(os.fspath(root), None)] if h]
+    first = None
+    for mgr, _ in held:
+        try:
+            mgr.close()
+        except _errors.Error as e:
+            first = first or e
+    del held
     gc.collect()
+    if first is not None:
+        raise first
 
 
 def _default_group_key():

@@ -235,3 +235,22 @@ def test_dtensor_support_is_reported():
     has = hasattr(torch.distributed, "tensor") or hasattr(
         torch.distributed, "_tensor")
     assert ct.HAS_DTENSOR == has
+
+
+def test_close_gives_the_lease_back_at_once(tmp_path):
+    root = str(tmp_path / "run")
+    assert ct.latest(root, create=True) is None
+    ct.save({"x": torch.ones(3)}, root, 1)
+    kept = ct.manager(root)  # still referenced: no collection frees it
+    pending = ct.async_save({"x": torch.full((3,), 2.0)}, root, 2)
+    ct.close(root)
+    assert kept.closed and pending.done()  # the save in flight ended first
+    other = ckpt.open(root)  # the lease is free now, not at collection
+    other.save(3, {"x": torch.zeros(3).numpy()})
+    other.close()
+    # The next call opens a manager of its own again.
+    state = {"x": torch.empty(3)}
+    assert ct.load(state, root).step == 3
+    assert same_bits(state["x"], torch.zeros(3))
+    with pytest.raises(ckpt.FailedPrecondition, match="is closed"):
+        kept.latest()
