@@ -16,7 +16,6 @@
 #include <map>
 #include <mutex>
 #include <optional>
-#include <shared_mutex>
 #include <thread>
 
 #include "testing/storage_conformance.h"
@@ -36,15 +35,12 @@ using s3::HttpTransport;
 #ifdef CKPT_S3_TEST_ON_RGW
 using TestServer = testing::Rgw;
 constexpr testing::Backend kBackend = testing::Backend::kRgw;
-// radosgw honours If-None-Match itself (the wrapper must not emulate it: its
-// HEAD would carry the PUT's signature, which radosgw checks).
-constexpr bool kServerHonoursIfNoneMatch = true;
 #else
 using TestServer = testing::MotoS3;
 constexpr testing::Backend kBackend = testing::Backend::kS3;
-// moto_s3.py makes moto refuse a second create atomically (testing/moto_s3.h).
-constexpr bool kServerHonoursIfNoneMatch = true;
 #endif
+// Both servers honour `If-None-Match: *` themselves (moto_s3.py makes moto's
+// refusal atomic), so the transport below emulates none of it.
 
 bool Contains(const std::string& s, std::string_view part) {
   return s.find(part) != std::string::npos;
@@ -65,8 +61,7 @@ TestServer* Server() {
 }
 
 // Wraps the real transport: logs requests, tracks concurrency, lets a test
-// answer or fail chosen requests, and can make the store honour
-// `If-None-Match: *` atomically, as AWS does, where a server would not.
+// answer or fail chosen requests.
 class TestTransport : public HttpTransport {
  public:
   explicit TestTransport(std::shared_ptr<HttpTransport> inner = nullptr)
@@ -76,7 +71,6 @@ class TestTransport : public HttpTransport {
   // without reaching the server.
   std::function<std::optional<Result<HttpResponse>>(const HttpRequest&, int n)>
       intercept;
-  bool honour_if_none_match = false;
 
   Result<HttpResponse> Send(const HttpRequest& request) override {
     int n;
@@ -122,31 +116,6 @@ class TestTransport : public HttpTransport {
     if (intercept) {
       if (auto answer = intercept(request, n)) return *std::move(answer);
     }
-    const bool conditional =
-        honour_if_none_match && !kServerHonoursIfNoneMatch &&
-        std::any_of(request.headers.begin(), request.headers.end(),
-                    [](const auto& h) {
-                      return h.first == "If-None-Match" && h.second == "*";
-                    });
-    std::unique_lock<std::shared_mutex> exclusive(objects_mu_, std::defer_lock);
-    if (conditional) exclusive.lock();
-    if (!conditional) return inner_->Send(request);
-    HttpRequest head;
-    head.method = "HEAD";
-    head.url = request.url.substr(0, request.url.find('?'));
-    for (const auto& h : request.headers) {
-      // moto does not check signatures, so the PUT's will do.
-      if (h.first != "If-None-Match") head.headers.push_back(h);
-    }
-    CKPT_ASSIGN_OR_RETURN(HttpResponse exists, inner_->Send(head));
-    if (exists.status == 200) {
-      HttpResponse refused;
-      refused.status = 412;
-      refused.body =
-          "<Error><Code>PreconditionFailed</Code><Message>At least one of "
-          "the pre-conditions you specified did not hold</Message></Error>";
-      return refused;
-    }
     return inner_->Send(request);
   }
 
@@ -156,7 +125,6 @@ class TestTransport : public HttpTransport {
   std::vector<std::vector<std::pair<std::string, std::string>>> headers_;
   std::atomic<int> in_flight_{0};
   std::atomic<int> max_in_flight_{0};
-  std::shared_mutex objects_mu_;
 };
 
 HttpResponse Answer(long status, std::string body = "") {
@@ -192,18 +160,15 @@ std::unique_ptr<Storage> OpenThrough(
 // --- The conformance suite, three ways --------------------------------------
 
 StorageConformanceParams S3Params(std::string name,
-                                  std::function<void(S3Options&)> tweak,
-                                  bool honour_if_none_match) {
+                                  std::function<void(S3Options&)> tweak) {
   StorageConformanceParams params;
   params.name = name;
   params.backend = kBackend;
-  params.open = [tweak, honour_if_none_match](
-                    const std::string& url,
-                    bool create) -> std::unique_ptr<Storage> {
+  params.open = [tweak](const std::string& url,
+                        bool create) -> std::unique_ptr<Storage> {
     TestServer* server = Server();
     if (server == nullptr) return nullptr;
     auto transport = std::make_shared<TestTransport>();
-    transport->honour_if_none_match = honour_if_none_match;
     S3Options options = server->Options();
     if (tweak) tweak(options);
     Result<ParsedUrl> parsed = ParseUrl(url);
@@ -230,20 +195,17 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         // radosgw as it is: conditional writes on (the default), so
         // create-if-absent is one atomic PUT with If-None-Match: *.
-        S3Params("Rgw", {}, false),
+        S3Params("Rgw", {}),
         // Without them: HEAD-then-PUT, declared not atomic.
-        S3Params(
-            "RgwUnconditional",
-            [](S3Options& o) { o.conditional_writes = false; }, false),
+        S3Params("RgwUnconditional",
+                 [](S3Options& o) { o.conditional_writes = false; }),
         // Every Put above 1 MiB goes multipart, reads split early.
-        S3Params(
-            "RgwMultipart",
-            [](S3Options& o) {
-              o.multipart_threshold = 1 << 20;
-              o.part_size = s3::kMinPartSize;
-              o.max_concurrency = 3;
-            },
-            false)),
+        S3Params("RgwMultipart",
+                 [](S3Options& o) {
+                   o.multipart_threshold = 1 << 20;
+                   o.part_size = s3::kMinPartSize;
+                   o.max_concurrency = 3;
+                 })),
     StorageConformanceTestName);
 #else
 INSTANTIATE_TEST_SUITE_P(
@@ -252,21 +214,18 @@ INSTANTIATE_TEST_SUITE_P(
         // What MotoS3::Options() sets: no conditional writes, so
         // create-if-absent is HEAD-then-PUT and the backend declares it not
         // atomic.
-        S3Params("Moto", {}, false),
+        S3Params("Moto", {}),
         // Conditional writes on: one atomic PUT with If-None-Match: *,
         // which moto_s3.py makes moto refuse atomically; the race test runs.
-        S3Params(
-            "S3Conditional", [](S3Options& o) { o.conditional_writes = true; },
-            false),
+        S3Params("S3Conditional",
+                 [](S3Options& o) { o.conditional_writes = true; }),
         // Every Put above 1 MiB goes multipart, reads split early.
-        S3Params(
-            "S3Multipart",
-            [](S3Options& o) {
-              o.multipart_threshold = 1 << 20;
-              o.part_size = s3::kMinPartSize;
-              o.max_concurrency = 3;
-            },
-            false)),
+        S3Params("S3Multipart",
+                 [](S3Options& o) {
+                   o.multipart_threshold = 1 << 20;
+                   o.part_size = s3::kMinPartSize;
+                   o.max_concurrency = 3;
+                 })),
     StorageConformanceTestName);
 #endif
 
@@ -856,7 +815,6 @@ TEST_F(S3StorageTest, ALargeCreateIfAbsentIsOneConditionalPut) {
   // Above multipart_threshold, but a create-if-absent: one PUT with
   // If-None-Match, which radosgw honours (it ignores the header on a
   // multipart completion, below).
-  transport_->honour_if_none_match = true;
   auto storage = Open([](s3::S3Config& c) {
     c.options.conditional_writes = true;
     c.options.multipart_threshold = 1 << 20;
@@ -905,9 +863,7 @@ TEST_F(S3StorageTest, RgwIgnoresIfNoneMatchOnMultipartCompletion) {
 }
 #else
 TEST_F(S3StorageTest, ConditionalMultipartCompletionRefusesAnExistingObject) {
-  // What AWS does (emulated in front of the test server), for objects above 5
-  // GiB.
-  transport_->honour_if_none_match = true;
+  // What AWS does for objects above 5 GiB, and moto too.
   auto storage = Open([](s3::S3Config& c) {
     c.options.conditional_writes = true;
     c.options.multipart_threshold = 1 << 20;
@@ -930,7 +886,6 @@ TEST_F(S3StorageTest, ConditionalMultipartCompletionRefusesAnExistingObject) {
 #endif
 
 TEST_F(S3StorageTest, ALostAnswerToAConditionalPutIsRecognisedAsOurs) {
-  transport_->honour_if_none_match = true;
   auto storage =
       Open([](s3::S3Config& c) { c.options.conditional_writes = true; });
   ASSERT_NE(storage, nullptr);
