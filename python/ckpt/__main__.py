@@ -22,6 +22,9 @@ def main(argv=None):
               "installation of the ckpt package has no command-line tool "
               "(reinstall the ckpt wheel)", file=sys.stderr)
         return 1
+    # `ckpt import-dcp` and `ckpt export --format dcp` run this package
+    # with PyTorch in a Python: this one, unless the caller names another.
+    os.environ.setdefault("CKPT_PYTHON", sys.executable)
     sys.stdout.flush()
     sys.stderr.flush()
     # exec, not a child process: signals (Ctrl-C), the exit status and the

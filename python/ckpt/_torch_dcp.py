@@ -73,6 +73,9 @@ except ImportError as _e:  # a PyTorch without DCP: the classes say so
 
 __all__ = ["StorageReader", "StorageWriter"]
 
+# Where `ckpt import-dcp` keeps DCP's planner_data (ckpt._dcp_files).
+PLANNER_DATA_ENTRY = "__dcp_planner_data__"
+
 # "ROOT@STEP": the step is the decimal digits after the last "@".
 _ROOT_AT_STEP = re.compile(r"(.*)@([0-9]+)", re.S)
 
@@ -435,8 +438,9 @@ def _metadata(desc, checkpoint_id):
     """DCP's Metadata of a ckpt checkpoint description."""
     out = {}
     for e in desc.entries:
-        if e.owner != -1 or e.name == _tree.TREE_ENTRY:
-            continue  # rank-local values and ckpt's own tree are not DCP's
+        if e.owner != -1 or e.name in (_tree.TREE_ENTRY,
+                                        PLANNER_DATA_ENTRY):
+            continue  # rank-local values and ckpt's own entries are not DCP's
         dtype = _torch_dtype(e)
         if e.kind == "tensor" and dtype is not None:
             shape = torch.Size(int(d) for d in e.shape)

@@ -52,6 +52,13 @@ torch.distributed.checkpoint's storage on ckpt: dcp.save, dcp.async_save
 and dcp.load through them write and read ckpt checkpoint steps (one atomic
 commit for every rank, every chunk checked; checkpoint_id: None, a step,
 "ROOT" or "ROOT@STEP"; ckpt._torch_dcp says more).
+
+import_dcp(directory, root, step) and export_dcp(root, step, directory)
+bring a checkpoint of DCP's own FileSystemWriter into a ckpt root and
+write a ckpt step as one DCP's FileSystemReader loads (what
+`ckpt import-dcp` and `ckpt export --format dcp` run; DCP's pickled
+.metadata is read admitting DCP's metadata classes only:
+ckpt._dcp_files says more).
 """
 
 import gc
@@ -65,6 +72,7 @@ import torch
 
 from ckpt import _errors, _manager, _torch_dist, _tree, _values
 from ckpt._consolidate import consolidate
+from ckpt._dcp_files import export_dcp, import_dcp
 from ckpt._torch_dcp import StorageReader, StorageWriter
 from ckpt._torch_sampler import Sampler
 
@@ -79,8 +87,8 @@ except ImportError:
 HAS_DTENSOR = _DTensor is not None
 
 __all__ = ["HAS_DTENSOR", "Sampler", "StorageReader", "StorageWriter",
-           "async_save", "close", "consolidate", "latest", "load", "manager",
-           "save"]
+           "async_save", "close", "consolidate", "export_dcp", "import_dcp",
+           "latest", "load", "manager", "save"]
 
 # url -> (manager, the communicator it was opened with, or a key naming the
 # default process group). A manager holds its root's lease between saves.

@@ -15,6 +15,10 @@ ckpt.torch.StorageWriter and StorageReader.
                      rank must raise (it prints "rank R raised CLASS
                      (DataLoss)"), and every value of the state must be
                      what it was before
+  fssave DIR V       dcp.save of state(V) with DCP's own FileSystemWriter
+                     (test_dcp_files.py imports it into ckpt)
+  fsload DIR V       dcp.load with DCP's own FileSystemReader (of what
+                     `ckpt export --format dcp` wrote): state(V) bit for bit
 
 The state: a replicated tensor (which DCP has one rank write whole), a
 DTensor of 7 rows sharded with Shard(0) on a 1-d mesh (uneven at 2 and 3
@@ -156,6 +160,16 @@ def damaged(root, rank, mesh, step):
             fail(rank, f"the failed load changed {'.'.join(path)}")
 
 
+def fssave(directory, v, mesh):
+    dcp.save(state(v, mesh), storage_writer=dcp.FileSystemWriter(directory))
+
+
+def fsload(directory, rank, mesh, v):
+    got = state(v, mesh, fill=0)
+    dcp.load(got, storage_reader=dcp.FileSystemReader(directory))
+    check(rank, got, state(v, mesh), f"FileSystemReader load of {directory}")
+
+
 def main():
     dist.init_process_group("gloo")
     rank, size = dist.get_rank(), dist.get_world_size()
@@ -170,6 +184,12 @@ def main():
             args = args[2:]
         elif op == "damaged":
             damaged(root, rank, mesh, int(args[0]))
+            args = args[1:]
+        elif op == "fssave":
+            fssave(root, int(args[0]), mesh)
+            args = args[1:]
+        elif op == "fsload":
+            fsload(root, rank, mesh, int(args[0]))
             args = args[1:]
         else:
             fail(rank, f"unknown operation {op}")

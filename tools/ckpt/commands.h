@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "ckpt/status.h"
 
@@ -27,6 +28,11 @@ void AddShowCommand(CLI::App& app, Command& selected);
 void AddVerifyCommand(CLI::App& app, Command& selected);
 void AddImportCommand(CLI::App& app, Command& selected);
 void AddExportCommand(CLI::App& app, Command& selected);
+void AddImportDcpCommand(CLI::App& app, Command& selected);
+
+// Becomes the ckpt Python package's DCP converter with `args` (dcp.cc);
+// returns only when it cannot be started.
+Status RunDcpConverter(const std::vector<std::string>& args);
 void AddDiffCommand(CLI::App& app, Command& selected);
 void AddGcCommand(CLI::App& app, Command& selected);
 void AddDeleteCommand(CLI::App& app, Command& selected);

@@ -221,6 +221,7 @@ struct ExportArgs {
   std::string root;
   std::optional<int64_t> step;
   std::string out;
+  std::string format = "safetensors";
   bool force = false;
   bool json = false;
 };
@@ -301,6 +302,13 @@ Status WriteFileAtomically(const std::string& path,
 }
 
 Status RunExport(const ExportArgs& args) {
+  if (args.format == "dcp") {
+    std::vector<std::string> a = {"export", args.root, args.out};
+    if (args.step) a.insert(a.end(), {"--step", std::to_string(*args.step)});
+    if (args.force) a.push_back("--force");
+    if (args.json) a.push_back("--json");
+    return RunDcpConverter(a);
+  }
   // Fail before loading what may be many gigabytes.
   struct stat st;
   if (!args.force && lstat(args.out.c_str(), &st) == 0) {
@@ -427,19 +435,28 @@ void AddImportCommand(CLI::App& app, Command& selected) {
 void AddExportCommand(CLI::App& app, Command& selected) {
   auto args = std::make_shared<ExportArgs>();
   CLI::App* sub = AddSubcommand(
-      app, "export", "Write a checkpoint as one safetensors file.",
+      app, "export", "Write a checkpoint as one safetensors file, or for DCP.",
       "Load a checkpoint (the newest, or --step N), whatever world size "
       "saved it, and write it as one safetensors file that any safetensors "
       "reader opens: tensors as they are, blobs as 1-d U8 tensors, and "
       "metadata entries and the user metadata in __metadata__. The file "
       "appears whole or not at all; an existing OUT is kept unless --force "
-      "is given.",
+      "is given.\n\n"
+      "With --format dcp, OUT is a directory that PyTorch's DCP "
+      "(FileSystemReader) loads at any world size: its tensors and blobs, "
+      "the data synced before its .metadata appears (needs the ckpt Python "
+      "package and PyTorch: $CKPT_PYTHON, else python3).",
       "  ckpt export /data/run42 model.safetensors\n"
-      "  ckpt export /data/run42 --step 1200 model.safetensors --force\n");
+      "  ckpt export /data/run42 --step 1200 model.safetensors --force\n"
+      "  ckpt export /data/run42 --step 1200 --format dcp /data/dcp/1200\n");
   AddRootArg(*sub, args->root);
-  sub->add_option("OUT", args->out, "the safetensors file to write")
+  sub->add_option("OUT", args->out,
+                  "the safetensors file (with --format dcp: the directory) "
+                  "to write")
       ->required();
   AddStepOption(*sub, args->step);
+  sub->add_option("--format", args->format, "safetensors (the default) or dcp")
+      ->check(CLI::IsMember({"safetensors", "dcp"}));
   sub->add_flag("--force", args->force, "replace OUT if it exists");
   AddJsonFlag(*sub, args->json);
   sub->callback([args, &selected] {

@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
       "  ckpt show /data/run42 --step 1200\n"
       "  ckpt verify /data/run42 --all\n"
       "  ckpt export /data/run42 model.safetensors\n"
+      "  ckpt import-dcp /data/dcp/step_1200 /data/run42 --step 1200\n"
       "  ckpt gc /data/run42 --keep-last 3 --dry-run\n"
       "  ckpt delete /data/run42 --step 1200\n"
       "  ckpt catalog latest run42\n"
@@ -72,6 +73,7 @@ int main(int argc, char** argv) {
   ckpt::cli::AddVerifyCommand(app, command);
   ckpt::cli::AddImportCommand(app, command);
   ckpt::cli::AddExportCommand(app, command);
+  ckpt::cli::AddImportDcpCommand(app, command);
   ckpt::cli::AddDiffCommand(app, command);
   ckpt::cli::AddGcCommand(app, command);
   ckpt::cli::AddDeleteCommand(app, command);

@@ -1,0 +1,537 @@
+"""Checkpoints of PyTorch's distributed checkpoint (DCP) file format in and
+out of ckpt: `ckpt import-dcp DIR ROOT --step N` and
+`ckpt export ROOT --step N --format dcp DIR` (the ckpt tool runs this
+module for both), or ckpt.torch.import_dcp / ckpt.torch.export_dcp.
+
+A DCP directory, as DCP's FileSystemWriter writes it at any world size:
+`.metadata`, a pickle of DCP's Metadata (each tensor's global shape and
+chunks, each chunk's file, offset and length), and `*.distcp` files whose
+slices hold each tensor chunk as a torch.save archive and each non-tensor
+value as DCP's own bytes.
+
+`.metadata` is read by an unpickler that admits only DCP's metadata
+classes, torch.Size, torch's dtypes and layouts, the members of DCP's
+memory-format enum and pathlib paths; a pickle naming anything else (a
+function, a module, another class) is refused before any of it is built,
+so nothing it names is ever called. What it builds is then checked: every
+chunk inside its tensor, the chunks tiling the tensor exactly, every
+slice inside its file, file names without directories. Tensor slices are
+read with torch.load(weights_only=True), which admits tensors only. Bytes
+items are kept as the bytes they are, never unpickled here: they become
+blob entries, which dcp.load through ckpt.torch.StorageReader hands to
+DCP's planner as any storage does.
+
+Import assembles each tensor whole from its chunks (at its peak one
+tensor's size twice in memory, and every tensor of the step, since one
+ckpt step is one commit) and saves them as one step, as
+ckpt.torch.StorageWriter would have: entries named by DCP's fully
+qualified names, each tensor whole, each bytes item a blob; DCP's
+planner_data (how its flat names map to nested keys) rides along as the
+hidden entry `__dcp_planner_data__`. Nothing of ROOT changes unless the
+whole directory reads and checks.
+
+Export writes the step's tensor and blob entries (rank-local values, ckpt's
+own Python tree and metadata entries have no place in DCP and are named
+as left out) into one `__0_0.distcp` file and a `.metadata` that DCP's
+FileSystemReader loads at any world size; the data is synced before
+`.metadata` appears under its name, so a directory with a `.metadata`
+is whole.
+"""
+
+import argparse
+import enum
+import io
+import json
+import math
+import os
+import pathlib
+import pickle
+import sys
+
+import torch
+
+from ckpt import _errors, _manager, _tree, _values
+from ckpt._torch_dcp import PLANNER_DATA_ENTRY
+
+try:
+    from torch.distributed.checkpoint import filesystem as _fs
+    from torch.distributed.checkpoint import metadata as _md
+    _MISSING = None
+except ImportError as _e:  # a PyTorch without DCP
+    _fs = _md = None
+    _MISSING = f"{type(_e).__name__}: {_e}"
+
+__all__ = ["export_dcp", "import_dcp", "main"]
+
+METADATA_FILE = ".metadata"
+DATA_FILE = "__0_0.distcp"
+
+# The classes a DCP .metadata pickle may name, by module.
+_DCP_METADATA_CLASSES = ("Metadata", "TensorStorageMetadata",
+                         "BytesStorageMetadata", "ChunkStorageMetadata",
+                         "TensorProperties", "MetadataIndex", "StorageMeta",
+                         "_MEM_FORMAT_ENCODING")
+# Export reads the step in batches of about this many bytes.
+_EXPORT_BATCH_BYTES = 256 << 20
+
+
+def _require_dcp(what):
+    if _MISSING is not None:
+        raise _errors.Unavailable(
+            f"{what}: this PyTorch has no torch.distributed.checkpoint "
+            f"({_MISSING})")
+
+
+class _Refused(Exception):
+    """A pickle asked for more than DCP's metadata."""
+
+
+def _enum_member(cls, name):
+    """What a pickle's getattr(cls, name) may do: name a member of one of
+    DCP's own enums, nothing else."""
+    if (isinstance(cls, type) and issubclass(cls, enum.Enum)
+            and isinstance(name, str) and name in cls.__members__):
+        return cls.__members__[name]
+    raise _Refused(
+        f"the pickle calls getattr({getattr(cls, '__name__', repr(cls))}, "
+        f"{name!r}), which is not a member of one of DCP's enums")
+
+
+def _layout(name):
+    """What a pickle's torch layout (by name, as "torch.strided") may be."""
+    value = getattr(torch, str(name).rpartition(".")[2], None)
+    if isinstance(value, torch.layout):
+        return value
+    raise _Refused(f"the pickle names {name!r} as a torch layout")
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    """An unpickler that builds DCP's metadata and nothing else: every
+    global a pickle names goes through find_class, which answers only DCP's
+    metadata classes and the plain values they hold."""
+
+    def __init__(self, data):
+        super().__init__(io.BytesIO(data))
+
+    def find_class(self, module, name):
+        allowed = None
+        if module == "torch.distributed.checkpoint.metadata" and \
+                name in _DCP_METADATA_CLASSES:
+            allowed = getattr(_md, name, None)
+        elif module == "torch.distributed.checkpoint.filesystem" and \
+                name == "_StorageInfo":
+            allowed = getattr(_fs, name, None)
+        elif module == "torch" and name == "Size":
+            allowed = torch.Size
+        elif module == "torch" and isinstance(getattr(torch, name, None),
+                                              torch.dtype):
+            allowed = getattr(torch, name)
+        elif module == "torch.serialization" and name == "_get_layout":
+            allowed = _layout
+        elif module == "builtins" and name == "getattr":
+            allowed = _enum_member
+        elif module == "pathlib" and name in ("PosixPath", "PurePosixPath",
+                                              "Path"):
+            allowed = pathlib.PurePosixPath
+        elif module == "collections" and name == "OrderedDict":
+            allowed = dict
+        if allowed is None:
+            raise _Refused(
+                f"the pickle names {module}.{name}, which is not one of "
+                f"DCP's metadata classes")
+        return allowed
+
+    def persistent_load(self, pid):
+        raise _Refused("the pickle asks for a persistent object, which "
+                       "DCP's metadata never holds")
+
+
+def read_metadata(directory):
+    """The DCP Metadata of `directory`'s .metadata, by the restricted
+    unpickler, checked; raises ckpt errors naming the file."""
+    _require_dcp("reading a DCP checkpoint")
+    path = os.path.join(directory, METADATA_FILE)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise _errors.NotFound(
+            f"{path}: no such file: {directory} is not a checkpoint written "
+            f"by DCP's FileSystemWriter (it has no .metadata)") from None
+    except OSError as e:
+        raise _errors.Unavailable(f"{path}: cannot read it: {e}") from None
+    try:
+        metadata = _MetadataUnpickler(data).load()
+    except _Refused as e:
+        raise _errors.InvalidArgument(
+            f"{path}: refused: {e}; nothing of it was run (a .metadata "
+            f"written by DCP's FileSystemWriter names only DCP's metadata "
+            f"classes, torch sizes, dtypes and layouts)") from None
+    except Exception as e:  # noqa: BLE001 - any malformed pickle
+        raise _errors.DataLoss(
+            f"{path}: not a DCP metadata pickle ({type(e).__name__}: "
+            f"{e})") from None
+    if not isinstance(metadata, _md.Metadata):
+        raise _errors.DataLoss(
+            f"{path}: holds a {type(metadata).__name__}, not DCP's Metadata")
+    if not isinstance(metadata.state_dict_metadata, dict) or \
+            not isinstance(metadata.storage_data, dict):
+        raise _errors.DataLoss(
+            f"{path}: its state_dict_metadata or storage_data is not a dict "
+            f"(written by DCP's FileSystemWriter? another storage keeps "
+            f"its own storage_data)")
+    return metadata
+
+
+def _int_tuple(value, what, path):
+    if not isinstance(value, (tuple, list)) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0
+            for v in value):
+        raise _errors.DataLoss(f"{path}: {what} is {value!r}, not sizes")
+    return tuple(int(v) for v in value)
+
+
+class _Files:
+    """The .distcp files of a directory, opened as they are first needed,
+    each slice checked to lie inside its file."""
+
+    def __init__(self, directory):
+        self.directory, self._open = directory, {}
+
+    def read(self, info, fqn, path):
+        if not isinstance(info, _fs._StorageInfo):
+            raise _errors.DataLoss(
+                f"{path}: entry {fqn!r} has no storage info in the metadata")
+        name = info.relative_path
+        if not isinstance(name, str) or not name or "/" in name or \
+                name in (".", "..") or "\0" in name:
+            raise _errors.DataLoss(
+                f"{path}: entry {fqn!r}: its file {name!r} is not a file "
+                f"name inside the checkpoint")
+        if getattr(info, "transform_descriptors", None):
+            raise _errors.FailedPrecondition(
+                f"{path}: entry {fqn!r} was written through DCP storage "
+                f"extensions {list(info.transform_descriptors)}; import "
+                f"reads plain FileSystemWriter output")
+        offset, length = info.offset, info.length
+        if not all(isinstance(v, int) and v >= 0 for v in (offset, length)):
+            raise _errors.DataLoss(
+                f"{path}: entry {fqn!r}: offset {offset!r} length "
+                f"{length!r}")
+        f = self._open.get(name)
+        file_path = os.path.join(self.directory, name)
+        if f is None:
+            try:
+                f = self._open[name] = open(file_path, "rb")
+            except OSError as e:
+                raise _errors.DataLoss(
+                    f"{file_path}: entry {fqn!r}: cannot open its file: "
+                    f"{e}") from None
+        size = os.fstat(f.fileno()).st_size
+        if offset + length > size:
+            raise _errors.DataLoss(
+                f"{file_path}: entry {fqn!r}: bytes {offset}..{offset + length}"
+                f" lie beyond the file's end ({size} bytes): truncated")
+        f.seek(offset)
+        return f.read(length), file_path
+
+    def close(self):
+        for f in self._open.values():
+            f.close()
+
+
+def _read_chunk(files, info, fqn, dtype, sizes, path):
+    data, file_path = files.read(info, fqn, path)
+    try:
+        tensor = torch.load(io.BytesIO(data), map_location="cpu",
+                            weights_only=True)
+    except Exception as e:  # noqa: BLE001 - a damaged or hostile slice
+        raise _errors.DataLoss(
+            f"{file_path}: entry {fqn!r}: its chunk is not a tensor "
+            f"archive ({type(e).__name__}: {e})") from None
+    if not isinstance(tensor, torch.Tensor) or tensor.dtype != dtype or \
+            tuple(tensor.shape) != sizes:
+        got = (f"{tensor.dtype} {list(tensor.shape)}"
+               if isinstance(tensor, torch.Tensor) else type(tensor).__name__)
+        raise _errors.DataLoss(
+            f"{file_path}: entry {fqn!r}: a chunk holds {got}, the metadata "
+            f"says {dtype} {list(sizes)}")
+    return tensor
+
+
+def _overlap(a_lo, a_hi, b_lo, b_hi):
+    return all(x < q and p < y for x, y, p, q in zip(a_lo, a_hi, b_lo, b_hi))
+
+
+def _assemble(files, metadata, fqn, md, path):
+    """The whole tensor `fqn` from its chunks, which must tile it."""
+    props = md.properties
+    dtype = getattr(props, "dtype", None)
+    if not isinstance(dtype, torch.dtype):
+        raise _errors.DataLoss(f"{path}: entry {fqn!r}: no dtype")
+    shape = _int_tuple(md.size, f"entry {fqn!r}'s size", path)
+    out = torch.empty(shape, dtype=dtype)
+    boxes, volume = [], 0
+    for i, chunk in enumerate(md.chunks):
+        lo = _int_tuple(chunk.offsets, f"entry {fqn!r} chunk {i} offsets",
+                        path)
+        sizes = _int_tuple(chunk.sizes, f"entry {fqn!r} chunk {i} sizes",
+                           path)
+        hi = tuple(a + n for a, n in zip(lo, sizes))
+        if len(lo) != len(shape) or len(sizes) != len(shape) or any(
+                b > d for b, d in zip(hi, shape)):
+            raise _errors.DataLoss(
+                f"{path}: entry {fqn!r}: chunk {i} at {list(lo)} of sizes "
+                f"{list(sizes)} lies outside its shape {list(shape)}")
+        if math.prod(sizes) == 0 and math.prod(shape) > 0:
+            continue
+        for j, (blo, bhi) in enumerate(boxes):
+            if _overlap(lo, hi, blo, bhi):
+                raise _errors.DataLoss(
+                    f"{path}: entry {fqn!r}: chunks {j} and {i} overlap")
+        boxes.append((lo, hi))
+        volume += math.prod(sizes)
+        info = metadata.storage_data.get(
+            _md.MetadataIndex(fqn, torch.Size(lo), i))
+        tensor = _read_chunk(files, info, fqn, dtype, sizes, path)
+        region = out
+        for d, (a, n) in enumerate(zip(lo, sizes)):
+            region = region.narrow(d, a, n)
+        region.copy_(tensor)
+    if volume != math.prod(shape) and math.prod(shape) > 0:
+        raise _errors.DataLoss(
+            f"{path}: entry {fqn!r}: its chunks cover {volume} of its "
+            f"{math.prod(shape)} elements")
+    return out
+
+
+def _planner_data(metadata, names, path):
+    """DCP's planner_data as JSON-able lists, only for names the step has."""
+    data = getattr(metadata, "planner_data", None)
+    if not isinstance(data, dict):
+        return None
+    out = {}
+    for name, keys in data.items():
+        if name in names and isinstance(keys, (tuple, list)) and all(
+                isinstance(k, (str, int)) and not isinstance(k, bool)
+                for k in keys):
+            out[name] = list(keys)
+    return out or None
+
+
+def import_dcp(directory, root, step, *, epoch=None, catalog=None):
+    """Saves DCP checkpoint `directory` as step `step` of ckpt root `root`
+    (created if missing) and returns a dict of what it did. Everything is
+    read and checked before anything is saved."""
+    metadata = read_metadata(directory)
+    path = os.path.join(directory, METADATA_FILE)
+    files = _Files(directory)
+    entries, tensors, blobs, size = [], 0, 0, 0
+    try:
+        for fqn, md in metadata.state_dict_metadata.items():
+            if not isinstance(fqn, str) or not fqn:
+                raise _errors.DataLoss(f"{path}: an entry named {fqn!r}")
+            if isinstance(md, _md.TensorStorageMetadata):
+                value = _assemble(files, metadata, fqn, md, path)
+                tensors += 1
+                size += value.numel() * value.element_size()
+            elif isinstance(md, _md.BytesStorageMetadata):
+                value, _ = files.read(metadata.storage_data.get(
+                    _md.MetadataIndex(fqn)), fqn, path)
+                blobs += 1
+                size += len(value)
+            else:
+                raise _errors.DataLoss(
+                    f"{path}: entry {fqn!r} is a {type(md).__name__}")
+            entries.append((fqn, *_values.encode(fqn, value), None))
+    finally:
+        files.close()
+    planner = _planner_data(metadata, {e[0] for e in entries}, path)
+    if planner is not None:
+        text = json.dumps(planner, sort_keys=True).encode()
+        entries.append((PLANNER_DATA_ENTRY,
+                        *_values.encode(PLANNER_DATA_ENTRY, text), None))
+    mgr = _manager.CheckpointManager(
+        root, create=True, **({} if catalog is None else {"catalog": catalog}))
+    try:
+        mgr._m.save(step, entries, -1 if epoch is None else epoch, {},
+                    {"ckpt.imported_from": "dcp"}, False, {})
+    finally:
+        mgr.close()
+    return {"root": mgr.url, "step": step, "tensors": tensors,
+            "blobs": blobs, "bytes": size, "from": os.path.abspath(directory)}
+
+
+def _batches(entries):
+    batch, size = [], 0
+    for e in entries:
+        n = int(e.bytes or 0)
+        if batch and size + n > _EXPORT_BATCH_BYTES:
+            yield batch
+            batch, size = [], 0
+        batch.append(e)
+        size += n
+    if batch:
+        yield batch
+
+
+def _fsync_dir(directory):
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def export_dcp(root, step, directory, *, force=False):
+    """Writes step `step` (None: the newest) of ckpt root `root` as a DCP
+    checkpoint in `directory` that DCP's FileSystemReader loads; returns a
+    dict of what it did. An existing checkpoint there is kept unless
+    `force`."""
+    _require_dcp("writing a DCP checkpoint")
+    meta_path = os.path.join(directory, METADATA_FILE)
+    if os.path.lexists(meta_path) and not force:
+        raise _errors.AlreadyExists(
+            f"{directory}: holds a DCP checkpoint already (its .metadata); "
+            f"give --force (force=True) to replace it")
+    mgr = _manager.CheckpointManager(root, create=False)
+    try:
+        desc = mgr.describe(step)
+        step = desc.info.step
+        where = f"export of step {step} of {mgr.url}"
+        wanted, left_out, planner = [], [], None
+        for e in desc.entries:
+            if e.name == PLANNER_DATA_ENTRY and e.kind == "blob":
+                planner = e
+            elif e.owner != -1 or e.name == _tree.TREE_ENTRY:
+                left_out.append(e.name)
+            elif e.kind == "blob" or (e.kind == "tensor" and _dcp_dtype(e)):
+                wanted.append(e)
+            else:
+                left_out.append(e.name)
+        os.makedirs(directory, exist_ok=True)
+        data_path = os.path.join(directory, DATA_FILE)
+        tmp_data = data_path + ".tmp"
+        state_md, storage, size = {}, {}, 0
+        with open(tmp_data, "wb") as out:
+            for batch in _batches(wanted + ([planner] if planner else [])):
+                state, own = {}, set()
+                for e in batch:
+                    if e.kind == "blob":
+                        state[e.name] = b""
+                    else:
+                        t = torch.empty([int(d) for d in e.shape],
+                                        dtype=_dcp_dtype(e))
+                        state[e.name] = t
+                        own.add(id(t))
+                staged = mgr._stage_into(state, desc, False, True, own)
+                staged.commit()
+                for e in batch:
+                    value = state[e.name]
+                    if e is planner:
+                        planner = json.loads(bytes(value))
+                        continue
+                    offset = out.tell()
+                    if e.kind == "blob":
+                        out.write(bytes(value))
+                        state_md[e.name] = _md.BytesStorageMetadata()
+                        index = _md.MetadataIndex(e.name)
+                    else:
+                        torch.save(value, out)
+                        shape = torch.Size(value.shape)
+                        state_md[e.name] = _md.TensorStorageMetadata(
+                            properties=_md.TensorProperties(
+                                dtype=value.dtype),
+                            size=shape,
+                            chunks=[_md.ChunkStorageMetadata(
+                                offsets=torch.Size([0] * len(shape)),
+                                sizes=shape)])
+                        index = _md.MetadataIndex(
+                            e.name, torch.Size([0] * len(shape)), 0)
+                    storage[index] = _fs._StorageInfo(
+                        DATA_FILE, offset, out.tell() - offset)
+                    size += out.tell() - offset
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp_data, data_path)
+        names = set(state_md)
+        planner_data = {n: tuple(k) for n, k in (planner or {}).items()
+                        if n in names}
+        for n in names - set(planner_data):
+            planner_data[n] = (n,)
+        metadata = _md.Metadata(
+            state_dict_metadata=state_md, planner_data=planner_data,
+            storage_data=storage,
+            storage_meta=_md.StorageMeta(checkpoint_id=f"{mgr.url}@{step}"))
+        tmp_meta = meta_path + ".tmp"
+        with open(tmp_meta, "wb") as f:
+            pickle.dump(metadata, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp_meta, meta_path)
+        _fsync_dir(directory)
+    except OSError as e:
+        raise _errors.Unavailable(f"{where}: {e}") from None
+    finally:
+        mgr.close()
+    return {"root": mgr.url, "step": step, "to": os.path.abspath(directory),
+            "tensors": sum(1 for e in wanted if e.kind == "tensor"),
+            "blobs": sum(1 for e in wanted if e.kind == "blob"),
+            "bytes": size, "left_out": left_out}
+
+
+def _dcp_dtype(entry):
+    """The torch dtype of a tensor entry, or None for one torch lacks."""
+    dtype = _values._torch_dtype(torch, entry.dtype)
+    return None if dtype is torch.uint8 and entry.dtype != "U8" else dtype
+
+
+def main(argv=None):
+    """`ckpt import-dcp` and `ckpt export --format dcp`, as the ckpt tool
+    runs them: python -m ckpt._dcp_files import|export ARGS."""
+    parser = argparse.ArgumentParser(prog="ckpt")
+    sub = parser.add_subparsers(dest="command", required=True)
+    imp = sub.add_parser("import-dcp")
+    imp.add_argument("dir")
+    imp.add_argument("root")
+    imp.add_argument("--step", type=int, required=True)
+    imp.add_argument("--epoch", type=int)
+    imp.add_argument("--catalog")
+    imp.add_argument("--json", action="store_true")
+    exp = sub.add_parser("export")
+    exp.add_argument("root")
+    exp.add_argument("dir")
+    exp.add_argument("--step", type=int)
+    exp.add_argument("--force", action="store_true")
+    exp.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    command = args.command
+    try:
+        if command == "import-dcp":
+            catalog = None if args.catalog in (None, "none") else \
+                args.catalog
+            done = import_dcp(args.dir, args.root, args.step,
+                              epoch=args.epoch, catalog=catalog)
+            text = (f"imported {done['from']} as step {done['step']} of "
+                    f"{done['root']}: {done['tensors']} tensors, "
+                    f"{done['blobs']} blobs, {done['bytes']} bytes")
+        else:
+            done = export_dcp(args.root, args.step, args.dir,
+                              force=args.force)
+            text = (f"exported step {done['step']} of {done['root']} to "
+                    f"{done['to']} (DCP): {done['tensors']} tensors, "
+                    f"{done['blobs']} blobs, {done['bytes']} bytes")
+            if done["left_out"]:
+                text += (f"; left out {len(done['left_out'])} entries DCP "
+                         f"has no place for: "
+                         f"{', '.join(done['left_out'][:5])}"
+                         f"{' ...' if len(done['left_out']) > 5 else ''}")
+    except _errors.Error as e:
+        print(f"ckpt {command}: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(done, sort_keys=True) if args.json else text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
