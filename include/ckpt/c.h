@@ -420,7 +420,9 @@ CKPT_EXPORT int ckpt_save_options_set_dirty_rows(ckpt_save_options_t* options,
                                                  size_t n, char** errptr);
 
 /* A save's result, as JSON: an object with skipped (bool), info (the
- * committed checkpoint, below) and deleted_steps (retention's).
+ * committed checkpoint, below), deleted_steps (retention's), replaced
+ * (bool: the step was committed but did not load whole, and this save
+ * replaced it) and replaced_because (why it did not; "" otherwise).
  *
  * A checkpoint's info: an object with step, epoch (-1: none),
  * created_unix_ms, job_id, world_size, hosts, bytes, depends_on,
@@ -430,7 +432,10 @@ CKPT_EXPORT int ckpt_save_options_set_dirty_rows(ckpt_save_options_t* options,
  * async and ranks, an array of {rank, write_ms, wait_ms}: docs/format.md). */
 
 /* Saves `state` as `step` on every rank together. options may be NULL.
- * result (may be NULL) receives the save's result. */
+ * result (may be NULL) receives the save's result. CKPT_ALREADY_EXISTS
+ * when the step is committed and loads whole; one that does not (damaged:
+ * a resume skipped it) is replaced atomically, with a warning, by a
+ * manager that holds the root's lease (CheckpointManager::Save). */
 CKPT_EXPORT int ckpt_manager_save(ckpt_manager_t* manager, int64_t step,
                                   const ckpt_state_t* state,
                                   const ckpt_save_options_t* options,

@@ -16,7 +16,8 @@
 // create-if-absent, is the commit. Load checks every chunk it reads against
 // its xxh3-128 checksum and fails with DataLoss rather than return a wrong
 // byte; a load either completes at one step or changes nothing, and a
-// resume lands on the newest step that loads whole. Nothing a manager
+// resume lands on the newest step that loads whole, and saving that
+// step's number again replaces the damaged one (Save). Nothing a manager
 // deletes is anything it did not write.
 //
 // Threads. A manager serializes its own calls (one Save or Load at a time);
@@ -342,6 +343,10 @@ struct SaveResult {
   bool skipped = false;                // min_seconds_between_saves said no
   CheckpointInfo info;                 // what was committed
   std::vector<int64_t> deleted_steps;  // removed by retention
+  // The step was committed already but did not load whole, and this save
+  // replaced it (CheckpointManager::Save); why it did not.
+  bool replaced = false;
+  std::string replaced_because;
 };
 
 struct LoadedCheckpoint {
@@ -484,7 +489,14 @@ class CheckpointManager {
   CheckpointManager& operator=(const CheckpointManager&) = delete;
 
   // Saves `state` as `step`, on every rank together. AlreadyExists if the
-  // step is committed. Every rank returns the same result.
+  // step is committed and loads whole. A committed step that does not (a
+  // load of this manager skipped it as damaged, or, not known, a verify of
+  // every chunk on the coordinator finds damage) is replaced, atomically:
+  // readers see the old checkpoint or the new one, never neither. Only a
+  // manager holding the root's lease replaces (with lease_seconds 0 it is
+  // AlreadyExists); it logs a warning naming the step and why, and the
+  // result says so (SaveResult::replaced). Every rank returns the same
+  // result.
   Result<SaveResult> Save(int64_t step, const State& state,
                           const SaveOptions& options = {});
   // Saves `state` as `step` in the background (see "Asynchronous save"

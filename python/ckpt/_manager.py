@@ -248,7 +248,11 @@ class CheckpointManager:
         of these (see the package docstring). Arrays are read in place, not
         copied. `metadata` (str -> str), `epoch` and `metrics` (str ->
         float, used by keep_best) go into the manifest. Raises
-        ckpt.AlreadyExists if `step` is committed.
+        ckpt.AlreadyExists if `step` is committed and loads whole; a
+        committed step that does not (damaged: load() skipped it) is
+        replaced in one atomic commit, with a warning on stderr, and the
+        result's `replaced` says so (only the holder of the root's lease
+        replaces: with lease_seconds=0 it is AlreadyExists).
 
         incremental=True writes only the chunks that differ from the newest
         committed checkpoint and references the others (the new checkpoint

@@ -47,9 +47,12 @@ class CheckpointInfo(_Record):
 class SaveResult(_Record):
     """What a save did: skipped (True when min_seconds_between_saves
     skipped it), info (the committed checkpoint), deleted_steps (removed by
-    retention after the save)."""
+    retention after the save), replaced (True when the step was committed
+    but did not load whole, and this save replaced it) and
+    replaced_because (why it did not; "" otherwise)."""
 
-    _fields = ("skipped", "info", "deleted_steps")
+    _fields = ("skipped", "info", "deleted_steps", "replaced",
+               "replaced_because")
     _repr_fields = ("skipped", "info")
 
     def __init__(self, fields):

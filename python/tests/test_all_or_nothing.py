@@ -1,5 +1,6 @@
 """A load either completes at one step or changes nothing; a resume skips
-damaged steps; an asynchronous save's error is reported once; the errors
+damaged steps, and a save of a damaged step's number replaces it; an
+asynchronous save's error is reported once; the errors
 of metrics and as_torch name what is wrong."""
 
 import copy
@@ -257,6 +258,31 @@ def test_manager_resume_skips_a_damaged_newest_step(mgr, root):
     assert state["step"] == 2 and (state["w"] == 2.0).all()
     with pytest.raises(ckpt.DataLoss):
         mgr.load(3)
+
+
+def test_saving_a_damaged_step_again_replaces_it(mgr, root):
+    save_steps(mgr, [1, 2, 3])
+    flip_a_byte(root, 3)
+    with pytest.warns(RuntimeWarning, match="skipped step 3"):
+        assert mgr.load()["step"] == 2
+    result = mgr.save(3, {"w": np.full(8, 33.0), "step": 3})
+    assert result.replaced and "checksum" in result.replaced_because
+    assert (mgr.load(3)["w"] == 33.0).all()
+    # Whole now: saved again, it is AlreadyExists as ever.
+    with pytest.raises(ckpt.AlreadyExists):
+        mgr.save(3, {"w": np.zeros(8), "step": 3})
+    assert not mgr.save(4, {"w": np.zeros(8), "step": 4}).replaced
+
+
+def test_ckpt_torch_saves_over_a_damaged_step(root):
+    save_steps(root, [1, 2])
+    flip_a_byte(root, 2)
+    state = {"w": torch.zeros(8), "step": 0}
+    with pytest.warns(RuntimeWarning, match="skipped step 2"):
+        assert ct.load(state, root).step == 1
+    assert ct.save({"w": torch.full((8,), 22.0), "step": 2}, root, 2).replaced
+    assert ct.load(state, root).step == 2
+    assert torch.equal(state["w"], torch.full((8,), 22.0))
 
 
 def test_a_collected_async_error_is_not_raised_again(mgr):

@@ -44,7 +44,9 @@ json InfoJson(const CheckpointInfo& info) {
 json SaveResultJson(const SaveResult& result) {
   return {{"skipped", result.skipped},
           {"info", InfoJson(result.info)},
-          {"deleted_steps", result.deleted_steps}};
+          {"deleted_steps", result.deleted_steps},
+          {"replaced", result.replaced},
+          {"replaced_because", result.replaced_because}};
 }
 
 json EntryJson(const EntryInfo& e) {

@@ -9,7 +9,9 @@
 //      the parent meanwhile: then nothing is committed), and write it as
 //      step-N/MANIFEST.json with create-if-absent (checking first where the
 //      store cannot refuse an existing object). That write is the commit;
-//      losing the race to another commit of the step is AlreadyExists. If the
+//      losing the race to another commit of the step is AlreadyExists. A
+//      save that replaces a step that does not load whole (replace.h)
+//      overwrites its manifest instead, in one atomic write. If the
 //      commit certainly did not happen, the outcome tells every rank to remove
 //      the object it wrote.
 //      Just before the write the coordinator checks that it still holds
@@ -23,7 +25,8 @@
 //      the small commit record naming it.
 //   7. Remember the manifest (no need to decode what was just encoded),
 //      record the checkpoint in the catalog, rewrite the LATEST hint, apply
-//      retention and remove dead attempts. The commit stands whatever
+//      retention and remove dead attempts (always after a replace: the
+//      replaced attempt's objects). The commit stands whatever
 //      happens here: failures are warnings, and what they leave is garbage
 //      that a later collection removes.
 #include "checkpoint/commit.h"
@@ -32,6 +35,7 @@
 #include <map>
 
 #include "checkpoint/gc.h"
+#include "checkpoint/replace.h"
 #include "checkpoint/save.h"
 #include "format/constants.h"
 #include "util/log.h"
@@ -246,8 +250,13 @@ Status Committer::CheckReferences(const Manifest& m) {
   return Status();
 }
 
-Status Committer::Publish(const Manifest& m, const std::string& bytes) {
+Status Committer::Publish(const Manifest& m, const std::string& bytes,
+                          bool replace) {
   const std::string key = format::ManifestKey(m.step);
+  // A step that does not load whole: Put replaces an object atomically, so
+  // a reader finds the old manifest (and the old attempt's objects, still
+  // there) or this one, never no step; only the lease holder gets here.
+  if (replace) return root_.storage->PutString(key, bytes, PutMode::kOverwrite);
   if (!root_.storage->capabilities().atomic_create_if_absent) {
     // Best effort where the store cannot refuse an existing object: check
     // first. Only one job writes a root, so the race is between its own
@@ -303,7 +312,7 @@ bool Committer::MayHaveCommitted(int64_t step, const Status& failure) {
 
 std::vector<int64_t> Committer::AfterCommit(
     Manifest m, const std::string& bytes, const CheckpointInfo& info,
-    std::shared_ptr<const format::Directory> dir) {
+    std::shared_ptr<const format::Directory> dir, bool replaced) {
   const int64_t step = m.step;
   const std::string op =
       "commit step " + std::to_string(step) + " in " + root_.Where();
@@ -319,6 +328,8 @@ std::vector<int64_t> Committer::AfterCommit(
   if (Result<ObjectInfo> written =
           root_.storage->Stat(format::ManifestKey(step));
       written.ok() && written->size == bytes.size()) {
+    // A save of this step again is AlreadyExists without reading it.
+    StepJudge(root_).Note(step, *written, "");
     // Version 3: the summary that listing, LATEST and retention read next
     // (decoding and checking the directory again was a fifth of a small
     // save's CPU with 10,000 entries).
@@ -332,8 +343,10 @@ std::vector<int64_t> Committer::AfterCommit(
   root_.catalog.Committed(info, bytes);
   root_.manifests.UpdateLatestHint(
       root_.lease->enabled() ? std::optional<int64_t>(step) : std::nullopt);
-  if (!root_.options.retention.enabled() && !root_.options.gc_after_save)
+  if (!root_.options.retention.enabled() && !root_.options.gc_after_save &&
+      !replaced) {
     return {};
+  }
   GcOptions gc;
   gc.retention = root_.options.retention;
   // A step saved below the newest (a rollback) is one no rule may keep;
@@ -394,17 +407,21 @@ SaveOutcome Committer::Commit(int64_t step, const SaveOptions& save,
   }
   m->timing = Timing(results, commit_started_ms);
   const std::string bytes = format::EncodeManifest(*m);
-  if (Status s = Publish(*m, bytes); !s.ok()) {
+  if (Status s = Publish(*m, bytes, decision.replace); !s.ok()) {
     const bool discard = !MayHaveCommitted(step, s);
     return failed(s.WithContext(op), discard);
   }
   if (Status s = RecheckAfterPublish(*m); !s.ok()) {
     return failed(s.WithContext(op), true);
   }
+  if (decision.replace) {
+    LogWarning(op + ": step " + std::to_string(step) + " did not load whole (" +
+               decision.replace_because + "); this save replaced it");
+  }
   SaveOutcome outcome;
   outcome.info = InfoFromManifest(*m);
-  outcome.deleted_steps =
-      AfterCommit(std::move(m).value(), bytes, outcome.info, std::move(built));
+  outcome.deleted_steps = AfterCommit(std::move(m).value(), bytes, outcome.info,
+                                      std::move(built), decision.replace);
   return outcome;
 }
 

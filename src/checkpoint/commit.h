@@ -44,8 +44,10 @@ class Committer {
       std::shared_ptr<const format::Directory>& built);
   // Every object of an earlier step that `m` references is still there.
   Status CheckReferences(const format::Manifest& m);
-  // Writes the manifest with create-if-absent: THE COMMIT.
-  Status Publish(const format::Manifest& m, const std::string& bytes);
+  // Writes the manifest with create-if-absent (`replace`: over the
+  // manifest of a step that does not load whole): THE COMMIT.
+  Status Publish(const format::Manifest& m, const std::string& bytes,
+                 bool replace);
   // The fence again after Publish: withdraws the manifest if the lease was
   // lost meanwhile and an object it names is gone.
   Status RecheckAfterPublish(const format::Manifest& m);
@@ -53,10 +55,12 @@ class Committer {
   bool MayHaveCommitted(int64_t step, const Status& failure);
   // After the commit: catalog, LATEST, retention. Failures only warn.
   // `info` is InfoFromManifest(m), which the outcome carries too; `dir` is
-  // a version 3 commit's directory (null for versions 1 and 2).
-  std::vector<int64_t> AfterCommit(
-      format::Manifest m, const std::string& bytes, const CheckpointInfo& info,
-      std::shared_ptr<const format::Directory> dir);
+  // a version 3 commit's directory (null for versions 1 and 2). `replaced`:
+  // the commit replaced a step's manifest, whose objects are collected.
+  std::vector<int64_t> AfterCommit(format::Manifest m, const std::string& bytes,
+                                   const CheckpointInfo& info,
+                                   std::shared_ptr<const format::Directory> dir,
+                                   bool replaced);
   format::SaveTimingRecord Timing(const std::vector<WriteResult>& results,
                                   int64_t commit_started_ms) const;
 

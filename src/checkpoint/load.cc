@@ -47,6 +47,7 @@
 #include <set>
 
 #include "checkpoint/read_once.h"
+#include "checkpoint/replace.h"
 #include "util/dtype_text.h"
 #include "util/log.h"
 #include "util/names.h"
@@ -144,6 +145,11 @@ Result<int64_t> Loader::FirstStepThatLoads(
     }
     if (vote.status.ok()) return s;
     if (damaged_out != nullptr) *damaged_out = vote.damaged;
+    // A save of this step replaces it then without reading it all again.
+    if (std::optional<ObjectInfo> seen = root_.manifests.LastSeen(s);
+        seen && vote.damaged) {
+      StepJudge(root_).Note(s, *seen, vote.status.ToString());
+    }
     if (step || !vote.damaged) return vote.status;
     if (root_.comm().rank() == 0) {
       LogWarning("resume from " + root_.Where() + ": skipping step " +

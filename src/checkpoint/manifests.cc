@@ -201,6 +201,8 @@ Result<ObjectInfo> ManifestStore::StatManifest(int64_t step) {
                                 " is negative");
   }
   Result<ObjectInfo> info = storage_.Stat(format::ManifestKey(step));
+  last_seen_.reset();
+  if (info.ok()) last_seen_.emplace(step, *info);
   if (!info.ok()) {
     if (info.status().code() == ErrorCode::kNotFound) {
       return NotFoundError("step " + std::to_string(step) +

@@ -111,6 +111,15 @@ class ManifestStore {
   static std::vector<std::vector<format::ChunkRecord>> RecycleRows(
       std::shared_ptr<const format::Manifest> m);
 
+  // The manifest object of `step` (size, mtime) as the last look at a
+  // manifest found it, if that was `step`'s and found it: what the read
+  // that just failed read, so that a load's damage is kept for that object
+  // alone (replace.h).
+  std::optional<ObjectInfo> LastSeen(int64_t step) const {
+    if (!last_seen_ || last_seen_->first != step) return std::nullopt;
+    return last_seen_->second;
+  }
+
   // Drops the cached copy, so the next Read reads the object again.
   void Forget(int64_t step) {
     cache_.erase(step);
@@ -149,6 +158,7 @@ class ManifestStore {
 
   Storage& storage_;
   std::optional<OwnIndex> own_index_;
+  std::optional<std::pair<int64_t, ObjectInfo>> last_seen_;
   // The step UpdateLatestHint last wrote, while it is known to be the
   // newest complete one.
   std::optional<int64_t> hinted_;

@@ -13,6 +13,8 @@
 //   read_once.h   read_once.cc: a chunk several ranks load, read by one and
 //                 sent to the others
 //   inspect.h     inspect.cc: Latest, List, Describe
+//   replace.h     replace.cc: whether a save replaces a committed step (one
+//                 that does not load whole)
 //   verify.h      verify.cc: Verify
 //   delete.h      delete.cc: Delete and delete --force (rewriting dependants)
 //   gc.h          gc.cc: retention and dead attempts
@@ -33,6 +35,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <new>
 #include <optional>
@@ -160,6 +163,16 @@ struct RootContext {
   std::atomic<bool> saving{false};
   // The step this manager's last successful Save committed; -1 for none.
   int64_t last_saved_step = -1;
+  // Whether a committed step loads whole, as this manager found it (a load
+  // that met damage in it, a check before a save over it, its own commit),
+  // for the manifest object it found (size and mtime): a step rewritten
+  // since is judged again. The coordinator's decide whether a save replaces
+  // the step (replace.h); a few of the newest are kept.
+  struct StepVerdict {
+    ObjectInfo manifest;
+    std::string damage;  // why it does not load whole; empty: it does
+  };
+  std::map<int64_t, StepVerdict> verdicts;
   // For the commit record's timing: when the save in progress began on
   // this rank (steady clock, ms), and the caller's stall of the background
   // save in progress (its copy into staging memory).

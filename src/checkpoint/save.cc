@@ -1,6 +1,7 @@
 // The save protocol, on every rank together (rank 0 is the coordinator):
 //
-//   1. The coordinator decides: the step must not be committed yet, and
+//   1. The coordinator decides: the step must not be committed yet, unless
+//      it does not load whole (then the commit replaces it: replace.h), and
 //      min_seconds_between_saves may skip it. It draws the attempt id and,
 //      for an incremental save, picks the parent: the newest complete
 //      checkpoint below the step. The decision is broadcast,
@@ -47,6 +48,7 @@
 #include "checkpoint/async_save.h"
 #include "checkpoint/commit.h"
 #include "checkpoint/incremental.h"
+#include "checkpoint/replace.h"
 #include "data/writer.h"
 #include "format/constants.h"
 #include "staging/device_copy.h"
@@ -103,12 +105,11 @@ SaveDecision Saver::DecideSave(int64_t step, const SaveOptions& save) {
     }
   }
   Result<ObjectInfo> existing = root_.storage->Stat(format::ManifestKey(step));
+  SaveDecision replacing;
   if (existing.ok()) {
-    return fail(AlreadyExistsError("step " + std::to_string(step) +
-                                   " is already committed in " +
-                                   root_.Where()));
-  }
-  if (existing.status().code() != ErrorCode::kNotFound) {
+    replacing = StepJudge(root_).Decide(step, *existing);
+    if (!replacing.status.ok()) return replacing;
+  } else if (existing.status().code() != ErrorCode::kNotFound) {
     return fail(
         existing.status().WithContext("save step " + std::to_string(step)));
   }
@@ -127,6 +128,8 @@ SaveDecision Saver::DecideSave(int64_t step, const SaveOptions& save) {
   }
   SaveDecision out = save.incremental ? DecideParent(step) : SaveDecision();
   out.attempt = NewAttemptId();
+  out.replace = replacing.replace;
+  out.replace_because = std::move(replacing.replace_because);
   return out;
 }
 
@@ -595,6 +598,8 @@ Result<SaveResult> Saver::Save(int64_t step, const State& state,
   // it: nothing is read back, so nothing can fail after the commit.
   SaveResult out;
   out.info = std::move(outcome.info);
+  out.replaced = decision.replace;
+  out.replaced_because = std::move(decision.replace_because);
   root_.last_saved_step = step;
   out.deleted_steps = std::move(outcome.deleted_steps);
   return out;

@@ -16,6 +16,8 @@ std::string EncodeSaveDecision(const SaveDecision& m) {
   w.Str(m.attempt);
   w.I64(m.parent);
   w.I64(m.parent_chain);
+  w.U8(m.replace);
+  w.Str(m.replace_because);
   return w.Take();
 }
 
@@ -27,6 +29,8 @@ Result<SaveDecision> DecodeSaveDecision(std::string_view bytes) {
   m.attempt = r.Str();
   m.parent = r.I64();
   m.parent_chain = r.I64();
+  m.replace = r.Bool();
+  m.replace_because = r.Str();
   return r.Finish(std::move(m));
 }
 

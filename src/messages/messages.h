@@ -47,6 +47,10 @@ struct SaveDecision {
   std::string attempt;
   int64_t parent = -1;  // the incremental parent; -1: a full save
   int64_t parent_chain = 0;
+  // The step is committed but does not load whole: the commit overwrites
+  // its manifest (commit.cc), and why it does not load whole.
+  bool replace = false;
+  std::string replace_because;
 };
 
 // Incremental save: what one rank could reference in the parent and what it

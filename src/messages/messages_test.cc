@@ -49,6 +49,8 @@ TEST(MessagesTest, EveryMessageSurvivesEncoding) {
   d.attempt = "0123456789abcdef";
   d.parent = 41;
   d.parent_chain = 3;
+  d.replace = true;
+  d.replace_because = "a checksum mismatch";
   auto d2 = DecodeSaveDecision(EncodeSaveDecision(d));
   ASSERT_TRUE(d2.ok()) << d2.status().ToString();
   EXPECT_TRUE(d2->status.ok());
@@ -56,6 +58,8 @@ TEST(MessagesTest, EveryMessageSurvivesEncoding) {
   EXPECT_EQ(d2->attempt, d.attempt);
   EXPECT_EQ(d2->parent, 41);
   EXPECT_EQ(d2->parent_chain, 3);
+  EXPECT_TRUE(d2->replace);
+  EXPECT_EQ(d2->replace_because, "a checksum mismatch");
 
   SaveDecision failed;
   failed.status = AlreadyExistsError("step 7 is already committed");

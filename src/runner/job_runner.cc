@@ -94,9 +94,6 @@ class JobRunner::Impl {
   std::vector<int64_t> progress_ = std::vector<int64_t>(kProgressSize, 0);
   std::optional<int64_t> last_saved_;
   std::optional<int64_t> last_durable_;  // tiers: the last durable save
-  // The resume skipped the steps above the one it loaded up to this one
-  // (damaged): saving one of them again replaces it. -1: none.
-  int64_t damaged_up_to_ = -1;
   double last_save_time_ = 0;
   bool preempted_ = false;
   Status error_;
@@ -204,7 +201,6 @@ Status JobRunner::Impl::Resume(std::optional<int64_t>* step) {
       Log("steps " + std::to_string(info.step + 1) + " to " +
           std::to_string(**step) + " do not load whole (see the warnings); " +
           "resuming from step " + std::to_string(info.step));
-      damaged_up_to_ = **step;
     }
     *step = info.step;
   }
@@ -272,18 +268,16 @@ Status JobRunner::Impl::SaveNow(bool in_epoch, bool finished) {
     skipped = !saved.local && !saved.durable;
     if (saved.durable) last_durable_ = ctx_.step_;
   } else {
-    Result<SaveResult> saved = manager_.Save(ctx_.step_, state, so);
-    if (saved.status().code() == ErrorCode::kAlreadyExists &&
-        ctx_.step_ <= damaged_up_to_) {
-      // A step the resume skipped as damaged, trained again: the new save
-      // replaces it.
+    // A step the resume skipped as damaged, trained again: the manager's
+    // save replaces it in one commit (a delete first would leave the step
+    // missing if the save then failed).
+    CKPT_ASSIGN_OR_RETURN(SaveResult saved,
+                          manager_.Save(ctx_.step_, state, so));
+    if (saved.replaced) {
       Log("replacing step " + std::to_string(ctx_.step_) +
           ", which does not load whole");
-      CKPT_RETURN_IF_ERROR(manager_.Delete(ctx_.step_).status());
-      saved = manager_.Save(ctx_.step_, state, so);
     }
-    CKPT_RETURN_IF_ERROR(saved.status());
-    skipped = saved->skipped;
+    skipped = saved.skipped;
   }
   last_save_time_ = NowSeconds();
   if (skipped) return Status();
