@@ -171,16 +171,67 @@ def read_metadata(directory):
         raise _errors.DataLoss(
             f"{path}: not a DCP metadata pickle ({type(e).__name__}: "
             f"{e})") from None
-    if not isinstance(metadata, _md.Metadata):
-        raise _errors.DataLoss(
-            f"{path}: holds a {type(metadata).__name__}, not DCP's Metadata")
-    if not isinstance(metadata.state_dict_metadata, dict) or \
-            not isinstance(metadata.storage_data, dict):
-        raise _errors.DataLoss(
-            f"{path}: its state_dict_metadata or storage_data is not a dict "
-            f"(written by DCP's FileSystemWriter? another storage keeps "
-            f"its own storage_data)")
+    _check_metadata(metadata, path)
     return metadata
+
+
+_NONE = object()
+
+
+def _check_metadata(metadata, path):
+    """Raises ckpt.DataLoss unless `metadata` is DCP's Metadata with every
+    field import reads of the type it must be (a damaged pickle can build
+    the classes with fields missing or of any type)."""
+
+    def bad(what):
+        return _errors.DataLoss(f"{path}: {what} (a damaged .metadata?)")
+
+    def field(obj, name, types, what):
+        value = getattr(obj, name, _NONE)
+        if not isinstance(value, types) or isinstance(value, bool):
+            raise bad(f"{what} has no valid {name}")
+        return value
+
+    if not isinstance(metadata, _md.Metadata):
+        raise bad(f"it holds a {type(metadata).__name__}, not DCP's Metadata")
+    entries = field(metadata, "state_dict_metadata", dict, "the metadata")
+    storage = field(metadata, "storage_data", dict,
+                    "the metadata (written by DCP's FileSystemWriter? "
+                    "another storage keeps its own storage_data)")
+    for fqn, md in entries.items():
+        if not isinstance(fqn, str) or not fqn:
+            raise bad(f"an entry is named {fqn!r}")
+        what = f"entry {fqn!r}"
+        if isinstance(md, _md.BytesStorageMetadata):
+            continue
+        if not isinstance(md, _md.TensorStorageMetadata):
+            raise bad(f"{what} is a {type(md).__name__}")
+        props = field(md, "properties", _md.TensorProperties, what)
+        field(props, "dtype", torch.dtype, what)
+        _int_tuple(field(md, "size", (tuple, list), what), f"{what}'s size",
+                   path)
+        for chunk in field(md, "chunks", (list, tuple), what):
+            if not isinstance(chunk, _md.ChunkStorageMetadata):
+                raise bad(f"{what} has a chunk that is a "
+                          f"{type(chunk).__name__}")
+            _int_tuple(field(chunk, "offsets", (tuple, list), what),
+                       f"{what}'s chunk offsets", path)
+            _int_tuple(field(chunk, "sizes", (tuple, list), what),
+                       f"{what}'s chunk sizes", path)
+    for index, info in storage.items():
+        if not isinstance(index, _md.MetadataIndex) or not isinstance(
+                getattr(index, "fqn", None), str):
+            raise bad(f"a storage_data key is a {type(index).__name__}")
+        what = f"entry {index.fqn!r}'s storage info"
+        if not isinstance(info, _fs._StorageInfo):
+            raise bad(f"{what} is a {type(info).__name__}")
+        field(info, "relative_path", str, what)
+        field(info, "offset", int, what)
+        field(info, "length", int, what)
+        descriptors = getattr(info, "transform_descriptors", None)
+        if descriptors is not None and not isinstance(descriptors,
+                                                      (list, tuple)):
+            raise bad(f"{what} has no valid transform_descriptors")
 
 
 def _int_tuple(value, what, path):
@@ -264,14 +315,13 @@ def _overlap(a_lo, a_hi, b_lo, b_hi):
 
 
 def _assemble(files, metadata, fqn, md, path):
-    """The whole tensor `fqn` from its chunks, which must tile it."""
-    props = md.properties
-    dtype = getattr(props, "dtype", None)
-    if not isinstance(dtype, torch.dtype):
-        raise _errors.DataLoss(f"{path}: entry {fqn!r}: no dtype")
+    """The whole tensor `fqn` from its chunks, which must tile it: checked
+    before anything is allocated or read, so that no size in a damaged
+    .metadata makes memory be asked for that its files cannot fill."""
+    dtype = md.properties.dtype
     shape = _int_tuple(md.size, f"entry {fqn!r}'s size", path)
-    out = torch.empty(shape, dtype=dtype)
-    boxes, volume = [], 0
+    numel = math.prod(shape)
+    chunks, volume, stored = [], 0, 0
     for i, chunk in enumerate(md.chunks):
         lo = _int_tuple(chunk.offsets, f"entry {fqn!r} chunk {i} offsets",
                         path)
@@ -283,25 +333,37 @@ def _assemble(files, metadata, fqn, md, path):
             raise _errors.DataLoss(
                 f"{path}: entry {fqn!r}: chunk {i} at {list(lo)} of sizes "
                 f"{list(sizes)} lies outside its shape {list(shape)}")
-        if math.prod(sizes) == 0 and math.prod(shape) > 0:
+        if math.prod(sizes) == 0 and numel > 0:
             continue
-        for j, (blo, bhi) in enumerate(boxes):
+        for j, (_, blo, bhi, _) in enumerate(chunks):
             if _overlap(lo, hi, blo, bhi):
                 raise _errors.DataLoss(
                     f"{path}: entry {fqn!r}: chunks {j} and {i} overlap")
-        boxes.append((lo, hi))
-        volume += math.prod(sizes)
         info = metadata.storage_data.get(
             _md.MetadataIndex(fqn, torch.Size(lo), i))
+        if not isinstance(info, _fs._StorageInfo):
+            raise _errors.DataLoss(
+                f"{path}: entry {fqn!r}: chunk {i} at {list(lo)} has no "
+                f"storage info")
+        chunks.append((sizes, lo, hi, info))
+        volume += math.prod(sizes)
+        stored += info.length
+    if volume != numel and numel > 0:
+        raise _errors.DataLoss(
+            f"{path}: entry {fqn!r}: its chunks cover {volume} of its "
+            f"{numel} elements")
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    if numel * itemsize > stored:
+        raise _errors.DataLoss(
+            f"{path}: entry {fqn!r}: {numel * itemsize} bytes of tensor "
+            f"in {stored} bytes of chunks")
+    out = torch.empty(shape, dtype=dtype)
+    for sizes, lo, _, info in chunks:
         tensor = _read_chunk(files, info, fqn, dtype, sizes, path)
         region = out
         for d, (a, n) in enumerate(zip(lo, sizes)):
             region = region.narrow(d, a, n)
         region.copy_(tensor)
-    if volume != math.prod(shape) and math.prod(shape) > 0:
-        raise _errors.DataLoss(
-            f"{path}: entry {fqn!r}: its chunks cover {volume} of its "
-            f"{math.prod(shape)} elements")
     return out
 
 

@@ -200,3 +200,62 @@ def test_a_truncated_data_file_is_named_and_the_root_stays_as_it_was(
 def test_a_directory_without_metadata_is_named(tmp_path):
     with pytest.raises(ckpt.NotFound, match=r"\.metadata.*FileSystemWriter"):
         ct.import_dcp(str(tmp_path), str(tmp_path / "r"), 1)
+
+
+@one_process
+def test_damaged_metadata_bytes_give_ckpt_errors_only(tmp_path):
+    """Every mutation of a real .metadata (a flipped, dropped or cut byte)
+    reads as DCP's metadata or fails with a ckpt error naming the file:
+    never another exception, never code run."""
+    import random
+
+    from ckpt import _dcp_files
+
+    dcp.save({"w": torch.arange(6.0).reshape(2, 3), "x": {"a": 1}},
+             storage_writer=dcp.FileSystemWriter(str(tmp_path / "good")))
+    good = (tmp_path / "good" / ".metadata").read_bytes()
+    rng = random.Random(0)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for _ in range(400):
+        data = bytearray(good)
+        i = rng.randrange(len(data))
+        how = rng.randrange(3)
+        if how == 0:
+            data[i] = rng.randrange(256)
+        elif how == 1:
+            del data[i]
+        else:
+            del data[i:]
+        (bad / ".metadata").write_bytes(bytes(data))
+        try:
+            _dcp_files.read_metadata(str(bad))
+        except ckpt.Error as e:
+            assert ".metadata" in str(e)
+
+
+@one_process
+@pytest.mark.parametrize("change,message", [
+    ("gap", "cover 6 of its 12 elements"),
+    ("huge", "bytes of tensor in"),
+    ("outside", "lies outside its shape"),
+])
+def test_chunks_that_do_not_tile_their_tensor_are_refused(tmp_path, change,
+                                                          message):
+    written = tmp_path / "dcp"
+    dcp.save({"w": torch.arange(6.0).reshape(2, 3)},
+             storage_writer=dcp.FileSystemWriter(str(written)))
+    path = written / ".metadata"
+    md = pickle.loads(path.read_bytes())  # DCP's own, written just now
+    w = md.state_dict_metadata["w"]
+    if change == "gap":
+        w.size = torch.Size([4, 3])
+    elif change == "huge":
+        w.size = torch.Size([1 << 40, 3])
+        w.chunks[0].sizes = torch.Size([1 << 40, 3])
+    else:
+        w.chunks[0].offsets = torch.Size([1, 0])
+    path.write_bytes(pickle.dumps(md))
+    with pytest.raises(ckpt.DataLoss, match=message):
+        ct.import_dcp(str(written), str(tmp_path / "root"), 1)
+    assert not (tmp_path / "root").exists()
