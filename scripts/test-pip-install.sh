@@ -6,11 +6,12 @@
 #
 # Clones the repository's committed HEAD into a temporary folder (no build
 # folder, nothing but what git tracks; uncommitted changes are not in it,
-# and the script says so), makes a fresh virtual environment of PYTHON and
-# runs `pip install --no-index CLONE`: pip must neither download nor need
-# anything beyond what scripts/install-deps.sh --runtime installs, and the
-# build backend (scripts/ckpt_wheel.py) configures and builds the library
-# and the ckpt tool with CMake from nothing. Then, in that environment:
+# and the script says so) and runs the README's install block there as
+# written (a fresh virtual environment of PYTHON, `pip install .`): pip
+# must neither download nor need anything beyond what
+# scripts/install-deps.sh --runtime installs, and the build backend
+# (scripts/ckpt_wheel.py) configures and builds the library and the ckpt
+# tool with CMake from nothing. Then, in that environment:
 # `ckpt --version` (the project's version), `ckpt --help`, `python -m ckpt
 # --version` (the same), and a save and a load from Python.
 #
@@ -37,17 +38,37 @@ git clone --quiet --no-hardlinks "$repo" "$work/src" ||
   fail "git clone $repo"
 say "cloned $(git -C "$work/src" rev-parse --short HEAD) into $work/src"
 
-"$python" -m venv "$work/venv" || fail "$python -m venv"
-venv="$work/venv"
-
+# The README's install block, as written, in the clone: its `python3` is
+# PYTHON, its `~` a folder of this run, pip neither downloads nor needs
+# anything beyond what scripts/install-deps.sh --runtime installs
+# (PIP_NO_INDEX), and its `pip install torch...` line is left out, said in
+# the log: PyTorch's wheel is a gigabyte to unpack, its dependencies would
+# come from an index, and the project's own .venv installs the same pin
+# (requirements.txt) in every `make test`.
+readme_block="$(awk '/^## Install/ {on = 1} on && /^```sh/ {inside = 1; next}
+                     inside && /^```/ {exit} inside {print}' "$repo/README.md")"
+case "$readme_block" in
+  *"pip install ."*) ;;
+  *) fail "README.md's Install section has no sh block with pip install ." ;;
+esac
+mkdir -p "$work/home" "$work/bin"
+ln -s "$python" "$work/bin/python3"
+script="$(printf '%s\n' "$readme_block" |
+          sed 's/^pip install torch.*/: left out here: &/')"
+say "running README.md's install block:"
+printf '%s\n' "$script" | sed 's/^/  | /'
 start=$SECONDS
-if ! "$venv/bin/python" -m pip install --no-index "$work/src" \
-    >"$work/pip.log" 2>&1; then
+if ! (cd "$work/src" && HOME="$work/home" PATH="$work/bin:$PATH" \
+      PIP_NO_INDEX=1 bash -euo pipefail -c "$script") >"$work/pip.log" 2>&1; then
   cat "$work/pip.log"
-  fail "pip install --no-index $work/src ($((SECONDS - start)) s)"
+  fail "README.md's install block ($((SECONDS - start)) s)"
 fi
-say "pip install of the clone (configure, build, wheel, install):" \
+venv="$work/home/ckpt-venv"
+[ -x "$venv/bin/ckpt" ] ||
+  fail "README.md's install block made no $venv with a ckpt command"
+say "README.md's install block (venv, configure, build, wheel, install):" \
   "$((SECONDS - start)) s"
+tail -n 3 "$work/pip.log" | sed 's/^/  | /'
 
 cd "$work" || exit 1  # outside both trees: only the installed package imports
 failed=()
