@@ -4,8 +4,9 @@
 #      build into a fresh folder), with only CMAKE_PREFIX_PATH naming it,
 #      and, where ckpt has MPI, its communicator saving on 2 ranks;
 #   2. g++ with `pkg-config --cflags --libs ckpt` on that prefix;
-#   3. add_subdirectory of the sources without GoogleTest (configured only:
-#      a build would compile every layer again).
+#   3. add_subdirectory of the sources without GoogleTest: configured, and
+#      under Ninja the program's one file compiled (linking it would compile
+#      every layer again).
 # The program is tests/consumer, the one thing taken from the source tree.
 #
 #   install_consumer_test.sh BUILD SOURCE CMAKE CXX PKG_CONFIG GENERATOR [MPIEXEC]
@@ -54,4 +55,7 @@ echo "== add_subdirectory(ckpt), no GoogleTest"
 "$cmake" -S consumer -B vendored -G "$generator" --no-warn-unused-cli \
   -DCKPT_SOURCE_DIR="$source" -DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON \
   -DCMAKE_CXX_COMPILER="$cxx" >/dev/null
+if [[ $generator == Ninja ]]; then
+  "$cmake" --build vendored --target CMakeFiles/app.dir/main.cc.o >/dev/null
+fi
 echo "install_consumer_test: all three built and ran"
