@@ -47,14 +47,15 @@ def run(args, **kw):
     return done.stdout
 
 
-def open_page(path, screenshot):
-    """The page's summary, after Chromium ran it; and a screenshot."""
+def open_page(path, screenshot, height=2600):
+    """The page's summary, after Chromium ran it in a 1200x800 window (a
+    common laptop's), its layout checked; and a screenshot 1200 wide."""
     url = "file://" + os.path.abspath(path)
     started = time.monotonic()
-    dom = run(CHROMIUM + ["--window-size=1200,3000", "--dump-dom", url])
+    dom = run(CHROMIUM + ["--window-size=1200,800", "--dump-dom", url])
     seconds = time.monotonic() - started
-    run(CHROMIUM + ["--window-size=1200,2600", f"--screenshot={screenshot}",
-                    url])
+    run(CHROMIUM + [f"--window-size=1200,{height}",
+                    f"--screenshot={screenshot}", url])
     assert os.path.getsize(screenshot) > 10_000, f"{screenshot} is empty"
     errors = re.search(r'<pre id="ckpt-errors"[^>]*>(.*?)</pre>', dom, re.S)
     assert errors is not None, f"{path}: no #ckpt-errors in the DOM"
@@ -67,7 +68,81 @@ def open_page(path, screenshot):
             .replace("&gt;", ">").replace("&amp;", "&"))
     parsed = json.loads(text)
     assert parsed["errors"] == 0, parsed
+    check_layout(path, parsed)
+    check_series(path, parsed)
     return parsed, seconds
+
+
+def check_layout(path, summary):
+    """Nothing cut off: every section holds its content, every chart fits
+    its box and the window's height, and nothing is wider than the
+    window."""
+    inner, whole = summary["page_width"]
+    assert whole <= inner, f"{path}: the page is {whole} px wide in {inner}"
+    for s in summary["sections"]:
+        assert s["scroll"][0] <= s["client"][0] and \
+            s["scroll"][1] <= s["client"][1], f"{path}: clipped: {s}"
+        for b in s["boxes"]:
+            assert b["scroll"][0] <= b["client"][0] and \
+                b["scroll"][1] <= b["client"][1], f"{path}: clipped: {b}"
+            assert 150 < b["client"][1] <= 700, f"{path}: {b}"
+
+
+def check_series(path, summary):
+    """Every series of a chart can be told from the others: its own color,
+    or else its own dash or point style."""
+    for chart, c in summary["charts"].items():
+        if c["type"] == "bar":
+            continue
+        looks = [(d["color"], tuple(d["dash"]), d["point"])
+                 for d in c["datasets"]]
+        assert len(set(looks)) == len(looks), f"{path}: {chart}: {looks}"
+        colors = [d["color"] for d in c["datasets"]]
+        assert len(set(colors)) == len(colors), f"{path}: {chart}: {colors}"
+
+
+STEP_TICK = re.compile(r"-?\d{1,3}(,\d{3})*")
+BYTES_TICK = re.compile(r"\d+(\.\d+)? (B|KiB|MiB|GiB|TiB)")
+RATE_TICK = re.compile(r"\d+(\.\d+)? (B|KB|MB|GB|TB)/s")
+MS_TICK = re.compile(r"\d+(\.\d+)? (ms|s|min|h)")
+
+
+def check_axis(summary, chart, axis, pattern):
+    """Every tick label of one axis matches `pattern` (human units, no
+    exponent, few digits) and no two are alike."""
+    labels = summary["charts"][chart]["axes"][axis]
+    assert labels, (chart, axis)
+    for label in labels:
+        assert pattern.fullmatch(label), f"{chart} {axis}: {labels}"
+        number = label.split(" ")[0].replace(",", "")
+        digits = number.replace(".", "").lstrip("0")
+        if "." not in number:
+            digits = digits.rstrip("0")
+        assert len(digits) <= 4, f"{chart} {axis}: {labels}"
+    assert len(set(labels)) == len(labels), f"{chart} {axis}: {labels}"
+
+
+def check_root_axes(summary):
+    for chart in summary["charts"]:
+        if chart != "ranks":  # every other chart of a root is by step
+            check_axis(summary, chart, "x", STEP_TICK)
+    check_axis(summary, "bytes", "y", BYTES_TICK)
+    check_axis(summary, "throughput", "y", RATE_TICK)
+    for chart in ("timeline", "durations", "stragglers"):
+        check_axis(summary, chart, "y", MS_TICK)
+    # A synchronous save's stall is its whole save: the stall line is
+    # drawn dashed over the save line.
+    durations = summary["charts"]["durations"]
+    order = durations["drawn_order"]
+    assert order.index("stall") > order.index("save"), order
+    assert [d["dash"] for d in durations["datasets"]
+            if d["label"] == "stall"] != [[]], durations
+
+
+def section(summary, title):
+    found = [s for s in summary["sections"] if s["title"] == title]
+    assert len(found) == 1, [s["title"] for s in summary["sections"]]
+    return found[0]
 
 
 def counts(summary, chart):
@@ -154,15 +229,17 @@ def root_case(cli, tmp, out):
     timed = sum(1 for i in listed if i["timing"] is not None)
     assert timed == len(kept), listed  # every save recorded its timing
     assert counts(summary, "durations") == {
-        "save ms": timed, "commit ms": timed, "stall ms": timed}
+        "save": timed, "commit": timed, "stall": timed}
     assert any(i["timing"]["async"] for i in listed), listed
     # A save of under a millisecond has no throughput to draw.
     measured = sum(1 for i in listed if i["timing"]["save_ms"] > 0)
     assert counts(summary, "throughput") == {
-        "save GB/s": measured, "disk raw write GB/s (ckpt bench)": 2}
-    straggle = counts(summary, "stragglers")
-    assert set(straggle.values()) == {timed}, straggle
-    assert counts(summary, "ranks") == {"write ms": 1, "wait ms": 1}
+        "save": measured, "disk raw write (ckpt bench)": 2}
+    # One rank: its write and wait, and no straggler named.
+    assert counts(summary, "stragglers") == {"write": timed, "wait": timed}
+    assert "ranks" not in summary["charts"]
+    assert section(summary, "Ranks")["notes"] == []
+    check_root_axes(summary)
     assert counts(summary, "bytes")["written (incremental)"] == \
         len(kept) - full
 
@@ -189,6 +266,68 @@ def root_case(cli, tmp, out):
     return root
 
 
+def realistic_case(cli, tmp, out):
+    """A root as a job makes it: 13 MiB of state saved every 100 steps, a
+    full save then three incremental ones, every third asynchronous, a
+    falling loss. Its screenshot, 1200 wide, is the one to look at."""
+    root = os.path.join(tmp, "realistic")
+    mgr = ckpt.CheckpointManager(root, create=True, chunk_size=1 << 20)
+    w = array.array("f", [0.0] * (3 << 20))
+    b = array.array("f", [0.0] * (1 << 18))
+    for k, step in enumerate(range(100, 1700, 100)):
+        w[(k * 300000) % len(w)] = step
+        save = mgr.save_async if k % 3 == 2 else mgr.save
+        done = save(step, {"w": w, "b": b}, metrics={"loss": 2.0 / (k + 1)},
+                    incremental=k % 4 != 0)
+        if k % 3 == 2:
+            done.wait()
+    path = os.path.join(out, "realistic.html")
+    run([cli, "report", root, "-o", path])
+    summary, _ = open_page(path, os.path.join(out, "realistic.png"), 4000)
+    check_root_axes(summary)
+    assert counts(summary, "bytes")["written (full)"] == 4
+    assert "ranks" not in summary["charts"]
+
+
+MPI_JOB = """
+import array, sys, ckpt
+comm = ckpt.mpi_communicator()
+mgr = ckpt.CheckpointManager(sys.argv[1], create=True, communicator=comm,
+                             chunk_size=4096)
+for step in (1, 2, 3):
+    w = array.array("f", [float(step + comm.rank)] * 4096)
+    mgr.save(step, {"w": ckpt.Shard(w, [comm.rank * 4096],
+                                    [comm.size * 4096])})
+"""
+
+
+def ranks_case(cli, tmp, out):
+    """A root of two ranks (under mpirun, where this ckpt has MPI): the
+    slowest and fastest writes, and the slowest rank named."""
+    mpirun = shutil.which("mpirun")
+    if not ckpt.HAS_MPI or mpirun is None:
+        print("two-rank report: skipped (no MPI)")
+        return
+    root = os.path.join(tmp, "ranks")
+    job = os.path.join(tmp, "ranks_job.py")
+    with open(job, "w") as f:
+        f.write(MPI_JOB)
+    run([mpirun, "--allow-run-as-root", "--oversubscribe", "--mca", "btl",
+         "self,vader", "--mca", "plm_rsh_agent", "false", "-np", "2",
+         sys.executable, job, root])
+    path = os.path.join(out, "ranks.html")
+    run([cli, "report", root, "-o", path])
+    summary, _ = open_page(path, os.path.join(out, "ranks.png"))
+    check_root_axes(summary)
+    assert counts(summary, "stragglers") == {
+        "slowest write": 3, "fastest write": 3, "longest wait": 3}
+    assert counts(summary, "ranks") == {"write": 2, "wait": 2}
+    notes = section(summary, "Ranks: stragglers")["notes"]
+    assert len(notes) == 1 and re.fullmatch(
+        r"Step 3 \(2 ranks\): rank [01] wrote slowest\.", notes[0]), notes
+    print("two-rank report: ok")
+
+
 def catalog_case(cli, tmp, out):
     catalog = os.path.join(tmp, "jobs.sqlite")
     saves = {"job-a": 3, "job-b": 4, "job-c": 2}
@@ -201,6 +340,7 @@ def catalog_case(cli, tmp, out):
     path = os.path.join(out, "catalog.html")
     run([cli, "report", "--catalog", catalog, "-o", path])
     summary, _ = open_page(path, os.path.join(out, "catalog.png"))
+    check_axis(summary, "curve-0", "x", STEP_TICK)
     assert counts(summary, "jobs") == {"committed checkpoints": 3,
                                        "deleted checkpoints": 3}
     assert counts(summary, "curve-0") == saves
@@ -277,6 +417,9 @@ def main():
     with tempfile.TemporaryDirectory(prefix="ckpt-report-") as tmp:
         root_case(args.ckpt, tmp, args.out)
         print("root report: ok")
+        realistic_case(args.ckpt, tmp, args.out)
+        print("realistic root report: ok")
+        ranks_case(args.ckpt, tmp, args.out)
         catalog_case(args.ckpt, tmp, args.out)
         print("catalog report: ok")
         bench_case(args.ckpt, tmp, args.out)

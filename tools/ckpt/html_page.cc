@@ -110,6 +110,30 @@ function section(title, help) {
   document.getElementById('ckpt-content').appendChild(s);
   return s;
 }
+// Lines and points of one chart can coincide (a synchronous save's stall is
+// its whole save; one rank is both the slowest and the fastest): each
+// series gets its own dash and point style, and a later one, thinner, is
+// drawn over an earlier one, so that every series stays visible.
+const DASHES = [[], [8, 4], [4, 3], [12, 3, 2, 3]];
+const POINT_STYLES = ['circle', 'rect', 'triangle', 'rectRot', 'crossRot', 'star'];
+function distinctSeries(datasets) {
+  const n = datasets.length;
+  datasets.forEach(function (d, i) {
+    const own = k => d[k] !== undefined;
+    if (!own('borderDash')) d.borderDash = DASHES[i % DASHES.length];
+    if (!own('pointStyle')) {
+      d.pointStyle = d.showLine ? 'line' : POINT_STYLES[i % POINT_STYLES.length];
+    }
+    if (!own('borderWidth')) d.borderWidth = n > 1 ? 2.5 + 2 * (n - 1 - i) / (n - 1) : 2;
+    if (!own('backgroundColor')) d.backgroundColor = d.borderColor;
+    if (!own('order')) d.order = n - i;  // drawn from the highest order up
+    if (!own('pointRadius')) d.pointRadius = 4;
+  });
+}
+// A plot squeezed by its legend or axes grows its box; so does a bar
+// chart with many bars on its side. Sections then take their charts'
+// height: nothing is cut off at any window size.
+const MIN_PLOT = 160;
 function addChart(parent, id, config, tall) {
   const box = document.createElement('div');
   box.className = tall ? 'chart tall' : 'chart';
@@ -118,13 +142,34 @@ function addChart(parent, id, config, tall) {
   box.appendChild(canvas);
   parent.appendChild(box);
   const options = config.options || {};
+  const plugins = options.plugins || {};
+  // The legend lists series in the order given, whatever their drawing
+  // order, each as it is drawn: a line chart's as a stretch of its line
+  // (its dash), a scatter chart's as its point (or its line).
+  const labels = {sort: (a, b) => a.datasetIndex - b.datasetIndex};
+  if (config.type === 'line') Object.assign(labels, {boxWidth: 36, boxHeight: 0});
+  if (config.type === 'scatter') Object.assign(labels, {usePointStyle: true, boxHeight: 8});
+  plugins.legend = Object.assign({labels: labels}, plugins.legend || {});
+  options.plugins = plugins;
   config.options = Object.assign({
     animation: false, responsive: true, maintainAspectRatio: false,
     normalized: true, interaction: {mode: 'nearest', intersect: false}
   }, options);
-  if (config.type !== 'bar') config.options.parsing = false;
-  charts[id] = new Chart(canvas, config);
-  return charts[id];
+  if (config.type !== 'bar') {
+    config.options.parsing = false;
+    distinctSeries(config.data.datasets);
+  }
+  const chart = charts[id] = new Chart(canvas, config);
+  let want = MIN_PLOT;
+  if (config.type === 'bar' && options.indexAxis === 'y') {
+    want = Math.max(want, 22 * config.data.labels.length);
+  }
+  const plot = chart.chartArea.bottom - chart.chartArea.top;
+  if (plot < want) {
+    box.style.height = (box.clientHeight + want - plot) + 'px';
+    chart.resize();
+  }
+  return chart;
 }
 function addTable(parent, headers, rows) {
   const t = document.createElement('table');
@@ -150,10 +195,12 @@ function note(parent, text) {
 }
 // At most MAX_POINTS points: contiguous buckets, each drawn as its largest
 // value (a spike stays visible). Points with a null y are left out.
-function bucketed(xs, ys) {
+// Each point keeps its row of the page's data (`i`) where `rows` is given.
+function bucketed(xs, ys, rows) {
   const pts = [];
   for (let i = 0; i < xs.length; ++i) {
-    if (ys[i] !== null && ys[i] !== undefined) pts.push({x: xs[i], y: ys[i]});
+    if (ys[i] === null || ys[i] === undefined) continue;
+    pts.push(rows ? {x: xs[i], y: ys[i], i: rows[i]} : {x: xs[i], y: ys[i]});
   }
   if (pts.length <= MAX_POINTS) return pts;
   const out = [];
@@ -167,21 +214,70 @@ function bucketed(xs, ys) {
   }
   return out;
 }
-function bytesText(b) {
-  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
-  let u = 0;
-  while (b >= 1024 && u + 1 < units.length) { b /= 1024; ++u; }
-  return (u === 0 ? b : b.toFixed(1)) + ' ' + units[u];
+// Units of bytes, rates and durations: a value is shown in the largest
+// unit it reaches, with at most three significant digits.
+const BYTE_UNITS = [['B', 1], ['KiB', 1024], ['MiB', 1048576],
+                    ['GiB', 1073741824], ['TiB', 1099511627776]];
+const RATE_UNITS = [['B/s', 1], ['KB/s', 1e3], ['MB/s', 1e6], ['GB/s', 1e9],
+                    ['TB/s', 1e12]];
+const MS_UNITS = [['ms', 1], ['s', 1e3], ['min', 6e4], ['h', 3.6e6]];
+function unitOf(values, units) {
+  let top = 0;
+  for (const v of values) {
+    if (typeof v === 'number' && Math.abs(v) > top) top = Math.abs(v);
+  }
+  let u = units[0];
+  for (const c of units) if (top >= c[1]) u = c;
+  return {name: u[0], size: u[1]};
+}
+function unitText(v, units) {
+  if (v === null || v === undefined) return null;
+  const u = unitOf([v], units);
+  return Number((v / u.size).toPrecision(3)) + ' ' + u.name;
+}
+function bytesText(b) { return unitText(b, BYTE_UNITS); }
+function rateText(bytesPerSecond) { return unitText(bytesPerSecond, RATE_UNITS); }
+function msText(ms) { return unitText(ms, MS_UNITS); }
+// The decimals that write `v` exactly (a tick spacing: 0.25 needs 2).
+function decimalsOf(v) {
+  for (let d = 0; d < 6; ++d) {
+    const scaled = Math.abs(v) * Math.pow(10, d);
+    if (Math.abs(scaled - Math.round(scaled)) < 1e-6 * Math.max(1, scaled)) return d;
+  }
+  return 6;
+}
+// An axis in one unit for a whole series: its points are given in that
+// unit (`scaled`), so Chart.js's round ticks are round in it, and every tick
+// is written with the decimals of the spacing: no two labels alike. It
+// starts at zero, so that a series of equal values still has a range.
+function unitAxis(title, unit, extra) {
+  return Object.assign({type: 'linear', beginAtZero: true,
+    title: {display: true, text: title},
+    ticks: {callback: function (v, i, ticks) {
+      const spacing = ticks.length > 1 ? Math.abs(ticks[1].value - ticks[0].value) : 1;
+      return (v === 0 ? '0' : v.toFixed(decimalsOf(spacing))) + ' ' + unit.name;
+    }}}, extra || {});
+}
+function scaled(points, unit) {
+  return points.map(p => Object.assign({}, p, {y: p.y / unit.size}));
+}
+// Steps are whole numbers: no tick between two.
+function stepAxis() {
+  return {type: 'linear', title: {display: true, text: 'step'},
+          ticks: {precision: 0}};
+}
+// A tooltip line of a point drawn in `unit`, written in its own unit.
+function unitTooltip(units, unit) {
+  return {callbacks: {label: function (c) {
+    return c.dataset.label + ': ' + unitText(c.raw.y * unit.size, units) +
+           ' at step ' + c.raw.x;
+  }}};
 }
 function number(v) {
   return typeof v === 'number' ? Number(v.toPrecision(4)) : v;
 }
 function timeText(ms) {
   return ms ? new Date(ms).toISOString().replace('.000Z', 'Z') : '-';
-}
-function bytesAxis(title) {
-  return {title: {display: true, text: title},
-          ticks: {callback: function (v) { return bytesText(v); }}};
 }
 function axis(title, extra) {
   return Object.assign({title: {display: true, text: title}}, extra || {});
@@ -196,10 +292,32 @@ function ckptFinish() {
       height: c.height,
       datasets: c.data.datasets.map(function (d, i) {
         return {label: d.label, points: d.data.length,
-                drawn: c.getDatasetMeta(i).data.length};
-      })
+                drawn: c.getDatasetMeta(i).data.length,
+                color: d.borderColor || d.backgroundColor,
+                dash: d.borderDash || [], point: d.pointStyle || null};
+      }),
+      // Bottom to top: the last one is drawn over the others.
+      drawn_order: c.getSortedVisibleDatasetMetas().reverse()
+                       .map(m => c.data.datasets[m.index].label),
+      axes: {}
     };
+    for (const [key, scale] of Object.entries(c.scales)) {
+      summary.charts[id].axes[key] = scale.ticks.map(t => String(t.label));
+    }
   }
+  // Each section's and chart box's size against its content's: a test
+  // (and a person) sees whether anything is cut off.
+  summary.sections = Array.from(document.querySelectorAll('section'), function (s) {
+    return {title: s.querySelector('h2').textContent,
+            notes: Array.from(s.querySelectorAll('.note'), p => p.textContent),
+            client: [s.clientWidth, s.clientHeight],
+            scroll: [s.scrollWidth, s.scrollHeight],
+            boxes: Array.from(s.querySelectorAll('.chart'), b => ({
+              id: b.firstChild.id, client: [b.clientWidth, b.clientHeight],
+              scroll: [b.scrollWidth, b.scrollHeight]}))};
+  });
+  summary.page_width = [document.documentElement.clientWidth,
+                        document.documentElement.scrollWidth];
   Object.assign(summary, summaryExtra);
   summary.errors = window.ckptErrors.length;
   // From the start of the navigation to every chart drawn: the page's own

@@ -60,6 +60,7 @@ struct Row {
   uint64_t referenced = 0;
   bool full = true;
   int64_t chain = 0;
+  int world = 1;
   std::string tier = "durable";
   std::string state = "kept";
   bool incomplete = false;
@@ -69,9 +70,9 @@ struct Row {
 json Columns(const std::vector<Row>& rows) {
   json c = json::object();
   for (const char* k :
-       {"step", "time", "bytes", "referenced", "full", "chain", "tier", "state",
-        "incomplete", "save_ms", "commit_ms", "stall_ms", "async", "gbps",
-        "write_max", "write_min", "wait_max", "slowest_rank"}) {
+       {"step", "time", "bytes", "referenced", "full", "chain", "world", "tier",
+        "state", "incomplete", "save_ms", "commit_ms", "stall_ms", "async",
+        "gbps", "write_max", "write_min", "wait_max", "slowest_rank"}) {
     c[k] = json::array();
   }
   for (const Row& r : rows) {
@@ -81,6 +82,7 @@ json Columns(const std::vector<Row>& rows) {
     c["referenced"].push_back(r.referenced);
     c["full"].push_back(r.full);
     c["chain"].push_back(r.chain);
+    c["world"].push_back(r.world);
     c["tier"].push_back(r.tier);
     c["state"].push_back(r.state);
     c["incomplete"].push_back(r.incomplete);
@@ -168,6 +170,7 @@ Status RunRootReport(const ReportArgs& args) {
     r.referenced = info.referenced_bytes;
     r.full = info.depends_on.empty();
     r.chain = info.chain;
+    r.world = info.world_size;
     r.incomplete = !info.incomplete.empty();
     r.timing = &info.timing;
     listed.insert(info.step);
@@ -210,6 +213,7 @@ Status RunRootReport(const ReportArgs& args) {
     r.step = c.step;
     r.time = c.created_unix_ms;
     r.bytes = c.bytes;
+    r.world = c.world_size;
     r.tier = std::string(CatalogTierName(c.tier));
     r.state = c.state == CheckpointState::kDeleted ? "deleted" : "kept";
     if (local && c.state != CheckpointState::kDeleted) r.state = "kept";
@@ -222,6 +226,7 @@ Status RunRootReport(const ReportArgs& args) {
     const SaveTiming& t = it->timing;
     if (!t.recorded || t.ranks.empty()) continue;
     ranks = {{"step", it->step},
+             {"world", it->world_size},
              {"rank", json::array()},
              {"write_ms", json::array()},
              {"wait_ms", json::array()}};

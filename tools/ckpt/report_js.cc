@@ -26,63 +26,85 @@ if (n > MAX_POINTS) {
        'as its largest value; tables list the newest saves.');
 }
 function pick(filter, ycol) {
-  const xs = [], ys = [];
-  for (let i = 0; i < n; ++i) if (filter(i)) { xs.push(S.step[i]); ys.push(S[ycol][i]); }
-  return bucketed(xs, ys);
+  const xs = [], ys = [], rows = [];
+  for (let i = 0; i < n; ++i) {
+    if (filter(i)) { xs.push(S.step[i]); ys.push(S[ycol][i]); rows.push(i); }
+  }
+  return bucketed(xs, ys, rows);
+}
+// What one checkpoint's point stands for, in its tooltip.
+function checkpointText(i) {
+  return 'step ' + S.step[i] + ': ' + timeText(S.time[i]) + ', ' +
+         bytesText(S.bytes[i]) + ' written, ' +
+         (S.full[i] ? 'full' : 'incremental') + ', ' + S.tier[i] + ' tier' +
+         (durable(i) && !kept(i) ? ', deleted' : '');
 }
 // 1. Timeline: when each save happened, and what it wrote.
 const t0 = n ? Math.min.apply(null, S.time.filter(t => t > 0)) : 0;
-const minutes = S.time.map(t => t > 0 ? (t - t0) / 60000 : null);
+S.elapsed_ms = S.time.map(t => t > 0 ? t - t0 : null);
+const elapsedUnit = unitOf(S.elapsed_ms, MS_UNITS);
 const timeline = section('Timeline',
-  'Each point is a checkpoint: its step, and the wall time of its commit in ' +
-  'minutes after the first (hover for the time, bytes, tier and kind). ' +
+  'Each point is a checkpoint: its step, and the wall time of its commit ' +
+  'after the first one\'s (hover for the time, bytes, tier and kind). ' +
   'A gap means no save; a steep climb, saves far apart.');
-S.minutes = minutes;
 addChart(timeline, 'timeline', {type: 'scatter', data: {datasets: [
-  {label: 'full', data: pick(i => kept(i) && S.full[i], 'minutes'), backgroundColor: '#1f77b4'},
-  {label: 'incremental', data: pick(i => kept(i) && !S.full[i], 'minutes'), backgroundColor: '#2ca02c'},
-  {label: 'local tier', data: pick(i => !durable(i), 'minutes'), backgroundColor: '#9467bd'},
-  {label: 'deleted', data: pick(i => durable(i) && !kept(i), 'minutes'), backgroundColor: '#bbbbbb'}]},
-  options: {scales: {x: axis('step'), y: axis('minutes after the first save')}}});
+  {label: 'full', data: pick(i => kept(i) && S.full[i], 'elapsed_ms'), backgroundColor: '#1f77b4'},
+  {label: 'incremental', data: pick(i => kept(i) && !S.full[i], 'elapsed_ms'), backgroundColor: '#2ca02c'},
+  {label: 'local tier', data: pick(i => !durable(i), 'elapsed_ms'), backgroundColor: '#9467bd'},
+  {label: 'deleted', data: pick(i => durable(i) && !kept(i), 'elapsed_ms'), backgroundColor: '#999999'}]
+  .map(d => Object.assign(d, {data: scaled(d.data, elapsedUnit)}))},
+  options: {scales: {x: stepAxis(), y: unitAxis('after the first save', elapsedUnit)},
+            plugins: {tooltip: {callbacks: {label: c => checkpointText(c.raw.i)}}}}});
 const sizes = section('Bytes written',
   'What each save wrote to its own step directory (full saves write ' +
   'everything; incremental ones only what changed) and, for incremental ' +
   'ones, the bytes they reference in earlier checkpoints instead.');
+const bytesUnit = unitOf(S.bytes.concat(S.referenced), BYTE_UNITS);
 addChart(sizes, 'bytes', {type: 'scatter', data: {datasets: [
   {label: 'written (full)', data: pick(i => durable(i) && S.full[i], 'bytes'), backgroundColor: '#1f77b4'},
   {label: 'written (incremental)', data: pick(i => !S.full[i], 'bytes'), backgroundColor: '#2ca02c'},
-  {label: 'referenced', data: pick(i => !S.full[i], 'referenced'), backgroundColor: '#ff7f0e'}]},
-  options: {scales: {x: axis('step'), y: bytesAxis('bytes')}}});
+  {label: 'referenced', data: pick(i => !S.full[i], 'referenced'), backgroundColor: '#ff7f0e'}]
+  .map(d => Object.assign(d, {data: scaled(d.data, bytesUnit)}))},
+  options: {scales: {x: stepAxis(), y: unitAxis('bytes', bytesUnit)},
+            plugins: {tooltip: unitTooltip(BYTE_UNITS, bytesUnit)}}});
 const durations = section('Save durations',
   'Recorded by each save in its commit record: the whole save, the commit ' +
-  'part of it, and how long the training loop was held (an asynchronous ' +
-  "save holds it only for the copy into staging memory). Saves older than " +
-  'the recording have no points.');
+  'part of it, and how long the training loop was held (the stall: the ' +
+  'whole save for a synchronous one, drawn over it; an asynchronous save ' +
+  'holds it only for the copy into staging memory). Saves older than the ' +
+  'recording have no points.');
+const durationUnit = unitOf(S.save_ms, MS_UNITS);
 addChart(durations, 'durations', {type: 'line', data: {datasets: [
-  {label: 'save ms', data: pick(kept, 'save_ms'), borderColor: '#1f77b4', pointRadius: 2},
-  {label: 'commit ms', data: pick(kept, 'commit_ms'), borderColor: '#ff7f0e', pointRadius: 2},
-  {label: 'stall ms', data: pick(kept, 'stall_ms'), borderColor: '#d62728', pointRadius: 2}]},
-  options: {scales: {x: axis('step', {type: 'linear'}), y: axis('milliseconds')}}});
+  {label: 'save', data: pick(kept, 'save_ms'), borderColor: '#1f77b4', pointRadius: 3},
+  {label: 'commit', data: pick(kept, 'commit_ms'), borderColor: '#ff7f0e', pointRadius: 3},
+  {label: 'stall', data: pick(kept, 'stall_ms'), borderColor: '#d62728', pointRadius: 3}]
+  .map(d => Object.assign(d, {data: scaled(d.data, durationUnit)}))},
+  options: {scales: {x: stepAxis(), y: unitAxis('duration', durationUnit)},
+            plugins: {tooltip: unitTooltip(MS_UNITS, durationUnit)}}});
 const speed = section('Save throughput',
-  'What each save wrote over how long it took, in GB/s' + (D.disk ?
+  'What each save wrote over how long it took, in bytes per second (KB/s, ' +
+  'MB/s, GB/s: powers of 1000)' + (D.disk ?
   '; the line is the raw write speed of the same disk, as ckpt bench ' +
   'measured it (' + D.disk.file + ').' : '. Pass --bench with the output of ' +
   '`ckpt bench --json` on the same disk to draw its raw write speed beside.') +
   ' Small saves are dominated by their fixed costs (files, fsyncs, commit).');
-const speedSets = [{label: 'save GB/s',
-  data: pick(i => kept(i) && S.gbps[i] !== null, 'gbps'),
-  borderColor: '#1f77b4', backgroundColor: '#1f77b4', pointRadius: 2,
-  showLine: false}];
+S.rate = S.gbps.map(g => g === null ? null : g * 1e9);
+const diskRate = D.disk ? D.disk.raw_write_gbps * 1e9 : null;
+const rateUnit = unitOf(S.rate.concat([diskRate]), RATE_UNITS);
+const speedSets = [{label: 'save',
+  data: scaled(pick(i => kept(i) && S.rate[i] !== null, 'rate'), rateUnit),
+  borderColor: '#1f77b4', pointRadius: 3, showLine: false}];
 if (D.disk) {
   const xs = speedSets[0].data.map(p => p.x);
   const lo = xs.length ? Math.min.apply(null, xs) : 0;
   const hi = xs.length ? Math.max.apply(null, xs) : 1;
-  speedSets.push({label: 'disk raw write GB/s (ckpt bench)',
-    data: [{x: lo, y: D.disk.raw_write_gbps}, {x: hi, y: D.disk.raw_write_gbps}],
+  speedSets.push({label: 'disk raw write (ckpt bench)',
+    data: [{x: lo, y: diskRate / rateUnit.size}, {x: hi, y: diskRate / rateUnit.size}],
     borderColor: '#d62728', pointRadius: 0, showLine: true});
 }
 addChart(speed, 'throughput', {type: 'scatter', data: {datasets: speedSets},
-  options: {scales: {x: axis('step'), y: axis('GB/s')}}});
+  options: {scales: {x: stepAxis(), y: unitAxis('write speed', rateUnit)},
+            plugins: {tooltip: unitTooltip(RATE_UNITS, rateUnit)}}});
 // 2. Lineage: an edge from a checkpoint to each step whose data it uses.
 const lineage = section('Incremental lineage',
   'Each checkpoint at (step, chain): full saves on the bottom row, an ' +
@@ -113,8 +135,9 @@ for (let i = 0; i < n; ++i) {
 addChart(lineage, 'lineage', {type: 'scatter', data: {datasets: [
   {label: 'references (edges)', data: edgePts, showLine: true, spanGaps: false,
    borderColor: '#ff7f0e', pointRadius: 0, borderWidth: 1.5},
-  {label: 'checkpoints', data: nodePts, backgroundColor: '#1f77b4', pointRadius: 3}]},
-  options: {normalized: false, scales: {x: axis('step'), y: axis('incremental saves in a row (chain)', {ticks: {precision: 0}})},
+  {label: 'checkpoints', data: nodePts, backgroundColor: '#1f77b4', pointRadius: 3,
+   pointStyle: 'circle'}]},
+  options: {normalized: false, scales: {x: stepAxis(), y: axis('incremental saves in a row (chain)', {ticks: {precision: 0}})},
             plugins: {tooltip: {callbacks: {label: function (c) {
               const p = c.raw;
               return 'step ' + p.x + (p.bytes !== undefined ? ', ' + bytesText(p.bytes) + ' shared' : '');
@@ -132,25 +155,44 @@ const deleted = S.step.filter((s, i) => durable(i) && !kept(i));
 addTable(retention, ['state', 'checkpoints', 'steps (the newest 30)'],
          [['kept', inRoot, S.step.filter((s, i) => kept(i)).slice(-30).join(', ')],
           ['deleted', deleted.length, deleted.slice(-30).join(', ') || '-']]);
-// 4. Stragglers.
-const stragglers = section('Ranks: stragglers',
-  'Per save: the slowest and the fastest rank\'s write (its data object ' +
-  'and index) and the longest wait before writing (a rank arriving late ' +
-  'makes the others wait). A slowest write far above the fastest is a ' +
-  'straggler: the bars below name it for the newest save.');
-addChart(stragglers, 'stragglers', {type: 'line', data: {datasets: [
-  {label: 'slowest write ms', data: pick(kept, 'write_max'), borderColor: '#d62728', pointRadius: 2},
-  {label: 'fastest write ms', data: pick(kept, 'write_min'), borderColor: '#2ca02c', pointRadius: 2},
-  {label: 'longest wait ms', data: pick(kept, 'wait_max'), borderColor: '#7f7f7f', pointRadius: 2}]},
-  options: {scales: {x: axis('step', {type: 'linear'}), y: axis('milliseconds')}}});
-if (D.ranks) {
-  note(stragglers, 'Step ' + D.ranks.step + ': rank ' + D.ranks.slowest +
-       ' wrote slowest.');
-  addChart(stragglers, 'ranks', {type: 'bar', data: {
-    labels: D.ranks.rank.map(r => 'rank ' + r), datasets: [
-    {label: 'write ms', data: D.ranks.write_ms, backgroundColor: '#1f77b4'},
-    {label: 'wait ms', data: D.ranks.wait_ms, backgroundColor: '#bbbbbb'}]},
-    options: {scales: {x: {stacked: true}, y: axis('milliseconds', {stacked: true})}}});
+// 4. Ranks. A job of one rank has no straggler to name: its section shows
+// that rank's write and wait alone.
+let world = 1;
+for (let i = 0; i < n; ++i) if (kept(i) && S.write_max[i] !== null) world = Math.max(world, S.world[i]);
+const rankUnit = unitOf(S.write_max.concat(S.wait_max), MS_UNITS);
+const rankOptions = {scales: {x: stepAxis(), y: unitAxis('duration', rankUnit)},
+                     plugins: {tooltip: unitTooltip(MS_UNITS, rankUnit)}};
+if (world > 1) {
+  const stragglers = section('Ranks: stragglers',
+    'Per save: the slowest and the fastest rank\'s write (its data object ' +
+    'and index) and the longest wait before writing (a rank arriving late ' +
+    'makes the others wait). A slowest write far above the fastest is a ' +
+    'straggler: the bars below name it for the newest save.');
+  addChart(stragglers, 'stragglers', {type: 'line', data: {datasets: [
+    {label: 'slowest write', data: pick(kept, 'write_max'), borderColor: '#d62728', pointRadius: 3},
+    {label: 'fastest write', data: pick(kept, 'write_min'), borderColor: '#2ca02c', pointRadius: 3},
+    {label: 'longest wait', data: pick(kept, 'wait_max'), borderColor: '#7f7f7f', pointRadius: 3}]
+    .map(d => Object.assign(d, {data: scaled(d.data, rankUnit)}))}, options: rankOptions});
+  if (D.ranks && D.ranks.world > 1) {
+    note(stragglers, 'Step ' + D.ranks.step + ' (' + D.ranks.world +
+         ' ranks): rank ' + D.ranks.slowest + ' wrote slowest.');
+    const barUnit = unitOf(D.ranks.write_ms.map((w, k) => w + D.ranks.wait_ms[k]), MS_UNITS);
+    addChart(stragglers, 'ranks', {type: 'bar', data: {
+      labels: D.ranks.rank.map(r => 'rank ' + r), datasets: [
+      {label: 'write', data: D.ranks.write_ms.map(v => v / barUnit.size), backgroundColor: '#1f77b4'},
+      {label: 'wait', data: D.ranks.wait_ms.map(v => v / barUnit.size), backgroundColor: '#aaaaaa'}]},
+      options: {scales: {x: {stacked: true}, y: unitAxis('duration', barUnit, {stacked: true})},
+                plugins: {tooltip: {callbacks: {label: c => c.dataset.label + ': ' + msText(c.raw * barUnit.size)}}}}});
+  }
+} else {
+  const ranks = section('Ranks',
+    'Every save of this job had one rank: per save, its write (its data ' +
+    'object and index) and its wait before writing. A job of several ranks ' +
+    'gets the slowest and the fastest rank\'s write here, and its stragglers.');
+  addChart(ranks, 'stragglers', {type: 'line', data: {datasets: [
+    {label: 'write', data: pick(kept, 'write_max'), borderColor: '#1f77b4', pointRadius: 3},
+    {label: 'wait', data: pick(kept, 'wait_max'), borderColor: '#7f7f7f', pointRadius: 3}]
+    .map(d => Object.assign(d, {data: scaled(d.data, rankUnit)}))}, options: rankOptions});
 }
 // 5. Metrics.
 const names = Object.keys(D.metrics);
@@ -161,8 +203,8 @@ names.forEach(function (name, k) {
   const pts = D.metrics[name];
   addChart(metrics, 'metric-' + k, {type: 'line', data: {datasets: [
     {label: name, data: bucketed(pts.map(p => p[0]), pts.map(p => p[1])),
-     borderColor: ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd'][k % 5], pointRadius: 2}]},
-    options: {scales: {x: axis('step', {type: 'linear'}), y: axis(name)}}});
+     borderColor: ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd'][k % 5], pointRadius: 3}]},
+    options: {scales: {x: stepAxis(), y: axis(name)}}});
 });
 // 6. The newest saves, as a table.
 const table = section('Newest saves', 'The last 25 checkpoints.');
@@ -170,12 +212,13 @@ const rows = [];
 for (let i = Math.max(0, n - 25); i < n; ++i) {
   rows.push([S.step[i], timeText(S.time[i]), bytesText(S.bytes[i]),
              S.full[i] ? 'full' : 'incremental', S.tier[i], S.state[i],
-             S.save_ms[i], S.commit_ms[i], S.stall_ms[i],
+             S.save_ms[i], S.commit_ms[i], S.stall_ms[i], rateText(S.rate[i]),
              S.async[i] === null ? null : (S.async[i] ? 'async' : 'sync'),
-             S.slowest_rank[i]]);
+             S.world[i], S.world[i] > 1 ? S.slowest_rank[i] : null]);
 }
 addTable(table, ['step', 'committed (UTC)', 'written', 'kind', 'tier', 'state',
-                 'save ms', 'commit ms', 'stall ms', 'mode', 'slowest rank'], rows);
+                 'save ms', 'commit ms', 'stall ms', 'throughput', 'mode',
+                 'ranks', 'slowest rank'], rows);
 )js";
 
 constexpr std::string_view kCatalog = R"js(
@@ -200,9 +243,9 @@ Object.keys(D.curves).forEach(function (metric, k) {
   addChart(curves, 'curve-' + k, {type: 'line', data: {datasets: Object.keys(perJob).map(function (job, i) {
     const pts = perJob[job];
     return {label: job, data: bucketed(pts.map(p => p[0]), pts.map(p => p[1])),
-            borderColor: colors[i % colors.length], pointRadius: 2};
+            borderColor: colors[i % colors.length], pointRadius: 3};
   })}, options: {plugins: {title: {display: true, text: metric}},
-                 scales: {x: axis('step', {type: 'linear'}), y: axis(metric)}}});
+                 scales: {x: stepAxis(), y: axis(metric)}}});
 });
 )js";
 
