@@ -370,11 +370,16 @@ def bench_case(cli, tmp, out):
              "raw_read_cold_gbps", "raw_read_direct_gbps", "load_cold_gbps",
              "raw_read_warm_gbps", "load_warm_gbps", "memcpy_gbps",
              "parallel_memcpy_gbps"]
-    assert medians == {"GB/s (median)": 4 + sum(
+    assert medians == {"median": 4 + sum(
         1 for k in order if k in report["figures"])}, medians
     rounds = counts(summary, "rounds")
     assert {"save", "load_cold", "memcpy", "raw_write_direct"} <= set(rounds)
     assert set(rounds.values()) == {2}, rounds
+    for chart, axis in (("medians", "x"), ("rounds", "y")):
+        labels = [t for t in summary["charts"][chart]["axes"][axis] if t]
+        for label in labels:
+            assert RATE_TICK.fullmatch(label), (chart, labels)
+        assert len(set(labels)) == len(labels), (chart, labels)
 
 
 def long_root(cli, tmp, out, steps):

@@ -255,7 +255,8 @@ function unitAxis(title, unit, extra) {
     title: {display: true, text: title},
     ticks: {callback: function (v, i, ticks) {
       const spacing = ticks.length > 1 ? Math.abs(ticks[1].value - ticks[0].value) : 1;
-      return (v === 0 ? '0' : v.toFixed(decimalsOf(spacing))) + ' ' + unit.name;
+      const zero = Math.abs(v) < spacing / 1e6;  // not 0.0, nor -0.0
+      return (zero ? '0' : v.toFixed(decimalsOf(spacing))) + ' ' + unit.name;
     }}}, extra || {});
 }
 function scaled(points, unit) {

@@ -137,14 +137,19 @@ addChart(lineage, 'lineage', {type: 'scatter', data: {datasets: [
    borderColor: '#ff7f0e', pointRadius: 0, borderWidth: 1.5},
   {label: 'checkpoints', data: nodePts, backgroundColor: '#1f77b4', pointRadius: 3,
    pointStyle: 'circle'}]},
-  options: {normalized: false, scales: {x: stepAxis(), y: axis('incremental saves in a row (chain)', {ticks: {precision: 0}})},
+  options: {normalized: false, scales: {x: stepAxis(), y: axis('incremental saves in a row (chain)',
+                                                            {beginAtZero: true, ticks: {precision: 0}})},
             plugins: {tooltip: {callbacks: {label: function (c) {
               const p = c.raw;
               return 'step ' + p.x + (p.bytes !== undefined ? ', ' + bytesText(p.bytes) + ' shared' : '');
             }}}}}});
 summaryExtra.edges_drawn = drawnEdges;
-addTable(lineage, ['step', 'references step', 'bytes shared'],
-         D.edges.slice(-20).map(e => [e[0], e[1], bytesText(e[2])]));
+if (D.edges.length) {
+  addTable(lineage, ['step', 'references step', 'bytes shared'],
+           D.edges.slice(-20).map(e => [e[0], e[1], bytesText(e[2])]));
+} else {
+  note(lineage, 'No checkpoint references another: every save was full.');
+}
 // 3. Retention.
 const retention = section('Retention',
   'Kept: the checkpoint is in the root now. Deleted: the catalog recorded ' +
@@ -258,6 +263,15 @@ const head = section('ckpt bench',
   ' tensors, ' + R.config.runs + ' rounds, in ' + R.config.dir + '. ckpt\'s ' +
   'save and load beside the raw disk and memory copies of the same bytes ' +
   '(medians; higher is better).');
+// The figures are in GB/s; an axis of them is written in the unit each
+// tick reaches, at 1, 2 and 5 of each power of ten.
+function rateLogAxis() {
+  return {type: 'logarithmic', title: {display: true, text: 'bytes per second (logarithmic)'},
+          ticks: {callback: function (v) {
+            const lead = v / Math.pow(10, Math.floor(Math.log10(v) + 1e-9));
+            return [1, 2, 5].some(k => Math.abs(lead - k) < 1e-6) ? rateText(v * 1e9) : '';
+          }}};
+}
 const order = D.order.filter(k => F[k] !== undefined);
 const labels = order.map(k => k.replace('_gbps', ''));
 const values = order.map(k => F[k]);
@@ -276,8 +290,9 @@ if (D.peers) {
        'the same kind of state with fsync.');
 }
 addChart(head, 'medians', {type: 'bar', data: {labels: labels,
-  datasets: [{label: 'GB/s (median)', data: values, backgroundColor: barColors}]},
-  options: {indexAxis: 'y', scales: {x: axis('GB/s (logarithmic)', {type: 'logarithmic'})}}}, true);
+  datasets: [{label: 'median', data: values, backgroundColor: barColors}]},
+  options: {indexAxis: 'y', scales: {x: rateLogAxis()},
+            plugins: {tooltip: {callbacks: {label: c => 'median: ' + rateText(c.raw * 1e9)}}}}}, true);
 const rounds = section('Per round', 'Each round\'s rate: the spread behind each median.');
 const keys = Object.keys(D.rounds);
 const colors = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b',
@@ -286,7 +301,8 @@ addChart(rounds, 'rounds', {type: 'line', data: {datasets: keys.map(function (k,
   return {label: k, data: D.rounds[k].map((v, r) => ({x: r + 1, y: v})),
           borderColor: colors[i % colors.length], pointRadius: 3};
 })}, options: {scales: {x: axis('round', {type: 'linear', ticks: {precision: 0}}),
-                       y: axis('GB/s (logarithmic)', {type: 'logarithmic'})}}}, true);
+                       y: rateLogAxis()},
+               plugins: {tooltip: {callbacks: {label: c => c.dataset.label + ': ' + rateText(c.raw.y * 1e9)}}}}}, true);
 const ratios = section('Ratios and targets', '');
 addTable(ratios, ['ratio', 'value'], Object.keys(R.ratios).map(k => [k, number(R.ratios[k])]));
 addTable(ratios, ['target', 'met'], Object.keys(R.targets).map(k => [k, String(R.targets[k])]));
