@@ -114,7 +114,7 @@ function section(title, help) {
 // its whole save; one rank is both the slowest and the fastest): each
 // series gets its own dash and point style, and a later one, thinner, is
 // drawn over an earlier one, so that every series stays visible.
-const DASHES = [[], [8, 4], [4, 3], [12, 3, 2, 3]];
+const DASHES = [[], [10, 5], [6, 4], [12, 3, 2, 3]];
 const POINT_STYLES = ['circle', 'rect', 'triangle', 'rectRot', 'crossRot', 'star'];
 function distinctSeries(datasets) {
   const n = datasets.length;
@@ -145,9 +145,19 @@ function addChart(parent, id, config, tall) {
   const plugins = options.plugins || {};
   // The legend lists series in the order given, whatever their drawing
   // order, each as it is drawn: a line chart's as a stretch of its line
-  // (its dash), a scatter chart's as its point (or its line).
-  const labels = {sort: (a, b) => a.datasetIndex - b.datasetIndex};
-  if (config.type === 'line') Object.assign(labels, {boxWidth: 36, boxHeight: 0});
+  // (one stroke: a box's would fill its dash's gaps), a scatter chart's as
+  // its point (or its line).
+  const labels = {sort: (a, b) => a.datasetIndex - b.datasetIndex,
+    // A legend point takes its point's style; a line's is its line's.
+    generateLabels: chart => Chart.defaults.plugins.legend.labels.generateLabels(chart).map(function (item) {
+      const d = chart.data.datasets[item.datasetIndex];
+      if (config.type !== 'line' && !d.showLine) return item;
+      return Object.assign(item, {lineDash: d.borderDash, lineWidth: d.borderWidth,
+                                  strokeStyle: d.borderColor});
+    })};
+  if (config.type === 'line') {
+    Object.assign(labels, {usePointStyle: true, pointStyle: 'line', pointStyleWidth: 36});
+  }
   if (config.type === 'scatter') Object.assign(labels, {usePointStyle: true, boxHeight: 8});
   plugins.legend = Object.assign({labels: labels}, plugins.legend || {});
   options.plugins = plugins;
