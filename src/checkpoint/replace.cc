@@ -11,6 +11,8 @@
 //      every chunk of the step read on the coordinator and checked against
 //      its checksum (verify.cc). Damage is DataLoss or a missing manifest;
 //      a storage error fails the save, and a whole step is AlreadyExists.
+//      A manifest of a version this build does not read fails the save
+//      too: a newer ckpt's step is not this build's to replace.
 //   3. The decision (replace, and why) is broadcast, so every rank of a
 //      many-rank save acts on the coordinator's. The save is decided again
 //      once the coordinator holds the lease (save.cc, step 2b): only the
@@ -36,6 +38,15 @@ constexpr size_t kMaxVerdicts = 16;
 
 bool SameObject(const ObjectInfo& a, const ObjectInfo& b) {
   return a.size == b.size && a.mtime_unix_ms == b.mtime_unix_ms;
+}
+
+// A manifest whose checksum holds but whose version this build does not
+// read (the decoder's and the header check's words for it).
+bool NewerVersion(const Status& s) {
+  const std::string& m = s.message();
+  return m.find("is not supported (this build reads versions") !=
+             std::string::npos ||
+         m.find("unsupported manifest version") != std::string::npos;
 }
 
 }  // namespace
@@ -73,6 +84,14 @@ Result<std::string> StepJudge::Damage(int64_t step,
                   " more problems)";
       }
     }
+  } else if (NewerVersion(report.status())) {
+    // Most likely a newer ckpt's step, not a damaged one: never replaced by
+    // a build that cannot read it.
+    return FailedPreconditionError(
+        "step " + std::to_string(step) + " in " + root_.Where() +
+        " has a manifest version this build does not read (written by a "
+        "newer ckpt?); it is not replaced: " +
+        report.status().ToString());
   } else if (report.status().code() == ErrorCode::kDataLoss ||
              report.status().code() == ErrorCode::kNotFound) {
     damage = report.status().ToString();  // a damaged or vanished manifest

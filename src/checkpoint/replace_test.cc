@@ -7,6 +7,7 @@
 
 #include "ckpt/checkpoint_manager.h"
 #include "format/layout.h"
+#include "format/manifest.h"
 #include "gtest/gtest.h"
 #include "testing/backends.h"
 #include "testing/crash_storage.h"
@@ -154,6 +155,34 @@ TEST_P(ReplaceTest, AStepThatLoadsWholeIsNeverReplaced) {
       << saved.status().ToString();
   EXPECT_EQ(ManifestBytes(**storage, 2), before);
   ExpectLoads(*mgr, 2, first);
+}
+
+// A manifest of a version this build does not read is most likely a newer
+// ckpt's step: the save fails and the step stays as it is.
+TEST_P(ReplaceTest, AStepOfANewerManifestVersionIsNeverReplaced) {
+  {
+    auto mgr = Open();
+    ASSERT_TRUE(mgr->Save(1, SeededModel(1).ToState()).ok());
+    ASSERT_TRUE(mgr->Save(2, SeededModel(2).ToState()).ok());
+  }
+  auto storage = root_.Open();
+  ASSERT_TRUE(storage.ok());
+  auto header = format::DecodeManifest(
+      (*storage)->ReadAll(format::ManifestKey(2)).value(), "record");
+  ASSERT_TRUE(header.ok()) << header.status().ToString();
+  header->version = 99;
+  ASSERT_TRUE(
+      (*storage)
+          ->PutString(format::ManifestKey(2), format::EncodeManifest(*header))
+          .ok());
+  const std::string before = ManifestBytes(**storage, 2);
+  auto mgr = Open();
+  Result<SaveResult> saved = mgr->Save(2, SeededModel(22).ToState());
+  EXPECT_EQ(saved.status().code(), ErrorCode::kFailedPrecondition)
+      << saved.status().ToString();
+  EXPECT_TRUE(Contains(saved.status().message(), "newer ckpt"))
+      << saved.status().ToString();
+  EXPECT_EQ(ManifestBytes(**storage, 2), before);
 }
 
 TEST_P(ReplaceTest, OnlyTheLeaseHolderReplaces) {
