@@ -4,18 +4,26 @@
     PYTHONPATH=build/release/python scripts/test-report.py \
         --ckpt build/release/tools/ckpt/ckpt --out build/release/report-test
 
-Three pages, each opened in headless Chromium, whose DOM the page fills in
-once drawn (#ckpt-errors: any script error; #ckpt-summary: every chart's
-datasets and their point counts, and the lineage edges drawn):
+Pages, each opened in headless Chromium in a 1200x800 window, whose DOM
+the page fills in once drawn (#ckpt-errors: any script error;
+#ckpt-summary: every chart's datasets, their point counts and styles, each
+axis's tick labels, the lineage edges drawn, each section's size):
 
   1. a root with full, incremental, asynchronous, tiered and deleted steps
      and metrics: no error, every chart drawn with as many points as the
      data has, and the lineage edges exactly those the manifests list
      (read here from the MANIFEST.json files, bytes from `ckpt show`);
-  2. a catalog of three jobs: one bar per job, one curve per job;
-  3. `ckpt bench --html` of a tiny state: every figure and round drawn.
+     one rank, so no straggler named;
+  2. a realistic root (13 MiB of state every 100 steps), a root of two
+     steps (8 and 9) and, where this ckpt has MPI, a root of two ranks
+     whose slowest rank the page names;
+  3. a catalog of three jobs: one bar per job, one curve per job;
+  4. `ckpt bench --html` of a tiny state: every figure and round drawn.
 
-Screenshots land in --out. It also prints (asserting nothing) the time to
+On every page: nothing cut off, every series of a chart told apart from
+the others; on a root's: whole-number step ticks, byte, rate and duration
+ticks in human units with none repeated, the stall drawn over the save.
+Screenshots, 1200 wide, land in --out (realistic.png: the whole page). It also prints (asserting nothing) the time to
 write the report of a long root and to load it in the browser: 10,000
 steps by default, every 500th incremental (CKPT_REPORT_STEPS=N for
 another size). Stdlib only, and the ckpt package.
@@ -289,6 +297,20 @@ def realistic_case(cli, tmp, out):
     assert "ranks" not in summary["charts"]
 
 
+def two_steps_case(cli, tmp, out):
+    """Two saves of one size, steps 8 and 9: a step axis this short once
+    had a tick at 8.5, and a byte axis of equal values one label
+    repeated."""
+    root = os.path.join(tmp, "two-steps")
+    mgr = ckpt.CheckpointManager(root, create=True)
+    for step in (8, 9):
+        mgr.save(step, {"w": array.array("f", [float(step)] * 1000)})
+    path = os.path.join(out, "two-steps.html")
+    run([cli, "report", root, "-o", path])
+    summary, _ = open_page(path, os.path.join(out, "two-steps.png"))
+    check_root_axes(summary)
+
+
 MPI_JOB = """
 import array, sys, ckpt
 comm = ckpt.mpi_communicator()
@@ -424,6 +446,8 @@ def main():
         print("root report: ok")
         realistic_case(args.ckpt, tmp, args.out)
         print("realistic root report: ok")
+        two_steps_case(args.ckpt, tmp, args.out)
+        print("two-step root report: ok")
         ranks_case(args.ckpt, tmp, args.out)
         catalog_case(args.ckpt, tmp, args.out)
         print("catalog report: ok")
