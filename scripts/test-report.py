@@ -23,10 +23,11 @@ axis's tick labels, the lineage edges drawn, each section's size):
 On every page: nothing cut off, every series of a chart told apart from
 the others; on a root's: whole-number step ticks, byte, rate and duration
 ticks in human units with none repeated, the stall drawn over the save.
-Screenshots, 1200 wide, land in --out (realistic.png: the whole page). It also prints (asserting nothing) the time to
-write the report of a long root and to load it in the browser: 10,000
-steps by default, every 500th incremental (CKPT_REPORT_STEPS=N for
-another size). Stdlib only, and the ckpt package.
+Screenshots, 1200 wide, land in --out (realistic.png: the whole page).
+It also prints (asserting nothing) the time to write the report of a long
+root and to load it in the browser: 10,000 steps by default, every 500th
+incremental (CKPT_REPORT_STEPS=N for another size). Stdlib only, and the
+ckpt package (and mpirun, where this ckpt has MPI).
 """
 
 import argparse
