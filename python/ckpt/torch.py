@@ -103,9 +103,10 @@ def save(state_dict, root, step, *, communicator=None, epoch=None,
     Every rank calls it with its own state dict. `epoch`, `metrics` (str
     -> float) and `metadata` (str -> str) go into the manifest;
     incremental=True writes only what changed since the newest checkpoint.
-    Raises ckpt.AlreadyExists if `step` is committed, and on every rank
-    the same error when one rank's state cannot be saved (nothing is then
-    committed).
+    Raises ckpt.AlreadyExists if `step` is committed and loads whole (a
+    committed step that does not, which a resume skipped, is replaced in
+    one atomic commit, with a warning), and on every rank the same error
+    when one rank's state cannot be saved (nothing is then committed).
     """
     mgr = manager(root, communicator=communicator)
     # A function, so that an error of a state_dict() on one rank reaches
