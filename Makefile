@@ -55,8 +55,9 @@ test-release: build check-format check-layering
 	$(CTEST) --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
 # The wheel installed with pip into a fresh venv of /usr/bin/python3 (the
-# whole python/tests suite, run from outside the source tree) and of every
-# other CPython 3.9+ under pyenv (python/tests/test_no_numpy.py), then
+# python/tests suite less its many-rank job suites, run from outside the
+# source tree) and of every other CPython 3.9+ under pyenv
+# (python/tests/test_no_numpy.py), then
 # examples/python/train.py and bench/peers/peers.py, then `pip install` of a
 # fresh clone, built from nothing (scripts/test-wheel.sh).
 test-wheel: wheel
