@@ -5,7 +5,9 @@
 
 The Python loop ("PyTorch in ten lines", cut out of the README here) and
 the C++ one (the same section's block, built as readme_loop by
-examples/CMakeLists.txt) each run to the end; then one byte of the newest
+examples/CMakeLists.txt) each run to the end, saying that they started
+fresh in a root named as new, and once more, saying that they resumed
+from step 10; then one byte of the newest
 step's data is flipped and each runs again: it resumes from the step
 before (skipping the damaged one with a warning), trains to the end, and
 its save of the damaged step's number replaces it (with a warning), so
@@ -37,11 +39,12 @@ def block(readme, heading, lang):
 
 
 def run(what, cmd, cwd):
+    """(stdout, stderr) of a run that must exit 0."""
     p = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True,
                        timeout=120)
     if p.returncode != 0:
         sys.exit(f"FAIL {what}: exited {p.returncode}\n{p.stdout}{p.stderr}")
-    return p.stderr
+    return p.stdout, p.stderr
 
 
 def flip_newest(root):
@@ -66,10 +69,20 @@ def expect(what, condition, detail):
 
 def check_loop(name, cmd, cwd, ckpt_tool, check_state):
     root = os.path.join(cwd, "run42")  # the README's root
-    run(f"{name}: the first run", cmd, cwd)
+    out, err = run(f"{name}: the first run", cmd, cwd)
+    # It says what it did: a fresh start, in a root it names as new.
+    expect(f"{name}: the first run", out == "started fresh\n", repr(out))
+    expect(f"{name}: the first run", "created a new, empty root" in err and
+           "run42" in err, f"no line naming the new root:\n{err}")
+    out, err = run(f"{name}: a run after the end", cmd, cwd)
+    expect(f"{name}: a run after the end",
+           out == f"resumed from step {EPOCHS}\n", repr(out))
+    expect(f"{name}: a run after the end", "created" not in err, err)
     step = flip_newest(root)
     expect(name, step == EPOCHS, f"the newest step is {step}")
-    err = run(f"{name}: the run after the damage", cmd, cwd)
+    out, err = run(f"{name}: the run after the damage", cmd, cwd)
+    expect(f"{name}: the resume", out == f"resumed from step {step - 1}\n",
+           repr(out))
     expect(f"{name}: the resume", f"step {step}, which does not load whole"
            in err, f"no warning that step {step} was skipped:\n{err}")
     expect(f"{name}: the save", f"step {step} did not load whole" in err and

@@ -240,6 +240,11 @@ Status Workspace::Create(const std::string& dir) {
   dir_ = path;
   raw_path_ = dir_ + "/raw-bytes";
   root_ = dir_ + "/root";
+  // Made here, so that opening it with create_root starts no new root (and
+  // says nothing of one).
+  std::error_code ec;
+  std::filesystem::create_directories(root_, ec);
+  if (ec) return IOError("create " + root_ + ": " + ec.message());
   return Status();
 }
 

@@ -31,10 +31,17 @@ def test_a_save_creates_the_root(tmp_path):
     assert ckpt.open(path).latest() == 1
 
 
-def test_create_true_starts_a_new_job(tmp_path):
+def test_create_true_starts_a_new_job_and_says_so_once(tmp_path, capfd):
     path = str(tmp_path / "run")
     assert ckpt.open(path, create=True).latest() is None
     assert os.path.isdir(path)
+    # One line naming the new root: a mistyped path is no silent fresh
+    # start. Opening it again starts nothing and says nothing.
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and "created a new, empty root" in err and \
+        path in err, err
+    assert ckpt.open(path, create=True).latest() is None
+    assert capfd.readouterr().err == ""
 
 
 def test_create_false_refuses_to_open(tmp_path):

@@ -15,6 +15,7 @@
 #include "checkpoint/save.h"
 #include "checkpoint/verify.h"
 #include "format/constants.h"
+#include "util/log.h"
 
 namespace ckpt {
 
@@ -110,6 +111,16 @@ Status RootToRead(Storage& storage, std::string_view op) {
                        "a new job)");
 }
 
+// Whether `url` names no root yet: what opening it without creating it
+// finds (an unreadable one is not missing: its error comes from the open).
+bool RootIsMissing(std::string_view url) {
+  StorageOptions probe;
+  probe.create = false;
+  Result<std::unique_ptr<Storage>> existing = OpenStorage(url, probe);
+  if (!existing.ok()) return existing.status().code() == ErrorCode::kNotFound;
+  return (*existing)->CheckRoot().code() == ErrorCode::kNotFound;
+}
+
 }  // namespace
 
 CheckpointManager::CheckpointManager(std::unique_ptr<Impl> impl)
@@ -126,11 +137,21 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
                        ": create_root needs create (a root that must exist "
                        "is not created)");
                  }
+                 // create_root makes a mistyped path a fresh start: say
+                 // so, naming the root, whenever it starts a new one.
+                 const bool starts_root =
+                     options.create_root && RootIsMissing(url);
                  StorageOptions so;
                  so.create = options.create;
                  so.create_on_first_write = !options.create_root;
                  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Storage> storage,
                                        OpenStorage(url, so));
+                 if (starts_root) {
+                   LogWarning("created a new, empty root " + storage->url() +
+                              ": it did not exist (create_root; Python "
+                              "create=True). A job meant to resume: check "
+                              "the path");
+                 }
                  return Open(std::move(storage), std::move(options));
                });
 }
