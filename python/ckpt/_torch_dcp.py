@@ -149,6 +149,21 @@ def _manager_for(url, options, communicator, reading=False):
         return mgr
 
 
+def _close_all():
+    """Closes every manager this module keeps (at interpreter exit)."""
+    with _lock:
+        held = [mgr for mgr, _ in _managers.values()]
+        _managers.clear()
+    for mgr in held:
+        try:
+            mgr.close()
+        except Exception:  # noqa: BLE001 - the others are closed still
+            pass
+
+
+_torch_dist.on_exit(_close_all)
+
+
 class _Storage:
     """What the writer and the reader share: the root, the options of its
     manager, and the checkpoint_id of the call in progress."""

@@ -13,7 +13,9 @@ group until the library destroys the communicator (a manager may keep it
 after the Python Communicator object is gone).
 """
 
+import atexit
 import ctypes
+import gc
 import itertools
 import socket
 import threading
@@ -232,6 +234,46 @@ _SEND_RECV = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
 _own_groups = {}
 
 
+# What closes the managers that ckpt's integrations keep (ckpt.torch's,
+# DCP's storage's), run at interpreter exit by _release_at_exit.
+_exit_hooks = []
+_exit_registered = False
+
+
+def on_exit(hook):
+    """Runs `hook` (no arguments; what it raises is ignored) at interpreter
+    exit, before ckpt's own gloo groups are let go."""
+    _exit_hooks.append(hook)
+
+
+def _release_at_exit():
+    """At interpreter exit, while Python is still whole: closes the
+    managers the integrations keep, destroys the gloo groups ckpt made and
+    lets go of them. A process group whose C++ object is destroyed only in
+    the interpreter's teardown (its gloo threads still holding work that
+    refers to Python objects) now and then aborts the process
+    ("terminate called without an active exception", SIGABRT) after the
+    program itself ended well."""
+    for hook in reversed(_exit_hooks):
+        try:
+            hook()
+        except BaseException:  # noqa: B036 - exit goes on regardless
+            pass
+    groups = [made for _, made in _own_groups.values()]
+    _own_groups.clear()
+    try:
+        import torch.distributed as dist
+        if dist.is_available() and dist.is_initialized():
+            known = dist.distributed_c10d._world.pg_map
+            for group in groups:
+                if group in known:
+                    dist.destroy_process_group(group)
+    except BaseException:  # noqa: B036 - exit goes on regardless
+        pass
+    del groups
+    gc.collect()
+
+
 def _backend(dist, group):
     try:
         return str(dist.get_backend(group)).lower()
@@ -311,6 +353,10 @@ def torch_communicator(group=None, timeout=None):
                     timeout=datetime.timedelta(seconds=timeout))
             own = (default, made)
             _own_groups[key] = own
+            global _exit_registered
+            if not _exit_registered:
+                atexit.register(_release_at_exit)
+                _exit_registered = True
         group = own[1]
     elif "gloo" not in _backend(dist, group):
         raise _errors.InvalidArgument(

@@ -290,6 +290,10 @@ def close(root=None):
         raise first
 
 
+# At exit, before ckpt's gloo groups go: the managers this module keeps.
+_torch_dist.on_exit(close)
+
+
 def _default_group_key():
     """The default process group when torch.distributed is initialized
     (the key of its managers), else None."""
