@@ -5,6 +5,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -16,6 +18,7 @@
 #include "testing/backends.h"
 #include "testing/files.h"
 #include "testing/moto_s3.h"
+#include "testing/scoped_env.h"
 #include "testing/subprocess.h"
 #include "testing/temp_dir.h"
 
@@ -123,6 +126,39 @@ TEST_F(CliS3Test, LsShowVerifyExportAndGcOnAnS3Root) {
         << o.key;
   }
   EXPECT_EQ(leases, 2);
+}
+
+// No secret key and no session token in anything the tool prints or writes
+// for people, with every log line on (CKPT_LOG=debug), on success and on
+// failure. (moto checks no signature, so the secret can be a marker.)
+TEST_F(CliS3Test, NoSecretKeyOrSessionTokenInWhatTheToolWrites) {
+  const std::string secret = "ckpt-test-secret-7c41d9e2";
+  const std::string token = "ckpt-test-session-token-5a0b83f1";
+  testing::ScopedEnv secret_env("AWS_SECRET_ACCESS_KEY", secret.c_str());
+  testing::ScopedEnv token_env("AWS_SESSION_TOKEN", token.c_str());
+  testing::ScopedEnv log("CKPT_LOG", "debug");
+  SaveSteps({1, 2});
+  const std::string page = (dir_ / "report.html").string();
+  const std::string missing = root_ + "-missing";
+  std::string written;
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{
+           {"ls", root_, "--json"},
+           {"show", root_, "--json"},
+           {"verify", root_, "--all", "--json"},
+           {"report", root_, "-o", page},
+           {"ls", missing},
+           {"show", missing, "--json"}}) {
+    RunResult r = Ckpt(args);
+    EXPECT_EQ(r.exit_code == 0, args[1] == root_) << args[0] << ": " << r.err;
+    written += r.out + r.err;
+  }
+  EXPECT_TRUE(Contains(written, "missing")) << "the failures were printed";
+  std::ifstream in(page);
+  ASSERT_TRUE(in) << page;
+  written += std::string(std::istreambuf_iterator<char>(in), {});
+  EXPECT_FALSE(Contains(written, secret));
+  EXPECT_FALSE(Contains(written, token));
 }
 
 TEST_F(CliS3Test, VerifyNamesADamagedObject) {
