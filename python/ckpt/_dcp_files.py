@@ -51,7 +51,8 @@ import sys
 import torch
 
 from ckpt import _errors, _manager, _tree, _values
-from ckpt._torch_dcp import PLANNER_DATA_ENTRY
+from ckpt._consolidate import _fsync_dir
+from ckpt._torch_dcp import PLANNER_DATA_ENTRY, _torch_dtype
 
 try:
     from torch.distributed.checkpoint import filesystem as _fs
@@ -437,14 +438,6 @@ def _batches(entries):
         yield batch
 
 
-def _fsync_dir(directory):
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def export_dcp(root, step, directory, *, force=False):
     """Writes step `step` (None: the newest) of ckpt root `root` as a DCP
     checkpoint in `directory` that DCP's FileSystemReader loads; returns a
@@ -467,7 +460,7 @@ def export_dcp(root, step, directory, *, force=False):
                 planner = e
             elif e.owner != -1 or e.name == _tree.TREE_ENTRY:
                 left_out.append(e.name)
-            elif e.kind == "blob" or (e.kind == "tensor" and _dcp_dtype(e)):
+            elif e.kind == "blob" or (e.kind == "tensor" and _torch_dtype(e)):
                 wanted.append(e)
             else:
                 left_out.append(e.name)
@@ -483,7 +476,7 @@ def export_dcp(root, step, directory, *, force=False):
                         state[e.name] = b""
                     else:
                         t = torch.empty([int(d) for d in e.shape],
-                                        dtype=_dcp_dtype(e))
+                                        dtype=_torch_dtype(e))
                         state[e.name] = t
                         own.add(id(t))
                 staged = mgr._stage_into(state, desc, False, True, own)
@@ -531,7 +524,7 @@ def export_dcp(root, step, directory, *, force=False):
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp_meta, meta_path)
-        _fsync_dir(directory)
+        _fsync_dir(directory, where)
     except OSError as e:
         raise _errors.Unavailable(f"{where}: {e}") from None
     finally:
@@ -540,12 +533,6 @@ def export_dcp(root, step, directory, *, force=False):
             "tensors": sum(1 for e in wanted if e.kind == "tensor"),
             "blobs": sum(1 for e in wanted if e.kind == "blob"),
             "bytes": size, "left_out": left_out}
-
-
-def _dcp_dtype(entry):
-    """The torch dtype of a tensor entry, or None for one torch lacks."""
-    dtype = _values._torch_dtype(torch, entry.dtype)
-    return None if dtype is torch.uint8 and entry.dtype != "U8" else dtype
 
 
 def main(argv=None):
