@@ -8,9 +8,9 @@ this):
     without the ones above;
   - integrations depend on the core, never the reverse: a module that
     imports a framework (torch, lightning, jax, keras, ...) as it loads is
-    an integration (ckpt.torch, ckpt.lightning and their private modules),
-    and no other module of the package imports one, even inside a
-    function, so that `import ckpt` needs none of them.
+    an integration (ckpt.torch, ckpt.lightning, ckpt.jax and their private
+    modules), and no other module of the package imports one, even
+    inside a function, so that `import ckpt` needs none of them.
 
     scripts/check-python-layering.py [REPO_ROOT]
 

@@ -1,7 +1,9 @@
 """Leaves of a state: how one Python value becomes one checkpoint entry.
 
   NumPy array or scalar  tensor, its own dtype (bool, int8..int64,
-                         uint8..uint64, float16, float32, float64)
+                         uint8..uint64, float16, float32, float64); the
+                         ml_dtypes of JAX bfloat16, float8_e4m3fn and
+                         float8_e5m2 as BF16, F8_E4M3 and F8_E5M2
   torch.Tensor (CPU)     tensor; bfloat16 is stored as BF16
   torch.Tensor (CUDA), any __cuda_array_interface__ object
                          tensor in device memory (ckpt._device)
@@ -43,6 +45,12 @@ _SAVEABLE = {"b": (1,), "i": (1, 2, 4, 8), "u": (1, 2, 4, 8), "f": (2, 4, 8)}
 
 # Checkpoint dtypes NumPy has no type for; they load as integers this wide.
 _RAW_DTYPES = {"BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1}
+
+# NumPy dtypes of the ml_dtypes package (JAX's bfloat16 and float8 kinds)
+# that are exactly a checkpoint dtype, by name: matching the name needs no
+# import of ml_dtypes, which the core package does without.
+_ML_DTYPES = {"bfloat16": "BF16", "float8_e4m3fn": "F8_E4M3",
+              "float8_e5m2": "F8_E5M2"}
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -120,10 +128,24 @@ def _saveable(dtype):
     return dtype.itemsize in _SAVEABLE.get(dtype.kind, ())
 
 
+def _ml_dtype(dtype):
+    """The checkpoint dtype of an ml_dtypes NumPy dtype, else None."""
+    return _ML_DTYPES.get(dtype.name)
+
+
 def _unsupported(name, what):
     return _errors.InvalidArgument(
         f"entry {name!r}: {what} has no safetensors dtype (ckpt stores bool, "
-        f"int8..int64, uint8..uint64, float16, bfloat16, float32, float64)")
+        f"int8..int64, uint8..uint64, float16, bfloat16, float32, float64, "
+        f"float8_e4m3fn, float8_e5m2)")
+
+
+def _ml_array(array):
+    """An ml_dtypes array as the unsigned integers of its bits, which the
+    library stores under the dtype _ml_dtype names."""
+    if not array.flags.c_contiguous:
+        array = np.ascontiguousarray(array)
+    return array.view(np.dtype(f"u{array.itemsize}"))
 
 
 def _saveable_array(name, array):
@@ -209,8 +231,13 @@ def encode(name, value):
         _tree.check_json(name, value)
         return "metadata", _metadata_json(name, dict(value)), None
     if np is not None and (isinstance(value, np.ndarray) or (
-            isinstance(value, np.generic) and _saveable(value.dtype))):
-        return "tensor", _saveable_array(name, np.asarray(value)), None
+            isinstance(value, np.generic) and (_saveable(value.dtype)
+                                               or _ml_dtype(value.dtype)))):
+        array = np.asarray(value)
+        stored = _ml_dtype(array.dtype)
+        if stored is not None:
+            return "tensor", _ml_array(array), stored
+        return "tensor", _saveable_array(name, array), None
     if _device.is_device_value(value, torch):
         return "tensor", _device.device_array(name, value, torch, False), None
     if torch is not None and isinstance(value, torch.Tensor):

@@ -1,0 +1,144 @@
+"""Restoring a ckpt.jax checkpoint: one step read into host memory, then
+placed on devices as the target's shardings say.
+
+1. The step's description is checked against the target before any byte
+   is read: every entry the target names must be in the checkpoint (else
+   ckpt.NotFound), the checkpoint must hold nothing the target lacks, and
+   each array's shape and dtype must be the stored ones (else
+   ckpt.InvalidArgument), each error naming the entry.
+2. Every tensor is read, in one load of the library, into new host
+   memory of its own (bfloat16 and float8 as unsigned integers as wide,
+   then viewed as JAX's dtypes): each stored chunk is read and checked
+   once, however many devices hold a copy of the array.
+3. Each target leaf with a sharding becomes a jax.Array through
+   jax.make_array_from_callback: each device receives its box, cut from
+   the host array; replicas are cut from the same memory.
+
+The target is only read, never changed: a failure at any step leaves the
+caller's arrays as they were.
+"""
+
+import jax
+import numpy as np
+
+from ckpt import _errors, _jax_tree, _tree, _values
+
+
+def restore_step(mgr, step, target):
+    """The pytree of checkpoint `step` (a committed step number) of the
+    ckpt.CheckpointManager `mgr`, shaped as `target` (None: as saved)."""
+    desc = mgr.describe(step)
+    where = f"restore step {desc.info.step} of {mgr.url}"
+    stored = {e.name: e for e in desc.entries if e.owner == -1}
+    # Rank-local entries (another job's ckpt.RankLocal values): left out.
+    omitted = {e.name for e in desc.entries if e.owner != -1}
+    tree = stored.pop(_tree.TREE_ENTRY, None)
+    if target is None:
+        wanted = {name: None for name in stored}
+    else:
+        leaves, treedef = _jax_tree.named_leaves(target)
+        wanted = dict(leaves)
+        _check(where, stored, wanted)
+    values = _read(mgr, desc, stored, wanted, where)
+    if target is not None:
+        return treedef.unflatten([_placed(values[name], leaf)
+                                  for name, leaf in leaves])
+    values = {name: _placed(v, None) for name, v in values.items()}
+    if tree is None or tree.kind != "metadata":  # saved from C++
+        return _tree.unflatten_dotted(values)
+    return _tree.unflatten(tree.json, values, omitted, where)
+
+
+def _check(where, stored, wanted):
+    missing = [n for n in wanted if n not in stored]
+    if missing:
+        raise _errors.NotFound(
+            f"{where}: the checkpoint has no entry {missing[0]!r} of the "
+            f"target ({len(missing)} missing: a different model?); nothing "
+            f"was restored")
+    extra = [n for n in stored if n not in wanted]
+    if extra:
+        raise _errors.InvalidArgument(
+            f"{where}: the checkpoint holds entry {extra[0]!r}, which the "
+            f"target lacks ({len(extra)} such: a different model?); nothing "
+            f"was restored")
+    for name, leaf in wanted.items():
+        e = stored[name]
+        if leaf is None:
+            if e.kind != "metadata":
+                raise _errors.InvalidArgument(
+                    f"{where}: entry {name!r} is None in the target, a "
+                    f"{e.kind} in the checkpoint; nothing was restored")
+            continue
+        shape, dtype = getattr(leaf, "shape", None), getattr(leaf, "dtype",
+                                                             None)
+        if shape is None or dtype is None:
+            continue  # a scalar or other value: restored as saved
+        mine = _jax_tree.stored_dtype(dtype)
+        if mine is None:
+            raise _errors.InvalidArgument(
+                f"{where}: entry {name!r}: the target's dtype {dtype} has no "
+                f"checkpoint dtype (ckpt stores bool, int8..int64, "
+                f"uint8..uint64, float16, bfloat16, float32, float64, "
+                f"float8_e4m3fn, float8_e5m2)")
+        if e.kind != "tensor" or e.dtype != mine or \
+                list(e.shape) != [int(d) for d in shape]:
+            held = (f"a {e.dtype} tensor of shape {list(e.shape)}"
+                    if e.kind == "tensor" else f"a {e.kind} entry")
+            raise _errors.InvalidArgument(
+                f"{where}: entry {name!r}: the target is a {mine} array of "
+                f"shape {[int(d) for d in shape]}, the checkpoint holds "
+                f"{held}; nothing was restored")
+
+
+def _read(mgr, desc, stored, wanted, where):
+    """{name: host value} of the entries in `wanted`: tensors as NumPy
+    arrays of their JAX dtype, blobs as bytes, metadata decoded."""
+    state, out = {}, {}
+    for name in wanted:
+        e = stored[name]
+        if e.kind == "tensor":
+            state[name] = _jax_tree.raw_array(e.dtype, list(e.shape))
+        elif e.kind == "blob":
+            state[name] = b""
+        else:
+            out[name] = _values.decode_metadata(e.json, name, where)
+    if state:
+        fresh = frozenset(id(v) for v in state.values()
+                          if isinstance(v, np.ndarray))
+        # New memory of ours: filled directly, with nothing to put back.
+        mgr._stage_into(state, desc, False, True, fresh).commit()
+    for name, value in state.items():
+        e = stored[name]
+        out[name] = (_jax_tree.typed(value, e.dtype) if e.kind == "tensor"
+                     else value)
+    return out
+
+
+def _narrowed(value):
+    """Whether JAX would narrow `value` (a 64-bit array while
+    jax_enable_x64 is off)."""
+    return (value.dtype.itemsize == 8 and value.dtype.kind in "iuf"
+            and not jax.config.jax_enable_x64)
+
+
+def _placed(value, leaf):
+    """A restored host value as the target leaf `leaf` wants it: on the
+    devices of its sharding (a jax.Array or jax.ShapeDtypeStruct), a NumPy
+    array (or scalar) for a NumPy target, else (no target, or a scalar's) tensors as
+    jax.Arrays on the default device (without a target, a 64-bit array
+    that JAX would narrow stays a NumPy array) and other values as they
+    are."""
+    if not isinstance(value, np.ndarray):
+        return value
+    if isinstance(leaf, np.ndarray):
+        return value
+    if isinstance(leaf, np.generic):
+        return value[()]
+    sharding = getattr(leaf, "sharding", None)
+    if sharding is None:
+        if _narrowed(value) and leaf is None:
+            return value
+        return jax.device_put(value)
+    return jax.make_array_from_callback(
+        value.shape, sharding, lambda index: np.asarray(value[index]))

@@ -1,0 +1,168 @@
+"""ckpt.jax: JAX pytrees on ckpt, with the calls of Orbax's
+CheckpointManager.
+
+    import ckpt.jax
+    with ckpt.jax.CheckpointManager("/data/run42", keep_last=3) as mgr:
+        step = mgr.latest_step()
+        if step is not None:                 # resume onto this job's mesh
+            state = mgr.restore(step, target=abstract_state)
+        mgr.save(step, state)                # asynchronous by default
+        mgr.wait_until_finished()
+
+A pytree may hold jax.Arrays (on one device, replicated, or sharded over a
+mesh of this process's devices), NumPy arrays, Python scalars, strings,
+bytes and None, in dicts, lists, tuples, namedtuples and any registered
+node. Dtypes: bool, int8..int64, uint8..uint64, float16, bfloat16,
+float32, float64, float8_e4m3fn and float8_e5m2 (another, such as int4 or
+float8_e4m3fnuz, is ckpt.InvalidArgument naming the entry).
+
+Entries are named by their paths, joined with dots ("params.dense.kernel",
+"opt_state.0.mu"): ckpt._jax_tree says how. A sharded or replicated
+jax.Array is saved as one tensor of its global shape, each distinct shard
+copied to the host once; `ckpt show` and ckpt.open(url).load() see plain
+NumPy-shaped entries (bfloat16 as BF16).
+
+restore(step, target=...) reads each stored chunk once and hands every
+device of the target's sharding its box, on any mesh: another shape,
+another number of devices, or one device (ckpt._jax_restore says how).
+The target is a pytree of jax.ShapeDtypeStructs with shardings
+(jax.eval_shape of the init function, with NamedShardings), or of arrays
+whose shardings are reused; without a target, the saved structure comes
+back with jax.Arrays on the default device.
+
+This module saves from one process (every array fully addressable); the
+core ckpt.CheckpointManager under mpirun is the way for many.
+"""
+
+import jax  # noqa: F401 - without JAX, `import ckpt.jax` fails at once
+
+from ckpt import _errors, _jax_restore, _jax_tree, _manager
+
+__all__ = ["CheckpointManager"]
+
+
+class CheckpointManager:
+    """Saves and restores JAX pytrees as the steps of one ckpt root.
+
+    url: a path, file://, s3:// or mem:// URL (ckpt.open's). keep_last:
+    how many of the newest steps retention keeps (None: all; Orbax's
+    max_to_keep). create=True makes the root if it does not exist (a
+    job's first run); False makes a missing root ckpt.NotFound.
+    async_save=True (the default, as Orbax's) returns from save() once the
+    arrays are copied to the host; the step is written and committed in
+    the background (wait_until_finished()). save_interval_steps: save()
+    saves only the steps that are a multiple of it (others return False).
+    Other keyword options go to ckpt.CheckpointManager: keep_best and
+    best_metric (with save(metrics=...)), keep_every_n_steps, catalog,
+    chunk_size, lease_seconds, ...
+
+    Errors are ckpt.Error subclasses naming the entry and the operation.
+    close() (or the end of a with block) waits for the save in flight and
+    gives the root's lease back.
+    """
+
+    def __init__(self, url, keep_last=None, *, create=True, async_save=True,
+                 save_interval_steps=1, **options):
+        if keep_last is not None and (isinstance(keep_last, bool) or
+                                      not isinstance(keep_last, int) or
+                                      keep_last < 1):
+            raise _errors.InvalidArgument(
+                f"ckpt.jax.CheckpointManager({url!r}): keep_last="
+                f"{keep_last!r}; a number of steps >= 1, or None to keep "
+                f"every step")
+        if isinstance(save_interval_steps, bool) or not isinstance(
+                save_interval_steps, int) or save_interval_steps < 1:
+            raise _errors.InvalidArgument(
+                f"ckpt.jax.CheckpointManager({url!r}): save_interval_steps="
+                f"{save_interval_steps!r}; a number of steps >= 1")
+        self._async = bool(async_save)
+        self._interval = save_interval_steps
+        self._mgr = _manager.CheckpointManager(
+            url, keep_last=keep_last or 0, create=create, **options)
+
+    @property
+    def manager(self):
+        """The ckpt.CheckpointManager underneath (list(), describe(),
+        delete(), ...)."""
+        return self._mgr
+
+    @property
+    def url(self):
+        return self._mgr.url
+
+    def __repr__(self):
+        return f"ckpt.jax.CheckpointManager({self.url!r})"
+
+    def save(self, step, pytree, *, metrics=None, epoch=None, metadata=None,
+             force=False):
+        """Saves `pytree` as checkpoint `step`; True when it was saved (or,
+        asynchronous, started), False when save_interval_steps (unless
+        force=True) or min_seconds_between_saves skipped it.
+
+        Every jax.Array is copied to the host first (each distinct shard
+        once): the arrays may then change, be donated or deleted at once.
+        An asynchronous save then returns, and the library stages and
+        writes the host copy on its own thread; one save is in flight at a
+        time (the next call waits for it), and its error is raised by
+        wait_until_finished(), or else by the next save. `metrics` (str ->
+        float: keep_best), `epoch` and `metadata` (str -> str) go into the
+        manifest. A committed step that loads whole is ckpt.AlreadyExists.
+        """
+        if not force and step % self._interval:
+            return False
+        state = _jax_tree.plain(pytree, _jax_tree.saved_leaf(self._async))
+        if not isinstance(state, dict):
+            raise _errors.InvalidArgument(
+                f"save step {step} to {self.url}: the pytree is a "
+                f"{type(pytree).__name__} leaf; ckpt.jax saves a pytree of "
+                f"them (a dict, list, tuple or registered node)")
+        if self._async:
+            # The host copies are this call's own: the library may stage
+            # them on its thread while the caller goes on.
+            self._mgr.save_async(step, state, metadata, epoch, metrics,
+                                 stage_in_background=True)
+            return True
+        result = self._mgr.save(step, state, metadata, epoch, metrics)
+        return not result.skipped
+
+    def restore(self, step=None, target=None):
+        """The pytree of checkpoint `step` (None: the newest that loads
+        whole; a newer damaged one is skipped with a RuntimeWarning).
+
+        `target`: a pytree of the structure saved, whose leaves say what
+        to make: a jax.ShapeDtypeStruct with a sharding, or a jax.Array
+        (its sharding is reused), becomes a jax.Array on those devices; one
+        without a sharding, on the default device; a NumPy array, a NumPy
+        array; any other leaf (a scalar) takes the stored value. Shapes
+        and dtypes must be the stored ones and the structures the same
+        (else ckpt.InvalidArgument or ckpt.NotFound naming the entry; the
+        target is never changed). Without a target, the saved structure
+        (other nodes as dicts) with jax.Arrays on the default device.
+        """
+        return self._mgr._newest_whole(
+            step, "restore",
+            lambda s: _jax_restore.restore_step(self._mgr, s, target))
+
+    def latest_step(self):
+        """The newest committed step, or None."""
+        return self._mgr.latest()
+
+    def all_steps(self):
+        """Every committed step, oldest first."""
+        return [info.step for info in self._mgr.list()]
+
+    def wait_until_finished(self):
+        """Waits for the asynchronous saves started so far and raises the
+        first one's error."""
+        self._mgr.wait()
+
+    def close(self):
+        """Waits for the save in flight and gives the root's lease back;
+        every later call raises ckpt.FailedPrecondition."""
+        self._mgr.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        return self._mgr.__exit__(exc_type, exc, tb)

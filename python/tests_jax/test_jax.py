@@ -1,0 +1,349 @@
+"""ckpt.jax on the real JAX: pytrees sharded over a CPU mesh of 8 devices
+saved and restored onto other meshes, bit for bit.
+
+ctest's jax_test runs this folder in its own pytest process with
+XLA_FLAGS=--xla_force_host_platform_device_count=8 (python/CMakeLists.txt);
+run by hand, the module sets the flag itself before JAX starts.
+"""
+
+import glob
+import os
+import subprocess
+import sys
+from collections import namedtuple
+
+_FLAG = "--xla_force_host_platform_device_count=8"
+if _FLAG not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " +
+                               _FLAG).strip()
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax  # noqa: E402 - after the flags it reads once
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from jax.sharding import NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+import ckpt  # noqa: E402
+import ckpt.jax as cj  # noqa: E402
+
+Moments = namedtuple("Moments", "mu nu")
+
+
+def mesh_of(shape, names):
+    devices = np.array(jax.devices()[:int(np.prod(shape))]).reshape(shape)
+    return jax.sharding.Mesh(devices, names)
+
+
+def training_state():
+    """A pytree on a (4, 2) mesh: sharded on both axes, on one axis and
+    replicated on the other, replicated on all, bfloat16, int32, a 0-d
+    array, NumPy arrays, Python scalars, a namedtuple, a tuple with None."""
+    mesh = mesh_of((4, 2), ("data", "model"))
+
+    def put(value, spec):
+        return jax.device_put(value, NamedSharding(mesh, spec))
+
+    rng = np.random.default_rng(7)
+    kernel = rng.standard_normal((256, 128), dtype=np.float32)
+    return {
+        "params": {
+            "kernel": put(kernel, P("data", "model")),
+            "embed": put(rng.standard_normal((128, 64)).astype(np.float32),
+                         P("data", None)),
+            "bias": put(jnp.asarray(rng.standard_normal(128),
+                                    jnp.bfloat16), P("model")),
+            "norm": put(rng.standard_normal((64, 64)).astype(np.float32),
+                        P()),
+        },
+        "opt": (Moments(put(np.full((256, 128), 0.5, np.float32),
+                            P("data", "model")),
+                        put(jnp.arange(128 * 8, dtype=jnp.int32)
+                            .reshape(128, 8), P(None, "model"))), None),
+        "step": put(jnp.int32(1234), P()),
+        "rng": np.arange(4, dtype=np.uint32),
+        "losses": [np.float64(0.25), 3],
+        "name": "run-7",
+    }
+
+
+def bits(value):
+    """The bytes of an array, whatever its dtype (bfloat16 included)."""
+    array = np.asarray(value)
+    return array.dtype.name, array.shape, array.tobytes()
+
+
+def arrays(tree):
+    return [x for x in jax.tree_util.tree_leaves(tree)
+            if isinstance(x, (jax.Array, np.ndarray, np.generic))]
+
+
+def logical_bytes(tree):
+    return sum(np.asarray(x).nbytes for x in arrays(tree))
+
+
+def target_on(tree, mesh, spec_of):
+    """`tree` as jax.ShapeDtypeStructs sharded over `mesh` by
+    spec_of(array); other leaves as they are."""
+    def abstract(x):
+        if not isinstance(x, jax.Array):
+            return x
+        sharding = NamedSharding(mesh, spec_of(x))
+        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
+    return jax.tree_util.tree_map(abstract, tree)
+
+
+def read_bytes():
+    """Bytes this process has read through read(2) and pread(2) so far
+    (the library's reads of data objects among them)."""
+    with open("/proc/self/io") as f:
+        for line in f:
+            if line.startswith("rchar:"):
+                return int(line.split()[1])
+    raise AssertionError("no rchar in /proc/self/io")
+
+
+@pytest.fixture
+def root(tmp_path):
+    return str(tmp_path / "root")
+
+
+# Where each array of the state goes: (mesh, spec) of a target.
+TARGETS = {
+    # Each dimension split another way than it was saved.
+    "mesh_2x4": lambda x: (mesh_of((2, 4), ("a", "b")),
+                           P(*("b", "a")[:x.ndim])),
+    # All 8 devices on the first dimension; the 0-d step replicated.
+    "mesh_8": lambda x: (mesh_of((8,), ("all",)), P(*("all",)[:x.ndim])),
+    "one_device": lambda x: (mesh_of((1,), ("one",)), P()),
+}
+
+
+@pytest.mark.parametrize("where", sorted(TARGETS))
+def test_a_mesh_of_4x2_restores_onto_another_bit_for_bit(root, where):
+    state = training_state()
+    place = TARGETS[where]
+    target = jax.tree_util.tree_map(
+        lambda x: x if not isinstance(x, jax.Array) else jax.ShapeDtypeStruct(
+            x.shape, x.dtype, sharding=NamedSharding(*place(x))), state)
+    with cj.CheckpointManager(root, async_save=False) as mgr:
+        assert mgr.save(10, state) is True
+        before = read_bytes()
+        restored = mgr.restore(10, target=target)
+        read = read_bytes() - before
+
+    assert jax.tree_util.tree_structure(restored) == \
+        jax.tree_util.tree_structure(state)
+    for path, got in jax.tree_util.tree_flatten_with_path(restored)[0]:
+        want = _at(state, path)
+        if not isinstance(want, jax.Array):
+            assert type(got) is type(want), jax.tree_util.keystr(path)
+            assert bits(got) == bits(want) if isinstance(
+                want, (np.ndarray, np.generic)) else got == want
+            continue
+        assert bits(got) == bits(want), jax.tree_util.keystr(path)
+        mesh, spec = place(want)
+        assert got.sharding == NamedSharding(mesh, spec)
+        # Each device holds exactly its box of the target's sharding.
+        boxes = got.sharding.devices_indices_map(got.shape)
+        assert len(got.addressable_shards) == mesh.size
+        for shard in got.addressable_shards:
+            assert shard.index == boxes[shard.device]
+            assert bits(shard.data) == bits(np.asarray(want)[shard.index])
+    # Each stored chunk is read once for the whole mesh, not once per
+    # device that holds it: "norm" (16 KiB) is on every device, and each
+    # row of "kernel" on two.
+    logical = logical_bytes(state)
+    assert logical <= read <= logical + 8 * 1024, (read, logical)
+
+
+def _at(tree, path):
+    for key in path:
+        tree = (tree[key.key] if hasattr(key, "key") else
+                tree[key.idx] if hasattr(key, "idx") else
+                getattr(tree, key.name))
+    return tree
+
+
+def test_replicated_and_sharded_arrays_are_written_once(root):
+    state = training_state()
+    with cj.CheckpointManager(root, async_save=False) as mgr:
+        mgr.save(1, state)
+        info = mgr.manager.list()[-1]
+        entries = {e.name: e for e in mgr.manager.describe(1).entries}
+    logical = logical_bytes(state)
+    # The state's arrays as their replicas on the devices hold them.
+    held = sum(s.data.nbytes for x in arrays(state)
+               if isinstance(x, jax.Array) for s in x.addressable_shards)
+    slack = 16 * 1024
+    assert held - logical > 8 * slack
+    # The step stores each element once, plus its headers.
+    assert logical <= info.bytes <= logical + slack, (info.bytes, logical)
+    assert entries["params.norm"].num_pieces == 1
+    assert entries["params.kernel"].shape == [256, 128]
+    assert entries["params.bias"].dtype == "BF16"
+    assert entries["opt.0.mu"].dtype == "F32"
+    assert entries["opt.0.nu"].dtype == "I32"
+    assert entries["opt.1"].kind == "metadata"
+    # The core package reads it as NumPy arrays, global shapes.
+    loaded = ckpt.open(root).load(1)
+    np.testing.assert_array_equal(loaded["params"]["kernel"],
+                                  np.asarray(state["params"]["kernel"]))
+
+
+def test_restore_without_a_target_rebuilds_the_saved_containers(root):
+    state = training_state()
+    with cj.CheckpointManager(root, async_save=False) as mgr:
+        mgr.save(3, state)
+        restored = mgr.restore()
+    kernel = restored["params"]["kernel"]
+    assert isinstance(kernel, jax.Array)
+    assert kernel.sharding.device_set == {jax.devices()[0]}
+    assert bits(kernel) == bits(state["params"]["kernel"])
+    assert restored["params"]["bias"].dtype == jnp.bfloat16
+    assert bits(restored["params"]["bias"]) == bits(state["params"]["bias"])
+    # A namedtuple comes back as a dict of its fields, a tuple a tuple.
+    assert isinstance(restored["opt"], tuple) and restored["opt"][1] is None
+    assert sorted(restored["opt"][0]) == ["mu", "nu"]
+    assert restored["name"] == "run-7" and restored["losses"][1] == 3
+    assert isinstance(restored["losses"], list)
+    assert bits(restored["step"]) == bits(state["step"])
+
+
+def test_float8_dtypes_round_trip_and_others_are_refused(root):
+    rng = np.random.default_rng(1)
+    values = rng.standard_normal((16, 8)).astype(np.float32)
+    state = {"e4m3": jnp.asarray(values, jnp.float8_e4m3fn),
+             "e5m2": jnp.asarray(values, jnp.float8_e5m2)}
+    with cj.CheckpointManager(root, async_save=False) as mgr:
+        mgr.save(1, state)
+        restored = mgr.restore(1, target=state)
+        for k in state:
+            assert bits(restored[k]) == bits(state[k])
+        bad = {"w": jnp.asarray(values, jnp.float8_e4m3fnuz)}
+        with pytest.raises(ckpt.InvalidArgument, match="'w'.*float8_e4m3fnuz"):
+            mgr.save(2, bad)
+        assert mgr.all_steps() == [1]
+
+
+def test_async_save_copies_to_the_host_before_it_returns(root):
+    state = training_state()
+    want = [bits(x) for x in arrays(state)]
+    with cj.CheckpointManager(root) as mgr:  # async_save is the default
+        assert mgr.save(5, state) is True
+        # The device arrays may go at once: the save holds its host copy.
+        for x in arrays(state):
+            if isinstance(x, jax.Array):
+                x.delete()
+        mgr.wait_until_finished()
+        assert mgr.latest_step() == 5
+        restored = mgr.restore(5)
+    assert [bits(x) for x in arrays(restored)] == want
+
+
+def test_keep_last_interval_and_steps(root):
+    state = {"w": jnp.zeros((4, 4))}
+    with cj.CheckpointManager(root, keep_last=2, save_interval_steps=2) as mgr:
+        assert mgr.latest_step() is None and mgr.all_steps() == []
+        saved = []
+        for step in range(1, 9):
+            state = {"w": state["w"] + 1}
+            saved.append(mgr.save(step, state))
+        mgr.wait_until_finished()
+        assert saved == [False, True] * 4
+        assert mgr.all_steps() == [6, 8]
+        assert mgr.latest_step() == 8
+        assert float(mgr.restore()["w"][0, 0]) == 8.0
+        assert float(mgr.restore(6)["w"][0, 0]) == 6.0
+        assert mgr.save(9, state, force=True) is True
+        mgr.wait_until_finished()
+        assert mgr.all_steps() == [8, 9]
+        with pytest.raises(ckpt.AlreadyExists):
+            mgr.save(9, state, force=True)
+            mgr.wait_until_finished()
+    with pytest.raises(ckpt.FailedPrecondition):
+        mgr.latest_step()
+
+
+def test_a_target_that_disagrees_is_an_error_naming_the_entry(root):
+    state = training_state()
+    with cj.CheckpointManager(root, async_save=False) as mgr:
+        mgr.save(1, state)
+        mesh = mesh_of((8,), ("all",))
+
+        def target(**changes):
+            t = target_on(state, mesh, lambda x: P())
+            for path, leaf in changes.items():
+                keys = path.split("/")
+                node = t
+                for k in keys[:-1]:
+                    node = node[k]
+                node[keys[-1]] = leaf
+            return t
+
+        sds = jax.ShapeDtypeStruct
+        cases = [
+            (target(params={}), ckpt.InvalidArgument,
+             "holds entry 'params.kernel', which the target lacks"),
+            (dict(target(), extra=sds((2,), jnp.float32)), ckpt.NotFound,
+             "no entry 'extra' of the target"),
+            (target(**{"params/kernel": sds((128, 256), jnp.float32)}),
+             ckpt.InvalidArgument,
+             r"'params.kernel'.*shape \[128, 256\].*shape \[256, 128\]"),
+            (target(**{"params/bias": sds((128,), jnp.float32)}),
+             ckpt.InvalidArgument, r"'params.bias'.*F32.*BF16"),
+            (dict(target(), losses=[np.float64(0), 0, 0]),
+             ckpt.NotFound, "no entry 'losses.2'"),
+            (target(**{"params/norm": None}), ckpt.InvalidArgument,
+             "'params.norm' is None in the target"),
+        ]
+        for bad, error, message in cases:
+            with pytest.raises(error, match=message) as raised:
+                mgr.restore(1, target=bad)
+            assert "restore step 1 of" in str(raised.value)
+        # An array target is only read: it keeps its bytes and stays alive.
+        mine = {k: (jax.device_put(np.zeros(v.shape, v.dtype))
+                    if k == "kernel" else v)
+                for k, v in state["params"].items()}
+        with pytest.raises(ckpt.NotFound, match="'params.x'"):
+            mgr.restore(1, target=dict(state, params=dict(mine, x=1)))
+        assert not mine["kernel"].is_deleted()
+        assert not np.asarray(mine["kernel"]).any()
+        good = mgr.restore(1, target=dict(state, params=mine))
+        assert bits(good["params"]["kernel"]) == \
+            bits(state["params"]["kernel"])
+        assert good["params"]["kernel"].sharding == mine["kernel"].sharding
+
+
+def test_restore_skips_a_damaged_newest_step(root):
+    with cj.CheckpointManager(root, async_save=False) as mgr:
+        mgr.save(1, {"w": jnp.full((64,), 1.0)})
+        mgr.save(2, {"w": jnp.full((64,), 2.0)})
+    data = glob.glob(os.path.join(root, "step-*2", "*.safetensors"))
+    assert data, f"no data file of step 2 under {root}"
+    with open(data[0], "r+b") as f:
+        f.seek(-1, os.SEEK_END)
+        byte = f.read(1)[0]
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([byte ^ 0x40]))
+    with cj.CheckpointManager(root, create=False) as mgr:
+        with pytest.warns(RuntimeWarning, match="skipped step 2"):
+            restored = mgr.restore()
+        assert float(restored["w"][0]) == 1.0
+        with pytest.raises(ckpt.DataLoss):
+            mgr.restore(2)
+
+
+def test_import_ckpt_needs_no_jax():
+    code = ("import sys\n"
+            "for m in ('jax', 'jaxlib', 'ml_dtypes'): sys.modules[m] = None\n"
+            "import ckpt\n"
+            "assert 'jax' not in [m for m in sys.modules if sys.modules[m]]\n"
+            "try:\n"
+            "    import ckpt.jax\n"
+            "except ImportError as e:\n"
+            "    print('refused:', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                         text=True, check=True)
+    assert "refused:" in out.stdout and "jax" in out.stdout
