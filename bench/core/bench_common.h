@@ -101,6 +101,13 @@ struct BenchSetup {
   // state's size.
   Status MeasureRawDisk(Figures& f) const;
 
+  // Closes the manager and opens the root again with
+  // Options::async_staging_prepare_bytes of `state_bytes` and the state's
+  // `tensors` (each placed on a page), as a job that saves asynchronously
+  // opens it, then pauses as the job works before its first save (0.5 s +
+  // 1 s per GB): the staging memory is faulted in the background meanwhile.
+  Status ReopenForAsync(uint64_t state_bytes, int tensors);
+
   // The configuration the report starts with.
   nlohmann::json Config(const BenchOptions& options) const;
 

@@ -164,6 +164,8 @@ json RatiosJson(const json& figures) {
        Ratio(fig("async_stall_seconds"), fig("parallel_memcpy_seconds"))},
       {"async_first_stall_vs_memcpy",
        Ratio(fig("async_first_stall_seconds"), fig("memcpy_seconds"))},
+      {"first_async_stall_vs_later",
+       Ratio(fig("async_first_stall_seconds"), fig("async_stall_seconds"))},
   });
   return ratios;
 }
@@ -178,6 +180,8 @@ json TargetsJson(const json& figures, const json& ratios) {
        AtMost(ratios.at("async_stall_vs_memcpy"), 1.5)},
       {"async_stall_vs_parallel_memcpy <= 1.5",
        AtMost(ratios.at("async_stall_vs_parallel_memcpy"), 1.5)},
+      {"first_async_stall_vs_later <= 2.0",
+       AtMost(ratios.at("first_async_stall_vs_later"), 2.0)},
       {"sync_peak_above_state_mib <= 64",
        AtMost(figures.at("sync_peak_above_state_mib"), 64)},
       {"async_peak_above_state_and_staging_mib <= 64",

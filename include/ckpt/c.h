@@ -129,7 +129,7 @@ CKPT_EXPORT void ckpt_options_destroy(ckpt_options_t* options);
  *   lease_seconds             number (0: no lease)
  *   lease_wait_seconds        number (< 0: the manager's default)
  *   break_lease               bool
- *   chunk_size, async_staging_bytes
+ *   chunk_size, async_staging_bytes, async_staging_prepare_bytes
  *                             integers (bytes)
  *   io_threads                integer >= 1
  *   metadata_layout           "indexed" (manifest version 3, the default)

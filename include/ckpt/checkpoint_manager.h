@@ -194,6 +194,14 @@ struct Options {
   // state larger than this is saved by SaveAsync synchronously, straight from
   // the caller's buffers (SaveAsync then returns a handle that is done).
   uint64_t async_staging_bytes = 0;
+  // Bytes of staging memory to map and fault in on a background thread at
+  // Open, on every rank (StagingBytes of the state a SaveAsync will be
+  // given, or more): the first SaveAsync of a process then copies into
+  // memory already touched and stalls about as briefly as the later ones,
+  // instead of paying to fault in fresh pages on the caller's thread. It
+  // costs that memory from Open on; a SaveAsync made before the background
+  // work ends waits for it. 0 (the default): the first SaveAsync maps it.
+  uint64_t async_staging_prepare_bytes = 0;
 
   // --- Tests ----------------------------------------------------------------
   // The clock, in milliseconds since 1970; default the system clock.

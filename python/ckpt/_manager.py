@@ -40,7 +40,10 @@ class CheckpointManager:
     manifest version 3; any layout loads whatever this says),
     async_staging_bytes (the most memory save_async keeps for its copy of
     the state; 0: as much as the state needs; a bigger state is saved
-    synchronously). Incremental saves (save(..., incremental=True)) write a
+    synchronously), async_staging_prepare_bytes (staging memory mapped and
+    faulted in on a background thread at open, so the first save_async
+    stalls about as briefly as the later ones: give the state's size).
+    Incremental saves (save(..., incremental=True)) write a
     full checkpoint instead every full_every-th save of a chain, after
     max_chain incremental ones in a row, or when less than
     min_referenced_fraction of the state is unchanged (0: rule off).
@@ -102,7 +105,7 @@ class CheckpointManager:
                  best_higher_is_better=False, min_seconds_between_saves=0.0,
                  job_id="", gc_after_save=True, gc_grace_seconds=3600,
                  create=None, chunk_size=4 << 20, async_staging_bytes=0,
-                 full_every=0, max_chain=0, min_referenced_fraction=0.0,
+                 async_staging_prepare_bytes=0, full_every=0, max_chain=0, min_referenced_fraction=0.0,
                  catalog=None, catalog_required=False,
                  lease_seconds=60.0, lease_wait_seconds=-1.0,
                  break_lease=False, metadata_layout="indexed",
@@ -123,6 +126,7 @@ class CheckpointManager:
             job_id=job_id, gc_after_save=gc_after_save,
             gc_grace_seconds=gc_grace_seconds,
             chunk_size=chunk_size, async_staging_bytes=async_staging_bytes,
+            async_staging_prepare_bytes=async_staging_prepare_bytes,
             full_every=full_every, max_chain=max_chain,
             min_referenced_fraction=min_referenced_fraction,
             catalog=catalog, catalog_required=catalog_required,

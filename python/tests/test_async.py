@@ -114,3 +114,22 @@ def test_gil_is_released_during_save_and_load(mgr):
     results = ticks_through(lambda: mgr.save(next(steps), big))
     assert all(took > 0.05 for _, took in results)
     ticks_through(lambda: mgr.load_into(big))
+
+
+def test_staging_prepared_at_open_serves_save_async(root):
+    # async_staging_prepare_bytes faults the staging memory in at open; the
+    # saves that use it (the first one, a larger state, a smaller one) keep
+    # every byte, and a bad value is refused at open, naming the option.
+    w = np.arange(1 << 20, dtype=np.float32)
+    mgr = ckpt.open(root, create=True, async_staging_prepare_bytes=w.nbytes)
+    mgr.save_async(1, {"w": w}).wait()
+    w[:] = 0
+    big = np.arange(3 << 20, dtype=np.float32)
+    mgr.save_async(2, {"w": big}).wait()
+    mgr.save_async(3, {"w": np.ones(10, dtype=np.float32)}).wait()
+    assert (mgr.load(1)["w"] == np.arange(1 << 20, dtype=np.float32)).all()
+    assert (mgr.load(2)["w"] == big).all()
+    assert (mgr.load(3)["w"] == 1).all()
+    mgr.close()
+    with pytest.raises(ckpt.InvalidArgument, match="async_staging_prepare"):
+        ckpt.open(root, async_staging_prepare_bytes=-1)

@@ -146,6 +146,8 @@ const std::map<std::string, Setter, std::less<>>& Setters() {
       {"break_lease", Bool(&Options::break_lease)},
       {"chunk_size", Integer(&Options::chunk_size)},
       {"async_staging_bytes", Integer(&Options::async_staging_bytes)},
+      {"async_staging_prepare_bytes",
+       Integer(&Options::async_staging_prepare_bytes)},
       {"io_threads", Integer(&Options::io_threads, 1)},
       {"metadata_layout",
        [](ckpt_options_t& o, std::string_view n, std::string_view v) {

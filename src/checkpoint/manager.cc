@@ -203,8 +203,12 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
     return InvalidArgumentError("open " + storage->url() +
                                 ": keep_best needs best_metric");
   }
-  return std::unique_ptr<CheckpointManager>(new CheckpointManager(
-      std::make_unique<Impl>(std::move(storage), std::move(options))));
+  const uint64_t prepare = options.async_staging_prepare_bytes;
+  auto impl = std::make_unique<Impl>(std::move(storage), std::move(options));
+  // Off the caller's path from now on; the first SaveAsync takes it.
+  impl->root.staging.PrepareInBackground(prepare);
+  return std::unique_ptr<CheckpointManager>(
+      new CheckpointManager(std::move(impl)));
 }
 
 Result<SaveResult> CheckpointManager::Save(int64_t step, const State& state,

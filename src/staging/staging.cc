@@ -37,6 +37,7 @@ uint64_t EntryBytes(const Entry& e) {
 }  // namespace
 
 StagingArena::~StagingArena() {
+  TakePrepared();
   Unregister();
   if (data_ != nullptr) ::munmap(data_, capacity_);
 }
@@ -64,7 +65,36 @@ void StagingArena::Unregister() {
   registered_device_ = -1;
 }
 
+void StagingArena::PrepareInBackground(uint64_t bytes) {
+  if (bytes == 0 || preparing_.joinable() || data_ != nullptr) return;
+  prepared_capacity_ = bytes;
+  preparing_ = std::thread([this, bytes] {
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return;
+    ::madvise(p, bytes, MADV_HUGEPAGE);
+    // One write per page faults it in (a huge page at its first write).
+    auto* bytes_at = static_cast<volatile std::byte*>(p);
+    for (uint64_t at = 0; at < bytes; at += kPage) bytes_at[at] = std::byte{0};
+    prepared_ = static_cast<std::byte*>(p);
+  });
+}
+
+void StagingArena::TakePrepared() {
+  if (!preparing_.joinable()) return;
+  preparing_.join();
+  if (prepared_ == nullptr) return;
+  if (data_ == nullptr) {
+    data_ = prepared_;
+    capacity_ = prepared_capacity_;
+  } else {
+    ::munmap(prepared_, prepared_capacity_);
+  }
+  prepared_ = nullptr;
+}
+
 Result<std::span<std::byte>> StagingArena::Reserve(uint64_t bytes) {
+  TakePrepared();
   if (bytes <= capacity_) return std::span<std::byte>(data_, capacity_);
   Unregister();
   if (data_ != nullptr) {

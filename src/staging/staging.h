@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <thread>
 
 #include "ckpt/state.h"
 #include "ckpt/status.h"
@@ -32,8 +33,17 @@ class StagingArena {
   StagingArena& operator=(const StagingArena&) = delete;
 
   // At least `bytes` bytes, reused from the last call when they fit (the
-  // contents are not kept). IOError if the memory cannot be mapped.
+  // contents are not kept). IOError if the memory cannot be mapped. Waits
+  // for a PrepareInBackground in progress and takes its memory.
   Result<std::span<std::byte>> Reserve(uint64_t bytes);
+
+  // Maps `bytes` and touches every page on a thread of its own, so that the
+  // first Reserve of up to that many bytes copies into memory already
+  // faulted in: touching fresh pages (the kernel zeroing each one) costs
+  // several times the copy, and the first asynchronous save's stall would
+  // pay it on the caller's thread. Memory that cannot be mapped is left to
+  // Reserve, which then reports it. Called once, before any Reserve.
+  void PrepareInBackground(uint64_t bytes);
   uint64_t capacity() const { return capacity_; }
 
   // Page-locks the memory Reserve gave (cuMemHostRegister through
@@ -47,12 +57,19 @@ class StagingArena {
  private:
   // Undoes Register, if it was done; before the memory is unmapped.
   void Unregister();
+  // Joins PrepareInBackground's thread and adopts what it mapped.
+  void TakePrepared();
 
   std::byte* data_ = nullptr;
   uint64_t capacity_ = 0;
   // The driver that registered the memory, and through which device.
   const CudaDriver* registered_by_ = nullptr;
   int registered_device_ = -1;
+  // PrepareInBackground's thread and what it maps (null if it could not);
+  // the thread alone touches them until TakePrepared joins it.
+  std::thread preparing_;
+  std::byte* prepared_ = nullptr;
+  uint64_t prepared_capacity_ = 0;
 };
 
 // Bytes of staging memory a copy of `state` needs.
