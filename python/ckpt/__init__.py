@@ -26,6 +26,8 @@ straight into yours.
 PyTorch's distributed-checkpoint calls (save, load in place, async_save,
 Stateful objects, DTensor and ShardedTensor leaves) and safetensors
 consolidation are in ckpt.torch: import ckpt.torch.
+JAX pytrees (jax.Arrays sharded over a mesh, restored onto any mesh, with
+Orbax's CheckpointManager calls) are in ckpt.jax: import ckpt.jax.
 
 Many ranks: CheckpointManager(url, communicator=ckpt.mpi_communicator())
 under mpirun, or communicator=ckpt.torch_communicator() under torchrun;
