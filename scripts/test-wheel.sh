@@ -197,7 +197,7 @@ if [ -x "$work/venv/bin/python" ]; then
   "$work/venv/bin/python" "$repo/examples/python/train.py" \
     --root "$work/train" --epochs 2 || failed+=("examples/python/train.py")
   "$work/venv/bin/python" "$repo/bench/peers/peers.py" \
-    --size-mib 64 --tensors 8 --runs 1 --dir "$work/peers" ||
+    --size 16MiB --runs 1 --dir "$work/peers" ||
     failed+=("bench/peers/peers.py")
   "$work/venv/bin/python" "$repo/bench/peers/peers_gpu.py" \
     --size-mib 64 --tensors 8 --runs 1 --dir "$work/peers-gpu" ||
