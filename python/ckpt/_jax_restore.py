@@ -89,6 +89,16 @@ def _check(where, stored, wanted):
                 f"{where}: entry {name!r}: the target is a {mine} array of "
                 f"shape {[int(d) for d in shape]}, the checkpoint holds "
                 f"{held}; nothing was restored")
+        sharding = getattr(leaf, "sharding", None)
+        if sharding is not None:
+            try:
+                sharding.shard_shape(tuple(int(d) for d in shape))
+            except Exception as error:  # noqa: BLE001 - JAX's says why
+                raise _errors.InvalidArgument(
+                    f"{where}: entry {name!r}: the target's sharding cannot "
+                    f"hold its shape {[int(d) for d in shape]} "
+                    f"({type(error).__name__}: {error}); nothing was "
+                    f"restored") from None
 
 
 def _read(mgr, desc, stored, wanted, where):

@@ -106,26 +106,34 @@ def plain(tree, leaf, path=()):
     return out
 
 
-def host_array(name, array, copy):
+def host_array(name, array):
     """A jax.Array as one C-contiguous host array: each distinct shard
-    (by index) copied once into it. copy=False may return the memory of a
-    single host-resident shard itself (read-only); copy=True always makes
-    the caller's own, which the array's later deletion or donation cannot
-    change."""
+    (by index) copied once into it, or, for an array of one distinct shard
+    in host memory (the CPU backend), that memory itself, read-only: the
+    NumPy view keeps the buffer alive after the jax.Array is deleted, and
+    JAX donates no buffer that a view holds, so the view stays what was
+    saved."""
     if not array.is_fully_addressable:
         raise _errors.InvalidArgument(
             f"entry {name!r}: the jax.Array spans processes (not fully "
             f"addressable); ckpt.jax saves arrays of one process")
-    shards = array.addressable_shards
+    try:
+        return _gathered(array)
+    except RuntimeError as e:  # a deleted or donated array, a device error
+        raise _errors.InvalidArgument(
+            f"entry {name!r}: cannot copy the jax.Array to the host "
+            f"({e})") from None
+
+
+def _gathered(array):
     distinct, seen = [], set()
-    for shard in shards:
+    for shard in array.addressable_shards:
         key = _index_key(shard.index, array.shape)
         if key not in seen:
             seen.add(key)
             distinct.append(shard)
     if len(distinct) == 1:
-        out = np.asarray(distinct[0].data)
-        return np.array(out, copy=True) if copy else out
+        return np.asarray(distinct[0].data)
     # Every transfer starts before the first is waited for: on an
     # accelerator they overlap.
     for shard in distinct:
@@ -144,11 +152,12 @@ def _index_key(index, shape):
 
 def saved_leaf(copy):
     """The leaf function of plain() for a save: jax.Arrays to host arrays
-    (copied when `copy`, for a save that outlives the call), NumPy arrays
-    copied likewise, other values as they are."""
+    (immutable: never copied again), NumPy arrays copied when `copy` (for
+    a save that outlives the call, as the caller may change them), other
+    values as they are."""
     def leaf(name, value):
         if isinstance(value, jax.Array):
-            return host_array(name, value, copy)
+            return host_array(name, value)
         if copy and isinstance(value, np.ndarray):
             return np.array(value, copy=True)
         return value

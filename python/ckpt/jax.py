@@ -49,8 +49,8 @@ class CheckpointManager:
     max_to_keep). create=True makes the root if it does not exist (a
     job's first run); False makes a missing root ckpt.NotFound.
     async_save=True (the default, as Orbax's) returns from save() once the
-    arrays are copied to the host; the step is written and committed in
-    the background (wait_until_finished()). save_interval_steps: save()
+    arrays are on the host; the step is written and committed in the
+    background (wait_until_finished()). save_interval_steps: save()
     saves only the steps that are a multiple of it (others return False).
     Other keyword options go to ckpt.CheckpointManager: keep_best and
     best_metric (with save(metrics=...)), keep_every_n_steps, catalog,
@@ -99,12 +99,15 @@ class CheckpointManager:
         asynchronous, started), False when save_interval_steps (unless
         force=True) or min_seconds_between_saves skipped it.
 
-        Every jax.Array is copied to the host first (each distinct shard
-        once): the arrays may then change, be donated or deleted at once.
-        An asynchronous save then returns, and the library stages and
-        writes the host copy on its own thread; one save is in flight at a
-        time (the next call waits for it), and its error is raised by
-        wait_until_finished(), or else by the next save. `metrics` (str ->
+        Every jax.Array is first brought to the host (each distinct shard
+        copied once; an array in host memory, on the CPU backend, read in
+        place through a view that keeps its buffer alive), and NumPy
+        arrays are copied: the arrays may then change, be donated or be
+        deleted at once. An asynchronous save then returns, and the
+        library stages and writes the host arrays on its own thread; one
+        save is in flight at a time (the next call waits for it), and its
+        error is raised by wait_until_finished(), or else by the next
+        save. `metrics` (str ->
         float: keep_best), `epoch` and `metadata` (str -> str) go into the
         manifest. A committed step that loads whole is ckpt.AlreadyExists.
         """
@@ -114,8 +117,9 @@ class CheckpointManager:
         if not isinstance(state, dict):
             raise _errors.InvalidArgument(
                 f"save step {step} to {self.url}: the pytree is a "
-                f"{type(pytree).__name__} leaf; ckpt.jax saves a pytree of "
-                f"them (a dict, list, tuple or registered node)")
+                f"{type(pytree).__name__}; ckpt.jax saves a pytree whose "
+                f"top is a dict or a registered node (a namedtuple, a "
+                f"dataclass): put a list, a tuple or a leaf in a dict")
         if self._async:
             # The host copies are this call's own: the library may stage
             # them on its thread while the caller goes on.

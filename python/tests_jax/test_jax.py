@@ -39,7 +39,8 @@ def mesh_of(shape, names):
 def training_state():
     """A pytree on a (4, 2) mesh: sharded on both axes, on one axis and
     replicated on the other, replicated on all, bfloat16, int32, a 0-d
-    array, NumPy arrays, Python scalars, a namedtuple, a tuple with None."""
+    array, NumPy arrays, Python scalars, bytes, a namedtuple, a tuple with
+    None."""
     mesh = mesh_of((4, 2), ("data", "model"))
 
     def put(value, spec):
@@ -65,6 +66,7 @@ def training_state():
         "rng": np.arange(4, dtype=np.uint32),
         "losses": [np.float64(0.25), 3],
         "name": "run-7",
+        "seed": b"\x00\x07",
     }
 
 
@@ -227,15 +229,35 @@ def test_float8_dtypes_round_trip_and_others_are_refused(root):
         assert mgr.all_steps() == [1]
 
 
-def test_async_save_copies_to_the_host_before_it_returns(root):
+def test_a_pytree_that_cannot_be_saved_is_an_error_naming_the_entry(root):
+    gone = jnp.ones((8, 8))
+    gone.delete()
+    with cj.CheckpointManager(root, async_save=False) as mgr:
+        with pytest.raises(ckpt.InvalidArgument,
+                           match="entry 'params.w': cannot copy the "
+                                 "jax.Array to the host"):
+            mgr.save(1, {"params": {"w": gone}})
+        with pytest.raises(ckpt.InvalidArgument, match="is a list"):
+            mgr.save(1, [jnp.ones(2)])
+        with pytest.raises(ckpt.InvalidArgument, match="'opt.1.x'"):
+            mgr.save(1, {"opt": [1, {"x": object()}]})
+        assert mgr.all_steps() == []
+
+
+def test_an_async_save_lets_the_arrays_go_at_once(root):
     state = training_state()
     want = [bits(x) for x in arrays(state)]
     with cj.CheckpointManager(root) as mgr:  # async_save is the default
         assert mgr.save(5, state) is True
+        state["rng"][:] = 0  # a NumPy array may change at once
         # The device arrays may go at once: the save holds its host copy.
+        # New arrays of the same sizes take their freed memory.
         for x in arrays(state):
             if isinstance(x, jax.Array):
                 x.delete()
+        other = [jnp.full(x.shape, 9, x.dtype) for x in arrays(state)
+                 if isinstance(x, jax.Array)]
+        jax.block_until_ready(other)
         mgr.wait_until_finished()
         assert mgr.latest_step() == 5
         restored = mgr.restore(5)
@@ -297,6 +319,12 @@ def test_a_target_that_disagrees_is_an_error_naming_the_entry(root):
              ckpt.NotFound, "no entry 'losses.2'"),
             (target(**{"params/norm": None}), ckpt.InvalidArgument,
              "'params.norm' is None in the target"),
+            (target(**{"params/bias": sds((128,), jnp.bfloat16,
+                                          sharding=NamedSharding(
+                                              mesh_of((3,), ("t",)),
+                                              P("t")))}),
+             ckpt.InvalidArgument,
+             r"'params.bias': the target's sharding cannot hold its shape"),
         ]
         for bad, error, message in cases:
             with pytest.raises(error, match=message) as raised:
