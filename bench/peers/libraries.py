@@ -326,6 +326,116 @@ class Orbax:
         same(self.state, loaded, self.name)
 
 
+_keras_model = []  # one model for both callbacks: it is most of the memory
+
+
+def keras_model(state):
+    """A built Keras model whose trainable variables are the state's model
+    weights (the same dtypes, shapes and bytes) and whose Adam optimizer is
+    built (two moments per weight, of its dtype, and an iteration count),
+    with the moments filled from the state's. Keras's backend is
+    $KERAS_BACKEND, jax unless set."""
+    if _keras_model:
+        return _keras_model[0]
+    os.environ.setdefault("KERAS_BACKEND", "jax")
+    import keras
+    import numpy as np
+
+    class Weights(keras.layers.Layer):
+        """Holds the weights; the model's output is its input."""
+
+        def build(self, input_shape):
+            for i, t in enumerate(state["model"].values()):
+                dtype = str(t.dtype).replace("torch.", "")
+                self.add_weight(shape=tuple(t.shape), dtype=dtype,
+                                initializer="zeros", name=f"w{i}")
+
+        def call(self, x):
+            return x
+
+    model = keras.Sequential([keras.Input(shape=(1,)), Weights()])
+    model.compile(optimizer=keras.optimizers.Adam())
+    model.optimizer.build(model.trainable_variables)
+
+    def numpy_of(t):
+        return np.asarray(torch_to_jax(t)) if t.dtype == torch.bfloat16 \
+            else t.numpy()
+    weights = list(state["model"].values())
+    moments = list(state["optim"]["state"].values())
+    for v, t in zip(model.trainable_variables, weights):
+        v.assign(numpy_of(t))
+    for v in model.optimizer.variables:
+        # Adam's "<weight path>_momentum" / "_velocity": the state's moments
+        # in the weight's dtype.
+        for i, w in enumerate(model.trainable_variables):
+            for suffix, key in (("momentum", "exp_avg"),
+                                ("velocity", "exp_avg_sq")):
+                if v.name.endswith(suffix) and tuple(v.shape) == \
+                        tuple(w.shape) and w.name in v.path:
+                    v.assign(numpy_of(moments[i][key].to(weights[i].dtype)))
+    _keras_model.append(model)
+    return model
+
+
+def keras_values(model):
+    import keras
+    import numpy as np
+    return [np.array(keras.ops.convert_to_numpy(v.value))
+            for v in list(model.variables) + list(model.optimizer.variables)]
+
+
+class Keras:
+    """Keras 3's keras.callbacks.BackupAndRestore, or ckpt's
+    ckpt.keras.BackupAndRestore (ours=True), on one built model (above):
+    the backup is on_epoch_end (save_freq="epoch"), fsynced as the others
+    for Keras's (its .weights.h5 and metadata file); the restore is a new
+    callback's on_train_begin into the model, whose every variable is
+    zeroed before the timing and checked after it."""
+
+    def __init__(self, state, base, ours=False):
+        os.environ.setdefault("KERAS_BACKEND", "jax")
+        import keras
+        self.model = keras_model(state)
+        if ours:
+            import ckpt.keras
+            self.callback = ckpt.keras.BackupAndRestore
+        else:
+            self.callback = keras.callbacks.BackupAndRestore
+        self.name = "ckpt.keras" if ours else "keras"
+        self.ours, self.keras = ours, keras
+        self.expected = keras_values(self.model)
+        self.nbytes = sum(a.nbytes for a in self.expected)
+
+    def _callback(self, path):
+        cb = self.callback(path)
+        cb.set_model(self.model)
+        return cb
+
+    def before_save(self, path):
+        self.cb = self._callback(path)
+        self.cb.on_train_begin()  # nothing there yet: nothing restored
+
+    def save(self, path):
+        self.cb.on_epoch_end(0)
+        if not self.ours:
+            fsync_tree(path)
+
+    def before_load(self, path):
+        for v in list(self.model.variables) + \
+                list(self.model.optimizer.variables):
+            v.assign(self.keras.ops.zeros(v.shape, v.dtype))
+
+    def load(self, path):
+        self._callback(path).on_train_begin()
+        return keras_values(self.model)
+
+    def check(self, loaded):
+        for want, got in zip(self.expected, loaded):
+            if want.dtype != got.dtype or want.shape != got.shape or \
+                    want.tobytes() != got.tobytes():
+                raise AssertionError(f"{self.name}: a variable differs")
+
+
 # name -> factory(state, base); the order is the first round's.
 FACTORIES = {
     "ckpt": lambda s, b: Ckpt(s, b),
@@ -336,4 +446,6 @@ FACTORIES = {
     "dcp async": lambda s, b: Dcp(s, b, asynchronous=True),
     "orbax": lambda s, b: Orbax(s, b),
     "orbax async": lambda s, b: Orbax(s, b, asynchronous=True),
+    "keras": lambda s, b: Keras(s, b),
+    "ckpt.keras": lambda s, b: Keras(s, b, ours=True),
 }

@@ -29,8 +29,13 @@ libraries (bench/peers/libraries.py says how each is called):
                 StandardRestore, synchronous
   orbax async   the same with asynchronous checkpointing: save() returns,
                 wait_until_finished() to durable
-  (Keras's BackupAndRestore is not run: ckpt has no Keras integration to
-  set beside it yet.)
+  keras         Keras 3's keras.callbacks.BackupAndRestore: its backup
+                (on_epoch_end) and its restore (a new callback's
+                on_train_begin) of a built model holding the state's
+                weights and an Adam optimizer built on them (moments of
+                each weight's dtype: fewer bytes than --size); Keras's
+                backend is $KERAS_BACKEND, jax unless set
+  ckpt.keras    ckpt.keras.BackupAndRestore on the same model
 
 Durable alike: ckpt fsyncs what it writes and commits; for every peer the
 timing ends after an fsync of every file and folder it wrote and of the
@@ -80,6 +85,8 @@ RATIOS = [
     ("load_vs_orbax", "orbax", "load", "ckpt", "load"),
     ("stall_vs_orbax_async", "orbax async", "stall", "ckpt async", "stall"),
     ("durable_vs_orbax_async", "orbax async", "save", "ckpt async", "save"),
+    ("save_vs_keras", "keras", "save", "ckpt.keras", "save"),
+    ("load_vs_keras", "keras", "load", "ckpt.keras", "load"),
 ]
 
 UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30,
@@ -270,14 +277,15 @@ def main():
                 lib.close()
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    out = report(times, verified, failed, missing, nbytes, state, a)
+    sizes = {n: getattr(lib, "nbytes", nbytes) for n, lib in libs.items()}
+    out = report(times, verified, failed, missing, sizes, nbytes, state, a)
     if a.json:
         print(json.dumps(out, indent=2))
     else:
         print_table(out)
 
 
-def report(times, verified, failed, missing, nbytes, state, a):
+def report(times, verified, failed, missing, sizes, nbytes, state, a):
     from libraries import leaves
     med = {n: {k: statistics.median(v) for k, v in t.items() if v}
            for n, t in times.items()}
@@ -297,10 +305,13 @@ def report(times, verified, failed, missing, nbytes, state, a):
         "versions": versions(),
         # What `ckpt bench --html --peers` draws: each save's GB/s.
         "seconds": figures["save"],
-        "gbps": {n: nbytes / s / 1e9 for n, s in figures["save"].items()},
+        "gbps": {n: sizes[n] / s / 1e9 for n, s in figures["save"].items()},
         "stall_seconds": figures["stall"],
         "load_seconds": figures["load"],
-        "load_gbps": {n: nbytes / s / 1e9 for n, s in figures["load"].items()},
+        "load_gbps": {n: sizes[n] / s / 1e9
+                      for n, s in figures["load"].items()},
+        # Those of a state other than the one of state_bytes (Keras's).
+        "other_bytes": {n: b for n, b in sizes.items() if b != nbytes},
         "range_seconds": {n: {k: [min(v), max(v)] for k, v in t.items() if v}
                           for n, t in times.items()},
         "load_verified": {n: n in verified for n in times

@@ -26,6 +26,8 @@ RATIOS = ["save_vs_dcp", "stall_vs_dcp_async", "durable_vs_dcp_async",
           "save_vs_torch_save", "load_vs_torch_load", "save_vs_safetensors",
           "load_vs_safetensors"]
 LOADERS = ["ckpt", "torch.save", "safetensors", "dcp", "orbax"]
+KERAS_RATIOS = ["save_vs_keras", "load_vs_keras"]
+KERAS_LOADERS = ["keras", "ckpt.keras"]
 
 
 def check_detects_a_flip():
@@ -54,6 +56,13 @@ def main():
     p.add_argument("--size", default="16MiB")
     a = p.parse_args()
     check_detects_a_flip()
+    import importlib.util
+    if importlib.util.find_spec("ckpt.keras") is not None:
+        RATIOS.extend(KERAS_RATIOS)
+        LOADERS.extend(KERAS_LOADERS)
+    else:
+        print("no ckpt.keras in this package: Keras's BackupAndRestore "
+              "is not compared, its ratios not checked")
     t = time.monotonic()
     run = subprocess.run(
         [sys.executable, os.path.join(HERE, "peers.py"), "--size", a.size,
