@@ -92,6 +92,13 @@ sys.exit(mpi)'; then
     say "import ckpt, save or load loaded Open MPI"
     failed+=("Open MPI loaded without mpi_communicator()")
   fi
+  # ckpt.keras is in the wheel: it imports from the venv, Keras from the
+  # .venv's packages (its suites ran in ctest on the build's package).
+  if ! KERAS_BACKEND=jax "$py" -c 'import ckpt.keras, sys
+sys.exit(not ckpt.keras.__file__.startswith(sys.prefix + "/"))'; then
+    say "the installed wheel's ckpt.keras does not import from the venv"
+    failed+=("ckpt.keras")
+  fi
   # The wheel's `ckpt` command: on the environment's PATH, and the same
   # program as python -m ckpt.
   if [ "$("$work/venv/bin/ckpt" --version)" != "ckpt $version" ] ||
