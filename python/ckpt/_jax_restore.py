@@ -135,10 +135,10 @@ def _narrowed(value):
 def _placed(value, leaf):
     """A restored host value as the target leaf `leaf` wants it: on the
     devices of its sharding (a jax.Array or jax.ShapeDtypeStruct), a NumPy
-    array (or scalar) for a NumPy target, else (no target, or a scalar's) tensors as
-    jax.Arrays on the default device (without a target, a 64-bit array
-    that JAX would narrow stays a NumPy array) and other values as they
-    are."""
+    array (or scalar) for a NumPy target, else (no target, or a scalar's)
+    tensors as jax.Arrays on the default device (without a target, a
+    64-bit array that JAX would narrow stays a NumPy array) and other
+    values as they are."""
     if not isinstance(value, np.ndarray):
         return value
     if isinstance(leaf, np.ndarray):
