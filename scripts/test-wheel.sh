@@ -99,6 +99,14 @@ sys.exit(not ckpt.keras.__file__.startswith(sys.prefix + "/"))'; then
     say "the installed wheel's ckpt.keras does not import from the venv"
     failed+=("ckpt.keras")
   fi
+  # ckpt.jax and its private modules likewise (under a second: JAX's import);
+  # jax_test ran it in ctest on the build's package.
+  if ! "$py" -c 'import ckpt.jax, ckpt._jax_tree, ckpt._jax_restore, sys
+sys.exit(not all(m.__file__.startswith(sys.prefix + "/") for m in
+                 (ckpt.jax, ckpt._jax_tree, ckpt._jax_restore)))'; then
+    say "the installed wheel's ckpt.jax does not import from the venv"
+    failed+=("ckpt.jax")
+  fi
   # The wheel's `ckpt` command: on the environment's PATH, and the same
   # program as python -m ckpt.
   if [ "$("$work/venv/bin/ckpt" --version)" != "ckpt $version" ] ||
