@@ -3,11 +3,11 @@ CheckpointManager.
 
     import ckpt.jax
     with ckpt.jax.CheckpointManager("/data/run42", keep_last=3) as mgr:
-        step = mgr.latest_step()
-        if step is not None:                 # resume onto this job's mesh
-            state = mgr.restore(step, target=abstract_state)
-        mgr.save(step, state)                # asynchronous by default
-        mgr.wait_until_finished()
+        if mgr.latest_step() is not None:    # resume onto this job's mesh
+            state = mgr.restore(target=abstract_state)
+        for step in range(int(state["step"]) + 1, num_steps + 1):
+            state = train_step(state)
+            mgr.save(step, state)            # asynchronous by default
 
 A pytree may hold jax.Arrays (on one device, replicated, or sharded over a
 mesh of this process's devices), NumPy arrays, Python scalars, strings,
