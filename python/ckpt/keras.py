@@ -151,7 +151,7 @@ class BackupAndRestore(keras.callbacks.Callback):
         groups = _GROUPS if meta["batch"] >= 0 else _GROUPS[:2]
         targets = _checked(model, values, meta, groups,
                            f"restore {self.url} (step {step})")
-        _assign(targets, values, meta, ("model", "optimizer"))
+        _assign(targets, values, ("model", "optimizer"))
         self._last_step = step
         self._epoch = meta["epoch"]
         self._batches = meta["batches"]
@@ -212,8 +212,8 @@ class BackupAndRestore(keras.callbacks.Callback):
             return False
         # On JAX, reading self.model puts fit's state of the step into the
         # variables, and has the next step read them back (assigned).
-        self.model  # noqa: B018
-        _assign(targets, values, meta, _GROUPS)
+        _ = self.model
+        _assign(targets, values, _GROUPS)
         self._batch = batch
         self._since_backup = 0
         return True
@@ -382,7 +382,7 @@ def _value(array, dtype, entry, where):
     return array
 
 
-def _assign(targets, values, meta, groups):
+def _assign(targets, values, groups):
     for group in groups:
         for path, v in targets.get(group, {}).items():
             v.assign(_value(values[group][path], v.dtype, f"{group}/{path}",

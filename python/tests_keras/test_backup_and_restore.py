@@ -130,6 +130,24 @@ def test_an_interrupted_fit_ends_bit_identical(tmp_path, reference, save_freq,
         left_in(root)
 
 
+def test_interrupted_again_while_the_epoch_runs_again(tmp_path, reference):
+    """The batches run again before a mid-epoch backup's are backed up by
+    no one: a second interruption there leaves the backup as it was."""
+    root = str(tmp_path / "backup")
+    with pytest.raises(Crash):
+        fit(make_model(), [ckpt.keras.BackupAndRestore(root, save_freq=2),
+                           Interrupt(1, 6)])
+    assert ckpt.open(root).latest() == 14  # after batch 5 of epoch 1
+    with pytest.raises(Crash):
+        fit(make_model(seed=2), [ckpt.keras.BackupAndRestore(root,
+                                                             save_freq=2),
+                                 Interrupt(1, 4)])
+    assert [i.step for i in ckpt.open(root).list()] == [14]
+    last = make_model(seed=3)
+    fit(last, [ckpt.keras.BackupAndRestore(root, save_freq=2)])
+    assert_bit_identical(values(last), reference[0])
+
+
 def test_a_killed_process_resumes_bit_identical(tmp_path):
     """SIGKILL in the middle of an epoch, then the same program again: a
     fresh process, default layer names, as a preempted job."""
@@ -143,7 +161,9 @@ def test_a_killed_process_resumes_bit_identical(tmp_path):
     root = str(tmp_path / "backup")
     run("--out", str(tmp_path / "x.npz"), "--root", root, "--save-freq", "4",
         "--kill-at", "1:6", rc=-signal.SIGKILL)
-    assert ckpt.open(root).latest() == 16  # batch 5 of epoch 1 was not saved
+    # 10 batches an epoch: the backup after batch 5 of epoch 1 (the 16th);
+    # batch 6, the last one run, is in none.
+    assert ckpt.open(root).latest() == 16
     run("--out", str(tmp_path / "resumed.npz"), "--root", root,
         "--save-freq", "4")
     resumed = np.load(tmp_path / "resumed.npz")
