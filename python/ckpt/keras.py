@@ -8,9 +8,10 @@ A fit interrupted (a crash, a preemption, an exception) and started again
 with the same callback continues where the backup left it; when fit ends
 well the backup is deleted (delete_checkpoint=True). It uses Keras's
 public callback and variable calls, and the model._initial_epoch that
-Keras's own callback sets; it is tested on Keras's JAX and torch backends (not on TensorFlow, which the project does not install).
-It takes the arguments of Keras's own keras.callbacks.BackupAndRestore,
-with a ckpt root (a path, file://, s3://, mem://) for its backup_dir.
+Keras's own callback sets; it is tested on Keras's JAX and torch backends
+(not on TensorFlow, which the project does not install). It takes the
+arguments of Keras's own keras.callbacks.BackupAndRestore, with a ckpt
+root (a path, file://, s3://, mem://) for its backup_dir.
 
 What a backup is (docs/keras.md says more):
 
