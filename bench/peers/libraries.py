@@ -263,6 +263,71 @@ class Dcp:
         same(self.state, loaded, self.name)
 
 
+_jax_arrays = []  # one copy of the state as JAX arrays, for every user
+
+
+def jax_arrays(state):
+    """The state as JAX arrays on the CPU, and their shapes and dtypes (a
+    pytree of jax.ShapeDtypeStruct: what a job restores into)."""
+    import jax
+    if not _jax_arrays:
+        arrays = jax.tree.map(torch_to_jax, state)
+        jax.block_until_ready(arrays)
+        abstract = jax.tree.map(
+            lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype,
+                                           sharding=a.sharding), arrays)
+        _jax_arrays.append((arrays, abstract))
+    return _jax_arrays[0]
+
+
+class CkptJax:
+    """ckpt.jax.CheckpointManager, the Orbax-shaped API of ckpt, on the
+    JAX arrays Orbax saves: save(step, arrays) with async_save=False, or
+    the default asynchronous one (save() returns once the arrays are
+    taken; wait_until_finished() to durable); restore(step, target=their
+    shapes, dtypes and shardings). One manager for the run; the previous
+    step is deleted before the timing."""
+
+    def __init__(self, state, base, asynchronous=False):
+        import jax
+        import ckpt.jax
+        self.jax = jax
+        self.name = "ckpt.jax async" if asynchronous else "ckpt.jax"
+        self.state, self.asynchronous = state, asynchronous
+        self.arrays, self.abstract = jax_arrays(state)
+        self.root = os.path.join(base, self.name.replace(" ", "-") + "-root")
+        # create=None: the first save makes the root (no "new root" line).
+        self.mgr = ckpt.jax.CheckpointManager(
+            self.root, create=None, async_save=asynchronous)
+        self.step = 0
+        if asynchronous:
+            self.load = None
+
+    def before_save(self, path):
+        for step in self.mgr.all_steps() if self.step else ():
+            self.mgr.manager.delete(step)
+
+    def save(self, path):
+        self.step += 1
+        self.mgr.save(self.step, self.arrays)
+        return self.mgr.wait_until_finished if self.asynchronous else None
+
+    def files(self, path):
+        return self.root
+
+    def load(self, path):
+        loaded = self.mgr.restore(self.step, target=self.abstract)
+        self.jax.block_until_ready(loaded)
+        touch(loaded)
+        return loaded
+
+    def check(self, loaded):
+        same(self.state, loaded, self.name)
+
+    def close(self):
+        self.mgr.close()
+
+
 class Orbax:
     """Orbax's CheckpointManager (StandardSave / StandardRestore) of the
     same bytes as JAX arrays on the CPU, made once before the rounds:
@@ -278,10 +343,7 @@ class Orbax:
         self.ocp, self.jax = ocp, jax
         self.name = "orbax async" if asynchronous else "orbax"
         self.state, self.asynchronous = state, asynchronous
-        self.arrays = jax.tree.map(torch_to_jax, state)
-        jax.block_until_ready(self.arrays)
-        self.abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct,
-                                     self.arrays)
+        self.arrays, self.abstract = jax_arrays(state)
         self.mgr = None
         if asynchronous:
             self.load = None
@@ -446,6 +508,8 @@ FACTORIES = {
     "dcp async": lambda s, b: Dcp(s, b, asynchronous=True),
     "orbax": lambda s, b: Orbax(s, b),
     "orbax async": lambda s, b: Orbax(s, b, asynchronous=True),
+    "ckpt.jax": lambda s, b: CkptJax(s, b),
+    "ckpt.jax async": lambda s, b: CkptJax(s, b, asynchronous=True),
     "keras": lambda s, b: Keras(s, b),
     "ckpt.keras": lambda s, b: Keras(s, b, ours=True),
 }

@@ -29,6 +29,13 @@ libraries (bench/peers/libraries.py says how each is called):
                 StandardRestore, synchronous
   orbax async   the same with asynchronous checkpointing: save() returns,
                 wait_until_finished() to durable
+  ckpt.jax      ckpt.jax.CheckpointManager (ckpt's Orbax-shaped API) on
+                the same JAX arrays, async_save=False; restore(step,
+                target=the arrays' shapes, dtypes and shardings)
+  ckpt.jax async  the same, asynchronous (its default): save() returns
+                once the arrays are taken (JAX arrays do not change: the
+                library copies them on its own thread, as Orbax writes
+                them without a copy); wait_until_finished() to durable
   keras         Keras 3's keras.callbacks.BackupAndRestore: its backup
                 (on_epoch_end) and its restore (a new callback's
                 on_train_begin) of a built model holding the state's
@@ -81,10 +88,14 @@ RATIOS = [
     ("load_vs_dcp", "dcp", "load", "ckpt", "load"),
     ("stall_vs_dcp_async", "dcp async", "stall", "ckpt async", "stall"),
     ("durable_vs_dcp_async", "dcp async", "save", "ckpt async", "save"),
-    ("save_vs_orbax", "orbax", "save", "ckpt", "save"),
-    ("load_vs_orbax", "orbax", "load", "ckpt", "load"),
-    ("stall_vs_orbax_async", "orbax async", "stall", "ckpt async", "stall"),
-    ("durable_vs_orbax_async", "orbax async", "save", "ckpt async", "save"),
+    # Orbax beside ckpt.jax on the same JAX arrays (beside the torch
+    # tensors' ckpt where ckpt.jax is missing: ratio_of says which).
+    ("save_vs_orbax", "orbax", "save", "ckpt.jax|ckpt", "save"),
+    ("load_vs_orbax", "orbax", "load", "ckpt.jax|ckpt", "load"),
+    ("stall_vs_orbax_async", "orbax async", "stall",
+     "ckpt.jax async|ckpt async", "stall"),
+    ("durable_vs_orbax_async", "orbax async", "save",
+     "ckpt.jax async|ckpt async", "save"),
     ("save_vs_keras", "keras", "save", "ckpt.keras", "save"),
     ("load_vs_keras", "keras", "load", "ckpt.keras", "load"),
 ]
@@ -289,14 +300,16 @@ def report(times, verified, failed, missing, sizes, nbytes, state, a):
     from libraries import leaves
     med = {n: {k: statistics.median(v) for k, v in t.items() if v}
            for n, t in times.items()}
-    ratios = {}
+    ratios, ratio_of = {}, {}
     for key, peer, pk, ours, ok in RATIOS:
-        if peer not in med or ours not in med or pk not in med[peer] or \
-                ok not in med[ours]:
+        ours = next((o for o in ours.split("|") if ok in med.get(o, {})),
+                    None)
+        if ours is None or pk not in med.get(peer, {}):
             continue
         rounds = [x / y for x, y in zip(times[peer][pk], times[ours][ok])]
         ratios[key] = {"median": med[peer][pk] / med[ours][ok],
                        "min": min(rounds), "max": max(rounds)}
+        ratio_of[key] = [f"{peer} {pk}", f"{ours} {ok}"]
     figures = {k: {n: m[k] for n, m in med.items() if k in m}
                for k in ("save", "stall", "load")}
     return {
@@ -316,7 +329,8 @@ def report(times, verified, failed, missing, sizes, nbytes, state, a):
                           for n, t in times.items()},
         "load_verified": {n: n in verified for n in times
                           if "load" in med[n]},
-        "ratios": ratios, "missing": missing, "failed": failed,
+        "ratios": ratios, "ratio_of": ratio_of,
+        "missing": missing, "failed": failed,
     }
 
 
@@ -325,13 +339,13 @@ def print_table(out):
     print(f"peers: {gib:.2f} GiB in {out['tensors']} tensors, {out['runs']} "
           f"rounds (medians) after {out['warmup']} untimed, fsync included, "
           f"cold loads")
-    print(f"  {'library':<12} {'save s':>8} {'GB/s':>6} {'stall s':>8}"
+    print(f"  {'library':<14} {'save s':>8} {'GB/s':>6} {'stall s':>8}"
           f" {'load s':>8} {'GB/s':>6}")
     for n in out["seconds"]:
         cells = [out["stall_seconds"].get(n), out["load_seconds"].get(n),
                  out["load_gbps"].get(n)]
         stall, load, gbps = ("-" if c is None else f"{c:.3f}" for c in cells)
-        print(f"  {n:<12} {out['seconds'][n]:8.3f} {out['gbps'][n]:6.2f}"
+        print(f"  {n:<14} {out['seconds'][n]:8.3f} {out['gbps'][n]:6.2f}"
               f" {stall:>8} {load:>8} {gbps:>6}")
     print("  ratios, peer time / ckpt time (median, min-max of rounds):")
     for k, r in out["ratios"].items():

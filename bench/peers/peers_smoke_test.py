@@ -63,6 +63,12 @@ def main():
     else:
         print("no ckpt.keras in this package: Keras's BackupAndRestore "
               "is not compared, its ratios not checked")
+    jax_side = importlib.util.find_spec("ckpt.jax") is not None
+    if jax_side:
+        LOADERS.append("ckpt.jax")
+    else:
+        print("no ckpt.jax in this package: Orbax is compared with ckpt "
+              "on the torch tensors")
     t = time.monotonic()
     run = subprocess.run(
         [sys.executable, os.path.join(HERE, "peers.py"), "--size", a.size,
@@ -86,6 +92,9 @@ def main():
                     v > 0):
                 problems.append(f"ratio {k} {which} is {v!r}")
         print(f"  {k:<24} {r['median']:.2f}")
+    for k, (_, ours) in out["ratio_of"].items():
+        if "orbax" in k and jax_side and not ours.startswith("ckpt.jax"):
+            problems.append(f"{k} divides by {ours}, not ckpt.jax's")
     for n in LOADERS:
         if out["load_verified"].get(n) is not True:
             problems.append(f"{n}: load not verified")
