@@ -8,7 +8,6 @@ run by hand, the module sets the flag itself before JAX starts.
 
 import glob
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -134,9 +133,10 @@ def disk_root(tmp_path):
     build tree)."""
     for parent in (str(tmp_path), os.getcwd()):
         if fs_type(os.path.realpath(parent)) not in ("tmpfs", "ramfs"):
-            folder = tempfile.mkdtemp(prefix="jax-test-", dir=parent)
-            yield os.path.join(folder, "root")
-            shutil.rmtree(folder)
+            # Removed even when the test fails.
+            with tempfile.TemporaryDirectory(prefix="jax-test-",
+                                             dir=parent) as folder:
+                yield os.path.join(folder, "root")
             return
     pytest.fail(f"{tmp_path} and {os.getcwd()} are both on tmpfs, where the "
                 f"library maps objects instead of reading them: no read to "
