@@ -33,9 +33,11 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "checkpoint/gc.h"
 #include "checkpoint/replace.h"
+#include "checkpoint/retention.h"
 #include "checkpoint/save.h"
 #include "format/constants.h"
 #include "util/log.h"
@@ -343,8 +345,14 @@ std::vector<int64_t> Committer::AfterCommit(
   root_.catalog.Committed(info, bytes);
   root_.manifests.UpdateLatestHint(
       root_.lease->enabled() ? std::optional<int64_t>(step) : std::nullopt);
+  if (root_.known_steps) (*root_.known_steps)[step] = info;
   if (!root_.options.retention.enabled() && !root_.options.gc_after_save &&
       !replaced) {
+    return {};
+  }
+  if (!replaced && root_.known_steps && !RetentionDeletes(step)) {
+    // The root as this manager knows it (root_context.h): no dead attempt
+    // to find and nothing retention would delete, so no listing.
     return {};
   }
   GcOptions gc;
@@ -360,6 +368,20 @@ std::vector<int64_t> Committer::AfterCommit(
     return {};
   }
   return report->deleted_steps;
+}
+
+bool Committer::RetentionDeletes(int64_t step) {
+  if (!root_.options.retention.enabled()) return false;
+  std::vector<CheckpointInfo> infos;
+  infos.reserve(root_.known_steps->size());
+  for (const auto& [s, info] : *root_.known_steps) infos.push_back(info);
+  std::set<int64_t> spared = {step};
+  const CheckpointInfo& saved = root_.known_steps->at(step);
+  spared.insert(saved.depends_on.begin(), saved.depends_on.end());
+  for (int64_t doomed : StepsToDelete(infos, root_.options.retention)) {
+    if (!spared.count(doomed)) return true;
+  }
+  return false;
 }
 
 SaveOutcome Committer::Commit(int64_t step, const SaveOptions& save,

@@ -61,6 +61,10 @@ class Committer {
                                    const CheckpointInfo& info,
                                    std::shared_ptr<const format::Directory> dir,
                                    bool replaced);
+  // Whether retention, deciding from root_.known_steps (known, holding
+  // `step` just committed), deletes a step other than `step` and what it
+  // depends on.
+  bool RetentionDeletes(int64_t step);
   format::SaveTimingRecord Timing(const std::vector<WriteResult>& results,
                                   int64_t commit_started_ms) const;
 

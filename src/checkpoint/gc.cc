@@ -54,6 +54,8 @@ struct LiveSet {
 Result<GcReport> Collector::GarbageCollect(const GcOptions& gc,
                                            std::optional<int64_t> keep) {
   GcReport report;
+  // Filled again at the end if this collection sees the whole root.
+  root_.known_steps.reset();
   // One listing of the root serves every step below: a listing per deleted
   // step made a collection quadratic in the number of checkpoints. Objects
   // written after it are not seen, so they are left alone.
@@ -215,7 +217,34 @@ Result<GcReport> Collector::GarbageCollect(const GcOptions& gc,
         "garbage collection in " + root_.Where() +
         ": incomplete uploads were left: " + aborted.status().ToString());
   }
+  // A root with a damaged or incomplete step is left to the whole-root
+  // path: retention counts such steps, and they are for someone to look at.
+  if (!gc.dry_run && owned && live.damaged.empty()) {
+    KnowSteps(infos, report, all);
+  }
   return report;
+}
+
+void Collector::KnowSteps(const std::vector<CheckpointInfo>& infos,
+                          const GcReport& report,
+                          const std::vector<ObjectInfo>& all) {
+  // Holding the lease, having listed the whole root: from here on this
+  // manager's own commits are the root's only changes (root_context.h).
+  // What this collection deleted was a deleted step's or named by no
+  // manifest, so the listing still judges the steps that stay.
+  std::map<std::string, uint64_t> sizes;
+  for (const ObjectInfo& o : all) sizes.emplace(o.key, o.size);
+  const std::set<int64_t> deleted(report.deleted_steps.begin(),
+                                  report.deleted_steps.end());
+  std::map<int64_t, CheckpointInfo> known;
+  for (const CheckpointInfo& info : infos) {
+    if (deleted.count(info.step)) continue;
+    Result<std::shared_ptr<const Manifest>> m =
+        root_.manifests.Summary(info.step);
+    if (!m.ok() || !ManifestStore::MissingObject(**m, sizes).empty()) return;
+    known.emplace(info.step, info);
+  }
+  root_.known_steps = std::move(known);
 }
 
 }  // namespace ckpt

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "checkpoint/root_context.h"
 
@@ -18,6 +19,12 @@ class Collector {
                                   std::optional<int64_t> keep = std::nullopt);
 
  private:
+  // Sets root_.known_steps to the steps of `infos` that `report` did not
+  // delete, when each is whole by the listing `all`; leaves it unknown
+  // when one is not.
+  void KnowSteps(const std::vector<CheckpointInfo>& infos,
+                 const GcReport& report, const std::vector<ObjectInfo>& all);
+
   RootContext& root_;
 };
 

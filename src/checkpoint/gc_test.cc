@@ -589,9 +589,15 @@ TEST_F(GcMemTest, WithoutGcAfterSaveGarbageWaitsForGarbageCollect) {
 }
 
 TEST_F(GcMemTest, GcAfterSaveRemovesDeadAttempts) {
+  // What a job's earlier run left (it died mid-save): the first save of
+  // the next run collects it.
+  {
+    auto earlier = OpenManager(MakeOptions());
+    ASSERT_NE(earlier, nullptr);
+    SaveModel(*earlier, 1);
+  }
   auto mgr = OpenManager(MakeOptions());
   ASSERT_NE(mgr, nullptr);
-  SaveModel(*mgr, 1);
   const std::string dead = format::DataObjectKey(1, 0, "0123456789abcdef");
   Put(*mgr, dead, "dead");
   Put(*mgr, "README", "mine");
@@ -599,6 +605,53 @@ TEST_F(GcMemTest, GcAfterSaveRemovesDeadAttempts) {
   const Keys keys = AllKeys(mgr->storage());
   EXPECT_FALSE(Contains(keys, dead));
   EXPECT_TRUE(Contains(keys, "README"));
+}
+
+// Counts listings of the whole root (an empty prefix, or the steps').
+class CountingLists : public StorageWrapper {
+ public:
+  using StorageWrapper::StorageWrapper;
+  Result<std::vector<ObjectInfo>> List(std::string_view prefix) override {
+    if (prefix.empty() || prefix == format::kStepPrefix) ++whole_root;
+    return StorageWrapper::List(prefix);
+  }
+  int whole_root = 0;
+};
+
+TEST_F(GcMemTest, SavesOfTheRootsOnlyWriterDoNotListTheWholeRoot) {
+  // A save's cost must not grow with the steps in the root: once the
+  // manager has collected the whole root holding the lease, its own
+  // commits are the root's only changes, so neither the collection after a
+  // save, retention that deletes nothing, nor an incremental save's choice
+  // of parent lists the root again (bench_root_growth measures it).
+  auto base = OpenStorage(url_);
+  ASSERT_TRUE(base.ok());
+  auto counting = std::make_unique<CountingLists>(base->get());
+  CountingLists* lists = counting.get();
+  Options o = MakeOptions();
+  o.retention.keep_every_n_steps = 1;  // keeps every step: deletes none
+  auto mgr = CheckpointManager::Open(std::move(counting), o);
+  ASSERT_TRUE(mgr.ok()) << mgr.status().ToString();
+  SaveModel(**mgr, 1);
+  SaveModel(**mgr, 2, SaveOptions{.incremental = true});
+  const int after_first = lists->whole_root;
+  // (Each Model differs whole from the one before, so each incremental
+  // save chooses its parent and then writes everything.)
+  for (int64_t step = 3; step <= 20; ++step) {
+    SaveModel(**mgr, step, SaveOptions{.incremental = true});
+  }
+  EXPECT_EQ(lists->whole_root, after_first);
+  // A failed save sends the next one back to the whole root, which finds
+  // what the failure left.
+  const std::string dead = format::DataObjectKey(20, 0, "0123456789abcdef");
+  Put(**mgr, dead, "dead");
+  Model m(20);
+  State state = m.ToState();
+  EXPECT_EQ((*mgr)->Save(20, state).status().code(), ErrorCode::kAlreadyExists);
+  SaveModel(**mgr, 21);
+  EXPECT_GT(lists->whole_root, after_first);
+  EXPECT_FALSE(Contains(AllKeys(**base), dead));
+  EXPECT_EQ(ListedSteps(**mgr).size(), 21u);
 }
 
 // Runs `hook` once, the first time a manifest is deleted through it: the

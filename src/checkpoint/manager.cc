@@ -324,6 +324,8 @@ Result<DeleteReport> CheckpointManager::Delete(int64_t step,
   root.WaitIdle();
   return Guard("delete", [&]() -> Result<DeleteReport> {
     CKPT_RETURN_IF_ERROR(RootToRead(*root.storage, "delete"));
+    // The next save looks at the root again (root_context.h).
+    root.known_steps.reset();
     DeleteReport report;
     auto run = [&] {
       return Deleter(root).Delete(step, nullptr, &report, options.dry_run,

@@ -163,6 +163,19 @@ struct RootContext {
   std::atomic<bool> saving{false};
   // The step this manager's last successful Save committed; -1 for none.
   int64_t last_saved_step = -1;
+  // The coordinator's map of the root while it is the root's only writer
+  // and has seen all of it: every committed step that loads whole (its
+  // manifest valid, its objects there), with its info. Filled by a
+  // collection of the whole root made holding the lease (gc.cc), kept by
+  // this manager's own commits; emptied (nullopt) by anything else that may
+  // change the root behind it: the lease taken anew, a save that failed (it
+  // may leave objects behind), a Delete, a collection that failed. While it
+  // is known, a save's collection has nothing dead to find (every attempt
+  // of the only writer committed or was discarded, and any failure empties
+  // this map), retention decides from it, and an incremental save finds
+  // its parent in it: none of them lists the root, so a save costs the
+  // same in a root of 10,000 steps as in one of 100 (bench_root_growth).
+  std::optional<std::map<int64_t, CheckpointInfo>> known_steps;
   // Whether a committed step loads whole, as this manager found it (a load
   // that met damage in it, a check before a save over it, its own commit),
   // for the manifest object it found (size and mtime): a step rewritten

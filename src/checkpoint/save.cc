@@ -43,6 +43,7 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <set>
 #include <unordered_map>
 
 #include "checkpoint/async_save.h"
@@ -114,11 +115,18 @@ SaveDecision Saver::DecideSave(int64_t step, const SaveOptions& save) {
         existing.status().WithContext("save step " + std::to_string(step)));
   }
   if (root_.options.min_seconds_between_saves > 0) {
-    Result<std::shared_ptr<const Manifest>> newest =
-        root_.manifests.NewestValid();
-    if (newest.ok()) {
-      const double since =
-          (root_.options.now_unix_ms() - (*newest)->created_unix_ms) / 1000.0;
+    // The newest step's time: known without a listing while this manager
+    // knows the root (root_context.h).
+    std::optional<int64_t> newest_ms;
+    if (root_.known_steps && !root_.known_steps->empty()) {
+      newest_ms = root_.known_steps->rbegin()->second.created_unix_ms;
+    } else if (!root_.known_steps) {
+      Result<std::shared_ptr<const Manifest>> newest =
+          root_.manifests.NewestValid();
+      if (newest.ok()) newest_ms = (*newest)->created_unix_ms;
+    }
+    if (newest_ms) {
+      const double since = (root_.options.now_unix_ms() - *newest_ms) / 1000.0;
       if (since < root_.options.min_seconds_between_saves) {
         SaveDecision skip;
         skip.skip = true;
@@ -143,6 +151,8 @@ SaveDecision Saver::ConfirmSave(int64_t step, const SaveOptions& save,
   }
   root_.saving = true;
   if (!taken) return decided;
+  // Owned anew: another party may have written the root meanwhile.
+  root_.known_steps.reset();
   SaveDecision again = DecideSave(step, save);
   again.attempt = decided.attempt;
   return again;
@@ -154,36 +164,87 @@ Status RootContext::HoldLease(std::string_view purpose, bool wait) {
   return Status();
 }
 
+bool Saver::ObjectsThere(const Manifest& m) {
+  std::set<int64_t> steps;
+  for (const auto* list : {&m.objects, &m.metadata_objects}) {
+    for (const format::ObjectRecord& o : *list) {
+      int64_t s;
+      std::string_view file;
+      if (!format::SplitStepKey(o.key, &s, &file)) return false;
+      steps.insert(s);
+    }
+  }
+  std::map<std::string, uint64_t> sizes;
+  for (int64_t s : steps) {
+    Result<std::vector<ObjectInfo>> listed =
+        root_.storage->List(format::StepDirName(s) + "/");
+    if (!listed.ok()) return false;
+    for (const ObjectInfo& o : *listed) sizes.emplace(o.key, o.size);
+  }
+  const std::string missing = ManifestStore::MissingObject(m, sizes);
+  if (!missing.empty()) {
+    LogWarning("step " + std::to_string(m.step) + " in " + root_.Where() +
+               " is no parent for an incremental save: " + missing);
+  }
+  return missing.empty();
+}
+
 SaveDecision Saver::DecideParent(int64_t step) {
   SaveDecision full;  // a full save is always safe
-  Result<std::vector<std::pair<int64_t, ObjectInfo>>> listed =
-      root_.manifests.List();
-  if (!listed.ok()) return full;
-  Result<std::map<std::string, uint64_t>> sizes = root_.manifests.ObjectSizes();
-  if (!sizes.ok()) return full;
-  for (const auto& [s, info] : *listed) {
-    if (s >= step) continue;
-    Result<std::shared_ptr<const Manifest>> m =
-        root_.manifests.Summary(s, info);
-    // A parent with a missing object would pass the gap on: compare with
-    // the newest complete checkpoint instead.
-    if (!m.ok() || !ManifestStore::MissingObject(**m, *sizes).empty()) {
-      continue;
+  // The newest committed step below `step` that loads whole: from the
+  // root as this manager knows it (root_context.h), without a listing,
+  // else from one listing of the manifests and one of every object.
+  std::shared_ptr<const Manifest> parent;
+  if (root_.known_steps) {
+    auto it = root_.known_steps->lower_bound(step);
+    if (it != root_.known_steps->begin()) {
+      --it;
+      Result<std::shared_ptr<const Manifest>> m =
+          root_.manifests.Summary(it->first);
+      // Its objects are looked at still (a disk or an operator may lose
+      // one behind the manager's back): the step directories it names,
+      // listed, as many as its chain is long, whatever the root holds. One
+      // that is not whole sends this save, and the collection after it,
+      // back to the whole root.
+      if (m.ok() && ObjectsThere(**m)) {
+        parent = *m;
+      } else {
+        root_.known_steps.reset();
+      }
     }
-    const IncrementalPolicy& policy = root_.options.incremental;
-    const int64_t next = (*m)->chain + 1;
-    int64_t cap = format::kMaxDependsOn;
-    if (policy.max_chain > 0) cap = std::min<int64_t>(cap, policy.max_chain);
-    if (next > cap || (policy.full_every > 0 && next >= policy.full_every) ||
-        (*m)->chunk_size != root_.options.chunk_size) {
-      return full;
-    }
-    SaveDecision d;
-    d.parent = s;
-    d.parent_chain = (*m)->chain;
-    return d;
   }
-  return full;
+  if (!root_.known_steps) {
+    Result<std::vector<std::pair<int64_t, ObjectInfo>>> listed =
+        root_.manifests.List();
+    if (!listed.ok()) return full;
+    Result<std::map<std::string, uint64_t>> sizes =
+        root_.manifests.ObjectSizes();
+    if (!sizes.ok()) return full;
+    for (const auto& [s, info] : *listed) {
+      if (s >= step) continue;
+      Result<std::shared_ptr<const Manifest>> m =
+          root_.manifests.Summary(s, info);
+      // A parent with a missing object would pass the gap on: compare with
+      // the newest complete checkpoint instead.
+      if (m.ok() && ManifestStore::MissingObject(**m, *sizes).empty()) {
+        parent = *m;
+        break;
+      }
+    }
+  }
+  if (!parent) return full;
+  const IncrementalPolicy& policy = root_.options.incremental;
+  const int64_t next = parent->chain + 1;
+  int64_t cap = format::kMaxDependsOn;
+  if (policy.max_chain > 0) cap = std::min<int64_t>(cap, policy.max_chain);
+  if (next > cap || (policy.full_every > 0 && next >= policy.full_every) ||
+      parent->chunk_size != root_.options.chunk_size) {
+    return full;
+  }
+  SaveDecision d;
+  d.parent = parent->step;
+  d.parent_chain = parent->chain;
+  return d;
 }
 
 WriteResult Saver::WriteFull(int64_t step, const std::string& attempt,
@@ -487,6 +548,15 @@ Result<SaveResult> Saver::Save(int64_t step, const State& state,
         Stage(root_, state, StagingBytes(state), "stage the state");
     return Save(step, root_.staged, save, staged);
   }
+  // A save that fails may leave objects behind (a discard can fail too):
+  // the coordinator no longer knows the root without looking.
+  struct ForgetUnlessSaved {
+    RootContext& root;
+    bool saved = false;
+    ~ForgetUnlessSaved() {
+      if (!saved) root.known_steps.reset();
+    }
+  } forget{root_};
   Communicator& c = root_.comm();
   root_.save_started_ms = RootContext::SteadyNowMs();
   // 1. The coordinator decides.
@@ -498,6 +568,7 @@ Result<SaveResult> Saver::Save(int64_t step, const State& state,
                         DecodeSaveDecision(decision_bytes));
   CKPT_RETURN_IF_ERROR(decision.status);
   if (decision.skip) {
+    forget.saved = true;
     SaveResult skipped;
     skipped.skipped = true;
     return skipped;
@@ -602,6 +673,7 @@ Result<SaveResult> Saver::Save(int64_t step, const State& state,
   out.replaced_because = std::move(decision.replace_because);
   root_.last_saved_step = step;
   out.deleted_steps = std::move(outcome.deleted_steps);
+  forget.saved = true;
   return out;
 }
 

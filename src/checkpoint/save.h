@@ -37,6 +37,10 @@ class Saver {
   // full save): IncrementalPolicy applied to the newest committed checkpoint
   // below `step`.
   SaveDecision DecideParent(int64_t step);
+  // Whether every object `m` names is there with its recorded size, from a
+  // listing of each step directory they lie in (warns naming the first
+  // missing one).
+  bool ObjectsThere(const format::Manifest& m);
   // Step 3 of a full save on this rank: its pieces in one data object.
   WriteResult WriteFull(int64_t step, const std::string& attempt,
                         const State& state, const SavePlan& plan,
