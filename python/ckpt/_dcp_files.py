@@ -46,6 +46,7 @@ import math
 import os
 import pathlib
 import pickle
+import pickletools
 import sys
 
 import torch
@@ -147,6 +148,27 @@ class _MetadataUnpickler(pickle.Unpickler):
                        "DCP's metadata never holds")
 
 
+# Opcodes whose argument is an index into the unpickler's memo.
+_MEMO_OPS = {"PUT", "BINPUT", "LONG_BINPUT", "GET", "BINGET", "LONG_BINGET"}
+
+
+def _prescan(data):
+    """Reads every opcode of `data` without building anything, so that a
+    damaged pickle cannot make the unpickler allocate far more than the
+    file: a frame must end inside the file (the unpickler allocates a
+    frame's forged length before it reads), and a memo index must be below
+    the file's size (the memo grows to the index). A length-prefixed
+    argument that runs past the end fails here as a short read."""
+    size = len(data)
+    for op, arg, pos in pickletools.genops(io.BytesIO(data)):
+        if op.name == "FRAME" and arg > size - (pos or 0):
+            raise ValueError(f"a frame of {arg} bytes at byte {pos} runs "
+                             f"past the file's {size} bytes")
+        if op.name in _MEMO_OPS and int(arg) > size:
+            raise ValueError(f"memo index {arg} at byte {pos} is beyond any "
+                             f"pickle of {size} bytes")
+
+
 def read_metadata(directory):
     """The DCP Metadata of `directory`'s .metadata, by the restricted
     unpickler, checked; raises ckpt errors naming the file."""
@@ -162,6 +184,7 @@ def read_metadata(directory):
     except OSError as e:
         raise _errors.Unavailable(f"{path}: cannot read it: {e}") from None
     try:
+        _prescan(data)
         metadata = _MetadataUnpickler(data).load()
     except _Refused as e:
         raise _errors.InvalidArgument(

@@ -232,6 +232,31 @@ def test_damaged_metadata_bytes_give_ckpt_errors_only(tmp_path):
             _dcp_files.read_metadata(str(bad))
         except ckpt.Error as e:
             assert ".metadata" in str(e)
+            # A forged length is found before anything is allocated for it
+            # (one of these mutations once made the unpickler take 19 GB).
+            assert "MemoryError" not in str(e)
+
+
+@pytest.mark.parametrize("forged,message", [
+    # BYTEARRAY8 (protocol 5) of 2^33 bytes: the unpickler allocates the
+    # length it is told before it reads.
+    (b"\x80\x05\x96" + (1 << 33).to_bytes(8, "little") + b"xx.",
+     "bytearray8, but only"),
+    # A frame of 2^33 bytes.
+    (b"\x80\x04\x95" + (1 << 33).to_bytes(8, "little") + b"N.",
+     "runs past the file"),
+    # A memo index of 2^31: the memo would grow to it.
+    (b"\x80\x04N\x72" + (1 << 31).to_bytes(4, "little") + b".",
+     "memo index"),
+])
+def test_forged_lengths_are_refused_before_any_allocation(tmp_path, forged,
+                                                          message):
+    from ckpt import _dcp_files
+
+    (tmp_path / ".metadata").write_bytes(forged)
+    with pytest.raises(ckpt.DataLoss, match=message) as e:
+        _dcp_files.read_metadata(str(tmp_path))
+    assert str(tmp_path / ".metadata") in str(e.value)
 
 
 @one_process
