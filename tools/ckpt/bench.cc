@@ -212,8 +212,8 @@ void AddBenchCommand(CLI::App& app, Command& selected) {
                   "HTML file (docs/report.md)");
   cmd->add_option("--peers", args->peers,
                   "with --html: also draw the savers of this output of "
-                  "bench/peers/peers.py --json (torch.save, h5py, "
-                  "numpy.save) beside ckpt");
+                  "bench/peers/peers.py --json (torch.save, "
+                  "safetensors, DCP, Orbax, Keras) beside ckpt");
   cmd->callback([&selected, args] {
     selected.name = "bench";
     selected.run = [args] { return RunBench(*args); };
