@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""ckpt beside torch.save, safetensors, DCP and Orbax: save and load of one
-state, in one run, on one disk.
+"""ckpt beside torch.save, safetensors, DCP, Orbax and Keras: save and load
+of one state, in one run, on one disk.
 
     PYTHONPATH=build/release/python .venv/bin/python bench/peers/peers.py \\
         [--size 2GiB] [--runs 3] [--warmup 1] [--dir DIR] [--only A,B]
@@ -46,8 +46,8 @@ libraries (bench/peers/libraries.py says how each is called):
 
 Durable alike: ckpt fsyncs what it writes and commits; for every peer the
 timing ends after an fsync of every file and folder it wrote and of the
-folder holding them (DCP's writer and TensorStore fsync their data files
-already; a second fsync of a clean file is nearly free). Page cache alike:
+folder holding them (DCP's writer fsyncs its data files already; a second
+fsync of a clean file is nearly free). Page cache alike:
 after each save, every file the library wrote is dropped from the cache
 (posix_fadvise DONTNEED, clean after the fsync) so that every load reads
 the disk (ckpt reads with O_DIRECT anyway); each load's timing ends once a
