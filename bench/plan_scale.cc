@@ -20,11 +20,15 @@
 //   bench_plan_scale [--ranks 1024,4096,16384] [--pieces 100] [--json]
 //   bench_plan_scale --ranks 16384 --write-root /var/tmp/r16k
 //       writes that checkpoint (data of zeros) for timing the ckpt CLI
+#include <malloc.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -36,6 +40,7 @@
 #include "format/index.h"
 #include "format/layout.h"
 #include "format/manifest.h"
+#include "proc_status.h"
 
 namespace {
 
@@ -51,6 +56,19 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
 }
 
 constexpr int64_t kRowsPerRank = 4, kCols = 64;
+
+// The most resident memory `fn` adds, in bytes: the kernel's peak (VmHWM)
+// reset to the current size first (clear_refs), after the allocator gave
+// back what it holds free, so that memory freed earlier is not reused
+// unseen.
+uint64_t PeakAbove(const std::function<void()>& fn) {
+  malloc_trim(0);
+  const uint64_t before = ckpt::bench::ProcStatus("VmRSS");
+  { std::ofstream("/proc/self/clear_refs") << "5"; }
+  fn();
+  const uint64_t peak = ckpt::bench::ProcStatus("VmHWM");
+  return peak > before ? peak - before : 0;
+}
 
 // What every rank offers: a row block of each of `pieces` BF16 tensors.
 std::vector<ckpt::Offer> Offers(int ranks, int pieces) {
@@ -159,6 +177,9 @@ struct Layout {
   uint64_t load_bytes, reshard_bytes;
   double load_s, reshard_s, commit_s, index_encode_s;
   double entries_s = 0;  // version 3: the directory's entries, beside writes
+  // Decoding all of it (a JSON manifest; version 3's record, directory and
+  // every index, assembled as verify does): the most memory it added.
+  uint64_t decode_peak_bytes = 0;
 };
 
 struct Row {
@@ -280,6 +301,11 @@ Row Measure(int ranks, int pieces_per_rank) {
               row.build_s + row.validate_s + row.encode_s,
               0};
 
+  row.json.decode_peak_bytes = PeakAbove([&] {
+    auto again = ckpt::format::DecodeManifest(bytes, "bench manifest");
+    if (!again.ok()) Die("decode", again.status());
+  });
+
   // Version 3. The ranks' indexes (each rank encodes its own).
   m.version = ckpt::format::kScalableManifestVersion;
   auto t6 = Clock::now();
@@ -351,6 +377,23 @@ Row Measure(int ranks, int pieces_per_rank) {
   v3.chunks = chunks;
   v3.total_bytes = record_bytes.size() + directory.size();
   for (const std::string& x : split->indexes) v3.total_bytes += x.size();
+  // What verify decodes: every index, assembled with the directory.
+  v3.decode_peak_bytes = PeakAbove([&] {
+    auto header = ckpt::format::DecodeManifest(record_bytes, "commit record");
+    if (!header.ok()) Die("decode commit record", header.status());
+    auto d = ckpt::format::DecodeDirectory(directory, "directory");
+    if (!d.ok()) Die("decode directory", d.status());
+    std::vector<ckpt::format::RankIndex> all;
+    all.reserve(split->indexes.size());
+    for (const std::string& x : split->indexes) {
+      auto index = ckpt::format::DecodeRankIndex(x, "index");
+      if (!index.ok()) Die("decode index", index.status());
+      all.push_back(std::move(*index));
+    }
+    auto whole = ckpt::format::Assemble(*header, *d, std::move(all), true,
+                                        "version 3 metadata");
+    if (!whole.ok()) Die("assemble", whole.status());
+  });
   // A rank in the middle loads its own rows back; at half the ranks, a
   // rank loads the rows of two old ranks.
   const int64_t mid = ranks / 2;
@@ -406,7 +449,24 @@ int main(int argc, char** argv) {
   const Row& base = rows.front();
   const double base_total = base.plan_s + base.validate_s;
   if (json) {
-    std::printf("[");
+    // ratios.metadata_peak_vs_bound: the worst over layouts at the largest
+    // world of the memory decoding adds ÷ (2 × the metadata's bytes + 64
+    // MiB), the bound forged metadata is already held to.
+    const Row& top = rows.back();
+    double worst = 0;
+    for (const Layout* l : {&top.json, &top.v3}) {
+      const double bound = 2.0 * l->total_bytes + 64.0 * (1 << 20);
+      worst = std::max(worst, l->decode_peak_bytes / bound);
+    }
+    std::printf(
+        "{\"ratios\":{\"metadata_peak_vs_bound\":%.4f,"
+        "\"json_metadata_peak_vs_bound\":%.4f,"
+        "\"v3_metadata_peak_vs_bound\":%.4f},\"rows\":[",
+        worst,
+        top.json.decode_peak_bytes /
+            (2.0 * top.json.total_bytes + 64.0 * (1 << 20)),
+        top.v3.decode_peak_bytes /
+            (2.0 * top.v3.total_bytes + 64.0 * (1 << 20)));
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       for (const Layout* l : {&r.json, &r.v3}) {
@@ -419,7 +479,8 @@ int main(int argc, char** argv) {
             "\"load_rank_bytes_read\":%llu,\"load_rank_decode_s\":%.5f,"
             "\"reshard_rank_bytes_read\":%llu,"
             "\"reshard_rank_decode_s\":%.5f,\"commit_s\":%.4f,"
-            "\"index_encode_s\":%.6f,\"directory_entries_s\":%.4f}",
+            "\"index_encode_s\":%.6f,\"directory_entries_s\":%.4f,"
+            "\"decode_peak_bytes\":%llu}",
             (i || l == &r.v3) ? "," : "", r.ranks, pieces, l->version, r.plan_s,
             r.build_s, r.validate_s, r.encode_s, r.decode_s, r.manifest_bytes,
             (r.plan_s + r.validate_s) / base_total,
@@ -428,10 +489,11 @@ int main(int argc, char** argv) {
             static_cast<double>(l->total_bytes) / l->chunks,
             static_cast<unsigned long long>(l->load_bytes), l->load_s,
             static_cast<unsigned long long>(l->reshard_bytes), l->reshard_s,
-            l->commit_s, l->index_encode_s, l->entries_s);
+            l->commit_s, l->index_encode_s, l->entries_s,
+            static_cast<unsigned long long>(l->decode_peak_bytes));
       }
     }
-    std::printf("]\n");
+    std::printf("]}\n");
     return 0;
   }
   std::printf("%d pieces per rank, no tensor bytes\n\n", pieces);
