@@ -12,7 +12,9 @@ placed on devices as the target's shardings say.
    once, however many devices hold a copy of the array.
 3. Each target leaf with a sharding becomes a jax.Array through
    jax.make_array_from_callback: each device receives its box, cut from
-   the host array; replicas are cut from the same memory.
+   the host array; replicas are cut from the same memory. The host arrays
+   are aligned (_jax_tree.raw_array), so on the CPU a box that is a whole
+   array is used in place, not copied.
 
 The target is only read, never changed: a failure at any step leaves the
 caller's arrays as they were.

@@ -44,14 +44,30 @@ def stored_dtype(dtype):
     return _STORED_OF.get(np.dtype(dtype))
 
 
+def _aligned_empty(shape, dtype):
+    """np.empty(shape, dtype) starting on a 64-byte boundary (a page for a
+    MiB or more): JAX's CPU backend then takes the array as a device buffer
+    without copying it (jax.device_put, make_array_from_callback), where
+    NumPy's own 16-byte alignment costs a second copy of every restored
+    byte into fresh memory."""
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape, dtype=np.int64))
+    nbytes = count * dtype.itemsize
+    align = 4096 if nbytes >= (1 << 20) else 64
+    block = np.empty(nbytes + align, np.uint8)
+    start = (-block.ctypes.data) % align
+    return block[start:start + nbytes].view(dtype).reshape(shape)
+
+
 def raw_array(dtype, shape):
     """A fresh host array to read entry bytes of checkpoint dtype `dtype`
     into: unsigned integers as wide for the ml_dtypes, whose bits the
-    library fills (view() then gives the typed array)."""
+    library fills (view() then gives the typed array); aligned so that JAX
+    on the CPU uses it in place."""
     width = _values._RAW_DTYPES.get(dtype)
     if width is not None:
-        return np.empty(shape, np.dtype(f"u{width}"))
-    return np.empty(shape, _NUMPY_OF[dtype])
+        return _aligned_empty(shape, np.dtype(f"u{width}"))
+    return _aligned_empty(shape, _NUMPY_OF[dtype])
 
 
 def typed(array, dtype):
