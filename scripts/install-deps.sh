@@ -29,7 +29,7 @@ esac
 # What the library, the tool and the wheel need to build.
 packages=(
   build-essential cmake ninja-build pkg-config
-  libxxhash-dev nlohmann-json3-dev libcli11-dev libfmt-dev
+  libxxhash-dev nlohmann-json3-dev libcli11-dev libfmt-dev libzstd-dev
   libsqlite3-dev libpq-dev
   libcurl4-openssl-dev libssl-dev
   python3 python3-venv patchelf

@@ -87,6 +87,32 @@ enum class AsyncSavePolicy {
   kSkip,
 };
 
+// Lossless compression of the chunks a save writes (docs/format.md,
+// "Compressed chunks"; docs/design.md, "Compression"). Loads, verify,
+// export and the tiers read compressed chunks whatever a manager's setting.
+struct Compression {
+  enum class Mode {
+    // Every byte written as it is (the default).
+    kOff,
+    // Each chunk of a host tensor or blob split into byte planes of its
+    // element (a float's exponent bytes apart from its mantissa bytes) and
+    // compressed with zstd at `level`; a chunk that does not shrink is
+    // stored raw. The rank's chunks are compressed on the I/O threads
+    // (Options::io_threads) before its data object is written. Tensors on
+    // a device are written raw.
+    kZstd,
+    // kZstd where the storage is slower than compressing would make up
+    // for, raw elsewhere: decided per save and per rank from this
+    // manager's measured write speed and compression speed and ratio
+    // (docs/design.md, "Compression" gives the rule).
+    kAuto,
+  };
+  Mode mode = Mode::kOff;
+  // zstd's level: -7 (fastest) to 19 (smallest). 1 compresses at several
+  // hundred MB/s a thread; higher levels gain little on weights.
+  int level = 1;
+};
+
 // When a Save asked to be incremental (SaveOptions::incremental) writes a
 // full, self-contained checkpoint instead. A full save starts a new chain.
 struct IncrementalPolicy {
@@ -187,6 +213,9 @@ struct Options {
   // Threads that read data objects at once (the calling one included); a
   // large tensor is read in slabs of 4 chunks by several of them.
   int io_threads = 4;
+  // Compression of the chunks every save writes; SaveOptions::compression
+  // overrides it for one save.
+  Compression compression = {};
   // What SaveAsync does while a save is in flight.
   AsyncSavePolicy async_policy = AsyncSavePolicy::kWait;
   // Most bytes of staging memory SaveAsync keeps (tensors and blobs of the
@@ -238,6 +267,8 @@ struct SaveOptions {
   // unchanged until the handle's WaitStaged() returns (before its optimizer
   // step). Default: SaveAsync returns once the copy is done.
   bool stage_in_background = false;
+  // This save's compression, instead of Options::compression.
+  std::optional<Compression> compression = std::nullopt;
 };
 
 struct LoadOptions {

@@ -129,8 +129,7 @@ Result<Manifest> Committer::BuildManifest(
           }
           in = it->second;
         }
-        chunks[p.piece].push_back(
-            format::ChunkRecord{in, ch.offset, ch.length, ch.checksum});
+        chunks[p.piece].emplace_back(ch).object = in;
       }
     }
   }

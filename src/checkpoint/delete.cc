@@ -279,9 +279,14 @@ Result<uint64_t> Deleter::RewriteDependant(int64_t dependant, int64_t step) {
     CKPT_ASSIGN_OR_RETURN(WrittenObject written, out.Close());
     const uint32_t index = static_cast<uint32_t>(m.objects.size());
     m.objects.push_back(format::ObjectRecord{key, written.size, 0});
+    // ReadChunk handed over the chunks' bytes, decompressed: the copies are
+    // raw whatever the originals were.
     for (size_t i = 0; i < moved.size(); ++i) {
       moved[i].chunk->object = index;
       moved[i].chunk->offset = written.chunks[i][0].offset;
+      moved[i].chunk->codec = codec::Codec::kRaw;
+      moved[i].chunk->stored_length = 0;
+      moved[i].chunk->stored_checksum = Checksum128();
     }
   }
   // Keep the objects still named, in order, and the steps they lie in.

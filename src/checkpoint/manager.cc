@@ -165,6 +165,8 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
                                 " is below the minimum of " +
                                 std::to_string(format::kMinChunkSize));
   }
+  CKPT_RETURN_IF_ERROR(
+      CheckCompression(options.compression, "open " + storage->url()));
   if (options.io_threads < 1) {
     return InvalidArgumentError("open " + storage->url() +
                                 ": io_threads must be at least 1");

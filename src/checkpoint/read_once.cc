@@ -229,9 +229,12 @@ Status AddNeededChunks(const format::EntryRecord& entry,
                        const std::vector<int64_t>& offsets,
                        const std::vector<int64_t>& lengths,
                        std::vector<NeededChunk>& out) {
+  // A compressed chunk is read by each rank that needs it: the bytes one
+  // rank hands another stand in for a range of the object, and a
+  // compressed chunk's range holds its stored bytes, not the ones sent.
   return ForEachChunkMeeting(entry, offsets, lengths,
                              [&](const format::ChunkRecord& c) {
-                               out.push_back({&entry, &c});
+                               if (!c.compressed()) out.push_back({&entry, &c});
                              });
 }
 

@@ -200,6 +200,18 @@ struct RootContext {
   // per chunk between saves (1% of the data at 4 KiB chunks, 0.001% at
   // 4 MiB), beside the index kept.
   std::vector<std::vector<ChunkRow>> spare_rows;
+  // What Compression::kAuto decides from, on this rank (save.cc,
+  // ChooseCompression): the speed its last data object went to the storage
+  // at (stored bytes per second of writing), and the speed and ratio its
+  // chunks compress at (raw bytes per second with the I/O threads; stored
+  // over raw bytes), from its last compressed save or a sample. 0: not
+  // measured yet.
+  struct CompressionFigures {
+    double write_bps = 0;
+    double compress_bps = 0;
+    double ratio = 0;
+  };
+  CompressionFigures compression_figures;
 };
 
 }  // namespace ckpt

@@ -99,6 +99,13 @@ SaveDecision Saver::DecideSave(int64_t step, const SaveOptions& save) {
     return fail(InvalidArgumentError("step " + std::to_string(step) +
                                      " does not fit in 12 digits"));
   }
+  if (save.compression) {
+    if (Status s = CheckCompression(*save.compression,
+                                    "save step " + std::to_string(step));
+        !s.ok()) {
+      return fail(std::move(s));
+    }
+  }
   for (const auto& [k, v] : save.metrics) {
     if (!std::isfinite(v)) {
       return fail(
@@ -276,9 +283,10 @@ WriteResult Saver::WriteFull(int64_t step, const std::string& attempt,
         }
         return WriteDataObject(*root_.storage, key, pieces,
                                root_.options.chunk_size, IsStaged(state),
-                               device.get());
+                               device.get(), compress_ ? &*compress_ : nullptr);
       });
   if (!written.ok()) return Failed(written.status());
+  NoteWrite(*written);
   WriteResult result;
   result.key = key;
   result.size = written->size;
@@ -287,8 +295,8 @@ WriteResult Saver::WriteFull(int64_t step, const std::string& attempt,
     p.piece = mine[k];
     p.chunks = root_.TakeRows(k, written->chunks[k].size());
     for (const format::ChunkRecord& ch : written->chunks[k]) {
-      p.chunks.push_back(
-          ChunkRow{kOwnObject, ch.offset, ch.length, ch.checksum});
+      ChunkRow& row = p.chunks.emplace_back(ch);
+      row.object = kOwnObject;
     }
   }
   return result;
@@ -369,9 +377,11 @@ WriteResult Saver::WriteIncremental(int64_t step, const std::string& attempt,
     const std::string key = format::DataObjectKey(step, c.rank(), attempt);
     Result<WrittenObject> r = Guard("write " + key, [&] {
       return WriteDataObject(*root_.storage, key, w->runs,
-                             root_.options.chunk_size, IsStaged(state));
+                             root_.options.chunk_size, IsStaged(state), nullptr,
+                             compress_ ? &*compress_ : nullptr);
     });
     if (!r.ok()) return Failed(r.status());
+    NoteWrite(*r);
     written = std::move(r).value();
     result.key = key;
     result.size = written->size;
@@ -399,12 +409,12 @@ WriteResult Saver::WriteIncremental(int64_t step, const std::string& attempt,
           last_object = ch.object;
           last_ref = it->second;
         }
-        piece.chunks.push_back(
-            ChunkRow{last_ref, ch.offset, ch.length, ch.checksum});
+        ChunkRow& row = piece.chunks.emplace_back(ch);
+        row.object = last_ref;
       } else {
         const format::ChunkRecord& ch = written->chunks[slot.run][slot.index];
-        piece.chunks.push_back(
-            ChunkRow{kOwnObject, ch.offset, ch.length, ch.checksum});
+        ChunkRow& row = piece.chunks.emplace_back(ch);
+        row.object = kOwnObject;
       }
     }
   }
@@ -614,6 +624,7 @@ Result<SaveResult> Saver::Save(int64_t step, const State& state,
   for (size_t i = 0; i < plan.pieces.size(); ++i) {
     if (plan.pieces[i].writer == c.rank()) mine.push_back(i);
   }
+  compress_ = ChooseCompression(state, save);
   const int64_t write_started_ms = RootContext::SteadyNowMs();
   WriteResult written =
       decision.parent >= 0

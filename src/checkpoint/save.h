@@ -4,15 +4,20 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "checkpoint/root_context.h"
 #include "data/planner.h"
+#include "data/writer.h"
 #include "messages/messages.h"
 #include "staging/device_pipeline.h"
 
 namespace ckpt {
+
+// InvalidArgument when `c`'s level is outside zstd's (`what` says whose).
+Status CheckCompression(const Compression& c, const std::string& what);
 
 class Saver {
  public:
@@ -28,6 +33,13 @@ class Saver {
   void DiscardAttempt(const std::string& key);
 
  private:
+  // This rank's compression for the save of `state` (null: none), from
+  // SaveOptions::compression or Options::compression; kAuto decides from
+  // RootContext::compression_figures, sampling the state's chunks once.
+  std::optional<ChunkCompression> ChooseCompression(const State& state,
+                                                    const SaveOptions& save);
+  // Keeps what writing `w` measured for the next kAuto decision.
+  void NoteWrite(const WrittenObject& w);
   // Step 1 on the coordinator.
   SaveDecision DecideSave(int64_t step, const SaveOptions& save);
   // Step 2b on the coordinator: the lease, and the decision under it.
@@ -66,6 +78,8 @@ class Saver {
   bool IsStaged(const State& state) const { return &state == &root_.staged; }
 
   RootContext& root_;
+  // The save in progress's compression on this rank (ChooseCompression).
+  std::optional<ChunkCompression> compress_;
 };
 
 }  // namespace ckpt

@@ -82,13 +82,13 @@ bool HeaderHolds(const format::SafetensorsHeader& h, const std::string& entry,
     // "<entry>@<first chunk>" (format/layout.h).
     return (t.name == entry || format::IsRunOf(t.name, entry)) &&
            c.offset >= h.data_start + t.begin &&
-           c.offset + c.length <= h.data_start + t.end;
+           c.StoredEnd() <= h.data_start + t.end;
   });
 }
 
 std::string Range(const format::ChunkRecord& c) {
-  return "[" + std::to_string(c.offset) + ", " +
-         std::to_string(c.offset + c.length) + ")";
+  return "[" + std::to_string(c.offset) + ", " + std::to_string(c.StoredEnd()) +
+         ")";
 }
 
 // Chunks longer than this are read and hashed a slice at a time: a chunk's
@@ -101,7 +101,9 @@ Status CheckChunkBytes(Storage& storage, const Manifest& m,
                        const format::EntryRecord& e,
                        const format::ChunkRecord& c,
                        std::vector<std::byte>& buf) {
-  if (c.length <= kSliceBytes) {
+  // A compressed chunk is read and decompressed whole: the manifest's rules
+  // bound its length (format::kMaxCompressedChunk).
+  if (c.length <= kSliceBytes || c.compressed()) {
     buf.resize(c.length);
     return ReadChunk(storage, m, e, c, buf);
   }
@@ -154,7 +156,8 @@ Result<VerifyReport> Verifier::Verify(int64_t step,
         const std::string& key = m->objects[c.object].key;
         const ObjectCheck& object = objects[c.object];
         if (!object.readable) continue;  // already reported
-        if (c.offset > object.size || c.length > object.size - c.offset) {
+        if (c.offset > object.size ||
+            c.StoredLength() > object.size - c.offset) {
           report.problems.push_back(key + ": entry " + Quote(e.name) +
                                     " bytes " + Range(c) +
                                     " lie past the end of the object");

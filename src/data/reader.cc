@@ -132,8 +132,7 @@ std::string ChunkWhere(const format::Manifest& manifest,
                        const format::ChunkRecord& chunk) {
   return "read " + manifest.objects[chunk.object].key + " bytes [" +
          std::to_string(chunk.offset) + ", " +
-         std::to_string(chunk.offset + chunk.length) + ") of entry " +
-         Quote(entry.name);
+         std::to_string(chunk.StoredEnd()) + ") of entry " + Quote(entry.name);
 }
 
 Status CheckChunk(const format::Manifest& manifest,
@@ -145,6 +144,44 @@ Status CheckChunk(const format::Manifest& manifest,
   }
   return Status();
 }
+
+}  // namespace
+
+Status UnpackChunk(const format::Manifest& manifest,
+                   const format::EntryRecord& entry,
+                   const format::ChunkRecord& chunk,
+                   std::span<const std::byte> stored, std::span<std::byte> dest,
+                   Checksums checks) {
+  if (!chunk.compressed()) {
+    if (dest.data() != stored.data()) {
+      std::memcpy(dest.data(), stored.data(), dest.size());
+    }
+    if (checks == Checksums::kChecked) return Status();
+    return CheckChunk(manifest, entry, chunk, dest);
+  }
+  // The stored bytes first, so that damage is named as damage, not as
+  // whatever the decoder makes of it; then the bytes the load hands over.
+  if (checks == Checksums::kCheck &&
+      Xxh3_128(stored) != chunk.stored_checksum) {
+    return ChecksumMismatch(manifest, entry, chunk);
+  }
+  const Status unpacked = codec::Decompress(chunk.codec, stored, dest);
+  if (!unpacked.ok()) {
+    return DataLossError(ChunkWhere(manifest, entry, chunk) +
+                         ": does not decompress (" +
+                         std::string(codec::CodecName(chunk.codec)) +
+                         "): " + unpacked.message());
+  }
+  if (checks == Checksums::kChecked) return Status();
+  if (Xxh3_128(std::span<const std::byte>(dest)) != chunk.checksum) {
+    return DataLossError(ChunkWhere(manifest, entry, chunk) +
+                         ": checksum mismatch after decompressing (the data "
+                         "is damaged)");
+  }
+  return Status();
+}
+
+namespace {
 
 // Whole chunks are read a span of their object at a time: a state of many
 // small tensors (an optimizer's per-parameter state) lies back to back in
@@ -249,14 +286,18 @@ Status ReadSpan(Storage& storage, const format::Manifest& manifest,
   const std::string& key = manifest.objects[object].key;
   const uint64_t start = chunks[begin].chunk->offset;
   uint64_t stop = start;
+  bool compressed = false;
   for (size_t i = begin; i < end; ++i) {
-    stop = std::max(stop, chunks[i].chunk->offset + chunks[i].chunk->length);
+    stop = std::max(stop, chunks[i].chunk->StoredEnd());
+    compressed |= chunks[i].chunk->compressed();
   }
   // Chunks back to back in the object whose destinations are back to back
   // too (the views of one flat buffer, in the object's order) are read
   // straight in, and each is checked as its bytes arrive, while they are
   // still in the cache.
-  bool direct = true;
+  // Compressed chunks go through the bounce buffer and are decompressed
+  // into place from there.
+  bool direct = !compressed;
   for (size_t i = begin + 1; direct && i < end; ++i) {
     const WholeChunk& a = chunks[i - 1];
     direct = chunks[i].chunk->offset == a.chunk->offset + a.chunk->length &&
@@ -282,11 +323,10 @@ Status ReadSpan(Storage& storage, const format::Manifest& manifest,
     if (storage.ReadRange(key, start, {bounce.get(), stop - start}).ok()) {
       for (size_t i = begin; i < end; ++i) {
         const WholeChunk& c = chunks[i];
-        std::memcpy(c.dest, bounce.get() + (c.chunk->offset - start),
-                    c.chunk->length);
-        if (checks == Checksums::kChecked) continue;
-        CKPT_RETURN_IF_ERROR(CheckChunk(manifest, *c.entry, *c.chunk,
-                                        {c.dest, c.chunk->length}));
+        CKPT_RETURN_IF_ERROR(UnpackChunk(
+            manifest, *c.entry, *c.chunk,
+            {bounce.get() + (c.chunk->offset - start), c.chunk->StoredLength()},
+            {c.dest, c.chunk->length}, checks));
       }
       return Status();
     }
@@ -312,12 +352,12 @@ std::vector<std::pair<size_t, size_t>> Spans(std::vector<WholeChunk>& chunks,
   uint64_t span_start = 0, span_stop = 0;
   for (size_t i = 0; i < chunks.size(); ++i) {
     const format::ChunkRecord& c = *chunks[i].chunk;
-    const uint64_t stop = std::max(span_stop, c.offset + c.length);
+    const uint64_t stop = std::max(span_stop, c.StoredEnd());
     if (i == 0 || c.object != chunks[i - 1].chunk->object ||
         c.offset > span_stop + max_gap || stop - span_start > kSpanBytes) {
       spans.emplace_back(i, i + 1);
       span_start = c.offset;
-      span_stop = c.offset + c.length;
+      span_stop = c.StoredEnd();
       continue;
     }
     spans.back().second = i + 1;
@@ -362,6 +402,16 @@ Status ReadChunk(Storage& storage, const format::Manifest& manifest,
                  const format::ChunkRecord& chunk, std::span<std::byte> dest,
                  Checksums checks) {
   const std::string& key = manifest.objects[chunk.object].key;
+  if (chunk.compressed()) {
+    // A compressed chunk is smaller than its bytes (the manifest's rules),
+    // so this is at most `dest`'s size.
+    auto stored =
+        std::make_unique_for_overwrite<std::byte[]>(chunk.stored_length);
+    const std::span<std::byte> in(stored.get(), chunk.stored_length);
+    CKPT_RETURN_IF_ERROR_CTX(storage.ReadRange(key, chunk.offset, in),
+                             ChunkWhere(manifest, entry, chunk));
+    return UnpackChunk(manifest, entry, chunk, in, dest, checks);
+  }
   CKPT_RETURN_IF_ERROR_CTX(storage.ReadRange(key, chunk.offset, dest),
                            ChunkWhere(manifest, entry, chunk));
   if (checks == Checksums::kChecked) return Status();
@@ -387,7 +437,7 @@ Status ReadBox(Storage& storage, const format::Manifest& manifest,
       whole.push_back({&entry, &c, out});
       if (stats) {
         ++stats->chunks_read;
-        stats->bytes_read += c.length;
+        stats->bytes_read += c.StoredLength();
       }
       return Status();
     }
@@ -401,7 +451,7 @@ Status ReadBox(Storage& storage, const format::Manifest& manifest,
                     std::span<std::byte>(staging.get(), c.length), checks));
       if (stats) {
         ++stats->chunks_read;
-        stats->bytes_read += c.length;
+        stats->bytes_read += c.StoredLength();
       }
       staged = &c;
     }

@@ -60,6 +60,17 @@ Status ForEachChunkMeeting(
     const std::vector<int64_t>& lengths,
     const std::function<void(const format::ChunkRecord&)>& visit);
 
+// The bytes of `chunk` into `dest` (its length) from its `stored` bytes,
+// already read: a compressed chunk's stored checksum checked (unless
+// `checks` is kChecked), then decompressed and its bytes checked; a raw
+// one copied (unless `stored` is `dest`) and checked. DataLoss naming the
+// object, the byte range and the entry otherwise.
+Status UnpackChunk(const format::Manifest& manifest,
+                   const format::EntryRecord& entry,
+                   const format::ChunkRecord& chunk,
+                   std::span<const std::byte> stored, std::span<std::byte> dest,
+                   Checksums checks = Checksums::kCheck);
+
 // Reads one chunk into `dest` (its length) and checks its checksum.
 Status ReadChunk(Storage& storage, const format::Manifest& manifest,
                  const format::EntryRecord& entry,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include "util/checksum.h"
 #include "util/names.h"
@@ -109,7 +110,9 @@ Status ViewedReads::Check(const format::Manifest& manifest,
   // large requests; small chunks are left to the kernel's own read-ahead.
   auto prefetch = [&](size_t i) {
     const format::ChunkRecord& c = *chunks[i].chunk;
-    if (c.length >= kPrefetchMin) views[i]->Prefetch(c.offset, c.length);
+    if (c.StoredLength() >= kPrefetchMin) {
+      views[i]->Prefetch(c.offset, c.StoredLength());
+    }
   };
   const size_t ahead = static_cast<size_t>(parallelism);
   return ParallelFor(pool, parallelism, chunks.size(), [&](size_t i) {
@@ -118,20 +121,31 @@ Status ViewedReads::Check(const format::Manifest& manifest,
     const format::ChunkRecord& c = *chunks[i].chunk;
     const ObjectView& view = *views[i];
     const std::span<const std::byte> bytes = view.bytes();
-    if (c.offset > bytes.size() || c.length > bytes.size() - c.offset) {
-      return DataLossError("read " + manifest.objects[c.object].key +
-                           " bytes [" + std::to_string(c.offset) + ", " +
-                           std::to_string(c.offset + c.length) + ") of entry " +
-                           Quote(chunks[i].entry->name) +
-                           ": the object ends at " +
-                           std::to_string(bytes.size()));
+    const uint64_t stored = c.StoredLength();
+    if (c.offset > bytes.size() || stored > bytes.size() - c.offset) {
+      return DataLossError(
+          "read " + manifest.objects[c.object].key + " bytes [" +
+          std::to_string(c.offset) + ", " + std::to_string(c.StoredEnd()) +
+          ") of entry " + Quote(chunks[i].entry->name) +
+          ": the object ends at " + std::to_string(bytes.size()));
     }
-    view.WillRead(c.offset, c.length);
-    const bool whole =
-        Xxh3_128(bytes.subspan(c.offset, c.length)) == c.checksum;
-    view.DoneReading(c.offset, c.length);
-    if (!whole) return ChecksumMismatch(manifest, *chunks[i].entry, c);
-    return Status();
+    view.WillRead(c.offset, stored);
+    Status checked;
+    if (!c.compressed()) {
+      if (Xxh3_128(bytes.subspan(c.offset, stored)) != c.checksum) {
+        checked = ChecksumMismatch(manifest, *chunks[i].entry, c);
+      }
+    } else {
+      // Decompressed here too, into memory of the chunk's size, so that
+      // a chunk whose stored bytes match but whose decoding does not fails
+      // this pass, before any destination is written.
+      auto scratch = std::make_unique_for_overwrite<std::byte[]>(c.length);
+      checked = UnpackChunk(manifest, *chunks[i].entry, c,
+                            bytes.subspan(c.offset, stored),
+                            {scratch.get(), c.length});
+    }
+    view.DoneReading(c.offset, stored);
+    return checked;
   });
 }
 

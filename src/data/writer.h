@@ -34,8 +34,27 @@ struct PieceToWrite {
 
 struct WrittenObject {
   uint64_t size = 0;
+  // What the write cost, for Compression::kAuto: seconds compressing (0
+  // when nothing was) and seconds writing the object's bytes.
+  double compress_seconds = 0;
+  double write_seconds = 0;
+  uint64_t raw_bytes = 0;  // the pieces' bytes (size less the header, raw)
   // Chunks of each piece, in the order given; ChunkRecord::object is 0.
   std::vector<std::vector<format::ChunkRecord>> chunks;
+};
+
+class ThreadPool;
+
+// How WriteDataObject compresses the chunks of host pieces (docs/format.md,
+// "Compressed chunks"): each chunk in byte planes of its element and zstd
+// at `level`, stored raw when that does not shrink it. The chunks are
+// compressed on `pool` and the calling thread before the object is written:
+// the safetensors header, which comes first, gives every piece's stored
+// size. Pieces on a device, and chunks longer than kMaxCompressedChunk, are
+// written raw.
+struct ChunkCompression {
+  int level = 1;
+  ThreadPool* pool = nullptr;
 };
 
 // Writes `pieces` into `key` durably. Nothing is published under `key` unless
@@ -47,11 +66,11 @@ struct WrittenObject {
 // Pieces `on_device` are read, in order, from `device` (which the caller
 // started on exactly those pieces) and checksummed as each block arrives,
 // while it is in the cache.
-Result<WrittenObject> WriteDataObject(Storage& storage, const std::string& key,
-                                      const std::vector<PieceToWrite>& pieces,
-                                      uint64_t chunk_size,
-                                      bool in_place = false,
-                                      DeviceReadPipeline* device = nullptr);
+Result<WrittenObject> WriteDataObject(
+    Storage& storage, const std::string& key,
+    const std::vector<PieceToWrite>& pieces, uint64_t chunk_size,
+    bool in_place = false, DeviceReadPipeline* device = nullptr,
+    const ChunkCompression* compress = nullptr);
 
 // A data object's layout, known from its pieces' names, dtypes and shapes
 // alone: the header, and where each chunk lies. Both writers write exactly

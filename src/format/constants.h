@@ -28,9 +28,18 @@ inline constexpr std::string_view kDirectoryPrefix = "directory-";
 // encoding's version), then the body's length and checksum.
 inline constexpr std::string_view kIndexMagic =
     std::string_view("CKPTIDX\x01", 8);
+// An index with a compressed chunk: each chunk carries its codec (and, when
+// compressed, its stored length and checksum). Indexes without one keep
+// encoding 1, which readers that predate compression read.
+inline constexpr std::string_view kCompressedIndexMagic =
+    std::string_view("CKPTIDX\x02", 8);
 inline constexpr std::string_view kDirectoryMagic =
     std::string_view("CKPTDIR\x01", 8);
 inline constexpr size_t kBinaryHeaderBytes = 8 + 8 + 16;
+// The longest chunk that may be stored compressed: decoding one needs
+// memory of its length, which a forged manifest must not be able to make
+// any larger (longer chunks are written raw).
+inline constexpr uint64_t kMaxCompressedChunk = uint64_t{256} << 20;
 // An index or directory larger than this is refused before it is read.
 inline constexpr uint64_t kMaxBinaryMetadataBytes = uint64_t{1} << 30;
 // A host name in a directory is at most this long (DNS allows 253, Linux's

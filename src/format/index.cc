@@ -187,6 +187,10 @@ std::string EncodeRankIndex(const RankIndex& index) {
   w.U64(index.attempt);
   w.Var(index.objects.size());
   for (const DataObjectId& o : index.objects) PutObject(w, o);
+  bool compressed = false;
+  for (const IndexPiece& p : index.pieces) {
+    for (const ChunkRecord& c : p.chunks) compressed |= c.compressed();
+  }
   w.Var(index.pieces.size());
   for (const IndexPiece& p : index.pieces) {
     w.Var(p.entry);
@@ -199,15 +203,25 @@ std::string EncodeRankIndex(const RankIndex& index) {
       w.Var(c.offset);
       w.Var(c.length);
       w.Sum(c.checksum);
+      if (!compressed) continue;
+      w.U8(static_cast<uint8_t>(c.codec));
+      if (!c.compressed()) continue;
+      w.Var(c.stored_length);
+      w.Sum(c.stored_checksum);
     }
   }
-  return Frame(kIndexMagic, w);
+  return Frame(compressed ? kCompressedIndexMagic : kIndexMagic, w);
 }
 
 Result<RankIndex> DecodeRankIndex(std::string_view bytes,
                                   std::string_view what) {
   const std::string w(what);
-  CKPT_ASSIGN_OR_RETURN(std::string_view body, Unframe(bytes, kIndexMagic, w));
+  // Encoding 2 (chunks with codecs) or 1.
+  const bool codecs =
+      bytes.substr(0, kCompressedIndexMagic.size()) == kCompressedIndexMagic;
+  CKPT_ASSIGN_OR_RETURN(
+      std::string_view body,
+      Unframe(bytes, codecs ? kCompressedIndexMagic : kIndexMagic, w));
   ByteReader r(body);
   RankIndex x;
   x.step = static_cast<int64_t>(r.VarMax(kMaxStep, "step"));
@@ -223,18 +237,33 @@ Result<RankIndex> DecodeRankIndex(std::string_view bytes,
     const uint64_t dims = r.VarMax(kMaxDims, "dimension count");
     GetInts(r, dims, p.offsets);
     GetInts(r, dims, p.lengths);
-    Each(r, r.Var(), kMinChunkBytes, p.chunks, [&](uint64_t) {
-      ChunkRecord c;
-      c.object = static_cast<uint32_t>(r.Var());
-      if (r.ok() && c.object >= x.objects.size()) {
-        r.Fail("chunk names object #" + std::to_string(c.object) + " of " +
-               std::to_string(x.objects.size()));
-      }
-      c.offset = r.Var();
-      c.length = r.Var();
-      c.checksum = r.Sum();
-      p.chunks.push_back(c);
-    });
+    Each(r, r.Var(), kMinChunkBytes + (codecs ? 1 : 0), p.chunks,
+         [&](uint64_t) {
+           ChunkRecord c;
+           c.object = static_cast<uint32_t>(r.Var());
+           if (r.ok() && c.object >= x.objects.size()) {
+             r.Fail("chunk names object #" + std::to_string(c.object) + " of " +
+                    std::to_string(x.objects.size()));
+           }
+           c.offset = r.Var();
+           c.length = r.Var();
+           c.checksum = r.Sum();
+           if (codecs) {
+             const uint8_t code = r.U8();
+             const std::optional<codec::Codec> known =
+                 codec::CodecFromByte(code);
+             if (r.ok() && !known) {
+               r.Fail("chunk has unknown codec " + std::to_string(code));
+             } else if (known) {
+               c.codec = *known;
+             }
+             if (c.compressed()) {
+               c.stored_length = r.Var();
+               c.stored_checksum = r.Sum();
+             }
+           }
+           p.chunks.push_back(c);
+         });
     x.pieces.push_back(std::move(p));
   });
   if (r.ok() && !r.done()) r.Fail("trailing bytes");

@@ -180,7 +180,13 @@ json EncodeBody(const Manifest& m) {
         json chunks = json::array();
         for (const ChunkRecord& c : p.chunks) {
           // Compact rows: a large checkpoint has millions of chunks.
-          chunks.push_back({c.object, c.offset, c.length, c.checksum.Hex()});
+          if (c.compressed()) {
+            chunks.push_back({c.object, c.offset, c.length, c.checksum.Hex(),
+                              codec::CodecName(c.codec), c.stored_length,
+                              c.stored_checksum.Hex()});
+          } else {
+            chunks.push_back({c.object, c.offset, c.length, c.checksum.Hex()});
+          }
         }
         pieces.push_back({{"offsets", p.offsets},
                           {"lengths", p.lengths},
@@ -396,9 +402,20 @@ Status CheckPiece(const Manifest& m, const EntryRecord& e, const PieceRecord& p,
       return Bad(pw + ": chunk names no object");
     const ObjectRecord& o = m.objects[c.object];
     if (c.length == 0) return Bad(pw + ": empty chunk");
-    if (c.offset > o.size || c.length > o.size - c.offset) {
+    // A compressed chunk is smaller than its bytes (one that would not
+    // shrink is stored raw), and its codec is one this reader knows.
+    if (c.compressed() &&
+        (c.stored_length == 0 || c.stored_length >= c.length ||
+         c.length > kMaxCompressedChunk ||
+         static_cast<uint8_t>(c.codec) > codec::kLastCodec)) {
+      return Bad(pw + ": compressed chunk of " + std::to_string(c.length) +
+                 " bytes stored in " + std::to_string(c.stored_length) +
+                 " (codec " + std::string(codec::CodecName(c.codec)) + ")");
+    }
+    const uint64_t stored = c.StoredLength();
+    if (c.offset > o.size || stored > o.size - c.offset) {
       return Bad(pw + ": chunk [" + std::to_string(c.offset) + ", +" +
-                 std::to_string(c.length) + ") runs past the end of " +
+                 std::to_string(stored) + ") runs past the end of " +
                  Quote(o.key));
     }
     // Compared before adding: lengths that wrap 64 bits around to the box's
@@ -510,7 +527,7 @@ Status CheckChunksDisjoint(const Manifest& m) {
   for (const EntryRecord& e : m.entries) {
     for (const PieceRecord& p : e.pieces) {
       for (const ChunkRecord& c : p.chunks) {
-        spans[next[c.object]++] = {c.offset, c.length, &e, &p};
+        spans[next[c.object]++] = {c.offset, c.StoredLength(), &e, &p};
       }
     }
   }

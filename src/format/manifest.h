@@ -19,6 +19,7 @@
 #include "ckpt/dtype.h"
 #include "ckpt/state.h"
 #include "ckpt/status.h"
+#include "codec/chunk_codec.h"
 #include "util/checksum.h"
 
 namespace ckpt::format {
@@ -26,8 +27,27 @@ namespace ckpt::format {
 struct ChunkRecord {
   uint32_t object = 0;  // index into Manifest::objects
   uint64_t offset = 0;  // byte offset inside that object
+  // The chunk's bytes as the tensor holds them (decompressed): what a piece
+  // is made of, what incremental saves compare and what a load checks last.
   uint64_t length = 0;
-  Checksum128 checksum;  // xxh3-128 of the chunk's bytes
+  Checksum128 checksum;  // xxh3-128 of those bytes
+  // A compressed chunk (docs/format.md, "Compressed chunks"): its codec,
+  // and the bytes it takes in the object with their own checksum, so that
+  // damage is found before decompressing. kRaw: the stored bytes are the
+  // chunk's bytes, and the two fields below are unused (see Stored*).
+  codec::Codec codec = codec::Codec::kRaw;
+  uint64_t stored_length = 0;
+  Checksum128 stored_checksum;
+
+  bool compressed() const { return codec != codec::Codec::kRaw; }
+  // The bytes of the object the chunk occupies, and their checksum.
+  uint64_t StoredLength() const {
+    return compressed() ? stored_length : length;
+  }
+  const Checksum128& StoredChecksum() const {
+    return compressed() ? stored_checksum : checksum;
+  }
+  uint64_t StoredEnd() const { return offset + StoredLength(); }
 };
 
 struct PieceRecord {

@@ -100,8 +100,14 @@ Result<PieceRecord> ReadPiece(const Manifest& m, const json& jp,
   if (!chunks->is_array()) return r.Fail(pw + " chunks is not an array");
   for (const json& jc : *chunks) {
     const std::string cw = pw + " chunk #" + std::to_string(p.chunks.size());
-    if (!jc.is_array() || jc.size() != 4 || !jc[3].is_string()) {
-      return r.Fail(cw + " is not [object, offset, length, checksum]");
+    // Four elements, or seven for a compressed chunk: its codec, stored
+    // length and stored checksum follow.
+    if (!jc.is_array() || (jc.size() != 4 && jc.size() != 7) ||
+        !jc[3].is_string()) {
+      return r.Fail(cw +
+                    " is not [object, offset, length, checksum] nor [object, "
+                    "offset, length, checksum, codec, stored length, stored "
+                    "checksum]");
     }
     ChunkRecord c;
     CKPT_ASSIGN_OR_RETURN(uint64_t object, r.UInt(jc[0], cw + " object"));
@@ -113,6 +119,24 @@ Result<PieceRecord> ReadPiece(const Manifest& m, const json& jp,
         Checksum128::FromHex(jc[3].get<std::string>());
     if (!sum) return r.Fail(cw + " checksum is not 32 hex digits");
     c.checksum = *sum;
+    if (jc.size() == 7) {
+      const std::optional<codec::Codec> codec =
+          jc[4].is_string() ? codec::CodecFromName(jc[4].get<std::string>())
+                            : std::nullopt;
+      if (!codec || *codec == codec::Codec::kRaw) {
+        return r.Fail(cw + " codec is not one ckpt knows");
+      }
+      c.codec = *codec;
+      CKPT_ASSIGN_OR_RETURN(c.stored_length,
+                            r.UInt(jc[5], cw + " stored length"));
+      std::optional<Checksum128> stored_sum =
+          jc[6].is_string() ? Checksum128::FromHex(jc[6].get<std::string>())
+                            : std::nullopt;
+      if (!stored_sum) {
+        return r.Fail(cw + " stored checksum is not 32 hex digits");
+      }
+      c.stored_checksum = *stored_sum;
+    }
     p.chunks.push_back(c);
   }
   return p;

@@ -19,7 +19,11 @@ class PacedWritable : public WritableObject {
     pacer_->Wait(data.size());
     return target_->AppendRetained(data);
   }
-  Status Close() override { return target_->Close(); }
+  // Durable once the link has carried every byte, as with a slow store.
+  Status Close() override {
+    pacer_->WaitDrained();
+    return target_->Close();
+  }
   uint64_t size() const override { return target_->size(); }
 
  private:
@@ -42,6 +46,7 @@ class RateLimitedStorage : public StorageWrapper {
   Status Put(std::string_view key, std::span<const std::byte> data,
              PutMode mode) override {
     pacer_.Wait(data.size());
+    pacer_.WaitDrained();
     return StorageWrapper::Put(key, data, mode);
   }
 

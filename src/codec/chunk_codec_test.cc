@@ -1,0 +1,122 @@
+#include "codec/chunk_codec.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace ckpt::codec {
+namespace {
+
+// Bytes shaped like trained weights: floats near zero of a narrow spread,
+// whose exponents take a few values (random bytes would not compress, and
+// zeros would compress whatever the planes do).
+std::vector<std::byte> WeightLike(DType dtype, size_t bytes, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  std::vector<std::byte> out(bytes);
+  const size_t w = DTypeSize(dtype);
+  for (size_t i = 0; i + w <= bytes; i += w) {
+    const float f = normal(rng);
+    if (dtype == DType::kF64) {
+      const double d = f;
+      std::memcpy(&out[i], &d, 8);
+    } else if (w == 4) {
+      std::memcpy(&out[i], &f, 4);
+    } else if (w == 2) {
+      uint32_t u;
+      std::memcpy(&u, &f, 4);
+      const uint16_t top = static_cast<uint16_t>(u >> 16);  // bfloat16
+      std::memcpy(&out[i], &top, 2);
+    } else {
+      out[i] = static_cast<std::byte>(static_cast<int>(f * 1000) & 0x0f);
+    }
+  }
+  return out;
+}
+
+TEST(ChunkCodec, NamesAndBytesRoundTrip) {
+  for (uint8_t i = 0; i <= kLastCodec; ++i) {
+    const Codec c = *CodecFromByte(i);
+    EXPECT_EQ(CodecFromName(CodecName(c)), c);
+  }
+  EXPECT_FALSE(CodecFromByte(kLastCodec + 1).has_value());
+  EXPECT_FALSE(CodecFromName("gzip").has_value());
+  EXPECT_EQ(CodecFor(DType::kBF16), Codec::kZstdPlanes2);
+  EXPECT_EQ(CodecFor(DType::kF32), Codec::kZstdPlanes4);
+  EXPECT_EQ(CodecFor(DType::kI64), Codec::kZstdPlanes8);
+  EXPECT_EQ(CodecFor(DType::kU8), Codec::kZstd);
+}
+
+TEST(ChunkCodec, EveryDTypeRoundTripsBitForBit) {
+  for (DType dtype : AllDTypes()) {
+    // A length cut inside an element, as the last chunk of a piece whose
+    // chunk size is not a multiple of the element is.
+    for (size_t n : {size_t{1} << 16, (size_t{1} << 16) + 3}) {
+      const std::vector<std::byte> raw = WeightLike(dtype, n, 7);
+      std::vector<std::byte> stored;
+      const Codec codec = CodecFor(dtype);
+      ASSERT_TRUE(Compress(codec, kDefaultLevel, raw, stored))
+          << DTypeName(dtype);
+      EXPECT_LT(stored.size(), raw.size());
+      std::vector<std::byte> back(n);
+      ASSERT_TRUE(Decompress(codec, stored, back).ok()) << DTypeName(dtype);
+      EXPECT_EQ(back, raw) << DTypeName(dtype);
+    }
+  }
+}
+
+TEST(ChunkCodec, PlanesShrinkTrainedLikeFloatsMoreThanPlainZstd) {
+  const std::vector<std::byte> raw = WeightLike(DType::kBF16, 1 << 20, 3);
+  std::vector<std::byte> planes, plain;
+  ASSERT_TRUE(Compress(Codec::kZstdPlanes2, 1, raw, planes));
+  ASSERT_TRUE(Compress(Codec::kZstd, 1, raw, plain));
+  EXPECT_LT(planes.size(), plain.size());
+}
+
+TEST(ChunkCodec, RandomBytesAreNotCompressed) {
+  std::mt19937_64 rng(1);
+  std::vector<std::byte> raw(1 << 16);
+  for (std::byte& b : raw) b = static_cast<std::byte>(rng());
+  std::vector<std::byte> out;
+  EXPECT_FALSE(Compress(Codec::kZstd, 1, raw, out));
+  EXPECT_FALSE(Compress(Codec::kZstdPlanes4, 1, raw, out));
+  EXPECT_FALSE(Compress(Codec::kRaw, 1, raw, out));
+  EXPECT_FALSE(Compress(Codec::kZstd, 1, {}, out));
+}
+
+TEST(ChunkCodec, DamagedOrForgedFramesAreErrorsNotAllocations) {
+  const std::vector<std::byte> raw = WeightLike(DType::kF32, 1 << 16, 5);
+  std::vector<std::byte> stored;
+  ASSERT_TRUE(Compress(Codec::kZstdPlanes4, 1, raw, stored));
+  std::vector<std::byte> out(raw.size());
+  // Another stated length than the frame declares: refused before decoding.
+  std::vector<std::byte> small(raw.size() - 4);
+  EXPECT_EQ(Decompress(Codec::kZstdPlanes4, stored, small).code(),
+            ErrorCode::kDataLoss);
+  // Cut short, or with bytes after the frame.
+  EXPECT_EQ(Decompress(Codec::kZstdPlanes4,
+                       std::span(stored).first(stored.size() - 1), out)
+                .code(),
+            ErrorCode::kDataLoss);
+  std::vector<std::byte> longer = stored;
+  longer.push_back(std::byte{0});
+  EXPECT_EQ(Decompress(Codec::kZstdPlanes4, longer, out).code(),
+            ErrorCode::kDataLoss);
+  // Garbage and an unknown codec.
+  std::vector<std::byte> garbage(64, std::byte{0x5a});
+  EXPECT_EQ(Decompress(Codec::kZstd, garbage, out).code(),
+            ErrorCode::kDataLoss);
+  EXPECT_EQ(Decompress(static_cast<Codec>(9), stored, out).code(),
+            ErrorCode::kDataLoss);
+  // A raw chunk of the wrong length.
+  EXPECT_EQ(Decompress(Codec::kRaw, stored, out).code(), ErrorCode::kDataLoss);
+  // The frame itself still decodes.
+  ASSERT_TRUE(Decompress(Codec::kZstdPlanes4, stored, out).ok());
+  EXPECT_EQ(out, raw);
+}
+
+}  // namespace
+}  // namespace ckpt::codec
