@@ -132,6 +132,12 @@ CKPT_EXPORT void ckpt_options_destroy(ckpt_options_t* options);
  *   chunk_size, async_staging_bytes, async_staging_prepare_bytes
  *                             integers (bytes)
  *   io_threads                integer >= 1
+ *   compression               "off" (the default), "zstd" (every chunk of a
+ *                             host tensor in byte planes and zstd, raw
+ *                             where that does not shrink it) or "auto"
+ *                             (zstd where the storage is slower than the
+ *                             compression makes up for)
+ *   compression_level         integer, zstd's level: -7 to 19 (default 1)
  *   metadata_layout           "indexed" (manifest version 3, the default)
  *                             or "json" (versions 1 and 2, for readers
  *                             that predate version 3)
@@ -403,6 +409,11 @@ CKPT_EXPORT void ckpt_save_options_set_incremental(ckpt_save_options_t* options,
  * ckpt_save_wait_staged returns. */
 CKPT_EXPORT void ckpt_save_options_set_stage_in_background(
     ckpt_save_options_t* options, int in_background);
+/* This save's compression instead of the manager's: `mode` "off", "zstd"
+ * or "auto", at zstd level `level` (-7 to 19; checked by the save). */
+CKPT_EXPORT int ckpt_save_options_set_compression(ckpt_save_options_t* options,
+                                                  const char* mode, int level,
+                                                  char** errptr);
 /* A metric (keep_best ranks by it) and a free-form metadata pair. */
 CKPT_EXPORT int ckpt_save_options_set_metric(ckpt_save_options_t* options,
                                              const char* name, double value,

@@ -89,6 +89,7 @@ _SIGNATURES = {
     "ckpt_save_options_set_incremental": (None, [_p, _i]),
     "ckpt_save_options_set_stage_in_background": (None, [_p, _i]),
     "ckpt_save_options_set_metric": (_i, [_p, _s, ctypes.c_double, _err]),
+    "ckpt_save_options_set_compression": (_i, [_p, _s, _i, _err]),
     "ckpt_save_options_set_metadata": (_i, [_p, _s, _s, _err]),
     "ckpt_save_options_set_dirty_rows": (_i, [
         _p, _s, ctypes.POINTER(ctypes.c_int64), ctypes.c_size_t, _err]),

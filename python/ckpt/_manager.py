@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from ckpt import _device, _errors, _manager_handle, _state, _tree, _values
 from ckpt._fill import _Staged, _decoded, _fill_targets, _partly_written
 from ckpt._pending_saves import PendingSaves
+from ckpt._save_options import compression_arguments, save_compression
 from ckpt._tiers import Tiers
 
 
@@ -38,6 +39,12 @@ class CheckpointManager:
     directory and a binary index per rank, so a loading rank reads only
     what it loads; "json": one JSON manifest, for readers that predate
     manifest version 3; any layout loads whatever this says),
+    compression ("off", the default; "zstd": each chunk of a tensor split
+    into byte planes of its element and compressed with zstd at
+    compression_level, -7 to 19, default 1, stored raw where that does not
+    shrink it; "auto": zstd where the storage is slower than compressing
+    makes up for, as measured by this manager's saves; loads read every
+    chunk whatever this says),
     async_staging_bytes (the most memory save_async keeps for its copy of
     the state; 0: as much as the state needs; a bigger state is saved
     synchronously), async_staging_prepare_bytes (staging memory mapped and
@@ -109,6 +116,7 @@ class CheckpointManager:
                  catalog=None, catalog_required=False,
                  lease_seconds=60.0, lease_wait_seconds=-1.0,
                  break_lease=False, metadata_layout="indexed",
+                 compression="off", compression_level=1,
                  communicator=None):
         if catalog is True:
             catalog = "default"
@@ -132,7 +140,10 @@ class CheckpointManager:
             catalog=catalog, catalog_required=catalog_required,
             lease_seconds=lease_seconds,
             lease_wait_seconds=lease_wait_seconds, break_lease=break_lease,
-            metadata_layout=metadata_layout, communicator=communicator)
+            metadata_layout=metadata_layout,
+            compression=compression_arguments(compression,
+                                              compression_level)[0],
+            compression_level=compression_level, communicator=communicator)
         self._url = url
         # The library creates nothing at open: a local root that does not
         # exist, opened with the default create=None, is made by the first
@@ -244,7 +255,7 @@ class CheckpointManager:
         return f"ckpt.CheckpointManager({self.url!r}{closed})"
 
     def save(self, step, state, metadata=None, epoch=None, metrics=None, *,
-             incremental=False, dirty_rows=None):
+             incremental=False, dirty_rows=None, compression=None):
         """Saves `state` as `step` and returns a SaveResult.
 
         `state` is a dict of NumPy arrays, CPU torch tensors, bytes, int,
@@ -264,18 +275,22 @@ class CheckpointManager:
         on). dirty_rows maps a tensor's dotted name to the [first, end) row
         ranges (of dimension 0) that may have changed since this manager's
         previous save: its other rows are referenced without being hashed.
+
+        compression ("off", "zstd", "auto", or a (mode, level) pair) is
+        this save's, instead of the manager's.
         """
         library = self._m  # FailedPrecondition once closed
         with _state.gc_paused():
             arguments = self._save_arguments(state, metadata, epoch, metrics,
                                              incremental, dirty_rows)
-        result = library.save(step, *arguments)
+        result = library.save(step, *arguments,
+                              compression=save_compression(compression))
         self._pending.settled()
         return result
 
     def save_async(self, step, state, metadata=None, epoch=None,
                    metrics=None, *, incremental=False, dirty_rows=None,
-                   stage_in_background=False):
+                   stage_in_background=False, compression=None):
         """Starts saving `state` as `step` and returns a handle.
 
         The library copies the arrays into staging memory it keeps for the
@@ -304,7 +319,8 @@ class CheckpointManager:
             arguments = self._save_arguments(state, metadata, epoch, metrics,
                                              incremental, dirty_rows)
         handle = library.save_async(step, *arguments,
-                                    stage_in_background=stage_in_background)
+                                    stage_in_background=stage_in_background,
+                                    compression=save_compression(compression))
         self._pending.started(handle)
         return handle
 

@@ -84,23 +84,23 @@ class Manager(_Owned):
         return _lib.ckpt_manager_world_size(self._handle())
 
     def save(self, step, entries, epoch, metrics, metadata, incremental,
-             dirty_rows):
+             dirty_rows, compression=None):
         with gc_paused():
             state = self._state_to_save(entries)
         options = _SaveOptions(epoch, metrics, metadata, incremental,
-                               dirty_rows)
+                               dirty_rows, compression)
         return SaveResult(_call(_lib.ckpt_manager_save, self._handle(),
                                 _step(step), state._h, options._h, out=True))
 
     def save_async(self, step, entries, epoch, metrics, metadata, incremental,
-                   dirty_rows, stage_in_background=False):
+                   dirty_rows, stage_in_background=False, compression=None):
         # The library has copied the state by the time it returns, and the
         # arrays are the caller's again, unless the copy runs in the
         # background: then the handle keeps `state` until it is done.
         with gc_paused():
             state = self._state_to_save(entries)
         options = _SaveOptions(epoch, metrics, metadata, incremental,
-                               dirty_rows)
+                               dirty_rows, compression)
         _lib.ckpt_save_options_set_stage_in_background(
             options._h, 1 if stage_in_background else 0)
         h = _lib.ckpt_manager_save_async(self._handle(), _step(step),

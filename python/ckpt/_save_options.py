@@ -17,12 +17,41 @@ def _step(step):
     return step
 
 
+_COMPRESSION_MODES = ("off", "zstd", "auto")
+
+
+def compression_arguments(mode, level):
+    """(mode, level) checked: a mode name and an int level."""
+    if mode not in _COMPRESSION_MODES:
+        raise InvalidArgument(
+            f"compression must be one of {', '.join(_COMPRESSION_MODES)}, "
+            f"not {mode!r}")
+    if isinstance(level, bool) or not isinstance(level, int):
+        raise TypeError(
+            f"compression_level must be an int, not {type(level).__name__}")
+    return mode, level
+
+
+def save_compression(compression):
+    """A save's compression argument: None (the manager's), a mode, or a
+    (mode, level) pair."""
+    if compression is None:
+        return None
+    if isinstance(compression, tuple) and len(compression) == 2:
+        return compression_arguments(*compression)
+    return compression_arguments(compression, 1)
+
+
 class _SaveOptions(_Owned):
     _free = "ckpt_save_options_destroy"
 
-    def __init__(self, epoch, metrics, metadata, incremental, dirty_rows):
+    def __init__(self, epoch, metrics, metadata, incremental, dirty_rows,
+                 compression=None):
         super().__init__(_lib.ckpt_save_options_create())
         h = self._h
+        if compression is not None:  # (mode, level), checked by the caller
+            _call(_lib.ckpt_save_options_set_compression, h,
+                  compression[0].encode(), int(compression[1]))
         _lib.ckpt_save_options_set_epoch(h, int(epoch))
         _lib.ckpt_save_options_set_incremental(h, 1 if incremental else 0)
         for name, value in metrics.items():

@@ -103,6 +103,21 @@ Setter Bool(bool Options::*field) {
   };
 }
 
+// "off", "zstd", "auto": Compression::Mode by name.
+Status ParseCompressionMode(std::string_view name, std::string_view v,
+                            ckpt::Compression::Mode& out) {
+  if (v == "off") {
+    out = ckpt::Compression::Mode::kOff;
+  } else if (v == "zstd") {
+    out = ckpt::Compression::Mode::kZstd;
+  } else if (v == "auto") {
+    out = ckpt::Compression::Mode::kAuto;
+  } else {
+    return BadValue(name, v, "\"off\", \"zstd\" or \"auto\"");
+  }
+  return Status();
+}
+
 const std::map<std::string, Setter, std::less<>>& Setters() {
   static const auto* setters = new std::map<std::string, Setter, std::less<>>{
       {"job_id",
@@ -149,6 +164,14 @@ const std::map<std::string, Setter, std::less<>>& Setters() {
       {"async_staging_prepare_bytes",
        Integer(&Options::async_staging_prepare_bytes)},
       {"io_threads", Integer(&Options::io_threads, 1)},
+      {"compression",
+       [](ckpt_options_t& o, std::string_view n, std::string_view v) {
+         return ParseCompressionMode(n, v, o.options.compression.mode);
+       }},
+      {"compression_level",
+       [](ckpt_options_t& o, std::string_view n, std::string_view v) {
+         return ParseInteger(n, v, -7, o.options.compression.level);
+       }},
       {"metadata_layout",
        [](ckpt_options_t& o, std::string_view n, std::string_view v) {
          if (v == "indexed") {
@@ -363,6 +386,22 @@ void ckpt_save_options_set_stage_in_background(ckpt_save_options_t* options,
   if (options != nullptr) {
     options->options.stage_in_background = in_background != 0;
   }
+}
+
+int ckpt_save_options_set_compression(ckpt_save_options_t* options,
+                                      const char* mode, int level,
+                                      char** errptr) {
+  return Guard(errptr, [&]() -> ckpt::Status {
+    if (options == nullptr || mode == nullptr) {
+      return NullArgument("ckpt_save_options_set_compression", "an argument");
+    }
+    ckpt::Compression c;
+    CKPT_RETURN_IF_ERROR(
+        ckpt::capi::ParseCompressionMode("compression", mode, c.mode));
+    c.level = level;
+    options->options.compression = c;
+    return ckpt::Status();
+  });
 }
 
 int ckpt_save_options_set_metric(ckpt_save_options_t* options, const char* name,

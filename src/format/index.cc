@@ -267,6 +267,14 @@ Result<RankIndex> DecodeRankIndex(std::string_view bytes,
     x.pieces.push_back(std::move(p));
   });
   if (r.ok() && !r.done()) r.Fail("trailing bytes");
+  // One spelling per value: encoding 2 only for an index that needs it.
+  if (r.ok() && codecs) {
+    bool compressed = false;
+    for (const IndexPiece& p : x.pieces) {
+      for (const ChunkRecord& c : p.chunks) compressed |= c.compressed();
+    }
+    if (!compressed) r.Fail("encoding 2 without a compressed chunk");
+  }
   if (!r.ok()) return DataLossError(w + ": " + r.error());
   return x;
 }

@@ -117,6 +117,8 @@ struct ImportArgs {
   int64_t epoch = -1;
   std::string catalog;
   LeaseArgs lease;
+  std::string compression = "off";
+  int compression_level = 1;
   bool json = false;
 };
 
@@ -178,6 +180,11 @@ Status RunImport(const ImportArgs& args) {
   }
   SaveOptions options;
   options.epoch = args.epoch;
+  options.compression =
+      Compression{args.compression == "zstd"   ? Compression::Mode::kZstd
+                  : args.compression == "auto" ? Compression::Mode::kAuto
+                                               : Compression::Mode::kOff,
+                  args.compression_level};
   for (const auto& [key, value] : header.metadata) {
     if (key == kBlobsKey) continue;
     if (key.starts_with(kMetadataKeyPrefix)) {
@@ -414,7 +421,7 @@ void AddImportCommand(CLI::App& app, Command& selected) {
       "  ckpt import model.safetensors file:///data/run42 --step 100 "
       "--epoch 3\n"
       "  ckpt import s3://models/llm/model.safetensors s3://ckpt/run42 "
-      "--step 0\n");
+      "--step 0 --compression zstd\n");
   sub->add_option("FILE", args->file,
                   "the safetensors file (or object URL) to read")
       ->required();
@@ -424,6 +431,15 @@ void AddImportCommand(CLI::App& app, Command& selected) {
       ->check(NonNegativeInteger(INT64_MAX));
   sub->add_option("--epoch", args->epoch, "the epoch to record")
       ->check(NonNegativeInteger(INT64_MAX));
+  sub->add_option("--compression", args->compression,
+                  "off (the default), zstd (each chunk in byte planes of its "
+                  "element and zstd; raw where that does not shrink it) or "
+                  "auto (zstd where the storage is slower than compressing "
+                  "makes up for)")
+      ->check(CLI::IsMember({"off", "zstd", "auto"}));
+  sub->add_option("--compression-level", args->compression_level,
+                  "zstd's level, -7 (fastest) to 19 (smallest); default 1")
+      ->check(CLI::Range(-7, 19));
   AddCatalogOption(*sub, args->catalog);
   AddLeaseOptions(*sub, args->lease);
   AddJsonFlag(*sub, args->json);
