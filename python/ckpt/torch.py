@@ -97,13 +97,14 @@ _lock = threading.Lock()
 
 
 def save(state_dict, root, step, *, communicator=None, epoch=None,
-         metrics=None, metadata=None, incremental=False):
+         metrics=None, metadata=None, incremental=False, compression=None):
     """Saves `state_dict` as checkpoint `step` of `root`; a SaveResult.
 
     Every rank calls it with its own state dict. `epoch`, `metrics` (str
     -> float) and `metadata` (str -> str) go into the manifest;
-    incremental=True writes only what changed since the newest checkpoint.
-    Raises ckpt.AlreadyExists if `step` is committed and loads whole (a
+    incremental=True writes only what changed since the newest checkpoint;
+    compression ("zstd", "auto", "off" or a (mode, level) pair) compresses
+    its chunks (ckpt.CheckpointManager). Raises ckpt.AlreadyExists if `step` is committed and loads whole (a
     committed step that does not, which a resume skipped, is replaced in
     one atomic commit, with a warning), and on every rank the same error
     when one rank's state cannot be saved (nothing is then committed).
@@ -112,12 +113,12 @@ def save(state_dict, root, step, *, communicator=None, epoch=None,
     # A function, so that an error of a state_dict() on one rank reaches
     # every rank as the save's error.
     return mgr.save(step, lambda: _saved(state_dict), metadata, epoch,
-                    metrics, incremental=incremental)
+                    metrics, incremental=incremental, compression=compression)
 
 
 def async_save(state_dict, root, step, *, communicator=None, epoch=None,
                metrics=None, metadata=None, incremental=False,
-               stage_in_background=False):
+               stage_in_background=False, compression=None):
     """Starts saving `state_dict` as `step` and returns a handle (wait(),
     done(), wait_staged()) once its tensors are copied: the caller may
     change them at once. With stage_in_background=True it returns before
@@ -129,7 +130,8 @@ def async_save(state_dict, root, step, *, communicator=None, epoch=None,
     mgr = manager(root, communicator=communicator)
     return mgr.save_async(step, lambda: _saved(state_dict), metadata, epoch,
                           metrics, incremental=incremental,
-                          stage_in_background=stage_in_background)
+                          stage_in_background=stage_in_background,
+                          compression=compression)
 
 
 def load(state_dict, root, step=None, *, communicator=None, strict=False,

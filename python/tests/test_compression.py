@@ -103,3 +103,20 @@ def test_cli_import_compresses_and_verify_reads_it(tmp_path):
                           "--step", "0", "--compression", "gzip"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "compression" in bad.stderr
+
+
+def test_torch_state_dicts_save_compressed(tmp_path):
+    torch = pytest.importorskip("torch")
+    import ckpt.torch as ct
+    model = torch.nn.Linear(512, 512)
+    with torch.no_grad():
+        model.weight.normal_(0, 0.02)
+    root = str(tmp_path / "root")
+    packed = ct.save(model.state_dict(), root, 1, compression="zstd")
+    raw = ct.save(model.state_dict(), root, 2, compression="off")
+    assert packed.info.bytes < raw.info.bytes * 0.95
+    again = torch.nn.Linear(512, 512)
+    ct.load(again.state_dict(), root, 1)
+    assert torch.equal(again.weight, model.weight)
+    assert torch.equal(again.bias, model.bias)
+    ct.close(root)
