@@ -2,7 +2,9 @@
 
 #include <zstd.h>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <memory>
 
@@ -10,60 +12,107 @@ namespace ckpt::codec {
 namespace {
 
 constexpr std::array<std::string_view, kLastCodec + 1> kNames = {
-    "raw", "zstd", "zstd-planes2", "zstd-planes4", "zstd-planes8"};
+    "raw",          "zstd",         "zstd-planes2", "zstd-planes4",
+    "zstd-planes8", "zstd-float16", "zstd-float32", "zstd-float64"};
 
+// The element width a codec splits into planes (1: none), and whether it
+// is a float codec (rotated, only the top plane compressed).
 size_t Planes(Codec codec) {
   switch (codec) {
     case Codec::kZstdPlanes2:
+    case Codec::kZstdFloat16:
       return 2;
     case Codec::kZstdPlanes4:
+    case Codec::kZstdFloat32:
       return 4;
     case Codec::kZstdPlanes8:
+    case Codec::kZstdFloat64:
       return 8;
     default:
       return 1;
   }
 }
 
-// Element i's byte b goes to plane b at i; bytes past the last whole element
-// (a chunk cut inside an element) follow the planes as they are.
+bool IsFloat(Codec codec) {
+  return codec == Codec::kZstdFloat16 || codec == Codec::kZstdFloat32 ||
+         codec == Codec::kZstdFloat64;
+}
+
 template <size_t W>
+struct Word;
+template <>
+struct Word<2> {
+  using T = uint16_t;
+};
+template <>
+struct Word<4> {
+  using T = uint32_t;
+};
+template <>
+struct Word<8> {
+  using T = uint64_t;
+};
+
+// Element i's byte b goes to plane b at i (a float rotated left by one bit
+// first); bytes past the last whole element (a chunk cut inside an element)
+// follow the planes as they are.
+template <size_t W, bool kRotate>
 void Split(const std::byte* in, size_t n, std::byte* out) {
+  using T = typename Word<W>::T;
   const size_t elems = n / W;
   for (size_t i = 0; i < elems; ++i) {
-    for (size_t b = 0; b < W; ++b) out[b * elems + i] = in[i * W + b];
+    T v;
+    std::memcpy(&v, in + i * W, W);
+    if constexpr (kRotate) v = static_cast<T>((v << 1) | (v >> (8 * W - 1)));
+    for (size_t b = 0; b < W; ++b) {
+      out[b * elems + i] = static_cast<std::byte>(v >> (8 * b));
+    }
   }
   std::memcpy(out + elems * W, in + elems * W, n - elems * W);
 }
 
-template <size_t W>
+template <size_t W, bool kRotate>
 void Join(const std::byte* in, size_t n, std::byte* out) {
+  using T = typename Word<W>::T;
   const size_t elems = n / W;
   for (size_t i = 0; i < elems; ++i) {
-    for (size_t b = 0; b < W; ++b) out[i * W + b] = in[b * elems + i];
+    T v = 0;
+    for (size_t b = 0; b < W; ++b) {
+      v |= static_cast<T>(static_cast<T>(in[b * elems + i]) << (8 * b));
+    }
+    if constexpr (kRotate) v = static_cast<T>((v >> 1) | (v << (8 * W - 1)));
+    std::memcpy(out + i * W, &v, W);
   }
   std::memcpy(out + elems * W, in + elems * W, n - elems * W);
 }
 
-void SplitPlanes(size_t planes, std::span<const std::byte> in, std::byte* out) {
-  switch (planes) {
+void SplitPlanes(Codec codec, std::span<const std::byte> in, std::byte* out) {
+  const bool f = IsFloat(codec);
+  switch (Planes(codec)) {
     case 2:
-      return Split<2>(in.data(), in.size(), out);
+      return f ? Split<2, true>(in.data(), in.size(), out)
+               : Split<2, false>(in.data(), in.size(), out);
     case 4:
-      return Split<4>(in.data(), in.size(), out);
+      return f ? Split<4, true>(in.data(), in.size(), out)
+               : Split<4, false>(in.data(), in.size(), out);
     default:
-      return Split<8>(in.data(), in.size(), out);
+      return f ? Split<8, true>(in.data(), in.size(), out)
+               : Split<8, false>(in.data(), in.size(), out);
   }
 }
 
-void JoinPlanes(size_t planes, std::span<const std::byte> in, std::byte* out) {
-  switch (planes) {
+void JoinPlanes(Codec codec, std::span<const std::byte> in, std::byte* out) {
+  const bool f = IsFloat(codec);
+  switch (Planes(codec)) {
     case 2:
-      return Join<2>(in.data(), in.size(), out);
+      return f ? Join<2, true>(in.data(), in.size(), out)
+               : Join<2, false>(in.data(), in.size(), out);
     case 4:
-      return Join<4>(in.data(), in.size(), out);
+      return f ? Join<4, true>(in.data(), in.size(), out)
+               : Join<4, false>(in.data(), in.size(), out);
     default:
-      return Join<8>(in.data(), in.size(), out);
+      return f ? Join<8, true>(in.data(), in.size(), out)
+               : Join<8, false>(in.data(), in.size(), out);
   }
 }
 
@@ -80,10 +129,71 @@ struct ThreadState {
 thread_local ThreadState t_state;
 
 std::span<std::byte> Scratch(size_t n) {
-  // Sized to the chunk, not to a larger earlier one's capacity: a chunk's
-  // stated length bounds what its decoding may allocate.
+  // Grown to the chunk, never beyond: a chunk's stated length bounds what
+  // its decoding may allocate.
   if (t_state.planes.size() < n) t_state.planes.resize(n);
   return {t_state.planes.data(), n};
+}
+
+// Checks that `frame` is exactly one zstd frame declaring `size` bytes.
+Status CheckFrame(std::span<const std::byte> frame, size_t size) {
+  const unsigned long long declared =
+      ZSTD_getFrameContentSize(frame.data(), frame.size());
+  if (declared != size) {
+    return DataLossError("the zstd frame declares " +
+                         (declared == ZSTD_CONTENTSIZE_UNKNOWN ||
+                                  declared == ZSTD_CONTENTSIZE_ERROR
+                              ? std::string("no size")
+                              : std::to_string(declared) + " bytes") +
+                         " where " + std::to_string(size) + " are stated");
+  }
+  return Status();
+}
+
+// Decompresses the one frame `frame` (checked by CheckFrame) into `out`.
+Status DecodeFrame(std::span<const std::byte> frame, std::span<std::byte> out) {
+  if (!t_state.dctx) t_state.dctx.reset(ZSTD_createDCtx());
+  if (!t_state.dctx) return UnavailableError("zstd: no memory for a context");
+  const size_t n = ZSTD_decompressDCtx(t_state.dctx.get(), out.data(),
+                                       out.size(), frame.data(), frame.size());
+  if (ZSTD_isError(n)) {
+    return DataLossError(std::string("zstd: ") + ZSTD_getErrorName(n));
+  }
+  if (n != out.size()) {
+    return DataLossError("the zstd frame yields " + std::to_string(n) +
+                         " bytes where " + std::to_string(out.size()) +
+                         " are stated");
+  }
+  return Status();
+}
+
+// Whether the lower planes of a float chunk (`planes`, each of
+// `plane_bytes`) are worth giving to zstd: 4 KiB of each plane's bytes,
+// spread over it, and their order-0 entropy added up, asking for 2% to
+// gain. A trained float's mantissa bytes are random, and zstd would take
+// as long over them as over the top plane for nothing; a moment whose sign
+// never changes, or rounded values, are not random.
+bool LowerPlanesPay(std::span<const std::byte> planes, size_t plane_bytes) {
+  if (plane_bytes == 0) return false;
+  const size_t count = planes.size() / plane_bytes;
+  constexpr size_t kSample = 4096;
+  double bits = 0;
+  size_t sampled = 0;
+  for (size_t p = 0; p < count; ++p) {
+    std::array<uint32_t, 256> seen{};
+    const size_t n = std::min(kSample, plane_bytes);
+    const size_t stride = plane_bytes / n;
+    for (size_t i = 0; i < n; ++i) {
+      ++seen[static_cast<uint8_t>(planes[p * plane_bytes + i * stride])];
+    }
+    for (uint32_t c : seen) {
+      if (c == 0) continue;
+      const double q = static_cast<double>(c) / static_cast<double>(n);
+      bits -= static_cast<double>(c) * std::log2(q);
+    }
+    sampled += n;
+  }
+  return bits < 0.98 * 8.0 * static_cast<double>(sampled);
 }
 
 }  // namespace
@@ -106,6 +216,17 @@ std::optional<Codec> CodecFromByte(uint8_t value) {
 }
 
 Codec CodecFor(DType dtype) {
+  switch (dtype) {
+    case DType::kF16:
+    case DType::kBF16:
+      return Codec::kZstdFloat16;
+    case DType::kF32:
+      return Codec::kZstdFloat32;
+    case DType::kF64:
+      return Codec::kZstdFloat64;
+    default:
+      break;
+  }
   switch (DTypeSize(dtype)) {
     case 2:
       return Codec::kZstdPlanes2;
@@ -120,24 +241,54 @@ Codec CodecFor(DType dtype) {
 
 bool Compress(Codec codec, int level, std::span<const std::byte> raw,
               std::vector<std::byte>& out) {
-  if (codec == Codec::kRaw || raw.empty()) return false;
+  if (codec == Codec::kRaw || static_cast<uint8_t>(codec) > kLastCodec ||
+      raw.size() < 2) {
+    return false;
+  }
   if (!t_state.cctx) t_state.cctx.reset(ZSTD_createCCtx());
   if (!t_state.cctx) return false;
-  std::span<const std::byte> input = raw;
   const size_t planes = Planes(codec);
+  std::span<const std::byte> input = raw;
   if (planes > 1) {
     std::span<std::byte> scratch = Scratch(raw.size());
-    SplitPlanes(planes, raw, scratch.data());
+    SplitPlanes(codec, raw, scratch.data());
     input = scratch;
   }
+  // A float codec compresses the top plane only; the rest follows as it is.
+  const size_t top = raw.size() / planes;
+  const size_t top_at = (planes - 1) * top;
+  const std::span<const std::byte> framed =
+      IsFloat(codec) ? input.subspan(top_at, top) : input;
+  const size_t rest = IsFloat(codec) ? raw.size() - top : 0;
   // Room for one byte less than the raw chunk: zstd stops with an error
   // instead of finishing a frame that would not pay.
   out.resize(raw.size() - 1);
-  if (out.empty()) return false;
-  const size_t n = ZSTD_compressCCtx(t_state.cctx.get(), out.data(), out.size(),
-                                     input.data(), input.size(), level);
+  if (rest >= out.size() || framed.empty()) return false;
+  const size_t n =
+      ZSTD_compressCCtx(t_state.cctx.get(), out.data(), out.size() - rest,
+                        framed.data(), framed.size(), level);
   if (ZSTD_isError(n)) return false;
-  out.resize(n);
+  if (!IsFloat(codec)) {
+    out.resize(n);
+    return true;
+  }
+  // Planes 0 to W - 2, then the bytes past the last whole element: a
+  // second frame where the sample says it pays and it does, else as they
+  // are (then exactly `rest` bytes, which a frame never is: it is used
+  // only when smaller).
+  std::vector<std::byte> lower(input.begin(), input.begin() + top_at);
+  lower.insert(lower.end(), input.begin() + top_at + top, input.end());
+  if (LowerPlanesPay(std::span<const std::byte>(lower).first(top_at), top)) {
+    const size_t m = ZSTD_compressCCtx(t_state.cctx.get(), out.data() + n,
+                                       std::min(rest - 1, out.size() - n),
+                                       lower.data(), lower.size(), level);
+    if (!ZSTD_isError(m)) {
+      out.resize(n + m);
+      return true;
+    }
+  }
+  std::memcpy(out.data() + n, lower.data(), rest);
+  out.resize(n + rest);
   return true;
 }
 
@@ -156,42 +307,51 @@ Status Decompress(Codec codec, std::span<const std::byte> stored,
     return DataLossError("unknown codec " +
                          std::to_string(static_cast<int>(codec)));
   }
+  const size_t planes = Planes(codec);
+  const size_t top = out.size() / planes;
+  const size_t top_at = (planes - 1) * top;
+  const size_t rest = IsFloat(codec) ? out.size() - top : 0;
+  // The frame comes first. After a float codec's: its other planes, as
+  // they are (exactly `rest` bytes) or as one more frame (fewer).
   const size_t frame =
       ZSTD_findFrameCompressedSize(stored.data(), stored.size());
-  if (ZSTD_isError(frame) || frame != stored.size()) {
-    return DataLossError("not one whole zstd frame (" +
-                         std::string(ZSTD_isError(frame)
-                                         ? ZSTD_getErrorName(frame)
-                                         : "bytes after the frame") +
-                         ")");
+  if (ZSTD_isError(frame)) {
+    return DataLossError(std::string("not a whole zstd frame (") +
+                         ZSTD_getErrorName(frame) + ")");
   }
-  const unsigned long long declared =
-      ZSTD_getFrameContentSize(stored.data(), stored.size());
-  if (declared != out.size()) {
-    return DataLossError("the zstd frame declares " +
-                         (declared == ZSTD_CONTENTSIZE_UNKNOWN ||
-                                  declared == ZSTD_CONTENTSIZE_ERROR
-                              ? std::string("no size")
-                              : std::to_string(declared) + " bytes") +
-                         " where " + std::to_string(out.size()) +
-                         " are stated");
+  const size_t after = stored.size() - frame;
+  if (IsFloat(codec) ? after > rest : after != 0) {
+    return DataLossError("a zstd frame of " + std::to_string(frame) +
+                         " bytes and " + std::to_string(after) +
+                         " bytes after it, where at most " +
+                         std::to_string(rest) + " may follow");
   }
-  if (!t_state.dctx) t_state.dctx.reset(ZSTD_createDCtx());
-  if (!t_state.dctx) return UnavailableError("zstd: no memory for a context");
-  const size_t planes = Planes(codec);
-  std::span<std::byte> target = planes > 1 ? Scratch(out.size()) : out;
-  const size_t n =
-      ZSTD_decompressDCtx(t_state.dctx.get(), target.data(), target.size(),
-                          stored.data(), stored.size());
-  if (ZSTD_isError(n)) {
-    return DataLossError(std::string("zstd: ") + ZSTD_getErrorName(n));
+  const std::span<const std::byte> framed = stored.first(frame);
+  CKPT_RETURN_IF_ERROR(CheckFrame(framed, IsFloat(codec) ? top : out.size()));
+  if (planes == 1) return DecodeFrame(framed, out);
+  std::span<std::byte> scratch = Scratch(out.size());
+  if (IsFloat(codec)) {
+    CKPT_RETURN_IF_ERROR(DecodeFrame(framed, scratch.subspan(top_at, top)));
+    const std::span<const std::byte> tail = stored.subspan(frame);
+    const std::byte* lower = tail.data();
+    std::vector<std::byte> unpacked;
+    if (after < rest) {
+      if (ZSTD_findFrameCompressedSize(tail.data(), tail.size()) != after) {
+        return DataLossError(
+            "the bytes after the zstd frame are not one whole frame");
+      }
+      CKPT_RETURN_IF_ERROR(CheckFrame(tail, rest));
+      unpacked.resize(rest);  // within the stated length
+      CKPT_RETURN_IF_ERROR(DecodeFrame(tail, unpacked));
+      lower = unpacked.data();
+    }
+    std::memcpy(scratch.data(), lower, top_at);
+    std::memcpy(scratch.data() + top_at + top, lower + top_at,
+                out.size() - top_at - top);
+  } else {
+    CKPT_RETURN_IF_ERROR(DecodeFrame(framed, scratch));
   }
-  if (n != out.size()) {
-    return DataLossError("the zstd frame yields " + std::to_string(n) +
-                         " bytes where " + std::to_string(out.size()) +
-                         " are stated");
-  }
-  if (planes > 1) JoinPlanes(planes, target, out.data());
+  JoinPlanes(codec, scratch, out.data());
   return Status();
 }
 

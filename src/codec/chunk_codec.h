@@ -1,11 +1,14 @@
 // Lossless compression of one chunk (docs/format.md, "Compressed chunks").
 //
 // A chunk of a tensor of 2-, 4- or 8-byte elements is split into byte
-// planes first (every element's byte 0, then every byte 1, ...), then
-// compressed with zstd: a trained float's exponent bytes are few distinct
-// values while its mantissa bytes are close to random, so apart they
-// compress well and cost the entropy coder little, mixed they do neither.
-// One-byte elements and opaque bytes go to zstd as they are.
+// planes first (every element's byte 0, then every byte 1, ...). A float's
+// bits are first rotated left by one, which puts its sign at the bottom and
+// its exponent's top eight bits in the top plane: a trained float's
+// exponent takes few values while its mantissa bytes are close to random,
+// so only the top plane goes to zstd and the others are stored as they
+// are, which zstd would spend time on for nothing. An integer's planes all
+// go to zstd (its high bytes are mostly equal); one-byte elements and
+// opaque bytes go to zstd as they are.
 //
 // Decoding is bounded by the chunk's stated length: the caller gives the
 // output buffer, and a stored frame that claims another size, holds more
@@ -33,16 +36,23 @@ enum class Codec : uint8_t {
   kZstdPlanes2 = 2,  // one zstd frame of the bytes in 2 byte planes
   kZstdPlanes4 = 3,  // ... in 4 byte planes
   kZstdPlanes8 = 4,  // ... in 8 byte planes
+  // Floats of 2, 4 and 8 bytes: rotated left by one bit, in byte planes;
+  // one zstd frame of the top plane, then the other planes as they are.
+  kZstdFloat16 = 5,
+  kZstdFloat32 = 6,
+  kZstdFloat64 = 7,
 };
-inline constexpr uint8_t kLastCodec = 4;
+inline constexpr uint8_t kLastCodec = 7;
 
-// "raw", "zstd", "zstd-planes2", "zstd-planes4", "zstd-planes8".
+// "raw", "zstd", "zstd-planes2", "zstd-planes4", "zstd-planes8",
+// "zstd-float16", "zstd-float32", "zstd-float64".
 std::string_view CodecName(Codec codec);
 std::optional<Codec> CodecFromName(std::string_view name);
 std::optional<Codec> CodecFromByte(uint8_t value);
 
-// The compressed codec for chunks of `dtype`: byte planes as wide as its
-// element, or plain zstd for one-byte elements.
+// The compressed codec for chunks of `dtype`: the float codec of its width
+// (F16, BF16, F32, F64), byte planes as wide as its element (integers), or
+// plain zstd for one-byte elements.
 Codec CodecFor(DType dtype);
 
 // zstd's levels that ckpt accepts: 1 (fastest) to 19. Negative (faster

@@ -44,8 +44,12 @@ TEST(ChunkCodec, NamesAndBytesRoundTrip) {
   }
   EXPECT_FALSE(CodecFromByte(kLastCodec + 1).has_value());
   EXPECT_FALSE(CodecFromName("gzip").has_value());
-  EXPECT_EQ(CodecFor(DType::kBF16), Codec::kZstdPlanes2);
-  EXPECT_EQ(CodecFor(DType::kF32), Codec::kZstdPlanes4);
+  EXPECT_EQ(CodecFor(DType::kBF16), Codec::kZstdFloat16);
+  EXPECT_EQ(CodecFor(DType::kF16), Codec::kZstdFloat16);
+  EXPECT_EQ(CodecFor(DType::kF32), Codec::kZstdFloat32);
+  EXPECT_EQ(CodecFor(DType::kF64), Codec::kZstdFloat64);
+  EXPECT_EQ(CodecFor(DType::kI16), Codec::kZstdPlanes2);
+  EXPECT_EQ(CodecFor(DType::kU32), Codec::kZstdPlanes4);
   EXPECT_EQ(CodecFor(DType::kI64), Codec::kZstdPlanes8);
   EXPECT_EQ(CodecFor(DType::kU8), Codec::kZstd);
 }
@@ -69,11 +73,35 @@ TEST(ChunkCodec, EveryDTypeRoundTripsBitForBit) {
 }
 
 TEST(ChunkCodec, PlanesShrinkTrainedLikeFloatsMoreThanPlainZstd) {
-  const std::vector<std::byte> raw = WeightLike(DType::kBF16, 1 << 20, 3);
-  std::vector<std::byte> planes, plain;
-  ASSERT_TRUE(Compress(Codec::kZstdPlanes2, 1, raw, planes));
-  ASSERT_TRUE(Compress(Codec::kZstd, 1, raw, plain));
-  EXPECT_LT(planes.size(), plain.size());
+  for (DType dtype : {DType::kBF16, DType::kF32}) {
+    const std::vector<std::byte> raw = WeightLike(dtype, 1 << 20, 3);
+    std::vector<std::byte> floats, planes, plain;
+    ASSERT_TRUE(Compress(CodecFor(dtype), 1, raw, floats));
+    ASSERT_TRUE(Compress(
+        dtype == DType::kBF16 ? Codec::kZstdPlanes2 : Codec::kZstdPlanes4, 1,
+        raw, planes));
+    ASSERT_TRUE(Compress(Codec::kZstd, 1, raw, plain));
+    EXPECT_LT(planes.size(), plain.size()) << DTypeName(dtype);
+    // The float codec leaves random mantissa planes raw (which is what
+    // makes it fast) and loses at most 1% for it.
+    EXPECT_LE(floats.size(), planes.size() * 101 / 100) << DTypeName(dtype);
+  }
+}
+
+TEST(ChunkCodec, EveryCodecRoundTripsAnyLength) {
+  for (uint8_t c = 1; c <= kLastCodec; ++c) {
+    const Codec codec = *CodecFromByte(c);
+    for (size_t n : {size_t{2}, size_t{3}, size_t{7}, size_t{9}, size_t{4099},
+                     size_t{65536}}) {
+      const std::vector<std::byte> raw = WeightLike(DType::kU8, n, 11);
+      std::vector<std::byte> stored;
+      if (!Compress(codec, 1, raw, stored)) continue;  // did not shrink
+      std::vector<std::byte> back(n);
+      ASSERT_TRUE(Decompress(codec, stored, back).ok())
+          << CodecName(codec) << " " << n;
+      EXPECT_EQ(back, raw) << CodecName(codec) << " " << n;
+    }
+  }
 }
 
 TEST(ChunkCodec, RandomBytesAreNotCompressed) {
@@ -83,8 +111,30 @@ TEST(ChunkCodec, RandomBytesAreNotCompressed) {
   std::vector<std::byte> out;
   EXPECT_FALSE(Compress(Codec::kZstd, 1, raw, out));
   EXPECT_FALSE(Compress(Codec::kZstdPlanes4, 1, raw, out));
+  EXPECT_FALSE(Compress(Codec::kZstdFloat32, 1, raw, out));
   EXPECT_FALSE(Compress(Codec::kRaw, 1, raw, out));
   EXPECT_FALSE(Compress(Codec::kZstd, 1, {}, out));
+}
+
+TEST(ChunkCodec, AFloatChunkCutOrExtendedIsAnError) {
+  const std::vector<std::byte> raw = WeightLike(DType::kF32, 1 << 16, 5);
+  std::vector<std::byte> stored;
+  ASSERT_TRUE(Compress(Codec::kZstdFloat32, 1, raw, stored));
+  std::vector<std::byte> out(raw.size());
+  EXPECT_EQ(Decompress(Codec::kZstdFloat32,
+                       std::span(stored).first(stored.size() - 1), out)
+                .code(),
+            ErrorCode::kDataLoss);
+  std::vector<std::byte> longer = stored;
+  longer.push_back(std::byte{0});
+  EXPECT_EQ(Decompress(Codec::kZstdFloat32, longer, out).code(),
+            ErrorCode::kDataLoss);
+  // Read as another codec, the same bytes are refused or come out other.
+  std::vector<std::byte> small(raw.size() - 4);
+  EXPECT_EQ(Decompress(Codec::kZstdFloat32, stored, small).code(),
+            ErrorCode::kDataLoss);
+  ASSERT_TRUE(Decompress(Codec::kZstdFloat32, stored, out).ok());
+  EXPECT_EQ(out, raw);
 }
 
 TEST(ChunkCodec, DamagedOrForgedFramesAreErrorsNotAllocations) {
