@@ -101,6 +101,18 @@ class WritableObject {
   virtual Status Close() = 0;
   // Bytes appended so far.
   virtual uint64_t size() const = 0;
+  // Whether RewritePrefix works on this object. A writer that learns its
+  // object's first bytes last (a data object with compressed chunks, whose
+  // header gives their sizes) appends a placeholder, streams the rest, and
+  // rewrites the placeholder before Close; where this is false it must
+  // hold the rest until it knows the first bytes.
+  virtual bool CanRewritePrefix() const { return false; }
+  // Replaces the first `bytes.size()` bytes appended so far (at most
+  // size()) with `bytes`; before Close.
+  virtual Status RewritePrefix(std::span<const std::byte> bytes) {
+    return FailedPreconditionError(
+        "this storage cannot rewrite an object's first bytes");
+  }
 
  protected:
   WritableObject() = default;

@@ -299,6 +299,54 @@ TEST(Compression, CheckpointsWithAndWithoutCompressionShareARoot) {
   }
 }
 
+// A storage whose objects cannot have their first bytes rewritten (as an
+// object store's): the writer compresses every chunk before it writes.
+class NoPrefixRewrite : public StorageWrapper {
+ public:
+  using StorageWrapper::StorageWrapper;
+  Result<std::unique_ptr<WritableObject>> NewWritable(
+      std::string_view key) override {
+    CKPT_ASSIGN_OR_RETURN(auto w, StorageWrapper::NewWritable(key));
+    return std::unique_ptr<WritableObject>(new Plain(std::move(w)));
+  }
+
+ private:
+  class Plain : public WritableObject {
+   public:
+    explicit Plain(std::unique_ptr<WritableObject> w) : w_(std::move(w)) {}
+    Status Append(std::span<const std::byte> d) override {
+      return w_->Append(d);
+    }
+    Status Close() override { return w_->Close(); }
+    uint64_t size() const override { return w_->size(); }
+
+   private:
+    std::unique_ptr<WritableObject> w_;
+  };
+};
+
+TEST(Compression, WhereFirstBytesCannotBeRewrittenChunksAreCompressedFirst) {
+  TestRoot root(Backend::kMemory, "compression-no-rewrite");
+  Model model(10);
+  auto storage = OpenStorage(root.url());
+  ASSERT_TRUE(storage.ok());
+  auto mgr = CheckpointManager::Open(
+      std::make_unique<NoPrefixRewrite>(std::move(storage).value()),
+      Compressed());
+  ASSERT_TRUE(mgr.ok());
+  auto saved = (*mgr)->Save(1, model.ForSave());
+  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+  EXPECT_LT(saved->info.bytes, model.RawBytes() * 3 / 4);
+  Model zeros(0);
+  State into = zeros.ForSave();
+  auto fresh = CheckpointManager::Open(root.url());
+  ASSERT_TRUE((*fresh)->Load(1, into).ok());
+  EXPECT_EQ(zeros.bytes, model.bytes);
+  auto report = (*fresh)->Verify(1);
+  ASSERT_TRUE(report.ok());
+  EXPECT_TRUE(report->ok());
+}
+
 TEST(Compression, LevelsOutsideZstdsAreRefused) {
   TestRoot root(Backend::kMemory, "compression-level");
   Options o = Compressed();

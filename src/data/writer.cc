@@ -121,92 +121,186 @@ const std::map<std::string, std::string>& CompressedMetadata() {
   return m;
 }
 
-// WriteDataObject with every host piece's chunks compressed first.
+// One chunk compressed (or left raw where that does not shrink it) into
+// `r` and `stored`.
+void CompressChunk(const PieceToWrite& p, const DataObjectLayout::Chunk& c,
+                   int level, format::ChunkRecord& r,
+                   std::vector<std::byte>& stored) {
+  const auto bytes = p.bytes.subspan(c.pos, c.len);
+  r.length = c.len;
+  r.checksum = Xxh3_128(bytes);
+  const codec::Codec codec = codec::CodecFor(p.dtype);
+  if (c.len <= format::kMaxCompressedChunk &&
+      codec::Compress(codec, level, bytes, stored)) {
+    r.codec = codec;
+    r.stored_length = stored.size();
+    r.stored_checksum = Xxh3_128(std::span<const std::byte>(stored));
+  } else {
+    stored = {};
+  }
+}
+
+// The header of a data object whose pieces are U8 tensors of `stored`
+// bytes each (`shrunk`; the others keep their dtype and shape).
+Result<std::string> CompressedHeader(const std::vector<PieceToWrite>& pieces,
+                                     const std::vector<uint64_t>& stored,
+                                     const std::vector<bool>& shrunk,
+                                     uint64_t alignment) {
+  std::vector<format::TensorLayout> tensors;
+  bool any = false;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const PieceToWrite& p = pieces[i];
+    any = any || shrunk[i];
+    tensors.push_back(
+        shrunk[i] ? format::TensorLayout{p.tensor_name,
+                                         DType::kU8,
+                                         {static_cast<int64_t>(stored[i])}}
+                  : format::TensorLayout{p.tensor_name, p.dtype, p.lengths});
+  }
+  return format::EncodeSafetensorsHeader(
+      tensors,
+      any ? CompressedMetadata() : std::map<std::string, std::string>{},
+      alignment);
+}
+
+// `header`, its JSON padded with spaces to `size` bytes in all (the length
+// prefix says so): JSON allows them, and the placeholder it replaces was
+// that long.
+Result<std::string> PadHeader(std::string header, uint64_t size) {
+  if (header.size() > size) {
+    return InvalidArgumentError("a data object's header outgrew its room");
+  }
+  header.append(size - header.size(), ' ');
+  const uint64_t n = size - 8;
+  for (int i = 0; i < 8; ++i) header[i] = static_cast<char>(n >> (8 * i));
+  return header;
+}
+
+// WriteDataObject with every host piece's chunks compressed. Where the
+// storage can rewrite an object's first bytes, the chunks are compressed a
+// batch at a time on the pool while this thread writes the batch before,
+// behind a placeholder header (every piece a U8 tensor, as large as its
+// raw bytes: the real header, with the stored sizes, is never longer),
+// rewritten at the end; elsewhere every chunk is compressed first, then
+// the object written.
 Result<WrittenObject> WriteCompressed(Storage& storage, const std::string& key,
                                       const std::vector<PieceToWrite>& pieces,
                                       const DataObjectLayout& raw,
                                       const ChunkCompression& compress,
                                       bool in_place) {
-  const std::vector<DataObjectLayout::Chunk>& chunks = raw.chunks;
   const auto started = std::chrono::steady_clock::now();
+  const std::vector<DataObjectLayout::Chunk>& chunks = raw.chunks;
   std::vector<format::ChunkRecord> records(chunks.size());
   std::vector<std::vector<std::byte>> stored(chunks.size());
   const int parallelism =
       compress.pool == nullptr ? 1 : compress.pool->size() + 1;
-  CKPT_RETURN_IF_ERROR(
-      ParallelFor(compress.pool, parallelism, chunks.size(), [&](size_t c) {
-        const PieceToWrite& p = pieces[chunks[c].piece];
-        const auto bytes = p.bytes.subspan(chunks[c].pos, chunks[c].len);
-        format::ChunkRecord& r = records[c];
-        r.length = chunks[c].len;
-        r.checksum = Xxh3_128(bytes);
-        const codec::Codec codec = codec::CodecFor(p.dtype);
-        if (chunks[c].len <= format::kMaxCompressedChunk &&
-            codec::Compress(codec, compress.level, bytes, stored[c])) {
-          r.codec = codec;
-          r.stored_length = stored[c].size();
-          r.stored_checksum = Xxh3_128(std::span<const std::byte>(stored[c]));
-        } else {
-          stored[c] = {};
-        }
-        return Status();
-      }));
-  // A piece with a compressed chunk is a U8 tensor of its stored bytes.
-  std::vector<uint64_t> stored_bytes(pieces.size(), 0);
-  std::vector<bool> shrunk(pieces.size(), false);
-  for (size_t c = 0; c < chunks.size(); ++c) {
-    stored_bytes[chunks[c].piece] += records[c].StoredLength();
-    if (records[c].compressed()) shrunk[chunks[c].piece] = true;
-  }
-  std::vector<format::TensorLayout> tensors;
-  uint64_t data_bytes = 0;
-  bool any = false;
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    const PieceToWrite& p = pieces[i];
-    any = any || shrunk[i];
-    data_bytes += stored_bytes[i];
-    tensors.push_back(
-        shrunk[i]
-            ? format::TensorLayout{p.tensor_name,
-                                   DType::kU8,
-                                   {static_cast<int64_t>(stored_bytes[i])}}
-            : format::TensorLayout{p.tensor_name, p.dtype, p.lengths});
-  }
-  const uint64_t alignment = data_bytes >= format::kPageAlignFrom
+  auto compress_range = [&](size_t begin, size_t end) {
+    return ParallelFor(compress.pool, parallelism, end - begin, [&](size_t i) {
+      const size_t c = begin + i;
+      CompressChunk(pieces[chunks[c].piece], chunks[c], compress.level,
+                    records[c], stored[c]);
+      return Status();
+    });
+  };
+  uint64_t raw_bytes = 0;
+  for (uint64_t n : raw.piece_bytes) raw_bytes += n;
+  const uint64_t alignment = raw_bytes >= format::kPageAlignFrom
                                  ? format::kSafetensorsPageAlignment
                                  : format::kSafetensorsAlignment;
-  CKPT_ASSIGN_OR_RETURN(
-      std::string header,
-      format::EncodeSafetensorsHeader(
-          tensors,
-          any ? CompressedMetadata() : std::map<std::string, std::string>{},
-          alignment));
-  const auto compressed = std::chrono::steady_clock::now();
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<WritableObject> out,
                         storage.NewWritable(key));
+  const bool streaming = out->CanRewritePrefix();
+  std::string header;
+  if (streaming) {
+    CKPT_ASSIGN_OR_RETURN(
+        header,
+        CompressedHeader(pieces, raw.piece_bytes,
+                         std::vector<bool>(pieces.size(), true), alignment));
+  } else {
+    CKPT_RETURN_IF_ERROR(compress_range(0, chunks.size()));
+  }
+  const auto compressed = std::chrono::steady_clock::now();
+  std::vector<uint64_t> stored_bytes(pieces.size(), 0);
+  std::vector<bool> shrunk(pieces.size(), streaming);
+  if (!streaming) {
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      stored_bytes[chunks[c].piece] += records[c].StoredLength();
+      if (records[c].compressed()) shrunk[chunks[c].piece] = true;
+    }
+    CKPT_ASSIGN_OR_RETURN(
+        header, CompressedHeader(pieces, stored_bytes, shrunk, alignment));
+  }
   CKPT_RETURN_IF_ERROR(out->Append(AsBytes(header)));
   WrittenObject written;
   written.chunks.resize(pieces.size());
   uint64_t offset = header.size();
-  for (size_t c = 0; c < chunks.size(); ++c) {
-    const PieceToWrite& p = pieces[chunks[c].piece];
-    format::ChunkRecord& r = records[c];
-    r.offset = offset;
-    offset += r.StoredLength();
-    if (r.compressed()) {
-      CKPT_RETURN_IF_ERROR(out->Append(stored[c]));
-      stored[c] = {};  // memory back as the object goes out
-    } else {
-      CKPT_RETURN_IF_ERROR(AppendSlices(
-          *out, p.bytes.subspan(chunks[c].pos, chunks[c].len), in_place));
+  double writing = 0;  // seconds this thread spent handing bytes over
+  auto write_range = [&](size_t begin, size_t end) -> Status {
+    const auto t0 = std::chrono::steady_clock::now();
+    struct Timed {
+      double& total;
+      std::chrono::steady_clock::time_point t0;
+      ~Timed() { total += Seconds(t0, std::chrono::steady_clock::now()); }
+    } timed{writing, t0};
+    for (size_t c = begin; c < end; ++c) {
+      const PieceToWrite& p = pieces[chunks[c].piece];
+      format::ChunkRecord& r = records[c];
+      r.offset = offset;
+      offset += r.StoredLength();
+      stored_bytes[chunks[c].piece] += streaming ? r.StoredLength() : 0;
+      if (r.compressed()) {
+        CKPT_RETURN_IF_ERROR(out->Append(stored[c]));
+        stored[c] = {};  // memory back as the object goes out
+      } else {
+        CKPT_RETURN_IF_ERROR(AppendSlices(
+            *out, p.bytes.subspan(chunks[c].pos, chunks[c].len), in_place));
+      }
+      written.chunks[chunks[c].piece].push_back(r);
     }
-    written.chunks[chunks[c].piece].push_back(r);
+    return Status();
+  };
+  if (!streaming) {
+    CKPT_RETURN_IF_ERROR(write_range(0, chunks.size()));
+  } else {
+    // Two batches in memory at most: the one being written and the next,
+    // being compressed meanwhile.
+    const size_t batch =
+        std::max<size_t>(8, 2 * static_cast<size_t>(parallelism));
+    size_t begin = 0;
+    size_t end = std::min(batch, chunks.size());
+    CKPT_RETURN_IF_ERROR(compress_range(begin, end));
+    while (begin < chunks.size()) {
+      const size_t next_end = std::min(end + batch, chunks.size());
+      std::future<Status> next;
+      if (end < next_end) {
+        next = std::async(std::launch::async, [&, end, next_end] {
+          return compress_range(end, next_end);
+        });
+      }
+      const Status wrote = write_range(begin, end);
+      const Status ahead = next.valid() ? next.get() : Status();
+      CKPT_RETURN_IF_ERROR(wrote);
+      CKPT_RETURN_IF_ERROR(ahead);
+      begin = end;
+      end = next_end;
+    }
+    CKPT_ASSIGN_OR_RETURN(
+        std::string real,
+        CompressedHeader(pieces, stored_bytes, shrunk, alignment));
+    CKPT_ASSIGN_OR_RETURN(real, PadHeader(std::move(real), header.size()));
+    CKPT_RETURN_IF_ERROR(out->RewritePrefix(AsBytes(real)));
   }
+  const auto closing = std::chrono::steady_clock::now();
   CKPT_RETURN_IF_ERROR(out->Close());
   written.size = offset;
-  written.compress_seconds = Seconds(started, compressed);
-  written.write_seconds = Seconds(compressed, std::chrono::steady_clock::now());
-  for (uint64_t n : raw.piece_bytes) written.raw_bytes += n;
+  // Streaming, compressing and writing overlap: the write's time is what
+  // this thread spent handing bytes over and closing, and the compression
+  // speed stays what a sample or an earlier save measured.
+  written.compress_seconds = streaming ? 0 : Seconds(started, compressed);
+  written.write_seconds =
+      streaming ? writing + Seconds(closing, std::chrono::steady_clock::now())
+                : Seconds(compressed, std::chrono::steady_clock::now());
+  written.raw_bytes = raw_bytes;
   return written;
 }
 

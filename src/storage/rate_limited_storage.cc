@@ -25,6 +25,11 @@ class PacedWritable : public WritableObject {
     return target_->Close();
   }
   uint64_t size() const override { return target_->size(); }
+  bool CanRewritePrefix() const override { return target_->CanRewritePrefix(); }
+  Status RewritePrefix(std::span<const std::byte> bytes) override {
+    pacer_->Wait(bytes.size());
+    return target_->RewritePrefix(bytes);
+  }
 
  private:
   std::unique_ptr<WritableObject> target_;

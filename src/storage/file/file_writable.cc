@@ -140,6 +140,20 @@ class FileWritable : public WritableObject {
 
   uint64_t size() const override { return size_; }
 
+  // The new first bytes are kept and written over the old ones when the
+  // object is published, after every other write has landed.
+  bool CanRewritePrefix() const override { return true; }
+  Status RewritePrefix(std::span<const std::byte> bytes) override {
+    CKPT_RETURN_IF_ERROR(CheckWritable());
+    if (bytes.size() > size_) {
+      return InvalidArgumentError(
+          Where() + ": a rewrite of " + std::to_string(bytes.size()) +
+          " bytes, past the " + std::to_string(size_) + " written");
+    }
+    prefix_.assign(bytes.begin(), bytes.end());
+    return Status();
+  }
+
   // Writes `data` without buffering (Put hands over the whole object).
   Status WriteUnbuffered(std::span<const std::byte> data) {
     CKPT_RETURN_IF_ERROR(CheckWritable());
@@ -162,6 +176,7 @@ class FileWritable : public WritableObject {
         return Fail(err, "cut temp file to size");
       }
     }
+    if (int err = WritePrefix()) return Fail(err, "rewrite temp file's start");
     if (int err = FsyncFd(fd_.get())) return Fail(err, "fsync temp file");
     if (int err = fd_.Close()) return Fail(err, "close temp file");
     if (mode == PutMode::kOverwrite) {
@@ -219,6 +234,34 @@ class FileWritable : public WritableObject {
     }
     size_ += data.size();
     return Status();
+  }
+
+  // RewritePrefix's bytes over the file's start, once every write has
+  // landed; through a descriptor of its own without O_DIRECT, which would
+  // want them aligned (the fsync after covers the file whatever wrote it).
+  int WritePrefix() {
+    if (prefix_.empty()) return 0;
+    int fd = fd_.get();
+    ScopedFd plain;
+    if (direct_) {
+      const int opened = ::openat(dir(), temp_name_.c_str(),
+                                  O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+      if (opened < 0) return errno;
+      plain = ScopedFd(opened);
+      fd = opened;
+    }
+    for (size_t done = 0; done < prefix_.size();) {
+      const ssize_t n =
+          ::pwrite(fd, prefix_.data() + done, prefix_.size() - done,
+                   static_cast<off_t>(done));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return errno;
+      }
+      if (n == 0) return EIO;
+      done += static_cast<size_t>(n);
+    }
+    return plain.Close();
   }
 
   int dir() const { return chain_.parent(*root_); }
@@ -326,6 +369,7 @@ class FileWritable : public WritableObject {
   bool want_direct_ = false;
   std::unique_ptr<DirectWriter> direct_;  // set when writing with O_DIRECT
   std::unique_ptr<HugePageWriter> huge_;  // set when asking for huge pages
+  std::vector<std::byte> prefix_;         // RewritePrefix's, written at Close
   uint64_t size_ = 0;
   uint64_t written_ = 0;  // bytes written to the file (size_ less buffer_)
   Status error_;

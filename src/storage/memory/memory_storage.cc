@@ -70,6 +70,17 @@ class MemoryWritable : public WritableObject {
     return Status();
   }
   uint64_t size() const override { return buf_.size(); }
+  bool CanRewritePrefix() const override { return true; }
+  Status RewritePrefix(std::span<const std::byte> bytes) override {
+    if (closed_) return FailedPreconditionError("rewrite of closed " + key_);
+    if (bytes.size() > buf_.size()) {
+      return InvalidArgumentError(
+          "rewrite of " + key_ + ": " + std::to_string(bytes.size()) +
+          " bytes, past the " + std::to_string(buf_.size()) + " written");
+    }
+    std::memcpy(buf_.data(), bytes.data(), bytes.size());
+    return Status();
+  }
 
  private:
   std::shared_ptr<Store> store_;
