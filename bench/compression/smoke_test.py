@@ -9,7 +9,8 @@ import subprocess
 import sys
 
 WANTED = ["size_vs_zipnn", "compress_gbps_vs_zipnn", "decompress_gbps_vs_zipnn",
-          "size_vs_dcp_zstd_f32", "size_vs_dcp_zstd_bf16",
+          "size_vs_dcp_zstd", "compress_gbps_vs_dcp_zstd",
+          "decompress_gbps_vs_dcp_zstd", "size_vs_dcp_zstd_bf16",
           "save_time_vs_dcp_zstd_f32", "load_time_vs_dcp_zstd_f32",
           "save_time_vs_raw_slow_storage", "save_time_vs_raw_fast_storage"]
 

@@ -82,6 +82,15 @@ TEST(CApiTest, OptionsAreCheckedByNameAndValue) {
   EXPECT_EQ(ckpt_options_set(o, "min_referenced_fraction", "1.5", &err.text),
             CKPT_INVALID_ARGUMENT);
   EXPECT_EQ(ckpt_options_set(o, "lease_seconds", "0.5", &err.text), CKPT_OK);
+  EXPECT_EQ(ckpt_options_set(o, "compression", "zstd", &err.text), CKPT_OK);
+  EXPECT_EQ(ckpt_options_set(o, "compression", "auto", &err.text), CKPT_OK);
+  EXPECT_EQ(ckpt_options_set(o, "compression", "gzip", &err.text),
+            CKPT_INVALID_ARGUMENT);
+  EXPECT_THAT(err.str(), HasSubstr("\"off\", \"zstd\" or \"auto\""));
+  EXPECT_EQ(ckpt_options_set(o, "compression_level", "-3", &err.text),
+            CKPT_OK);
+  EXPECT_EQ(ckpt_options_set(o, "compression_level", "-9", &err.text),
+            CKPT_INVALID_ARGUMENT);
   EXPECT_EQ(ckpt_options_set(nullptr, "x", "y", &err.text),
             CKPT_INVALID_ARGUMENT);
   ckpt_options_destroy(o);
@@ -336,6 +345,10 @@ TEST(CApiTest, SaveLoadDescribeVerifyDeleteGc) {
             CKPT_OK);
   EXPECT_EQ(ckpt_save_options_set_metric(so, "bad", 1.0 / 0.0, &err.text),
             CKPT_INVALID_ARGUMENT);
+  EXPECT_EQ(ckpt_save_options_set_compression(so, "lz4", 1, &err.text),
+            CKPT_INVALID_ARGUMENT);
+  ASSERT_EQ(ckpt_save_options_set_compression(so, "zstd", 3, &err.text),
+            CKPT_OK);
   char* result = nullptr;
   ASSERT_EQ(ckpt_manager_save(m, 5, s, so, &result, &err.text), CKPT_OK)
       << err.str();
