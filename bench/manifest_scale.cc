@@ -91,12 +91,15 @@ std::string MakeManifestBytes(int64_t rows) {
     for (int64_t p = 0; p < pieces; ++p) {
       const int rank = static_cast<int>((i + p) % kRanks);
       const uint32_t object = rank + ((i + p) / kRanks % 2 ? kRanks : 0);
-      e.pieces.push_back({{p * kRowsPerPiece, 0},
-                          {kRowsPerPiece, kCols},
-                          rank,
-                          {{object, cursor[object], kBytes,
-                            ckpt::Checksum128{static_cast<uint64_t>(i + p),
-                                              cursor[object]}}}});
+      e.pieces.push_back(
+          {{p * kRowsPerPiece, 0},
+           {kRowsPerPiece, kCols},
+           rank,
+           {{.object = object,
+             .offset = cursor[object],
+             .length = kBytes,
+             .checksum = ckpt::Checksum128{static_cast<uint64_t>(i + p),
+                                           cursor[object]}}}});
       cursor[object] += kBytes;
     }
     m.entries.push_back(std::move(e));
@@ -157,7 +160,7 @@ OverlapRow MeasureOverlap(const char* split, std::vector<int64_t> grid) {
       p.offsets.push_back(idx[d] * kSide);
       p.lengths.push_back(kSide);
     }
-    p.chunks = {{0, cursor, kSide * kSide * kSide, {}}};
+    p.chunks = {{.offset = cursor, .length = kSide * kSide * kSide}};
     cursor += kSide * kSide * kSide;
     offers[i].host = "node" + std::to_string(i);
     offers[i].pieces.push_back({.name = "t",

@@ -260,8 +260,10 @@ Row Measure(int ranks, int pieces_per_rank) {
       rec.pieces.push_back({p.offsets,
                             p.lengths,
                             p.writer,
-                            {{static_cast<uint32_t>(p.writer), off, p.bytes,
-                              ckpt::Checksum128{pi, off}}}});
+                            {{.object = static_cast<uint32_t>(p.writer),
+                              .offset = off,
+                              .length = p.bytes,
+                              .checksum = ckpt::Checksum128{pi, off}}}});
     }
     m.entries.push_back(std::move(rec));
   }

@@ -110,8 +110,11 @@ Base Build(int world, std::vector<EntryRecord> entries) {
         const uint64_t n = std::min(kChunk, bytes - done);
         const uint64_t at = used[p.rank];
         p.chunks.push_back(
-            {static_cast<uint32_t>(p.rank), at, n,
-             Xxh3_128(std::string_view(b.data[p.rank]).substr(at, n))});
+            {.object = static_cast<uint32_t>(p.rank),
+             .offset = at,
+             .length = n,
+             .checksum =
+                 Xxh3_128(std::string_view(b.data[p.rank]).substr(at, n))});
         used[p.rank] += n;
         done += n;
       }

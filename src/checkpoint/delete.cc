@@ -284,9 +284,7 @@ Result<uint64_t> Deleter::RewriteDependant(int64_t dependant, int64_t step) {
     for (size_t i = 0; i < moved.size(); ++i) {
       moved[i].chunk->object = index;
       moved[i].chunk->offset = written.chunks[i][0].offset;
-      moved[i].chunk->codec = codec::Codec::kRaw;
-      moved[i].chunk->stored_length = 0;
-      moved[i].chunk->stored_checksum = Checksum128();
+      moved[i].chunk->SetRaw();
     }
   }
   // Keep the objects still named, in order, and the steps they lie in.

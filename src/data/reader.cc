@@ -161,15 +161,14 @@ Status UnpackChunk(const format::Manifest& manifest,
   }
   // The stored bytes first, so that damage is named as damage, not as
   // whatever the decoder makes of it; then the bytes the load hands over.
-  if (checks == Checksums::kCheck &&
-      Xxh3_128(stored) != chunk.stored_checksum) {
+  if (checks == Checksums::kCheck && Xxh3_64(stored) != chunk.stored_checksum) {
     return ChecksumMismatch(manifest, entry, chunk);
   }
-  const Status unpacked = codec::Decompress(chunk.codec, stored, dest);
+  const Status unpacked = codec::Decompress(chunk.codec(), stored, dest);
   if (!unpacked.ok()) {
     return DataLossError(ChunkWhere(manifest, entry, chunk) +
                          ": does not decompress (" +
-                         std::string(codec::CodecName(chunk.codec)) +
+                         std::string(codec::CodecName(chunk.codec())) +
                          "): " + unpacked.message());
   }
   if (checks == Checksums::kChecked) return Status();
@@ -406,8 +405,8 @@ Status ReadChunk(Storage& storage, const format::Manifest& manifest,
     // A compressed chunk is smaller than its bytes (the manifest's rules),
     // so this is at most `dest`'s size.
     auto stored =
-        std::make_unique_for_overwrite<std::byte[]>(chunk.stored_length);
-    const std::span<std::byte> in(stored.get(), chunk.stored_length);
+        std::make_unique_for_overwrite<std::byte[]>(chunk.stored_length());
+    const std::span<std::byte> in(stored.get(), chunk.stored_length());
     CKPT_RETURN_IF_ERROR_CTX(storage.ReadRange(key, chunk.offset, in),
                              ChunkWhere(manifest, entry, chunk));
     return UnpackChunk(manifest, entry, chunk, in, dest, checks);

@@ -132,9 +132,8 @@ void CompressChunk(const PieceToWrite& p, const DataObjectLayout::Chunk& c,
   const codec::Codec codec = codec::CodecFor(p.dtype);
   if (c.len <= format::kMaxCompressedChunk &&
       codec::Compress(codec, level, bytes, stored)) {
-    r.codec = codec;
-    r.stored_length = stored.size();
-    r.stored_checksum = Xxh3_128(std::span<const std::byte>(stored));
+    r.SetCompressed(codec, stored.size(),
+                    Xxh3_64(std::span<const std::byte>(stored)));
   } else {
     stored = {};
   }
@@ -367,7 +366,9 @@ Result<WrittenObject> WriteDataObject(Storage& storage, const std::string& key,
   written.chunks.resize(pieces.size());
   for (size_t c = 0; c < chunks.size(); ++c) {
     written.chunks[chunks[c].piece].push_back(
-        format::ChunkRecord{0, chunks[c].offset, chunks[c].len, sums[c]});
+        format::ChunkRecord{.offset = chunks[c].offset,
+                            .length = chunks[c].len,
+                            .checksum = sums[c]});
   }
   CKPT_RETURN_IF_ERROR(out->Close());
   written.size = layout.size;
@@ -403,8 +404,10 @@ Status DataObjectStream::Append(std::span<const std::byte> bytes) {
          layout_.chunks[next_chunk_].piece == piece;
        ++next_chunk_) {
     const DataObjectLayout::Chunk& c = layout_.chunks[next_chunk_];
-    records.push_back(format::ChunkRecord{
-        0, c.offset, c.len, Xxh3_128(bytes.subspan(c.pos, c.len))});
+    records.push_back(
+        format::ChunkRecord{.offset = c.offset,
+                            .length = c.len,
+                            .checksum = Xxh3_128(bytes.subspan(c.pos, c.len))});
   }
   CKPT_RETURN_IF_ERROR(AppendSlices(*out_, bytes, /*in_place=*/false));
   ++next_piece_;

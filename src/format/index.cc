@@ -204,10 +204,10 @@ std::string EncodeRankIndex(const RankIndex& index) {
       w.Var(c.length);
       w.Sum(c.checksum);
       if (!compressed) continue;
-      w.U8(static_cast<uint8_t>(c.codec));
+      w.U8(static_cast<uint8_t>(c.codec()));
       if (!c.compressed()) continue;
-      w.Var(c.stored_length);
-      w.Sum(c.stored_checksum);
+      w.Var(c.stored_length());
+      w.U64(c.stored_checksum);
     }
   }
   return Frame(compressed ? kCompressedIndexMagic : kIndexMagic, w);
@@ -254,12 +254,14 @@ Result<RankIndex> DecodeRankIndex(std::string_view bytes,
                  codec::CodecFromByte(code);
              if (r.ok() && !known) {
                r.Fail("chunk has unknown codec " + std::to_string(code));
-             } else if (known) {
-               c.codec = *known;
-             }
-             if (c.compressed()) {
-               c.stored_length = r.Var();
-               c.stored_checksum = r.Sum();
+             } else if (known && *known != codec::Codec::kRaw) {
+               const uint64_t stored = r.Var();
+               const uint64_t sum = r.U64();
+               if (r.ok() && stored > ChunkRecord::kMaxStoredLength) {
+                 r.Fail("a compressed chunk of " + std::to_string(stored) +
+                        " stored bytes");
+               }
+               c.SetCompressed(*known, stored, sum);
              }
            }
            p.chunks.push_back(c);

@@ -43,7 +43,10 @@ Manifest FourRanks() {
     // Chunks of at most 64 bytes, laid out one after another.
     for (uint64_t done = 0; done < bytes;) {
       const uint64_t n = std::min<uint64_t>(64, bytes - done);
-      p.chunks.push_back({object, used[object % 4], n, {++sum, ~sum}});
+      p.chunks.push_back({.object = object,
+                          .offset = used[object % 4],
+                          .length = n,
+                          .checksum = {++sum, ~sum}});
       used[object % 4] += n;
       done += n;
     }

@@ -182,8 +182,8 @@ json EncodeBody(const Manifest& m) {
           // Compact rows: a large checkpoint has millions of chunks.
           if (c.compressed()) {
             chunks.push_back({c.object, c.offset, c.length, c.checksum.Hex(),
-                              codec::CodecName(c.codec), c.stored_length,
-                              c.stored_checksum.Hex()});
+                              codec::CodecName(c.codec()), c.stored_length(),
+                              Hex64(c.stored_checksum)});
           } else {
             chunks.push_back({c.object, c.offset, c.length, c.checksum.Hex()});
           }
@@ -405,12 +405,12 @@ Status CheckPiece(const Manifest& m, const EntryRecord& e, const PieceRecord& p,
     // A compressed chunk is smaller than its bytes (one that would not
     // shrink is stored raw), and its codec is one this reader knows.
     if (c.compressed() &&
-        (c.stored_length == 0 || c.stored_length >= c.length ||
+        (c.stored_length() == 0 || c.stored_length() >= c.length ||
          c.length > kMaxCompressedChunk ||
-         static_cast<uint8_t>(c.codec) > codec::kLastCodec)) {
+         static_cast<uint8_t>(c.codec()) > codec::kLastCodec)) {
       return Bad(pw + ": compressed chunk of " + std::to_string(c.length) +
-                 " bytes stored in " + std::to_string(c.stored_length) +
-                 " (codec " + std::string(codec::CodecName(c.codec)) + ")");
+                 " bytes stored in " + std::to_string(c.stored_length()) +
+                 " (codec " + std::string(codec::CodecName(c.codec())) + ")");
     }
     const uint64_t stored = c.StoredLength();
     if (c.offset > o.size || stored > o.size - c.offset) {

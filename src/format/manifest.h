@@ -26,29 +26,42 @@ namespace ckpt::format {
 
 struct ChunkRecord {
   uint32_t object = 0;  // index into Manifest::objects
+  // A compressed chunk's codec (top 4 bits) and stored length (the low
+  // 28: a compressed chunk is shorter than kMaxCompressedChunk, 256 MiB),
+  // in the word the object index leaves: a record stays 48 bytes, and a
+  // manifest holds millions. 0 for a raw chunk.
+  uint32_t packed = 0;
   uint64_t offset = 0;  // byte offset inside that object
   // The chunk's bytes as the tensor holds them (decompressed): what a piece
   // is made of, what incremental saves compare and what a load checks last.
   uint64_t length = 0;
   Checksum128 checksum;  // xxh3-128 of those bytes
-  // A compressed chunk (docs/format.md, "Compressed chunks"): its codec,
-  // and the bytes it takes in the object with their own checksum, so that
-  // damage is found before decompressing. kRaw: the stored bytes are the
-  // chunk's bytes, and the two fields below are unused (see Stored*).
-  codec::Codec codec = codec::Codec::kRaw;
-  uint64_t stored_length = 0;
-  Checksum128 stored_checksum;
+  // A compressed chunk's stored bytes' xxh3-64, so that damage is found
+  // before decompressing (docs/format.md, "Compressed chunks").
+  uint64_t stored_checksum = 0;
 
-  bool compressed() const { return codec != codec::Codec::kRaw; }
-  // The bytes of the object the chunk occupies, and their checksum.
-  uint64_t StoredLength() const {
-    return compressed() ? stored_length : length;
+  static constexpr uint64_t kMaxStoredLength = (uint64_t{1} << 28) - 1;
+  codec::Codec codec() const { return static_cast<codec::Codec>(packed >> 28); }
+  bool compressed() const { return codec() != codec::Codec::kRaw; }
+  uint64_t stored_length() const { return packed & kMaxStoredLength; }
+  // Marks the chunk compressed: `stored` (at most kMaxStoredLength) bytes
+  // with codec `c` (not kRaw) and xxh3-64 `sum`.
+  void SetCompressed(codec::Codec c, uint64_t stored, uint64_t sum) {
+    packed = static_cast<uint32_t>(static_cast<uint32_t>(c) << 28 |
+                                   (stored & kMaxStoredLength));
+    stored_checksum = sum;
   }
-  const Checksum128& StoredChecksum() const {
-    return compressed() ? stored_checksum : checksum;
+  void SetRaw() {
+    packed = 0;
+    stored_checksum = 0;
+  }
+  // The bytes of the object the chunk occupies.
+  uint64_t StoredLength() const {
+    return compressed() ? stored_length() : length;
   }
   uint64_t StoredEnd() const { return offset + StoredLength(); }
 };
+static_assert(sizeof(ChunkRecord) == 48);
 
 struct PieceRecord {
   // The box of the global shape this piece covers (both empty for 0-d).

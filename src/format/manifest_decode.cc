@@ -126,16 +126,19 @@ Result<PieceRecord> ReadPiece(const Manifest& m, const json& jp,
       if (!codec || *codec == codec::Codec::kRaw) {
         return r.Fail(cw + " codec is not one ckpt knows");
       }
-      c.codec = *codec;
-      CKPT_ASSIGN_OR_RETURN(c.stored_length,
+      CKPT_ASSIGN_OR_RETURN(const uint64_t stored,
                             r.UInt(jc[5], cw + " stored length"));
-      std::optional<Checksum128> stored_sum =
-          jc[6].is_string() ? Checksum128::FromHex(jc[6].get<std::string>())
+      if (stored > ChunkRecord::kMaxStoredLength) {
+        return r.Fail(cw + " stored length " + std::to_string(stored) +
+                      " is past a compressed chunk's");
+      }
+      const std::optional<uint64_t> stored_sum =
+          jc[6].is_string() ? FromHex64(jc[6].get<std::string>())
                             : std::nullopt;
       if (!stored_sum) {
-        return r.Fail(cw + " stored checksum is not 32 hex digits");
+        return r.Fail(cw + " stored checksum is not 16 hex digits");
       }
-      c.stored_checksum = *stored_sum;
+      c.SetCompressed(*codec, stored, *stored_sum);
     }
     p.chunks.push_back(c);
   }
@@ -422,6 +425,7 @@ std::optional<PieceRecord> FoldPiece(const json& jp) {
   if (chunks == jp.end() || !chunks->is_array()) return std::nullopt;
   p.chunks.reserve(chunks->size());
   for (const json& jc : *chunks) {
+    // A compressed chunk's row of seven goes to ReadPiece.
     if (!jc.is_array() || jc.size() != 4 || !jc[3].is_string()) {
       return std::nullopt;
     }
@@ -433,8 +437,10 @@ std::optional<PieceRecord> FoldPiece(const json& jp) {
     if (!object || *object > UINT32_MAX || !offset || !length || !sum) {
       return std::nullopt;
     }
-    p.chunks.push_back(
-        {static_cast<uint32_t>(*object), *offset, *length, *sum});
+    p.chunks.push_back({.object = static_cast<uint32_t>(*object),
+                        .offset = *offset,
+                        .length = *length,
+                        .checksum = *sum});
   }
   return p;
 }

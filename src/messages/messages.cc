@@ -77,11 +77,8 @@ std::string EncodeWriteResult(const WriteResult& m) {
       w.U64(c.length);
       w.Sum(c.checksum);
       w.U32(c.object);
-      w.U8(static_cast<uint8_t>(c.codec));
-      if (c.compressed()) {
-        w.U64(c.stored_length);
-        w.Sum(c.stored_checksum);
-      }
+      w.U32(c.packed);
+      if (c.compressed()) w.U64(c.stored_checksum);
     }
   }
   w.I64(m.wait_ms);
@@ -114,23 +111,17 @@ Result<WriteResult> DecodeWriteResult(std::string_view bytes) {
   m.pieces.resize(r.Count(8 + 4));
   for (PieceChunks& p : m.pieces) {
     p.piece = r.U64();
-    p.chunks.resize(r.Count(8 + 8 + 16 + 4 + 1));
+    p.chunks.resize(r.Count(8 + 8 + 16 + 4 + 4));
     for (ChunkRow& c : p.chunks) {
       c.offset = r.U64();
       c.length = r.U64();
       c.checksum = r.Sum();
       c.object = r.U32();
-      const uint8_t code = r.U8();
-      const std::optional<codec::Codec> known = codec::CodecFromByte(code);
-      if (!known) {
-        r.Fail("a chunk row of codec " + std::to_string(code));
-      } else {
-        c.codec = *known;
+      c.packed = r.U32();
+      if (!codec::CodecFromByte(static_cast<uint8_t>(c.packed >> 28))) {
+        r.Fail("a chunk row of codec " + std::to_string(c.packed >> 28));
       }
-      if (c.compressed()) {
-        c.stored_length = r.U64();
-        c.stored_checksum = r.Sum();
-      }
+      if (c.compressed()) c.stored_checksum = r.U64();
       if (c.object != kOwnObject && c.object >= m.refs.size()) {
         r.Fail("a chunk row names reference " + std::to_string(c.object) +
                " of " + std::to_string(m.refs.size()));

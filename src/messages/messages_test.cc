@@ -18,8 +18,19 @@ WriteResult SampleResult() {
       ObjectRef{"step-000000000005/r00000-aaaa.safetensors", 99, 3});
   PieceChunks p;
   p.piece = 4;
-  p.chunks.push_back(ChunkRow{kOwnObject, 128, 4096, Checksum128{1, 2}});
-  p.chunks.push_back(ChunkRow{0, 0, 4096, Checksum128{3, 4}});
+  p.chunks.push_back(ChunkRow{.object = kOwnObject,
+                              .offset = 128,
+                              .length = 4096,
+                              .checksum = Checksum128{1, 2}});
+  p.chunks.push_back(
+      ChunkRow{.offset = 0, .length = 4096, .checksum = Checksum128{3, 4}});
+  // A compressed chunk's row carries its codec, stored length and sum.
+  ChunkRow packed{.object = 0,
+                  .offset = 4096,
+                  .length = 8192,
+                  .checksum = Checksum128{5, 6}};
+  packed.SetCompressed(codec::Codec::kZstdFloat32, 1000, 77);
+  p.chunks.push_back(packed);
   r.pieces.push_back(p);
   return r;
 }
@@ -83,7 +94,11 @@ TEST(MessagesTest, EveryMessageSurvivesEncoding) {
   EXPECT_EQ(r2->refs[0].rank, 3);
   ASSERT_EQ(r2->pieces.size(), 1u);
   EXPECT_EQ(r2->pieces[0].piece, 4u);
-  ASSERT_EQ(r2->pieces[0].chunks.size(), 2u);
+  ASSERT_EQ(r2->pieces[0].chunks.size(), 3u);
+  EXPECT_EQ(r2->pieces[0].chunks[2].codec(), codec::Codec::kZstdFloat32);
+  EXPECT_EQ(r2->pieces[0].chunks[2].stored_length(), 1000u);
+  EXPECT_EQ(r2->pieces[0].chunks[2].stored_checksum, 77u);
+  EXPECT_EQ(r2->pieces[0].chunks[0].codec(), codec::Codec::kRaw);
   EXPECT_EQ(r2->pieces[0].chunks[0].offset, 128u);
   EXPECT_EQ(r2->pieces[0].chunks[0].checksum, (Checksum128{1, 2}));
   EXPECT_EQ(r2->pieces[0].chunks[0].object, kOwnObject);

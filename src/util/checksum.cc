@@ -79,6 +79,23 @@ Checksum128 Xxh3_128(std::string_view data) {
   return OneShot(data.data(), data.size());
 }
 
+uint64_t Xxh3_64(std::span<const std::byte> data) {
+  return XXH3_64bits(data.data(), data.size());
+}
+
+std::string Hex64(uint64_t v) {
+  // The low half of a Checksum128's spelling.
+  return Checksum128{0, v}.Hex().substr(16);
+}
+
+std::optional<uint64_t> FromHex64(std::string_view hex) {
+  if (hex.size() != 16) return std::nullopt;
+  std::optional<Checksum128> sum =
+      Checksum128::FromHex(std::string(16, '0') + std::string(hex));
+  if (!sum) return std::nullopt;
+  return sum->low;
+}
+
 Xxh3Hasher::Xxh3Hasher() : state_(XXH3_createState()) { Reset(); }
 Xxh3Hasher::~Xxh3Hasher() {
   XXH3_freeState(static_cast<XXH3_state_t*>(state_));

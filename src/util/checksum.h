@@ -29,6 +29,13 @@ bool Xxh3UsesAvx2();
 
 Checksum128 Xxh3_128(std::span<const std::byte> data);
 Checksum128 Xxh3_128(std::string_view data);
+// XXH3-64: a compressed chunk's stored bytes (the chunk's own bytes keep
+// their XXH3-128).
+uint64_t Xxh3_64(std::span<const std::byte> data);
+// 16 lower-case hex digits, most significant first; FromHex64 parses
+// exactly that.
+std::string Hex64(uint64_t v);
+std::optional<uint64_t> FromHex64(std::string_view hex);
 
 // Streaming form, for checksumming a chunk while it is being written.
 class Xxh3Hasher {
