@@ -7,6 +7,7 @@
 // where the checksummed manifest says — so damage there is Verify's to
 // report, and Load still returns every byte right.
 #include <string>
+#include <tuple>
 
 #include "ckpt/checkpoint_manager.h"
 #include "format/constants.h"
@@ -25,14 +26,20 @@ using testing::StepModel;
 constexpr int kRanks = 2;
 constexpr int64_t kRows = 1;  // 96 floats per rank: a small checkpoint
 
-class IntegrityTest : public ::testing::TestWithParam<Options::MetadataLayout> {
+// The layout, and whether the chunks are compressed.
+using Variant = std::tuple<Options::MetadataLayout, bool>;
+
+class IntegrityTest : public ::testing::TestWithParam<Variant> {
  protected:
   void SetUp() override {
     StepModel model(1, kRanks, kRows);
     RunRanks(kRanks, [&](int rank, Communicator* comm) {
       Options o;
       o.communicator = comm;
-      o.metadata_layout = GetParam();
+      o.metadata_layout = std::get<0>(GetParam());
+      if (std::get<1>(GetParam())) {
+        o.compression.mode = Compression::Mode::kZstd;
+      }
       auto mgr = CheckpointManager::Open(url_, o);
       ASSERT_TRUE(mgr.ok());
       auto saved = (*mgr)->Save(1, model.ForRank(rank));
@@ -46,7 +53,19 @@ class IntegrityTest : public ::testing::TestWithParam<Options::MetadataLayout> {
     for (const ObjectInfo& o : *objects) keys_.push_back(o.key);
     // The manifest and 2 data files; indexed: also the directory and 2
     // indexes.
-    const bool indexed = GetParam() == Options::MetadataLayout::kIndexed;
+    if (std::get<1>(GetParam())) {
+      // Each rank's weights compressed (their exponents shrink): the
+      // flips below land in compressed chunks too.
+      int compressed = 0;
+      for (const std::string& key : keys_) {
+        if (!key.ends_with(format::kDataSuffix)) continue;
+        compressed += storage_->ReadAll(key).value().find("ckpt.compressed") !=
+                      std::string::npos;
+      }
+      ASSERT_EQ(compressed, kRanks);
+    }
+    const bool indexed =
+        std::get<0>(GetParam()) == Options::MetadataLayout::kIndexed;
     ASSERT_EQ(keys_.size(), indexed ? 2u + 2 * kRanks : 1u + kRanks);
   }
 
@@ -126,15 +145,18 @@ TEST_P(IntegrityTest, EveryTruncation) {
               static_cast<unsigned long long>(cuts));
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, IntegrityTest,
-                         ::testing::Values(Options::MetadataLayout::kIndexed,
-                                           Options::MetadataLayout::kJson),
-                         [](const auto& info) {
-                           return info.param ==
-                                          Options::MetadataLayout::kIndexed
-                                      ? "Indexed"
-                                      : "Json";
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, IntegrityTest,
+    ::testing::Combine(::testing::Values(Options::MetadataLayout::kIndexed,
+                                         Options::MetadataLayout::kJson),
+                       ::testing::Bool()),
+    [](const auto& info) {
+      return std::string(std::get<0>(info.param) ==
+                                 Options::MetadataLayout::kIndexed
+                             ? "Indexed"
+                             : "Json") +
+             (std::get<1>(info.param) ? "Compressed" : "");
+    });
 
 }  // namespace
 }  // namespace ckpt

@@ -196,7 +196,7 @@ struct RootContext {
   // next save takes it as its parent). With 4 KiB chunks a 2 GiB state has
   // half a million rows (21 MB); fresh memory for them at every save cost
   // more than the rest of a small incremental save on a VM where every page
-  // fault is a trip to the hypervisor (docs/benchmarks.md). Holds 40 bytes
+  // fault is a trip to the hypervisor (docs/benchmarks.md). Holds 48 bytes
   // per chunk between saves (1% of the data at 4 KiB chunks, 0.001% at
   // 4 MiB), beside the index kept.
   std::vector<std::vector<ChunkRow>> spare_rows;

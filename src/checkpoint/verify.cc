@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "data/reader.h"
+#include "data/writer.h"
 #include "format/safetensors.h"
 #include "util/checksum.h"
 #include "util/names.h"
@@ -65,6 +66,13 @@ ObjectCheck CheckObject(Storage& storage, const format::ObjectRecord& o,
   }
   Result<format::SafetensorsHeader> h = ReadHeader(storage, o.key, info->size);
   if (h.ok()) {
+    // ckpt writes no metadata into a data object but its compression
+    // marker: anything else is a damaged header.
+    if (!h->metadata.empty() && h->metadata != CompressedMetadata()) {
+      problems.push_back(o.key +
+                         ": safetensors header: __metadata__ is not what ckpt "
+                         "writes (damaged)");
+    }
     check.header = std::move(h).value();
   } else {
     problems.push_back(o.key +

@@ -111,15 +111,17 @@ double Seconds(std::chrono::steady_clock::time_point a,
   return std::chrono::duration<double>(b - a).count();
 }
 
-// The safetensors metadata of a data object with compressed chunks: a
-// reader other than ckpt then sees why those pieces are U8 bytes.
+}  // namespace
+
 const std::map<std::string, std::string>& CompressedMetadata() {
   static const std::map<std::string, std::string> m = {
       {"ckpt.compressed",
-       "tensors of dtype U8 here hold compressed chunks; ckpt export writes "
-       "them as they are"}};
+       "tensors of dtype U8 here hold compressed chunks: read them with "
+       "ckpt (ckpt export writes the tensors themselves)"}};
   return m;
 }
+
+namespace {
 
 // One chunk compressed (or left raw where that does not shrink it) into
 // `r` and `stored`.

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -44,6 +45,11 @@ struct WrittenObject {
 };
 
 class ThreadPool;
+
+// The safetensors metadata of a data object with compressed chunks (none
+// otherwise): a reader other than ckpt then sees why its pieces are U8
+// bytes, and `ckpt verify` that a header's metadata is one of the two.
+const std::map<std::string, std::string>& CompressedMetadata();
 
 // How WriteDataObject compresses the chunks of host pieces (docs/format.md,
 // "Compressed chunks"): each chunk in byte planes of its element and zstd
