@@ -293,12 +293,24 @@ struct LoadOptions {
   // Every byte read once (docs/design.md, "Every byte read once"): with
   // many ranks, a chunk that several ranks need (a replicated tensor, a
   // piece that several new boxes of a reshard meet) is read from storage by
-  // one of them and sent to the others through the communicator. kAuto
-  // (the default) does so whenever the ranks share a chunk and every rank's
-  // communicator can send from rank to rank; kOff has every rank read all
-  // it needs itself. The environment variable CKPT_READ_ONCE=off turns it
-  // off for every load of the process.
-  enum class ReadOnce { kAuto, kOff };
+  // one of them and sent to the others through the communicator. It pays
+  // where reads cross a link a node's ranks share (a network file system,
+  // an object store): a node then reads its share of a replicated state
+  // once, not once a rank, and receives the rest over the network between
+  // nodes. It does not pay where a byte read again costs less than a byte
+  // sent: from a local disk's page cache or from memory. kAuto (the
+  // default) reads once where the ranks share a chunk, every rank's
+  // communicator can send from rank to rank, and every rank's storage
+  // reads over a link (StorageCapabilities::local_reads false: s3://, a
+  // file:// root on a network file system, NewRateLimitedStorage pacing
+  // reads); not from a local file system or mem://, whether the ranks are
+  // on one host or (in containers of one machine) on several, and not
+  // where every rank is on one host and the storage hands objects over in
+  // place. kOn reads once wherever the ranks share a chunk and can send;
+  // kOff has every rank read all it needs itself. The environment variable
+  // CKPT_READ_ONCE=off turns it off for every load of the process, kOn's
+  // too.
+  enum class ReadOnce { kAuto, kOff, kOn };
   ReadOnce read_once = ReadOnce::kAuto;
 };
 

@@ -239,6 +239,7 @@ Status AddNeededChunks(const format::EntryRecord& entry,
 }
 
 Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
+                               LoadOptions::ReadOnce mode,
                                const format::Manifest& manifest,
                                const std::vector<NeededChunk>* mine,
                                ThreadPool* pool) {
@@ -251,6 +252,17 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
   ReadOncePlan plan;
   plan.can_send = comm.SendRecv(EncodeReadOnceBatch({}), -1, -1).ok();
   plan.host = comm.host_name();
+  // Whether it pays (docs/design.md, "Every byte read once"): a byte sent
+  // between ranks costs a copy into a message, the network (or a copy
+  // between processes) and a copy out. Read again from this machine's page
+  // cache or memory it costs one copy: there each rank reads for itself.
+  // Over a link its node shares (a network store), each rank reading for
+  // itself moves the bytes over that link once a rank; read once, once a
+  // job, the rest over the network between nodes.
+  const StorageCapabilities caps = storage.capabilities();
+  const bool forced = mode == LoadOptions::ReadOnce::kOn;
+  plan.wanted = forced || !caps.local_reads;
+  plan.in_place = !forced && caps.object_views;
   std::map<ChunkId, std::vector<const NeededChunk*>> places;
   if (mine != nullptr) {
     plan.planned = true;
@@ -266,7 +278,7 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
   CKPT_ASSIGN_OR_RETURN(std::vector<std::string> gathered,
                         comm.AllGather(EncodeReadOncePlan(plan)));
   std::vector<ReadOncePlan> plans(gathered.size());
-  bool all_send = true;
+  bool all_send = true, all_want = true, in_place = false;
   for (size_t r = 0; r < gathered.size(); ++r) {
     Result<ReadOncePlan> p = DecodeReadOncePlan(gathered[r]);
     if (!p.ok()) {
@@ -276,16 +288,20 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
     plans[r] = std::move(*p);
     if (!plans[r].planned) out.another_failed = mine != nullptr;
     all_send = all_send && plans[r].can_send;
+    all_want = all_want && plans[r].wanted;
+    in_place = in_place || plans[r].in_place;
   }
   gathered.clear();
-  if (mine == nullptr || out.another_failed || !all_send) return out;
+  if (mine == nullptr || out.another_failed || !all_send || !all_want) {
+    return out;
+  }
   // On one host, from a storage that hands its objects over in place, the
   // host's memory already holds each byte once for all its ranks (the page
   // cache, or mem://'s buffers): sending would only add copies.
   bool one_host = true;
   for (const ReadOncePlan& p : plans)
     one_host = one_host && p.host == plan.host;
-  if (one_host && storage.capabilities().object_views) return out;
+  if (one_host && in_place) return out;
 
   // 2. Who needs each chunk, and who reads the shared ones (read_once.h).
   std::map<ChunkId, Shared> by_id;

@@ -25,11 +25,19 @@ constexpr uint64_t kChunk = 4096;
 constexpr uint64_t kTensorBytes = kRows * kCols * sizeof(float);
 
 // Bytes read from data objects (ReadRange: manifests and indexes are read
-// whole), over every rank's storage.
+// whole), over every rank's storage. With `link`, its reads are declared
+// not local, as a network store's are (where kAuto reads once); without,
+// they are mem://'s own, local.
 class CountingReads : public StorageWrapper {
  public:
-  CountingReads(std::unique_ptr<Storage> target, std::atomic<uint64_t>* count)
-      : StorageWrapper(std::move(target)), count_(count) {}
+  CountingReads(std::unique_ptr<Storage> target, std::atomic<uint64_t>* count,
+                bool link)
+      : StorageWrapper(std::move(target)), count_(count), link_(link) {}
+  StorageCapabilities capabilities() const override {
+    StorageCapabilities caps = StorageWrapper::capabilities();
+    if (link_) caps.local_reads = false;
+    return caps;
+  }
   Status ReadRange(std::string_view key, uint64_t offset,
                    std::span<std::byte> out) override {
     *count_ += out.size();
@@ -38,6 +46,7 @@ class CountingReads : public StorageWrapper {
 
  private:
   std::atomic<uint64_t>* count_;
+  bool link_;
 };
 
 // Element i of tensor `t` at step `step`.
@@ -102,7 +111,7 @@ class ReadOnceTest : public ::testing::Test {
     o.communicator = comm;
     o.chunk_size = kChunk;
     auto mgr = CheckpointManager::Open(
-        std::make_unique<CountingReads>(std::move(*storage), &read_), o);
+        std::make_unique<CountingReads>(std::move(*storage), &read_, link_), o);
     EXPECT_TRUE(mgr.ok()) << mgr.status().ToString();
     return std::move(mgr).value();
   }
@@ -166,6 +175,7 @@ class ReadOnceTest : public ::testing::Test {
 
   testing::TestRoot root_{testing::Backend::kMemory, "read-once"};
   std::atomic<uint64_t> read_{0};
+  bool link_ = true;
 };
 
 void ExpectAllOk(const std::vector<Status>& got) {
@@ -181,6 +191,24 @@ TEST_F(ReadOnceTest, ReplicatedStateIsReadOnceByTheJob) {
   EXPECT_EQ(read_.load(), 2 * kTensorBytes);
   ExpectAllOk(Load(4, 1, /*whole=*/true, LoadOptions::ReadOnce::kOff, 1));
   EXPECT_EQ(read_.load(), 4 * 2 * kTensorBytes);
+}
+
+TEST_F(ReadOnceTest, AutoReadsForItselfFromLocalStorageAndOnForces) {
+  Save(4, 1);
+  link_ = false;  // mem://'s reads, local: read again costs less than sent
+  ExpectAllOk(Load(4, 1, /*whole=*/true, LoadOptions::ReadOnce::kAuto, 1));
+  EXPECT_EQ(read_.load(), 4 * 2 * kTensorBytes);
+  ExpectAllOk(Load(4, 1, /*whole=*/true, LoadOptions::ReadOnce::kOn, 1));
+  EXPECT_EQ(read_.load(), 2 * kTensorBytes);
+  // The same on two nodes (the ranks' host names): local reads are local
+  // on every node.
+  std::atomic<uint64_t> across{0};
+  ExpectAllOk(Load(4, 1, /*whole=*/true, LoadOptions::ReadOnce::kAuto, 1,
+                   [&](Communicator* c) -> Communicator* {
+                     return new OnNode(c, 2, &across);
+                   }));
+  EXPECT_EQ(read_.load(), 4 * 2 * kTensorBytes);
+  EXPECT_EQ(across.load(), 0u);
 }
 
 TEST_F(ReadOnceTest, ReshardReadsEveryChunkOnce) {

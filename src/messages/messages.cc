@@ -293,6 +293,8 @@ std::string EncodeReadOncePlan(const ReadOncePlan& m) {
   Writer w(MessageType::kReadOncePlan);
   w.Bool(m.planned);
   w.Bool(m.can_send);
+  w.Bool(m.wanted);
+  w.Bool(m.in_place);
   w.Str(m.host);
   w.Count(m.chunks.size());
   for (size_t i = 0; i < m.chunks.size(); ++i) {
@@ -311,6 +313,8 @@ Result<ReadOncePlan> DecodeReadOncePlan(std::string_view bytes) {
   ReadOncePlan m;
   m.planned = r.Bool();
   m.can_send = r.Bool();
+  m.wanted = r.Bool();
+  m.in_place = r.Bool();
   m.host = r.Str();
   m.chunks.resize(r.Count(40));
   m.places.resize(m.chunks.size());
