@@ -16,9 +16,11 @@
 // communicator cannot send. With kAuto, also where it cannot pay: when a
 // rank's storage reads are local (StorageCapabilities::local_reads: a
 // local disk's page cache or memory, read at memory speed, where a byte
-// sent costs more than a byte read again), and on one host over a storage
+// sent costs more than a byte read again), on one host over a storage
 // that hands its objects over in place (the page cache already shares
-// them).
+// them), and where the ranks measure the way between them slower than
+// storage (each times the first of its share from storage and a probe to
+// another rank; then every rank reads the rest it needs itself).
 #pragma once
 
 #include <memory>

@@ -502,6 +502,16 @@ TEST(MessagesTest, ReadOnceMessagesSurviveEncodingAndRefuseHostileFields) {
   EXPECT_EQ(back->places[1].offset, 4096u);
   // Chunks out of order or listed twice would let ranks disagree on who
   // reads what: refused.
+  const ReadOnceRates rates{.read_bytes = 1 << 20,
+                            .read_ns = 5'000'000,
+                            .probe_bytes = 4096,
+                            .probe_ns = 70'000};
+  auto rates_back = DecodeReadOnceRates(EncodeReadOnceRates(rates));
+  ASSERT_TRUE(rates_back.ok()) << rates_back.status().ToString();
+  EXPECT_EQ(rates_back->read_ns, 5'000'000u);
+  EXPECT_EQ(rates_back->probe_bytes, 4096u);
+  EXPECT_FALSE(
+      DecodeReadOnceRates(EncodeReadOnceRates(rates).substr(0, 20)).ok());
   ReadOncePlan twice = plan;
   twice.chunks[1] = twice.chunks[0];
   EXPECT_EQ(DecodeReadOncePlan(EncodeReadOncePlan(twice)).status().code(),
