@@ -326,7 +326,7 @@ Status Loader::StageLoad(int64_t step, State& state, const LoadOptions& load,
   damaged = false;
   std::vector<const format::EntryRecord*> records;
   Status planned = PlanStage(step, state, load, out, records, damaged);
-  if (!ReadOnceWanted(load, root_.comm())) {
+  if (!ReadOnceWanted(load, root_.comm(), *root_.storage)) {
     CKPT_RETURN_IF_ERROR(planned);
     return ReadStage(state, load, records, *root_.storage, out, damaged);
   }

@@ -295,14 +295,22 @@ Result<bool> RanksFasterThanStorage(Communicator& comm,
   LogInfo("read once: the rest of the shared chunks in " +
           std::to_string(from_ranks) + " s from the ranks, " +
           std::to_string(from_storage) + " s from storage (as measured): " +
-          (pays ? "from the ranks" : "each rank reads its own"));
+          (pays ? "from the ranks" : "each rank reads its own") +
+          "; this rank's probe " + std::to_string(mine.probe_ns * 1e-9) +
+          " s, its first reads " + std::to_string(mine.read_ns * 1e-9) + " s");
   return pays;
 }
 
 }  // namespace
 
-bool ReadOnceWanted(const LoadOptions& load, const Communicator& comm) {
+bool ReadOnceWanted(const LoadOptions& load, const Communicator& comm,
+                    const Storage& storage) {
   if (comm.size() <= 1 || load.read_once == LoadOptions::ReadOnce::kOff) {
+    return false;
+  }
+  // Reads at memory speed: a byte sent costs more than a byte read again.
+  if (load.read_once == LoadOptions::ReadOnce::kAuto &&
+      storage.capabilities().local_reads) {
     return false;
   }
   const char* env = std::getenv("CKPT_READ_ONCE");
@@ -338,18 +346,13 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
   ReadOncePlan plan;
   plan.can_send = comm.SendRecv(EncodeReadOnceBatch({}), -1, -1).ok();
   plan.host = comm.host_name();
-  // Whether it pays (docs/design.md, "Every byte read once"): a byte sent
-  // between ranks costs a copy into a message, the network (or a copy
-  // between processes) and a copy out. Read again from this machine's page
-  // cache or memory it costs one copy: there each rank reads for itself.
-  // Over a link its node shares (a network store), each rank reading for
-  // itself moves the bytes over that link once a rank; read once, once a
-  // job, the rest over the network between nodes.
-  const StorageCapabilities caps = storage.capabilities();
-  const bool forced = mode == LoadOptions::ReadOnce::kOn;
-  plan.wanted = forced || !caps.local_reads;
-  plan.in_place = !forced && caps.object_views;
-  plan.measure = mode == LoadOptions::ReadOnce::kAuto;
+  // With kAuto (over a storage reached through a link: ReadOnceWanted),
+  // whether it pays (docs/design.md, "Every byte read once"): on one host
+  // over a storage that hands objects over in place, never; elsewhere, as
+  // the ranks measure.
+  const bool automatic = mode == LoadOptions::ReadOnce::kAuto;
+  plan.in_place = automatic && storage.capabilities().object_views;
+  plan.measure = automatic;
   std::map<ChunkId, std::vector<const NeededChunk*>> places;
   if (mine != nullptr) {
     plan.planned = true;
@@ -365,7 +368,7 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
   CKPT_ASSIGN_OR_RETURN(std::vector<std::string> gathered,
                         comm.AllGather(EncodeReadOncePlan(plan)));
   std::vector<ReadOncePlan> plans(gathered.size());
-  bool all_send = true, all_want = true, in_place = false, measure = false;
+  bool all_send = true, in_place = false, measure = false;
   for (size_t r = 0; r < gathered.size(); ++r) {
     Result<ReadOncePlan> p = DecodeReadOncePlan(gathered[r]);
     if (!p.ok()) {
@@ -375,14 +378,11 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
     plans[r] = std::move(*p);
     if (!plans[r].planned) out.another_failed = mine != nullptr;
     all_send = all_send && plans[r].can_send;
-    all_want = all_want && plans[r].wanted;
     in_place = in_place || plans[r].in_place;
     measure = measure || plans[r].measure;
   }
   gathered.clear();
-  if (mine == nullptr || out.another_failed || !all_send || !all_want) {
-    return out;
-  }
+  if (mine == nullptr || out.another_failed || !all_send) return out;
   // On one host, from a storage that hands its objects over in place, the
   // host's memory already holds each byte once for all its ranks (the page
   // cache, or mem://'s buffers): sending would only add copies.
@@ -562,6 +562,11 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
     }
     CKPT_ASSIGN_OR_RETURN(const bool pays,
                           RanksFasterThanStorage(comm, rest, measured));
+    LogInfo("read once: rank " + std::to_string(me) + " decided after " +
+            std::to_string(std::chrono::duration<double>(
+                               std::chrono::steady_clock::now() - start)
+                               .count()) +
+            " s");
     if (!pays) {
       // Each rank reads the rest it needs itself, and keeps the chunks it
       // has read (a failed read keeps none: the reader meets the error

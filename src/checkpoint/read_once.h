@@ -42,10 +42,14 @@ struct NeededChunk {
   const format::ChunkRecord* chunk = nullptr;
 };
 
-// Whether a load with `load` on `comm` may share its reads (not yet whether
-// any rank can send, or whether it pays: ShareReads finds that out with
-// the plans).
-bool ReadOnceWanted(const LoadOptions& load, const Communicator& comm);
+// Whether a load with `load` on `comm` from `storage` may share its reads
+// (not yet whether any rank can send, or whether it pays: ShareReads finds
+// that out with the plans). kAuto over a storage whose reads are local
+// does not: every rank reads for itself without a word to the others
+// (the ranks of a job open one root, so they agree; as they must on
+// LoadOptions::read_once and CKPT_READ_ONCE).
+bool ReadOnceWanted(const LoadOptions& load, const Communicator& comm,
+                    const Storage& storage);
 
 // The chunks that the boxes (`offsets`, `lengths`) of `entry` meet,
 // appended to `out`.

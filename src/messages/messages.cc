@@ -293,7 +293,6 @@ std::string EncodeReadOncePlan(const ReadOncePlan& m) {
   Writer w(MessageType::kReadOncePlan);
   w.Bool(m.planned);
   w.Bool(m.can_send);
-  w.Bool(m.wanted);
   w.Bool(m.in_place);
   w.Bool(m.measure);
   w.Str(m.host);
@@ -314,7 +313,6 @@ Result<ReadOncePlan> DecodeReadOncePlan(std::string_view bytes) {
   ReadOncePlan m;
   m.planned = r.Bool();
   m.can_send = r.Bool();
-  m.wanted = r.Bool();
   m.in_place = r.Bool();
   m.measure = r.Bool();
   m.host = r.Str();

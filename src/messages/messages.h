@@ -161,9 +161,6 @@ struct ReadOncePlan {
   };
   bool planned = false;
   bool can_send = false;  // its communicator passes messages (SendRecv)
-  // Its mode asks for read-once where the ranks share chunks: kOn, or
-  // kAuto over a storage whose reads are not local.
-  bool wanted = false;
   // kAuto over a storage that hands objects over in place: with every rank
   // on one host, that host's memory already shares them.
   bool in_place = false;

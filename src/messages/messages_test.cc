@@ -482,18 +482,14 @@ TEST(MessagesTest, MetricsOutOfOrderAreASecondSpellingAndRefused) {
 }
 
 TEST(MessagesTest, ReadOnceMessagesSurviveEncodingAndRefuseHostileFields) {
-  ReadOncePlan plan{.planned = true,
-                    .can_send = true,
-                    .wanted = true,
-                    .in_place = false,
-                    .host = "node3"};
+  ReadOncePlan plan{
+      .planned = true, .can_send = true, .in_place = false, .host = "node3"};
   plan.chunks = {{{1, 2}, 4096}, {{1, 3}, 16}};
   plan.places = {{77, 0}, {77, 4096}};
   auto back = DecodeReadOncePlan(EncodeReadOncePlan(plan));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_TRUE(back->planned);
   EXPECT_TRUE(back->can_send);
-  EXPECT_TRUE(back->wanted);
   EXPECT_FALSE(back->in_place);
   EXPECT_EQ(back->host, "node3");
   EXPECT_EQ(back->chunks, plan.chunks);
