@@ -5,7 +5,7 @@
 // file:// folder every node sees, in two layouts (fully replicated, as a
 // data-parallel job holds it, and sharded along dimension 0, one piece a
 // rank), and loads it back four ways, each with LoadOptions::read_once on
-// (kAuto) and off:
+// (kOn), off (kOff) and as the default decides (kAuto):
 //
 //   replicated     8 ranks, every rank the whole state
 //   sharded        8 ranks, each its own piece
@@ -14,16 +14,26 @@
 //
 // For each it reports the read amplification (bytes every rank read from
 // storage, manifests included, over the bytes of the union of the ranks'
-// boxes: the state once) and the slowest rank's Load. Every loaded byte is
-// compared with what was saved; a wrong one fails the run. The bed goes
-// down at the end, after a failure, and on SIGINT, SIGTERM or SIGHUP.
+// boxes: the state once) and the slowest rank's Load; and two ratios:
+// read_once_speedup_replicated (the replicated load's time off over its
+// time on: above 1, reading once is faster) and default_vs_best_worst (for
+// each case the default's time over the better of on and off; the worst
+// case's). Every loaded byte is compared with what was saved; a wrong one
+// fails the run. The bed goes down at the end, after a failure, and on
+// SIGINT, SIGTERM or SIGHUP.
 //
 //   bench_nodes [--mib 512] [--tensors 32] [--dir /var/tmp] [--runs 1]
-//               [--json] [--timeout 600]
+//               [--storage-mbps 0] [--json] [--timeout 600]
 //
 // --runs N loads each case N times in each mode (the modes taking turns)
 // and reports the median load time (and every run's) and the most bytes
 // read; --timeout ends a job (one mpirun) that runs longer.
+// --storage-mbps R gives each node a link to the storage of R MB/s (10^6
+// bytes), as a network store's: every rank reaches the root through
+// NewRateLimitedStorage pacing reads and writes (the save's too), one
+// budget for the ranks of a node, kept in a file in the node's /dev/shm.
+// 0, the default: no limit (the nodes' one page cache, read at memory
+// speed).
 //
 // Needs root (network namespaces) and ip, unshare and nsenter; otherwise it
 // says "no node bed: " and why, and exits with 77.
@@ -69,9 +79,13 @@ struct Args {
   int tensors = 32;
   std::string dir = "/var/tmp";
   bool json = false;
-  int timeout = 600;  // seconds, per mpirun job
-  int runs = 1;       // loads of each case and mode
+  int timeout = 600;        // seconds, per mpirun job
+  int runs = 1;             // loads of each case and mode
+  double storage_mbps = 0;  // each node's link to storage; 0: no limit
 };
+
+// The modes of LoadOptions::read_once, as the ranks take them.
+const char* const kModes[] = {"on", "off", "auto"};
 
 // One load of the benchmark: a layout on a number of ranks.
 struct Case {
@@ -252,14 +266,15 @@ std::string SelfPath() {
 int Usage(const char* msg) {
   std::fprintf(stderr,
                "%s%susage: bench_nodes [--mib 512] [--tensors 32] "
-               "[--dir /var/tmp] [--runs 1] [--json] [--timeout 600]\n",
+               "[--dir /var/tmp] [--runs 1] [--storage-mbps 0] [--json] "
+               "[--timeout 600]\n",
                msg, *msg ? "\n" : "");
   return 2;
 }
 
 struct Measured {
   json save;  // the save job's line
-  // "<case>/<auto|off>": each run's line.
+  // "<case>/<on|off|auto>": each run's line.
   std::map<std::string, std::vector<json>> load;
 };
 
@@ -277,7 +292,9 @@ int Jobs(const Args& a, Bed& bed, Measured& m) {
                                     "--mib",
                                     std::to_string(a.mib),
                                     "--tensors",
-                                    std::to_string(a.tensors)};
+                                    std::to_string(a.tensors),
+                                    "--storage-mbps",
+                                    std::to_string(a.storage_mbps)};
   };
   const auto job = [&](const std::string& label, int ranks,
                        const std::vector<std::string>& options,
@@ -286,6 +303,11 @@ int Jobs(const Args& a, Bed& bed, Measured& m) {
     const std::string log = work_dir + "/" + label + ".log";
     const std::string out = work_dir + "/" + label + ".json";
     std::vector<std::string> args = {"mpirun", "-np", std::to_string(ranks)};
+    // The ranks' log (CKPT_LOG=info: what read-once measured and chose),
+    // which mpirun passes on only when asked.
+    if (std::getenv("CKPT_LOG") != nullptr) {
+      args.insert(args.end(), {"-x", "CKPT_LOG"});
+    }
     args.insert(args.end(), options.begin(), options.end());
     args.insert(args.end(), rank_args.begin(), rank_args.end());
     args.push_back("--out");
@@ -297,6 +319,9 @@ int Jobs(const Args& a, Bed& bed, Measured& m) {
                  label.c_str(), rc,
                  std::chrono::duration<double>(Clock::now() - t0).count());
     if (interrupted != 0) return std::vector<json>();
+    if (rc == 0 && std::getenv("CKPT_LOG") != nullptr) {
+      std::fprintf(stderr, "%s", ReadText(log).c_str());
+    }
     if (rc != 0) {
       std::fprintf(stderr,
                    "bench_nodes: %s failed (exit %d); its output:\n%s\n",
@@ -316,7 +341,7 @@ int Jobs(const Args& a, Bed& bed, Measured& m) {
     // The modes take turns, so that whatever else the machine does
     // weighs on both alike.
     for (int run = 0; run < a.runs; ++run) {
-      for (const std::string mode : {"auto", "off"}) {
+      for (const std::string mode : kModes) {
         std::vector<std::string> rank_args = common("load");
         for (const std::string& x :
              {std::string("--layout"), std::string(c.layout),
@@ -374,19 +399,35 @@ void Report(const Args& a, const std::string& bed_name, const Measured& m) {
   const Shape s = ShapeFor(a.mib, a.tensors);
   const double needed = static_cast<double>(s.Bytes());
   json ratios = json::object(), load_s = json::object(), cases = json::object();
+  double worst = 0;
   for (const Case& c : Cases()) {
-    const json on = Merged(m.load.at(std::string(c.name) + "/auto"));
-    const json off = Merged(m.load.at(std::string(c.name) + "/off"));
+    std::map<std::string, json> by_mode;
+    for (const char* mode : kModes) {
+      by_mode[mode] = Merged(m.load.at(std::string(c.name) + "/" + mode));
+    }
+    const json& on = by_mode["on"];
     const std::string key = std::string("read_amplification_") + c.name;
-    ratios[key] = on.at("read_bytes").get<double>() / needed;
-    ratios[key + "_off"] = off.at("read_bytes").get<double>() / needed;
-    load_s[c.name] = on.at("load_s");
-    load_s[std::string(c.name) + "_off"] = off.at("load_s");
+    // No suffix: read once (kOn), as before the default could decide.
+    for (const char* mode : kModes) {
+      const std::string suffix =
+          std::string(mode) == "on" ? "" : std::string("_") + mode;
+      ratios[key + suffix] =
+          by_mode[mode].at("read_bytes").get<double>() / needed;
+      load_s[c.name + suffix] = by_mode[mode].at("load_s");
+    }
+    const double t_on = on.at("load_s"), t_off = by_mode["off"].at("load_s");
+    const double t_auto = by_mode["auto"].at("load_s");
+    const double vs_best = t_auto / std::min(t_on, t_off);
+    ratios[std::string("default_vs_best_") + c.name] = vs_best;
+    worst = std::max(worst, vs_best);
+    if (std::string(c.name) == "replicated") {
+      ratios["read_once_speedup_replicated"] = t_off / t_on;
+    }
     json entry = {{"layout", c.layout},
                   {"ranks", c.ranks},
                   {"nodes_used", on.at("nodes_used")},
                   {"needed_bytes", s.Bytes()}};
-    for (const auto& [mode, l] : {std::pair{"auto", on}, {"off", off}}) {
+    for (const auto& [mode, l] : by_mode) {
       entry[mode] = {{"read_bytes", l.at("read_bytes")},
                      {"max_rank_read_bytes", l.at("max_rank_read_bytes")},
                      {"load_s", l.at("load_s")},
@@ -396,6 +437,7 @@ void Report(const Args& a, const std::string& bed_name, const Measured& m) {
     }
     cases[c.name] = entry;
   }
+  ratios["default_vs_best_worst"] = worst;
   if (a.json) {
     const json out = {{"state_bytes", s.Bytes()},
                       {"tensors", s.tensors},
@@ -405,6 +447,7 @@ void Report(const Args& a, const std::string& bed_name, const Measured& m) {
                       {"nodes", kNodes},
                       {"save_ranks", kSaveRanks},
                       {"bed", bed_name},
+                      {"storage_mbps", a.storage_mbps},
                       {"save_s",
                        {{"replicated", m.save.at("replicated_save_s")},
                         {"sharded", m.save.at("sharded_save_s")}}},
@@ -417,26 +460,38 @@ void Report(const Args& a, const std::string& bed_name, const Measured& m) {
   }
   std::printf(
       "bench_nodes: %.1f MiB in %d U32 tensors of %lld x %lld, saved by %d "
-      "ranks on %d nodes (replicated %.2f s, sharded %.2f s)\n",
+      "ranks on %d nodes (replicated %.2f s, sharded %.2f s); storage %s\n",
       needed / (1 << 20), s.tensors, static_cast<long long>(s.rows),
       static_cast<long long>(s.cols), kSaveRanks, kNodes,
       m.save.at("replicated_save_s").get<double>(),
-      m.save.at("sharded_save_s").get<double>());
-  std::printf("%-14s %5s %5s  %12s %12s  %11s %11s\n", "case", "ranks", "nodes",
-              "ratio (once)", "ratio (off)", "load s once", "load s off");
+      m.save.at("sharded_save_s").get<double>(),
+      a.storage_mbps > 0
+          ? (std::to_string(static_cast<long long>(a.storage_mbps)) +
+             " MB/s a node")
+                .c_str()
+          : "unlimited");
+  std::printf("%-14s %5s %5s  %19s  %20s  %9s\n", "case", "ranks", "nodes",
+              "ratio on/off/auto", "load s on/off/auto", "auto/best");
   for (const Case& c : Cases()) {
     const std::string key = std::string("read_amplification_") + c.name;
-    std::printf("%-14s %5d %5d  %12.3f %12.3f  %11.3f %11.3f\n", c.name,
-                c.ranks, cases[c.name]["nodes_used"].get<int>(),
+    const std::string n = c.name;
+    std::printf("%-14s %5d %5d  %6.3f %6.3f %6.3f  %6.3f %6.3f %6.3f  %9.3f\n",
+                c.name, c.ranks, cases[c.name]["nodes_used"].get<int>(),
                 ratios[key].get<double>(), ratios[key + "_off"].get<double>(),
-                load_s[c.name].get<double>(),
-                load_s[std::string(c.name) + "_off"].get<double>());
+                ratios[key + "_auto"].get<double>(), load_s[n].get<double>(),
+                load_s[n + "_off"].get<double>(),
+                load_s[n + "_auto"].get<double>(),
+                ratios["default_vs_best_" + n].get<double>());
   }
   std::printf(
       "ratio: bytes all ranks read from storage (manifests included) / "
       "bytes of the state; load s: the slowest rank's Load, median of %d "
-      "run%s; every loaded byte checked\n",
-      a.runs, a.runs == 1 ? "" : "s");
+      "run%s; every loaded byte checked\n"
+      "read-once speedup, replicated (off / on): %.3f; default over the "
+      "better mode, worst case: %.3f\n",
+      a.runs, a.runs == 1 ? "" : "s",
+      ratios["read_once_speedup_replicated"].get<double>(),
+      ratios["default_vs_best_worst"].get<double>());
 }
 
 int Main(int argc, char** argv) {
@@ -460,6 +515,8 @@ int Main(int argc, char** argv) {
       a.runs = std::atoi(value().c_str());
     } else if (f == "--timeout") {
       a.timeout = std::atoi(value().c_str());
+    } else if (f == "--storage-mbps") {
+      a.storage_mbps = std::atof(value().c_str());
     } else if (f == "--json") {
       a.json = true;
     } else if (f == "--help") {
@@ -472,6 +529,7 @@ int Main(int argc, char** argv) {
   if (a.mib < 1 || a.tensors < 1 || a.timeout < 1 || a.runs < 1) {
     return Usage("--mib, --tensors, --runs and --timeout must be at least 1");
   }
+  if (!(a.storage_mbps >= 0)) return Usage("--storage-mbps must be 0 or more");
   std::string why =
       geteuid() == 0 ? "" : "needs root to make network namespaces";
   for (const char* tool : {"ip", "unshare", "nsenter", CKPT_MPIRUN}) {

@@ -2,17 +2,24 @@
 // under mpirun across the node bed:
 //
 //   bench_nodes --rank save --dir DIR --mib N --tensors T --out FILE
-//   bench_nodes --rank load --layout replicated|sharded --read-once auto|off
-//               --dir DIR --mib N --tensors T --out FILE
+//               [--storage-mbps R]
+//   bench_nodes --rank load --layout replicated|sharded
+//               --read-once on|off|auto --dir DIR --mib N --tensors T
+//               --out FILE [--storage-mbps R]
 //
 // `save` writes the state twice under DIR: fully replicated (every rank
 // adds every tensor whole, as a data-parallel job does) and sharded (each
 // tensor split along dimension 0, one piece a rank). `load` loads one
 // layout on this job's ranks, each rank its even split of dimension 0 (the
-// whole tensors, for the replicated layout), with read-once on (auto) or
-// off; each mode is a job of its own, so that neither finds the process
-// warmed by the other's load. Rank 0 writes what the job measured to FILE, one
-// JSON object a line; every loaded byte is compared with the pattern it was
+// whole tensors, for the replicated layout), with read-once on (kOn), off
+// (kOff) or as the default decides (kAuto); each mode is a job of its own,
+// so that none finds the process warmed by another's load. With
+// --storage-mbps, every rank reaches the root through
+// NewRateLimitedStorage at R MB/s (10^6 bytes) for reads and writes
+// together, the budget shared by the ranks of a node through a file in the
+// node's own /dev/shm: a node's link to a network store, which its ranks
+// share. The save is paced too. Rank 0 writes what the job measured to FILE,
+// one JSON object a line; every loaded byte is compared with the pattern it was
 // saved with.
 #include <mpi.h>
 
@@ -71,10 +78,29 @@ class CountingStorage : public ckpt::StorageWrapper {
 
 struct RankArgs {
   std::string what, layout, dir, out;
-  std::string read_once = "auto";  // or "off"
+  std::string read_once = "auto";  // or "on", "off"
   int64_t mib = 512;
   int tensors = 32;
+  double storage_mbps = 0;  // 0: no limit
 };
+
+// The node's link to storage: one budget for the node's ranks, in the
+// node's own /dev/shm (the bed gives each node its own, and takes it down
+// with the node).
+constexpr char kLinkBudget[] = "/dev/shm/ckpt-bench-nodes-link";
+
+// The root's storage as this rank reaches it: paced as the node's link,
+// with --storage-mbps.
+ckpt::Result<std::unique_ptr<ckpt::Storage>> OpenRoot(const RankArgs& a,
+                                                      const std::string& url,
+                                                      bool create) {
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<ckpt::Storage> file,
+                        ckpt::OpenStorage(url, {.create = create}));
+  return ckpt::NewRateLimitedStorage(
+      std::move(file), ckpt::RateLimit{.bytes_per_second = a.storage_mbps * 1e6,
+                                       .reads = true,
+                                       .shared_file = kLinkBudget});
+}
 
 int rank = 0, world = 1;
 
@@ -169,7 +195,9 @@ int Save(const RankArgs& a, ckpt::Communicator& comm) {
     const Box box = BoxOf(s, whole);
     auto bufs = Buffers(s, box, false);
     const ckpt::State state = StateOf(s, box, whole, bufs);
-    auto mgr = ckpt::CheckpointManager::Open(RootOf(a, layout),
+    auto root = OpenRoot(a, RootOf(a, layout), true);
+    if (Failed(root.status(), "opening " + RootOf(a, layout))) return 1;
+    auto mgr = ckpt::CheckpointManager::Open(std::move(*root),
                                              {.communicator = &comm});
     if (Failed(mgr.status(), "opening " + RootOf(a, layout))) return 1;
     MPI_Barrier(MPI_COMM_WORLD);
@@ -217,14 +245,16 @@ int Load(const RankArgs& a, ckpt::Communicator& comm) {
   const bool whole = a.layout == kReplicated;
   const Box box = BoxOf(s, whole);
   {
-    const auto mode = a.read_once == "off" ? ckpt::LoadOptions::ReadOnce::kOff
-                                           : ckpt::LoadOptions::ReadOnce::kAuto;
-    const char* mode_name = a.read_once == "off" ? "off" : "auto";
+    using ReadOnce = ckpt::LoadOptions::ReadOnce;
+    const ReadOnce mode = a.read_once == "off"  ? ReadOnce::kOff
+                          : a.read_once == "on" ? ReadOnce::kOn
+                                                : ReadOnce::kAuto;
+    const char* mode_name = a.read_once.c_str();
     const std::string what = a.layout + " on " + std::to_string(world) +
                              " ranks, read once " + mode_name;
     auto bufs = Buffers(s, box, true);
     ckpt::State state = StateOf(s, box, whole, bufs);
-    auto file = ckpt::OpenStorage(RootOf(a, a.layout), {.create = false});
+    auto file = OpenRoot(a, RootOf(a, a.layout), false);
     if (Failed(file.status(), "opening " + RootOf(a, a.layout))) return 1;
     auto counting = std::make_unique<CountingStorage>(std::move(*file));
     CountingStorage* counter = counting.get();
@@ -290,6 +320,8 @@ int RankMain(int argc, char** argv) {
       a.mib = std::atoll(v.c_str());
     } else if (f == "--tensors") {
       a.tensors = std::atoi(v.c_str());
+    } else if (f == "--storage-mbps") {
+      a.storage_mbps = std::atof(v.c_str());
     } else {
       std::fprintf(stderr, "bench_nodes --rank: unknown option %s\n",
                    f.c_str());
@@ -310,7 +342,8 @@ int RankMain(int argc, char** argv) {
       rc = Save(a, *comm);
     } else if (a.what == "load" &&
                (a.layout == kReplicated || a.layout == kSharded) &&
-               (a.read_once == "auto" || a.read_once == "off")) {
+               (a.read_once == "auto" || a.read_once == "off" ||
+                a.read_once == "on")) {
       rc = Load(a, *comm);
     } else {
       std::fprintf(stderr,

@@ -293,12 +293,25 @@ struct LoadOptions {
   // Every byte read once (docs/design.md, "Every byte read once"): with
   // many ranks, a chunk that several ranks need (a replicated tensor, a
   // piece that several new boxes of a reshard meet) is read from storage by
-  // one of them and sent to the others through the communicator. kAuto
-  // (the default) does so whenever the ranks share a chunk and every rank's
-  // communicator can send from rank to rank; kOff has every rank read all
-  // it needs itself. The environment variable CKPT_READ_ONCE=off turns it
-  // off for every load of the process.
-  enum class ReadOnce { kAuto, kOff };
+  // one of them and sent to the others through the communicator. It pays
+  // where reads cross a link a node's ranks share (a network file system,
+  // an object store) and the network between ranks is not slower: a node
+  // then reads its share of a replicated state once, not once a rank. It
+  // does not pay where a byte read again costs less than a byte sent (from
+  // a local disk's page cache, from memory). kAuto (the default) reads
+  // once where the ranks share a chunk, every rank's communicator can send
+  // from rank to rank, every rank's storage reads over a link
+  // (StorageCapabilities::local_reads false: s3://, a file:// root on a
+  // network file system, NewRateLimitedStorage pacing reads), not every
+  // rank is on one host over a storage that hands objects over in place,
+  // and what the ranks measure says so: each times the first 8 MiB of its
+  // share from storage and a 1 MiB message to another rank, and the rest
+  // goes rank to rank only where that is the sooner way. kOn reads once
+  // wherever the ranks share a chunk and can send, without measuring; kOff
+  // has every rank read all it needs itself. The environment variable
+  // CKPT_READ_ONCE=off turns it off for every load of the process, kOn's
+  // too.
+  enum class ReadOnce { kAuto, kOff, kOn };
   ReadOnce read_once = ReadOnce::kAuto;
 };
 

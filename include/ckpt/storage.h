@@ -43,6 +43,16 @@ struct StorageCapabilities {
   // ViewObject hands over an object's bytes in place (no transfer, no
   // copy), so reading them twice costs little more than once.
   bool object_views = false;
+  // Reads are served by this machine: from its memory, or from a disk of
+  // its own through its page cache (mem://; file:// on a local file system:
+  // ext4, xfs, btrfs, tmpfs, ...), so every process on the machine reads
+  // the same bytes at memory speed and no link to another machine limits
+  // it. false: reads cross a link the processes of a node share (s3://;
+  // file:// on a network or cluster file system, or one ckpt does not
+  // know; a storage whose reads are paced, NewRateLimitedStorage). A load
+  // on many ranks reads each byte once only where reads are not local
+  // (LoadOptions::read_once).
+  bool local_reads = false;
 };
 
 struct ObjectInfo {
@@ -274,6 +284,29 @@ class StorageWrapper : public Storage {
 // shares one budget. A rate of 0 or less returns `target` itself.
 std::unique_ptr<Storage> NewRateLimitedStorage(std::unique_ptr<Storage> target,
                                                double bytes_per_second);
+
+// How the second form of NewRateLimitedStorage paces.
+struct RateLimit {
+  // Bytes a second, reads and writes together; 0 or less: no limit.
+  double bytes_per_second = 0;
+  // Pace reads too (ReadRange, and so ReadRangeFilling; ReadAll), as a
+  // link of that rate delivers them: a read of n bytes returns no sooner
+  // than n / rate after the budget had room for it. The storage then
+  // declares its reads not local (StorageCapabilities::local_reads).
+  bool reads = false;
+  // Empty: the budget is the wrapper's own. A path: every wrapper, in any
+  // process of this machine, that names the same file shares one budget,
+  // kept in that file (made if missing, 8 bytes; on a tmpfs such as
+  // /dev/shm it costs no disk): the processes of one node sharing that
+  // node's link to a network store.
+  std::string shared_file;
+};
+
+// `target` paced as `limit` says; the same as the first form with
+// `limit.reads` false and no shared file. Fails only where the shared file
+// cannot be opened or mapped.
+Result<std::unique_ptr<Storage>> NewRateLimitedStorage(
+    std::unique_ptr<Storage> target, const RateLimit& limit);
 
 // How an `s3://bucket/prefix` root reaches its store (docs/s3.md). A field
 // left empty takes its value from the environment, then a default; options

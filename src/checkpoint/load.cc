@@ -326,7 +326,7 @@ Status Loader::StageLoad(int64_t step, State& state, const LoadOptions& load,
   damaged = false;
   std::vector<const format::EntryRecord*> records;
   Status planned = PlanStage(step, state, load, out, records, damaged);
-  if (!ReadOnceWanted(load, root_.comm())) {
+  if (!ReadOnceWanted(load, root_.comm(), *root_.storage)) {
     CKPT_RETURN_IF_ERROR(planned);
     return ReadStage(state, load, records, *root_.storage, out, damaged);
   }
@@ -338,7 +338,7 @@ Status Loader::StageLoad(int64_t step, State& state, const LoadOptions& load,
     damaged = planned.code() == ErrorCode::kDataLoss;
   }
   Result<SharedReads> shared =
-      ShareReads(root_.comm(), *root_.storage, *out.manifest,
+      ShareReads(root_.comm(), *root_.storage, load.read_once, *out.manifest,
                  planned.ok() ? &needed : nullptr, root_.IoPool());
   CKPT_RETURN_IF_ERROR(planned);
   const std::string op =

@@ -27,6 +27,13 @@ constexpr uint64_t kBatchBytes = uint64_t{64} << 20;
 // At most this many bytes of chunks side by side are read by one rank, so
 // that a large tensor every rank needs is read by many, in parallel.
 constexpr uint64_t kRunBytes = uint64_t{8} << 20;
+// The probes of kAuto (RanksFasterThanStorage): at most this many bytes
+// sent to measure the way between ranks, enough to pass a network's
+// start-up costs; and at least this many of a rank's share read to measure
+// storage (or all of it), a run, so that a storage's first-byte latency
+// and a busy machine's hiccups weigh little.
+constexpr uint64_t kProbeBytes = uint64_t{1} << 20;
+constexpr uint64_t kStorageProbeBytes = kRunBytes;
 
 ChunkId IdOf(const format::ChunkRecord& c) { return {c.checksum, c.length}; }
 
@@ -213,10 +220,97 @@ Status Exchange(Communicator& comm, const Transfers& t,
   return Status();
 }
 
+// kAuto over storage reached through a link (docs/design.md, "Every byte
+// read once"): the probe of the way between ranks. Each rank sends a
+// message of at most kProbeBytes (no more than the most any rank gets of
+// the shared chunks, `rest`) to rank + world/2 (on another node where the
+// ranks fill the nodes in order) while it receives one from rank -
+// world/2; `mine` gets its size and time. Called by every rank just after
+// the plans' all-gather, so that the ranks start it together and it times
+// the way, not a wait for a partner still busy.
+Status ProbeRanks(Communicator& comm, const std::vector<uint64_t>& rest,
+                  ReadOnceRates& mine) {
+  const int world = comm.size();
+  const int me = comm.rank();
+  const uint64_t probe =
+      std::min(kProbeBytes, *std::max_element(rest.begin(), rest.end()));
+  if (probe == 0) return Status();
+  const int k = std::max(1, world / 2);
+  const std::string bytes(probe, '\0');
+  const auto t0 = std::chrono::steady_clock::now();
+  Result<std::string> got =
+      comm.SendRecv(EncodeReadOnceBatch({true}, {bytes}), (me + k) % world,
+                    (me - k + world) % world);
+  if (!got.ok()) return got.status().WithContext("read once: the probe");
+  mine.probe_bytes = probe;
+  mine.probe_ns = static_cast<uint64_t>(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count() *
+      1e9);
+  return Status();
+}
+
+// Whether the rest of the shared chunks, `rest[r]` bytes for rank r, comes
+// sooner from the ranks that read them than from storage. `mine` holds
+// this rank's probe (ProbeRanks) and the first of its share of the shared
+// chunks read from storage, timed, with every rank reading at once: its
+// rate from storage. The figures are all-gathered, so every rank decides
+// alike: rank to rank where the rank slowest to get its rest gets it
+// sooner at its probe's rate than at its rate from storage (a rank that
+// read nothing takes the slowest rate measured). The model is rough:
+// relays and broadcasts pass a byte on more than once, which the probe's
+// one hop does not see; where the two are close, either way costs about
+// the same.
+Result<bool> RanksFasterThanStorage(Communicator& comm,
+                                    const std::vector<uint64_t>& rest,
+                                    const ReadOnceRates& mine) {
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> gathered,
+                        comm.AllGather(EncodeReadOnceRates(mine)));
+  std::vector<ReadOnceRates> all;
+  double slowest = 0;  // bytes a second from storage, the least measured
+  for (size_t r = 0; r < gathered.size(); ++r) {
+    CKPT_ASSIGN_OR_RETURN(ReadOnceRates m, DecodeReadOnceRates(gathered[r]));
+    if (m.read_bytes > 0 && m.read_ns > 0) {
+      const double rate = m.read_bytes / (m.read_ns * 1e-9);
+      slowest = slowest == 0 ? rate : std::min(slowest, rate);
+    }
+    all.push_back(m);
+  }
+  // Nothing measured: read once, as kOn.
+  if (slowest == 0 || all.size() != rest.size()) return true;
+  double from_storage = 0, from_ranks = 0;  // seconds, the slowest rank's
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (rest[r] == 0) continue;
+    const ReadOnceRates& m = all[r];
+    const double storage = m.read_bytes > 0 && m.read_ns > 0
+                               ? m.read_bytes / (m.read_ns * 1e-9)
+                               : slowest;
+    from_storage = std::max(from_storage, rest[r] / storage);
+    if (m.probe_bytes > 0 && m.probe_ns > 0) {
+      from_ranks =
+          std::max(from_ranks, rest[r] / (m.probe_bytes / (m.probe_ns * 1e-9)));
+    }
+  }
+  const bool pays = from_ranks < from_storage;
+  LogInfo("read once: the rest of the shared chunks in " +
+          std::to_string(from_ranks) + " s from the ranks, " +
+          std::to_string(from_storage) + " s from storage (as measured): " +
+          (pays ? "from the ranks" : "each rank reads its own") +
+          "; this rank's probe " + std::to_string(mine.probe_ns * 1e-9) +
+          " s, its first reads " + std::to_string(mine.read_ns * 1e-9) + " s");
+  return pays;
+}
+
 }  // namespace
 
-bool ReadOnceWanted(const LoadOptions& load, const Communicator& comm) {
+bool ReadOnceWanted(const LoadOptions& load, const Communicator& comm,
+                    const Storage& storage) {
   if (comm.size() <= 1 || load.read_once == LoadOptions::ReadOnce::kOff) {
+    return false;
+  }
+  // Reads at memory speed: a byte sent costs more than a byte read again.
+  if (load.read_once == LoadOptions::ReadOnce::kAuto &&
+      storage.capabilities().local_reads) {
     return false;
   }
   const char* env = std::getenv("CKPT_READ_ONCE");
@@ -239,6 +333,7 @@ Status AddNeededChunks(const format::EntryRecord& entry,
 }
 
 Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
+                               LoadOptions::ReadOnce mode,
                                const format::Manifest& manifest,
                                const std::vector<NeededChunk>* mine,
                                ThreadPool* pool) {
@@ -251,6 +346,13 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
   ReadOncePlan plan;
   plan.can_send = comm.SendRecv(EncodeReadOnceBatch({}), -1, -1).ok();
   plan.host = comm.host_name();
+  // With kAuto (over a storage reached through a link: ReadOnceWanted),
+  // whether it pays (docs/design.md, "Every byte read once"): on one host
+  // over a storage that hands objects over in place, never; elsewhere, as
+  // the ranks measure.
+  const bool automatic = mode == LoadOptions::ReadOnce::kAuto;
+  plan.in_place = automatic && storage.capabilities().object_views;
+  plan.measure = automatic;
   std::map<ChunkId, std::vector<const NeededChunk*>> places;
   if (mine != nullptr) {
     plan.planned = true;
@@ -266,7 +368,7 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
   CKPT_ASSIGN_OR_RETURN(std::vector<std::string> gathered,
                         comm.AllGather(EncodeReadOncePlan(plan)));
   std::vector<ReadOncePlan> plans(gathered.size());
-  bool all_send = true;
+  bool all_send = true, in_place = false, measure = false;
   for (size_t r = 0; r < gathered.size(); ++r) {
     Result<ReadOncePlan> p = DecodeReadOncePlan(gathered[r]);
     if (!p.ok()) {
@@ -276,6 +378,8 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
     plans[r] = std::move(*p);
     if (!plans[r].planned) out.another_failed = mine != nullptr;
     all_send = all_send && plans[r].can_send;
+    in_place = in_place || plans[r].in_place;
+    measure = measure || plans[r].measure;
   }
   gathered.clear();
   if (mine == nullptr || out.another_failed || !all_send) return out;
@@ -285,7 +389,7 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
   bool one_host = true;
   for (const ReadOncePlan& p : plans)
     one_host = one_host && p.host == plan.host;
-  if (one_host && storage.capabilities().object_views) return out;
+  if (one_host && in_place) return out;
 
   // 2. Who needs each chunk, and who reads the shared ones (read_once.h).
   std::map<ChunkId, Shared> by_id;
@@ -299,6 +403,9 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
     }
   }
   std::vector<uint64_t> reads(world, 0);
+  // Of the shared chunks, the bytes each rank needs and does not read
+  // itself: what comes to it from other ranks, or else from storage.
+  std::vector<uint64_t> rest(world, 0);
   std::vector<Shared*> shared;
   for (auto& [id, s] : by_id) {
     if (s.ranks.size() == 1) {
@@ -362,6 +469,9 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
       if (reader < 0 || reads[r] < reads[reader]) reader = r;
     }
     reads[reader] += run.bytes;
+    for (int r : ranks) {
+      if (r != reader) rest[r] += run.bytes;
+    }
     if (reader == me) {
       for (size_t i = run.begin; i < run.end; ++i) own.push_back(shared[i]);
     }
@@ -411,17 +521,66 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
   for (const Shared* s : own) own_bytes += s->id.length;
   std::string& own_memory = held->Keep(std::string(own_bytes, '\0'));
   std::map<ChunkId, const std::byte*> bytes_of;
-  std::vector<ChunkRead> to_read;
-  uint64_t at = 0;
+  // With kAuto, the first chunks of the share, at least kStorageProbeBytes
+  // (or all of it), are read first and timed: the rate from storage that
+  // decides whether the rest goes rank to rank (RanksFasterThanStorage).
+  // Read before the decision, they are of use either way: every rank needs
+  // the chunks it reads.
+  std::vector<ChunkRead> first, then;
+  uint64_t at = 0, first_bytes = 0;
   for (const Shared* s : own) {
     const NeededChunk& c = *places.at(s->id)[0];
     auto* dest = reinterpret_cast<std::byte*>(own_memory.data()) + at;
-    to_read.push_back({c.entry, c.chunk, dest});
+    const bool early = !measure || first_bytes < kStorageProbeBytes;
+    (early ? first : then).push_back({c.entry, c.chunk, dest});
+    if (early) first_bytes += s->id.length;
     bytes_of[s->id] = dest;
     at += s->id.length;
   }
-  const Status read = ReadChunks(storage, manifest, std::move(to_read), pool,
-                                 /*max_gap=*/0);
+  ReadOnceRates measured;
+  if (measure) CKPT_RETURN_IF_ERROR(ProbeRanks(comm, rest, measured));
+  const auto read_begin = std::chrono::steady_clock::now();
+  Status read = ReadChunks(storage, manifest, std::move(first), pool,
+                           /*max_gap=*/0);
+  const auto read_done = std::chrono::steady_clock::now();
+
+  // Every place this rank reads a chunk it holds from.
+  const auto place_held = [&] {
+    for (const auto& [id, bytes] : bytes_of) {
+      for (const NeededChunk* c : places.at(id)) {
+        held->Place(manifest.objects[c->chunk->object].key, c->chunk->offset,
+                    bytes, id.length);
+      }
+    }
+    if (!held->empty()) out.storage = std::move(held);
+  };
+  if (measure) {
+    if (read.ok()) {
+      measured.read_bytes = first_bytes;
+      measured.read_ns = static_cast<uint64_t>(
+          std::chrono::duration<double>(read_done - read_begin).count() * 1e9);
+    }
+    CKPT_ASSIGN_OR_RETURN(const bool pays,
+                          RanksFasterThanStorage(comm, rest, measured));
+    LogInfo("read once: rank " + std::to_string(me) + " decided after " +
+            std::to_string(std::chrono::duration<double>(
+                               std::chrono::steady_clock::now() - start)
+                               .count()) +
+            " s");
+    if (!pays) {
+      // Each rank reads the rest it needs itself, and keeps the chunks it
+      // has read (a failed read keeps none: the reader meets the error
+      // again where it lies).
+      for (const ChunkRead& c : then) bytes_of.erase(IdOf(*c.chunk));
+      if (!read.ok()) bytes_of.clear();
+      place_held();
+      return out;
+    }
+  }
+  if (read.ok() && !then.empty()) {
+    read = ReadChunks(storage, manifest, std::move(then), pool,
+                      /*max_gap=*/0);
+  }
   // A failed read sends every chunk as missing: the ranks that need them
   // read them themselves, and meet the error where it lies.
   if (!read.ok()) {
@@ -434,7 +593,7 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
   }
 
   // 4. The exchange: from the readers, then from the relays.
-  const auto read_done = std::chrono::steady_clock::now();
+  const auto exchange_begin = std::chrono::steady_clock::now();
   for (const Transfers* t : {&direct, &relay}) {
     CKPT_RETURN_IF_ERROR(Exchange(comm, *t, bytes_of, *held, out.received));
   }
@@ -457,22 +616,15 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
     const auto seconds = [](auto a, auto b) {
       return std::to_string(std::chrono::duration<double>(b - a).count());
     };
-    LogInfo("read once, step " + std::to_string(manifest.step) + ": rank " +
-            std::to_string(me) + " read " +
-            std::to_string(out.read_for_others) +
-            " bytes that other ranks need in " + seconds(start, read_done) +
-            " s, and received " + std::to_string(out.received) + " bytes in " +
-            seconds(read_done, std::chrono::steady_clock::now()) + " s");
+    LogInfo(
+        "read once, step " + std::to_string(manifest.step) + ": rank " +
+        std::to_string(me) + " read " + std::to_string(out.read_for_others) +
+        " bytes that other ranks need in " + seconds(start, exchange_begin) +
+        " s, and received " + std::to_string(out.received) + " bytes in " +
+        seconds(exchange_begin, std::chrono::steady_clock::now()) + " s");
   }
 
-  // 5. Every place this rank reads a chunk it holds from.
-  for (const auto& [id, bytes] : bytes_of) {
-    for (const NeededChunk* c : places.at(id)) {
-      held->Place(manifest.objects[c->chunk->object].key, c->chunk->offset,
-                  bytes, id.length);
-    }
-  }
-  if (!held->empty()) out.storage = std::move(held);
+  place_held();
   return out;
 }
 

@@ -12,9 +12,15 @@
 // node, which passes it on (runs every rank needs are broadcast instead);
 // a chunk its reader could not read is sent as missing, and whoever needs
 // it reads it itself. Off for one rank, with
-// LoadOptions::ReadOnce::kOff or CKPT_READ_ONCE=off, when a rank's
-// communicator cannot send, and on one host over a storage that hands its
-// objects over in place (the page cache already shares them).
+// LoadOptions::ReadOnce::kOff or CKPT_READ_ONCE=off, and when a rank's
+// communicator cannot send. With kAuto, also where it cannot pay: when a
+// rank's storage reads are local (StorageCapabilities::local_reads: a
+// local disk's page cache or memory, read at memory speed, where a byte
+// sent costs more than a byte read again), on one host over a storage
+// that hands its objects over in place (the page cache already shares
+// them), and where the ranks measure the way between them slower than
+// storage (each times the first of its share from storage and a probe to
+// another rank; then every rank reads the rest it needs itself).
 #pragma once
 
 #include <memory>
@@ -36,9 +42,14 @@ struct NeededChunk {
   const format::ChunkRecord* chunk = nullptr;
 };
 
-// Whether a load with `load` on `comm` shares its reads (not yet whether
-// any rank can send: ShareReads finds that out with the plans).
-bool ReadOnceWanted(const LoadOptions& load, const Communicator& comm);
+// Whether a load with `load` on `comm` from `storage` may share its reads
+// (not yet whether any rank can send, or whether it pays: ShareReads finds
+// that out with the plans). kAuto over a storage whose reads are local
+// does not: every rank reads for itself without a word to the others
+// (the ranks of a job open one root, so they agree; as they must on
+// LoadOptions::read_once and CKPT_READ_ONCE).
+bool ReadOnceWanted(const LoadOptions& load, const Communicator& comm,
+                    const Storage& storage);
 
 // The chunks that the boxes (`offsets`, `lengths`) of `entry` meet,
 // appended to `out`.
@@ -62,12 +73,14 @@ struct SharedReads {
 };
 
 // Every rank of `comm` calls it together, at the same step: `mine` lists
-// the chunks this rank needs (null: it failed before it knew). Reads this
+// the chunks this rank needs (null: it failed before it knew); `mode` is
+// the load's (kAuto or kOn). Reads this
 // rank's share of the shared chunks from `storage` (on `pool`) and
 // exchanges them. Fails only where the communicator failed, or where a
 // rank sent what the plans do not say (after giving up on `comm`: its
 // partners would wait for messages that never come).
 Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
+                               LoadOptions::ReadOnce mode,
                                const format::Manifest& manifest,
                                const std::vector<NeededChunk>* mine,
                                ThreadPool* pool);

@@ -4,9 +4,11 @@
 // cannot send between ranks changes nothing of the load's all-or-nothing
 // promise.
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ckpt/checkpoint_manager.h"
@@ -25,11 +27,19 @@ constexpr uint64_t kChunk = 4096;
 constexpr uint64_t kTensorBytes = kRows * kCols * sizeof(float);
 
 // Bytes read from data objects (ReadRange: manifests and indexes are read
-// whole), over every rank's storage.
+// whole), over every rank's storage. With `link`, its reads are declared
+// not local, as a network store's are (where kAuto reads once); without,
+// they are mem://'s own, local.
 class CountingReads : public StorageWrapper {
  public:
-  CountingReads(std::unique_ptr<Storage> target, std::atomic<uint64_t>* count)
-      : StorageWrapper(std::move(target)), count_(count) {}
+  CountingReads(std::unique_ptr<Storage> target, std::atomic<uint64_t>* count,
+                bool link)
+      : StorageWrapper(std::move(target)), count_(count), link_(link) {}
+  StorageCapabilities capabilities() const override {
+    StorageCapabilities caps = StorageWrapper::capabilities();
+    if (link_) caps.local_reads = false;
+    return caps;
+  }
   Status ReadRange(std::string_view key, uint64_t offset,
                    std::span<std::byte> out) override {
     *count_ += out.size();
@@ -38,6 +48,7 @@ class CountingReads : public StorageWrapper {
 
  private:
   std::atomic<uint64_t>* count_;
+  bool link_;
 };
 
 // Element i of tensor `t` at step `step`.
@@ -93,16 +104,39 @@ class OnNode : public NoSendRecv {
   std::atomic<uint64_t>* across_;
 };
 
+// A rank whose messages to other ranks each take `delay` more: a network
+// slower than the storage.
+class SlowSends : public NoSendRecv {
+ public:
+  SlowSends(Communicator* c, std::chrono::milliseconds delay)
+      : NoSendRecv(c), c_(c), delay_(delay) {}
+  Result<std::string> SendRecv(std::string_view data, int dest,
+                               int source) override {
+    std::this_thread::sleep_for(delay_);
+    return c_->SendRecv(data, dest, source);
+  }
+
+ private:
+  Communicator* c_;
+  std::chrono::milliseconds delay_;
+};
+
 class ReadOnceTest : public ::testing::Test {
  protected:
   std::unique_ptr<CheckpointManager> Open(Communicator* comm) {
     auto storage = OpenStorage(root_.url());
     EXPECT_TRUE(storage.ok()) << storage.status().ToString();
+    if (read_rate_ > 0) {
+      storage = NewRateLimitedStorage(
+          std::move(*storage),
+          RateLimit{.bytes_per_second = read_rate_, .reads = true});
+      EXPECT_TRUE(storage.ok()) << storage.status().ToString();
+    }
     Options o;
     o.communicator = comm;
     o.chunk_size = kChunk;
     auto mgr = CheckpointManager::Open(
-        std::make_unique<CountingReads>(std::move(*storage), &read_), o);
+        std::make_unique<CountingReads>(std::move(*storage), &read_, link_), o);
     EXPECT_TRUE(mgr.ok()) << mgr.status().ToString();
     return std::move(mgr).value();
   }
@@ -166,6 +200,8 @@ class ReadOnceTest : public ::testing::Test {
 
   testing::TestRoot root_{testing::Backend::kMemory, "read-once"};
   std::atomic<uint64_t> read_{0};
+  bool link_ = true;
+  double read_rate_ = 0;  // each rank's reads paced to it (> 0)
 };
 
 void ExpectAllOk(const std::vector<Status>& got) {
@@ -177,21 +213,61 @@ void ExpectAllOk(const std::vector<Status>& got) {
 TEST_F(ReadOnceTest, ReplicatedStateIsReadOnceByTheJob) {
   Save(4, 1);
   // Every rank loads both tensors whole: the job needs 2 tensors' bytes.
-  ExpectAllOk(Load(4, 1, /*whole=*/true, LoadOptions::ReadOnce::kAuto, 1));
+  ExpectAllOk(Load(4, 1, /*whole=*/true, LoadOptions::ReadOnce::kOn, 1));
   EXPECT_EQ(read_.load(), 2 * kTensorBytes);
   ExpectAllOk(Load(4, 1, /*whole=*/true, LoadOptions::ReadOnce::kOff, 1));
+  EXPECT_EQ(read_.load(), 4 * 2 * kTensorBytes);
+}
+
+TEST_F(ReadOnceTest, AutoReadsForItselfFromLocalStorageAndOnForces) {
+  Save(4, 1);
+  link_ = false;  // mem://'s reads, local: read again costs less than sent
+  ExpectAllOk(Load(4, 1, /*whole=*/true, LoadOptions::ReadOnce::kAuto, 1));
+  EXPECT_EQ(read_.load(), 4 * 2 * kTensorBytes);
+  ExpectAllOk(Load(4, 1, /*whole=*/true, LoadOptions::ReadOnce::kOn, 1));
+  EXPECT_EQ(read_.load(), 2 * kTensorBytes);
+  // The same on two nodes (the ranks' host names): local reads are local
+  // on every node.
+  std::atomic<uint64_t> across{0};
+  ExpectAllOk(Load(4, 1, /*whole=*/true, LoadOptions::ReadOnce::kAuto, 1,
+                   [&](Communicator* c) -> Communicator* {
+                     return new OnNode(c, 2, &across);
+                   }));
+  EXPECT_EQ(read_.load(), 4 * 2 * kTensorBytes);
+  EXPECT_EQ(across.load(), 0u);
+}
+
+TEST_F(ReadOnceTest, AutoReadsOnceWhereRanksAreFasterThanStorage) {
+  Save(4, 1);
+  // Each rank's reads paced to 256 KiB/s: the 96 KiB of shared chunks a
+  // rank needs beyond its own share would take 0.375 s from storage, and
+  // take a moment from the other ranks (threads of this process).
+  read_rate_ = 256 << 10;
+  ExpectAllOk(Load(4, 1, /*whole=*/true, LoadOptions::ReadOnce::kAuto, 1));
+  EXPECT_EQ(read_.load(), 2 * kTensorBytes);
+}
+
+TEST_F(ReadOnceTest, AutoReadsForItselfWhereRanksAreSlowerThanStorage) {
+  Save(4, 1);
+  // Storage at memory speed (declared over a link), and every message
+  // between ranks 300 ms late: the probe finds the ranks slower, and each
+  // rank reads the rest it needs itself (its own share it keeps).
+  ExpectAllOk(Load(4, 1, /*whole=*/true, LoadOptions::ReadOnce::kAuto, 1,
+                   [](Communicator* c) -> Communicator* {
+                     return new SlowSends(c, std::chrono::milliseconds(300));
+                   }));
   EXPECT_EQ(read_.load(), 4 * 2 * kTensorBytes);
 }
 
 TEST_F(ReadOnceTest, ReshardReadsEveryChunkOnce) {
   Save(4, 1);
   // 4 -> 3: the new boxes straddle chunks; each is read by one rank.
-  ExpectAllOk(Load(3, 1, /*whole=*/false, LoadOptions::ReadOnce::kAuto, 1));
+  ExpectAllOk(Load(3, 1, /*whole=*/false, LoadOptions::ReadOnce::kOn, 1));
   EXPECT_EQ(read_.load(), 2 * kTensorBytes);
   ExpectAllOk(Load(3, 1, /*whole=*/false, LoadOptions::ReadOnce::kOff, 1));
   EXPECT_GT(read_.load(), 3 * kTensorBytes);  // "b" three times, "a" once+
   // 4 -> 6, the same.
-  ExpectAllOk(Load(6, 1, /*whole=*/false, LoadOptions::ReadOnce::kAuto, 1));
+  ExpectAllOk(Load(6, 1, /*whole=*/false, LoadOptions::ReadOnce::kOn, 1));
   EXPECT_EQ(read_.load(), 2 * kTensorBytes);
 }
 
@@ -199,7 +275,7 @@ TEST_F(ReadOnceTest, SameSplitSharesOnlyWhatIsReplicated) {
   Save(4, 1);
   // "a" at the split it was saved at: each rank reads its own piece; "b"
   // once for the job.
-  ExpectAllOk(Load(4, 1, /*whole=*/false, LoadOptions::ReadOnce::kAuto, 1));
+  ExpectAllOk(Load(4, 1, /*whole=*/false, LoadOptions::ReadOnce::kOn, 1));
   EXPECT_EQ(read_.load(), 2 * kTensorBytes);
 }
 
@@ -218,7 +294,7 @@ TEST_F(ReadOnceTest, AByteCrossesToAnotherNodeOnce) {
     State s;
     if (rank != 1) s.AddTensor("a", View(std::span<float>(a), {kRows, kCols}));
     s.AddTensor("b", View(std::span<float>(b), {kRows, kCols}));
-    auto loaded = mgr->Load(1, s);
+    auto loaded = mgr->Load(1, s, {.read_once = LoadOptions::ReadOnce::kOn});
     ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
     if (rank != 1) {
       EXPECT_EQ(a, Rows(0, 0, kRows, 1)) << "rank " << rank;
@@ -236,7 +312,7 @@ TEST_F(ReadOnceTest, AByteCrossesToAnotherNodeOnce) {
 TEST_F(ReadOnceTest, EnvironmentTurnsItOff) {
   Save(4, 1);
   setenv("CKPT_READ_ONCE", "off", 1);
-  ExpectAllOk(Load(4, 1, /*whole=*/true, LoadOptions::ReadOnce::kAuto, 1));
+  ExpectAllOk(Load(4, 1, /*whole=*/true, LoadOptions::ReadOnce::kOn, 1));
   unsetenv("CKPT_READ_ONCE");
   EXPECT_EQ(read_.load(), 4 * 2 * kTensorBytes);
 }
@@ -245,7 +321,7 @@ TEST_F(ReadOnceTest, ACommunicatorThatCannotSendLoadsAsWithout) {
   Save(4, 1);
   // One rank's communicator cannot send: every rank reads for itself, and
   // none waits on a message.
-  auto status = Load(4, 1, /*whole=*/true, LoadOptions::ReadOnce::kAuto, 1,
+  auto status = Load(4, 1, /*whole=*/true, LoadOptions::ReadOnce::kOn, 1,
                      [](Communicator* c) -> Communicator* {
                        return c->rank() == 2 ? new NoSendRecv(c) : nullptr;
                      });
@@ -287,7 +363,7 @@ TEST_F(ReadOnceTest, ADamagedSharedChunkFailsEveryRankAndResumeFallsBack) {
   // Asked for step 2: every rank fails, naming the damage, and no rank's
   // buffers change.
   for (const Status& s :
-       Load(4, 2, /*whole=*/true, LoadOptions::ReadOnce::kAuto)) {
+       Load(4, 2, /*whole=*/true, LoadOptions::ReadOnce::kOn)) {
     EXPECT_EQ(s.code(), ErrorCode::kDataLoss) << s.ToString();
     EXPECT_NE(s.message().find("checksum mismatch"), std::string::npos)
         << s.ToString();
@@ -298,15 +374,15 @@ TEST_F(ReadOnceTest, ADamagedSharedChunkFailsEveryRankAndResumeFallsBack) {
   auto two_nodes = [&](Communicator* c) -> Communicator* {
     return new OnNode(c, 2, &across);
   };
-  for (const Status& s : Load(4, 2, /*whole=*/true,
-                              LoadOptions::ReadOnce::kAuto, -1, two_nodes)) {
+  for (const Status& s :
+       Load(4, 2, /*whole=*/true, LoadOptions::ReadOnce::kOn, -1, two_nodes)) {
     EXPECT_EQ(s.code(), ErrorCode::kDataLoss) << s.ToString();
   }
   // A resume skips step 2 on every rank and loads step 1 whole.
   ExpectAllOk(
-      Load(4, std::nullopt, /*whole=*/true, LoadOptions::ReadOnce::kAuto, 1));
-  ExpectAllOk(Load(4, std::nullopt, /*whole=*/true,
-                   LoadOptions::ReadOnce::kAuto, 1, two_nodes));
+      Load(4, std::nullopt, /*whole=*/true, LoadOptions::ReadOnce::kOn, 1));
+  ExpectAllOk(Load(4, std::nullopt, /*whole=*/true, LoadOptions::ReadOnce::kOn,
+                   1, two_nodes));
 }
 
 TEST_F(ReadOnceTest, ARankThatCannotPlanFailsTheLoadWithoutAHang) {

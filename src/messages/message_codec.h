@@ -37,6 +37,7 @@ enum class MessageType : uint8_t {
   kResumeStep,
   kReadOncePlan,
   kReadOnceBatch,
+  kReadOnceRates,
 };
 
 inline std::string_view TypeName(MessageType type) {
@@ -79,6 +80,8 @@ inline std::string_view TypeName(MessageType type) {
       return "read-once plan";
     case MessageType::kReadOnceBatch:
       return "read-once batch";
+    case MessageType::kReadOnceRates:
+      return "read-once rates";
   }
   return "message";
 }

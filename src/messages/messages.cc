@@ -284,6 +284,8 @@ std::string EncodeReadOncePlan(const ReadOncePlan& m) {
   Writer w(MessageType::kReadOncePlan);
   w.Bool(m.planned);
   w.Bool(m.can_send);
+  w.Bool(m.in_place);
+  w.Bool(m.measure);
   w.Str(m.host);
   w.Count(m.chunks.size());
   for (size_t i = 0; i < m.chunks.size(); ++i) {
@@ -302,6 +304,8 @@ Result<ReadOncePlan> DecodeReadOncePlan(std::string_view bytes) {
   ReadOncePlan m;
   m.planned = r.Bool();
   m.can_send = r.Bool();
+  m.in_place = r.Bool();
+  m.measure = r.Bool();
   m.host = r.Str();
   m.chunks.resize(r.Count(40));
   m.places.resize(m.chunks.size());
@@ -341,6 +345,25 @@ Result<ReadOnceBatch> DecodeReadOnceBatch(std::string_view bytes) {
     m.present[i] = r.Bool();
   }
   m.data = r.View();
+  return r.Finish(std::move(m));
+}
+
+std::string EncodeReadOnceRates(const ReadOnceRates& m) {
+  Writer w(MessageType::kReadOnceRates);
+  w.U64(m.read_bytes);
+  w.U64(m.read_ns);
+  w.U64(m.probe_bytes);
+  w.U64(m.probe_ns);
+  return w.Take();
+}
+
+Result<ReadOnceRates> DecodeReadOnceRates(std::string_view bytes) {
+  Reader r(bytes, MessageType::kReadOnceRates);
+  ReadOnceRates m;
+  m.read_bytes = r.U64();
+  m.read_ns = r.U64();
+  m.probe_bytes = r.U64();
+  m.probe_ns = r.U64();
   return r.Finish(std::move(m));
 }
 

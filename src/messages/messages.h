@@ -160,7 +160,13 @@ struct ReadOncePlan {
     uint64_t offset = 0;
   };
   bool planned = false;
-  bool can_send = false;        // its communicator passes messages (SendRecv)
+  bool can_send = false;  // its communicator passes messages (SendRecv)
+  // kAuto over a storage that hands objects over in place: with every rank
+  // on one host, that host's memory already shares them.
+  bool in_place = false;
+  // kAuto: whether the rest of the shared chunks go rank to rank is
+  // decided on what the ranks measure (ReadOnceRates).
+  bool measure = false;
   std::string host;             // its host name: ranks of one host are a node
   std::vector<ChunkId> chunks;  // sorted, each once
   std::vector<Place> places;    // one a chunk
@@ -174,6 +180,19 @@ struct ReadOncePlan {
 struct ReadOnceBatch {
   std::vector<bool> present;
   std::string_view data;
+};
+
+// Load, every byte read once, with kAuto over storage reached through a
+// link: what one rank measured, all-gathered so that every rank decides
+// alike whether the rest goes rank to rank or from storage. Bytes read
+// from storage (its share of the shared chunks) and in how long; bytes
+// sent to one rank and received from another at once (the probe), and in
+// how long. 0 bytes: nothing measured.
+struct ReadOnceRates {
+  uint64_t read_bytes = 0;
+  uint64_t read_ns = 0;
+  uint64_t probe_bytes = 0;
+  uint64_t probe_ns = 0;
 };
 
 std::string EncodeSaveDecision(const SaveDecision& m);
@@ -202,6 +221,8 @@ std::string EncodeReadOnceBatch(const ReadOnceBatch& m);
 std::string EncodeReadOnceBatch(const std::vector<bool>& present,
                                 const std::vector<std::string_view>& data);
 Result<ReadOnceBatch> DecodeReadOnceBatch(std::string_view bytes);
+std::string EncodeReadOnceRates(const ReadOnceRates& m);
+Result<ReadOnceRates> DecodeReadOnceRates(std::string_view bytes);
 
 // Save step 2: what a rank holds (planner.h).
 std::string EncodeOffer(const Offer& offer);

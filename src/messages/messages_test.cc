@@ -497,13 +497,15 @@ TEST(MessagesTest, MetricsOutOfOrderAreASecondSpellingAndRefused) {
 }
 
 TEST(MessagesTest, ReadOnceMessagesSurviveEncodingAndRefuseHostileFields) {
-  ReadOncePlan plan{.planned = true, .can_send = true, .host = "node3"};
+  ReadOncePlan plan{
+      .planned = true, .can_send = true, .in_place = false, .host = "node3"};
   plan.chunks = {{{1, 2}, 4096}, {{1, 3}, 16}};
   plan.places = {{77, 0}, {77, 4096}};
   auto back = DecodeReadOncePlan(EncodeReadOncePlan(plan));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_TRUE(back->planned);
   EXPECT_TRUE(back->can_send);
+  EXPECT_FALSE(back->in_place);
   EXPECT_EQ(back->host, "node3");
   EXPECT_EQ(back->chunks, plan.chunks);
   ASSERT_EQ(back->places.size(), 2u);
@@ -511,6 +513,16 @@ TEST(MessagesTest, ReadOnceMessagesSurviveEncodingAndRefuseHostileFields) {
   EXPECT_EQ(back->places[1].offset, 4096u);
   // Chunks out of order or listed twice would let ranks disagree on who
   // reads what: refused.
+  const ReadOnceRates rates{.read_bytes = 1 << 20,
+                            .read_ns = 5'000'000,
+                            .probe_bytes = 4096,
+                            .probe_ns = 70'000};
+  auto rates_back = DecodeReadOnceRates(EncodeReadOnceRates(rates));
+  ASSERT_TRUE(rates_back.ok()) << rates_back.status().ToString();
+  EXPECT_EQ(rates_back->read_ns, 5'000'000u);
+  EXPECT_EQ(rates_back->probe_bytes, 4096u);
+  EXPECT_FALSE(
+      DecodeReadOnceRates(EncodeReadOnceRates(rates).substr(0, 20)).ok());
   ReadOncePlan twice = plan;
   twice.chunks[1] = twice.chunks[0];
   EXPECT_EQ(DecodeReadOncePlan(EncodeReadOncePlan(twice)).status().code(),

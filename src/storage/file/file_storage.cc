@@ -18,6 +18,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -37,13 +38,49 @@ namespace ckpt {
 namespace file {
 namespace {
 
+// Whether `path` (or, where it does not exist yet, its nearest existing
+// parent) lies on a file system whose reads this machine serves: a disk of
+// its own or memory (StorageCapabilities::local_reads). By statfs's magic
+// number; a network or cluster file system (NFS, SMB, Lustre, GPFS,
+// CephFS, BeeGFS, FUSE, 9p, ...) and any file system not listed here is
+// taken as reached over a link, as read-once assumed before it asked.
+bool OnLocalFileSystem(std::string path) {
+  struct statfs fs {};
+  while (::statfs(path.c_str(), &fs) != 0) {
+    const size_t slash = path.find_last_of('/');
+    if (errno != ENOENT || slash == std::string::npos || path == "/") {
+      return false;
+    }
+    path = slash == 0 ? "/" : path.substr(0, slash);
+  }
+  switch (static_cast<uint64_t>(fs.f_type)) {
+    case 0xEF53:      // ext2, ext3, ext4
+    case 0x58465342:  // xfs
+    case 0x9123683E:  // btrfs
+    case 0x2FC12FC1:  // zfs
+    case 0xF2F52010:  // f2fs
+    case 0xCA451A4E:  // bcachefs
+    case 0x3153464A:  // jfs
+    case 0x52654973:  // reiserfs
+    case 0x01021994:  // tmpfs
+    case 0x858458F6:  // ramfs
+    case 0x794C7630:  // overlayfs (a container's root)
+      return true;
+    default:
+      return false;
+  }
+}
+
 class FileStorage : public Storage {
  public:
   // `root` is null for a root to be made by its first write
   // (StorageOptions::create_on_first_write) that does not exist yet.
   FileStorage(std::string url, std::string path,
               std::shared_ptr<const Root> root)
-      : url_(std::move(url)), path_(std::move(path)), root_(std::move(root)) {
+      : url_(std::move(url)),
+        path_(std::move(path)),
+        local_reads_(OnLocalFileSystem(path_)),
+        root_(std::move(root)) {
     opened_.store(root_ != nullptr, std::memory_order_release);
   }
 
@@ -55,6 +92,7 @@ class FileStorage : public Storage {
     caps.range_reads = true;
     caps.hard_links = true;
     caps.object_views = true;
+    caps.local_reads = local_reads_;
     return caps;
   }
 
@@ -197,6 +235,7 @@ class FileStorage : public Storage {
 
   const std::string url_;
   const std::string path_;
+  const bool local_reads_;
   Mutex mu_;
   // Set once, under mu_, before opened_ turns true; never changed after.
   std::shared_ptr<const Root> root_;

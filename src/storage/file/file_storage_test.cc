@@ -226,6 +226,20 @@ TEST_F(FileStorageTest, ObjectsArePlainFilesUnderTheRoot) {
   EXPECT_TRUE(storage->capabilities().hard_links);
 }
 
+TEST_F(FileStorageTest, ReadsFromALocalFileSystemAreLocal) {
+  // The test's folder lies on this machine's disk or tmpfs, as a test
+  // machine's does: read again, its bytes cost a copy from the page cache.
+  std::unique_ptr<Storage> storage = OpenRoot();
+  ASSERT_NE(storage, nullptr);
+  EXPECT_TRUE(storage->capabilities().local_reads);
+  // A root its first write will make is judged by its nearest parent.
+  std::unique_ptr<Storage> later =
+      OpenOrNull("file://" + dir_ + "/not-yet/deeper",
+                 {.create = true, .create_on_first_write = true});
+  ASSERT_NE(later, nullptr);
+  EXPECT_TRUE(later->capabilities().local_reads);
+}
+
 TEST_F(FileStorageTest, RootMayItselfBeASymlink) {
   const std::string link = dir_ + "/root-link";
   ASSERT_EQ(::symlink(root_.c_str(), link.c_str()), 0);

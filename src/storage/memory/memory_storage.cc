@@ -101,6 +101,7 @@ class MemoryStorage : public Storage {
     caps.atomic_create_if_absent = true;
     caps.range_reads = true;
     caps.object_views = true;
+    caps.local_reads = true;  // this process's memory
     return caps;
   }
 
