@@ -153,7 +153,7 @@ class PacedWritable : public WritableObject {
   uint64_t size() const override { return target_->size(); }
   bool CanRewritePrefix() const override { return target_->CanRewritePrefix(); }
   Status RewritePrefix(std::span<const std::byte> bytes) override {
-    pacer_->Wait(bytes.size());
+    Wait(bytes.size());
     return target_->RewritePrefix(bytes);
   }
 

@@ -33,19 +33,6 @@ class Pacer {
     std::this_thread::sleep_until(start);
   }
 
-  // Sleeps until every reservation made so far has ended: Wait lets a
-  // call's bytes through at once and makes the next call wait for them, so
-  // a caller that reports its bytes gone (a storage's Close) waits here
-  // for the rate to have let them through.
-  void WaitDrained() {
-    Clock::time_point end;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      end = next_;
-    }
-    std::this_thread::sleep_until(end);
-  }
-
  private:
   using Clock = std::chrono::steady_clock;
   const double rate_;
