@@ -19,8 +19,9 @@
 //   - the peers on the same tensors (bench/compression/peers.py with the
 //     same threads): zipnn's compress and decompress, and PyTorch DCP's
 //     zstd option (bytes on disk, save and load time);
-// and on the whole state, saves with ckpt (median of --runs, after one
-// save that is not timed):
+// and on the whole state, saves with ckpt into two roots by turns, each
+// save timed alone (median of --runs, after one save of each that is not
+// timed):
 //   - to a file root whose writes go at --slow-mbps MB/s (a network store's
 //     link), raw against compression="zstd";
 //   - to a file root under DIR (the local disk), raw against "auto".
@@ -208,11 +209,11 @@ struct SaveFigures {
   uint64_t bytes = 0;  // of the last save
 };
 
-// The median of `runs` saves of `state` into a fresh root at `path`, after
-// one untimed save (which kAuto measures the storage with).
-SaveFigures MeasureSaves(const std::string& path, double bytes_per_second,
-                         ckpt::Compression compression,
-                         const ckpt::State& state, int runs, int threads) {
+// A manager of a fresh root at `path` (its link paced at `bytes_per_second`
+// when positive) that keeps one checkpoint.
+std::unique_ptr<ckpt::CheckpointManager> OpenFresh(
+    const std::string& path, double bytes_per_second,
+    ckpt::Compression compression, int threads) {
   fs::remove_all(path);
   auto storage = ckpt::OpenStorage(path);
   if (!storage.ok()) Fail(storage.status().ToString());
@@ -227,19 +228,64 @@ SaveFigures MeasureSaves(const std::string& path, double bytes_per_second,
   o.create_root = true;
   auto mgr = ckpt::CheckpointManager::Open(std::move(root), o);
   if (!mgr.ok()) Fail(mgr.status().ToString());
+  return std::move(mgr).value();
+}
+
+// The median of `runs` saves of `state` into a fresh root at `path`, after
+// one untimed save (which kAuto measures the storage with).
+SaveFigures MeasureSaves(const std::string& path, double bytes_per_second,
+                         ckpt::Compression compression,
+                         const ckpt::State& state, int runs, int threads) {
+  auto mgr = OpenFresh(path, bytes_per_second, compression, threads);
   std::vector<double> times;
   SaveFigures f;
   for (int r = 0; r <= runs; ++r) {
     const auto t0 = Clock::now();
-    auto saved = (*mgr)->Save(r + 1, state);
+    auto saved = mgr->Save(r + 1, state);
     if (!saved.ok()) Fail(saved.status().ToString());
     if (r > 0) times.push_back(Since(t0));
     f.bytes = saved->info.bytes;
   }
   std::sort(times.begin(), times.end());
   f.seconds = times[times.size() / 2];
+  mgr.reset();
   fs::remove_all(path);
   return f;
+}
+
+// MeasureSaves of two settings into two roots by turns, each save timed
+// alone, so that what the disk and the machine do meanwhile (write-back
+// of the other root's pages, other work) weighs on both alike.
+std::pair<SaveFigures, SaveFigures> MeasureByTurns(
+    const std::string& a_path, ckpt::Compression a, const std::string& b_path,
+    ckpt::Compression b, double bytes_per_second, const ckpt::State& state,
+    int runs, int threads) {
+  auto ma = OpenFresh(a_path, bytes_per_second, a, threads);
+  auto mb = OpenFresh(b_path, bytes_per_second, b, threads);
+  std::vector<double> ta, tb;
+  SaveFigures fa, fb;
+  for (int r = 0; r <= runs; ++r) {
+    for (int side = 0; side < 2; ++side) {
+      // Which goes first alternates too.
+      const bool first_a = (r % 2 == 0) == (side == 0);
+      ckpt::CheckpointManager& m = first_a ? *ma : *mb;
+      const auto t0 = Clock::now();
+      auto saved = m.Save(r + 1, state);
+      if (!saved.ok()) Fail(saved.status().ToString());
+      const double t = Since(t0);
+      if (r > 0) (first_a ? ta : tb).push_back(t);
+      (first_a ? fa : fb).bytes = saved->info.bytes;
+    }
+  }
+  std::sort(ta.begin(), ta.end());
+  std::sort(tb.begin(), tb.end());
+  fa.seconds = ta[ta.size() / 2];
+  fb.seconds = tb[tb.size() / 2];
+  ma.reset();
+  mb.reset();
+  fs::remove_all(a_path);
+  fs::remove_all(b_path);
+  return {fa, fb};
 }
 
 // Loads `state`'s tensors back from the checkpoint ckpt saved with zstd at
@@ -438,16 +484,12 @@ int main(int argc, char** argv) {
   const ckpt::Compression off{},
       zstd{ckpt::Compression::Mode::kZstd, args.level},
       automatic{ckpt::Compression::Mode::kAuto, args.level};
-  const SaveFigures slow_raw = MeasureSaves(
-      (work / "slow-raw").string(), slow, off, state, args.runs, args.threads);
-  const SaveFigures slow_zstd =
-      MeasureSaves((work / "slow-zstd").string(), slow, zstd, state, args.runs,
-                   args.threads);
-  const SaveFigures fast_raw = MeasureSaves(
-      (work / "fast-raw").string(), 0, off, state, args.runs, args.threads);
-  const SaveFigures fast_auto =
-      MeasureSaves((work / "fast-auto").string(), 0, automatic, state,
-                   args.runs, args.threads);
+  const auto [slow_raw, slow_zstd] = MeasureByTurns(
+      (work / "slow-raw").string(), off, (work / "slow-zstd").string(), zstd,
+      slow, state, args.runs, args.threads);
+  const auto [fast_raw, fast_auto] = MeasureByTurns(
+      (work / "fast-raw").string(), off, (work / "fast-auto").string(),
+      automatic, 0, state, args.runs, args.threads);
   out["saves"] = {{"state_bytes", all_raw},
                   {"slow_mbps", args.slow_mbps},
                   {"slow_raw_seconds", slow_raw.seconds},
