@@ -87,8 +87,7 @@ TEST(CApiTest, OptionsAreCheckedByNameAndValue) {
   EXPECT_EQ(ckpt_options_set(o, "compression", "gzip", &err.text),
             CKPT_INVALID_ARGUMENT);
   EXPECT_THAT(err.str(), HasSubstr("\"off\", \"zstd\" or \"auto\""));
-  EXPECT_EQ(ckpt_options_set(o, "compression_level", "-3", &err.text),
-            CKPT_OK);
+  EXPECT_EQ(ckpt_options_set(o, "compression_level", "-3", &err.text), CKPT_OK);
   EXPECT_EQ(ckpt_options_set(o, "compression_level", "-9", &err.text),
             CKPT_INVALID_ARGUMENT);
   EXPECT_EQ(ckpt_options_set(nullptr, "x", "y", &err.text),
