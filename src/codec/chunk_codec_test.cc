@@ -88,6 +88,38 @@ TEST(ChunkCodec, PlanesShrinkTrainedLikeFloatsMoreThanPlainZstd) {
   }
 }
 
+// Both ways a float's top plane is coded (entropy-coded below level 16,
+// zstd's search from it) and both ways its lower planes are stored (as
+// they are for trained weights; as a second frame for values rounded to
+// few mantissa bits, whose low bytes are zero), with a tail.
+TEST(ChunkCodec, FloatChunksRoundTripAtEveryLevelAndLowerPlaneForm) {
+  for (DType dtype : {DType::kBF16, DType::kF32, DType::kF64}) {
+    for (bool rounded : {false, true}) {
+      std::vector<std::byte> raw = WeightLike(dtype, (1 << 16) + 3, 5);
+      const size_t w = DTypeSize(dtype);
+      if (rounded) {
+        for (size_t i = 0; i + w <= raw.size(); i += w) {
+          for (size_t b = 0; b + 1 < w; ++b) raw[i + b] = std::byte{0};
+        }
+      }
+      for (int level : {kMinLevel, 1, 15, 16, kMaxLevel}) {
+        std::vector<std::byte> stored;
+        ASSERT_TRUE(Compress(CodecFor(dtype), level, raw, stored))
+            << DTypeName(dtype) << " level " << level;
+        if (rounded) {
+          // Only the second frame makes it this small: the lower planes
+          // alone are (w - 1) / w of the chunk.
+          EXPECT_LT(stored.size(), raw.size() / w) << DTypeName(dtype);
+        }
+        std::vector<std::byte> back(raw.size());
+        ASSERT_TRUE(Decompress(CodecFor(dtype), stored, back).ok())
+            << DTypeName(dtype) << " level " << level;
+        EXPECT_EQ(back, raw) << DTypeName(dtype) << " level " << level;
+      }
+    }
+  }
+}
+
 TEST(ChunkCodec, EveryCodecRoundTripsAnyLength) {
   for (uint8_t c = 1; c <= kLastCodec; ++c) {
     const Codec codec = *CodecFromByte(c);
