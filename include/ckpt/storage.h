@@ -111,14 +111,17 @@ class WritableObject {
   virtual Status Close() = 0;
   // Bytes appended so far.
   virtual uint64_t size() const = 0;
-  // Whether RewritePrefix works on this object. A writer that learns its
-  // object's first bytes last (a data object with compressed chunks, whose
-  // header gives their sizes) appends a placeholder, streams the rest, and
-  // rewrites the placeholder before Close; where this is false it must
-  // hold the rest until it knows the first bytes.
-  virtual bool CanRewritePrefix() const { return false; }
+  // Asks, before the first Append, that the object's first `bytes` bytes
+  // stay rewritable by RewritePrefix until Close; false where this object
+  // cannot (the default). A writer that learns its object's first bytes
+  // last (a data object with compressed chunks, whose header gives their
+  // sizes) appends a placeholder, streams the rest, and rewrites the
+  // placeholder before Close; where this is false it must hold the rest
+  // until it knows the first bytes. file:// and mem:// keep any prefix;
+  // s3:// one of at most a part, whose upload waits in memory until Close.
+  virtual bool KeepPrefix(uint64_t bytes) { return false; }
   // Replaces the first `bytes.size()` bytes appended so far (at most
-  // size()) with `bytes`; before Close.
+  // size(), and at most what KeepPrefix kept) with `bytes`; before Close.
   virtual Status RewritePrefix(std::span<const std::byte> bytes) {
     return FailedPreconditionError(
         "this storage cannot rewrite an object's first bytes");

@@ -31,8 +31,9 @@
 // A state with tensors on a CUDA device: in step 3 a full save reads each
 // device piece through a few page-locked blocks (device_pipeline.h),
 // checksumming and writing one block while the next is copied; an
-// incremental one first copies the state to host memory (async_save.cc,
-// Stage), since it checksums every chunk before it knows what to write.
+// incremental or compressed one first copies the state to host memory
+// (async_save.cc, Stage), since it checksums every chunk before it knows
+// what to write, or compresses chunks on the I/O pool.
 //
 // A crash anywhere leaves the earlier checkpoints as they were, plus either
 // nothing or the complete new one: without its manifest a step does not exist.
@@ -547,13 +548,14 @@ Result<SaveResult> Saver::Save(int64_t step, const State& state,
                                const Status& state_error) {
   const std::string op =
       "save step " + std::to_string(step) + " in " + root_.Where();
-  // An incremental save of a state with tensors on a device is saved from a
-  // copy in the staging memory, page-locked, as an asynchronous save is: it
-  // checksums the bytes before it knows which to write. A full save streams
-  // them through the bounce blocks instead (WriteFull). A rank whose copy
-  // fails still takes part, with the error.
-  if (state_error.ok() && !IsStaged(state) && save.incremental &&
-      state.HasDeviceTensors()) {
+  // An incremental or compressed save of a state with tensors on a device
+  // is saved from a copy in the staging memory, page-locked, as an
+  // asynchronous save is: the one checksums the bytes before it knows which
+  // to write, the other compresses host chunks on the I/O pool. A full raw
+  // save streams them through the bounce blocks instead (WriteFull). A
+  // rank whose copy fails still takes part, with the error.
+  if (state_error.ok() && !IsStaged(state) && state.HasDeviceTensors() &&
+      (save.incremental || MayCompress(save))) {
     const Status staged =
         Stage(root_, state, StagingBytes(state), "stage the state");
     return Save(step, root_.staged, save, staged);

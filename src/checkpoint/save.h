@@ -38,6 +38,9 @@ class Saver {
   // RootContext::compression_figures, sampling the state's chunks once.
   std::optional<ChunkCompression> ChooseCompression(const State& state,
                                                     const SaveOptions& save);
+  // Whether the save may compress (before the state is staged): kZstd
+  // always; kAuto unless this rank's figures already say it does not pay.
+  bool MayCompress(const SaveOptions& save) const;
   // Keeps what writing `w` measured for the next kAuto decision.
   void NoteWrite(const WrittenObject& w);
   // Step 1 on the coordinator.

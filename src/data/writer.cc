@@ -210,16 +210,12 @@ Result<WrittenObject> WriteCompressed(Storage& storage, const std::string& key,
                                  : format::kSafetensorsAlignment;
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<WritableObject> out,
                         storage.NewWritable(key));
-  const bool streaming = out->CanRewritePrefix();
-  std::string header;
-  if (streaming) {
-    CKPT_ASSIGN_OR_RETURN(
-        header,
-        CompressedHeader(pieces, raw.piece_bytes,
-                         std::vector<bool>(pieces.size(), true), alignment));
-  } else {
-    CKPT_RETURN_IF_ERROR(compress_range(0, chunks.size()));
-  }
+  CKPT_ASSIGN_OR_RETURN(
+      std::string header,
+      CompressedHeader(pieces, raw.piece_bytes,
+                       std::vector<bool>(pieces.size(), true), alignment));
+  const bool streaming = out->KeepPrefix(header.size());
+  if (!streaming) CKPT_RETURN_IF_ERROR(compress_range(0, chunks.size()));
   const auto compressed = std::chrono::steady_clock::now();
   std::vector<uint64_t> stored_bytes(pieces.size(), 0);
   std::vector<bool> shrunk(pieces.size(), streaming);

@@ -151,7 +151,9 @@ class PacedWritable : public WritableObject {
     return target_->Close();
   }
   uint64_t size() const override { return target_->size(); }
-  bool CanRewritePrefix() const override { return target_->CanRewritePrefix(); }
+  bool KeepPrefix(uint64_t bytes) override {
+    return target_->KeepPrefix(bytes);
+  }
   Status RewritePrefix(std::span<const std::byte> bytes) override {
     Wait(bytes.size());
     return target_->RewritePrefix(bytes);

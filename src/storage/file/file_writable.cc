@@ -142,7 +142,7 @@ class FileWritable : public WritableObject {
 
   // The new first bytes are kept and written over the old ones when the
   // object is published, after every other write has landed.
-  bool CanRewritePrefix() const override { return true; }
+  bool KeepPrefix(uint64_t) override { return true; }
   Status RewritePrefix(std::span<const std::byte> bytes) override {
     CKPT_RETURN_IF_ERROR(CheckWritable());
     if (bytes.size() > size_) {

@@ -70,7 +70,7 @@ class MemoryWritable : public WritableObject {
     return Status();
   }
   uint64_t size() const override { return buf_.size(); }
-  bool CanRewritePrefix() const override { return true; }
+  bool KeepPrefix(uint64_t) override { return true; }
   Status RewritePrefix(std::span<const std::byte> bytes) override {
     if (closed_) return FailedPreconditionError("rewrite of closed " + key_);
     if (bytes.size() > buf_.size()) {

@@ -16,6 +16,7 @@
 #include "storage/s3/s3_multipart.h"
 
 #include <algorithm>
+#include <cstring>
 #include <deque>
 #include <future>
 #include <utility>
@@ -150,6 +151,33 @@ class S3Writable : public WritableObject {
     return Status();
   }
 
+  // The first part (with the prefix) waits in memory until Close, when it
+  // goes up beside the last: a multipart upload takes its parts in any
+  // order, and a part once sent is fixed.
+  bool KeepPrefix(uint64_t bytes) override {
+    if (closed_ || size_ > 0 || bytes > root_->config().options.part_size) {
+      return false;
+    }
+    keep_ = bytes;
+    return true;
+  }
+
+  Status RewritePrefix(std::span<const std::byte> bytes) override {
+    if (closed_)
+      return FailedPreconditionError(where_ + ": rewrite after Close");
+    CKPT_RETURN_IF_ERROR(status_);
+    if (bytes.size() > keep_ || bytes.size() > size_) {
+      return InvalidArgumentError(
+          where_ + ": a rewrite of " + std::to_string(bytes.size()) +
+          " first bytes, where " + std::to_string(std::min(keep_, size_)) +
+          " are kept");
+    }
+    if (bytes.empty()) return Status();
+    std::vector<std::byte>& first = etags_.empty() ? current_ : first_;
+    std::memcpy(first.data(), bytes.data(), bytes.size());
+    return Status();
+  }
+
   Status Close() override {
     if (closed_) return FailedPreconditionError(where_ + ": Close twice");
     closed_ = true;
@@ -164,6 +192,7 @@ class S3Writable : public WritableObject {
       return Status();
     }
     Status s = ShipCurrent();
+    if (s.ok() && !first_.empty()) s = Ship(1, std::move(first_));
     if (s.ok()) s = WaitAll();
     if (s.ok()) {
       s = CompleteUpload(*root_, where_, full_key_, upload_id_, etags_, false);
@@ -190,8 +219,8 @@ class S3Writable : public WritableObject {
     return s;
   }
 
-  // Hands current_ to a part upload of its own and takes a free buffer,
-  // waiting for the oldest upload when max_concurrency are in flight.
+  // Hands current_ to a part upload of its own (or, the first part of an
+  // object whose prefix is kept, to first_) and takes a free buffer.
   Status ShipCurrent() {
     if (upload_id_.empty()) {
       CKPT_ASSIGN_OR_RETURN(upload_id_, StartUpload(*root_, where_, full_key_));
@@ -202,13 +231,27 @@ class S3Writable : public WritableObject {
           std::to_string(root_->config().options.part_size) +
           " bytes; raise part_size");
     }
+    etags_.emplace_back();
+    const int number = static_cast<int>(etags_.size());
+    std::vector<std::byte> buffer = std::move(current_);
+    current_ = std::move(free_);
+    current_.clear();
+    free_ = {};
+    if (number == 1 && keep_ > 0) {
+      first_ = std::move(buffer);
+      return Status();
+    }
+    return Ship(number, std::move(buffer));
+  }
+
+  // Uploads `buffer` as part `number`, waiting for the oldest upload when
+  // max_concurrency are in flight.
+  Status Ship(int number, std::vector<std::byte> buffer) {
     while (in_flight_.size() >=
            static_cast<size_t>(root_->config().options.max_concurrency)) {
       CKPT_RETURN_IF_ERROR(WaitOldest());
     }
-    etags_.emplace_back();
-    in_flight_.push_back(
-        InFlight{static_cast<int>(etags_.size()), std::move(current_), {}});
+    in_flight_.push_back(InFlight{number, std::move(buffer), {}});
     InFlight& f = in_flight_.back();
     f.etag = std::async(
         std::launch::async,
@@ -216,9 +259,6 @@ class S3Writable : public WritableObject {
          number = f.number, data = std::span<const std::byte>(f.buffer)] {
           return UploadPart(*root, where, key, id, number, data);
         });
-    current_ = std::move(free_);
-    current_.clear();
-    free_ = {};
     return Status();
   }
 
@@ -251,6 +291,7 @@ class S3Writable : public WritableObject {
     }
     current_ = {};
     free_ = {};
+    first_ = {};
   }
 
   const std::shared_ptr<Root> root_;
@@ -259,6 +300,8 @@ class S3Writable : public WritableObject {
   const std::string where_;
   std::vector<std::byte> current_;  // the part being filled
   std::vector<std::byte> free_;     // a spare buffer from a finished part
+  std::vector<std::byte> first_;    // part 1, held until Close (KeepPrefix)
+  uint64_t keep_ = 0;               // the prefix kept rewritable
   std::deque<InFlight> in_flight_;
   std::vector<std::string> etags_;  // of parts 1..N
   std::string upload_id_;           // empty until the first part ships
