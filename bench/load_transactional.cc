@@ -2,22 +2,35 @@
 // streaming one, on the same checkpoint in one run.
 //
 //   bench_load_transactional [--gib N] [--rounds R] [--tensors T] [--dir DIR]
+//                            [--json]
 //
 // Saves a state of N GiB (default 1) of F32 tensors to a file:// root (a
-// fresh folder under /var/tmp unless --dir), then loads it back into the
-// same buffers, R rounds (default 5) of three modes:
+// fresh folder under /var/tmp unless --dir), then loads it back, R rounds
+// (default 5) of five modes:
 //   streaming      LoadOptions::transactional = false: straight into the
-//                  buffers (O_DIRECT reads of 1 MiB and more);
-//   transactional  the default: every chunk checked in place in the
+//                  state's buffers (O_DIRECT reads of 1 MiB and more);
+//   transactional  the default, in place: every chunk checked in the
 //                  objects' mapped pages, then copied into the buffers;
 //   staged         transactional through a StorageWrapper, which offers no
 //                  object views, as an s3:// root loads: every chunk read
-//                  into the manager's staging memory, checked, then copied.
+//                  into the manager's staging memory, checked, then copied;
+//   new_memory     LoadAll: every tensor into new memory of the load's own,
+//                  all or nothing (a failed load frees it);
+//   streaming_new  streaming into new buffers (allocated, not touched, for
+//                  each load): what new memory costs a streaming load.
 // Each mode loads cold (the root's pages dropped from the page cache first,
 // as after a restart) and warm (right after). One cold load of each mode
 // comes first and is reported apart: it is the first use of the memory the
-// mode needs. Prints the medians, the ratios to streaming, and each mode's
-// peak resident memory above the state (VmHWM, reset before every load).
+// mode needs. It also times the library's parallel copy of the state
+// between two buffers already faulted in. Prints the medians, the ratios to
+// streaming, and each mode's peak resident memory above the state (VmHWM,
+// reset before every load), and (--json) the ratios of docs/benchmarks.md:
+//   new_memory_vs_streaming   new_memory over streaming_new, the worse of
+//                             cold and warm;
+//   in_place_vs_floor         transactional over the floor, streaming + the
+//                             parallel copy, the worse of cold and warm;
+//   first_in_place_vs_floor   the first transactional load over the cold
+//                             floor.
 // Every load's bytes are checked. A measurement: exits 0 unless a save or a
 // load fails.
 #include <fcntl.h>
@@ -30,11 +43,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "ckpt/ckpt.h"
 #include "proc_status.h"
+#include "util/parallel_copy.h"
 
 namespace {
 
@@ -68,9 +83,12 @@ int main(int argc, char** argv) {
   double gib = 1.0;
   int rounds = 5, tensors = 16;
   std::string dir;
+  bool json = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--gib" && i + 1 < argc) {
+    if (a == "--json") {
+      json = true;
+    } else if (a == "--gib" && i + 1 < argc) {
       gib = std::atof(argv[++i]);
     } else if (a == "--rounds" && i + 1 < argc) {
       rounds = std::max(1, std::atoi(argv[++i]));
@@ -81,7 +99,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: bench_load_transactional [--gib N] [--rounds R] "
-                   "[--tensors T] [--dir DIR]\n");
+                   "[--tensors T] [--dir DIR] [--json]\n");
       return a == "--help" ? 0 : 2;
     }
   }
@@ -125,33 +143,76 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", staged_mgr.status().ToString().c_str());
     return 1;
   }
-  enum Mode { kStreaming, kTransactional, kStaged, kModes };
-  const char* kNames[kModes] = {"streaming", "transactional", "staged"};
-  double peak[kModes] = {0, 0, 0};
+  enum Mode {
+    kStreaming,
+    kTransactional,
+    kStaged,
+    kNewMemory,
+    kStreamingNew,
+    kModes
+  };
+  const char* kNames[kModes] = {"streaming", "transactional", "staged",
+                                "new_memory", "streaming_new"};
+  double peak[kModes] = {0, 0, 0, 0, 0};
+  auto check = [&](const float* got, int t) {
+    for (size_t i = 0; i < floats; i += 4097) {
+      if (got[i] != static_cast<float>(t * 7 + i % 1000 + 1)) {
+        std::fprintf(stderr, "load: wrong value in t%d[%zu]\n", t, i);
+        std::exit(1);
+      }
+    }
+  };
   // One load: its seconds; the peak resident memory above the state.
   auto load = [&](Mode mode, bool cold) -> double {
     for (auto& v : data) std::memset(v.data(), 0, v.size() * 4);
+    // New buffers, not touched: the load's reads fault them in.
+    std::vector<std::unique_ptr<float[]>> fresh;
+    ckpt::State fresh_state;
+    if (mode == kStreamingNew) {
+      for (int t = 0; t < tensors; ++t) {
+        fresh.push_back(std::make_unique_for_overwrite<float[]>(floats));
+        fresh_state.AddTensor(
+            "t" + std::to_string(t),
+            ckpt::TensorView{ckpt::DType::kF32,
+                             {static_cast<int64_t>(floats)},
+                             reinterpret_cast<std::byte*>(fresh.back().get()),
+                             true});
+      }
+    }
     if (cold) DropCache(dir);
     ResetPeak();
     const uint64_t before = ProcStatus("VmRSS");
     const auto start = Clock::now();
     ckpt::CheckpointManager& m = mode == kStaged ? **staged_mgr : **mgr;
-    auto r = m.Load(1, state, {.transactional = mode != kStreaming});
+    ckpt::Status status;
+    ckpt::LoadedCheckpoint loaded;
+    if (mode == kNewMemory) {
+      auto r = m.LoadAll(1);
+      status = r.status();
+      if (r.ok()) loaded = std::move(*r);
+    } else {
+      auto r =
+          m.Load(1, mode == kStreamingNew ? fresh_state : state,
+                 {.transactional = mode == kTransactional || mode == kStaged});
+      status = r.status();
+    }
     const double seconds =
         std::chrono::duration<double>(Clock::now() - start).count();
-    if (!r.ok()) {
-      std::fprintf(stderr, "load: %s\n", r.status().ToString().c_str());
+    if (!status.ok()) {
+      std::fprintf(stderr, "load: %s\n", status.ToString().c_str());
       std::exit(1);
     }
     peak[mode] = std::max(peak[mode], static_cast<double>(ProcStatus("VmHWM")) -
                                           static_cast<double>(before));
     for (int t = 0; t < tensors; ++t) {
-      for (size_t i = 0; i < floats; i += 4097) {
-        if (data[t][i] != static_cast<float>(t * 7 + i % 1000 + 1)) {
-          std::fprintf(stderr, "load: wrong value in t%d[%zu]\n", t, i);
-          std::exit(1);
-        }
+      const float* got = data[t].data();
+      if (mode == kNewMemory) {
+        got = reinterpret_cast<const float*>(
+            loaded.state.Find("t" + std::to_string(t))->tensor.data);
+      } else if (mode == kStreamingNew) {
+        got = fresh[t].get();
       }
+      check(got, t);
     }
     return seconds;
   };
@@ -164,12 +225,37 @@ int main(int argc, char** argv) {
       warm[m].push_back(load(Mode(m), false));
     }
   }
+  // The floor's copy: the state into buffers already faulted in, by the
+  // parallel copy the transactional load ends with.
+  std::vector<std::vector<float>> copies(tensors, std::vector<float>(floats));
+  std::vector<ckpt::CopyJob> jobs;
+  for (int t = 0; t < tensors; ++t) {
+    jobs.push_back({reinterpret_cast<std::byte*>(copies[t].data()),
+                    reinterpret_cast<const std::byte*>(data[t].data()),
+                    floats * 4});
+  }
+  std::vector<double> copy_times;
+  for (int r = 0; r < std::max(3, rounds); ++r) {
+    const auto start = Clock::now();
+    if (!ckpt::ParallelCopy(jobs).ok()) return 1;
+    copy_times.push_back(
+        std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  const double copy = Median(copy_times);
+  const double c0 = Median(cold[kStreaming]), w0 = Median(warm[kStreaming]);
+  const double floor_cold = c0 + copy, floor_warm = w0 + copy;
+  const double new_vs_streaming =
+      std::max(Median(cold[kNewMemory]) / Median(cold[kStreamingNew]),
+               Median(warm[kNewMemory]) / Median(warm[kStreamingNew]));
+  const double in_place_vs_floor =
+      std::max(Median(cold[kTransactional]) / floor_cold,
+               Median(warm[kTransactional]) / floor_warm);
+  const double first_in_place_vs_floor = first[kTransactional] / floor_cold;
   std::printf("state: %.0f MiB in %d tensors, %d rounds, %ld cores\n",
               state_bytes / kMiB, tensors, rounds,
               sysconf(_SC_NPROCESSORS_ONLN));
   for (int m = 0; m < kModes; ++m) {
     const double c = Median(cold[m]), w = Median(warm[m]);
-    const double c0 = Median(cold[kStreaming]), w0 = Median(warm[kStreaming]);
     std::printf(
         "%-13s first %.3f s | cold %.3f s (%.2f GB/s, x%.3f) | warm %.3f s "
         "(%.2f GB/s, x%.3f) | peak +%.1f MiB\n",
@@ -177,12 +263,32 @@ int main(int argc, char** argv) {
         state_bytes / w / 1e9, w / w0, peak[m] / kMiB);
   }
   std::printf(
-      "ratio transactional / streaming: cold %.3f, warm %.3f (staged: cold "
-      "%.3f, warm %.3f)\n",
-      Median(cold[kTransactional]) / Median(cold[kStreaming]),
-      Median(warm[kTransactional]) / Median(warm[kStreaming]),
-      Median(cold[kStaged]) / Median(cold[kStreaming]),
-      Median(warm[kStaged]) / Median(warm[kStreaming]));
+      "parallel copy of the state %.3f s; floor (streaming + copy): cold "
+      "%.3f s, warm %.3f s\n",
+      copy, floor_cold, floor_warm);
+  std::printf(
+      "ratios: new_memory_vs_streaming %.3f, in_place_vs_floor %.3f, "
+      "first_in_place_vs_floor %.3f (staged / floor: cold %.3f, warm %.3f)\n",
+      new_vs_streaming, in_place_vs_floor, first_in_place_vs_floor,
+      Median(cold[kStaged]) / floor_cold, Median(warm[kStaged]) / floor_warm);
+  if (json) {
+    std::printf("{\"state_bytes\": %.0f, \"rounds\": %d, \"modes\": {",
+                state_bytes, rounds);
+    for (int m = 0; m < kModes; ++m) {
+      std::printf(
+          "%s\"%s\": {\"first_s\": %.4f, \"cold_s\": %.4f, \"warm_s\": "
+          "%.4f, \"peak_mib\": %.1f}",
+          m ? ", " : "", kNames[m], first[m], Median(cold[m]), Median(warm[m]),
+          peak[m] / kMiB);
+    }
+    std::printf(
+        "}, \"floor\": {\"streaming_cold_s\": %.4f, \"streaming_warm_s\": "
+        "%.4f, \"parallel_copy_s\": %.4f, \"cold_s\": %.4f, \"warm_s\": "
+        "%.4f}, \"ratios\": {\"new_memory_vs_streaming\": %.4f, "
+        "\"in_place_vs_floor\": %.4f, \"first_in_place_vs_floor\": %.4f}}\n",
+        c0, w0, copy, floor_cold, floor_warm, new_vs_streaming,
+        in_place_vs_floor, first_in_place_vs_floor);
+  }
   staged_mgr->reset();
   mgr->reset();
   if (own_dir) std::filesystem::remove_all(dir);
