@@ -17,9 +17,11 @@
 #    root), ~/.pyenv, /root/.pyenv), without NumPy: a virtual environment,
 #    the wheel, and python/tests/test_no_numpy.py (plain unittest). None
 #    found: the step says so and is skipped.
-# 3. examples/python/train.py, bench/peers/peers.py (a small state) and
-#    bench/peers/peers_gpu.py (the same on a CUDA device; without one in
-#    PyTorch it prints why it skipped) from the environment of 1.
+# 3. examples/python/train.py, bench/peers/peers.py (a small state),
+#    bench/peers/peers_gpu.py (the same on a CUDA device) and
+#    bench/load_device.py (the all-or-nothing load into one; without a
+#    device in PyTorch both print why they skipped) from the environment
+#    of 1.
 # 4. `pip install` of a fresh clone of the repository's HEAD into a new
 #    virtual environment, building from nothing, then the `ckpt` command and
 #    a save and load (scripts/test-pip-install.sh; it prints the build's
@@ -217,8 +219,12 @@ if [ -x "$work/venv/bin/python" ]; then
   "$work/venv/bin/python" "$repo/bench/peers/peers_gpu.py" \
     --size-mib 64 --tensors 8 --runs 1 --dir "$work/peers-gpu" ||
     failed+=("bench/peers/peers_gpu.py")
+  mkdir -p "$work/load-device"
+  "$work/venv/bin/python" "$repo/bench/load_device.py" \
+    --gib 0.0625 --rounds 1 --dir "$work/load-device" ||
+    failed+=("bench/load_device.py")
 fi
-say "train.py, peers.py and peers_gpu.py: $((SECONDS - start)) s"
+say "train.py, peers.py, peers_gpu.py and load_device.py: $((SECONDS - start)) s"
 
 # --- 4. pip install of a fresh clone -----------------------------------------
 start=$SECONDS
