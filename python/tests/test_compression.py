@@ -3,9 +3,7 @@ every NumPy dtype back bit for bit, fewer bytes stored for trained-like
 weights, and clear errors for a bad mode or level."""
 
 import json
-import os
 import subprocess
-import warnings
 
 import numpy as np
 import pytest
@@ -72,13 +70,8 @@ def test_bad_compression_is_a_clear_error(tmp_path):
         assert mgr.list() == []
 
 
-def test_cli_import_compresses_and_verify_reads_it(tmp_path):
-    cli = os.environ.get("CKPT_CLI")
-    if not cli:
-        why = ("CKPT_CLI is not set (the ckpt binary; ctest sets it): "
-               "`ckpt import --compression` is not run")
-        warnings.warn(pytest.PytestWarning(f"test_compression.py: {why}"))
-        pytest.skip(why)
+def test_cli_import_compresses_and_verify_reads_it(tmp_path, ckpt_cli):
+    cli = ckpt_cli
     from safetensors.numpy import save_file
     tensors = {"w": weights(np.float32, 1 << 18), "b": weights(np.float16)}
     path = str(tmp_path / "model.safetensors")

@@ -470,13 +470,8 @@ def loaded_tensors(root):
     return out
 
 
-def test_ckpt_import_reads_back(saved, tmp_path):
-    cli = os.environ.get("CKPT_CLI")
-    if not cli:
-        why = ("CKPT_CLI is not set (the ckpt binary; ctest sets it): the "
-               "files are not read back through `ckpt import`")
-        warnings.warn(pytest.PytestWarning(f"test_consolidate.py: {why}"))
-        pytest.skip(why)
+def test_ckpt_import_reads_back(saved, tmp_path, ckpt_cli):
+    cli = ckpt_cli
     root, expected = saved
     single = consolidate(root, tmp_path / "single")
     sharded = consolidate(root, tmp_path / "sharded", max_shard_size=200)

@@ -33,13 +33,25 @@ Status AppendSlices(WritableObject& out, std::span<const std::byte> bytes,
   return Status();
 }
 
+// The alignment of a data object's tensors: large objects start their data
+// on a page, so that page-aligned memory (the asynchronous save's staging)
+// lines up with its place in the file.
+uint64_t DataAlignment(uint64_t data_bytes) {
+  return data_bytes >= format::kPageAlignFrom
+             ? format::kSafetensorsPageAlignment
+             : format::kSafetensorsAlignment;
+}
+
+double Seconds(std::chrono::steady_clock::time_point a,
+               std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
 }  // namespace
 
 Result<DataObjectLayout> LayOutDataObject(
     std::vector<format::TensorLayout> tensors, uint64_t chunk_size) {
   if (chunk_size == 0) return InvalidArgumentError("chunk size 0");
-  // Large objects start their data on a page, so that page-aligned memory
-  // (the asynchronous save's staging) lines up with its place in the file.
   // A shape that is invalid or overflows fails the encoding below, whatever
   // alignment this picks.
   uint64_t data_bytes = 0;
@@ -48,9 +60,7 @@ Result<DataObjectLayout> LayOutDataObject(
         TensorView{.dtype = t.dtype, .shape = t.shape}.ByteSize();
     if (n.ok()) data_bytes += std::min(*n, UINT64_MAX - data_bytes);
   }
-  const uint64_t alignment = data_bytes >= format::kPageAlignFrom
-                                 ? format::kSafetensorsPageAlignment
-                                 : format::kSafetensorsAlignment;
+  const uint64_t alignment = DataAlignment(data_bytes);
   DataObjectLayout layout;
   CKPT_ASSIGN_OR_RETURN(
       layout.header, format::EncodeSafetensorsHeader(tensors, {}, alignment));
@@ -66,6 +76,14 @@ Result<DataObjectLayout> LayOutDataObject(
   }
   layout.size = offset;
   return layout;
+}
+
+const std::map<std::string, std::string>& CompressedMetadata() {
+  static const std::map<std::string, std::string> m = {
+      {"ckpt.compressed",
+       "tensors of dtype U8 here hold compressed chunks: read them with "
+       "ckpt (ckpt export writes the tensors themselves)"}};
+  return m;
 }
 
 namespace {
@@ -101,27 +119,6 @@ Status AppendFromDevice(WritableObject& out, DeviceReadPipeline& device,
   };
   return device.Read(layout.piece_bytes[piece], append);
 }
-
-}  // namespace
-
-namespace {
-
-double Seconds(std::chrono::steady_clock::time_point a,
-               std::chrono::steady_clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
-}  // namespace
-
-const std::map<std::string, std::string>& CompressedMetadata() {
-  static const std::map<std::string, std::string> m = {
-      {"ckpt.compressed",
-       "tensors of dtype U8 here hold compressed chunks: read them with "
-       "ckpt (ckpt export writes the tensors themselves)"}};
-  return m;
-}
-
-namespace {
 
 // One chunk compressed (or left raw where that does not shrink it) into
 // `r` and `stored`.
@@ -205,9 +202,7 @@ Result<WrittenObject> WriteCompressed(Storage& storage, const std::string& key,
   };
   uint64_t raw_bytes = 0;
   for (uint64_t n : raw.piece_bytes) raw_bytes += n;
-  const uint64_t alignment = raw_bytes >= format::kPageAlignFrom
-                                 ? format::kSafetensorsPageAlignment
-                                 : format::kSafetensorsAlignment;
+  const uint64_t alignment = DataAlignment(raw_bytes);
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<WritableObject> out,
                         storage.NewWritable(key));
   CKPT_ASSIGN_OR_RETURN(
