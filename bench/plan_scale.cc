@@ -379,22 +379,23 @@ Row Measure(int ranks, int pieces_per_rank) {
   v3.chunks = chunks;
   v3.total_bytes = record_bytes.size() + directory.size();
   for (const std::string& x : split->indexes) v3.total_bytes += x.size();
-  // What verify decodes: every index, assembled with the directory.
+  // What verify decodes: the commit record and the directory, then every
+  // index one at a time, as ManifestStore::ForEachRank walks them
+  // (format::IndexWalk): one rank's pieces and a span per chunk at once.
   v3.decode_peak_bytes = PeakAbove([&] {
     auto header = ckpt::format::DecodeManifest(record_bytes, "commit record");
     if (!header.ok()) Die("decode commit record", header.status());
     auto d = ckpt::format::DecodeDirectory(directory, "directory");
     if (!d.ok()) Die("decode directory", d.status());
-    std::vector<ckpt::format::RankIndex> all;
-    all.reserve(split->indexes.size());
+    ckpt::format::IndexWalk walk(*header, *d, "version 3 metadata");
+    if (auto s = walk.CheckEntriesDisjoint(); !s.ok()) Die("walk", s);
     for (const std::string& x : split->indexes) {
       auto index = ckpt::format::DecodeRankIndex(x, "index");
       if (!index.ok()) Die("decode index", index.status());
-      all.push_back(std::move(*index));
+      auto one = walk.Next(std::move(*index));
+      if (!one.ok()) Die("walk index", one.status());
     }
-    auto whole = ckpt::format::Assemble(*header, *d, std::move(all), true,
-                                        "version 3 metadata");
-    if (!whole.ok()) Die("assemble", whole.status());
+    if (auto s = walk.Finish(); !s.ok()) Die("walk", s);
   });
   // A rank in the middle loads its own rows back; at half the ranks, a
   // rank loads the rows of two old ranks.

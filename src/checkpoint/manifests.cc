@@ -130,6 +130,25 @@ Result<std::shared_ptr<const Manifest>> ManifestStore::Assembled(
       std::make_shared<Manifest>(std::move(m)));
 }
 
+Status ManifestStore::ForEachRank(
+    int64_t step, const std::function<Status(const Manifest&)>& each) {
+  Forget(step);
+  CKPT_ASSIGN_OR_RETURN(ObjectInfo info, StatManifest(step));
+  CKPT_ASSIGN_OR_RETURN(Summarized s, ReadSummary(step, info));
+  if (!s.directory) return each(*s.manifest);
+  format::IndexWalk walk(
+      *s.manifest, *s.directory,
+      "step " + std::to_string(step) + " in " + storage_.url());
+  CKPT_RETURN_IF_ERROR(walk.CheckEntriesDisjoint());
+  for (int32_t r = 0; r < s.directory->world_size; ++r) {
+    CKPT_ASSIGN_OR_RETURN(format::RankIndex x, ReadIndex(s, r));
+    CKPT_ASSIGN_OR_RETURN(Manifest m, walk.Next(std::move(x)));
+    m.Reindex();
+    CKPT_RETURN_IF_ERROR(each(m));
+  }
+  return walk.Finish();
+}
+
 std::shared_ptr<const Manifest> ManifestStore::Cached(int64_t step,
                                                       const ObjectInfo& info) {
   auto it = cache_.find(step);

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -47,6 +48,16 @@ class ManifestStore {
   // The same, for a manifest object already listed as `info`.
   Result<std::shared_ptr<const format::Manifest>> Read(int64_t step,
                                                        const ObjectInfo& info);
+  // Every piece of step `step`, read again (not from the cache) and checked
+  // as Read checks them, without holding them all: `each` is called with a
+  // Manifest of one rank's pieces at a time (version 3: the commit record
+  // and directory once, then each rank's index alone, Manifest::pieces
+  // kSome, rank 0 first), or once with the whole manifest (versions 1 and
+  // 2). What needs every piece (overlaps across ranks, the directory's
+  // sums, every index present) is checked before the first call or after
+  // the last (format::IndexWalk); the first error ends the walk.
+  Status ForEachRank(
+      int64_t step, const std::function<Status(const format::Manifest&)>& each);
   // What listing, completeness checks, retention and garbage collection
   // need: for version 3 the commit record and the directory (every entry
   // without pieces, every data, index and directory object with its size);

@@ -2,9 +2,12 @@
 // found, instead of stopping at the first as a load does.
 //
 //   1. Read the manifest again (not from the cache: damage that kept its
-//      size and mtime would hide behind it) and validate it.
-//   2. For each object it names: present, of the recorded size, and a valid
-//      safetensors file (length prefix and header).
+//      size and mtime would hide behind it) and validate it, one rank's
+//      pieces at a time (ManifestStore::ForEachRank): a checkpoint of
+//      16,384 ranks holds millions of pieces, and verify's memory stays
+//      that of one rank's and a span per chunk.
+//   2. For each object those pieces name: present, of the recorded size,
+//      and a valid safetensors file (length prefix and header).
 //   3. For each chunk of each entry: within its object, inside a tensor of
 //      the entry's (or of one of its incremental runs) in the object's
 //      header, and matching its xxh3-128 checksum when read back.
@@ -12,6 +15,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <set>
 
 #include "data/reader.h"
 #include "data/writer.h"
@@ -138,56 +142,72 @@ Status CheckChunkBytes(Storage& storage, const Manifest& m,
 
 Result<VerifyReport> Verifier::Verify(int64_t step,
                                       const ProgressFn& progress) {
-  // 1. The manifest.
-  root_.manifests.Forget(step);
-  CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> m,
-                        root_.manifests.Read(step));
   VerifyReport report;
   report.step = step;
-  uint64_t total = 0;
-  for (const auto& e : m->entries) {
-    for (const auto& p : e.pieces) {
-      for (const auto& c : p.chunks) total += c.length;
-    }
-  }
-  // 2. The objects.
-  std::vector<ObjectCheck> objects;
-  for (const format::ObjectRecord& o : m->objects) {
-    objects.push_back(CheckObject(*root_.storage, o, report.problems));
-  }
-  // 3. Every chunk, re-read and re-hashed.
+  uint64_t total = 0, done = 0;
+  bool first = true;
+  // Objects already stat'ed and their problems reported: a data object
+  // that several ranks' pieces name (an incremental parent's) is reported
+  // once.
+  std::set<std::string> objects_seen;
   std::vector<std::byte> buf;
-  uint64_t done = 0;
-  for (const auto& e : m->entries) {
-    for (const auto& p : e.pieces) {
-      for (const auto& c : p.chunks) {
-        const std::string& key = m->objects[c.object].key;
-        const ObjectCheck& object = objects[c.object];
-        if (!object.readable) continue;  // already reported
-        if (c.offset > object.size ||
-            c.StoredLength() > object.size - c.offset) {
-          report.problems.push_back(key + ": entry " + Quote(e.name) +
-                                    " bytes " + Range(c) +
-                                    " lie past the end of the object");
-          continue;
+  // 1. The manifest, read again (not from the cache: damage that kept its
+  // size and mtime would hide behind it), one rank's pieces at a time.
+  CKPT_RETURN_IF_ERROR(
+      root_.manifests.ForEachRank(step, [&](const Manifest& m) -> Status {
+        if (first) {
+          // The pieces tile every entry once: the bytes to check are the
+          // entries' own.
+          for (const auto& e : m.entries) {
+            if (e.kind == EntryKind::kMetadata) continue;
+            total += TensorView{e.dtype, e.shape, nullptr, false}
+                         .ByteSize()
+                         .value_or(0);
+          }
+          first = false;
         }
-        if (object.header && !HeaderHolds(*object.header, e.name, c)) {
-          report.problems.push_back(key + ": safetensors header: no tensor " +
-                                    Quote(e.name) + " holds bytes " + Range(c) +
-                                    " of entry " + Quote(e.name));
+        // 2. The objects these pieces name.
+        std::vector<ObjectCheck> objects;
+        std::vector<std::string> reported_again;
+        for (const format::ObjectRecord& o : m.objects) {
+          objects.push_back(CheckObject(*root_.storage, o,
+                                        objects_seen.insert(o.key).second
+                                            ? report.problems
+                                            : reported_again));
         }
-        Status s = CheckChunkBytes(*root_.storage, *m, e, c, buf);
-        if (!s.ok()) {
-          report.problems.push_back(s.ToString());
-        } else {
-          ++report.chunks_checked;
-          report.bytes_checked += c.length;
+        // 3. Every chunk, re-read and re-hashed.
+        for (const auto& e : m.entries) {
+          for (const auto& p : e.pieces) {
+            for (const auto& c : p.chunks) {
+              const std::string& key = m.objects[c.object].key;
+              const ObjectCheck& object = objects[c.object];
+              if (!object.readable) continue;  // already reported
+              if (c.offset > object.size ||
+                  c.StoredLength() > object.size - c.offset) {
+                report.problems.push_back(key + ": entry " + Quote(e.name) +
+                                          " bytes " + Range(c) +
+                                          " lie past the end of the object");
+                continue;
+              }
+              if (object.header && !HeaderHolds(*object.header, e.name, c)) {
+                report.problems.push_back(
+                    key + ": safetensors header: no tensor " + Quote(e.name) +
+                    " holds bytes " + Range(c) + " of entry " + Quote(e.name));
+              }
+              Status s = CheckChunkBytes(*root_.storage, m, e, c, buf);
+              if (!s.ok()) {
+                report.problems.push_back(s.ToString());
+              } else {
+                ++report.chunks_checked;
+                report.bytes_checked += c.length;
+              }
+              done += c.length;
+              if (progress) progress(done, std::max(done, total));
+            }
+          }
         }
-        done += c.length;
-        if (progress) progress(done, total);
-      }
-    }
-  }
+        return Status();
+      }));
   return report;
 }
 

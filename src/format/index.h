@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "format/manifest.h"
@@ -149,6 +150,40 @@ Status CheckDirectory(const Directory& dir, const std::string& what);
 Result<Manifest> Assemble(const Manifest& header, const Directory& dir,
                           std::vector<RankIndex> indexes, bool all,
                           std::string_view what);
+
+// "entry NAME" (and " of rank R" for a rank-local one), for messages.
+std::string EntryWhere(const DirectoryEntry& e);
+
+// What Assemble checks with every index, one index at a time (verify of a
+// checkpoint of many ranks): memory for one rank's pieces and a span per
+// chunk, not every piece at once. CheckEntriesDisjoint first (no two of
+// the pieces the directory's runs give an entry overlap; the directory
+// checked that they cover it in count), then Next with each rank's index
+// (Assemble of that index alone, its pieces' sums and chunk spans kept),
+// then Finish: every rank's index seen, each entry's pieces summing as the
+// directory says, and no two chunks of an object overlapping.
+class IndexWalk {
+ public:
+  IndexWalk(const Manifest& header, const Directory& dir, std::string what);
+  Status CheckEntriesDisjoint() const;
+  Result<Manifest> Next(RankIndex index);
+  Status Finish();
+
+ private:
+  struct Span {
+    uint64_t offset;
+    uint64_t length;
+    uint32_t entry;
+    int32_t rank;
+  };
+  const Manifest& header_;
+  const Directory& dir_;
+  const std::string what_;
+  std::vector<bool> seen_;                               // by rank
+  std::vector<Checksum128> sums_;                        // by directory entry
+  std::vector<std::vector<Span>> spans_;                 // by directory object
+  std::unordered_map<std::string, uint32_t> object_at_;  // key -> object
+};
 
 // The header and directory alone: every entry without pieces. Without
 // `list_objects`, `objects` and `metadata_objects` stay empty (a key string

@@ -21,11 +21,6 @@ Status Bad(const std::string& what, const std::string& why) {
   return DataLossError(what + ": " + why);
 }
 
-std::string EntryWhere(const DirectoryEntry& e) {
-  return "entry " + Quote(e.name) +
-         (e.owner >= 0 ? " of rank " + std::to_string(e.owner) : "");
-}
-
 // Elements of a box, or -1 past 2^63.
 Wide Elements(const std::vector<int64_t>& lengths) {
   Wide n = 1;
@@ -150,6 +145,11 @@ ObjectKeyParts Parts(const DataObjectId& o) {
 }
 
 }  // namespace
+
+std::string EntryWhere(const DirectoryEntry& e) {
+  return "entry " + Quote(e.name) +
+         (e.owner >= 0 ? " of rank " + std::to_string(e.owner) : "");
+}
 
 Status CheckDirectory(const Directory& dir, const std::string& what) {
   // Every piece a run promises is a record in some rank's index, so the

@@ -466,6 +466,86 @@ TEST(IndexTest, SomeRanksChunksMustNotOverlap) {
       << back.status().ToString();
 }
 
+// A walk over `s`'s indexes of `ranks`, one at a time, rank r's from
+// `other` where given (an index that does not go with the directory).
+Status Walk(const Manifest& m, const SplitMetadata& s, std::vector<int> ranks,
+            std::vector<Manifest>* out = nullptr,
+            const SplitMetadata* other = nullptr, int other_rank = -1) {
+  CKPT_ASSIGN_OR_RETURN(Directory d, DecodeDirectory(s.directory_bytes, "dir"));
+  const Manifest header = Header(m, s);
+  IndexWalk walk(header, d, "test");
+  CKPT_RETURN_IF_ERROR(walk.CheckEntriesDisjoint());
+  for (int r : ranks) {
+    const SplitMetadata& from = r == other_rank ? *other : s;
+    CKPT_ASSIGN_OR_RETURN(RankIndex x,
+                          DecodeRankIndex(from.indexes[r], "index"));
+    CKPT_ASSIGN_OR_RETURN(Manifest one, walk.Next(std::move(x)));
+    if (out != nullptr) out->push_back(std::move(one));
+  }
+  return walk.Finish();
+}
+
+// Verify's walk holds one index at a time, and still sees every piece once
+// and refuses what Assemble with every index refuses.
+TEST(IndexTest, AWalkOneIndexAtATimeChecksWhatAllIndexesDo) {
+  const Manifest m = FourRanks();
+  Result<SplitMetadata> s = Split(m);
+  ASSERT_TRUE(s.ok());
+  std::vector<Manifest> ones;
+  const Status walked = Walk(m, *s, {0, 1, 2, 3}, &ones);
+  ASSERT_TRUE(walked.ok()) << walked.ToString();
+  for (size_t ei = 0; ei < m.entries.size(); ++ei) {
+    size_t pieces = 0;
+    uint64_t bytes = 0;
+    for (const Manifest& one : ones) {
+      EXPECT_EQ(one.pieces, Manifest::Pieces::kSome);
+      for (const PieceRecord& p : one.entries[ei].pieces) {
+        ++pieces;
+        for (const ChunkRecord& c : p.chunks) bytes += c.length;
+      }
+    }
+    uint64_t want = 0;
+    for (const PieceRecord& p : m.entries[ei].pieces) {
+      for (const ChunkRecord& c : p.chunks) want += c.length;
+    }
+    EXPECT_EQ(pieces, m.entries[ei].pieces.size()) << m.entries[ei].name;
+    EXPECT_EQ(bytes, want) << m.entries[ei].name;
+  }
+  auto refused = [](const Status& st, const std::string& why) {
+    EXPECT_EQ(st.code(), ErrorCode::kDataLoss) << st.ToString();
+    EXPECT_NE(st.message().find(why), std::string::npos) << st.ToString();
+  };
+  refused(Walk(m, *s, {0, 1, 3}), "an index is missing");
+  refused(Walk(m, *s, {0, 1, 2, 3, 1}), "an index is given twice");
+  // Rank 1's index with another checksum in a chunk: its boxes are the
+  // directory's, its bytes are not what the directory sums.
+  Manifest changed = FourRanks();
+  changed.entries[0].pieces[1].chunks[0].checksum.low ^= 1;
+  Result<SplitMetadata> s2 = Split(changed);
+  ASSERT_TRUE(s2.ok());
+  refused(Walk(m, *s, {0, 1, 2, 3}, nullptr, &*s2, 1),
+          "its pieces are not those the directory sums");
+  // Rank 1's chunk over rank 0's bytes of one object: each index alone is
+  // fine, together they overlap.
+  Manifest shared = FourRanks();
+  ChunkRecord& theirs = shared.entries[0].pieces[1].chunks[0];
+  theirs.object = 0;
+  theirs.offset = shared.entries[0].pieces[0].chunks[0].offset;
+  s2 = Split(shared);
+  ASSERT_TRUE(s2.ok());
+  ASSERT_TRUE(Load(shared, *s2, {1}, false).ok());
+  refused(Walk(shared, *s2, {0, 1, 2, 3}), "overlap bytes");
+  refused(Load(shared, *s2, {0, 1, 2, 3}, true).status(), "overlap bytes");
+  // Rank 1's box of "w" over rank 0's: the directory's count still adds
+  // up, the boxes do not.
+  Manifest stacked = FourRanks();
+  stacked.entries[0].pieces[1].offsets = {0, 0};
+  s2 = Split(stacked);
+  ASSERT_TRUE(s2.ok());
+  refused(Walk(stacked, *s2, {0, 1, 2, 3}), "overlaps");
+  refused(Load(stacked, *s2, {0, 1, 2, 3}, true).status(), "overlaps");
+}
+
 TEST(IndexTest, CommitRecordRoundTripsAndNamesItsDirectory) {
   const Manifest m = FourRanks();
   Result<SplitMetadata> s = Split(m);
