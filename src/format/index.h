@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -151,6 +152,27 @@ Result<Manifest> Assemble(const Manifest& header, const Directory& dir,
                           std::vector<RankIndex> indexes, bool all,
                           std::string_view what);
 
+// Assemble of one index at a time (some = that one) against one header
+// and directory, as verify's walk needs: what does not depend on the index
+// (the directory's object lookup, every entry without pieces) is built
+// once, not per index. Its manifests leave `hosts` empty.
+class IndexAssembler {
+ public:
+  IndexAssembler(const Manifest& header, const Directory& dir,
+                 std::string what);
+  ~IndexAssembler();
+  Result<Manifest> Assemble(RankIndex index) const;
+
+ private:
+  struct Lookup;
+  const Manifest& header_;
+  const Directory& dir_;
+  const std::string what_;
+  const Status same_save_;
+  Manifest base_;
+  std::unique_ptr<const Lookup> lookup_;
+};
+
 // "entry NAME" (and " of rank R" for a rank-local one), for messages.
 std::string EntryWhere(const DirectoryEntry& e);
 
@@ -176,9 +198,9 @@ class IndexWalk {
     uint32_t entry;
     int32_t rank;
   };
-  const Manifest& header_;
   const Directory& dir_;
   const std::string what_;
+  const IndexAssembler assembler_;
   std::vector<bool> seen_;                               // by rank
   std::vector<Checksum128> sums_;                        // by directory entry
   std::vector<std::vector<Span>> spans_;                 // by directory object

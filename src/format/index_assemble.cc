@@ -361,6 +361,10 @@ void ListObjects(const Manifest& header, const Directory& dir, Manifest& m) {
   }
 }
 
+}  // namespace
+
+namespace detail {
+
 // Finds a directory's data objects by (step, rank, attempt) without a key
 // string or a hash entry per object: a save lists them in order, so a
 // binary search over the directory itself serves; otherwise over a sorted
@@ -405,7 +409,9 @@ class ObjectFinder {
   std::vector<uint32_t> order_;
 };
 
-}  // namespace
+}  // namespace detail
+
+using detail::ObjectFinder;
 
 Manifest WithDirectory(const Manifest& header, const Directory& dir,
                        bool list_objects) {
@@ -434,10 +440,10 @@ Manifest WithDirectory(const Manifest& header, const Directory& dir,
   return m;
 }
 
-Result<Manifest> Assemble(const Manifest& header, const Directory& dir,
-                          std::vector<RankIndex> indexes, bool all,
-                          std::string_view what) {
-  const std::string w(what);
+namespace {
+
+Status CheckSameSave(const Manifest& header, const Directory& dir,
+                     const std::string& w) {
   uint64_t attempt = 0;
   if (!ParseAttempt(header.attempt, &attempt) || attempt != dir.attempt ||
       dir.step != header.step || dir.world_size != header.world_size) {
@@ -445,10 +451,16 @@ Result<Manifest> Assemble(const Manifest& header, const Directory& dir,
                "the directory belongs to another save (step, attempt or "
                "world size are not the commit record's)");
   }
-  // With some indexes, `objects` lists only what their chunks name: a
-  // loading rank builds no key for every rank's objects.
-  Manifest m = WithDirectory(header, dir, all);
-  const ObjectFinder finder(dir.objects);
+  return Status();
+}
+
+// Assemble's work on `m`, WithDirectory's manifest (with every object
+// listed when `all`; with some indexes, `objects` lists only what their
+// chunks name: a loading rank builds no key for every rank's objects).
+Result<Manifest> AssembleInto(Manifest m, const Manifest& header,
+                              const Directory& dir, const ObjectFinder& finder,
+                              std::vector<RankIndex> indexes, bool all,
+                              const std::string& w) {
   std::unordered_map<uint32_t, uint32_t> listed;  // directory's -> m.objects
   std::vector<uint64_t> found;
   std::vector<int32_t> ranks;
@@ -552,6 +564,44 @@ Result<Manifest> Assemble(const Manifest& header, const Directory& dir,
   m.pieces = Manifest::Pieces::kSome;
   m.loaded_ranks = std::move(ranks);
   return m;
+}
+
+}  // namespace
+
+Result<Manifest> Assemble(const Manifest& header, const Directory& dir,
+                          std::vector<RankIndex> indexes, bool all,
+                          std::string_view what) {
+  const std::string w(what);
+  CKPT_RETURN_IF_ERROR(CheckSameSave(header, dir, w));
+  return AssembleInto(WithDirectory(header, dir, all), header, dir,
+                      ObjectFinder(dir.objects), std::move(indexes), all, w);
+}
+
+struct IndexAssembler::Lookup {
+  explicit Lookup(const Directory& dir) : finder(dir.objects) {}
+  const ObjectFinder finder;
+};
+
+IndexAssembler::IndexAssembler(const Manifest& header, const Directory& dir,
+                               std::string what)
+    : header_(header),
+      dir_(dir),
+      what_(std::move(what)),
+      same_save_(CheckSameSave(header, dir, what_)),
+      lookup_(std::make_unique<Lookup>(dir)) {
+  base_ = WithDirectory(header, dir, false);
+  // A copy per index: 16,384 host names each time would be most of it.
+  base_.hosts.clear();
+}
+
+IndexAssembler::~IndexAssembler() = default;
+
+Result<Manifest> IndexAssembler::Assemble(RankIndex index) const {
+  CKPT_RETURN_IF_ERROR(same_save_);
+  std::vector<RankIndex> one;
+  one.push_back(std::move(index));
+  return AssembleInto(base_, header_, dir_, lookup_->finder, std::move(one),
+                      false, what_);
 }
 
 Result<SplitMetadata> Split(const Manifest& m) {

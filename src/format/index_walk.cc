@@ -11,9 +11,9 @@ namespace ckpt::format {
 
 IndexWalk::IndexWalk(const Manifest& header, const Directory& dir,
                      std::string what)
-    : header_(header),
-      dir_(dir),
+    : dir_(dir),
       what_(std::move(what)),
+      assembler_(header, dir, what_),
       seen_(static_cast<size_t>(std::max(dir.world_size, 0)), false),
       sums_(dir.entries.size()),
       spans_(dir.objects.size()) {
@@ -52,11 +52,8 @@ Status IndexWalk::CheckEntriesDisjoint() const {
 
 Result<Manifest> IndexWalk::Next(RankIndex index) {
   const int32_t rank = index.rank;
-  std::vector<RankIndex> one;
-  one.push_back(std::move(index));
   // Checks the rank (inside the world, of this save) before it is used.
-  CKPT_ASSIGN_OR_RETURN(Manifest m,
-                        Assemble(header_, dir_, std::move(one), false, what_));
+  CKPT_ASSIGN_OR_RETURN(Manifest m, assembler_.Assemble(std::move(index)));
   if (seen_[static_cast<size_t>(rank)]) {
     return DataLossError(what_ + ": an index is given twice");
   }
