@@ -76,9 +76,8 @@ BlockPool& Pool() {
   return *pool;
 }
 
-// pwrite of all of `data` at `offset`. A file system that refuses O_DIRECT
-// writes (EINVAL) gets buffered ones instead: the flag is cleared and the
-// write retried; fsync makes both durable.
+}  // namespace
+
 int WriteAt(int fd, const std::byte* data, size_t length, uint64_t offset) {
   while (length > 0) {
     const ssize_t n = ::pwrite(fd, data, length, static_cast<off_t>(offset));
@@ -99,8 +98,6 @@ int WriteAt(int fd, const std::byte* data, size_t length, uint64_t offset) {
   }
   return 0;
 }
-
-}  // namespace
 
 bool DirectIoAllowed() {
   static const bool allowed = [] {

@@ -24,6 +24,11 @@ namespace ckpt {
 // ($CKPT_FILE_DIRECT_IO=0: never).
 bool DirectIoAllowed();
 
+// pwrite of all of `data` at `offset`; 0 or an errno. A file system that
+// refuses O_DIRECT writes (EINVAL) gets buffered ones instead: the flag is
+// cleared on `fd` and the write retried; fsync makes both durable.
+int WriteAt(int fd, const std::byte* data, size_t length, uint64_t offset);
+
 // A kBlock-byte block from the process-wide pool of O_DIRECT blocks (aligned,
 // on huge pages where granted), or null when memory runs out; give it back
 // with ReleaseDirectBlock. Also used for O_DIRECT reads.

@@ -250,17 +250,7 @@ class FileWritable : public WritableObject {
       plain = ScopedFd(opened);
       fd = opened;
     }
-    for (size_t done = 0; done < prefix_.size();) {
-      const ssize_t n =
-          ::pwrite(fd, prefix_.data() + done, prefix_.size() - done,
-                   static_cast<off_t>(done));
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return errno;
-      }
-      if (n == 0) return EIO;
-      done += static_cast<size_t>(n);
-    }
+    if (int err = WriteAt(fd, prefix_.data(), prefix_.size(), 0)) return err;
     return plain.Close();
   }
 
