@@ -51,6 +51,30 @@ bool Pays(const RootContext::CompressionFigures& f) {
   return 1.0 / f.compress_bps < (kMargin - f.ratio) / f.write_bps;
 }
 
+// The compression a save asks for: its own, or the manager's.
+const Compression& Asked(const RootContext& root, const SaveOptions& save) {
+  return save.compression ? *save.compression : root.options.compression;
+}
+
+// What kAuto decides from this rank's figures alone; kSample: the state's
+// chunks must be sampled first (no compression measured yet).
+enum class AutoVerdict { kCompress, kRaw, kSample };
+AutoVerdict FromFigures(const RootContext& root) {
+  const RootContext::CompressionFigures& f = root.compression_figures;
+  if (f.write_bps == 0) {
+    // Nothing written yet: an object store is slower than compressing on
+    // every machine ckpt has met; anything else is measured first.
+    return root.storage->url().starts_with("s3://") ? AutoVerdict::kCompress
+                                                    : AutoVerdict::kRaw;
+  }
+  if (f.compress_bps == 0) {
+    return TooFastToSample(f.write_bps, CompressThreads(root.options))
+               ? AutoVerdict::kRaw
+               : AutoVerdict::kSample;
+  }
+  return Pays(f) ? AutoVerdict::kCompress : AutoVerdict::kRaw;
+}
+
 }  // namespace
 
 Status CheckCompression(const Compression& c, const std::string& what) {
@@ -64,38 +88,29 @@ Status CheckCompression(const Compression& c, const std::string& what) {
 }
 
 bool Saver::MayCompress(const SaveOptions& save) const {
-  const Compression& c =
-      save.compression ? *save.compression : root_.options.compression;
+  const Compression& c = Asked(root_, save);
   if (c.mode != Compression::Mode::kAuto) {
     return c.mode == Compression::Mode::kZstd;
   }
-  const RootContext::CompressionFigures& f = root_.compression_figures;
-  if (f.write_bps == 0) return root_.storage->url().starts_with("s3://");
-  if (f.compress_bps == 0) {
-    return !TooFastToSample(f.write_bps, CompressThreads(root_.options));
-  }
-  return Pays(f);
+  return FromFigures(root_) != AutoVerdict::kRaw;
 }
 
 std::optional<ChunkCompression> Saver::ChooseCompression(
     const State& state, const SaveOptions& save) {
-  const Compression& c =
-      save.compression ? *save.compression : root_.options.compression;
+  const Compression& c = Asked(root_, save);
   if (c.mode == Compression::Mode::kOff) return std::nullopt;
   const ChunkCompression on{c.level, root_.IoPool()};
   if (c.mode == Compression::Mode::kZstd) return on;
+  const AutoVerdict verdict = FromFigures(root_);
   RootContext::CompressionFigures& f = root_.compression_figures;
-  if (f.write_bps == 0) {
-    // Nothing written yet: an object store is slower than compressing on
-    // every machine ckpt has met; anything else is measured first.
-    if (root_.storage->url().starts_with("s3://")) return on;
-    return std::nullopt;
+  if (verdict != AutoVerdict::kSample &&
+      (f.write_bps == 0 || f.compress_bps == 0)) {
+    // Decided without the codec's figures (nothing written yet, or a
+    // storage too fast to sample for).
+    return verdict == AutoVerdict::kCompress ? std::optional(on) : std::nullopt;
   }
-  const int threads = CompressThreads(root_.options);
-  if (f.compress_bps == 0 && TooFastToSample(f.write_bps, threads)) {
-    return std::nullopt;
-  }
-  if (f.compress_bps == 0) {
+  if (verdict == AutoVerdict::kSample) {
+    const int threads = CompressThreads(root_.options);
     // Once per manager: the chunks of the largest host tensors, compressed
     // on this thread, scaled by the threads that would compress them.
     std::vector<const TensorView*> tensors;
