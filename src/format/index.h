@@ -173,6 +173,11 @@ class IndexAssembler {
   std::unique_ptr<const Lookup> lookup_;
 };
 
+// Piece i of `run` (i < run.count): its box's offsets into `offsets`
+// (offsets + i × delta, the run's lengths); returns the rank that wrote it.
+int32_t RunPiece(const PieceRun& run, uint64_t i,
+                 std::vector<int64_t>& offsets);
+
 // "entry NAME" (and " of rank R" for a rank-local one), for messages.
 std::string EntryWhere(const DirectoryEntry& e);
 

@@ -77,12 +77,7 @@ std::vector<uint64_t> PromisedPieces(const Directory& dir,
   for (uint32_t ei = 0; ei < dir.entries.size(); ++ei) {
     for (const PieceRun& run : dir.entries[ei].runs) {
       const auto emit = [&](uint64_t i) {
-        offsets = run.offsets;
-        for (size_t d = 0; d < offsets.size(); ++d) {
-          offsets[d] += static_cast<int64_t>(i) * run.delta[d];
-        }
-        const int32_t rank = static_cast<int32_t>(
-            run.first_rank + static_cast<int64_t>(i) * run.rank_stride);
+        const int32_t rank = RunPiece(run, i, offsets);
         out.push_back(PieceDigest(ei, rank, offsets, run.lengths));
       };
       if (ranks == nullptr) {
@@ -145,6 +140,16 @@ ObjectKeyParts Parts(const DataObjectId& o) {
 }
 
 }  // namespace
+
+int32_t RunPiece(const PieceRun& run, uint64_t i,
+                 std::vector<int64_t>& offsets) {
+  offsets = run.offsets;
+  for (size_t d = 0; d < offsets.size(); ++d) {
+    offsets[d] += static_cast<int64_t>(i) * run.delta[d];
+  }
+  return static_cast<int32_t>(run.first_rank +
+                              static_cast<int64_t>(i) * run.rank_stride);
+}
 
 std::string EntryWhere(const DirectoryEntry& e) {
   return "entry " + Quote(e.name) +

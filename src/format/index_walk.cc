@@ -35,13 +35,8 @@ Status IndexWalk::CheckEntriesDisjoint() const {
     for (const PieceRun& run : de.runs) {
       for (uint64_t i = 0; i < run.count; ++i) {
         PieceRecord p;
-        p.offsets = run.offsets;
-        for (size_t d = 0; d < p.offsets.size(); ++d) {
-          p.offsets[d] += static_cast<int64_t>(i) * run.delta[d];
-        }
+        p.rank = RunPiece(run, i, p.offsets);
         p.lengths = run.lengths;
-        p.rank = static_cast<int32_t>(run.first_rank + static_cast<int64_t>(i) *
-                                                           run.rank_stride);
         e.pieces.push_back(std::move(p));
       }
     }
