@@ -146,6 +146,10 @@ struct TierRestoreResult {
   int ranks_fetched = 0;       // ranks whose share came from a peer (all)
   // Why a newer local step was not used, when the durable tier was.
   std::string local_skipped;
+  // The durable tier lists a committed checkpoint of `step` (by the listing
+  // Restore makes anyway; none of its objects read): a restore from the
+  // local tier need not save that step durably again.
+  bool durable_has_step = false;
 };
 
 // The outcome of a SaveAsync. Copies share one outcome. Thread-safe.

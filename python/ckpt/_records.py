@@ -85,10 +85,11 @@ class TierRestoreResult(_Record):
     'durable'), step (-1 for 'none'), info (the CheckpointInfo of what was
     loaded, or None), fetched_bytes (this rank's share fetched from a peer),
     ranks_fetched (ranks whose share came from peers), local_skipped (why
-    the local tier was not used, when it held a step)."""
+    the local tier was not used, when it held a step), durable_has_step
+    (the durable tier lists a committed checkpoint of that step)."""
 
     _fields = ("tier", "step", "info", "fetched_bytes", "ranks_fetched",
-               "local_skipped")
+               "local_skipped", "durable_has_step")
     _repr_fields = ("tier", "step", "ranks_fetched")
 
     def __init__(self, fields):

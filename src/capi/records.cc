@@ -232,7 +232,8 @@ nlohmann::json TierRestoreResultJson(const TierRestoreResult& r) {
            r.tier == Tier::kNone ? nlohmann::json(nullptr) : InfoJson(r.info)},
           {"fetched_bytes", r.fetched_bytes},
           {"ranks_fetched", r.ranks_fetched},
-          {"local_skipped", r.local_skipped}};
+          {"local_skipped", r.local_skipped},
+          {"durable_has_step", r.durable_has_step}};
 }
 
 nlohmann::json LocalShareJson(const LocalShareInfo& s) {

@@ -182,6 +182,12 @@ Status JobRunner::Impl::Resume(std::optional<int64_t>* step) {
     CKPT_ASSIGN_OR_RETURN(TierRestoreResult r, options_.tiers->Restore(state));
     if (r.tier == Tier::kNone) return Status();
     *step = r.step;
+    // A step the durable tier holds is not saved there again at the
+    // epoch's end: that save would read the whole committed step back
+    // (to judge whether it loads whole) on every resume from the local
+    // tier, the durable reads the local tier is there to spare. Damage in
+    // it is found when a load reads it.
+    if (r.durable_has_step) last_durable_ = r.step;
     std::string how;
     if (r.ranks_fetched > 0) {
       how = " (" + std::to_string(r.ranks_fetched) +
