@@ -229,7 +229,9 @@ struct Options {
   // memory already touched and stalls about as briefly as the later ones,
   // instead of paying to fault in fresh pages on the caller's thread. It
   // costs that memory from Open on; a SaveAsync made before the background
-  // work ends waits for it. 0 (the default): the first SaveAsync maps it.
+  // work ends stops it and takes the memory as it is (its copy faults in the
+  // pages left, on every core) rather than waiting. 0 (the default): the
+  // first SaveAsync maps it.
   uint64_t async_staging_prepare_bytes = 0;
 
   // --- Tests ----------------------------------------------------------------

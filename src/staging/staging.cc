@@ -22,6 +22,10 @@ constexpr uint64_t kAlign = 64;
 constexpr uint64_t kPage = 4096;
 constexpr uint64_t kLarge = 64 << 10;
 
+// PrepareInBackground faults this much between looks at whether a save
+// wants the memory now: a few milliseconds of faults.
+constexpr uint64_t kPreparePiece = uint64_t{8} << 20;
+
 // Where an entry of `n` bytes goes when `used` bytes are taken.
 uint64_t Place(uint64_t used, uint64_t n) {
   const uint64_t align = n >= kLarge ? kPage : kAlign;
@@ -68,20 +72,40 @@ void StagingArena::Unregister() {
 void StagingArena::PrepareInBackground(uint64_t bytes) {
   if (bytes == 0 || preparing_.joinable() || data_ != nullptr) return;
   prepared_capacity_ = bytes;
+  stop_preparing_.store(false, std::memory_order_relaxed);
+  prepared_bytes_.store(0, std::memory_order_relaxed);
   preparing_ = std::thread([this, bytes] {
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return;
-    ::madvise(p, bytes, MADV_HUGEPAGE);
-    // One write per page faults it in (a huge page at its first write).
-    auto* bytes_at = static_cast<volatile std::byte*>(p);
-    for (uint64_t at = 0; at < bytes; at += kPage) bytes_at[at] = std::byte{0};
     prepared_ = static_cast<std::byte*>(p);
+    // Ordinary pages, not huge ones: where the kernel compacts for
+    // huge pages only in regions that ask for them (THP defrag "madvise",
+    // the common default), each huge-page fault in a machine whose free
+    // memory is fragmented (a full page cache) compacts first, and 512 MiB
+    // took seconds instead of a third of one, so the thread was still busy
+    // when the first save came. Copies into ordinary pages run as fast
+    // (docs/benchmarks.md).
+    auto* bytes_at = static_cast<volatile std::byte*>(p);
+    for (uint64_t at = 0; at < bytes;) {
+      // A piece at a time, so that a save that comes first stops the
+      // thread at once and takes the memory as it is: the pages left are
+      // faulted in by the save's copy, on every core.
+      if (stop_preparing_.load(std::memory_order_relaxed)) return;
+      const uint64_t end = std::min(bytes, at + kPreparePiece);
+      for (; at < end; at += kPage) bytes_at[at] = std::byte{0};
+      prepared_bytes_.store(end, std::memory_order_relaxed);
+    }
   });
+}
+
+uint64_t StagingArena::PreparedBytes() const {
+  return prepared_bytes_.load(std::memory_order_relaxed);
 }
 
 void StagingArena::TakePrepared() {
   if (!preparing_.joinable()) return;
+  stop_preparing_.store(true, std::memory_order_relaxed);
   preparing_.join();
   if (prepared_ == nullptr) return;
   if (data_ == nullptr) {

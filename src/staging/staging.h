@@ -14,6 +14,7 @@
 // StageState are safe from any thread.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -33,17 +34,21 @@ class StagingArena {
   StagingArena& operator=(const StagingArena&) = delete;
 
   // At least `bytes` bytes, reused from the last call when they fit (the
-  // contents are not kept). IOError if the memory cannot be mapped. Waits
-  // for a PrepareInBackground in progress and takes its memory.
+  // contents are not kept). IOError if the memory cannot be mapped. Stops
+  // a PrepareInBackground in progress and takes its memory as it is.
   Result<std::span<std::byte>> Reserve(uint64_t bytes);
 
   // Maps `bytes` and touches every page on a thread of its own, so that the
   // first Reserve of up to that many bytes copies into memory already
   // faulted in: touching fresh pages (the kernel zeroing each one) costs
   // several times the copy, and the first asynchronous save's stall would
-  // pay it on the caller's thread. Memory that cannot be mapped is left to
+  // pay it on the caller's thread. A Reserve that comes before the thread
+  // is done stops it and takes the memory as it is (the copy faults in the
+  // rest) rather than waiting. Memory that cannot be mapped is left to
   // Reserve, which then reports it. Called once, before any Reserve.
   void PrepareInBackground(uint64_t bytes);
+  // Bytes PrepareInBackground has faulted in so far (from the start).
+  uint64_t PreparedBytes() const;
   uint64_t capacity() const { return capacity_; }
 
   // Page-locks the memory Reserve gave (cuMemHostRegister through
@@ -57,7 +62,7 @@ class StagingArena {
  private:
   // Undoes Register, if it was done; before the memory is unmapped.
   void Unregister();
-  // Joins PrepareInBackground's thread and adopts what it mapped.
+  // Stops and joins PrepareInBackground's thread and adopts what it mapped.
   void TakePrepared();
 
   std::byte* data_ = nullptr;
@@ -70,6 +75,8 @@ class StagingArena {
   std::thread preparing_;
   std::byte* prepared_ = nullptr;
   uint64_t prepared_capacity_ = 0;
+  std::atomic<bool> stop_preparing_{false};
+  std::atomic<uint64_t> prepared_bytes_{0};
 };
 
 // Bytes of staging memory a copy of `state` needs.

@@ -4,7 +4,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
+#include <cstring>
+#include <thread>
 #include <vector>
 
 namespace ckpt {
@@ -27,6 +30,14 @@ TEST(StagingArenaTest, PreparedMemoryIsFaultedInBeforeTheFirstReserve) {
   constexpr uint64_t kBytes = uint64_t{64} << 20;
   StagingArena arena;
   arena.PrepareInBackground(kBytes);
+  // The job's work before its first save, however slow the machine.
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (arena.PreparedBytes() < kBytes &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(arena.PreparedBytes(), kBytes);
   Result<std::span<std::byte>> memory = arena.Reserve(kBytes - 4096);
   ASSERT_TRUE(memory.ok()) << memory.status().ToString();
   EXPECT_EQ(memory->size(), kBytes);
@@ -35,6 +46,29 @@ TEST(StagingArenaTest, PreparedMemoryIsFaultedInBeforeTheFirstReserve) {
   Result<std::span<std::byte>> again = arena.Reserve(1000);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->data(), memory->data());
+}
+
+TEST(StagingArenaTest, ASaveBeforeThePreparationEndsTakesTheMemoryAsItIs) {
+  // The first save does not wait for the whole preparation: it gets the
+  // prepared mapping (whatever is faulted in so far, the rest faulted by
+  // its copy), every byte of it usable.
+  constexpr uint64_t kBytes = uint64_t{256} << 20;
+  StagingArena arena;
+  arena.PrepareInBackground(kBytes);
+  Result<std::span<std::byte>> memory = arena.Reserve(kBytes);
+  ASSERT_TRUE(memory.ok()) << memory.status().ToString();
+  EXPECT_EQ(memory->size(), kBytes);
+  EXPECT_LE(arena.PreparedBytes(), kBytes);
+  std::memset(memory->data(), 0x5a, memory->size());
+  EXPECT_EQ(ResidentPages(memory->data(), kBytes), kBytes / 4096);
+  // The thread is stopped: none of its writes lands in the memory once
+  // the save has it (a late zero would corrupt the staged copy).
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  uint64_t changed = 0;
+  for (uint64_t at = 0; at < kBytes; at += 4096) {
+    changed += (*memory)[at] != std::byte{0x5a};
+  }
+  EXPECT_EQ(changed, 0u);
 }
 
 TEST(StagingArenaTest, AFreshArenaFaultsItsMemoryInOnFirstUse) {
