@@ -13,6 +13,8 @@
 #include <thread>
 
 #include "ckpt/catalog.h"
+#include "ckpt/storage.h"
+#include "ckpt/tiered.h"
 #include "gtest/gtest.h"
 #include "testing/fault_storage.h"
 #include "testing/files.h"
@@ -43,6 +45,10 @@ class ToyJob : public Job {
     return sampler.CheckRestored();
   }
   Status Epoch(JobContext& ctx) override {
+    if (ctx.epoch() == fail_in_epoch) {
+      return AbortedError("the job fails in epoch " +
+                          std::to_string(fail_in_epoch));
+    }
     ++epochs_run;
     sampler.BeginEpoch(ctx.epoch());
     while (!sampler.done()) {
@@ -75,6 +81,7 @@ class ToyJob : public Job {
   std::vector<std::pair<int64_t, uint64_t>> seen;  // (epoch, sample)
   std::function<void(JobContext&)> on_step;        // before EndStep
   int64_t stop_after_epoch = -1;
+  int64_t fail_in_epoch = -1;  // Epoch fails at once in it (a crash)
   int inits = 0, restores = 0, exits = 0, epochs_run = 0;
 };
 
@@ -430,6 +437,70 @@ TEST(RunnerTest, StopPredicateFinishesAndARestartDoesNotTrainAgain) {
               run == 0 ? std::nullopt : std::optional<int64_t>(16));
   }
   EXPECT_EQ(Steps(*OpenRoot(root)), (std::vector<int64_t>{0, 8, 16}));
+}
+
+// Counts the reads of tensor data (data objects) through it.
+class DataReadCounter : public StorageWrapper {
+ public:
+  using StorageWrapper::StorageWrapper;
+  Status ReadRange(std::string_view key, uint64_t offset,
+                   std::span<std::byte> out) override {
+    if (key.ends_with(".safetensors")) ++data_reads;
+    return StorageWrapper::ReadRange(key, offset, out);
+  }
+  Result<std::string> ReadAll(std::string_view key) override {
+    if (key.ends_with(".safetensors")) ++data_reads;
+    return StorageWrapper::ReadAll(key);
+  }
+  std::atomic<int> data_reads{0};
+};
+
+// A job with tiers saves every step to node memory and each epoch's end
+// durably too, then fails early in epoch 1. The restart resumes from the
+// local tier at step 8, a step the durable tier also holds: it reads none
+// of the durable tier's tensor data, not to load, and not to judge at the
+// epoch's end whether the durable step 8 loads whole before saving it again
+// (it is not saved again), and ends as an uninterrupted run does.
+TEST(RunnerTest, AResumeFromTheLocalTierReadsNoDurableData) {
+  const testing::TempDir temp("runner-tiers");
+  const std::string local =
+      "mem://" + temp.path().filename().string() + "-node{node}";
+  auto run = [&](ToyJob& job, int* data_reads) -> Result<RunOutcome> {
+    CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Storage> target,
+                          OpenStorage(temp.string()));
+    auto counted = std::make_unique<DataReadCounter>(std::move(target));
+    DataReadCounter& counter = *counted;
+    CKPT_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointManager> durable,
+                          CheckpointManager::Open(std::move(counted), {}));
+    TierOptions t;
+    t.local_url = local;
+    t.node_of_rank = {0};
+    t.replicas = 0;
+    t.local_every_steps = 1;
+    CKPT_ASSIGN_OR_RETURN(std::unique_ptr<TieredManager> tiers,
+                          TieredManager::Open(*durable, t));
+    RunnerOptions options{.max_epochs = 2, .save_every_steps = 1};
+    options.tiers = tiers.get();
+    JobRunner runner(job, *durable, options);
+    Result<RunOutcome> outcome = runner.Run();
+    *data_reads = counter.data_reads.load();
+    return outcome;
+  };
+  int data_reads = 0;
+  ToyJob first;
+  first.fail_in_epoch = 1;
+  ASSERT_FALSE(run(first, &data_reads).ok());
+  EXPECT_EQ(Steps(*OpenRoot(temp.string())), (std::vector<int64_t>{0, 8}));
+
+  ToyJob resumed;
+  Result<RunOutcome> outcome = run(resumed, &data_reads);
+  ASSERT_TRUE(outcome.ok()) << outcome.status().ToString();
+  EXPECT_EQ(outcome->resumed_from, 8);
+  EXPECT_EQ(data_reads, 0) << "the resume read the durable tier's data";
+  EXPECT_EQ(Steps(*OpenRoot(temp.string())), (std::vector<int64_t>{0, 8, 16}));
+  const std::vector<float> reference = Reference(2);
+  EXPECT_EQ(0, std::memcmp(resumed.acc.data(), reference.data(),
+                           reference.size() * sizeof(float)));
 }
 
 TEST(RunnerTest, RequestStopFromTheEpoch) {
