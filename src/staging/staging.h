@@ -42,10 +42,11 @@ class StagingArena {
   // first Reserve of up to that many bytes copies into memory already
   // faulted in: touching fresh pages (the kernel zeroing each one) costs
   // several times the copy, and the first asynchronous save's stall would
-  // pay it on the caller's thread. A Reserve that comes before the thread
-  // is done stops it and takes the memory as it is (the copy faults in the
-  // rest) rather than waiting. Memory that cannot be mapped is left to
-  // Reserve, which then reports it. Called once, before any Reserve.
+  // pay it on the caller's thread. The pages are ordinary ones, gathered
+  // into huge pages afterwards (staging.cc says why). A Reserve that comes
+  // before the thread is done stops it and takes the memory as it is (the
+  // copy faults in the rest) rather than waiting. Memory that cannot be mapped
+  // is left to Reserve, which then reports it. Called once, before any Reserve.
   void PrepareInBackground(uint64_t bytes);
   // Bytes PrepareInBackground has faulted in so far (from the start).
   uint64_t PreparedBytes() const;
