@@ -101,14 +101,8 @@ std::optional<ChunkCompression> Saver::ChooseCompression(
   if (c.mode == Compression::Mode::kOff) return std::nullopt;
   const ChunkCompression on{c.level, root_.IoPool()};
   if (c.mode == Compression::Mode::kZstd) return on;
-  const AutoVerdict verdict = FromFigures(root_);
+  AutoVerdict verdict = FromFigures(root_);
   RootContext::CompressionFigures& f = root_.compression_figures;
-  if (verdict != AutoVerdict::kSample &&
-      (f.write_bps == 0 || f.compress_bps == 0)) {
-    // Decided without the codec's figures (nothing written yet, or a
-    // storage too fast to sample for).
-    return verdict == AutoVerdict::kCompress ? std::optional(on) : std::nullopt;
-  }
   if (verdict == AutoVerdict::kSample) {
     const int threads = CompressThreads(root_.options);
     // Once per manager: the chunks of the largest host tensors, compressed
@@ -141,16 +135,19 @@ std::optional<ChunkCompression> Saver::ChooseCompression(
     if (raw == 0 || seconds <= 0) return std::nullopt;
     f.compress_bps = static_cast<double>(raw) / seconds * threads;
     f.ratio = static_cast<double>(stored) / static_cast<double>(raw);
+    verdict = Pays(f) ? AutoVerdict::kCompress : AutoVerdict::kRaw;
   }
-  const bool pays = Pays(f);
-  if (LogEnabled(LogLevel::kDebug)) {
+  const bool compress = verdict == AutoVerdict::kCompress;
+  // Weighed on both figures (not decided before any write, or for a storage
+  // too fast to sample for): the figures say why.
+  if (f.write_bps > 0 && f.compress_bps > 0 && LogEnabled(LogLevel::kDebug)) {
     Log(LogLevel::kDebug,
         "compression auto: write " + std::to_string(f.write_bps / 1e6) +
             " MB/s, compress " + std::to_string(f.compress_bps / 1e6) +
             " MB/s at ratio " + std::to_string(f.ratio) + ": " +
-            (pays ? "compress" : "raw"));
+            (compress ? "compress" : "raw"));
   }
-  return pays ? std::optional(on) : std::nullopt;
+  return compress ? std::optional(on) : std::nullopt;
 }
 
 void Saver::NoteWrite(const WrittenObject& w) {
