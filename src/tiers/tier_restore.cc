@@ -279,8 +279,6 @@ Result<TierRestoreResult> TieredManager::Impl::Restore(
   for (int64_t step : listing.steps) {
     candidates.push_back({step, Tier::kDurable, 0});
   }
-  const std::set<int64_t> durable_steps(listing.steps.begin(),
-                                        listing.steps.end());
   std::stable_sort(
       candidates.begin(), candidates.end(),
       [](const Candidate& a, const Candidate& b) { return a.step > b.step; });
@@ -317,7 +315,9 @@ Result<TierRestoreResult> TieredManager::Impl::Restore(
     if (s.ok()) {
       out.tier = c.tier;
       out.step = c.step;
-      out.durable_has_step = durable_steps.count(c.step) > 0;
+      out.durable_has_step =
+          std::find(listing.steps.begin(), listing.steps.end(), c.step) !=
+          listing.steps.end();
       return out;
     }
     const std::string what = std::string(TierName(c.tier)) + " step " +
