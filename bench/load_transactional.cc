@@ -6,11 +6,19 @@
 //
 // Saves a state of N GiB (default 1) of F32 tensors to a file:// root (a
 // fresh folder under /var/tmp unless --dir), then loads it back, R rounds
-// (default 5) of five modes:
+// (default 5) of six modes:
 //   streaming      LoadOptions::transactional = false: straight into the
 //                  state's buffers (O_DIRECT reads of 1 MiB and more);
-//   transactional  the default, in place: every chunk checked in the
-//                  objects' mapped pages, then copied into the buffers;
+//   transactional  the default, in place, by a manager opened with
+//                  Options::async_staging_prepare_bytes = the state's size
+//                  (its staging memory faulted in on a thread at Open):
+//                  objects in the page cache are checked where they lie
+//                  and copied into the buffers, cold ones read with
+//                  O_DIRECT into the staging memory, checked, copied;
+//   views          the same by a manager opened without it, which has no
+//                  staging memory: every chunk checked in the objects'
+//                  mapped pages (cold: read through the page cache), then
+//                  copied into the buffers;
 //   staged         transactional through a StorageWrapper, which offers no
 //                  object views, as an s3:// root loads: every chunk read
 //                  into the manager's staging memory, checked, then copied;
@@ -21,16 +29,23 @@
 // Each mode loads cold (the root's pages dropped from the page cache first,
 // as after a restart) and warm (right after). One cold load of each mode
 // comes first and is reported apart: it is the first use of the memory the
-// mode needs. It also times the library's parallel copy of the state
-// between two buffers already faulted in. Prints the medians, the ratios to
-// streaming, and each mode's peak resident memory above the state (VmHWM,
-// reset before every load), and (--json) the ratios of docs/benchmarks.md:
+// mode needs. The first transactional load is a resume's: its manager is
+// opened, then the job's state is allocated anew (as a restarted job
+// builds its model, here new buffers of the state's size, touched), then
+// loaded into, cold; the same right after Open, with nothing in between,
+// is printed beside it (first_right_after_open_s). It also times the
+// library's parallel copy of the state between two buffers already faulted
+// in. Prints the medians, the ratios to streaming, and each mode's peak
+// resident memory above the state (VmHWM, reset before every load), and
+// (--json) the ratios of docs/benchmarks.md:
 //   new_memory_vs_streaming   new_memory over streaming_new, the worse of
 //                             cold and warm;
 //   in_place_vs_floor         transactional over the floor, streaming + the
 //                             parallel copy, the worse of cold and warm;
-//   first_in_place_vs_floor   the first transactional load over the cold
-//                             floor.
+//   first_in_place_vs_floor   the first transactional load (a resume's)
+//                             over the cold floor;
+// and the same two for views (in_place_views_vs_floor,
+// first_in_place_views_vs_floor).
 // Every load's bytes are checked. A measurement: exits 0 unless a save or a
 // load fails.
 #include <fcntl.h>
@@ -143,17 +158,25 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", staged_mgr.status().ToString().c_str());
     return 1;
   }
+  // The manager of the transactional mode: opened as a resuming job
+  // opens it, with the state's size for its staging memory (each tensor on
+  // pages of its own).
+  ckpt::Options prepared = options;
+  prepared.async_staging_prepare_bytes =
+      static_cast<uint64_t>(tensors) * ((floats * 4 + 4095) / 4096 * 4096);
+  std::unique_ptr<ckpt::CheckpointManager> resumed;
   enum Mode {
     kStreaming,
     kTransactional,
+    kViews,
     kStaged,
     kNewMemory,
     kStreamingNew,
     kModes
   };
-  const char* kNames[kModes] = {"streaming", "transactional", "staged",
-                                "new_memory", "streaming_new"};
-  double peak[kModes] = {0, 0, 0, 0, 0};
+  const char* kNames[kModes] = {"streaming", "transactional", "views",
+                                "staged",    "new_memory",    "streaming_new"};
+  double peak[kModes] = {0, 0, 0, 0, 0, 0};
   auto check = [&](const float* got, int t) {
     for (size_t i = 0; i < floats; i += 4097) {
       if (got[i] != static_cast<float>(t * 7 + i % 1000 + 1)) {
@@ -183,7 +206,9 @@ int main(int argc, char** argv) {
     ResetPeak();
     const uint64_t before = ProcStatus("VmRSS");
     const auto start = Clock::now();
-    ckpt::CheckpointManager& m = mode == kStaged ? **staged_mgr : **mgr;
+    ckpt::CheckpointManager& m = mode == kStaged          ? **staged_mgr
+                                 : mode == kTransactional ? *resumed
+                                                          : **mgr;
     ckpt::Status status;
     ckpt::LoadedCheckpoint loaded;
     if (mode == kNewMemory) {
@@ -191,9 +216,9 @@ int main(int argc, char** argv) {
       status = r.status();
       if (r.ok()) loaded = std::move(*r);
     } else {
-      auto r =
-          m.Load(1, mode == kStreamingNew ? fresh_state : state,
-                 {.transactional = mode == kTransactional || mode == kStaged});
+      auto r = m.Load(
+          1, mode == kStreamingNew ? fresh_state : state,
+          {.transactional = mode != kStreaming && mode != kStreamingNew});
       status = r.status();
     }
     const double seconds =
@@ -216,8 +241,44 @@ int main(int argc, char** argv) {
     }
     return seconds;
   };
+  // A resume: a manager opened on the root, the job's state allocated anew
+  // and touched (`build`, as a restarted job builds its model) or the
+  // buffers there are, then one cold load. Keeps the manager (`keep`).
+  auto resume = [&](bool build, bool keep) -> double {
+    DropCache(dir);
+    auto opened = ckpt::CheckpointManager::Open("file://" + dir, prepared);
+    if (!opened.ok()) {
+      std::fprintf(stderr, "%s\n", opened.status().ToString().c_str());
+      std::exit(1);
+    }
+    std::vector<std::vector<float>> built;
+    ckpt::State built_state;
+    if (build) {
+      for (int t = 0; t < tensors; ++t) {
+        built.emplace_back(floats);
+        built_state.AddTensor("t" + std::to_string(t),
+                              ckpt::View(built.back()));
+      }
+    }
+    const auto start = Clock::now();
+    auto r = (*opened)->Load(1, build ? built_state : state);
+    const double seconds =
+        std::chrono::duration<double>(Clock::now() - start).count();
+    if (!r.ok()) {
+      std::fprintf(stderr, "load: %s\n", r.status().ToString().c_str());
+      std::exit(1);
+    }
+    for (int t = 0; t < tensors; ++t) {
+      check(build ? built[t].data() : data[t].data(), t);
+    }
+    if (keep) resumed = std::move(*opened);
+    return seconds;
+  };
   double first[kModes];
-  for (int m = 0; m < kModes; ++m) first[m] = load(Mode(m), true);
+  for (int m = 0; m < kModes; ++m) {
+    first[m] = m == kTransactional ? resume(true, true) : load(Mode(m), true);
+  }
+  const double first_right_after_open = resume(false, false);
   std::vector<double> cold[kModes], warm[kModes];
   for (int r = 0; r < rounds; ++r) {
     for (int m = 0; m < kModes; ++m) {
@@ -247,9 +308,10 @@ int main(int argc, char** argv) {
   const double new_vs_streaming =
       std::max(Median(cold[kNewMemory]) / Median(cold[kStreamingNew]),
                Median(warm[kNewMemory]) / Median(warm[kStreamingNew]));
-  const double in_place_vs_floor =
-      std::max(Median(cold[kTransactional]) / floor_cold,
-               Median(warm[kTransactional]) / floor_warm);
+  auto vs_floor = [&](Mode m) {
+    return std::max(Median(cold[m]) / floor_cold, Median(warm[m]) / floor_warm);
+  };
+  const double in_place_vs_floor = vs_floor(kTransactional);
   const double first_in_place_vs_floor = first[kTransactional] / floor_cold;
   std::printf("state: %.0f MiB in %d tensors, %d rounds, %ld cores\n",
               state_bytes / kMiB, tensors, rounds,
@@ -263,13 +325,19 @@ int main(int argc, char** argv) {
         state_bytes / w / 1e9, w / w0, peak[m] / kMiB);
   }
   std::printf(
+      "transactional: staging memory %.0f MiB from Open; its first load right "
+      "after Open %.3f s\n",
+      prepared.async_staging_prepare_bytes / kMiB, first_right_after_open);
+  std::printf(
       "parallel copy of the state %.3f s; floor (streaming + copy): cold "
       "%.3f s, warm %.3f s\n",
       copy, floor_cold, floor_warm);
   std::printf(
       "ratios: new_memory_vs_streaming %.3f, in_place_vs_floor %.3f, "
-      "first_in_place_vs_floor %.3f (staged / floor: cold %.3f, warm %.3f)\n",
+      "first_in_place_vs_floor %.3f (views: %.3f, first %.3f; staged / "
+      "floor: cold %.3f, warm %.3f)\n",
       new_vs_streaming, in_place_vs_floor, first_in_place_vs_floor,
+      vs_floor(kViews), first[kViews] / floor_cold,
       Median(cold[kStaged]) / floor_cold, Median(warm[kStaged]) / floor_warm);
   if (json) {
     std::printf("{\"state_bytes\": %.0f, \"rounds\": %d, \"modes\": {",
@@ -282,13 +350,20 @@ int main(int argc, char** argv) {
           peak[m] / kMiB);
     }
     std::printf(
-        "}, \"floor\": {\"streaming_cold_s\": %.4f, \"streaming_warm_s\": "
-        "%.4f, \"parallel_copy_s\": %.4f, \"cold_s\": %.4f, \"warm_s\": "
-        "%.4f}, \"ratios\": {\"new_memory_vs_streaming\": %.4f, "
-        "\"in_place_vs_floor\": %.4f, \"first_in_place_vs_floor\": %.4f}}\n",
+        "}, \"first_right_after_open_s\": %.4f, \"staging_prepare_bytes\": "
+        "%llu, \"floor\": {\"streaming_cold_s\": %.4f, "
+        "\"streaming_warm_s\": %.4f, \"parallel_copy_s\": %.4f, \"cold_s\": "
+        "%.4f, \"warm_s\": %.4f}, \"ratios\": {\"new_memory_vs_streaming\": "
+        "%.4f, \"in_place_vs_floor\": %.4f, \"first_in_place_vs_floor\": "
+        "%.4f, \"in_place_views_vs_floor\": %.4f, "
+        "\"first_in_place_views_vs_floor\": %.4f}}\n",
+        first_right_after_open,
+        static_cast<unsigned long long>(prepared.async_staging_prepare_bytes),
         c0, w0, copy, floor_cold, floor_warm, new_vs_streaming,
-        in_place_vs_floor, first_in_place_vs_floor);
+        in_place_vs_floor, first_in_place_vs_floor, vs_floor(kViews),
+        first[kViews] / floor_cold);
   }
+  resumed.reset();
   staged_mgr->reset();
   mgr->reset();
   if (own_dir) std::filesystem::remove_all(dir);

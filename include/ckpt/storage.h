@@ -53,6 +53,12 @@ struct StorageCapabilities {
   // on many ranks reads each byte once only where reads are not local
   // (LoadOptions::read_once).
   bool local_reads = false;
+  // Large reads bypass the page cache (file:// on a disk file system, with
+  // O_DIRECT): a cold object reads at the disk's speed, and one that lies
+  // in the page cache is read from the disk again. An all-or-nothing load
+  // with staging memory reads such objects into it when they are cold and
+  // checks them in their views when they are in the page cache.
+  bool direct_reads = false;
 };
 
 struct ObjectInfo {

@@ -20,8 +20,10 @@
 //      chunk checked against its checksum. Transactional (the default),
 //      host tensors from a storage with object views (file://, mem://) are
 //      checked in place in the objects' views and not yet copied
-//      (viewed_reads.h); from any other storage every tensor is read into
-//      the staging memory. Streaming, host tensors are read straight into
+//      (viewed_reads.h), unless the manager has staging memory for them
+//      and they are not in the page cache of a disk (step 4);
+//      from any other storage every tensor is read into the staging
+//      memory. Streaming, host tensors are read straight into
 //      their buffers. Device tensors always go through the staging memory,
 //      page-locked.
 //   3. The ranks all-gather their outcomes (LoadVote). All whole: each rank
@@ -35,7 +37,8 @@
 //      fails, naming every step tried, when none is left.
 //
 // The cost of the promise: from views, one more pass over the bytes in
-// memory (checked, then copied); otherwise staging memory of this rank's
+// memory (checked, then copied), and cold, a read through the page cache;
+// otherwise staging memory of this rank's
 // loaded tensor bytes, kept by the manager and reused (as SaveAsync's is),
 // and one more copy of those bytes. LoadOptions::transactional = false
 // reads host tensors in place instead; its failures name the entries they
@@ -409,18 +412,24 @@ Status Loader::ReadStage(State& state, const LoadOptions& load,
   constexpr uint64_t kPage = 4096;
   constexpr uint64_t kInPlace = UINT64_MAX;
   const std::vector<Entry>& entries = state.entries();
-  // Views need no memory of the load's own, but reading through the page
-  // cache twice costs more than one copy into staging memory already
-  // mapped (by an asynchronous save): staging memory large enough for
-  // every tensor is used when the manager has it.
+  // Views need no memory of the load's own, but reading through them
+  // costs more than one read into staging memory already mapped: staging
+  // memory large enough for every tensor is used when the manager has it
+  // (an asynchronous save made it, or Options::async_staging_prepare_bytes
+  // prepared it at Open). Except where reads bypass the page cache
+  // (direct_reads: file:// on a disk) and the objects lie in it: views
+  // then read no disk at all, half the time of one at the disk's speed.
   uint64_t all_staged = 0;
   for (const Entry& e : entries) {
     if (e.kind != EntryKind::kTensor) continue;
     all_staged =
         (all_staged + *e.tensor.ByteSize() + kPage - 1) / kPage * kPage;
   }
+  constexpr double kWarm = 0.9;
   const bool viewed = load.transactional && from.capabilities().object_views &&
-                      root_.staging.capacity() < all_staged;
+                      (root_.staging.available() < all_staged ||
+                       (from.capabilities().direct_reads &&
+                        ResidentFraction(from, m, records) >= kWarm));
   std::vector<uint64_t> at(records.size(), kInPlace);
   uint64_t used = 0;
   bool staged = false;

@@ -5,11 +5,18 @@
 // tensor, blob and metadata entry of the target bit for bit as it was; a
 // resume skips damaged steps, an explicit step never does; the streaming
 // opt-out names the entries it changed; with many ranks, one rank's damage
-// leaves every rank unchanged. Each on the three ways a load reads:
-// mem:// and file:// (on disk and in memory) check every chunk in place
-// before copying it (object views), a storage without views (a wrapper,
-// as s3://) goes through the staging memory.
+// leaves every rank unchanged. Each on the ways a load reads: mem:// and
+// file:// (on disk and in memory) check every chunk in place before copying
+// it (object views), a storage without views (a wrapper, as s3://) goes
+// through the staging memory; and a cold file:// root goes through the
+// staging memory when the manager has it (LoadPathTest).
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <string>
@@ -415,6 +422,127 @@ TEST(LoadAtomicMultiRankTest, OneRanksDamageLeavesEveryRankUnchanged) {
     EXPECT_EQ(mine, half(rank, 1)) << "rank " << rank;
     EXPECT_EQ(bias, std::vector<double>(8, 1));
   });
+}
+
+// The bytes of the files under `dir` that lie in the page cache, over all
+// their bytes.
+double CachedFraction(const std::filesystem::path& dir) {
+  uint64_t total = 0, cached = 0;
+  for (const auto& f : std::filesystem::recursive_directory_iterator(dir)) {
+    if (!f.is_regular_file() || f.file_size() == 0) continue;
+    const int fd = ::open(f.path().c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    const size_t size = f.file_size();
+    void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (p == MAP_FAILED) continue;
+    std::vector<unsigned char> in((size + 4095) / 4096);
+    if (::mincore(p, size, in.data()) == 0) {
+      for (unsigned char c : in) cached += (c & 1) ? 4096 : 0;
+    }
+    ::munmap(p, size);
+    total += size;
+  }
+  return total == 0 ? 0 : static_cast<double>(std::min(cached, total)) / total;
+}
+
+// Drops the files under `dir` from the page cache (after a restart), or
+// reads them into it (`warm`).
+void SetCache(const std::filesystem::path& dir, bool warm) {
+  for (const auto& f : std::filesystem::recursive_directory_iterator(dir)) {
+    if (!f.is_regular_file()) continue;
+    const int fd = ::open(f.path().c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    ::posix_fadvise(fd, 0, 0, warm ? POSIX_FADV_WILLNEED : POSIX_FADV_DONTNEED);
+    if (warm) {
+      std::vector<char> buffer(1 << 20);
+      while (::read(fd, buffer.data(), buffer.size()) > 0) {
+      }
+    }
+    ::close(fd);
+  }
+}
+
+// How a transactional load reads a file:// root: with staging memory
+// (prepared at Open) and the objects not in the page cache, O_DIRECT into
+// the staging memory, at the disk's speed, leaving the page cache as it
+// was; with the objects in the page cache, or without staging memory,
+// through the objects' mapped pages. Every way loads the saved bytes, and
+// a damaged chunk changes nothing.
+TEST(LoadPathTest, ColdObjectsGoThroughStagingMemoryWarmOnesThroughViews) {
+  testing::TempDir dir("load-path", "/var/tmp");
+  {
+    const std::string probe = dir.string() + "/probe";
+    const int fd = ::open(probe.c_str(), O_RDWR | O_CREAT | O_DIRECT, 0600);
+    if (fd < 0) {
+      GTEST_SKIP() << dir.string() << " takes no O_DIRECT ("
+                   << std::strerror(errno)
+                   << "): its loads go through the page cache either way";
+    }
+    ::close(fd);
+    std::filesystem::remove(probe);
+  }
+  std::vector<float> saved(size_t{2} << 20);  // 8 MiB
+  for (size_t i = 0; i < saved.size(); ++i) saved[i] = static_cast<float>(i);
+  Options o;
+  o.lease_seconds = 0;
+  o.chunk_size = 1 << 20;
+  {
+    State s;
+    s.AddTensor("w", View(saved));
+    ASSERT_TRUE(CheckpointManager::Open(dir.url(), o).value()->Save(1, s).ok());
+  }
+  Options prepared = o;
+  prepared.async_staging_prepare_bytes = saved.size() * sizeof(float);
+  std::unique_ptr<CheckpointManager> mgr =
+      CheckpointManager::Open(dir.url(), prepared).value();
+  std::vector<float> target(saved.size());
+  State s;
+  s.AddTensor("w", View(target));
+  auto load = [&](CheckpointManager& m) {
+    std::fill(target.begin(), target.end(), -1.0f);
+    Result<CheckpointInfo> r = m.Load(1, s);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_TRUE(target == saved) << "the load's bytes differ from the saved";
+  };
+
+  SetCache(dir.path(), false);
+  load(*mgr);
+  EXPECT_LT(CachedFraction(dir.path()), 0.2)
+      << "a cold load with staging memory read through the page cache";
+
+  SetCache(dir.path(), true);
+  load(*mgr);
+
+  // Without staging memory: views, through the page cache.
+  SetCache(dir.path(), false);
+  load(*CheckpointManager::Open(dir.url(), o).value());
+  EXPECT_GT(CachedFraction(dir.path()), 0.8)
+      << "a load without staging memory did not read through views";
+
+  // A damaged chunk, cold, through the staging memory: nothing changes.
+  for (const auto& f :
+       std::filesystem::recursive_directory_iterator(dir.path())) {
+    if (!f.is_regular_file() || f.file_size() < saved.size() * sizeof(float)) {
+      continue;
+    }
+    const int fd = ::open(f.path().c_str(), O_RDWR | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    char byte = 0;
+    const off_t at = static_cast<off_t>(f.file_size() / 2);
+    ASSERT_EQ(::pread(fd, &byte, 1, at), 1);
+    byte ^= 0x5a;
+    ASSERT_EQ(::pwrite(fd, &byte, 1, at), 1);
+    ::close(fd);
+  }
+  SetCache(dir.path(), false);
+  std::fill(target.begin(), target.end(), -1.0f);
+  EXPECT_EQ(mgr->Load(1, s).status().code(), ErrorCode::kDataLoss);
+  EXPECT_TRUE(std::all_of(target.begin(), target.end(), [](float v) {
+    return v == -1.0f;
+  })) << "a failed load changed the target";
+  EXPECT_LT(CachedFraction(dir.path()), 0.2)
+      << "the damaged cold load did not read through the staging memory";
 }
 
 }  // namespace

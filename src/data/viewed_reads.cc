@@ -1,8 +1,12 @@
 #include "data/viewed_reads.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <set>
 
 #include "util/checksum.h"
 #include "util/names.h"
@@ -23,6 +27,47 @@ struct ChunkToCheck {
 };
 
 }  // namespace
+
+double ResidentFraction(
+    Storage& from, const format::Manifest& m,
+    const std::vector<const format::EntryRecord*>& records) {
+  std::set<uint32_t> objects;
+  for (const format::EntryRecord* e : records) {
+    for (const format::PieceRecord& p : e->pieces) {
+      for (const format::ChunkRecord& c : p.chunks) objects.insert(c.object);
+    }
+  }
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  uint64_t total = 0, resident = 0;
+  std::vector<unsigned char> pages;
+  for (uint32_t i : objects) {
+    if (i >= m.objects.size()) continue;
+    total += m.objects[i].size;
+    Result<std::shared_ptr<const ObjectView>> view =
+        from.ViewObject(m.objects[i].key);
+    if (!view.ok() || *view == nullptr) continue;
+    const std::span<const std::byte> bytes = (*view)->bytes();
+    if (bytes.empty()) continue;
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(bytes.data());
+    const uintptr_t first = begin / page * page;
+    const uintptr_t end = (begin + bytes.size() + page - 1) / page * page;
+    pages.assign((end - first) / page, 0);
+    if (::mincore(reinterpret_cast<void*>(first), end - first, pages.data()) !=
+        0) {
+      // A range mincore cannot look at (not all mapped): count it as in
+      // memory, as a storage's own buffers are.
+      resident += bytes.size();
+      continue;
+    }
+    const uint64_t in = static_cast<uint64_t>(
+        std::count_if(pages.begin(), pages.end(),
+                      [](unsigned char p) { return (p & 1) != 0; }));
+    resident += std::min<uint64_t>(bytes.size(), in * page);
+  }
+  return total == 0
+             ? 1.0
+             : static_cast<double>(resident) / static_cast<double>(total);
+}
 
 Result<std::shared_ptr<const ObjectView>> ViewedReads::Get(
     std::string_view key) {

@@ -14,6 +14,7 @@
 // StageState are safe from any thread.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -51,6 +52,11 @@ class StagingArena {
   // Bytes PrepareInBackground has faulted in so far (from the start).
   uint64_t PreparedBytes() const;
   uint64_t capacity() const { return capacity_; }
+  // The bytes the next Reserve gets without mapping anew: the capacity, or
+  // what PrepareInBackground maps (faulted in or not yet).
+  uint64_t available() const {
+    return std::max(capacity_, preparing_.joinable() ? prepared_capacity_ : 0);
+  }
 
   // Page-locks the memory Reserve gave (cuMemHostRegister through
   // `device`'s context) unless it is already: pinning touches every page,

@@ -93,6 +93,8 @@ class FileStorage : public Storage {
     caps.hard_links = true;
     caps.object_views = true;
     caps.local_reads = local_reads_;
+    caps.direct_reads =
+        opened_.load(std::memory_order_acquire) && root_->direct_io;
     return caps;
   }
 
