@@ -15,6 +15,7 @@
 #include "messages/messages.h"
 #include "util/checksum.h"
 #include "util/log.h"
+#include "util/thread_pool.h"
 
 namespace ckpt {
 
@@ -35,7 +36,42 @@ constexpr uint64_t kRunBytes = uint64_t{8} << 20;
 constexpr uint64_t kProbeBytes = uint64_t{1} << 20;
 constexpr uint64_t kStorageProbeBytes = kRunBytes;
 
-ChunkId IdOf(const format::ChunkRecord& c) { return {c.checksum, c.length}; }
+// A chunk as the ranks name it: its bytes' checksum and length. A
+// compressed chunk goes from rank to rank as its stored bytes, which each
+// rank that needs it decompresses and checks itself (the bytes stand for
+// the chunk's range of the object, and that range holds the stored bytes):
+// it is named by the stored length, with the stored bytes' checksum folded
+// in, so that two encodings of the same bytes are two chunks.
+ChunkId IdOf(const format::ChunkRecord& c) {
+  if (!c.compressed()) return {c.checksum, c.length};
+  return {{c.checksum.high, c.checksum.low ^ c.stored_checksum},
+          c.stored_length()};
+}
+
+// Reads the chunks this rank reads for the job into their places: raw ones
+// as ReadChunks does (each checked as it arrives), compressed ones as their
+// stored bytes, checked against the stored checksum (what is sent is what
+// was checked; each rank that takes them decompresses and checks the rest).
+Status ReadShare(Storage& storage, const format::Manifest& manifest,
+                 std::vector<ChunkRead> chunks, ThreadPool* pool) {
+  std::vector<ChunkRead> raw, stored;
+  for (const ChunkRead& c : chunks) {
+    (c.chunk->compressed() ? stored : raw).push_back(c);
+  }
+  CKPT_RETURN_IF_ERROR(ReadChunks(storage, manifest, std::move(raw), pool,
+                                  /*max_gap=*/0));
+  const int parallelism = pool == nullptr ? 1 : pool->size() + 1;
+  return ParallelFor(pool, parallelism, stored.size(), [&](size_t i) {
+    const ChunkRead& c = stored[i];
+    const std::span<std::byte> bytes(c.dest, c.chunk->stored_length());
+    CKPT_RETURN_IF_ERROR(storage.ReadRange(
+        manifest.objects[c.chunk->object].key, c.chunk->offset, bytes));
+    if (Xxh3_64(bytes) != c.chunk->stored_checksum) {
+      return ChecksumMismatch(manifest, *c.entry, *c.chunk);
+    }
+    return Status();
+  });
+}
 
 // The root's storage, but for the byte ranges of chunks held in memory:
 // the shared chunks this rank needs, at every place of the step's objects
@@ -323,12 +359,9 @@ Status AddNeededChunks(const format::EntryRecord& entry,
                        const std::vector<int64_t>& offsets,
                        const std::vector<int64_t>& lengths,
                        std::vector<NeededChunk>& out) {
-  // A compressed chunk is read by each rank that needs it: the bytes one
-  // rank hands another stand in for a range of the object, and a
-  // compressed chunk's range holds its stored bytes, not the ones sent.
   return ForEachChunkMeeting(entry, offsets, lengths,
                              [&](const format::ChunkRecord& c) {
-                               if (!c.compressed()) out.push_back({&entry, &c});
+                               out.push_back({&entry, &c});
                              });
 }
 
@@ -540,8 +573,7 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
   ReadOnceRates measured;
   if (measure) CKPT_RETURN_IF_ERROR(ProbeRanks(comm, rest, measured));
   const auto read_begin = std::chrono::steady_clock::now();
-  Status read = ReadChunks(storage, manifest, std::move(first), pool,
-                           /*max_gap=*/0);
+  Status read = ReadShare(storage, manifest, std::move(first), pool);
   const auto read_done = std::chrono::steady_clock::now();
 
   // Every place this rank reads a chunk it holds from.
@@ -578,8 +610,7 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
     }
   }
   if (read.ok() && !then.empty()) {
-    read = ReadChunks(storage, manifest, std::move(then), pool,
-                      /*max_gap=*/0);
+    read = ReadShare(storage, manifest, std::move(then), pool);
   }
   // A failed read sends every chunk as missing: the ranks that need them
   // read them themselves, and meet the error where it lies.

@@ -135,6 +135,7 @@ class ReadOnceTest : public ::testing::Test {
     Options o;
     o.communicator = comm;
     o.chunk_size = kChunk;
+    if (compress_) o.compression.mode = Compression::Mode::kZstd;
     auto mgr = CheckpointManager::Open(
         std::make_unique<CountingReads>(std::move(*storage), &read_, link_), o);
     EXPECT_TRUE(mgr.ok()) << mgr.status().ToString();
@@ -201,7 +202,8 @@ class ReadOnceTest : public ::testing::Test {
   testing::TestRoot root_{testing::Backend::kMemory, "read-once"};
   std::atomic<uint64_t> read_{0};
   bool link_ = true;
-  double read_rate_ = 0;  // each rank's reads paced to it (> 0)
+  double read_rate_ = 0;   // each rank's reads paced to it (> 0)
+  bool compress_ = false;  // saves compress every chunk that shrinks
 };
 
 void ExpectAllOk(const std::vector<Status>& got) {
@@ -217,6 +219,41 @@ TEST_F(ReadOnceTest, ReplicatedStateIsReadOnceByTheJob) {
   EXPECT_EQ(read_.load(), 2 * kTensorBytes);
   ExpectAllOk(Load(4, 1, /*whole=*/true, LoadOptions::ReadOnce::kOff, 1));
   EXPECT_EQ(read_.load(), 4 * 2 * kTensorBytes);
+}
+
+void DamageStep(const std::string& url, int64_t step);  // below
+
+// A compressed chunk goes from rank to rank as its stored bytes, each rank
+// decompressing and checking its own: the job reads the stored bytes once,
+// and a damaged compressed chunk fails every rank with nothing changed.
+TEST_F(ReadOnceTest, CompressedChunksAreReadOnceToo) {
+  compress_ = true;
+  Save(4, 1);
+  Save(4, 2);
+  ExpectAllOk(Load(4, 1, /*whole=*/true, LoadOptions::ReadOnce::kOff, 1));
+  const uint64_t off = read_.load();
+  // Every rank read the stored bytes of both tensors, fewer than raw.
+  ASSERT_EQ(off % 4, 0u);
+  EXPECT_LT(off / 4, 2 * kTensorBytes) << "the saves compressed nothing";
+  ExpectAllOk(Load(4, 1, /*whole=*/true, LoadOptions::ReadOnce::kOn, 1));
+  EXPECT_EQ(read_.load(), off / 4);
+  // Across nodes, through relays.
+  std::atomic<uint64_t> across{0};
+  auto two_nodes = [&](Communicator* c) -> Communicator* {
+    return new OnNode(c, 2, &across);
+  };
+  ExpectAllOk(
+      Load(4, 1, /*whole=*/true, LoadOptions::ReadOnce::kOn, 1, two_nodes));
+  EXPECT_EQ(read_.load(), off / 4);
+  // A reshard, each rank its split of "a".
+  ExpectAllOk(Load(3, 1, /*whole=*/false, LoadOptions::ReadOnce::kOn, 1));
+  DamageStep(root_.url(), 2);
+  for (const Status& s :
+       Load(4, 2, /*whole=*/true, LoadOptions::ReadOnce::kOn)) {
+    EXPECT_EQ(s.code(), ErrorCode::kDataLoss) << s.ToString();
+  }
+  ExpectAllOk(
+      Load(4, std::nullopt, /*whole=*/true, LoadOptions::ReadOnce::kOn, 1));
 }
 
 TEST_F(ReadOnceTest, AutoReadsForItselfFromLocalStorageAndOnForces) {
