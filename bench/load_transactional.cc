@@ -6,19 +6,20 @@
 //
 // Saves a state of N GiB (default 1) of F32 tensors to a file:// root (a
 // fresh folder under /var/tmp unless --dir), then loads it back, R rounds
-// (default 5) of six modes:
+// (default 5) of seven modes:
 //   streaming      LoadOptions::transactional = false: straight into the
 //                  state's buffers (O_DIRECT reads of 1 MiB and more);
-//   transactional  the default, in place, by a manager opened with
-//                  Options::async_staging_prepare_bytes = the state's size
-//                  (its staging memory faulted in on a thread at Open):
-//                  objects in the page cache are checked where they lie
-//                  and copied into the buffers, cold ones read with
-//                  O_DIRECT into the staging memory, checked, copied;
-//   views          the same by a manager opened without it, which has no
-//                  staging memory: every chunk checked in the objects'
-//                  mapped pages (cold: read through the page cache), then
+//   transactional  the default, in place, by a manager opened with the
+//                  default options: the objects not in the page cache, every
+//                  chunk read with O_DIRECT into staging memory (mapped by
+//                  the manager's first load and kept), checked there, then
 //                  copied into the buffers;
+//   prepared       the same by a manager opened with
+//                  Options::async_staging_prepare_bytes = the state's size:
+//                  its staging memory faulted in on a thread from Open on;
+//   in_cache       the default with the root's files read into the page
+//                  cache first (not timed): every chunk checked where it
+//                  lies in the objects' mapped pages, then copied;
 //   staged         transactional through a StorageWrapper, which offers no
 //                  object views, as an s3:// root loads: every chunk read
 //                  into the manager's staging memory, checked, then copied;
@@ -27,13 +28,15 @@
 //   streaming_new  streaming into new buffers (allocated, not touched, for
 //                  each load): what new memory costs a streaming load.
 // Each mode loads cold (the root's pages dropped from the page cache first,
-// as after a restart) and warm (right after). One cold load of each mode
-// comes first and is reported apart: it is the first use of the memory the
-// mode needs. The first transactional load is a resume's: its manager is
-// opened, then the job's state is allocated anew (as a restarted job
-// builds its model, here new buffers of the state's size, touched), then
-// loaded into, cold; the same right after Open, with nothing in between,
-// is printed beside it (first_right_after_open_s). It also times the
+// as after a restart) and warm (right after; O_DIRECT reads leave the page
+// cache as it was, so for them this is a second cold read). One cold load
+// of each mode comes first and is reported apart: it is the first use of
+// the memory the mode needs. The first transactional and prepared loads
+// are a resume's: the manager is opened, then the job's state is
+// allocated anew (as a restarted job builds its model, here new buffers of
+// the state's size, touched), then loaded into, cold; a prepared load
+// right after Open, with nothing in between, is printed beside them
+// (first_right_after_open_s). It also times the
 // library's parallel copy of the state between two buffers already faulted
 // in. Prints the medians, the ratios to streaming, and each mode's peak
 // resident memory above the state (VmHWM, reset before every load), and
@@ -44,8 +47,8 @@
 //                             parallel copy, the worse of cold and warm;
 //   first_in_place_vs_floor   the first transactional load (a resume's)
 //                             over the cold floor;
-// and the same two for views (in_place_views_vs_floor,
-// first_in_place_views_vs_floor).
+// and prepared_vs_floor, first_prepared_vs_floor the same for prepared,
+// in_cache_vs_floor in_cache's (worse of its two) over the warm floor.
 // Every load's bytes are checked. A measurement: exits 0 unless a save or a
 // load fails.
 #include <fcntl.h>
@@ -83,6 +86,19 @@ void DropCache(const std::string& dir) {
     const int fd = ::open(f.path().c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) continue;
     ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+}
+
+// Reads every file under `dir` into the page cache.
+void FillCache(const std::string& dir) {
+  std::vector<char> buffer(1 << 20);
+  for (const auto& f : std::filesystem::recursive_directory_iterator(dir)) {
+    if (!f.is_regular_file()) continue;
+    const int fd = ::open(f.path().c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    while (::read(fd, buffer.data(), buffer.size()) > 0) {
+    }
     ::close(fd);
   }
 }
@@ -158,25 +174,27 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", staged_mgr.status().ToString().c_str());
     return 1;
   }
-  // The manager of the transactional mode: opened as a resuming job
-  // opens it, with the state's size for its staging memory (each tensor on
-  // pages of its own).
+  // The managers of the transactional and prepared modes, opened as a
+  // resuming job opens them; prepared with the state's size for its
+  // staging memory (each tensor on pages of its own).
   ckpt::Options prepared = options;
   prepared.async_staging_prepare_bytes =
       static_cast<uint64_t>(tensors) * ((floats * 4 + 4095) / 4096 * 4096);
-  std::unique_ptr<ckpt::CheckpointManager> resumed;
+  std::unique_ptr<ckpt::CheckpointManager> resumed, resumed_prepared;
   enum Mode {
     kStreaming,
     kTransactional,
-    kViews,
+    kPrepared,
+    kInCache,
     kStaged,
     kNewMemory,
     kStreamingNew,
     kModes
   };
-  const char* kNames[kModes] = {"streaming", "transactional", "views",
-                                "staged",    "new_memory",    "streaming_new"};
-  double peak[kModes] = {0, 0, 0, 0, 0, 0};
+  const char* kNames[kModes] = {"streaming",    "transactional", "prepared",
+                                "in_cache",     "staged",        "new_memory",
+                                "streaming_new"};
+  double peak[kModes] = {0, 0, 0, 0, 0, 0, 0};
   auto check = [&](const float* got, int t) {
     for (size_t i = 0; i < floats; i += 4097) {
       if (got[i] != static_cast<float>(t * 7 + i % 1000 + 1)) {
@@ -202,13 +220,19 @@ int main(int argc, char** argv) {
                              true});
       }
     }
-    if (cold) DropCache(dir);
+    if (mode == kInCache) {
+      FillCache(dir);
+    } else if (cold) {
+      DropCache(dir);
+    }
     ResetPeak();
     const uint64_t before = ProcStatus("VmRSS");
     const auto start = Clock::now();
-    ckpt::CheckpointManager& m = mode == kStaged          ? **staged_mgr
-                                 : mode == kTransactional ? *resumed
-                                                          : **mgr;
+    ckpt::CheckpointManager& m = mode == kStaged ? **staged_mgr
+                                 : mode == kTransactional || mode == kInCache
+                                     ? *resumed
+                                 : mode == kPrepared ? *resumed_prepared
+                                                     : **mgr;
     ckpt::Status status;
     ckpt::LoadedCheckpoint loaded;
     if (mode == kNewMemory) {
@@ -241,12 +265,15 @@ int main(int argc, char** argv) {
     }
     return seconds;
   };
-  // A resume: a manager opened on the root, the job's state allocated anew
-  // and touched (`build`, as a restarted job builds its model) or the
-  // buffers there are, then one cold load. Keeps the manager (`keep`).
-  auto resume = [&](bool build, bool keep) -> double {
+  // A resume: a manager opened on the root with `opts`, the job's state
+  // allocated anew and touched (`build`, as a restarted job builds its
+  // model) or the buffers there are, then one cold load. Keeps the manager
+  // in `keep` (unless null).
+  double kept = 0;  // resident memory the last resume's load left
+  auto resume = [&](const ckpt::Options& opts, bool build,
+                    std::unique_ptr<ckpt::CheckpointManager>* keep) -> double {
     DropCache(dir);
-    auto opened = ckpt::CheckpointManager::Open("file://" + dir, prepared);
+    auto opened = ckpt::CheckpointManager::Open("file://" + dir, opts);
     if (!opened.ok()) {
       std::fprintf(stderr, "%s\n", opened.status().ToString().c_str());
       std::exit(1);
@@ -260,10 +287,12 @@ int main(int argc, char** argv) {
                               ckpt::View(built.back()));
       }
     }
+    const uint64_t rss = ProcStatus("VmRSS");
     const auto start = Clock::now();
     auto r = (*opened)->Load(1, build ? built_state : state);
     const double seconds =
         std::chrono::duration<double>(Clock::now() - start).count();
+    kept = static_cast<double>(ProcStatus("VmRSS")) - static_cast<double>(rss);
     if (!r.ok()) {
       std::fprintf(stderr, "load: %s\n", r.status().ToString().c_str());
       std::exit(1);
@@ -271,14 +300,18 @@ int main(int argc, char** argv) {
     for (int t = 0; t < tensors; ++t) {
       check(build ? built[t].data() : data[t].data(), t);
     }
-    if (keep) resumed = std::move(*opened);
+    if (keep != nullptr) *keep = std::move(*opened);
     return seconds;
   };
   double first[kModes];
+  double first_kept = 0;  // by the transactional mode's first load
   for (int m = 0; m < kModes; ++m) {
-    first[m] = m == kTransactional ? resume(true, true) : load(Mode(m), true);
+    first[m] = m == kTransactional ? resume(options, true, &resumed)
+               : m == kPrepared    ? resume(prepared, true, &resumed_prepared)
+                                   : load(Mode(m), true);
+    if (m == kTransactional) first_kept = kept;
   }
-  const double first_right_after_open = resume(false, false);
+  const double first_right_after_open = resume(prepared, false, nullptr);
   std::vector<double> cold[kModes], warm[kModes];
   for (int r = 0; r < rounds; ++r) {
     for (int m = 0; m < kModes; ++m) {
@@ -313,6 +346,8 @@ int main(int argc, char** argv) {
   };
   const double in_place_vs_floor = vs_floor(kTransactional);
   const double first_in_place_vs_floor = first[kTransactional] / floor_cold;
+  const double in_cache_vs_floor =
+      std::max(Median(cold[kInCache]), Median(warm[kInCache])) / floor_warm;
   std::printf("state: %.0f MiB in %d tensors, %d rounds, %ld cores\n",
               state_bytes / kMiB, tensors, rounds,
               sysconf(_SC_NPROCESSORS_ONLN));
@@ -325,7 +360,11 @@ int main(int argc, char** argv) {
         state_bytes / w / 1e9, w / w0, peak[m] / kMiB);
   }
   std::printf(
-      "transactional: staging memory %.0f MiB from Open; its first load right "
+      "transactional: its first load mapped staging memory and kept it: "
+      "resident memory +%.1f MiB\n",
+      first_kept / kMiB);
+  std::printf(
+      "prepared: staging memory %.0f MiB from Open; its first load right "
       "after Open %.3f s\n",
       prepared.async_staging_prepare_bytes / kMiB, first_right_after_open);
   std::printf(
@@ -334,10 +373,10 @@ int main(int argc, char** argv) {
       copy, floor_cold, floor_warm);
   std::printf(
       "ratios: new_memory_vs_streaming %.3f, in_place_vs_floor %.3f, "
-      "first_in_place_vs_floor %.3f (views: %.3f, first %.3f; staged / "
-      "floor: cold %.3f, warm %.3f)\n",
+      "first_in_place_vs_floor %.3f (prepared: %.3f, first %.3f; in_cache "
+      "%.3f; staged / floor: cold %.3f, warm %.3f)\n",
       new_vs_streaming, in_place_vs_floor, first_in_place_vs_floor,
-      vs_floor(kViews), first[kViews] / floor_cold,
+      vs_floor(kPrepared), first[kPrepared] / floor_cold, in_cache_vs_floor,
       Median(cold[kStaged]) / floor_cold, Median(warm[kStaged]) / floor_warm);
   if (json) {
     std::printf("{\"state_bytes\": %.0f, \"rounds\": %d, \"modes\": {",
@@ -350,20 +389,22 @@ int main(int argc, char** argv) {
           peak[m] / kMiB);
     }
     std::printf(
-        "}, \"first_right_after_open_s\": %.4f, \"staging_prepare_bytes\": "
+        "}, \"first_right_after_open_s\": %.4f, \"first_load_kept_mib\": "
+        "%.1f, \"staging_prepare_bytes\": "
         "%llu, \"floor\": {\"streaming_cold_s\": %.4f, "
         "\"streaming_warm_s\": %.4f, \"parallel_copy_s\": %.4f, \"cold_s\": "
         "%.4f, \"warm_s\": %.4f}, \"ratios\": {\"new_memory_vs_streaming\": "
         "%.4f, \"in_place_vs_floor\": %.4f, \"first_in_place_vs_floor\": "
-        "%.4f, \"in_place_views_vs_floor\": %.4f, "
-        "\"first_in_place_views_vs_floor\": %.4f}}\n",
-        first_right_after_open,
+        "%.4f, \"prepared_vs_floor\": %.4f, \"first_prepared_vs_floor\": "
+        "%.4f, \"in_cache_vs_floor\": %.4f}}\n",
+        first_right_after_open, first_kept / kMiB,
         static_cast<unsigned long long>(prepared.async_staging_prepare_bytes),
         c0, w0, copy, floor_cold, floor_warm, new_vs_streaming,
-        in_place_vs_floor, first_in_place_vs_floor, vs_floor(kViews),
-        first[kViews] / floor_cold);
+        in_place_vs_floor, first_in_place_vs_floor, vs_floor(kPrepared),
+        first[kPrepared] / floor_cold, in_cache_vs_floor);
   }
   resumed.reset();
+  resumed_prepared.reset();
   staged_mgr->reset();
   mgr->reset();
   if (own_dir) std::filesystem::remove_all(dir);

@@ -231,11 +231,9 @@ struct Options {
   // costs that memory from Open on; a SaveAsync made before the background
   // work ends stops it and takes the memory as it is (its copy faults in the
   // pages left, on every core) rather than waiting. 0 (the default): the
-  // first SaveAsync maps it. All-or-nothing loads use the same memory: a
-  // resume (the state's size given here) from a file:// root whose objects
-  // are not in the page cache reads them with O_DIRECT into it, at the
-  // disk's speed, instead of through the page cache (about twice as long);
-  // without it such loads need no memory of their own.
+  // first SaveAsync maps it. All-or-nothing loads use the same memory
+  // (LoadOptions::transactional): given here, a resume's first load reads
+  // into memory already faulted in instead of faulting it as it reads.
   uint64_t async_staging_prepare_bytes = 0;
 
   // --- Tests ----------------------------------------------------------------
@@ -283,15 +281,19 @@ struct LoadOptions {
   // All or nothing (the default): every tensor chunk is checked against
   // its checksum before any byte of the caller's changes, blobs and
   // metadata are collected, and only once everything is whole (on every
-  // rank) are the caller's tensors, blobs and metadata changed. From a
-  // storage with object views (file://, mem://) each chunk is checked where
-  // it lies (file://: in the page cache) and then copied into the host
-  // tensors: one more pass over the bytes in memory, no memory of the
-  // load's own. From one without (s3://, a StorageWrapper), and when the
-  // manager already holds staging memory for every tensor (SaveAsync
-  // mapped it), every chunk is read into the manager's staging memory,
-  // which it keeps and reuses as it does for SaveAsync, and copied from
-  // there. Device tensors always go through the staging memory. false:
+  // rank) are the caller's tensors, blobs and metadata changed. Host
+  // tensors' chunks are read into the manager's staging memory, checked
+  // there and copied into the tensors: from a file:// root on a disk whose
+  // objects are not in the page cache (a resume: read with O_DIRECT at the
+  // disk's speed), from storage without object views (s3://, a
+  // StorageWrapper), and from tmpfs or mem:// when the manager already
+  // holds staging memory for every tensor. The manager keeps that memory
+  // (this rank's tensor bytes) and reuses it for later loads and SaveAsync;
+  // a load maps it only where it takes at most half the memory the machine
+  // has free (MemAvailable). Otherwise each chunk is checked where it lies
+  // (the page cache, mem://'s buffers: object views) and then copied: no
+  // memory of the load's own, and no disk read where the objects lie in
+  // the page cache. Device tensors always go through the staging memory. false:
   // host tensors are read straight into their buffers; a failure while
   // reading may then leave them partly written, and its error names every
   // entry that may have changed.

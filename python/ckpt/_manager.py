@@ -49,8 +49,8 @@ class CheckpointManager:
     the state; 0: as much as the state needs; a bigger state is saved
     synchronously), async_staging_prepare_bytes (staging memory mapped and
     faulted in on a background thread at open, so the first save_async
-    stalls about as briefly as the later ones, and a resume's load_into from
-    a cold file:// root reads at the disk's speed: give the state's size).
+    stalls about as briefly as the later ones, and a resume's first
+    load_into reads into memory already faulted in: give the state's size).
     Incremental saves (save(..., incremental=True)) write a
     full checkpoint instead every full_every-th save of a chain, after
     max_chain incremental ones in a row, or when less than

@@ -20,8 +20,8 @@
 //      chunk checked against its checksum. Transactional (the default),
 //      host tensors from a storage with object views (file://, mem://) are
 //      checked in place in the objects' views and not yet copied
-//      (viewed_reads.h), unless the manager has staging memory for them
-//      and they are not in the page cache of a disk (step 4);
+//      (viewed_reads.h), unless they are not in the page cache of a disk
+//      (then into the staging memory, step 4);
 //      from any other storage every tensor is read into the staging
 //      memory. Streaming, host tensors are read straight into
 //      their buffers. Device tensors always go through the staging memory,
@@ -37,8 +37,7 @@
 //      fails, naming every step tried, when none is left.
 //
 // The cost of the promise: from views, one more pass over the bytes in
-// memory (checked, then copied), and cold, a read through the page cache;
-// otherwise staging memory of this rank's
+// memory (checked, then copied); otherwise staging memory of this rank's
 // loaded tensor bytes, kept by the manager and reused (as SaveAsync's is),
 // and one more copy of those bytes. LoadOptions::transactional = false
 // reads host tensors in place instead; its failures name the entries they
@@ -297,6 +296,12 @@ Result<CheckpointInfo> Loader::Load(std::optional<int64_t> step, State& state,
   // A state that cannot be loaded into is refused before any step is looked
   // for.
   CKPT_RETURN_IF_ERROR(state.status());
+  // Staging memory this load mapped is gathered into huge pages once it is
+  // done with (staging.h).
+  struct Collapse {
+    StagingArena& arena;
+    ~Collapse() { arena.CollapseInBackground(); }
+  } collapse{root_.staging};
   StagedLoad staged;
   std::vector<std::string> changed;  // streaming: written before a failure
   Result<int64_t> loaded = FirstStepThatLoads(
@@ -412,13 +417,13 @@ Status Loader::ReadStage(State& state, const LoadOptions& load,
   constexpr uint64_t kPage = 4096;
   constexpr uint64_t kInPlace = UINT64_MAX;
   const std::vector<Entry>& entries = state.entries();
-  // Views need no memory of the load's own, but reading through them
-  // costs more than one read into staging memory already mapped: staging
-  // memory large enough for every tensor is used when the manager has it
-  // (an asynchronous save made it, or Options::async_staging_prepare_bytes
-  // prepared it at Open). Except where reads bypass the page cache
-  // (direct_reads: file:// on a disk) and the objects lie in it: views
-  // then read no disk at all, half the time of one at the disk's speed.
+  // Views need no memory of the load's own, but cost more than one read
+  // into staging memory already mapped (by an asynchronous save, an earlier
+  // load, or at Open), which is used when the manager has it. From a disk
+  // (direct_reads) the objects' place decides: in the page cache, views
+  // read no disk at all; cold, they read through it at about half the
+  // disk's speed, so staging memory is mapped if need be, unless it would
+  // take more than half the free memory (docs/design.md, "Loading").
   uint64_t all_staged = 0;
   for (const Entry& e : entries) {
     if (e.kind != EntryKind::kTensor) continue;
@@ -426,10 +431,14 @@ Status Loader::ReadStage(State& state, const LoadOptions& load,
         (all_staged + *e.tensor.ByteSize() + kPage - 1) / kPage * kPage;
   }
   constexpr double kWarm = 0.9;
-  const bool viewed = load.transactional && from.capabilities().object_views &&
-                      (root_.staging.available() < all_staged ||
-                       (from.capabilities().direct_reads &&
-                        ResidentFraction(from, m, records) >= kWarm));
+  const StorageCapabilities caps = from.capabilities();
+  bool viewed = false;
+  if (load.transactional && caps.object_views) {
+    const bool held = root_.staging.available() >= all_staged;
+    viewed = caps.direct_reads ? ResidentFraction(from, m, records) >= kWarm ||
+                                     (!held && all_staged > FreeMemory() / 2)
+                               : !held;
+  }
   std::vector<uint64_t> at(records.size(), kInPlace);
   uint64_t used = 0;
   bool staged = false;
@@ -446,7 +455,7 @@ Status Loader::ReadStage(State& state, const LoadOptions& load,
   std::byte* memory = nullptr;
   if (staged) {
     CKPT_ASSIGN_OR_RETURN(std::span<std::byte> reserved,
-                          root_.staging.Reserve(std::max(used, kPage)));
+                          root_.staging.ReserveForReads(std::max(used, kPage)));
     memory = reserved.data();
   }
   if (const Entry* first = FirstDeviceTensor(state)) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -29,8 +30,26 @@ constexpr uint64_t kPreparePiece = uint64_t{8} << 20;
 #ifdef MADV_COLLAPSE
 constexpr int kMadvCollapse = MADV_COLLAPSE;
 #else
-constexpr int kMadvCollapse = 25;  // Linux 6.1
+constexpr int kMadvCollapse = 25;       // Linux 6.1
 #endif
+#ifdef MADV_POPULATE_WRITE
+constexpr int kMadvPopulateWrite = MADV_POPULATE_WRITE;
+#else
+constexpr int kMadvPopulateWrite = 23;  // Linux 5.14
+#endif
+
+// Applies madvise `advice` to [p, p + bytes) a piece at a time, until
+// `stop` or a kernel without it (EINVAL).
+void AdviseInPieces(std::byte* p, uint64_t bytes, int advice,
+                    const std::atomic<bool>& stop) {
+  for (uint64_t at = 0; at < bytes; at += kPreparePiece) {
+    if (stop.load(std::memory_order_relaxed)) return;
+    if (::madvise(p + at, std::min(kPreparePiece, bytes - at), advice) != 0 &&
+        errno == EINVAL) {
+      return;
+    }
+  }
+}
 
 // Where an entry of `n` bytes goes when `used` bytes are taken.
 uint64_t Place(uint64_t used, uint64_t n) {
@@ -106,14 +125,8 @@ void StagingArena::PrepareInBackground(uint64_t bytes) {
     // are): the background save writes the staging memory to the disk in
     // place with O_DIRECT, and pinning 4 KiB pages for it made that write
     // 1.5 times slower. Collapsing compacts too, but off every save's path.
-    for (uint64_t at = 0; at < bytes; at += kPreparePiece) {
-      if (stop_preparing_.load(std::memory_order_relaxed)) return;
-      if (::madvise(static_cast<std::byte*>(p) + at,
-                    std::min(kPreparePiece, bytes - at), kMadvCollapse) != 0 &&
-          errno == EINVAL) {
-        return;  // a kernel without it
-      }
-    }
+    AdviseInPieces(static_cast<std::byte*>(p), bytes, kMadvCollapse,
+                   stop_preparing_);
   });
 }
 
@@ -133,12 +146,12 @@ void StagingArena::TakePrepared() {
     ::munmap(prepared_, prepared_capacity_);
   }
   prepared_ = nullptr;
+  prepared_capacity_ = 0;
 }
 
-Result<std::span<std::byte>> StagingArena::Reserve(uint64_t bytes) {
-  TakePrepared();
-  if (bytes <= capacity_) return std::span<std::byte>(data_, capacity_);
+Status StagingArena::MapAnew(uint64_t bytes, bool huge) {
   Unregister();
+  collapse_pending_ = false;
   if (data_ != nullptr) {
     ::munmap(data_, capacity_);
     data_ = nullptr;
@@ -147,15 +160,62 @@ Result<std::span<std::byte>> StagingArena::Reserve(uint64_t bytes) {
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) {
-    return IOError("asynchronous save: cannot map " + std::to_string(bytes) +
+    return IOError("cannot map " + std::to_string(bytes) +
                    " bytes of staging memory: " + std::strerror(errno));
   }
-  // Huge pages make the first touch several times cheaper; where the kernel
-  // declines, ordinary pages work the same.
-  ::madvise(p, bytes, MADV_HUGEPAGE);
+  // Huge pages make the first touch several times cheaper where free ones
+  // are at hand; where the kernel declines, ordinary pages work the same.
+  if (huge) ::madvise(p, bytes, MADV_HUGEPAGE);
   data_ = static_cast<std::byte*>(p);
   capacity_ = bytes;
+  return Status();
+}
+
+Result<std::span<std::byte>> StagingArena::Reserve(uint64_t bytes) {
+  TakePrepared();
+  if (bytes > capacity_) {
+    CKPT_RETURN_IF_ERROR_CTX(MapAnew(bytes, /*huge=*/true),
+                             "asynchronous save");
+  }
   return std::span<std::byte>(data_, capacity_);
+}
+
+Result<std::span<std::byte>> StagingArena::ReserveForReads(uint64_t bytes) {
+  TakePrepared();
+  if (bytes <= capacity_) return std::span<std::byte>(data_, capacity_);
+  CKPT_RETURN_IF_ERROR_CTX(MapAnew(bytes, /*huge=*/false), "load");
+  collapse_pending_ = true;
+  stop_preparing_.store(false, std::memory_order_relaxed);
+  preparing_ = std::thread([this, p = data_, bytes] {
+    AdviseInPieces(p, bytes, kMadvPopulateWrite, stop_preparing_);
+  });
+  return std::span<std::byte>(data_, capacity_);
+}
+
+void StagingArena::CollapseInBackground() {
+  if (!collapse_pending_) return;
+  TakePrepared();
+  collapse_pending_ = false;
+  stop_preparing_.store(false, std::memory_order_relaxed);
+  preparing_ = std::thread([this, p = data_, bytes = capacity_] {
+    AdviseInPieces(p, bytes, kMadvCollapse, stop_preparing_);
+  });
+}
+
+uint64_t FreeMemory() {
+  std::FILE* f = std::fopen("/proc/meminfo", "re");
+  if (f == nullptr) return 0;
+  char line[256];
+  uint64_t kib = 0;
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    unsigned long long v = 0;
+    if (std::sscanf(line, "MemAvailable: %llu kB", &v) == 1) {
+      kib = v;
+      break;
+    }
+  }
+  std::fclose(f);
+  return kib > (UINT64_MAX >> 10) ? UINT64_MAX : kib << 10;
 }
 
 uint64_t StagingBytes(const State& state) {

@@ -38,6 +38,20 @@ class StagingArena {
   // contents are not kept). IOError if the memory cannot be mapped. Stops
   // a PrepareInBackground in progress and takes its memory as it is.
   Result<std::span<std::byte>> Reserve(uint64_t bytes);
+  // Reserve for a load, whose reads land in the memory (O_DIRECT: the
+  // kernel faults in the pages each read pins). Memory mapped anew is
+  // handed over at once in ordinary pages, while a thread of the arena
+  // faults it in ahead of the reads, front to back (MADV_POPULATE_WRITE,
+  // which leaves a page already there as it is, so the reads may land
+  // meanwhile): on this path fresh huge pages cost several times ordinary
+  // ones (docs/benchmarks.md). CollapseInBackground, once the load is
+  // done, gathers them into huge pages.
+  Result<std::span<std::byte>> ReserveForReads(uint64_t bytes);
+  // After a load whose ReserveForReads mapped anew (else nothing): gathers
+  // the memory into huge pages on a thread of the arena until the next
+  // Reserve stops it, since later O_DIRECT reads into it and writes from
+  // it run up to twice as fast from huge pages.
+  void CollapseInBackground();
 
   // Maps `bytes` and touches every page on a thread of its own, so that the
   // first Reserve of up to that many bytes copies into memory already
@@ -69,8 +83,12 @@ class StagingArena {
  private:
   // Undoes Register, if it was done; before the memory is unmapped.
   void Unregister();
-  // Stops and joins PrepareInBackground's thread and adopts what it mapped.
+  // Stops and joins the arena's thread (PrepareInBackground's, or the
+  // faulting or collapsing one) and adopts what PrepareInBackground mapped.
   void TakePrepared();
+  // Replaces the memory with `bytes` mapped anew; `huge`: asks for huge
+  // pages.
+  Status MapAnew(uint64_t bytes, bool huge);
 
   std::byte* data_ = nullptr;
   uint64_t capacity_ = 0;
@@ -84,10 +102,16 @@ class StagingArena {
   uint64_t prepared_capacity_ = 0;
   std::atomic<bool> stop_preparing_{false};
   std::atomic<uint64_t> prepared_bytes_{0};
+  // ReserveForReads mapped the memory anew, in ordinary pages.
+  bool collapse_pending_ = false;
 };
 
 // Bytes of staging memory a copy of `state` needs.
 uint64_t StagingBytes(const State& state);
+
+// The memory the machine can give without swapping (MemAvailable in
+// /proc/meminfo), in bytes; 0 where it cannot be read.
+uint64_t FreeMemory();
 
 // Fills `out` (empty) with a copy of every entry of `state`, its tensor and
 // blob bytes placed in `memory` (at least StagingBytes(state) bytes): host

@@ -71,6 +71,33 @@ TEST(StagingArenaTest, ASaveBeforeThePreparationEndsTakesTheMemoryAsItIs) {
   EXPECT_EQ(changed, 0u);
 }
 
+TEST(StagingArenaTest, ReadsLandWhileTheMemoryIsFaultedInAndStayThere) {
+  // A load's reads land in memory ReserveForReads hands over at once while
+  // its thread faults the pages in: the thread must never overwrite a byte
+  // already there, and gathering the pages into huge ones afterwards keeps
+  // every byte.
+  constexpr uint64_t kBytes = uint64_t{128} << 20;
+  StagingArena arena;
+  Result<std::span<std::byte>> memory = arena.ReserveForReads(kBytes);
+  ASSERT_TRUE(memory.ok()) << memory.status().ToString();
+  ASSERT_GE(memory->size(), kBytes);
+  // Back to front, so that the writes meet the thread's faults midway.
+  auto* words = reinterpret_cast<uint64_t*>(memory->data());
+  const uint64_t n = kBytes / sizeof(uint64_t);
+  for (uint64_t i = n; i-- > 0;) words[i] = i * 0x9e3779b97f4a7c15ull;
+  arena.CollapseInBackground();
+  // The next use stops the thread wherever it is, and reuses the memory.
+  Result<std::span<std::byte>> again = arena.ReserveForReads(kBytes);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->data(), memory->data());
+  uint64_t wrong = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    wrong += words[i] != i * 0x9e3779b97f4a7c15ull;
+  }
+  EXPECT_EQ(wrong, 0u) << "bytes written into the staging memory changed";
+  EXPECT_EQ(ResidentPages(memory->data(), kBytes), kBytes / 4096);
+}
+
 TEST(StagingArenaTest, AFreshArenaFaultsItsMemoryInOnFirstUse) {
   // Without preparation nothing is touched until the copy: the cost the
   // option moves off the caller's thread.
