@@ -21,11 +21,10 @@
 //      host tensors from a storage with object views (file://, mem://) are
 //      checked in place in the objects' views and not yet copied
 //      (viewed_reads.h), unless they are not in the page cache of a disk
-//      (then into the staging memory, step 4);
-//      from any other storage every tensor is read into the staging
-//      memory. Streaming, host tensors are read straight into
-//      their buffers. Device tensors always go through the staging memory,
-//      page-locked.
+//      (then into the staging memory, step 4); from any other storage every
+//      tensor is read into the staging memory. Streaming, host tensors are
+//      read straight into their buffers. Device tensors always go through the
+//      staging memory, page-locked.
 //   3. The ranks all-gather their outcomes (LoadVote). All whole: each rank
 //      applies its load (ApplyLoad: device copies, one ParallelCopy from
 //      the staging memory into the host tensors, the copy of the checked
@@ -62,6 +61,14 @@ namespace {
 
 std::span<std::byte> BytesOf(std::string& s) {
   return std::span<std::byte>(reinterpret_cast<std::byte*>(s.data()), s.size());
+}
+
+// The box this rank holds of tensor `e` (`rec`): a piece, or all of it.
+BoxRead BoxOf(const format::EntryRecord* rec, const Entry& e,
+              std::span<std::byte> dest = {}) {
+  return {rec,
+          e.is_piece() ? e.offsets : std::vector<int64_t>(rec->shape.size(), 0),
+          e.tensor.shape, dest};
 }
 
 }  // namespace
@@ -408,34 +415,35 @@ Status Loader::ReadStage(State& state, const LoadOptions& load,
   const Manifest& m = *out.manifest;
   const std::string op =
       "load step " + std::to_string(m.step) + " from " + root_.Where();
-  // 4. Where each tensor is read to: the staging memory (device tensors
-  // always; every tensor of a transactional load from a storage without
-  // object views), each on a page of its own, as large staged entries are;
-  // or its own buffer: streaming at once, transactional from a storage
-  // with views only after every chunk is checked in place (viewed_reads.h).
-  // The records follow the state's entries.
+  // 4. Where each tensor is read to (the records follow the state's
+  // entries): the staging memory (device tensors always; transactional
+  // ones below), each on a page of its own, as large staged entries are;
+  // or its own buffer: streaming at once, from views only after every
+  // chunk is checked in place (viewed_reads.h).
   constexpr uint64_t kPage = 4096;
   constexpr uint64_t kInPlace = UINT64_MAX;
   const std::vector<Entry>& entries = state.entries();
-  // Views need no memory of the load's own, but cost more than one read
-  // into staging memory already mapped (by an asynchronous save, an earlier
-  // load, or at Open), which is used when the manager has it. From a disk
-  // (direct_reads) the objects' place decides: in the page cache, views
-  // read no disk at all; cold, they read through it at about half the
-  // disk's speed, so staging memory is mapped if need be, unless it would
-  // take more than half the free memory (docs/design.md, "Loading").
+  // Views need no memory of their own but cost more than reads into staging
+  // memory already mapped. From a disk (direct_reads): objects in the page
+  // cache are read in views, cold ones with O_DIRECT into staging memory,
+  // mapped now unless over half the free memory (design.md, "Loading").
   uint64_t all_staged = 0;
   for (const Entry& e : entries) {
     if (e.kind != EntryKind::kTensor) continue;
     all_staged =
         (all_staged + *e.tensor.ByteSize() + kPage - 1) / kPage * kPage;
   }
-  constexpr double kWarm = 0.9;
   const StorageCapabilities caps = from.capabilities();
   bool viewed = false;
   if (load.transactional && caps.object_views) {
     const bool held = root_.staging.available() >= all_staged;
-    viewed = caps.direct_reads ? ResidentFraction(from, m, records) >= kWarm ||
+    std::vector<BoxRead> boxes;  // this rank's host tensors
+    for (size_t i = 0; caps.direct_reads && i < records.size(); ++i) {
+      const Entry& e = entries[i];
+      if (e.kind == EntryKind::kTensor && e.tensor.location.is_host())
+        boxes.push_back(BoxOf(records[i], e));
+    }
+    viewed = caps.direct_reads ? ResidentFraction(from, m, boxes) >= 0.9 ||
                                      (!held && all_staged > FreeMemory() / 2)
                                : !held;
   }
@@ -472,16 +480,10 @@ Status Loader::ReadStage(State& state, const LoadOptions& load,
     const Entry& e = entries[i];
     switch (rec->kind) {
       case EntryKind::kTensor: {
-        // The box this rank holds: a piece, or the whole tensor.
-        const std::vector<int64_t> offsets =
-            e.is_piece() ? e.offsets
-                         : std::vector<int64_t>(rec->shape.size(), 0);
         const uint64_t bytes = *e.tensor.ByteSize();
         std::byte* into = e.tensor.data;
         if (at[i] == kInPlace && viewed) {
-          AddSlabs(BoxRead{rec, offsets, e.tensor.shape,
-                           std::span<std::byte>(into, bytes)},
-                   out.copies);
+          AddSlabs(BoxOf(rec, e, {into, bytes}), out.copies);
           break;
         }
         if (at[i] == kInPlace) {
@@ -494,9 +496,7 @@ Status Loader::ReadStage(State& state, const LoadOptions& load,
             out.to_host.push_back(CopyJob{e.tensor.data, into, bytes});
           }
         }
-        AddSlabs(BoxRead{rec, offsets, e.tensor.shape,
-                         std::span<std::byte>(into, bytes)},
-                 reads);
+        AddSlabs(BoxOf(rec, e, {into, bytes}), reads);
         break;
       }
       case EntryKind::kBlob: {

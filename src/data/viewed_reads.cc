@@ -28,41 +28,47 @@ struct ChunkToCheck {
 
 }  // namespace
 
-double ResidentFraction(
-    Storage& from, const format::Manifest& m,
-    const std::vector<const format::EntryRecord*>& records) {
-  std::set<uint32_t> objects;
-  for (const format::EntryRecord* e : records) {
-    for (const format::PieceRecord& p : e->pieces) {
-      for (const format::ChunkRecord& c : p.chunks) objects.insert(c.object);
-    }
+double ResidentFraction(Storage& from, const format::Manifest& m,
+                        const std::vector<BoxRead>& boxes) {
+  // Each chunk once, by object.
+  std::map<uint32_t, std::set<std::pair<uint64_t, uint64_t>>> ranges;
+  for (const BoxRead& b : boxes) {
+    // A box whose chunks do not add up fails the read that follows.
+    (void)ForEachChunkMeeting(
+        *b.entry, b.offsets, b.lengths, [&](const format::ChunkRecord& c) {
+          ranges[c.object].emplace(c.offset, c.StoredLength());
+        });
   }
   const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   uint64_t total = 0, resident = 0;
   std::vector<unsigned char> pages;
-  for (uint32_t i : objects) {
-    if (i >= m.objects.size()) continue;
-    total += m.objects[i].size;
+  for (const auto& [object, chunks] : ranges) {
+    for (const auto& [offset, length] : chunks) total += length;
+    if (object >= m.objects.size()) continue;
     Result<std::shared_ptr<const ObjectView>> view =
-        from.ViewObject(m.objects[i].key);
+        from.ViewObject(m.objects[object].key);
     if (!view.ok() || *view == nullptr) continue;
     const std::span<const std::byte> bytes = (*view)->bytes();
-    if (bytes.empty()) continue;
-    const uintptr_t begin = reinterpret_cast<uintptr_t>(bytes.data());
-    const uintptr_t first = begin / page * page;
-    const uintptr_t end = (begin + bytes.size() + page - 1) / page * page;
-    pages.assign((end - first) / page, 0);
-    if (::mincore(reinterpret_cast<void*>(first), end - first, pages.data()) !=
-        0) {
-      // A range mincore cannot look at (not all mapped): count it as in
-      // memory, as a storage's own buffers are.
-      resident += bytes.size();
-      continue;
+    for (const auto& [offset, length] : chunks) {
+      if (length == 0 || offset >= bytes.size()) continue;
+      const uint64_t n = std::min<uint64_t>(length, bytes.size() - offset);
+      const uintptr_t begin =
+          reinterpret_cast<uintptr_t>(bytes.data()) + offset;
+      const uintptr_t first = begin / page * page;
+      const uintptr_t end = (begin + n + page - 1) / page * page;
+      pages.assign((end - first) / page, 0);
+      if (::mincore(reinterpret_cast<void*>(first), end - first,
+                    pages.data()) != 0) {
+        // A range mincore cannot look at (not all mapped): count it as in
+        // memory, as a storage's own buffers are.
+        resident += n;
+        continue;
+      }
+      const uint64_t in = static_cast<uint64_t>(
+          std::count_if(pages.begin(), pages.end(),
+                        [](unsigned char p) { return (p & 1) != 0; }));
+      resident += std::min<uint64_t>(n, in * page);
     }
-    const uint64_t in = static_cast<uint64_t>(
-        std::count_if(pages.begin(), pages.end(),
-                      [](unsigned char p) { return (p & 1) != 0; }));
-    resident += std::min<uint64_t>(bytes.size(), in * page);
   }
   return total == 0
              ? 1.0

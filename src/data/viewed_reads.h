@@ -23,16 +23,17 @@ namespace ckpt {
 
 class ThreadPool;
 
-// The fraction of the bytes of the objects that the chunks of `records`
-// lie in that are in memory now: file://, in the page cache (mincore on the
-// objects' views); a storage's own memory (mem://), all of it. An object
-// that cannot be viewed counts as not in memory (the load's reads report
-// why). Decides how an all-or-nothing load from a disk reads
-// (docs/design.md, "Loading"): bytes in the page cache are checked and
+// The fraction of the stored bytes of the chunks that `boxes` meet (their
+// destinations unused) that are in memory now: file://, in the page cache
+// (mincore on the objects' views: only those ranges, so a rank of a large
+// job looks at its own share); a storage's own memory (mem://), all of
+// them. An object that cannot be viewed counts as not in memory (the
+// load's reads report why). Decides how an all-or-nothing load from a disk
+// reads (docs/design.md, "Loading"): bytes in the page cache are checked and
 // copied where they lie, while cold ones read through the page cache cost
 // about twice one O_DIRECT read into staging memory.
 double ResidentFraction(Storage& from, const format::Manifest& m,
-                        const std::vector<const format::EntryRecord*>& records);
+                        const std::vector<BoxRead>& boxes);
 
 class ViewedReads : public StorageWrapper {
  public:
