@@ -1,9 +1,12 @@
 // Staging memory for asynchronous saves: a copy of the caller's state that
-// the background save writes from while the caller changes its tensors.
+// the background save writes from while the caller changes its tensors; and
+// for all-or-nothing loads, which read and check every chunk in it before
+// copying into the caller's tensors (ReserveForReads).
 //
-// The memory is allocated once and reused by every later save (grown only
-// when a larger state comes): touching fresh pages costs far more than
-// copying into pages already mapped, and the copy is what stalls training.
+// The memory is allocated once and reused by every later save and load
+// (grown only when a larger state comes): touching fresh pages costs far
+// more than copying into pages already mapped, and the copy is what stalls
+// training.
 //
 // For a state with tensors on a CUDA device the arena's memory is
 // page-locked (registered with the driver) the first time, so the device
