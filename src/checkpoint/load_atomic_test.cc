@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -424,43 +425,46 @@ TEST(LoadAtomicMultiRankTest, OneRanksDamageLeavesEveryRankUnchanged) {
   });
 }
 
+// Calls `visit` with each regular file under `dir`, open for reading, and
+// its size.
+void ForEachFile(const std::filesystem::path& dir,
+                 const std::function<void(int fd, size_t size)>& visit) {
+  for (const auto& f : std::filesystem::recursive_directory_iterator(dir)) {
+    if (!f.is_regular_file()) continue;
+    const int fd = ::open(f.path().c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    visit(fd, f.file_size());
+    ::close(fd);
+  }
+}
+
 // The bytes of the files under `dir` that lie in the page cache, over all
 // their bytes.
 double CachedFraction(const std::filesystem::path& dir) {
   uint64_t total = 0, cached = 0;
-  for (const auto& f : std::filesystem::recursive_directory_iterator(dir)) {
-    if (!f.is_regular_file() || f.file_size() == 0) continue;
-    const int fd = ::open(f.path().c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) continue;
-    const size_t size = f.file_size();
+  ForEachFile(dir, [&](int fd, size_t size) {
+    if (size == 0) return;
     void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-    ::close(fd);
-    if (p == MAP_FAILED) continue;
+    if (p == MAP_FAILED) return;
     std::vector<unsigned char> in((size + 4095) / 4096);
     if (::mincore(p, size, in.data()) == 0) {
       for (unsigned char c : in) cached += (c & 1) ? 4096 : 0;
     }
     ::munmap(p, size);
     total += size;
-  }
+  });
   return total == 0 ? 0 : static_cast<double>(std::min(cached, total)) / total;
 }
 
 // Drops the files under `dir` from the page cache (after a restart), or
 // reads them into it (`warm`).
 void SetCache(const std::filesystem::path& dir, bool warm) {
-  for (const auto& f : std::filesystem::recursive_directory_iterator(dir)) {
-    if (!f.is_regular_file()) continue;
-    const int fd = ::open(f.path().c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) continue;
+  ForEachFile(dir, [&](int fd, size_t) {
     ::posix_fadvise(fd, 0, 0, warm ? POSIX_FADV_WILLNEED : POSIX_FADV_DONTNEED);
-    if (warm) {
-      std::vector<char> buffer(1 << 20);
-      while (::read(fd, buffer.data(), buffer.size()) > 0) {
-      }
+    std::vector<char> buffer(warm ? 1 << 20 : 0);
+    while (warm && ::read(fd, buffer.data(), buffer.size()) > 0) {
     }
-    ::close(fd);
-  }
+  });
 }
 
 // How a transactional load reads a file:// root on a disk: with the
