@@ -115,9 +115,11 @@ std::string CephConf(const std::string& dir, const std::string& fsid,
          "osd pool default pg autoscale mode = off\n"
          "osd crush chooseleaf type = 0\n"
          "mon max pg per osd = 1000\n"
-         // A nearly full /tmp must not stop the monitor.
-         "mon data avail warn = 2\n"
-         "mon data avail crit = 1\n"
+         // A nearly full /tmp must not stop the monitor: it refuses to start
+         // when the integer percent of free space is <= crit, and under 1%
+         // of a large disk (still GiBs, plenty for a test) rounds to 0.
+         "mon data avail warn = 0\n"
+         "mon data avail crit = -1\n"
          "paxos propose interval = 0.01\n"
          "paxos min wait = 0.001\n"
          "osd op num shards = 1\n"
