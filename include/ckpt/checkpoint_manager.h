@@ -218,10 +218,14 @@ struct Options {
   Compression compression = {};
   // What SaveAsync does while a save is in flight.
   AsyncSavePolicy async_policy = AsyncSavePolicy::kWait;
-  // Most bytes of staging memory SaveAsync keeps (tensors and blobs of the
-  // state, each rounded up to 64 bytes); 0: as many as the state needs. A
-  // state larger than this is saved by SaveAsync synchronously, straight from
-  // the caller's buffers (SaveAsync then returns a handle that is done).
+  // Most bytes of staging memory the manager keeps, for SaveAsync (tensors
+  // and blobs of the state, each rounded up to 64 bytes) and for the reads
+  // of all-or-nothing loads (LoadOptions::transactional); 0: as many as the
+  // state needs. A state larger than this is saved by SaveAsync
+  // synchronously, straight from the caller's buffers (SaveAsync then
+  // returns a handle that is done), and loaded by checking its chunks in the
+  // objects' views, or, from storage without views (s3://), through staging
+  // memory unmapped when the load is done.
   uint64_t async_staging_bytes = 0;
   // Bytes of staging memory to map and fault in on a background thread at
   // Open, on every rank (StagingBytes of the state a SaveAsync will be
@@ -290,7 +294,8 @@ struct LoadOptions {
   // holds staging memory for every tensor. The manager keeps that memory
   // (this rank's tensor bytes) and reuses it for later loads and SaveAsync;
   // a load maps it only where it takes at most half the memory the machine
-  // has free (MemAvailable). Otherwise each chunk is checked where it lies
+  // has free (MemAvailable) and at most Options::async_staging_bytes (where
+  // set). Otherwise each chunk is checked where it lies
   // (the page cache, mem://'s buffers: object views) and then copied: no
   // memory of the load's own, and no disk read where the objects lie in
   // the page cache. Device tensors always go through the staging memory. false:

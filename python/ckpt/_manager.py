@@ -45,9 +45,11 @@ class CheckpointManager:
     shrink it; "auto": zstd where the storage is slower than compressing
     makes up for, as measured by this manager's saves; loads read every
     chunk whatever this says),
-    async_staging_bytes (the most memory save_async keeps for its copy of
-    the state; 0: as much as the state needs; a bigger state is saved
-    synchronously), async_staging_prepare_bytes (staging memory mapped and
+    async_staging_bytes (the most staging memory the manager keeps, for
+    save_async's copy of the state and the reads of all-or-nothing loads;
+    0: as much as the state needs; a bigger state is saved synchronously,
+    and loaded by checking chunks in place or, where the storage cannot
+    hand them over, through memory unmapped after the load), async_staging_prepare_bytes (staging memory mapped and
     faulted in on a background thread at open, so the first save_async
     stalls about as briefly as the later ones, and a resume's first
     load_into reads into memory already faulted in: give the state's size).

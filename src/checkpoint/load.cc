@@ -63,14 +63,6 @@ std::span<std::byte> BytesOf(std::string& s) {
   return std::span<std::byte>(reinterpret_cast<std::byte*>(s.data()), s.size());
 }
 
-// The box this rank holds of tensor `e` (`rec`): a piece, or all of it.
-BoxRead BoxOf(const format::EntryRecord* rec, const Entry& e,
-              std::span<std::byte> dest = {}) {
-  return {rec,
-          e.is_piece() ? e.offsets : std::vector<int64_t>(rec->shape.size(), 0),
-          e.tensor.shape, dest};
-}
-
 }  // namespace
 
 Result<int64_t> Loader::ResolveStep(std::optional<int64_t> step) {
@@ -304,11 +296,12 @@ Result<CheckpointInfo> Loader::Load(std::optional<int64_t> step, State& state,
   // for.
   CKPT_RETURN_IF_ERROR(state.status());
   // Staging memory this load mapped is gathered into huge pages once it is
-  // done with (staging.h).
+  // done with (staging.h), or unmapped if over the manager's bound.
   struct Collapse {
     StagingArena& arena;
-    ~Collapse() { arena.CollapseInBackground(); }
-  } collapse{root_.staging};
+    uint64_t bound;
+    ~Collapse() { arena.KeepAtMost(bound), arena.CollapseInBackground(); }
+  } collapse{root_.staging, root_.options.async_staging_bytes};
   StagedLoad staged;
   std::vector<std::string> changed;  // streaming: written before a failure
   Result<int64_t> loaded = FirstStepThatLoads(
@@ -423,30 +416,8 @@ Status Loader::ReadStage(State& state, const LoadOptions& load,
   constexpr uint64_t kPage = 4096;
   constexpr uint64_t kInPlace = UINT64_MAX;
   const std::vector<Entry>& entries = state.entries();
-  // Views need no memory of their own but cost more than reads into staging
-  // memory already mapped. From a disk (direct_reads): objects in the page
-  // cache are read in views, cold ones with O_DIRECT into staging memory,
-  // mapped now unless over half the free memory (design.md, "Loading").
-  uint64_t all_staged = 0;
-  for (const Entry& e : entries) {
-    if (e.kind != EntryKind::kTensor) continue;
-    all_staged =
-        (all_staged + *e.tensor.ByteSize() + kPage - 1) / kPage * kPage;
-  }
-  const StorageCapabilities caps = from.capabilities();
-  bool viewed = false;
-  if (load.transactional && caps.object_views) {
-    const bool held = root_.staging.available() >= all_staged;
-    std::vector<BoxRead> boxes;  // this rank's host tensors
-    for (size_t i = 0; caps.direct_reads && i < records.size(); ++i) {
-      const Entry& e = entries[i];
-      if (e.kind == EntryKind::kTensor && e.tensor.location.is_host())
-        boxes.push_back(BoxOf(records[i], e));
-    }
-    viewed = caps.direct_reads ? ResidentFraction(from, m, boxes) >= 0.9 ||
-                                     (!held && all_staged > FreeMemory() / 2)
-                               : !held;
-  }
+  const bool viewed =
+      load.transactional && ChecksInViews(state, records, from, m);
   std::vector<uint64_t> at(records.size(), kInPlace);
   uint64_t used = 0;
   bool staged = false;

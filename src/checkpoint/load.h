@@ -19,6 +19,11 @@
 
 namespace ckpt {
 
+// The box this rank holds of tensor `e` (`rec`): a piece, or all of it;
+// read into `dest`.
+BoxRead BoxOf(const format::EntryRecord* rec, const Entry& e,
+              std::span<std::byte> dest = {});
+
 // A load read and checked, before it changes the caller's state.
 struct StagedLoad {
   std::shared_ptr<const format::Manifest> manifest;
@@ -105,6 +110,12 @@ class Loader {
   Status ReadStage(State& state, const LoadOptions& load,
                    const std::vector<const format::EntryRecord*>& records,
                    Storage& from, StagedLoad& out, bool& damaged);
+  // Whether an all-or-nothing load from `from` checks the host tensors of
+  // `state` (`records`) where they lie in its object views, rather than in
+  // staging memory (load_path.cc).
+  bool ChecksInViews(const State& state,
+                     const std::vector<const format::EntryRecord*>& records,
+                     Storage& from, const format::Manifest& m) const;
   // The chunks that `state`'s boxes of `records` meet.
   Status NeededChunks(const State& state,
                       const std::vector<const format::EntryRecord*>& records,

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -458,6 +459,19 @@ double CachedFraction(const std::filesystem::path& dir) {
 
 // Drops the files under `dir` from the page cache (after a restart), or
 // reads them into it (`warm`).
+// This process's resident memory (VmRSS), in bytes.
+uint64_t ResidentBytes() {
+  std::FILE* f = std::fopen("/proc/self/status", "re");
+  if (f == nullptr) return 0;
+  char line[256];
+  unsigned long long kib = 0;
+  while (std::fgets(line, sizeof(line), f) != nullptr &&
+         std::sscanf(line, "VmRSS: %llu kB", &kib) != 1) {
+  }
+  std::fclose(f);
+  return uint64_t{kib} << 10;
+}
+
 void SetCache(const std::filesystem::path& dir, bool warm) {
   ForEachFile(dir, [&](int fd, size_t) {
     ::posix_fadvise(fd, 0, 0, warm ? POSIX_FADV_WILLNEED : POSIX_FADV_DONTNEED);
@@ -529,6 +543,33 @@ TEST(LoadPathTest, ColdObjectsGoThroughStagingMemoryWarmOnesThroughViews) {
   SetCache(dir.path(), false);
   load(*plain);
   EXPECT_LT(CachedFraction(dir.path()), 0.2);
+
+  // A manager whose staging memory is bounded below the state
+  // (Options::async_staging_bytes) maps none for it: a cold load checks
+  // the chunks in views, through the page cache.
+  Options bounded = o;
+  bounded.async_staging_bytes = 1 << 20;
+  SetCache(dir.path(), false);
+  load(*CheckpointManager::Open(dir.url(), bounded).value());
+  EXPECT_GT(CachedFraction(dir.path()), 0.8)
+      << "a load bounded to 1 MiB of staging memory mapped 8 MiB of it";
+  // Storage without views (s3://, a wrapper) loads through staging memory
+  // in any case; a bounded manager unmaps it after the load, an unbounded
+  // one keeps it for the next.
+  auto resident_growth = [&](const Options& opts) {
+    std::unique_ptr<CheckpointManager> m =
+        CheckpointManager::Open(
+            std::make_unique<StorageWrapper>(OpenStorage(dir.url()).value()),
+            opts)
+            .value();
+    const uint64_t before = ResidentBytes();
+    load(*m);
+    return ResidentBytes() - std::min(before, ResidentBytes());
+  };
+  EXPECT_LT(resident_growth(bounded), uint64_t{4} << 20)
+      << "a bounded manager kept the load's 8 MiB of staging memory";
+  EXPECT_GE(resident_growth(o), uint64_t{6} << 20)
+      << "an unbounded manager did not keep its staging memory";
 
   // A damaged chunk, cold, through the staging memory: nothing changes.
   for (const auto& f :

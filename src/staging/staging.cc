@@ -67,8 +67,7 @@ uint64_t EntryBytes(const Entry& e) {
 
 StagingArena::~StagingArena() {
   TakePrepared();
-  Unregister();
-  if (data_ != nullptr) ::munmap(data_, capacity_);
+  Unmap();
 }
 
 Status StagingArena::Register(const CudaDriver& cuda, int device,
@@ -149,14 +148,16 @@ void StagingArena::TakePrepared() {
   prepared_capacity_ = 0;
 }
 
-Status StagingArena::MapAnew(uint64_t bytes, bool huge) {
+void StagingArena::Unmap() {
   Unregister();
   collapse_pending_ = false;
-  if (data_ != nullptr) {
-    ::munmap(data_, capacity_);
-    data_ = nullptr;
-    capacity_ = 0;
-  }
+  if (data_ != nullptr) ::munmap(data_, capacity_);
+  data_ = nullptr;
+  capacity_ = 0;
+}
+
+Status StagingArena::MapAnew(uint64_t bytes, bool huge) {
+  Unmap();
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) {
@@ -200,6 +201,12 @@ void StagingArena::CollapseInBackground() {
   preparing_ = std::thread([this, p = data_, bytes = capacity_] {
     AdviseInPieces(p, bytes, kMadvCollapse, stop_preparing_);
   });
+}
+
+void StagingArena::KeepAtMost(uint64_t bytes) {
+  if (bytes == 0 || available() <= bytes || registered()) return;
+  TakePrepared();
+  Unmap();
 }
 
 uint64_t FreeMemory() {

@@ -55,6 +55,12 @@ class StagingArena {
   // Reserve stops it, since later O_DIRECT reads into it and writes from
   // it run up to twice as fast from huge pages.
   void CollapseInBackground();
+  // Unmaps the memory (after stopping the arena's thread) where it is over
+  // `bytes` (0: no bound): a load that needed more staging memory than
+  // Options::async_staging_bytes allows keeps none of it. Page-locked
+  // memory stays: the bound does not apply to device states (docs/gpu.md),
+  // and pinning it again would cost every later device load.
+  void KeepAtMost(uint64_t bytes);
 
   // Maps `bytes` and touches every page on a thread of its own, so that the
   // first Reserve of up to that many bytes copies into memory already
@@ -92,6 +98,8 @@ class StagingArena {
   // Replaces the memory with `bytes` mapped anew; `huge`: asks for huge
   // pages.
   Status MapAnew(uint64_t bytes, bool huge);
+  // Undoes Register and unmaps the memory, if any.
+  void Unmap();
 
   std::byte* data_ = nullptr;
   uint64_t capacity_ = 0;

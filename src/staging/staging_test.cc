@@ -98,6 +98,28 @@ TEST(StagingArenaTest, ReadsLandWhileTheMemoryIsFaultedInAndStayThere) {
   EXPECT_EQ(ResidentPages(memory->data(), kBytes), kBytes / 4096);
 }
 
+TEST(StagingArenaTest, KeepAtMostUnmapsOnlyMemoryOverTheBound) {
+  constexpr uint64_t kBytes = uint64_t{8} << 20;
+  StagingArena arena;
+  ASSERT_TRUE(arena.ReserveForReads(kBytes).ok());
+  arena.KeepAtMost(0);  // no bound
+  EXPECT_GE(arena.capacity(), kBytes);
+  arena.KeepAtMost(2 * kBytes);
+  EXPECT_GE(arena.capacity(), kBytes);
+  arena.KeepAtMost(kBytes / 2);
+  EXPECT_EQ(arena.capacity(), 0u);
+  EXPECT_EQ(arena.available(), 0u);
+  // Memory being prepared counts too, and goes the same way.
+  StagingArena prepared;
+  prepared.PrepareInBackground(kBytes);
+  prepared.KeepAtMost(kBytes / 2);
+  EXPECT_EQ(prepared.available(), 0u);
+  // Unmapped memory is mapped again when a load needs it.
+  Result<std::span<std::byte>> again = arena.ReserveForReads(kBytes);
+  ASSERT_TRUE(again.ok());
+  EXPECT_GE(again->size(), kBytes);
+}
+
 TEST(StagingArenaTest, AFreshArenaFaultsItsMemoryInOnFirstUse) {
   // Without preparation nothing is touched until the copy: the cost the
   // option moves off the caller's thread.
