@@ -18,10 +18,11 @@ become dotted entry names ("model.fc.weight") and are rebuilt on load.
 Arrays and tensors are not copied on save (the library reads their
 buffers), nor by load() (it reads into the arrays it returns), except that
 a non-contiguous or big-endian array is first copied into a C-contiguous
-one. load_into() and ckpt.torch.load() are all-or-nothing: they read into
-new memory (one extra copy of the state at the peak) and hand the bytes to
-yours only once every entry has been read; transactional=False reads
-straight into yours.
+one. load_into() and ckpt.torch.load() are all-or-nothing: no byte of yours
+changes before every entry has been read and checked (load_into in the
+manager's staging memory or where the files lie in the page cache,
+ckpt.torch.load in new tensors: one extra copy of the state at the peak);
+transactional=False reads straight into yours.
 
 PyTorch's distributed-checkpoint calls (save, load in place, async_save,
 Stateful objects, DTensor and ShardedTensor leaves) and safetensors

@@ -3,7 +3,7 @@ tiers' restore): the entries the library fills, and what is handed to the
 state once every entry has been read.
 """
 
-from ckpt import _tree, _values
+from ckpt import _errors, _tree, _values
 
 
 def _fill_targets(state, stored, fresh=False, own_memory=frozenset()):
@@ -35,6 +35,48 @@ def _fill_targets(state, stored, fresh=False, own_memory=frozenset()):
         if finish is not None:
             (handed if into else finishers).append(finish)
     return entries, finishers, paths, handed
+
+
+def stage_into(m, url, state, desc, strict, transactional,
+               own_memory=frozenset(), in_library=False):
+    """Reads step `desc` for `state` through the manager handle `m` (of
+    the root `url`): a _Staged whose commit() hands the bytes to `state`.
+    Transactional, nothing of `state` changes before commit(). Targets
+    whose id() is in `own_memory` are new memory of the caller's and are
+    filled directly. in_library=True (load_into, which commits at once):
+    a transactional load is the library's, which checks every chunk in
+    its staging memory or in place and then fills the arrays, rather than
+    the package reading into new memory and copying (docs/design.md,
+    "Loading"); the arrays are then filled when this returns, so what
+    could still fail after (a metadata entry that does not decode) is
+    checked before."""
+    stored = {e.name: e for e in desc.entries}
+    step = desc.info.step
+    if strict:
+        wanted = {name for name, _, _ in _tree.flatten(state)[0]}
+        extra = [n for n in stored
+                 if n not in wanted and n != _tree.TREE_ENTRY]
+        if extra:
+            raise _errors.InvalidArgument(
+                f"strict load of step {step}: the state has no "
+                f"entry {extra[0]!r} ({len(extra)} missing)")
+    in_library = in_library and transactional
+    entries, finishers, paths, fresh = _fill_targets(
+        state, stored, transactional and not in_library, own_memory)
+    where = f"load_into step {step} in {url}"
+    if in_library:
+        for name, kind, _, _, _ in entries:
+            e = stored.get(name)
+            if kind == "metadata" and e is not None and e.kind == kind:
+                _values.decode_metadata(e.json, name, where)
+    try:
+        info, values = m.load_into(step, entries, False, in_library)
+        values = _decoded(values, where)
+    except _errors.Error as e:
+        if transactional:
+            raise
+        raise _partly_written(e, entries, paths) from None
+    return _Staged(info, state, fresh, finishers, paths, values)
 
 
 def _decoded(values, where):

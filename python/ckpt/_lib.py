@@ -179,7 +179,7 @@ def _take_text(ptr):
 def _streamed(load, *args):
     """A streaming load (transactional=0) of the library's, into memory the
     package hands over only once the load succeeded, or whose partial
-    writes the package names itself (_manager._partly_written): the
+    writes the package names itself (_fill._partly_written): the
     library's list of the entries it changed is left out of the error."""
     try:
         return _call(load, *args, 0, out=True)

@@ -8,7 +8,7 @@ import weakref
 from collections.abc import Mapping
 
 from ckpt import _device, _errors, _manager_handle, _state, _tree, _values
-from ckpt._fill import _Staged, _decoded, _fill_targets, _partly_written
+from ckpt._fill import stage_into
 from ckpt._pending_saves import PendingSaves
 from ckpt._save_options import compression_arguments, save_compression
 from ckpt._tiers import Tiers
@@ -392,13 +392,17 @@ class CheckpointManager:
         Returns the CheckpointInfo of the step loaded.
 
         A load either completes or changes nothing. With
-        transactional=True (the default) the checkpoint is read into new
-        memory first, every entry checked (name, dtype, shape, checksums),
-        and only once all of it has been read are the bytes copied into
-        `state`'s arrays and its other values replaced: a mismatch, a
-        damaged chunk (ckpt.DataLoss) or a missing object leaves `state`
-        exactly as it was. The price is memory: at its peak the load holds
-        one extra copy of the state it loads. transactional=False reads
+        transactional=True (the default) every entry is checked (name,
+        dtype, shape, checksums) before any byte of `state` changes, and
+        only once all of it is whole are the bytes copied into `state`'s
+        arrays and its other values replaced: a mismatch, a damaged chunk
+        (ckpt.DataLoss) or a missing object leaves `state` exactly as it
+        was. The chunks are checked where they lie when the checkpoint's
+        files are in the page cache (or on tmpfs), else read into the
+        manager's staging memory (from a disk with O_DIRECT, at the disk's
+        speed): this rank's array bytes, which the manager keeps for later
+        loads and save_async (async_staging_bytes bounds it; see
+        docs/design.md, "Loading"). transactional=False reads
         straight into the arrays (no extra memory; a non-contiguous target
         still goes through a contiguous copy); then a failed load may have
         written some of them, and its error names the entries it may have
@@ -416,37 +420,15 @@ class CheckpointManager:
         staged = self._newest_whole(
             step, "load_into",
             lambda s: self._stage_into(state, self._reader.describe(s), strict,
-                                       transactional))
+                                       transactional, in_library=True))
         staged.commit()
         return staged.info
 
     def _stage_into(self, state, desc, strict, transactional,
-                    own_memory=frozenset()):
-        """Reads step `desc` for `state`: a _Staged whose commit() hands
-        the bytes to `state`. Transactional, nothing of `state` changes
-        before commit(). Targets whose id() is in `own_memory` are new
-        memory of the caller's and are filled directly."""
-        stored = {e.name: e for e in desc.entries}
-        step = desc.info.step
-        if strict:
-            wanted = {name for name, _, _ in _tree.flatten(state)[0]}
-            extra = [n for n in stored
-                     if n not in wanted and n != _tree.TREE_ENTRY]
-            if extra:
-                raise _errors.InvalidArgument(
-                    f"strict load of step {step}: the state has no "
-                    f"entry {extra[0]!r} ({len(extra)} missing)")
-        entries, finishers, paths, fresh = _fill_targets(
-            state, stored, transactional, own_memory)
-        where = f"load_into step {step} in {self.url}"
-        try:
-            info, values = self._m.load_into(step, entries, False)
-            values = _decoded(values, where)
-        except _errors.Error as e:
-            if transactional:
-                raise
-            raise _partly_written(e, entries, paths) from None
-        return _Staged(info, state, fresh, finishers, paths, values)
+                    own_memory=frozenset(), in_library=False):
+        """Reads step `desc` for `state` (_fill.stage_into)."""
+        return stage_into(self._m, self.url, state, desc, strict,
+                          transactional, own_memory, in_library)
 
     def _newest_whole(self, step, what, attempt):
         """attempt(step), for an explicit step; for step=None, attempt(s)

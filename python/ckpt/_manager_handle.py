@@ -219,16 +219,17 @@ class Manager(_Owned):
         flush()
         return desc["info"]["step"], kept, omitted, arrays, state
 
-    def load_into(self, step, entries, strict):
+    def load_into(self, step, entries, strict, transactional=False):
         """Fills the arrays of `entries` in place; (info, [(name, kind,
-        value)]) for its blobs and metadata."""
+        value)]) for its blobs and metadata. transactional=False streams:
+        where the package makes a load all-or-nothing itself (it reads into
+        new memory, _manager.py), staging it in the library as well would
+        hold a third copy; True: the library's all-or-nothing load."""
         state = _State(entries, for_load=True)
-        # Streaming: the package makes a load all-or-nothing itself (it
-        # reads into new memory, _manager.py), so staging it in the library
-        # as well would hold a third copy.
-        info = CheckpointInfo(_streamed(_lib.ckpt_manager_load_ex,
-                                        self._handle(), _step(step), state._h,
-                                        1 if strict else 0))
+        args = (_lib.ckpt_manager_load_ex, self._handle(), _step(step),
+                state._h, 1 if strict else 0)
+        info = CheckpointInfo(_call(*args, 1, out=True) if transactional
+                              else _streamed(*args))
         out = []
         for i, item in enumerate(entries):
             if item[1] != "tensor":

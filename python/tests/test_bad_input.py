@@ -352,14 +352,18 @@ def test_a_tree_of_a_newer_version_is_failed_precondition(mgr):
     '{"python_type":"none","value":0}',
 ])
 def test_a_damaged_typed_scalar_is_data_loss_naming_it(mgr, stored):
-    entries = [e for e in mgr._entries({"n": 1}) if e[0] != "n"]
+    saved = {"w": array.array("f", [1.0, 2.0]), "n": 1}
+    entries = [e for e in mgr._entries(saved) if e[0] != "n"]
     entries.append(("n", "metadata", stored, None, None))
     mgr._m.save(1, entries, -1, {}, {}, False, {})
     with pytest.raises(ckpt.DataLoss, match="entry 'n'") as e:
         mgr.load(1)
     assert f"step 1 in {mgr.url}" in str(e.value)
+    # All or nothing: the array the load would fill is left as it was.
+    target = {"w": array.array("f", [0.0, 0.0]), "n": 0}
     with pytest.raises(ckpt.DataLoss, match="entry 'n'"):
-        mgr.load_into({"n": 0})
+        mgr.load_into(target)
+    assert target == {"w": array.array("f", [0.0, 0.0]), "n": 0}
 
 
 def test_load_into_does_not_read_the_tree(mgr):
