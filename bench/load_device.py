@@ -31,15 +31,7 @@ import sys
 import tempfile
 import time
 
-
-def drop_cache(root):
-    for folder, _, files in os.walk(root):
-        for f in files:
-            fd = os.open(os.path.join(folder, f), os.O_RDONLY)
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
+from page_cache import drop_cache
 
 
 def main():

@@ -31,17 +31,9 @@ import sys
 import tempfile
 import time
 
+from page_cache import drop_cache
+
 TENSORS = 8
-
-
-def drop_cache(root):
-    for folder, _, files in os.walk(root):
-        for f in files:
-            fd = os.open(os.path.join(folder, f), os.O_RDONLY)
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
 
 
 def one_process(root, n, mode, rounds):
