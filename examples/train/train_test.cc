@@ -55,6 +55,14 @@ const std::string& VaderDir() {
   return dir.string();
 }
 
+// Where mpirun keeps its session folder (contact file, PMIx segments): a
+// folder of this test's too, for the same reason: a job killed with
+// SIGKILL leaves its folder in /tmp, 8 MiB each.
+const std::string& SessionDir() {
+  static const testing::TempDir dir("train-mpi-sessions", "/tmp");
+  return dir.string();
+}
+
 // The trainer's command line at `world` ranks (1: no mpirun).
 std::vector<std::string> Command(int world, const std::string& root,
                                  const std::string& out,
@@ -70,6 +78,9 @@ std::vector<std::string> Command(int world, const std::string& root,
            "--mca",
            "btl_vader_backing_directory",
            VaderDir(),
+           "--mca",
+           "orte_tmpdir_base",
+           SessionDir(),
            "--mca",
            "plm_rsh_agent",
            "false",
