@@ -13,12 +13,16 @@ restart) and --rounds times warm:
   transactional  load_into(), the default: every chunk checked before any
                  array changes (the library's load: O_DIRECT into the
                  manager's staging memory where the files are cold, in
-                 place where they lie in the page cache), then copied.
+                 place where they lie in the page cache), then copied;
+  torch          ckpt.torch.load() into a state dict of CPU tensors (when
+                 PyTorch is installed): read into new tensors, then their
+                 bytes exchanged with the state's.
 The modes take turns, twice. Every load's bytes are checked (a sample).
 
 Prints per mode the first load's time and the medians of the later cold
 and warm ones, and ratios.load_into_vs_streaming (the worse of cold and
-warm), ratios.first_load_into_vs_streaming (the first loads, cold).
+warm), ratios.first_load_into_vs_streaming (the first loads, cold), and
+the same for torch (torch_load_vs_streaming, first_torch_load_vs_...).
 A measurement, not a test: exits 0 whatever the figures.
 """
 import argparse
@@ -41,8 +45,14 @@ def one_process(root, n, mode, rounds):
     import numpy as np
     import ckpt
     drop_cache(root)
-    mgr = ckpt.open("file://" + root)
-    state = {f"t{i}": np.ones(n, dtype=np.float32) for i in range(TENSORS)}
+    if mode == "torch":
+        import torch
+        import ckpt.torch
+        tensors = {f"t{i}": torch.ones(n) for i in range(TENSORS)}
+        state = {k: t.numpy() for k, t in tensors.items()}  # the same memory
+    else:
+        mgr = ckpt.open("file://" + root)
+        state = {f"t{i}": np.ones(n, dtype=np.float32) for i in range(TENSORS)}
     transactional = mode == "transactional"
 
     def load(cold):
@@ -51,7 +61,10 @@ def one_process(root, n, mode, rounds):
         if cold:
             drop_cache(root)
         start = time.perf_counter()
-        mgr.load_into(state, step=1, transactional=transactional)
+        if mode == "torch":
+            ckpt.torch.load(tensors, "file://" + root, step=1)
+        else:
+            mgr.load_into(state, step=1, transactional=transactional)
         seconds = time.perf_counter() - start
         for i, a in enumerate(state.values()):
             if a[::4097].tolist() != (np.arange(0, n, 4097, dtype=np.float32)
@@ -64,7 +77,6 @@ def one_process(root, n, mode, rounds):
     for _ in range(rounds):
         cold.append(load(True))
         warm.append(load(False))
-    mgr.close()
     print(json.dumps({"first_s": first, "cold_s": cold, "warm_s": warm}))
 
 
@@ -90,6 +102,11 @@ def main():
                      for i in range(TENSORS)})
         mgr.close()
         runs = {"streaming": [], "transactional": []}
+        try:
+            import torch  # noqa: F401 - only whether it is there
+            runs["torch"] = []
+        except ImportError:
+            print("PyTorch is not installed: no torch mode")
         for _ in range(2):
             for mode in runs:
                 out = subprocess.run(
@@ -110,15 +127,19 @@ def main():
                                           t["warm_s"] / s["warm_s"]),
             "first_load_into_vs_streaming": t["first_s"] / s["first_s"],
         }
+        if "torch" in modes:
+            t = modes["torch"]
+            ratios["torch_load_vs_streaming"] = max(t["cold_s"] / s["cold_s"],
+                                                    t["warm_s"] / s["warm_s"])
+            ratios["first_torch_load_vs_streaming"] = (t["first_s"]
+                                                       / s["first_s"])
         gib = n * 4 * TENSORS / (1 << 30)
         for mode, m in modes.items():
             print(f"{mode:13s} first {m['first_s']:.3f} s | cold "
                   f"{m['cold_s']:.3f} s ({gib / m['cold_s']:.2f} GiB/s) | "
                   f"warm {m['warm_s']:.3f} s")
-        print("ratios: load_into_vs_streaming %.3f, "
-              "first_load_into_vs_streaming %.3f"
-              % (ratios["load_into_vs_streaming"],
-                 ratios["first_load_into_vs_streaming"]))
+        print("ratios: " + ", ".join(f"{k} {v:.3f}"
+                                     for k, v in ratios.items()))
         if a.json:
             print(json.dumps({"state_bytes": n * 4 * TENSORS,
                               "rounds": a.rounds, "processes_per_mode": 2,

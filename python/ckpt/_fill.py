@@ -118,8 +118,9 @@ class _Staged:
     def swap(self):
         """Exchanges the loaded arrays with the state's: a second call
         puts the state's own bytes back."""
+        scratch = {}
         for f in self.fresh:
-            f.swap()
+            f.swap(scratch)
 
     def replace(self, undo):
         """Runs the finishers and puts the loaded blobs and metadata into

@@ -425,19 +425,59 @@ class Fresh:
     the caller's `target` those bytes (or swap() exchange the two, so that
     a second swap() puts the target's bytes back)."""
 
-    __slots__ = ("target", "value", "_copy", "_clone")
+    __slots__ = ("target", "value", "_copy", "_clone", "_exchange")
 
-    def __init__(self, target, value, copy, clone):
+    def __init__(self, target, value, copy, clone, exchange=None):
         self.target, self.value = target, value
-        self._copy, self._clone = copy, clone
+        self._copy, self._clone, self._exchange = copy, clone, exchange
 
     def copy(self):
         self._copy(self.value, self.target)
 
-    def swap(self):
+    def swap(self, scratch):
+        """`scratch`: a dict the caller keeps for one swap of many values,
+        in which an exchange may keep a buffer it reuses."""
+        if self._exchange is not None:
+            self._exchange(self.target, self.value, scratch)
+            return
         held = self._clone(self.value)
         self._copy(self.target, self.value)
         self._copy(held, self.target)
+
+
+# The most bytes a torch exchange holds aside at a time (_exchange_tensors).
+_EXCHANGE_BYTES = 64 << 20
+
+
+def _exchange_tensors(torch, a, b, scratch):
+    """Exchanges the bytes of `a` and `b` (same shape and dtype; `b`
+    contiguous) a slice at a time through one buffer of at most
+    _EXCHANGE_BYTES a device, kept in `scratch` for the next tensors: a
+    clone of each tensor would take a state's worth of new memory, whose
+    pages cost more to fault in than the copies."""
+    with torch.no_grad():
+        if a.is_contiguous():
+            a, b = a.view(-1), b.view(-1)
+        if a.dim() == 0 or a.numel() == 0:
+            held = b.clone()
+            b.copy_(a)
+            a.copy_(held)
+            return
+        row = max(1, a[0].numel() * a.element_size())
+        rows = max(1, _EXCHANGE_BYTES // row)
+        need = min(rows, a.shape[0]) * row
+        buf = scratch.get(a.device)
+        if buf is None or buf.numel() < need:
+            buf = torch.empty(max(need, min(_EXCHANGE_BYTES, row * a.shape[0])),
+                              dtype=torch.uint8, device=a.device)
+            scratch[a.device] = buf
+        for i in range(0, a.shape[0], rows):
+            j = min(i + rows, a.shape[0])
+            held = buf[:(j - i) * row].view(a.dtype).view((j - i,)
+                                                          + tuple(a.shape[1:]))
+            held.copy_(b[i:j])
+            b[i:j].copy_(a[i:j])
+            a[i:j].copy_(held)
 
 
 def staged_by_library(value):
@@ -472,7 +512,9 @@ def fresh_target(name, value, stored_dtype):
             with torch.no_grad():
                 dst.copy_(src)
 
-        return array, dtype, Fresh(value, new, copy, torch.clone)
+        return array, dtype, Fresh(
+            value, new, copy, torch.clone,
+            lambda a, b, scratch: _exchange_tensors(torch, a, b, scratch))
     if _device.is_device_value(value, torch):
         # CuPy, Numba and the like: their own copy() and slice assignment.
         try:

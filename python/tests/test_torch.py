@@ -157,3 +157,34 @@ def test_the_first_bad_entry_of_a_run_of_tensors_is_the_one_named(mgr):
     with pytest.raises(ckpt.InvalidArgument, match=r"a/\.\./b"):
         save(("a", good), ("a/../b", good))
     assert mgr.latest() is None
+
+
+def test_a_swap_exchanges_bytes_a_slice_at_a_time(monkeypatch):
+    # ckpt.torch.load hands loaded bytes over by exchanging them with the
+    # tensors' own (a second exchange puts them back) through one small
+    # buffer, not a clone of each tensor: every shape and layout, slices
+    # smaller than a row included, keeps every bit.
+    from ckpt import _values
+    monkeypatch.setattr(_values, "_EXCHANGE_BYTES", 64)
+    cases = [
+        torch.arange(1000, dtype=torch.float32),
+        torch.arange(60, dtype=torch.int64).reshape(6, 10).t(),  # strided
+        torch.arange(200).to(torch.bfloat16).reshape(2, 100),
+        torch.arange(77) % 3 == 0,
+        torch.tensor(3.5, dtype=torch.float64),
+        torch.empty(0, 5),
+        torch.arange(400, dtype=torch.float32).reshape(20, 20).t(),  # rows 80
+    ]
+    scratch = {}
+    for t in cases:
+        old = t.clone()
+        new = (~t if t.dtype == torch.bool else -t - 1).contiguous()
+        loaded = new.clone()
+        _values._exchange_tensors(torch, t, new, scratch)
+        assert torch.equal(t, loaded) and torch.equal(new, old), t.shape
+        _values._exchange_tensors(torch, t, new, scratch)
+        assert torch.equal(t, old) and torch.equal(new, loaded), t.shape
+    # One buffer for all: at most _EXCHANGE_BYTES (contiguous tensors go as
+    # flat ones), or one row of a strided tensor where a row is more (the
+    # last one's rows of 80 bytes).
+    assert scratch[torch.device("cpu")].numel() == 80
