@@ -22,7 +22,6 @@ Prints the medians and ratios.device_transactional_vs_streaming (the worse
 of cold and warm; the target is 1.05). A measurement, not a test: exits 0
 whatever the figures; without CUDA it says so and exits 0.
 """
-import argparse
 import json
 import os
 import shutil
@@ -31,19 +30,13 @@ import sys
 import tempfile
 import time
 
-from page_cache import drop_cache
+from load_common import drop_cache, parse_load_flags
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--gib", type=float, default=1.0)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--dir", default="/var/tmp")
-    ap.add_argument("--device", default="cuda:0")
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
-    if args.gib <= 0 or args.rounds < 1:
-        sys.exit("load_device.py: --gib must be positive, --rounds >= 1")
+    args = parse_load_flags(
+        __doc__, "load_device.py",
+        lambda p: p.add_argument("--device", default="cuda:0"))
     import torch
     if not torch.cuda.is_available():
         print("load_device.py skipped: PyTorch sees no CUDA device")

@@ -35,7 +35,7 @@ import sys
 import tempfile
 import time
 
-from page_cache import drop_cache
+from load_common import drop_cache, parse_load_flags
 
 TENSORS = 8
 
@@ -81,13 +81,9 @@ def one_process(root, n, mode, rounds):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--gib", type=float, default=1.0)
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--dir", default="/var/tmp")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
-    a = p.parse_args()
+    a = parse_load_flags(
+        __doc__, "load_into.py",
+        lambda p: p.add_argument("--child", nargs=3, help=argparse.SUPPRESS))
     n = int(a.gib * (1 << 30)) // 4 // TENSORS
     if a.child:
         one_process(a.child[0], n, a.child[1], int(a.child[2]))

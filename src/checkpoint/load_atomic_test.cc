@@ -15,7 +15,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -27,6 +26,7 @@
 #include "ckpt/checkpoint_manager.h"
 #include "format/layout.h"
 #include "gtest/gtest.h"
+#include "testing/proc_status.h"
 #include "testing/run_ranks.h"
 #include "testing/temp_dir.h"
 
@@ -459,19 +459,6 @@ double CachedFraction(const std::filesystem::path& dir) {
 
 // Drops the files under `dir` from the page cache (after a restart), or
 // reads them into it (`warm`).
-// This process's resident memory (VmRSS), in bytes.
-uint64_t ResidentBytes() {
-  std::FILE* f = std::fopen("/proc/self/status", "re");
-  if (f == nullptr) return 0;
-  char line[256];
-  unsigned long long kib = 0;
-  while (std::fgets(line, sizeof(line), f) != nullptr &&
-         std::sscanf(line, "VmRSS: %llu kB", &kib) != 1) {
-  }
-  std::fclose(f);
-  return uint64_t{kib} << 10;
-}
-
 void SetCache(const std::filesystem::path& dir, bool warm) {
   ForEachFile(dir, [&](int fd, size_t) {
     ::posix_fadvise(fd, 0, 0, warm ? POSIX_FADV_WILLNEED : POSIX_FADV_DONTNEED);
@@ -562,9 +549,10 @@ TEST(LoadPathTest, ColdObjectsGoThroughStagingMemoryWarmOnesThroughViews) {
             std::make_unique<StorageWrapper>(OpenStorage(dir.url()).value()),
             opts)
             .value();
-    const uint64_t before = ResidentBytes();
+    const uint64_t before = testing::ProcStatus("VmRSS");
     load(*m);
-    return ResidentBytes() - std::min(before, ResidentBytes());
+    const uint64_t after = testing::ProcStatus("VmRSS");
+    return after - std::min(before, after);
   };
   EXPECT_LT(resident_growth(bounded), uint64_t{4} << 20)
       << "a bounded manager kept the load's 8 MiB of staging memory";
