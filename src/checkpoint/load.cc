@@ -49,6 +49,7 @@
 
 #include "checkpoint/read_once.h"
 #include "checkpoint/replace.h"
+#include "staging/staging.h"
 #include "util/dtype_text.h"
 #include "util/log.h"
 #include "util/names.h"
@@ -58,6 +59,14 @@ namespace ckpt {
 using format::Manifest;
 
 namespace {
+
+// Where `reads` land: faulted in ahead of them where that is new memory.
+std::vector<std::span<std::byte>> DestinationsOf(
+    const std::vector<BoxRead>& reads) {
+  std::vector<std::span<std::byte>> out;
+  for (const BoxRead& r : reads) out.push_back(r.dest);
+  return out;
+}
 
 std::span<std::byte> BytesOf(std::string& s) {
   return std::span<std::byte>(reinterpret_cast<std::byte*>(s.data()), s.size());
@@ -485,6 +494,12 @@ Status Loader::ReadStage(State& state, const LoadOptions& load,
     }
   }
   out.written = std::move(in_place);
+  // A streaming load into new memory (Python's load() into arrays of its
+  // own, a job's untouched tensors): faulted in ahead of the reads. The
+  // staging memory is by ReserveForReads.
+  const FaultAhead ahead(load.transactional
+                             ? std::vector<std::span<std::byte>>()
+                             : DestinationsOf(reads));
   if (Status s = ReadBoxes(from, m, reads, root_.IoPool()); !s.ok()) {
     damaged = s.code() == ErrorCode::kDataLoss;
     return s.WithContext(op);
@@ -566,6 +581,7 @@ Status Loader::ReadInto(const Manifest& m,
         break;
     }
   }
+  const FaultAhead ahead(DestinationsOf(reads));
   CKPT_RETURN_IF_ERROR_CTX(ReadBoxes(*root_.storage, m, reads, root_.IoPool()),
                            op);
   return out.state.status();

@@ -26,6 +26,11 @@ constexpr uint64_t kLarge = 64 << 10;
 // PrepareInBackground faults this much between looks at whether a save
 // wants the memory now: a few milliseconds of faults.
 constexpr uint64_t kPreparePiece = uint64_t{8} << 20;
+// The most threads ReserveForReads and FaultAhead fault fresh memory on.
+constexpr unsigned kFaultThreads = 4;
+// FaultAhead starts from this many bytes (one piece): below, its threads
+// cost more than they save.
+constexpr uint64_t kFaultAheadFrom = kPreparePiece;
 
 #ifdef MADV_COLLAPSE
 constexpr int kMadvCollapse = MADV_COLLAPSE;
@@ -38,17 +43,46 @@ constexpr int kMadvPopulateWrite = MADV_POPULATE_WRITE;
 constexpr int kMadvPopulateWrite = 23;  // Linux 5.14
 #endif
 
-// Applies madvise `advice` to [p, p + bytes) a piece at a time, until
-// `stop` or a kernel without it (EINVAL).
-void AdviseInPieces(std::byte* p, uint64_t bytes, int advice,
-                    const std::atomic<bool>& stop) {
-  for (uint64_t at = 0; at < bytes; at += kPreparePiece) {
-    if (stop.load(std::memory_order_relaxed)) return;
-    if (::madvise(p + at, std::min(kPreparePiece, bytes - at), advice) != 0 &&
-        errno == EINVAL) {
-      return;
+// Applies madvise `advice` to the page-aligned interior of every span, a
+// piece of at most kPreparePiece at a time, front to back, until `stop` or
+// a kernel without it (EINVAL); on `threads` threads at once, each taking
+// the next piece in turn.
+void AdviseInPieces(const std::vector<std::span<std::byte>>& spans, int advice,
+                    const std::atomic<bool>& stop, int threads = 1) {
+  std::vector<std::span<std::byte>> pieces;
+  for (std::span<std::byte> s : spans) {
+    const auto begin = reinterpret_cast<uintptr_t>(s.data());
+    const uintptr_t first = (begin + kPage - 1) / kPage * kPage;
+    const uintptr_t last = (begin + s.size()) / kPage * kPage;
+    for (uintptr_t at = first; at < last; at += kPreparePiece) {
+      pieces.emplace_back(reinterpret_cast<std::byte*>(at),
+                          std::min<uintptr_t>(kPreparePiece, last - at));
     }
   }
+  std::atomic<size_t> next{0};
+  std::atomic<bool> unsupported{false};
+  auto run = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < pieces.size();) {
+      if (stop.load(std::memory_order_relaxed) ||
+          unsupported.load(std::memory_order_relaxed)) {
+        return;
+      }
+      if (::madvise(pieces[i].data(), pieces[i].size(), advice) != 0 &&
+          errno == EINVAL) {
+        unsupported.store(true, std::memory_order_relaxed);
+      }
+    }
+  };
+  std::vector<std::thread> helpers;
+  for (int k = 1; k < threads; ++k) helpers.emplace_back(run);
+  run();
+  for (std::thread& t : helpers) t.join();
+}
+
+// Threads to fault fresh memory in on: one a core, at most kFaultThreads.
+int FaultThreads() {
+  return static_cast<int>(
+      std::clamp(std::thread::hardware_concurrency(), 1u, kFaultThreads));
 }
 
 // Where an entry of `n` bytes goes when `used` bytes are taken.
@@ -124,7 +158,7 @@ void StagingArena::PrepareInBackground(uint64_t bytes) {
     // are): the background save writes the staging memory to the disk in
     // place with O_DIRECT, and pinning 4 KiB pages for it made that write
     // 1.5 times slower. Collapsing compacts too, but off every save's path.
-    AdviseInPieces(static_cast<std::byte*>(p), bytes, kMadvCollapse,
+    AdviseInPieces({{static_cast<std::byte*>(p), bytes}}, kMadvCollapse,
                    stop_preparing_);
   });
 }
@@ -187,8 +221,14 @@ Result<std::span<std::byte>> StagingArena::ReserveForReads(uint64_t bytes) {
   CKPT_RETURN_IF_ERROR_CTX(MapAnew(bytes, /*huge=*/false), "load");
   collapse_pending_ = true;
   stop_preparing_.store(false, std::memory_order_relaxed);
+  // On more than one thread: a fresh page costs a fault and its zeroing
+  // (in a virtual machine also the host's fault), about 0.4 s a GiB on one
+  // core, as slow as a fast disk, so one thread fell behind the reads,
+  // which then faulted the pages themselves; two halved the first load's
+  // extra time (docs/benchmarks.md).
   preparing_ = std::thread([this, p = data_, bytes] {
-    AdviseInPieces(p, bytes, kMadvPopulateWrite, stop_preparing_);
+    AdviseInPieces({{p, bytes}}, kMadvPopulateWrite, stop_preparing_,
+                   FaultThreads());
   });
   return std::span<std::byte>(data_, capacity_);
 }
@@ -199,7 +239,7 @@ void StagingArena::CollapseInBackground() {
   collapse_pending_ = false;
   stop_preparing_.store(false, std::memory_order_relaxed);
   preparing_ = std::thread([this, p = data_, bytes = capacity_] {
-    AdviseInPieces(p, bytes, kMadvCollapse, stop_preparing_);
+    AdviseInPieces({{p, bytes}}, kMadvCollapse, stop_preparing_);
   });
 }
 
@@ -207,6 +247,34 @@ void StagingArena::KeepAtMost(uint64_t bytes) {
   if (bytes == 0 || available() <= bytes || registered()) return;
   TakePrepared();
   Unmap();
+}
+
+FaultAhead::FaultAhead(const std::vector<std::span<std::byte>>& spans) {
+  uint64_t total = 0;
+  for (std::span<std::byte> s : spans) total += s.size();
+  if (total < kFaultAheadFrom) return;
+  thread_ = std::thread([this, spans] {
+    // Only where a span's first page is not there yet: memory the caller
+    // has used is left alone (a look costs a system call, not a walk of
+    // every page).
+    std::vector<std::span<std::byte>> fresh;
+    for (std::span<std::byte> s : spans) {
+      const auto begin = reinterpret_cast<uintptr_t>(s.data());
+      const uintptr_t first = (begin + kPage - 1) / kPage * kPage;
+      unsigned char there = 0;
+      if (first + kPage <= begin + s.size() &&
+          ::mincore(reinterpret_cast<void*>(first), kPage, &there) == 0 &&
+          (there & 1) == 0) {
+        fresh.push_back(s);
+      }
+    }
+    AdviseInPieces(fresh, kMadvPopulateWrite, stop_, FaultThreads());
+  });
+}
+
+FaultAhead::~FaultAhead() {
+  stop_.store(true, std::memory_order_relaxed);
+  if (thread_.joinable()) thread_.join();
 }
 
 uint64_t FreeMemory() {

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <span>
 #include <thread>
+#include <vector>
 
 #include "ckpt/state.h"
 #include "ckpt/status.h"
@@ -43,8 +44,9 @@ class StagingArena {
   Result<std::span<std::byte>> Reserve(uint64_t bytes);
   // Reserve for a load, whose reads land in the memory (O_DIRECT: the
   // kernel faults in the pages each read pins). Memory mapped anew is
-  // handed over at once in ordinary pages, while a thread of the arena
-  // faults it in ahead of the reads, front to back (MADV_POPULATE_WRITE,
+  // handed over at once in ordinary pages, while threads of the arena (up
+  // to 4, one a core) fault it in ahead of the reads, front to back, a
+  // piece each in turn (MADV_POPULATE_WRITE,
   // which leaves a page already there as it is, so the reads may land
   // meanwhile): on this path fresh huge pages cost several times ordinary
   // ones (docs/benchmarks.md). CollapseInBackground, once the load is
@@ -115,6 +117,27 @@ class StagingArena {
   std::atomic<uint64_t> prepared_bytes_{0};
   // ReserveForReads mapped the memory anew, in ordinary pages.
   bool collapse_pending_ = false;
+};
+
+// Faults in new memory that reads are about to land in, on threads of its
+// own (up to 4, one a core) ahead of the reads, front to back, from
+// construction until done or destroyed (which stops and joins them):
+// otherwise the reading threads fault each page as they land, one 4 KiB
+// page at a time, about 0.4 s a GiB on one core (docs/benchmarks.md). Only
+// spans of 8 MiB in all or more, and only those whose first page is not
+// there yet (memory the caller has used is left alone); only the spans'
+// page-aligned interiors, and a page already there stays as it is
+// (MADV_POPULATE_WRITE), so reads may land at once.
+class FaultAhead {
+ public:
+  explicit FaultAhead(const std::vector<std::span<std::byte>>& spans);
+  ~FaultAhead();
+  FaultAhead(const FaultAhead&) = delete;
+  FaultAhead& operator=(const FaultAhead&) = delete;
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
 };
 
 // Bytes of staging memory a copy of `state` needs.

@@ -148,5 +148,67 @@ TEST(StagingArenaTest, AnArenaPreparedAndNeverUsedIsReleased) {
   }
 }
 
+// Maps `bytes` of new memory (no page there yet).
+std::byte* MapFresh(uint64_t bytes) {
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? nullptr : static_cast<std::byte*>(p);
+}
+
+// Waits (up to a minute, however slow the machine) until every page of
+// [data, data + bytes) is in memory; whether they are.
+bool AllResidentSoon(std::byte* data, uint64_t bytes) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (ResidentPages(data, bytes) < bytes / 4096) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+TEST(FaultAheadTest, FaultsInNewMemoryAndKeepsWhatReadsWroteThere) {
+  // What a load into new memory (LoadAll, Python's load()) relies on: its
+  // reads find the pages there, and a page a read filled first is kept.
+  constexpr uint64_t kBytes = uint64_t{64} << 20;
+  std::byte* memory = MapFresh(kBytes);
+  ASSERT_NE(memory, nullptr);
+  // Two slabs, as a load cuts a tensor; a read lands in the back before
+  // the threads get there.
+  const std::vector<std::span<std::byte>> slabs = {
+      {memory, kBytes / 2}, {memory + kBytes / 2, kBytes / 2}};
+  {
+    FaultAhead ahead(slabs);
+    std::memset(memory + kBytes - 4096, 0x5a, 4096);
+    EXPECT_TRUE(AllResidentSoon(memory, kBytes));
+  }
+  for (uint64_t i = kBytes - 4096; i < kBytes; ++i) {
+    ASSERT_EQ(memory[i], std::byte{0x5a}) << "byte " << i << " changed";
+  }
+  EXPECT_EQ(memory[0], std::byte{0});
+  ::munmap(memory, kBytes);
+}
+
+TEST(FaultAheadTest, LeavesMemoryTheCallerUsedAndSmallLoadsAlone) {
+  // A streaming load into a job's own tensors (faulted in by the job) or a
+  // load of a few MiB starts no faulting: a span whose first page is there
+  // is skipped, and below 8 MiB in all nothing starts.
+  constexpr uint64_t kBytes = uint64_t{32} << 20;
+  std::byte* used = MapFresh(kBytes);
+  std::byte* small = MapFresh(uint64_t{4} << 20);
+  ASSERT_NE(used, nullptr);
+  ASSERT_NE(small, nullptr);
+  used[0] = std::byte{1};
+  {
+    FaultAhead a({{used, kBytes}});
+    FaultAhead b({{small, uint64_t{4} << 20}});
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  EXPECT_EQ(ResidentPages(used, kBytes), 1u);
+  EXPECT_EQ(ResidentPages(small, uint64_t{4} << 20), 0u);
+  ::munmap(used, kBytes);
+  ::munmap(small, uint64_t{4} << 20);
+}
+
 }  // namespace
 }  // namespace ckpt
