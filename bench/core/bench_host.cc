@@ -23,8 +23,10 @@
 // that stands for the job's work before it (0.5 s + 1 s per GB of state):
 // the staging memory is faulted in on a background thread meanwhile, and
 // the first save copies into it (ratios.first_async_stall_vs_later). Peak
-// memory is getrusage's ru_maxrss after the synchronous phases and after the
-// asynchronous one. Figures are medians over the rounds.
+// memory is getrusage's ru_maxrss after the first Save (before any load),
+// after the loads (beside the staging memory the manager kept: the
+// all-or-nothing load maps it once and reuses it) and after the
+// asynchronous phase. Figures are medians over the rounds.
 //
 // With --device cuda:N the state lives on that device instead
 // (bench_device.cc). RunBench chooses between the two.
@@ -69,11 +71,19 @@ Status BuildState(const StatePlan& plan, int num_tensors, BenchState& out) {
 
 // One round of ckpt: Save as the next step (alone on the disk), then Load it
 // cold and warm.
+// One round of Save, then Load cold and warm. The first round (`rss`
+// given) records the save's peak before any load, and the resident memory
+// before the loads in `rss.kept` (RunHostBench subtracts it from the
+// memory resident after them: what the manager keeps).
 Status MeasureSaveLoad(CheckpointManager& mgr, const std::string& root,
-                       State& state, int64_t& step, Figures& f) {
+                       State& state, int64_t& step, Figures& f, PeakRss* rss) {
   CKPT_RETURN_IF_ERROR(DeleteAll(mgr));
   CKPT_RETURN_IF_ERROR(
       Timed(f.save, [&] { return mgr.Save(++step, state).status(); }));
+  if (rss != nullptr) {
+    rss->save = MaxRssBytes();
+    rss->kept = ResidentBytes();
+  }
   DropCachedTree(root);
   CKPT_RETURN_IF_ERROR(
       Timed(f.load_cold, [&] { return mgr.Load(step, state).status(); }));
@@ -130,9 +140,17 @@ Result<BenchResult> RunHostBench(const BenchOptions& options) {
   for (int r = 0; r < options.runs; ++r) {
     CKPT_RETURN_IF_ERROR(setup.MeasureRawDisk(f));
     CKPT_RETURN_IF_ERROR(MeasureSaveLoad(*setup.mgr, setup.workspace.root(),
-                                         bench.state, setup.step, f));
+                                         bench.state, setup.step, f,
+                                         r == 0 ? &setup.rss : nullptr));
   }
   setup.rss.sync = MaxRssBytes();
+  // The staging memory the all-or-nothing loads mapped and the manager
+  // keeps for later loads and saves: reported apart from what a load adds.
+  const uint64_t resident = ResidentBytes();
+  setup.rss.kept = resident > setup.rss.kept ? resident - setup.rss.kept : 0;
+  // Closed before the memcpy and the asynchronous phase, so that neither
+  // peak counts the staging memory of this manager beside its own.
+  setup.mgr.reset();
   CKPT_RETURN_IF_ERROR(
       MeasureMemcpy(bench.tensors, setup.plan.state_bytes, options.runs, f));
   // Opened as a job that saves asynchronously opens it: its staging memory

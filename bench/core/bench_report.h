@@ -32,10 +32,15 @@ struct Figures {
 };
 
 // getrusage's ru_maxrss before the state was built, after the synchronous
-// phases and after the asynchronous one.
+// phases and after the asynchronous one (and, host bench, after its first
+// Save).
 struct PeakRss {
   uint64_t baseline = 0;
+  uint64_t save = 0;  // after the first Save, before any load
   uint64_t sync = 0;
+  // Resident memory the loads left mapped (host bench): the staging memory
+  // of the all-or-nothing load, which the manager keeps.
+  uint64_t kept = 0;
   uint64_t async = 0;
   // Host memory the bench holds beside the raw loops' block: a device run's
   // registered block.

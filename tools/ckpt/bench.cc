@@ -42,7 +42,9 @@ Layout HostLayout() {
        "parallel_memcpy_threads", "save_seconds", "load_cold_seconds",
        "load_warm_seconds", "async_first_stall_seconds", "async_stall_seconds",
        "async_total_seconds", "peak_rss_sync_mib", "peak_rss_async_mib",
-       "sync_peak_above_state_mib", "async_peak_above_state_and_staging_mib"}};
+       "sync_peak_above_state_mib", "load_kept_mib",
+       "load_peak_above_state_and_kept_mib",
+       "async_peak_above_state_and_staging_mib"}};
 }
 
 Layout DeviceLayout() {

@@ -1151,6 +1151,8 @@ TEST_F(CliTest, BenchJsonReportsEveryFigureRatioAndTarget) {
                                 "peak_rss_sync_mib",
                                 "peak_rss_async_mib",
                                 "sync_peak_above_state_mib",
+                                "load_kept_mib",
+                                "load_peak_above_state_and_kept_mib",
                                 "async_peak_above_state_and_staging_mib"});
   expect_numbers(j["ratios"],
                  {"save_vs_raw_write_best", "save_vs_raw_write_buffered",
@@ -1162,6 +1164,7 @@ TEST_F(CliTest, BenchJsonReportsEveryFigureRatioAndTarget) {
        {"save_vs_raw_write_best >= 0.90", "load_cold_vs_raw_read_cold >= 0.90",
         "async_stall_vs_memcpy <= 1.5", "async_stall_vs_parallel_memcpy <= 1.5",
         "sync_peak_above_state_mib <= 64",
+        "load_peak_above_state_and_kept_mib <= 64",
         "async_peak_above_state_and_staging_mib <= 64"}) {
     ASSERT_TRUE(j["targets"].contains(k)) << k;
     EXPECT_TRUE(j["targets"][k].is_boolean()) << k;
