@@ -445,16 +445,23 @@ class Fresh:
         self._copy(held, self.target)
 
 
-# The most bytes a torch exchange holds aside at a time (_exchange_tensors).
-_EXCHANGE_BYTES = 64 << 20
+# The most bytes a torch exchange holds aside at a time (_exchange_tensors)
+# in host memory: slices that stay in the cores' caches between the three
+# copies of each, so an exchange moves each byte of both tensors once in
+# and once out of memory; with slices of 64 MiB it took 0.27-0.29 s for
+# 1 GiB, with 4 MiB 0.10 s (one copy: 0.064 s; docs/benchmarks.md).
+_EXCHANGE_BYTES = 4 << 20
+# The same on a device, where each copy is a kernel launch: larger slices.
+_EXCHANGE_DEVICE_BYTES = 64 << 20
 
 
 def _exchange_tensors(torch, a, b, scratch):
     """Exchanges the bytes of `a` and `b` (same shape and dtype; `b`
-    contiguous) a slice at a time through one buffer of at most
-    _EXCHANGE_BYTES a device, kept in `scratch` for the next tensors: a
-    clone of each tensor would take a state's worth of new memory, whose
-    pages cost more to fault in than the copies."""
+    contiguous) a slice at a time through one buffer a device of at most
+    _EXCHANGE_BYTES (_EXCHANGE_DEVICE_BYTES off the host), kept in
+    `scratch` for the next tensors: a clone of each tensor would take a
+    state's worth of new memory, whose pages cost more to fault in than
+    the copies."""
     with torch.no_grad():
         if a.is_contiguous():
             a, b = a.view(-1), b.view(-1)
@@ -463,12 +470,14 @@ def _exchange_tensors(torch, a, b, scratch):
             b.copy_(a)
             a.copy_(held)
             return
+        most = (_EXCHANGE_BYTES if a.device.type == "cpu"
+                else _EXCHANGE_DEVICE_BYTES)
         row = max(1, a[0].numel() * a.element_size())
-        rows = max(1, _EXCHANGE_BYTES // row)
+        rows = max(1, most // row)
         need = min(rows, a.shape[0]) * row
         buf = scratch.get(a.device)
         if buf is None or buf.numel() < need:
-            buf = torch.empty(max(need, min(_EXCHANGE_BYTES, row * a.shape[0])),
+            buf = torch.empty(max(need, min(most, row * a.shape[0])),
                               dtype=torch.uint8, device=a.device)
             scratch[a.device] = buf
         for i in range(0, a.shape[0], rows):

@@ -153,9 +153,10 @@ def load(state_dict, root, step=None, *, communicator=None, strict=False,
     A load either completes at one step or changes nothing: with
     transactional=True (the default) every entry is checked, then read
     into new memory (at its peak, one extra copy of the state loaded, plus
-    one tensor while they are exchanged), and only when every rank has read
-    all of it are the bytes exchanged into the state's tensors and the
-    load_state_dict() calls made. A mismatch, a damaged chunk, a missing
+    a buffer of at most 4 MiB, 64 MiB on a device, through which the bytes
+    are exchanged), and only when every rank has read all of it are the
+    bytes exchanged into the state's tensors and the load_state_dict()
+    calls made. A mismatch, a damaged chunk, a missing
     object, or a load_state_dict() that raises leaves every tensor, scalar,
     Stateful object (a fresh optimizer stays without moments) and the
     `step` value exactly as before (a raising load_state_dict() is undone by
