@@ -70,11 +70,10 @@ Status BuildState(const StatePlan& plan, int num_tensors, BenchState& out) {
 }
 
 // One round of ckpt: Save as the next step (alone on the disk), then Load it
-// cold and warm.
-// One round of Save, then Load cold and warm. The first round (`rss`
-// given) records the save's peak before any load, and the resident memory
-// before the loads in `rss.kept` (RunHostBench subtracts it from the
-// memory resident after them: what the manager keeps).
+// cold and warm. The first round (`rss` given) records the save's peak before
+// any load, and the resident memory before the loads in `rss.kept`
+// (RunHostBench subtracts it from the memory resident after them: what the
+// manager keeps).
 Status MeasureSaveLoad(CheckpointManager& mgr, const std::string& root,
                        State& state, int64_t& step, Figures& f, PeakRss* rss) {
   CKPT_RETURN_IF_ERROR(DeleteAll(mgr));

@@ -496,7 +496,7 @@ Status Loader::ReadStage(State& state, const LoadOptions& load,
   out.written = std::move(in_place);
   // A streaming load into new memory (Python's load() into arrays of its
   // own, a job's untouched tensors): faulted in ahead of the reads. The
-  // staging memory is by ReserveForReads.
+  // staging memory is faulted in by ReserveForReads.
   const FaultAhead ahead(load.transactional
                              ? std::vector<std::span<std::byte>>()
                              : DestinationsOf(reads));
@@ -581,6 +581,7 @@ Status Loader::ReadInto(const Manifest& m,
         break;
     }
   }
+  // The new memory, faulted in ahead of the reads.
   const FaultAhead ahead(DestinationsOf(reads));
   CKPT_RETURN_IF_ERROR_CTX(ReadBoxes(*root_.storage, m, reads, root_.IoPool()),
                            op);
