@@ -34,11 +34,11 @@
 #include <vector>
 
 #include "ckpt/ckpt.h"
-#include "testing/proc_status.h"
+#include "util/proc_status.h"
 
 namespace {
 
-using ckpt::testing::ProcStatus;
+using ckpt::ProcStatus;
 
 constexpr double kMiB = 1024.0 * 1024.0;
 constexpr double kTargetMiB = 256.0;  // issue #15: delete --force of 1 GiB

@@ -66,12 +66,12 @@
 #include <vector>
 
 #include "ckpt/ckpt.h"
-#include "testing/proc_status.h"
 #include "util/parallel_copy.h"
+#include "util/proc_status.h"
 
 namespace {
 
-using ckpt::testing::ProcStatus;
+using ckpt::ProcStatus;
 using Clock = std::chrono::steady_clock;
 
 constexpr double kMiB = 1024.0 * 1024.0;

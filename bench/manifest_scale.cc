@@ -27,13 +27,13 @@
 #include "data/planner.h"
 #include "format/layout.h"
 #include "format/manifest.h"
-#include "testing/proc_status.h"
+#include "util/proc_status.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using ckpt::ProcStatus;
 using ckpt::format::Manifest;
-using ckpt::testing::ProcStatus;
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();

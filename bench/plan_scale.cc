@@ -40,7 +40,7 @@
 #include "format/index.h"
 #include "format/layout.h"
 #include "format/manifest.h"
-#include "testing/proc_status.h"
+#include "util/proc_status.h"
 
 namespace {
 
@@ -63,10 +63,10 @@ constexpr int64_t kRowsPerRank = 4, kCols = 64;
 // unseen.
 uint64_t PeakAbove(const std::function<void()>& fn) {
   malloc_trim(0);
-  const uint64_t before = ckpt::testing::ProcStatus("VmRSS");
+  const uint64_t before = ckpt::ProcStatus("VmRSS");
   { std::ofstream("/proc/self/clear_refs") << "5"; }
   fn();
-  const uint64_t peak = ckpt::testing::ProcStatus("VmHWM");
+  const uint64_t peak = ckpt::ProcStatus("VmHWM");
   return peak > before ? peak - before : 0;
 }
 

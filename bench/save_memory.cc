@@ -39,11 +39,11 @@
 #include <vector>
 
 #include "ckpt/ckpt.h"
-#include "testing/proc_status.h"
+#include "util/proc_status.h"
 
 namespace {
 
-using ckpt::testing::ProcStatus;
+using ckpt::ProcStatus;
 
 constexpr double kMiB = 1024.0 * 1024.0;
 constexpr double kLimitMiB = 64.0;

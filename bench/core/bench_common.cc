@@ -10,7 +10,6 @@
 #include <cctype>
 #include <cerrno>
 #include <chrono>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -128,15 +127,6 @@ uint64_t MaxRssBytes() {
   struct rusage ru;
   ::getrusage(RUSAGE_SELF, &ru);
   return static_cast<uint64_t>(ru.ru_maxrss) * 1024;
-}
-
-uint64_t ResidentBytes() {
-  std::FILE* f = std::fopen("/proc/self/statm", "re");
-  if (f == nullptr) return 0;
-  unsigned long long size = 0, resident = 0;
-  const bool read = std::fscanf(f, "%llu %llu", &size, &resident) == 2;
-  std::fclose(f);
-  return read ? resident * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) : 0;
 }
 
 Result<uint64_t> ParseSize(const std::string& text) {

@@ -23,8 +23,6 @@ using BenchClock = std::chrono::steady_clock;
 
 double Seconds(BenchClock::time_point a, BenchClock::time_point b);
 uint64_t MaxRssBytes();
-// The process's resident memory now (/proc/self/statm); 0 where unknown.
-uint64_t ResidentBytes();
 
 // "layer007.weight": the name of the state's tensor `t`.
 std::string BenchTensorName(int t);

@@ -40,6 +40,7 @@
 #include "core/bench.h"
 #include "core/bench_common.h"
 #include "core/bench_report.h"
+#include "util/proc_status.h"
 
 namespace ckpt::bench {
 namespace {
@@ -81,7 +82,7 @@ Status MeasureSaveLoad(CheckpointManager& mgr, const std::string& root,
       Timed(f.save, [&] { return mgr.Save(++step, state).status(); }));
   if (rss != nullptr) {
     rss->save = MaxRssBytes();
-    rss->kept = ResidentBytes();
+    rss->kept = ProcStatus("VmRSS");
   }
   DropCachedTree(root);
   CKPT_RETURN_IF_ERROR(
@@ -145,7 +146,7 @@ Result<BenchResult> RunHostBench(const BenchOptions& options) {
   setup.rss.sync = MaxRssBytes();
   // The staging memory the all-or-nothing loads mapped and the manager
   // keeps for later loads and saves: reported apart from what a load adds.
-  const uint64_t resident = ResidentBytes();
+  const uint64_t resident = ProcStatus("VmRSS");
   setup.rss.kept = resident > setup.rss.kept ? resident - setup.rss.kept : 0;
   // Closed before the memcpy and the asynchronous phase, so that neither
   // peak counts the staging memory of this manager beside its own.

@@ -26,9 +26,9 @@
 #include "ckpt/checkpoint_manager.h"
 #include "format/layout.h"
 #include "gtest/gtest.h"
-#include "testing/proc_status.h"
 #include "testing/run_ranks.h"
 #include "testing/temp_dir.h"
+#include "util/proc_status.h"
 
 namespace ckpt {
 namespace {
@@ -549,9 +549,9 @@ TEST(LoadPathTest, ColdObjectsGoThroughStagingMemoryWarmOnesThroughViews) {
             std::make_unique<StorageWrapper>(OpenStorage(dir.url()).value()),
             opts)
             .value();
-    const uint64_t before = testing::ProcStatus("VmRSS");
+    const uint64_t before = ProcStatus("VmRSS");
     load(*m);
-    const uint64_t after = testing::ProcStatus("VmRSS");
+    const uint64_t after = ProcStatus("VmRSS");
     return after - std::min(before, after);
   };
   EXPECT_LT(resident_growth(bounded), uint64_t{4} << 20)

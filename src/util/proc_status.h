@@ -1,5 +1,5 @@
-// What the kernel says of this process, for the benchmarks and tests that
-// measure their own memory.
+// What the kernel says of this process, for the benchmarks (ckpt bench's
+// too) and tests that measure their own memory.
 #pragma once
 
 #include <cstdint>
@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-namespace ckpt::testing {
+namespace ckpt {
 
 // A "Vm...:   1234 kB" line of /proc/self/status, in bytes; 0 if absent.
 inline uint64_t ProcStatus(std::string_view field) {
@@ -23,4 +23,4 @@ inline uint64_t ProcStatus(std::string_view field) {
   return 0;
 }
 
-}  // namespace ckpt::testing
+}  // namespace ckpt
