@@ -43,6 +43,15 @@ constexpr int kMadvPopulateWrite = MADV_POPULATE_WRITE;
 constexpr int kMadvPopulateWrite = 23;  // Linux 5.14
 #endif
 
+// The whole pages inside `s` (empty if none): what madvise may be given.
+std::span<std::byte> PagesWithin(std::span<std::byte> s) {
+  const auto begin = reinterpret_cast<uintptr_t>(s.data());
+  const uintptr_t first = (begin + kPage - 1) / kPage * kPage;
+  const uintptr_t last = (begin + s.size()) / kPage * kPage;
+  if (last <= first) return {};
+  return {reinterpret_cast<std::byte*>(first), last - first};
+}
+
 // Applies madvise `advice` to the page-aligned interior of every span, a
 // piece of at most kPreparePiece at a time, front to back, until `stop` or
 // a kernel without it (EINVAL); on `threads` threads at once, each taking
@@ -51,12 +60,10 @@ void AdviseInPieces(const std::vector<std::span<std::byte>>& spans, int advice,
                     const std::atomic<bool>& stop, int threads = 1) {
   std::vector<std::span<std::byte>> pieces;
   for (std::span<std::byte> s : spans) {
-    const auto begin = reinterpret_cast<uintptr_t>(s.data());
-    const uintptr_t first = (begin + kPage - 1) / kPage * kPage;
-    const uintptr_t last = (begin + s.size()) / kPage * kPage;
-    for (uintptr_t at = first; at < last; at += kPreparePiece) {
-      pieces.emplace_back(reinterpret_cast<std::byte*>(at),
-                          std::min<uintptr_t>(kPreparePiece, last - at));
+    const std::span<std::byte> pages = PagesWithin(s);
+    for (uint64_t at = 0; at < pages.size(); at += kPreparePiece) {
+      pieces.push_back(
+          pages.subspan(at, std::min(kPreparePiece, pages.size() - at)));
     }
   }
   std::atomic<size_t> next{0};
@@ -259,13 +266,11 @@ FaultAhead::FaultAhead(const std::vector<std::span<std::byte>>& spans) {
     // every page).
     std::vector<std::span<std::byte>> fresh;
     for (std::span<std::byte> s : spans) {
-      const auto begin = reinterpret_cast<uintptr_t>(s.data());
-      const uintptr_t first = (begin + kPage - 1) / kPage * kPage;
+      const std::span<std::byte> pages = PagesWithin(s);
       unsigned char there = 0;
-      if (first + kPage <= begin + s.size() &&
-          ::mincore(reinterpret_cast<void*>(first), kPage, &there) == 0 &&
+      if (!pages.empty() && ::mincore(pages.data(), kPage, &there) == 0 &&
           (there & 1) == 0) {
-        fresh.push_back(s);
+        fresh.push_back(pages);
       }
     }
     AdviseInPieces(fresh, kMadvPopulateWrite, stop_, FaultThreads());
