@@ -15,14 +15,19 @@ restart) and --rounds times warm:
                  manager's staging memory where the files are cold, in
                  place where they lie in the page cache), then copied;
   torch          ckpt.torch.load() into a state dict of CPU tensors (when
-                 PyTorch is installed): read into new tensors, then their
-                 bytes exchanged with the state's.
+                 PyTorch is installed): read into new tensors (the first
+                 load's memory, which the manager keeps for the later
+                 ones), then their bytes exchanged with the state's.
 The modes take turns, twice. Every load's bytes are checked (a sample).
+The torch processes also time one copy of the state into other tensors
+already touched (torch's copy_, on every core), for the floor.
 
 Prints per mode the first load's time and the medians of the later cold
 and warm ones, and ratios.load_into_vs_streaming (the worse of cold and
 warm), ratios.first_load_into_vs_streaming (the first loads, cold), and
-the same for torch (torch_load_vs_streaming, first_torch_load_vs_...).
+the same for torch (torch_load_vs_streaming, first_torch_load_vs_...),
+and torch_load_vs_floor: torch's time over the floor, the streaming
+load's plus one copy (the worse of cold and warm).
 A measurement, not a test: exits 0 whatever the figures.
 """
 import argparse
@@ -77,7 +82,16 @@ def one_process(root, n, mode, rounds):
     for _ in range(rounds):
         cold.append(load(True))
         warm.append(load(False))
-    print(json.dumps({"first_s": first, "cold_s": cold, "warm_s": warm}))
+    out = {"first_s": first, "cold_s": cold, "warm_s": warm}
+    if mode == "torch":
+        copies = {k: torch.zeros_like(t) for k, t in tensors.items()}
+        out["copy_s"] = []
+        for _ in range(rounds):
+            start = time.perf_counter()
+            for k, t in tensors.items():
+                copies[k].copy_(t)
+            out["copy_s"].append(time.perf_counter() - start)
+    print(json.dumps(out))
 
 
 def main():
@@ -129,11 +143,19 @@ def main():
                                                     t["warm_s"] / s["warm_s"])
             ratios["first_torch_load_vs_streaming"] = (t["first_s"]
                                                        / s["first_s"])
+            copy = statistics.median(x for r in runs["torch"]
+                                     for x in r["copy_s"])
+            t["copy_s"] = copy
+            ratios["torch_load_vs_floor"] = max(
+                t["cold_s"] / (s["cold_s"] + copy),
+                t["warm_s"] / (s["warm_s"] + copy))
         gib = n * 4 * TENSORS / (1 << 30)
         for mode, m in modes.items():
             print(f"{mode:13s} first {m['first_s']:.3f} s | cold "
                   f"{m['cold_s']:.3f} s ({gib / m['cold_s']:.2f} GiB/s) | "
-                  f"warm {m['warm_s']:.3f} s")
+                  f"warm {m['warm_s']:.3f} s"
+                  + (f" | one copy {m['copy_s']:.3f} s" if "copy_s" in m
+                     else ""))
         print("ratios: " + ", ".join(f"{k} {v:.3f}"
                                      for k, v in ratios.items()))
         if a.json:

@@ -6,25 +6,37 @@ state once every entry has been read.
 from ckpt import _errors, _tree, _values
 
 
-def _fill_targets(state, stored, fresh=False, own_memory=frozenset()):
+def _fill_targets(state, stored, fresh=False, own_memory=frozenset(),
+                  memory=None):
     """How `state` receives a checkpoint: (entries for the library,
     finishers to run after, {name: (path, leaf)} of the values that are
     replaced, [_values.Fresh] to hand over). `stored` maps names to
     EntryInfo where known. fresh=True reads every array into new memory
     (but those whose id() is in `own_memory`), to be copied over later;
-    else straight into the arrays."""
+    else straight into the arrays. `memory`: the manager's LoadMemory, from
+    which the new memory of CPU tensors is lent where it can be."""
     leaves, _ = _tree.flatten(state)
     entries, finishers, paths, handed = [], [], {}, []
+    placed = []
     for name, path, leaf in leaves:
         if _values.holds_nothing(leaf):
             continue
         value, place = _values.placement(name, leaf)
-        e = stored.get(name)
-        dtype = e.dtype if e is not None and e.kind == "tensor" else None
         into = (fresh and id(value) not in own_memory
                 and not _values.staged_by_library(value))
-        target = (_values.fresh_target if into else _values.fill_target)(
-            name, value, dtype)
+        placed.append((name, path, leaf, value, place, into))
+    lease = None
+    if memory is not None:
+        lease = memory.lend([_values.cpu_tensor_bytes(value)
+                             for _, _, _, value, _, into in placed
+                             if into and _values.cpu_tensor_bytes(value)])
+    for name, path, leaf, value, place, into in placed:
+        e = stored.get(name)
+        dtype = e.dtype if e is not None and e.kind == "tensor" else None
+        if into:
+            target = _values.fresh_target(name, value, dtype, lease)
+        else:
+            target = _values.fill_target(name, value, dtype)
         if target is None:
             entries.append((name, _values.blob_kind(value), None, None,
                             place))
@@ -38,7 +50,7 @@ def _fill_targets(state, stored, fresh=False, own_memory=frozenset()):
 
 
 def stage_into(m, url, state, desc, strict, transactional,
-               own_memory=frozenset(), in_library=False):
+               own_memory=frozenset(), in_library=False, memory=None):
     """Reads step `desc` for `state` through the manager handle `m` (of
     the root `url`): a _Staged whose commit() hands the bytes to `state`.
     Transactional, nothing of `state` changes before commit(). Targets
@@ -62,7 +74,7 @@ def stage_into(m, url, state, desc, strict, transactional,
                 f"entry {extra[0]!r} ({len(extra)} missing)")
     in_library = in_library and transactional
     entries, finishers, paths, fresh = _fill_targets(
-        state, stored, transactional and not in_library, own_memory)
+        state, stored, transactional and not in_library, own_memory, memory)
     where = f"load_into step {step} in {url}"
     if in_library:
         for name, kind, _, _, _ in entries:
@@ -117,10 +129,13 @@ class _Staged:
 
     def swap(self):
         """Exchanges the loaded arrays with the state's: a second call
-        puts the state's own bytes back."""
+        puts the state's own bytes back. The second goes in the reverse
+        order, so that it undoes the first also where two of the state's
+        tensors share memory (tied weights)."""
         scratch = {}
         for f in self.fresh:
             f.swap(scratch)
+        self.fresh.reverse()
 
     def replace(self, undo):
         """Runs the finishers and puts the loaded blobs and metadata into

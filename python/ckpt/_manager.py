@@ -9,6 +9,7 @@ from collections.abc import Mapping
 
 from ckpt import _device, _errors, _manager_handle, _state, _tree, _values
 from ckpt._fill import stage_into
+from ckpt._load_memory import LoadMemory
 from ckpt._pending_saves import PendingSaves
 from ckpt._save_options import compression_arguments, save_compression
 from ckpt._tiers import Tiers
@@ -163,6 +164,8 @@ class CheckpointManager:
                        self._library.world_size)
         self._pending = PendingSaves()
         self._tiers = weakref.WeakSet()
+        # Kept between all-or-nothing loads into new tensors, until a save.
+        self._load_memory = LoadMemory(async_staging_bytes)
 
     def _create_root(self):
         """Creates the root now if it is still missing (create=True of a
@@ -201,6 +204,7 @@ class CheckpointManager:
                 tiers.close()  # they use the library's manager
             unseen = self._pending.finish()
         finally:
+            self._load_memory.drop()
             library, self._library = self._library, None
             library.close()
         if unseen is not None:
@@ -283,6 +287,7 @@ class CheckpointManager:
         this save's, instead of the manager's.
         """
         library = self._m  # FailedPrecondition once closed
+        self._load_memory.drop()  # loads are over: the job trains on
         with _state.gc_paused():
             arguments = self._save_arguments(state, metadata, epoch, metrics,
                                              incremental, dirty_rows)
@@ -318,6 +323,7 @@ class CheckpointManager:
         and close() for those in flight.
         """
         library = self._m  # FailedPrecondition once closed
+        self._load_memory.drop()
         with _state.gc_paused():
             arguments = self._save_arguments(state, metadata, epoch, metrics,
                                              incremental, dirty_rows)
@@ -428,7 +434,8 @@ class CheckpointManager:
                     own_memory=frozenset(), in_library=False):
         """Reads step `desc` for `state` (_fill.stage_into)."""
         return stage_into(self._m, self.url, state, desc, strict,
-                          transactional, own_memory, in_library)
+                          transactional, own_memory, in_library,
+                          self._load_memory)
 
     def _newest_whole(self, step, what, attempt):
         """attempt(step), for an explicit step; for step=None, attempt(s)

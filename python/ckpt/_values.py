@@ -501,12 +501,22 @@ def staged_by_library(value):
             and not callable(getattr(value, "copy", None)))
 
 
-def fresh_target(name, value, stored_dtype):
+def cpu_tensor_bytes(value):
+    """The bytes of `value` if it is a CPU tensor, else 0."""
+    torch = _loaded_torch()
+    if (torch is None or not isinstance(value, torch.Tensor)
+            or value.device.type != "cpu"):
+        return 0
+    return value.numel() * value.element_size()
+
+
+def fresh_target(name, value, stored_dtype, lease=None):
     """fill_target's answer for a load that must change nothing unless it
     succeeds whole: None for a value that is not an array, else (array,
     dtype, fresh), `array` being new memory shaped as `value` (on its
-    device) that the checkpoint's bytes go into and `fresh` the Fresh that
-    later hands them to `value`."""
+    device; a CPU tensor's from `lease`, a _load_memory lease, if given)
+    that the checkpoint's bytes go into and `fresh` the Fresh that later
+    hands them to `value`."""
     torch = _loaded_torch()
     if torch is not None and isinstance(value, torch.Tensor):
         if value.device.type == "cpu":
@@ -514,7 +524,11 @@ def fresh_target(name, value, stored_dtype):
         elif value.layout != torch.strided:
             raise _bad(name, f"a {value.layout} tensor; ckpt loads dense "
                              f"tensors")
-        new = torch.empty(value.shape, dtype=value.dtype, device=value.device)
+        if lease is not None and value.device.type == "cpu":
+            new = lease.empty(value.shape, value.dtype)
+        else:
+            new = torch.empty(value.shape, dtype=value.dtype,
+                              device=value.device)
         array, dtype, _ = fill_target(name, new, stored_dtype)
 
         def copy(src, dst):

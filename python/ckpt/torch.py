@@ -154,7 +154,9 @@ def load(state_dict, root, step=None, *, communicator=None, strict=False,
     transactional=True (the default) every entry is checked, then read
     into new memory (at its peak, one extra copy of the state loaded, plus
     a buffer of at most 4 MiB, 64 MiB on a device, through which the bytes
-    are exchanged), and only when every rank has read all of it are the
+    are exchanged; the manager keeps that host memory for its next load,
+    until its next save or close(), and none above async_staging_bytes
+    where that is set), and only when every rank has read all of it are the
     bytes exchanged into the state's tensors and the load_state_dict()
     calls made. A mismatch, a damaged chunk, a missing
     object, or a load_state_dict() that raises leaves every tensor, scalar,
