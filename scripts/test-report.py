@@ -391,7 +391,7 @@ def bench_case(cli, tmp, out):
     medians = counts(summary, "medians")
     order = ["raw_write_buffered_gbps", "raw_write_direct_gbps", "save_gbps",
              "raw_read_cold_gbps", "raw_read_direct_gbps", "load_cold_gbps",
-             "raw_read_warm_gbps", "load_warm_gbps", "memcpy_gbps",
+             "load_streaming_cold_gbps", "raw_read_warm_gbps", "load_warm_gbps", "memcpy_gbps",
              "parallel_memcpy_gbps"]
     assert medians == {"median": 4 + sum(
         1 for k in order if k in report["figures"])}, medians

@@ -71,7 +71,8 @@ Status BuildState(const StatePlan& plan, int num_tensors, BenchState& out) {
 }
 
 // One round of ckpt: Save as the next step (alone on the disk), then Load it
-// cold and warm. The first round (`rss` given) records the save's peak before
+// cold and warm (all or nothing, the default), then cold streaming. The
+// first round (`rss` given) records the save's peak before
 // any load, and the resident memory before the loads in `rss.kept`
 // (RunHostBench subtracts it from the memory resident after them: what the
 // manager keeps).
@@ -87,7 +88,13 @@ Status MeasureSaveLoad(CheckpointManager& mgr, const std::string& root,
   DropCachedTree(root);
   CKPT_RETURN_IF_ERROR(
       Timed(f.load_cold, [&] { return mgr.Load(step, state).status(); }));
-  return Timed(f.load_warm, [&] { return mgr.Load(step, state).status(); });
+  CKPT_RETURN_IF_ERROR(
+      Timed(f.load_warm, [&] { return mgr.Load(step, state).status(); }));
+  DropCachedTree(root);
+  LoadOptions streaming;
+  streaming.transactional = false;
+  return Timed(f.load_streaming_cold,
+               [&] { return mgr.Load(step, state, streaming).status(); });
 }
 
 // Copies share `part` of `parts` of every tensor into `copy`.

@@ -21,6 +21,9 @@ struct Figures {
   std::vector<double> raw_write_buffered, raw_write_direct, raw_read_cold,
       raw_read_warm, raw_read_direct, save, load_cold, load_warm, memcpy,
       parallel_memcpy, async_stall, async_total;
+  // The host bench's streaming load (LoadOptions::transactional = false),
+  // cold: what the all-or-nothing load adds its checks and copy to.
+  std::vector<double> load_streaming_cold;
   // A state on a device: its copies to and from a registered host block,
   // and SaveAsync with the copy staged in the background: its return, its
   // WaitStaged() and its commit, from the call.
@@ -56,7 +59,8 @@ nlohmann::json MakeReport(nlohmann::json config, double bytes, const Figures& f,
 nlohmann::json MakeDeviceReport(nlohmann::json config, double bytes,
                                 const Figures& f, const PeakRss& rss);
 
-// Each round's rate (GB/s) of every series measured, for --html.
+// Each round's rate (GB/s) of the series --html draws round by round (the
+// streaming load is left to the medians: the page has ten colours).
 nlohmann::json RoundsJson(const Figures& f, double bytes);
 
 }  // namespace ckpt::bench

@@ -34,17 +34,18 @@ struct Layout {
 };
 
 Layout HostLayout() {
-  return {
-      {"raw_write_buffered_gbps", "raw_write_direct_gbps", "raw_read_cold_gbps",
-       "raw_read_warm_gbps", "raw_read_direct_gbps", "memcpy_gbps",
-       "parallel_memcpy_gbps", "save_gbps", "load_cold_gbps", "load_warm_gbps"},
-      {"first_touch_gbps", "memcpy_seconds", "parallel_memcpy_seconds",
-       "parallel_memcpy_threads", "save_seconds", "load_cold_seconds",
-       "load_warm_seconds", "async_first_stall_seconds", "async_stall_seconds",
-       "async_total_seconds", "peak_rss_sync_mib", "peak_rss_async_mib",
-       "sync_peak_above_state_mib", "load_kept_mib",
-       "load_peak_above_state_and_kept_mib",
-       "async_peak_above_state_and_staging_mib"}};
+  return {{"raw_write_buffered_gbps", "raw_write_direct_gbps",
+           "raw_read_cold_gbps", "raw_read_warm_gbps", "raw_read_direct_gbps",
+           "memcpy_gbps", "parallel_memcpy_gbps", "save_gbps", "load_cold_gbps",
+           "load_warm_gbps", "load_streaming_cold_gbps"},
+          {"first_touch_gbps", "memcpy_seconds", "parallel_memcpy_seconds",
+           "parallel_memcpy_threads", "save_seconds", "load_cold_seconds",
+           "load_warm_seconds", "load_streaming_cold_seconds",
+           "load_floor_seconds", "async_first_stall_seconds",
+           "async_stall_seconds", "async_total_seconds", "peak_rss_sync_mib",
+           "peak_rss_async_mib", "sync_peak_above_state_mib", "load_kept_mib",
+           "load_peak_above_state_and_kept_mib",
+           "async_peak_above_state_and_staging_mib"}};
 }
 
 Layout DeviceLayout() {
@@ -123,6 +124,7 @@ Status EmitReport(const bench::BenchResult& result, const BenchArgs& args) {
                       "raw_read_cold_gbps",
                       "raw_read_direct_gbps",
                       "load_cold_gbps",
+                      "load_streaming_cold_gbps",
                       "load_device_cold_gbps",
                       "raw_read_warm_gbps",
                       "load_warm_gbps",

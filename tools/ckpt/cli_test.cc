@@ -1145,6 +1145,9 @@ TEST_F(CliTest, BenchJsonReportsEveryFigureRatioAndTarget) {
                                 "load_cold_seconds",
                                 "load_warm_gbps",
                                 "load_warm_seconds",
+                                "load_streaming_cold_gbps",
+                                "load_streaming_cold_seconds",
+                                "load_floor_seconds",
                                 "async_first_stall_seconds",
                                 "async_stall_seconds",
                                 "async_total_seconds",
@@ -1157,12 +1160,15 @@ TEST_F(CliTest, BenchJsonReportsEveryFigureRatioAndTarget) {
   expect_numbers(j["ratios"],
                  {"save_vs_raw_write_best", "save_vs_raw_write_buffered",
                   "save_vs_raw_write_direct", "load_cold_vs_raw_read_cold",
+                  "load_streaming_cold_vs_raw_read_cold", "load_cold_vs_floor",
                   "load_cold_vs_raw_read_direct", "load_warm_vs_raw_read_warm",
                   "async_stall_vs_memcpy", "async_first_stall_vs_memcpy",
                   "async_stall_vs_parallel_memcpy"});
   for (const char* k :
-       {"save_vs_raw_write_best >= 0.90", "load_cold_vs_raw_read_cold >= 0.90",
-        "async_stall_vs_memcpy <= 1.5", "async_stall_vs_parallel_memcpy <= 1.5",
+       {"save_vs_raw_write_best >= 0.90",
+        "load_streaming_cold_vs_raw_read_cold >= 0.90",
+        "load_cold_vs_floor <= 1.10", "async_stall_vs_memcpy <= 1.5",
+        "async_stall_vs_parallel_memcpy <= 1.5",
         "sync_peak_above_state_mib <= 64",
         "load_peak_above_state_and_kept_mib <= 64",
         "async_peak_above_state_and_staging_mib <= 64"}) {
