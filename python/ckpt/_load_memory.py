@@ -50,19 +50,15 @@ class LoadMemory:
         need = sum(_span(s) for s in sizes) + _PAGE
         if torch is None or not sizes or (self._bound and need > self._bound):
             return None
-        with self._lock:
+        with self._lock:  # mapping takes no time: pages come when touched
             if self._lent:
                 return None
-            self._lent = True
-        try:
             buffer = self._buffer
             if buffer is None or buffer.numel() < need:
                 self._buffer = buffer = None  # free the old one first
                 buffer = torch.empty(need, dtype=torch.uint8)
                 self._buffer = buffer
-        except BaseException:
-            self._lent = False
-            raise
+            self._lent = True
         lease = _Lease(torch, buffer)
         # The memory is lent while the lease or a tensor carved from it
         # (each holds the lease) is held: a load whose error is kept with
