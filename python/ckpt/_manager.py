@@ -287,7 +287,6 @@ class CheckpointManager:
         this save's, instead of the manager's.
         """
         library = self._m  # FailedPrecondition once closed
-        self._load_memory.drop()  # loads are over: the job trains on
         with _state.gc_paused():
             arguments = self._save_arguments(state, metadata, epoch, metrics,
                                              incremental, dirty_rows)
@@ -323,7 +322,6 @@ class CheckpointManager:
         and close() for those in flight.
         """
         library = self._m  # FailedPrecondition once closed
-        self._load_memory.drop()
         with _state.gc_paused():
             arguments = self._save_arguments(state, metadata, epoch, metrics,
                                              incremental, dirty_rows)
@@ -524,6 +522,9 @@ class CheckpointManager:
         error on every rank (the other ranks are in the save already and
         would wait for this one), in place of the entries. `state` may be
         a function that returns the state, so that its errors count too."""
+        # A save (of this manager or of its tiers): the loads are over and
+        # the job trains on, so the loads' memory goes back.
+        self._load_memory.drop()
         try:
             return (self._entries(state() if callable(state) else state),
                     *self._save_options(metadata, epoch, metrics),

@@ -77,6 +77,17 @@ def test_a_save_gives_the_memory_back(root):
     assert kept(mgr) is None
 
 
+def test_a_save_through_the_tiers_gives_the_memory_back(root, tmp_path):
+    mgr = ct.manager(root)
+    ct.save(state_of(1), mgr, 1)
+    state = state_of(0)
+    ct.load(state, mgr, 1)
+    assert kept(mgr) is not None
+    with mgr.tiers(f"file://{tmp_path}/local", replicas=0) as tiers:
+        tiers.save(2, state)
+    assert kept(mgr) is None
+
+
 def test_a_load_while_the_memory_is_lent_leaves_it_alone(root):
     mgr = ct.manager(root)
     ct.save(state_of(1), mgr, 1)
