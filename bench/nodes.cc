@@ -19,8 +19,12 @@
 // time on: above 1, reading once is faster) and default_vs_best_worst (for
 // each case the default's time over the better of on and off; the worst
 // case's). Every loaded byte is compared with what was saved; a wrong one
-// fails the run. The bed goes down at the end, after a failure, and on
-// SIGINT, SIGTERM or SIGHUP.
+// fails the run. Beside them, the bed's own network without ckpt: every
+// rank sends its eighth of the state to every other in rounds of
+// MPI_Sendrecv (bed_exchange_s), and replicated_on_vs_bed_floor, the
+// replicated load read once over what it could take here at best (a node's
+// quarter through its link, then that exchange). The bed goes down at the end,
+// after a failure, and on SIGINT, SIGTERM or SIGHUP.
 //
 //   bench_nodes [--mib 512] [--tensors 32] [--dir /var/tmp] [--runs 1]
 //               [--storage-mbps 0] [--json] [--timeout 600]
@@ -273,7 +277,8 @@ int Usage(const char* msg) {
 }
 
 struct Measured {
-  json save;  // the save job's line
+  json save;      // the save job's line
+  json exchange;  // the bed's exchange without ckpt (the rank side's)
   // "<case>/<on|off|auto>": each run's line.
   std::map<std::string, std::vector<json>> load;
 };
@@ -336,6 +341,10 @@ int Jobs(const Args& a, Bed& bed, Measured& m) {
   std::vector<json> saved = job("save", kSaveRanks, {}, common("save"));
   if (saved.size() != 1) return 1;
   m.save = saved[0];
+  std::vector<json> exchanged =
+      job("exchange", kSaveRanks, {}, common("exchange"));
+  if (exchanged.size() != 1) return 1;
+  m.exchange = exchanged[0];
   const uint64_t needed = ShapeFor(a.mib, a.tensors).Bytes();
   for (const Case& c : Cases()) {
     // The modes take turns, so that whatever else the machine does
@@ -395,6 +404,17 @@ json Merged(const std::vector<json>& runs) {
   return out;
 }
 
+// What the replicated load read once could take on this bed at best: each
+// node reads its ranks' shares (a quarter of the state) through its link,
+// then the ranks exchange them at the bed's own speed (Measured::exchange).
+double BedFloor(const Args& a, const Measured& m) {
+  const double node_share =
+      static_cast<double>(ShapeFor(a.mib, a.tensors).Bytes()) / kNodes;
+  const double read_s =
+      a.storage_mbps > 0 ? node_share / (a.storage_mbps * 1e6) : 0.0;
+  return read_s + m.exchange.at("exchange_s").get<double>();
+}
+
 void Report(const Args& a, const std::string& bed_name, const Measured& m) {
   const Shape s = ShapeFor(a.mib, a.tensors);
   const double needed = static_cast<double>(s.Bytes());
@@ -422,6 +442,7 @@ void Report(const Args& a, const std::string& bed_name, const Measured& m) {
     worst = std::max(worst, vs_best);
     if (std::string(c.name) == "replicated") {
       ratios["read_once_speedup_replicated"] = t_off / t_on;
+      ratios["replicated_on_vs_bed_floor"] = t_on / BedFloor(a, m);
     }
     json entry = {{"layout", c.layout},
                   {"ranks", c.ranks},
@@ -439,22 +460,26 @@ void Report(const Args& a, const std::string& bed_name, const Measured& m) {
   }
   ratios["default_vs_best_worst"] = worst;
   if (a.json) {
-    const json out = {{"state_bytes", s.Bytes()},
-                      {"tensors", s.tensors},
-                      {"runs", a.runs},
-                      {"tensor_shape", {s.rows, s.cols}},
-                      {"dtype", "U32"},
-                      {"nodes", kNodes},
-                      {"save_ranks", kSaveRanks},
-                      {"bed", bed_name},
-                      {"storage_mbps", a.storage_mbps},
-                      {"save_s",
-                       {{"replicated", m.save.at("replicated_save_s")},
-                        {"sharded", m.save.at("sharded_save_s")}}},
-                      {"ratios", ratios},
-                      {"load_s", load_s},
-                      {"cases", cases},
-                      {"every_byte_right", true}};
+    const json out = {
+        {"state_bytes", s.Bytes()},
+        {"tensors", s.tensors},
+        {"runs", a.runs},
+        {"tensor_shape", {s.rows, s.cols}},
+        {"dtype", "U32"},
+        {"nodes", kNodes},
+        {"save_ranks", kSaveRanks},
+        {"bed", bed_name},
+        {"storage_mbps", a.storage_mbps},
+        {"bed_exchange_s", m.exchange.at("exchange_s")},
+        {"bed_exchange_bytes_per_rank", m.exchange.at("bytes_per_rank")},
+        {"replicated_read_once_floor_s", BedFloor(a, m)},
+        {"save_s",
+         {{"replicated", m.save.at("replicated_save_s")},
+          {"sharded", m.save.at("sharded_save_s")}}},
+        {"ratios", ratios},
+        {"load_s", load_s},
+        {"cases", cases},
+        {"every_byte_right", true}};
     std::printf("%s\n", out.dump(1).c_str());
     return;
   }
@@ -492,6 +517,14 @@ void Report(const Args& a, const std::string& bed_name, const Measured& m) {
       a.runs, a.runs == 1 ? "" : "s",
       ratios["read_once_speedup_replicated"].get<double>(),
       ratios["default_vs_best_worst"].get<double>());
+  std::printf(
+      "the bed's network without ckpt: %.1f MiB to each rank (its share "
+      "from each other, MPI_Sendrecv) in %.3f s; replicated read once at "
+      "best %.3f s (that and a node's share through its link), took %.3f "
+      "times that\n",
+      m.exchange.at("bytes_per_rank").get<double>() / (1 << 20),
+      m.exchange.at("exchange_s").get<double>(), BedFloor(a, m),
+      ratios["replicated_on_vs_bed_floor"].get<double>());
 }
 
 int Main(int argc, char** argv) {

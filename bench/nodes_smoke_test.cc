@@ -39,11 +39,18 @@ TEST(BenchNodesSmoke, ReportsEveryRatioAndLoadsEveryByteRight) {
   EXPECT_EQ(out.at("save_ranks"), 8);
   EXPECT_EQ(out.at("every_byte_right"), true);
   EXPECT_EQ(out.at("storage_mbps"), 200);
-  for (const char* k :
-       {"read_once_speedup_replicated", "default_vs_best_worst"}) {
+  for (const char* k : {"read_once_speedup_replicated", "default_vs_best_worst",
+                        "replicated_on_vs_bed_floor"}) {
     ASSERT_TRUE(out.at("ratios").contains(k)) << out.dump(1);
     EXPECT_GT(out["ratios"][k].get<double>(), 0) << k;
   }
+  // The bed's exchange without ckpt moved each rank's share to every
+  // other: 7 shares of an eighth of the state into each rank.
+  EXPECT_GT(out.at("bed_exchange_s").get<double>(), 0);
+  EXPECT_EQ(out.at("bed_exchange_bytes_per_rank").get<uint64_t>(),
+            state / 8 * 7);
+  EXPECT_GT(out.at("replicated_read_once_floor_s").get<double>(),
+            out.at("bed_exchange_s").get<double>());
 
   const struct {
     const char* name;
