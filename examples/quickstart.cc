@@ -99,7 +99,10 @@ int Train(const std::string& root, bool crash, Model& model) {
 
 int main(int argc, char** argv) {
   std::string root;
-  if (argc > 1) {
+  // A folder of its own (no argument) is removed at the end, so that a run
+  // leaves nothing behind; one passed in keeps the checkpoints (`ckpt ls`).
+  const bool own_folder = argc <= 1;
+  if (!own_folder) {
     root = argv[1];
   } else {
     char tmpl[] = "/tmp/ckpt-quickstart-XXXXXX";
@@ -109,7 +112,8 @@ int main(int argc, char** argv) {
     }
     root = tmpl;
   }
-  std::printf("ckpt quickstart: checkpoints in %s\n", root.c_str());
+  std::printf("ckpt quickstart: checkpoints in %s%s\n", root.c_str(),
+              own_folder ? " (removed at the end)" : "");
 
   std::printf("run 1 (will crash):\n");
   std::fflush(stdout);
@@ -140,5 +144,9 @@ int main(int argc, char** argv) {
                   resumed.momentum.size() * sizeof(double)) == 0;
   std::printf("resumed run vs uninterrupted run: %s\n",
               same ? "bit-identical" : "DIFFERENT");
+  if (own_folder) {
+    std::error_code ignored;
+    std::filesystem::remove_all(root, ignored);
+  }
   return same ? 0 : 1;
 }

@@ -8,6 +8,7 @@
 // process using NewMpiCommunicator(MPI_COMM_WORLD), and the code is the same.
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <numeric>
 #include <string>
@@ -31,7 +32,10 @@ void RunRanks(int n, const std::function<void(ckpt::Communicator&)>& body) {
 
 int main(int argc, char** argv) {
   std::string root;
-  if (argc > 1) {
+  // A folder of its own (no argument) is removed at the end, so that a run
+  // leaves nothing behind; one passed in keeps the checkpoint.
+  const bool own_folder = argc <= 1;
+  if (!own_folder) {
     root = argv[1];
   } else {
     char tmpl[] = "/tmp/ckpt-reshard-XXXXXX";
@@ -91,5 +95,9 @@ int main(int argc, char** argv) {
     }
   });
   std::printf("resharded weights: %s\n", ok ? "correct" : "WRONG");
+  if (own_folder) {
+    std::error_code ignored;
+    std::filesystem::remove_all(root, ignored);
+  }
   return ok ? 0 : 1;
 }
