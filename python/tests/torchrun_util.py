@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import warnings
 
 import pytest
@@ -45,14 +46,18 @@ def torchrun(n, script, args, *, extra=(), timeout=120):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            "--nproc_per_node", str(n), "--redirects", "1", "--tee", "1",
            *extra, script, *[str(a) for a in args]]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # torchrun and its workers
-        out, err = proc.communicate()
-        pytest.fail(f"torchrun -n {n} {' '.join(map(str, args))} hung:\n"
-                    f"{out}{err}")
+    # torchrun makes a torchelastic_* folder a job in the temporary folder
+    # and leaves it there: one of the job's own, removed afterwards.
+    with tempfile.TemporaryDirectory(prefix="ckpt-torchrun-") as tmp:
+        env["TMPDIR"] = tmp
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # torchrun and its workers
+            out, err = proc.communicate()
+            pytest.fail(f"torchrun -n {n} {' '.join(map(str, args))} "
+                        f"hung:\n{out}{err}")
     return proc.returncode, out, err
