@@ -27,9 +27,9 @@ def _fill_targets(state, stored, fresh=False, own_memory=frozenset(),
         placed.append((name, path, leaf, value, place, into))
     lease = None
     if memory is not None:
-        lease = memory.lend([_values.cpu_tensor_bytes(value)
-                             for _, _, _, value, _, into in placed
-                             if into and _values.cpu_tensor_bytes(value)])
+        sizes = [_values.cpu_tensor_bytes(value)
+                 for _, _, _, value, _, into in placed if into]
+        lease = memory.lend([n for n in sizes if n])
     for name, path, leaf, value, place, into in placed:
         e = stored.get(name)
         dtype = e.dtype if e is not None and e.kind == "tensor" else None

@@ -27,7 +27,7 @@ _LINE = 64
 
 def _span(nbytes):
     """The most bytes a tensor of `nbytes` takes in the memory, the gap
-    before it that aligns it included (as _Lease.empty places it)."""
+    before it that aligns it included (as _Lease.empty_like places it)."""
     return nbytes + (_PAGE if nbytes >= _PAGE_FROM else _LINE)
 
 
@@ -87,21 +87,17 @@ class _Lease:
         # The buffer's first page boundary.
         self._at = -buffer.data_ptr() % _PAGE
 
-    def empty(self, shape, dtype):
-        """A new contiguous CPU tensor of `shape` and `dtype` in the
-        memory (its bytes are the last load's); past what lend() was asked
-        for, one of its own."""
-        torch = self._torch
-        count = 1
-        for d in shape:
-            count *= int(d)
-        nbytes = count * torch.empty(0, dtype=dtype).element_size()
+    def empty_like(self, like):
+        """A new contiguous CPU tensor of the shape and dtype of `like` in
+        the memory (its bytes are the last load's); past what lend() was
+        asked for, one of its own."""
+        nbytes = like.numel() * like.element_size()
         align = _PAGE if nbytes >= _PAGE_FROM else _LINE
         start = self._at + -(self._buffer.data_ptr() + self._at) % align
         end = start + nbytes
         if end > self._buffer.numel():
-            return torch.empty(shape, dtype=dtype)
+            return self._torch.empty(like.shape, dtype=like.dtype)
         self._at = end
-        tensor = self._buffer[start:end].view(dtype).view(shape)
+        tensor = self._buffer[start:end].view(like.dtype).view(like.shape)
         tensor._ckpt_lease = self  # lent while the tensor is held
         return tensor

@@ -525,7 +525,7 @@ def fresh_target(name, value, stored_dtype, lease=None):
             raise _bad(name, f"a {value.layout} tensor; ckpt loads dense "
                              f"tensors")
         if lease is not None and value.device.type == "cpu":
-            new = lease.empty(value.shape, value.dtype)
+            new = lease.empty_like(value)
         else:
             new = torch.empty(value.shape, dtype=value.dtype,
                               device=value.device)

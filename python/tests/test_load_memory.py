@@ -96,7 +96,7 @@ def test_a_load_while_the_memory_is_lent_leaves_it_alone(root):
     ct.load(state, mgr, 1)  # the memory is mapped and kept
     lease = mgr._load_memory.lend([4 * MIB])
     assert lease is not None
-    held = lease.empty((MIB,), torch.float32)
+    held = lease.empty_like(torch.empty(MIB))
     held.fill_(-7.0)
     del lease  # the tensor holds the lease
     ct.load(state, mgr, 2)
