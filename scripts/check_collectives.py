@@ -13,7 +13,11 @@ Over the C++ sources git tracks under src/ and tools/ (tests aside):
     conditional whose branches are such calls or nothing (`sending ?
     EncodeX(...) : std::string()`, for a SendRecv that only receives)
     counts too;
-  - and those files build or parse no text with string streams.
+  - and those files build or parse no text with string streams;
+  - the bulk calls (SendRecvInto, BroadcastInto: a chunk's raw bytes,
+    received straight into memory the receiver sized from the plans) stand
+    only in src/checkpoint/read_once_exchange.cc, where each goes right after the
+    message that frames it.
 
 Left out on purpose, as messages.h says: the communicator implementations
 (src/dist, and src/capi/c_catalog_comm.cc, which adapts a caller's
@@ -27,6 +31,7 @@ import subprocess
 import sys
 
 PROTOCOL_FILES = {
+    "src/checkpoint/read_once_exchange.cc",
     "src/checkpoint/save.cc",
     "src/checkpoint/load.cc",
     "src/checkpoint/read_once.cc",
@@ -40,6 +45,8 @@ PROTOCOL_FILES = {
 EXEMPT = ("src/dist/", "src/capi/c_catalog_comm.cc", "src/capi/c_mpi.cc")
 
 CALL = re.compile(r"\b(AllGather|Broadcast|SendRecv)\s*\(")
+BULK = re.compile(r"\b(SendRecvInto|BroadcastInto)\s*\(")
+BULK_FILES = {"src/checkpoint/read_once_exchange.cc"}
 STREAM = re.compile(r"\b(i|o)?stringstream\b")
 ENCODED = re.compile(r"\bEncode\w*\s*\(")
 IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
@@ -133,6 +140,11 @@ def breaches(path, text):
             continue
         out.append("%s: the payload of %s is not an Encode*() message: %s" %
                    (where, m.group(1), arg))
+    for m in BULK.finditer(text):
+        if path not in BULK_FILES:
+            out.append("%s:%d: %s (raw bytes) outside %s" %
+                       (path, line_of(m.start()), m.group(1),
+                        ", ".join(sorted(BULK_FILES))))
     if protocol:
         for m in STREAM.finditer(text):
             out.append("%s:%d: a string stream in a protocol file (payloads "

@@ -107,6 +107,17 @@ class CheckCollectivesTest(unittest.TestCase):
              "std::istringstream in(all[r]);\n"},
             "tier_transfer.cc:1: a string stream in a protocol file")
 
+    def test_raw_bytes_outside_the_read_once_exchange_fail(self):
+        self.assertFails(
+            {"src/tiers/tier_transfer.cc":
+             "Status s = comm_->SendRecvInto(bytes, peer, into, -1);\n"},
+            "tier_transfer.cc:1: SendRecvInto (raw bytes) outside "
+            "src/checkpoint/read_once_exchange.cc")
+        code, out = check({
+            "src/checkpoint/read_once_exchange.cc":
+                "Status s = comm.BroadcastInto(landing, r);\n"})
+        self.assertEqual((code, out), (0, ""))
+
     def test_implementations_tests_and_barriers_are_left_alone(self):
         code, out = check({
             "src/dist/thread_communicator.cc":

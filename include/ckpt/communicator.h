@@ -10,7 +10,9 @@
 // fails on one rank fails (or aborts) on every rank.
 #pragma once
 
+#include <cstddef>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -49,6 +51,17 @@ class Communicator {
   // need it, single-root saves do not).
   virtual Result<std::string> SendRecv(std::string_view data, int dest,
                                        int source);
+
+  // Bulk bytes whose size the receiver knows (a read-once load's chunks,
+  // framed by a message sent just before): as SendRecv and Broadcast, but
+  // received straight into the caller's memory, so a large transfer needs
+  // no memory of its own. The message from `source` (the root's `data`)
+  // must be exactly `into.size()` (`data.size()`) bytes: DataLoss
+  // otherwise, and the bytes are lost. Defaults: through SendRecv and
+  // Broadcast, copied.
+  virtual Status SendRecvInto(std::span<const std::byte> data, int dest,
+                              std::span<std::byte> into, int source);
+  virtual Status BroadcastInto(std::span<std::byte> data, int root);
 
   // Gives up on the group: collectives waiting on any rank (and later ones)
   // fail with `why`. For a rank that cannot take part any more (it threw);

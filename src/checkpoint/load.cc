@@ -366,6 +366,7 @@ Status Loader::StageLoad(int64_t step, State& state, const LoadOptions& load,
     out.incomplete = true;
     return Status();
   }
+  out.held = shared->storage;
   Storage& from = shared->storage ? *shared->storage : *root_.storage;
   return ReadStage(state, load, records, from, out, damaged);
 }
@@ -535,6 +536,7 @@ Status Loader::ApplyLoad(StagedLoad& staged, State& state) {
         staged.viewed->Copy(*staged.manifest, staged.copies, root_.IoPool()),
         op);
     staged.viewed.reset();
+    staged.held.reset();
   }
   for (auto& [name, bytes] : staged.blobs) {
     CKPT_RETURN_IF_ERROR(state.SetBlob(name, std::move(bytes)));

@@ -39,6 +39,9 @@ struct StagedLoad {
   // boxes, already checked in place, to copy into their buffers.
   std::shared_ptr<ViewedReads> viewed;
   std::vector<BoxRead> copies;
+  // The chunks a read-once load holds (read_once.h), which `viewed` may
+  // view.
+  std::shared_ptr<Storage> held;
   // Read nothing: another rank failed before the reads were shared
   // (read_once.h), and its vote fails the step.
   bool incomplete = false;

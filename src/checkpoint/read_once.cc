@@ -12,6 +12,8 @@
 #include <tuple>
 #include <utility>
 
+#include "checkpoint/held_chunks.h"
+#include "checkpoint/read_once_exchange.h"
 #include "messages/messages.h"
 #include "util/checksum.h"
 #include "util/log.h"
@@ -21,10 +23,13 @@ namespace ckpt {
 
 namespace {
 
-// At most this many bytes of chunks in one message (one chunk larger goes
-// alone), so that neither side holds more than one such message at a time
-// for the exchange itself.
-constexpr uint64_t kBatchBytes = uint64_t{64} << 20;
+using read_once::Batches;
+using read_once::BroadcastEach;
+using read_once::Exchange;
+using read_once::Mover;
+using read_once::Shared;
+using read_once::Transfers;
+
 // At most this many bytes of chunks side by side are read by one rank, so
 // that a large tensor every rank needs is read by many, in parallel.
 constexpr uint64_t kRunBytes = uint64_t{8} << 20;
@@ -71,189 +76,6 @@ Status ReadShare(Storage& storage, const format::Manifest& manifest,
     }
     return Status();
   });
-}
-
-// The root's storage, but for the byte ranges of chunks held in memory:
-// the shared chunks this rank needs, at every place of the step's objects
-// it reads them from. A read that covers chunks and the gaps between them
-// (the reader's spans do) takes the chunks from memory and the rest from
-// the root's storage.
-class SharedChunkStorage : public StorageWrapper {
- public:
-  explicit SharedChunkStorage(Storage* target) : StorageWrapper(target) {}
-
-  // `bytes` (`length` of them, alive as long as this storage) are the
-  // object `key`'s from `offset`.
-  void Place(const std::string& key, uint64_t offset, const std::byte* bytes,
-             uint64_t length) {
-    places_[key][offset] = std::span<const std::byte>(bytes, length);
-  }
-  // Memory that placed bytes live in.
-  std::string& Keep(std::string bytes) {
-    return kept_.emplace_back(std::move(bytes));
-  }
-  bool empty() const { return places_.empty(); }
-
-  Status ReadRange(std::string_view key, uint64_t offset,
-                   std::span<std::byte> out) override {
-    auto object = places_.find(key);
-    if (object == places_.end()) return target()->ReadRange(key, offset, out);
-    const auto& chunks = object->second;
-    const uint64_t end = offset + out.size();
-    uint64_t at = offset;
-    // The first chunk that ends after `at`.
-    auto c = chunks.upper_bound(at);
-    if (c != chunks.begin() &&
-        std::prev(c)->first + std::prev(c)->second.size() > at) {
-      --c;
-    }
-    while (at < end) {
-      if (c != chunks.end() && c->first <= at) {
-        const uint64_t stop = std::min(end, c->first + c->second.size());
-        std::memcpy(out.data() + (at - offset),
-                    c->second.data() + (at - c->first), stop - at);
-        at = stop;
-        ++c;
-        continue;
-      }
-      const uint64_t stop = c == chunks.end() ? end : std::min(end, c->first);
-      CKPT_RETURN_IF_ERROR(
-          target()->ReadRange(key, at, out.subspan(at - offset, stop - at)));
-      at = stop;
-    }
-    return Status();
-  }
-
-  Status ReadRangeFilling(std::string_view key, uint64_t offset,
-                          std::span<std::byte> out,
-                          const FilledFn& filled) override {
-    if (places_.find(key) == places_.end()) {
-      return target()->ReadRangeFilling(key, offset, out, filled);
-    }
-    CKPT_RETURN_IF_ERROR(ReadRange(key, offset, out));
-    filled(out);
-    return Status();
-  }
-
- private:
-  std::map<std::string, std::map<uint64_t, std::span<const std::byte>>,
-           std::less<>>
-      places_;
-  std::deque<std::string> kept_;
-};
-
-// One shared chunk and the ranks that need it.
-struct Shared {
-  ChunkId id;
-  std::vector<int> ranks;  // that need it, ascending
-  // The first place any rank reads it from (ReadOncePlan::Place).
-  std::pair<uint64_t, uint64_t> place{UINT64_MAX, UINT64_MAX};
-};
-
-// `items` cut into messages of at most kBatchBytes (or one chunk).
-std::vector<std::vector<const Shared*>> Batches(
-    const std::vector<const Shared*>& items) {
-  std::vector<std::vector<const Shared*>> out;
-  uint64_t bytes = 0;
-  for (const Shared* s : items) {
-    if (out.empty() || (bytes > 0 && bytes + s->id.length > kBatchBytes)) {
-      out.emplace_back();
-      bytes = 0;
-    }
-    out.back().push_back(s);
-    bytes += s->id.length;
-  }
-  return out;
-}
-
-// What one rank sends to and receives from each other rank in one phase of
-// the exchange, in the order both sides list them.
-struct Transfers {
-  explicit Transfers(int world) : send(world), receive(world) {}
-  std::vector<std::vector<const Shared*>> send, receive;
-};
-
-// Takes a batch from `source` that holds `expected` (as its plan says):
-// kept in `held`, its present chunks added to `bytes_of`. A batch that
-// does not match gives up on the communicator.
-Status Take(Communicator& comm, std::string got,
-            const std::vector<const Shared*>& expected, int source,
-            std::map<ChunkId, const std::byte*>& bytes_of,
-            SharedChunkStorage& held, uint64_t& received) {
-  const std::string& kept = held.Keep(std::move(got));
-  Result<ReadOnceBatch> batch = DecodeReadOnceBatch(kept);
-  uint64_t want = 0;
-  if (batch.ok() && batch->present.size() == expected.size()) {
-    for (size_t i = 0; i < expected.size(); ++i) {
-      if (batch->present[i]) want += expected[i]->id.length;
-    }
-  }
-  if (!batch.ok() || batch->present.size() != expected.size() ||
-      batch->data.size() != want) {
-    const Status why = DataLossError(
-        "read once: rank " + std::to_string(source) +
-        " sent chunks that its plan does not hold" +
-        (batch.ok() ? "" : " (" + batch.status().message() + ")"));
-    comm.Abort(why);
-    return why;
-  }
-  uint64_t from = 0;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    if (!batch->present[i]) continue;
-    bytes_of[expected[i]->id] =
-        reinterpret_cast<const std::byte*>(batch->data.data()) + from;
-    from += expected[i]->id.length;
-    received += expected[i]->id.length;
-  }
-  return Status();
-}
-
-// The message of `chunks`: those `bytes_of` holds, the others as missing.
-std::string EncodeBatch(const std::vector<const Shared*>& chunks,
-                        const std::map<ChunkId, const std::byte*>& bytes_of) {
-  std::vector<bool> present;
-  std::vector<std::string_view> data;
-  for (const Shared* s : chunks) {
-    auto found = bytes_of.find(s->id);
-    present.push_back(found != bytes_of.end());
-    if (found != bytes_of.end()) {
-      data.emplace_back(reinterpret_cast<const char*>(found->second),
-                        s->id.length);
-    }
-  }
-  return EncodeReadOnceBatch(present, data);
-}
-
-// One phase: in round k, to rank + k and from rank - k, a message of at
-// most kBatchBytes at a time. Sends the chunks `bytes_of` holds (the others
-// as missing); what arrives is kept in `held` and added to `bytes_of`.
-Status Exchange(Communicator& comm, const Transfers& t,
-                std::map<ChunkId, const std::byte*>& bytes_of,
-                SharedChunkStorage& held, uint64_t& received) {
-  const int world = comm.size();
-  const int me = comm.rank();
-  for (int k = 1; k < world; ++k) {
-    const int dest = (me + k) % world;
-    const int source = (me - k + world) % world;
-    const auto sends = Batches(t.send[dest]);
-    const auto receives = Batches(t.receive[source]);
-    for (size_t j = 0; j < std::max(sends.size(), receives.size()); ++j) {
-      Result<std::string> got = comm.SendRecv(
-          j < sends.size() ? EncodeBatch(sends[j], bytes_of) : std::string(),
-          j < sends.size() ? dest : -1, j < receives.size() ? source : -1);
-      // A message that fails fails this rank's load; its partners fail
-      // too, within the communicator's timeout (docs/tiers.md).
-      if (!got.ok()) {
-        return got.status().WithContext("read once: chunks with ranks " +
-                                        std::to_string(dest) + " and " +
-                                        std::to_string(source));
-      }
-      if (j >= receives.size()) continue;
-      CKPT_RETURN_IF_ERROR(Take(comm, std::move(*got), receives[j], source,
-                                bytes_of, held, received));
-    }
-  }
-  return Status();
 }
 
 // kAuto over storage reached through a link (docs/design.md, "Every byte
@@ -474,11 +296,59 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
     }
     runs.push_back({i, i + 1, s.id.length});
   }
-  std::vector<size_t> order(runs.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return runs[a].bytes > runs[b].bytes;
-  });
+  // Each run's reader. The runs that the same ranks need are dealt out
+  // among them in blocks that lie back to back, so that each reader sends
+  // its share in few large messages (Batches), sized so that what each
+  // rank reads in all comes out as even as can be: larger sets of runs
+  // first, each rank's block filling it up to a common level.
+  std::vector<int> reader_of(runs.size(), -1);
+  {
+    std::map<std::vector<int>, std::pair<uint64_t, std::vector<size_t>>>
+        groups;  // rank set -> bytes, runs in place order
+    for (size_t k = 0; k < runs.size(); ++k) {
+      auto& g = groups[shared[runs[k].begin]->ranks];
+      g.first += runs[k].bytes;
+      g.second.push_back(k);
+    }
+    std::vector<const std::pair<const std::vector<int>,
+                                std::pair<uint64_t, std::vector<size_t>>>*>
+        by_size;
+    for (const auto& g : groups) by_size.push_back(&g);
+    std::stable_sort(by_size.begin(), by_size.end(), [](auto* a, auto* b) {
+      return a->second.first > b->second.first;
+    });
+    for (const auto* g : by_size) {
+      std::vector<int> ranks = g->first;
+      std::stable_sort(ranks.begin(), ranks.end(),
+                       [&](int a, int b) { return reads[a] < reads[b]; });
+      // The level L that sum(max(0, L - reads[r])) = the group's bytes.
+      const double bytes = static_cast<double>(g->second.first);
+      double level = 0, below = 0;
+      size_t n = 0;
+      while (n < ranks.size()) {
+        below += static_cast<double>(reads[ranks[n]]);
+        ++n;
+        level = (bytes + below) / static_cast<double>(n);
+        if (n == ranks.size() ||
+            level <= static_cast<double>(reads[ranks[n]])) {
+          break;
+        }
+      }
+      size_t i = 0;
+      double left = level - static_cast<double>(reads[ranks[0]]);
+      for (size_t k : g->second.second) {
+        // On to the next reader once this one's block is full (a run
+        // that would overfill it by more than half goes to the next).
+        while (i + 1 < n && left < runs[k].bytes / 2.0) {
+          ++i;
+          left = level - static_cast<double>(reads[ranks[i]]);
+        }
+        reader_of[k] = ranks[i];
+        left -= static_cast<double>(runs[k].bytes);
+      }
+      for (size_t k : g->second.second) reads[reader_of[k]] += runs[k].bytes;
+    }
+  }
   // Each run's reader, and its way to each rank that needs it: straight
   // to those on the reader's node, and to one rank of each other node (the
   // relay, the one that relays the fewest bytes so far), which passes it
@@ -494,14 +364,10 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
   // Runs every rank needs, by reader: broadcast.
   std::vector<std::vector<const Shared*>> everyone(world);
   std::vector<const Shared*> own;
-  for (size_t k : order) {
+  for (size_t k = 0; k < runs.size(); ++k) {
     const Run& run = runs[k];
     const std::vector<int>& ranks = shared[run.begin]->ranks;
-    int reader = -1;
-    for (int r : ranks) {
-      if (reader < 0 || reads[r] < reads[reader]) reader = r;
-    }
-    reads[reader] += run.bytes;
+    const int reader = reader_of[k];
     for (int r : ranks) {
       if (r != reader) rest[r] += run.bytes;
     }
@@ -541,10 +407,30 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
     }
   }
 
-  auto held = std::make_unique<SharedChunkStorage>(&storage);
-  // 3. This rank's share of the reading: its chunks back to back, in the
-  // order of their places in the objects, so that adjacent chunks are read
-  // with one range read straight into place.
+  // 3. The memory every chunk this rank needs is held in, laid out as the
+  // objects are (HeldChunks).
+  std::map<std::string, HeldChunks::Extent, std::less<>> extents;
+  for (const NeededChunk& c : *mine) {
+    const std::string& key = manifest.objects[c.chunk->object].key;
+    const uint64_t end = c.chunk->StoredEnd();
+    auto [it, added] =
+        extents.try_emplace(key, HeldChunks::Extent{c.chunk->offset, end});
+    if (!added) {
+      it->second.begin = std::min(it->second.begin, c.chunk->offset);
+      it->second.end = std::max(it->second.end, end);
+    }
+  }
+  Result<std::unique_ptr<HeldChunks>> made =
+      HeldChunks::Make(&storage, extents);
+  if (!made.ok()) {
+    // Its partners would wait for messages that never come.
+    comm.Abort(made.status());
+    return made.status();
+  }
+  std::unique_ptr<HeldChunks> held = std::move(*made);
+  // This rank's share of the reading, in the order of their places in the
+  // objects, so that adjacent chunks are read with one range read straight
+  // into place.
   std::sort(own.begin(), own.end(), [&](const Shared* a, const Shared* b) {
     const format::ChunkRecord& x = *places.at(a->id)[0]->chunk;
     const format::ChunkRecord& y = *places.at(b->id)[0]->chunk;
@@ -552,23 +438,22 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
   });
   uint64_t own_bytes = 0;
   for (const Shared* s : own) own_bytes += s->id.length;
-  std::string& own_memory = held->Keep(std::string(own_bytes, '\0'));
   std::map<ChunkId, const std::byte*> bytes_of;
+  Mover mover(comm, *held, manifest, places, bytes_of);
   // With kAuto, the first chunks of the share, at least kStorageProbeBytes
   // (or all of it), are read first and timed: the rate from storage that
   // decides whether the rest goes rank to rank (RanksFasterThanStorage).
   // Read before the decision, they are of use either way: every rank needs
   // the chunks it reads.
   std::vector<ChunkRead> first, then;
-  uint64_t at = 0, first_bytes = 0;
+  uint64_t first_bytes = 0;
   for (const Shared* s : own) {
     const NeededChunk& c = *places.at(s->id)[0];
-    auto* dest = reinterpret_cast<std::byte*>(own_memory.data()) + at;
+    std::byte* dest = mover.Home(s->id);
     const bool early = !measure || first_bytes < kStorageProbeBytes;
     (early ? first : then).push_back({c.entry, c.chunk, dest});
     if (early) first_bytes += s->id.length;
     bytes_of[s->id] = dest;
-    at += s->id.length;
   }
   ReadOnceRates measured;
   if (measure) CKPT_RETURN_IF_ERROR(ProbeRanks(comm, rest, measured));
@@ -576,12 +461,15 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
   Status read = ReadShare(storage, manifest, std::move(first), pool);
   const auto read_done = std::chrono::steady_clock::now();
 
-  // Every place this rank reads a chunk it holds from.
+  // Every place this rank reads a chunk it holds from (a chunk stored at
+  // several places is copied to the others).
   const auto place_held = [&] {
     for (const auto& [id, bytes] : bytes_of) {
       for (const NeededChunk* c : places.at(id)) {
-        held->Place(manifest.objects[c->chunk->object].key, c->chunk->offset,
-                    bytes, id.length);
+        const std::string& key = manifest.objects[c->chunk->object].key;
+        std::byte* home = held->At(key, c->chunk->offset);
+        if (home != bytes) std::memcpy(home, bytes, id.length);
+        held->Hold(key, c->chunk->offset, id.length);
       }
     }
     if (!held->empty()) out.storage = std::move(held);
@@ -626,22 +514,29 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
   // 4. The exchange: from the readers, then from the relays.
   const auto exchange_begin = std::chrono::steady_clock::now();
   for (const Transfers* t : {&direct, &relay}) {
-    CKPT_RETURN_IF_ERROR(Exchange(comm, *t, bytes_of, *held, out.received));
+    CKPT_RETURN_IF_ERROR(Exchange(comm, *t, mover));
   }
   // What every rank needs goes out as broadcasts (the communicator's own,
   // which MPI spreads over the nodes), reader by reader.
-  for (int r = 0; r < world; ++r) {
-    for (const auto& batch : Batches(everyone[r])) {
-      Result<std::string> got = comm.Broadcast(
-          r == me ? EncodeBatch(batch, bytes_of) : std::string(), r);
-      if (!got.ok()) {
-        return got.status().WithContext("read once: chunks broadcast by rank " +
-                                        std::to_string(r));
-      }
-      if (r == me) continue;
-      CKPT_RETURN_IF_ERROR(
-          Take(comm, std::move(*got), batch, r, bytes_of, *held, out.received));
-    }
+  CKPT_RETURN_IF_ERROR(BroadcastEach(comm, everyone, mover));
+  out.received = mover.received();
+  const auto exchange_done = std::chrono::steady_clock::now();
+  // 5. The chunks only this rank needs, read into the same memory, so that
+  // it holds every chunk it needs: the load then checks them where they lie
+  // and copies them once (HeldChunks). One it cannot read is left to the
+  // load, which meets the error where it lies.
+  std::vector<ChunkRead> alone;
+  for (const auto& [id, s] : by_id) {
+    if (s.ranks.size() != 1 || s.ranks[0] != me) continue;
+    const NeededChunk& c = *places.at(id)[0];
+    alone.push_back({c.entry, c.chunk, mover.Home(id)});
+  }
+  std::sort(alone.begin(), alone.end(), [](const auto& a, const auto& b) {
+    return std::pair(a.chunk->object, a.chunk->offset) <
+           std::pair(b.chunk->object, b.chunk->offset);
+  });
+  if (ReadShare(storage, manifest, alone, pool).ok()) {
+    for (const ChunkRead& c : alone) bytes_of[IdOf(*c.chunk)] = c.dest;
   }
   if (LogEnabled(LogLevel::kInfo)) {
     const auto seconds = [](auto a, auto b) {
@@ -651,10 +546,13 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
         "read once, step " + std::to_string(manifest.step) + ": rank " +
         std::to_string(me) + " read " + std::to_string(out.read_for_others) +
         " bytes that other ranks need in " + seconds(start, exchange_begin) +
-        " s, and received " + std::to_string(out.received) + " bytes in " +
-        seconds(exchange_begin, std::chrono::steady_clock::now()) + " s");
+        " s, received " + std::to_string(out.received) + " bytes in " +
+        seconds(exchange_begin, exchange_done) + " s, and read the " +
+        std::to_string(alone.size()) + " chunks only it needs in " +
+        seconds(exchange_done, std::chrono::steady_clock::now()) + " s");
   }
 
+  if (bytes_of.size() == places.size()) held->SetComplete();
   place_held();
   return out;
 }

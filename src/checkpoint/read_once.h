@@ -7,11 +7,14 @@
 // The rule (docs/design.md, "Every byte read once", says it whole and why),
 // computed alike on every rank from the all-gathered plans: a chunk one
 // rank needs, that rank reads; chunks several need are cut into runs that
-// lie back to back, each read by the least-loaded rank that needs it and
-// sent straight to the ranks of its node and to one relay on each other
-// node, which passes it on (runs every rank needs are broadcast instead);
-// a chunk its reader could not read is sent as missing, and whoever needs
-// it reads it itself. Off for one rank, with
+// lie back to back, dealt out among the ranks that need them in blocks
+// that lie back to back, evening out what each reads, and sent straight to
+// the ranks of its node and to one relay on each other node, which passes
+// it on (runs every rank needs are broadcast instead); a chunk its reader
+// could not read is sent as missing, and whoever needs it reads it itself.
+// A rank holds the chunks it needs in memory laid out as the objects are
+// (held_chunks.h), received straight into it; holding them all, the load
+// checks them there and copies them once. Off for one rank, with
 // LoadOptions::ReadOnce::kOff or CKPT_READ_ONCE=off, and when a rank's
 // communicator cannot send. With kAuto, also where it cannot pay: when a
 // rank's storage reads are local (StorageCapabilities::local_reads: a
@@ -66,8 +69,10 @@ struct SharedReads {
   // Reads through this storage get the shared chunks this rank needs from
   // memory (sent by their readers, or read by this rank for others) and
   // everything else from the root's storage. Null where nothing is shared:
-  // read from the root's storage as without.
-  std::unique_ptr<Storage> storage;
+  // read from the root's storage as without. Holding every chunk the rank
+  // needs, it offers views of them (held_chunks.h), which the load uses
+  // after this returns: it keeps this alive until it is done.
+  std::shared_ptr<Storage> storage;
   uint64_t read_for_others = 0;  // bytes of chunks this rank read and sent
   uint64_t received = 0;         // bytes of chunks other ranks sent it
 };

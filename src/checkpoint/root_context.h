@@ -11,7 +11,9 @@
 //                 SaveHandle
 //   load.h        load.cc: Load, LoadAll, LoadRankLocal
 //   read_once.h   read_once.cc: a chunk several ranks load, read by one and
-//                 sent to the others
+//                 sent to the others; read_once_exchange.h/.cc: how batches
+//                 of chunks move; held_chunks.h/.cc: the memory a rank
+//                 holds them in
 //   inspect.h     inspect.cc: Latest, List, Describe
 //   replace.h     replace.cc: whether a save replaces a committed step (one
 //                 that does not load whole)

@@ -1,6 +1,8 @@
 #include <unistd.h>
 
 #include <climits>
+#include <cstring>
+#include <string>
 
 #include "ckpt/communicator.h"
 
@@ -17,6 +19,42 @@ Result<std::string> Communicator::SendRecv(std::string_view data, int dest,
   return UnavailableError(
       "this communicator cannot send from one rank to another (SendRecv), "
       "which tiers need");
+}
+
+namespace {
+
+Status ExactSize(size_t got, size_t want, int from) {
+  if (got == want) return Status();
+  return DataLossError("rank " + std::to_string(from) + " sent " +
+                       std::to_string(got) + " bytes where " +
+                       std::to_string(want) + " were expected");
+}
+
+}  // namespace
+
+Status Communicator::SendRecvInto(std::span<const std::byte> data, int dest,
+                                  std::span<std::byte> into, int source) {
+  CKPT_ASSIGN_OR_RETURN(
+      std::string got,
+      SendRecv(std::string_view(reinterpret_cast<const char*>(data.data()),
+                                data.size()),
+               dest, source));
+  if (source < 0) return Status();
+  CKPT_RETURN_IF_ERROR(ExactSize(got.size(), into.size(), source));
+  if (!got.empty()) std::memcpy(into.data(), got.data(), got.size());
+  return Status();
+}
+
+Status Communicator::BroadcastInto(std::span<std::byte> data, int root) {
+  CKPT_ASSIGN_OR_RETURN(
+      std::string got,
+      Broadcast(std::string_view(reinterpret_cast<const char*>(data.data()),
+                                 data.size()),
+                root));
+  if (rank() == root) return Status();
+  CKPT_RETURN_IF_ERROR(ExactSize(got.size(), data.size(), root));
+  if (!got.empty()) std::memcpy(data.data(), got.data(), got.size());
+  return Status();
 }
 
 namespace {

@@ -177,6 +177,60 @@ class MpiCommunicator : public Communicator {
     return out;
   }
 
+  // Without a timeout, straight into the caller's memory (with one, as the
+  // default: a late message must not land in memory the caller freed).
+  Status SendRecvInto(std::span<const std::byte> data, int dest,
+                      std::span<std::byte> into, int source) override {
+    if (timeout_seconds_ > 0 || dest < -1 || dest >= size_ || source < -1 ||
+        source >= size_ || data.size() > INT_MAX || into.size() > INT_MAX) {
+      return Communicator::SendRecvInto(data, dest, into, source);
+    }
+    const int to = dest < 0 ? MPI_PROC_NULL : dest;
+    const int from = source < 0 ? MPI_PROC_NULL : source;
+    long long n = static_cast<long long>(data.size());
+    long long m = static_cast<long long>(into.size());
+    int rc = MPI_Sendrecv(&n, 1, MPI_LONG_LONG, to, kTag, &m, 1, MPI_LONG_LONG,
+                          from, kTag, comm_, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) return MpiError(rc, "send/receive of a size");
+    if (source >= 0 && m != static_cast<long long>(into.size())) {
+      // The message still comes: taken and dropped, so the next one between
+      // the two ranks is not mistaken for it.
+      std::string dropped(m > 0 && m <= INT_MAX ? static_cast<size_t>(m) : 0,
+                          '\0');
+      rc = MPI_Sendrecv(data.data(), static_cast<int>(n), MPI_CHAR, to, kTag,
+                        dropped.data(), static_cast<int>(dropped.size()),
+                        MPI_CHAR, from, kTag, comm_, MPI_STATUS_IGNORE);
+      return DataLossError("MPI send/receive: rank " + std::to_string(source) +
+                           " sent " + std::to_string(m) + " bytes where " +
+                           std::to_string(into.size()) + " were expected");
+    }
+    rc = MPI_Sendrecv(data.data(), static_cast<int>(n), MPI_CHAR, to, kTag,
+                      into.data(), source >= 0 ? static_cast<int>(m) : 0,
+                      MPI_CHAR, from, kTag, comm_, MPI_STATUS_IGNORE);
+    return rc == MPI_SUCCESS ? Status() : MpiError(rc, "send/receive");
+  }
+
+  Status BroadcastInto(std::span<std::byte> data, int root) override {
+    if (timeout_seconds_ > 0 || root < 0 || root >= size_ ||
+        data.size() > INT_MAX) {
+      return Communicator::BroadcastInto(data, root);
+    }
+    long long n = rank_ == root ? static_cast<long long>(data.size()) : 0;
+    int rc = MPI_Bcast(&n, 1, MPI_LONG_LONG, root, comm_);
+    if (rc != MPI_SUCCESS) return MpiError(rc, "broadcast of the size");
+    if (n != static_cast<long long>(data.size())) {
+      std::string dropped(n > 0 && n <= INT_MAX ? static_cast<size_t>(n) : 0,
+                          '\0');
+      MPI_Bcast(dropped.data(), static_cast<int>(dropped.size()), MPI_CHAR,
+                root, comm_);
+      return DataLossError("MPI broadcast: rank " + std::to_string(root) +
+                           " sent " + std::to_string(n) + " bytes where " +
+                           std::to_string(data.size()) + " were expected");
+    }
+    rc = MPI_Bcast(data.data(), static_cast<int>(n), MPI_CHAR, root, comm_);
+    return rc == MPI_SUCCESS ? Status() : MpiError(rc, "broadcast");
+  }
+
   void Abort(Status why) override { MPI_Abort(comm_, 1); }
 
   // What a timed call left posted (see Flight) may still be pending. After

@@ -172,11 +172,15 @@ struct ReadOncePlan {
   std::vector<Place> places;    // one a chunk
 };
 
-// Load, every byte read once: chunks one rank read for another, in the
-// order both know from the plans (one SendRecv message). `present[i]` is
+// Load, every byte read once: the header of a batch of chunks one rank read
+// for another, in the order both know from the plans. `present[i]` is
 // false where the reader could not read chunk i (the receiver reads it
-// itself, and meets the same error); `data` holds the present chunks back
-// to back, a view into the bytes decoded (as TransferPart's).
+// itself, and meets the same error). The exchange sends it with `data`
+// empty and the chunks' bytes right after it, raw, every chunk's bytes
+// (filler for a missing one) back to back, so the receiver knows their
+// size from the plans (read_once_exchange.h); `data`, where given, holds
+// the present chunks back to back, a view into the bytes decoded (the
+// probe between ranks carries its bytes in it).
 struct ReadOnceBatch {
   std::vector<bool> present;
   std::string_view data;

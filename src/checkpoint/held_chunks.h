@@ -1,0 +1,71 @@
+// The memory a read-once load (read_once.h) keeps the chunks it needs in:
+// one mapping, laid out as the step's objects are, so that a chunk lies at
+// its own offset within its object's part. Reads through it take the held
+// chunks from memory and the rest from the root's storage; once it holds
+// every chunk the rank needs, it also hands over its objects as views
+// (Storage::ViewObject), and an all-or-nothing load checks the chunks
+// where they lie and copies them once into the caller's buffers, instead
+// of copying them into staging memory first (docs/design.md, "Every byte
+// read once").
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ckpt/storage.h"
+
+namespace ckpt {
+
+class HeldChunks : public StorageWrapper {
+ public:
+  // The part of each object the rank needs: [begin, end) of the object
+  // `key`.
+  struct Extent {
+    uint64_t begin = 0, end = 0;
+  };
+  // Maps the memory for `extents` (address space for bytes [0, end) of
+  // each object; only what is written or faulted in costs memory).
+  // `target` outlives this.
+  static Result<std::unique_ptr<HeldChunks>> Make(
+      Storage* target,
+      const std::map<std::string, Extent, std::less<>>& extents);
+  ~HeldChunks() override;
+
+  // Where the object `key`'s byte at `offset` is kept (within its extent).
+  std::byte* At(std::string_view key, uint64_t offset) const;
+  // The `length` bytes at At(key, offset) are the object's from `offset`:
+  // reads take them from memory.
+  void Hold(std::string_view key, uint64_t offset, uint64_t length);
+  // Every chunk the rank needs is held: views from now on.
+  void SetComplete() { complete_ = true; }
+  bool empty() const { return places_.empty(); }
+
+  StorageCapabilities capabilities() const override;
+  Status ReadRange(std::string_view key, uint64_t offset,
+                   std::span<std::byte> out) override;
+  Status ReadRangeFilling(std::string_view key, uint64_t offset,
+                          std::span<std::byte> out,
+                          const FilledFn& filled) override;
+  Result<std::shared_ptr<const ObjectView>> ViewObject(
+      std::string_view key) override;
+
+ private:
+  struct Mapping;
+  struct Part {
+    Extent extent;
+    uint64_t at = 0;  // of the object's byte 0 in the mapping
+  };
+  HeldChunks(Storage* target, std::shared_ptr<Mapping> memory,
+             std::map<std::string, Part, std::less<>> parts);
+
+  std::shared_ptr<Mapping> memory_;
+  std::map<std::string, Part, std::less<>> parts_;
+  std::map<std::string, std::map<uint64_t, uint64_t>, std::less<>>
+      places_;  // key -> offset -> length held
+  bool complete_ = false;
+};
+
+}  // namespace ckpt

@@ -1,0 +1,112 @@
+#include "checkpoint/read_once_exchange.h"
+
+#include <algorithm>
+#include <cstring>
+#include <tuple>
+
+namespace ckpt::read_once {
+
+namespace {
+
+// At most this many bytes of chunks in one message (one chunk larger goes
+// alone), so that neither side holds more than one such message at a time
+// for the exchange itself.
+constexpr uint64_t kBatchBytes = uint64_t{64} << 20;
+}  // namespace
+
+// `items` in the order of their places, cut into messages of at most
+// kBatchBytes (or one chunk) of chunks that lie back to back in their
+// object: such a message goes out of, and into, the memory the chunks are
+// held in (HeldChunks keeps them as their objects lay them out) without a
+// copy. Every rank cuts the same lists alike.
+std::vector<std::vector<const Shared*>> Batches(
+    std::vector<const Shared*> items) {
+  std::stable_sort(
+      items.begin(), items.end(), [](const Shared* a, const Shared* b) {
+        return std::tie(a->place, a->id) < std::tie(b->place, b->id);
+      });
+  std::vector<std::vector<const Shared*>> out;
+  uint64_t bytes = 0;
+  for (const Shared* s : items) {
+    const Shared* prev = out.empty() ? nullptr : out.back().back();
+    const bool after = prev != nullptr && s->place.first == prev->place.first &&
+                       s->place.second == prev->place.second + prev->id.length;
+    if (!after || (bytes > 0 && bytes + s->id.length > kBatchBytes)) {
+      out.emplace_back();
+      bytes = 0;
+    }
+    out.back().push_back(s);
+    bytes += s->id.length;
+  }
+  return out;
+}
+
+// One phase: in round k, to rank + k and from rank - k, a batch at a time
+// (Batches). Sends the chunks this rank holds (the others as missing);
+// takes what arrives.
+Status Exchange(Communicator& comm, const Transfers& t, Mover& mover) {
+  const int world = comm.size();
+  const int me = comm.rank();
+  for (int k = 1; k < world; ++k) {
+    const int dest = (me + k) % world;
+    const int source = (me - k + world) % world;
+    const auto sends = Batches(t.send[dest]);
+    const auto receives = Batches(t.receive[source]);
+    const std::string with = "read once: chunks with ranks " +
+                             std::to_string(dest) + " and " +
+                             std::to_string(source);
+    for (size_t j = 0; j < std::max(sends.size(), receives.size()); ++j) {
+      const bool sending = j < sends.size(), receiving = j < receives.size();
+      std::span<const std::byte> payload;
+      Result<std::string> got = comm.SendRecv(
+          sending ? EncodeReadOnceBatch(mover.Pack(sends[j], payload), {})
+                  : std::string(),
+          sending ? dest : -1, receiving ? source : -1);
+      // A message that fails fails this rank's load; its partners fail
+      // too, within the communicator's timeout (docs/tiers.md).
+      if (!got.ok()) return got.status().WithContext(with);
+      const std::span<std::byte> landing =
+          receiving ? mover.Landing(receives[j]) : std::span<std::byte>();
+      if (Status s = comm.SendRecvInto(payload, sending ? dest : -1, landing,
+                                       receiving ? source : -1);
+          !s.ok()) {
+        return mover.Lost(s, with);
+      }
+      if (!receiving) continue;
+      CKPT_RETURN_IF_ERROR(mover.Take(got, receives[j], landing, source));
+    }
+  }
+  return Status();
+}
+
+Status BroadcastEach(Communicator& comm,
+                     const std::vector<std::vector<const Shared*>>& everyone,
+                     Mover& mover) {
+  const int world = comm.size();
+  const int me = comm.rank();
+  for (int r = 0; r < world; ++r) {
+    const std::string what =
+        "read once: chunks broadcast by rank " + std::to_string(r);
+    for (const auto& batch : Batches(everyone[r])) {
+      std::span<const std::byte> payload;
+      Result<std::string> got = comm.Broadcast(
+          r == me ? EncodeReadOnceBatch(mover.Pack(batch, payload), {})
+                  : std::string(),
+          r);
+      if (!got.ok()) return got.status().WithContext(what);
+      // The root's bytes are only read (BroadcastInto writes on the others).
+      const std::span<std::byte> landing =
+          r == me ? std::span<std::byte>(const_cast<std::byte*>(payload.data()),
+                                         payload.size())
+                  : mover.Landing(batch);
+      if (Status s = comm.BroadcastInto(landing, r); !s.ok()) {
+        return mover.Lost(s, what);
+      }
+      if (r == me) continue;
+      CKPT_RETURN_IF_ERROR(mover.Take(got, batch, landing, r));
+    }
+  }
+  return Status();
+}
+
+}  // namespace ckpt::read_once

@@ -1,0 +1,195 @@
+// The exchange of a read-once load (read_once.h): which chunks go from
+// which rank to which, cut into batches, and how a batch moves: its header
+// message, then the chunks' bytes straight between the memories the ranks
+// hold them in (held_chunks.h).
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "checkpoint/held_chunks.h"
+#include "checkpoint/read_once.h"
+#include "ckpt/communicator.h"
+#include "format/manifest.h"
+#include "messages/messages.h"
+
+namespace ckpt::read_once {
+
+// One shared chunk and the ranks that need it.
+struct Shared {
+  ChunkId id;
+  std::vector<int> ranks;  // that need it, ascending
+  // The first place any rank reads it from (ReadOncePlan::Place).
+  std::pair<uint64_t, uint64_t> place{UINT64_MAX, UINT64_MAX};
+};
+
+// `items` in the order of their places, cut into messages of at most
+// kBatchBytes (or one chunk) of chunks that lie back to back in their
+// object: such a message goes out of, and into, the memory the chunks are
+// held in (HeldChunks keeps them as their objects lay them out) without a
+// copy. Every rank cuts the same lists alike.
+std::vector<std::vector<const Shared*>> Batches(
+    std::vector<const Shared*> items);
+
+// What one rank sends to and receives from each other rank in one phase of
+// the exchange, in the order both sides list them.
+struct Transfers {
+  explicit Transfers(int world) : send(world), receive(world) {}
+  std::vector<std::vector<const Shared*>> send, receive;
+};
+
+// Moves batches of chunks between ranks: each batch is a header message
+// (which of its chunks the sender holds; one it could not read goes as
+// missing) and then the chunks' bytes, missing ones as filler, so that the
+// receiver knows every size from the plans and takes the bytes straight
+// into the memory they are held in.
+class Mover {
+ public:
+  Mover(Communicator& comm, HeldChunks& held, const format::Manifest& manifest,
+        const std::map<ChunkId, std::vector<const NeededChunk*>>& places,
+        std::map<ChunkId, const std::byte*>& bytes_of)
+      : comm_(comm),
+        held_(held),
+        manifest_(manifest),
+        places_(places),
+        bytes_of_(bytes_of) {}
+
+  uint64_t received() const { return received_; }
+
+  // Where this rank keeps chunk `id` (its first place).
+  std::byte* Home(const ChunkId& id) const {
+    const format::ChunkRecord& c = *places_.at(id)[0]->chunk;
+    return held_.At(manifest_.objects[c.object].key, c.offset);
+  }
+
+  // Which of `chunks` this rank holds (the batch's header), and their bytes
+  // in `payload`: where they are held when every one is there, back to
+  // back; else gathered.
+  std::vector<bool> Pack(const std::vector<const Shared*>& chunks,
+                         std::span<const std::byte>& payload) {
+    std::vector<bool> present;
+    bool whole = true;
+    const std::byte* next = nullptr;
+    for (const Shared* s : chunks) {
+      auto found = bytes_of_.find(s->id);
+      present.push_back(found != bytes_of_.end());
+      if (found == bytes_of_.end() ||
+          (next != nullptr && found->second != next)) {
+        whole = false;
+      }
+      if (found != bytes_of_.end()) next = found->second + s->id.length;
+    }
+    const uint64_t size = SizeOf(chunks);
+    if (whole && !chunks.empty()) {
+      payload = {bytes_of_.at(chunks[0]->id), size};
+    } else {
+      std::byte* out = Buffer(out_, out_size_, size);
+      uint64_t at = 0;
+      for (const Shared* s : chunks) {
+        auto found = bytes_of_.find(s->id);
+        if (found != bytes_of_.end()) {
+          std::memcpy(out + at, found->second, s->id.length);
+        }
+        at += s->id.length;
+      }
+      payload = {out, size};
+    }
+    return present;
+  }
+
+  // Where the bytes of `expected` are received: their homes when those
+  // lie back to back, else a buffer they are copied out of (Take).
+  std::span<std::byte> Landing(const std::vector<const Shared*>& expected) {
+    const uint64_t size = SizeOf(expected);
+    std::byte* first = Home(expected[0]->id);
+    std::byte* next = first;
+    for (const Shared* s : expected) {
+      if (Home(s->id) != next) return {Buffer(in_, in_size_, size), size};
+      next += s->id.length;
+    }
+    return {first, size};
+  }
+
+  // Checks the header `got` from `source` against `expected` (as its plan
+  // says) and takes the present chunks, received at `landing`. A batch
+  // that does not match gives up on the communicator.
+  Status Take(const Result<std::string>& got,
+              const std::vector<const Shared*>& expected,
+              std::span<const std::byte> landing, int source) {
+    Result<ReadOnceBatch> batch =
+        got.ok() ? DecodeReadOnceBatch(*got) : got.status();
+    if (!batch.ok() || batch->present.size() != expected.size() ||
+        !batch->data.empty()) {
+      const Status why = DataLossError(
+          "read once: rank " + std::to_string(source) +
+          " sent chunks that its plan does not hold" +
+          (batch.ok() ? "" : " (" + batch.status().message() + ")"));
+      comm_.Abort(why);
+      return why;
+    }
+    uint64_t at = 0;
+    for (size_t i = 0; i < expected.size(); ++i) {
+      const ChunkId& id = expected[i]->id;
+      if (batch->present[i]) {
+        std::byte* home = Home(id);
+        if (home != landing.data() + at) {
+          std::memcpy(home, landing.data() + at, id.length);
+        }
+        bytes_of_[id] = home;
+        received_ += id.length;
+      }
+      at += id.length;
+    }
+    return Status();
+  }
+
+  // The payload of a batch did not arrive whole.
+  Status Lost(const Status& why, const std::string& what) {
+    if (why.code() == ErrorCode::kDataLoss) comm_.Abort(why);
+    return why.WithContext(what);
+  }
+
+ private:
+  static uint64_t SizeOf(const std::vector<const Shared*>& chunks) {
+    uint64_t n = 0;
+    for (const Shared* s : chunks) n += s->id.length;
+    return n;
+  }
+  // `buffer`, grown to at least `size` bytes (its old bytes not kept).
+  static std::byte* Buffer(std::unique_ptr<std::byte[]>& buffer,
+                           uint64_t& capacity, uint64_t size) {
+    if (capacity < size) {
+      buffer.reset();
+      buffer.reset(new std::byte[size]);
+      capacity = size;
+    }
+    return buffer.get();
+  }
+
+  Communicator& comm_;
+  HeldChunks& held_;
+  const format::Manifest& manifest_;
+  const std::map<ChunkId, std::vector<const NeededChunk*>>& places_;
+  std::map<ChunkId, const std::byte*>& bytes_of_;
+  std::unique_ptr<std::byte[]> out_, in_;
+  uint64_t out_size_ = 0, in_size_ = 0;
+  uint64_t received_ = 0;
+};
+
+// One phase: in round k, to rank + k and from rank - k, a batch at a time
+// (Batches). Sends the chunks this rank holds (the others as missing);
+// takes what arrives.
+Status Exchange(Communicator& comm, const Transfers& t, Mover& mover);
+
+// The chunks every rank needs, `everyone[r]` those rank r read: broadcast
+// (the communicator's own, which MPI spreads over the nodes), reader by
+// reader.
+Status BroadcastEach(Communicator& comm,
+                     const std::vector<std::vector<const Shared*>>& everyone,
+                     Mover& mover);
+
+}  // namespace ckpt::read_once
