@@ -327,9 +327,13 @@ TEST_F(NodesTest, TorchrunAgentOnEachNodeSavesAndLoads) {
   const std::string root = dir.string() + "/root";
   std::vector<std::string> logs;
   // One agent a node, as on a cluster: the same command on each.
-  std::vector<std::string> agent = {"env", "PYTHONPATH=" CKPT_PYTHON_DIR,
-                                    "OMP_NUM_THREADS=1",
-                                    "PYTHONDONTWRITEBYTECODE=1"};
+  // torchrun's agents make a torchelastic_* folder in TMPDIR and leave it
+  // behind: in the test's folder, removed with it.
+  const std::string tmp = dir.string() + "/tmp";
+  std::filesystem::create_directories(tmp);
+  std::vector<std::string> agent = {
+      "env", "PYTHONPATH=" CKPT_PYTHON_DIR, "OMP_NUM_THREADS=1",
+      "PYTHONDONTWRITEBYTECODE=1", "TMPDIR=" + tmp};
   // An instrumented libckpt.so needs its sanitizer loaded first.
   if (std::string(CKPT_PYTHON_PRELOAD) != "") {
     agent.push_back("LD_PRELOAD=" CKPT_PYTHON_PRELOAD);
