@@ -323,7 +323,11 @@ struct LoadOptions {
   // wherever the ranks share a chunk and can send, without measuring; kOff
   // has every rank read all it needs itself. The environment variable
   // CKPT_READ_ONCE=off turns it off for every load of the process, kOn's
-  // too.
+  // too. Reading once, a rank holds the chunks it needs in memory of the
+  // load's own (up to this rank's part of the state, whatever
+  // Options::async_staging_bytes says, until the load is done); holding
+  // them all, the load checks its host tensors' chunks there and copies
+  // them once, without staging memory.
   enum class ReadOnce { kAuto, kOff, kOn };
   ReadOnce read_once = ReadOnce::kAuto;
 };
