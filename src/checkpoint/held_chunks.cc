@@ -43,13 +43,12 @@ class HeldView : public ObjectView {
 }  // namespace
 
 Result<std::unique_ptr<HeldChunks>> HeldChunks::Make(
-    Storage* target,
-    const std::map<std::string, Extent, std::less<>>& extents) {
+    Storage* target, const std::map<std::string, uint64_t, std::less<>>& ends) {
   std::map<std::string, Part, std::less<>> parts;
   uint64_t size = 0;
-  for (const auto& [key, extent] : extents) {
-    parts[key] = {extent, size};
-    size += PageUp(extent.end);
+  for (const auto& [key, end] : ends) {
+    parts[key] = {end, size};
+    size += PageUp(end);
   }
   std::byte* base = nullptr;
   if (size > 0) {
@@ -76,7 +75,7 @@ HeldChunks::~HeldChunks() = default;
 
 std::byte* HeldChunks::At(std::string_view key, uint64_t offset) const {
   auto part = parts_.find(key);
-  if (part == parts_.end() || offset > part->second.extent.end) return nullptr;
+  if (part == parts_.end() || offset > part->second.end) return nullptr;
   return memory_->base + part->second.at + offset;
 }
 
@@ -148,7 +147,7 @@ Result<std::shared_ptr<const ObjectView>> HeldChunks::ViewObject(
   // before the first, and between chunks, nothing the load reads.
   return std::shared_ptr<const ObjectView>(std::make_shared<HeldView>(
       memory_, std::span<const std::byte>(memory_->base + part->second.at,
-                                          part->second.extent.end)));
+                                          part->second.end)));
 }
 
 }  // namespace ckpt

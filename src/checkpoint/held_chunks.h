@@ -21,20 +21,15 @@ namespace ckpt {
 
 class HeldChunks : public StorageWrapper {
  public:
-  // The part of each object the rank needs: [begin, end) of the object
-  // `key`.
-  struct Extent {
-    uint64_t begin = 0, end = 0;
-  };
-  // Maps the memory for `extents` (address space for bytes [0, end) of
-  // each object; only what is written or faulted in costs memory).
-  // `target` outlives this.
+  // Maps the memory for the objects in `ends` (key -> the end of the last
+  // byte the rank needs of it): address space for bytes [0, end) of each,
+  // of which only the pages written cost memory. `target` outlives this.
   static Result<std::unique_ptr<HeldChunks>> Make(
       Storage* target,
-      const std::map<std::string, Extent, std::less<>>& extents);
+      const std::map<std::string, uint64_t, std::less<>>& ends);
   ~HeldChunks() override;
 
-  // Where the object `key`'s byte at `offset` is kept (within its extent).
+  // Where the object `key`'s byte at `offset` is kept (up to its end).
   std::byte* At(std::string_view key, uint64_t offset) const;
   // The `length` bytes at At(key, offset) are the object's from `offset`:
   // reads take them from memory.
@@ -55,7 +50,7 @@ class HeldChunks : public StorageWrapper {
  private:
   struct Mapping;
   struct Part {
-    Extent extent;
+    uint64_t end = 0;
     uint64_t at = 0;  // of the object's byte 0 in the mapping
   };
   HeldChunks(Storage* target, std::shared_ptr<Mapping> memory,

@@ -43,7 +43,7 @@ class HeldChunksTest : public ::testing::Test {
 };
 
 TEST_F(HeldChunksTest, ReadsTakeHeldBytesFromMemoryAndTheRestFromStorage) {
-  auto held = HeldChunks::Make(storage_.get(), {{"obj", {kPage, 3 * kPage}}});
+  auto held = HeldChunks::Make(storage_.get(), {{"obj", 3 * kPage}});
   ASSERT_TRUE(held.ok()) << held.status().ToString();
   // The held chunk, marked, so that a read that takes it is told apart
   // from one that reads storage.
@@ -67,7 +67,7 @@ TEST_F(HeldChunksTest, ReadsTakeHeldBytesFromMemoryAndTheRestFromStorage) {
 }
 
 TEST_F(HeldChunksTest, ViewsOnlyOnceEveryChunkIsHeldAndTheyOutliveIt) {
-  auto held = HeldChunks::Make(storage_.get(), {{"obj", {kPage, 3 * kPage}}});
+  auto held = HeldChunks::Make(storage_.get(), {{"obj", 3 * kPage}});
   ASSERT_TRUE(held.ok()) << held.status().ToString();
   std::memcpy((*held)->At("obj", kPage), object_.data() + kPage, 2 * kPage);
   (*held)->Hold("obj", kPage, 2 * kPage);

@@ -409,19 +409,12 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
 
   // 3. The memory every chunk this rank needs is held in, laid out as the
   // objects are (HeldChunks).
-  std::map<std::string, HeldChunks::Extent, std::less<>> extents;
+  std::map<std::string, uint64_t, std::less<>> ends;
   for (const NeededChunk& c : *mine) {
-    const std::string& key = manifest.objects[c.chunk->object].key;
-    const uint64_t end = c.chunk->StoredEnd();
-    auto [it, added] =
-        extents.try_emplace(key, HeldChunks::Extent{c.chunk->offset, end});
-    if (!added) {
-      it->second.begin = std::min(it->second.begin, c.chunk->offset);
-      it->second.end = std::max(it->second.end, end);
-    }
+    uint64_t& end = ends[manifest.objects[c.chunk->object].key];
+    end = std::max(end, c.chunk->StoredEnd());
   }
-  Result<std::unique_ptr<HeldChunks>> made =
-      HeldChunks::Make(&storage, extents);
+  Result<std::unique_ptr<HeldChunks>> made = HeldChunks::Make(&storage, ends);
   if (!made.ok()) {
     // Its partners would wait for messages that never come.
     comm.Abort(made.status());
