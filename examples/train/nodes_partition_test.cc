@@ -141,7 +141,11 @@ TEST_F(NodesTest, PartitionedNodeFailsEveryRankInBoundedTimeNamingIt) {
   std::printf("every rank failed within %.1f s of the partition\n", seconds);
 
   const std::string log = dir.string() + "/resumed.log";
-  EXPECT_EQ(Child(Trainer(root, out), log).Wait(), 0) << ReadFile(log);
+  // Bounded: a resumed job that hangs (Open MPI once failed to connect
+  // between two nodes just healed, and waited for good) fails this test
+  // with its log instead of holding the suite until ctest's timeout.
+  Child resumed(Trainer(root, out), log);
+  EXPECT_EQ(WaitOrEnd(resumed, 120), 0) << ReadFile(log);
   const std::string text = ReadFile(log);
   std::smatch m;
   ASSERT_TRUE(std::regex_search(
@@ -278,7 +282,11 @@ TEST_F(NodesTest, PartitionMidReplicationCommitsNoPartialStep) {
   ASSERT_EQ(Bed::Get().Script({"exec", "1", "rm", "-rf", kLocalRoot}).exit_code,
             0);
   const std::string log = dir.string() + "/resumed.log";
-  EXPECT_EQ(Child(Trainer(root, out), log).Wait(), 0) << ReadFile(log);
+  // Bounded: a resumed job that hangs (Open MPI once failed to connect
+  // between two nodes just healed, and waited for good) fails this test
+  // with its log instead of holding the suite until ctest's timeout.
+  Child resumed(Trainer(root, out), log);
+  EXPECT_EQ(WaitOrEnd(resumed, 120), 0) << ReadFile(log);
   EXPECT_TRUE(Contains(ReadFile(log),
                        "restored step " + std::to_string(newest) +
                            " from the local tier (2 ranks' shares fetched "
