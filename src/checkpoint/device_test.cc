@@ -582,6 +582,22 @@ TEST_F(DeviceTest, AFailedLoadLeavesTheDeviceMemoryAsItWas) {
       << r.status().ToString();
   fake_.reset();
   ASSERT_EQ(fake_.cuInit(0), CUDA_SUCCESS);
+  EXPECT_EQ(FromDevice(p, kBytes), mine);
+
+  // Page-locking the staging memory is refused. A fresh manager's first
+  // device load page-locks it beside the reads: the load still fails with
+  // that error, and nothing reaches the device.
+  {
+    auto fresh = Open();
+    ASSERT_EQ(fake_.inject("register_fails", 0), 0);
+    r = fresh->Load(1, into);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("page-lock"), std::string::npos)
+        << r.status().ToString();
+    EXPECT_EQ(FromDevice(p, kBytes), mine);
+    fake_.reset();
+    ASSERT_EQ(fake_.cuInit(0), CUDA_SUCCESS);
+  }
 
   // A corrupt chunk: DataLoss, and not a byte reaches the device.
   auto storage = root_->Open();
