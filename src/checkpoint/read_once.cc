@@ -4,9 +4,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <map>
-#include <numeric>
 #include <string>
 #include <string_view>
 #include <tuple>

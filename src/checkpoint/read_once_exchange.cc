@@ -41,6 +41,106 @@ std::vector<std::vector<const Shared*>> Batches(
   return out;
 }
 
+uint64_t Mover::SizeOf(const std::vector<const Shared*>& chunks) {
+  uint64_t n = 0;
+  for (const Shared* s : chunks) n += s->id.length;
+  return n;
+}
+
+std::byte* Mover::Buffer(std::unique_ptr<std::byte[]>& buffer,
+                         uint64_t& capacity, uint64_t size) {
+  if (capacity < size) {
+    buffer.reset();
+    buffer.reset(new std::byte[size]);
+    capacity = size;
+  }
+  return buffer.get();
+}
+
+std::byte* Mover::Home(const ChunkId& id) const {
+  const format::ChunkRecord& c = *places_.at(id)[0]->chunk;
+  return held_.At(manifest_.objects[c.object].key, c.offset);
+}
+
+std::vector<bool> Mover::Pack(const std::vector<const Shared*>& chunks,
+                              std::span<const std::byte>& payload) {
+  std::vector<bool> present;
+  bool whole = true;
+  const std::byte* next = nullptr;
+  for (const Shared* s : chunks) {
+    auto found = bytes_of_.find(s->id);
+    present.push_back(found != bytes_of_.end());
+    if (found == bytes_of_.end() ||
+        (next != nullptr && found->second != next)) {
+      whole = false;
+    }
+    if (found != bytes_of_.end()) next = found->second + s->id.length;
+  }
+  const uint64_t size = SizeOf(chunks);
+  if (whole && !chunks.empty()) {
+    payload = {bytes_of_.at(chunks[0]->id), size};
+  } else {
+    std::byte* out = Buffer(out_, out_size_, size);
+    uint64_t at = 0;
+    for (const Shared* s : chunks) {
+      auto found = bytes_of_.find(s->id);
+      if (found != bytes_of_.end()) {
+        std::memcpy(out + at, found->second, s->id.length);
+      }
+      at += s->id.length;
+    }
+    payload = {out, size};
+  }
+  return present;
+}
+
+std::span<std::byte> Mover::Landing(
+    const std::vector<const Shared*>& expected) {
+  const uint64_t size = SizeOf(expected);
+  std::byte* first = Home(expected[0]->id);
+  std::byte* next = first;
+  for (const Shared* s : expected) {
+    if (Home(s->id) != next) return {Buffer(in_, in_size_, size), size};
+    next += s->id.length;
+  }
+  return {first, size};
+}
+
+Status Mover::Take(const Result<std::string>& got,
+                   const std::vector<const Shared*>& expected,
+                   std::span<const std::byte> landing, int source) {
+  Result<ReadOnceBatch> batch =
+      got.ok() ? DecodeReadOnceBatch(*got) : got.status();
+  if (!batch.ok() || batch->present.size() != expected.size() ||
+      !batch->data.empty()) {
+    const Status why = DataLossError(
+        "read once: rank " + std::to_string(source) +
+        " sent chunks that its plan does not hold" +
+        (batch.ok() ? "" : " (" + batch.status().message() + ")"));
+    comm_.Abort(why);
+    return why;
+  }
+  uint64_t at = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const ChunkId& id = expected[i]->id;
+    if (batch->present[i]) {
+      std::byte* home = Home(id);
+      if (home != landing.data() + at) {
+        std::memcpy(home, landing.data() + at, id.length);
+      }
+      bytes_of_[id] = home;
+      received_ += id.length;
+    }
+    at += id.length;
+  }
+  return Status();
+}
+
+Status Mover::Lost(const Status& why, const std::string& what) {
+  if (why.code() == ErrorCode::kDataLoss) comm_.Abort(why);
+  return why.WithContext(what);
+}
+
 // One phase: in round k, to rank + k and from rank - k, a batch at a time
 // (Batches). Sends the chunks this rank holds (the others as missing);
 // takes what arrives.

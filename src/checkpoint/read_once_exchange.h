@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -61,114 +62,33 @@ class Mover {
   uint64_t received() const { return received_; }
 
   // Where this rank keeps chunk `id` (its first place).
-  std::byte* Home(const ChunkId& id) const {
-    const format::ChunkRecord& c = *places_.at(id)[0]->chunk;
-    return held_.At(manifest_.objects[c.object].key, c.offset);
-  }
+  std::byte* Home(const ChunkId& id) const;
 
   // Which of `chunks` this rank holds (the batch's header), and their bytes
   // in `payload`: where they are held when every one is there, back to
   // back; else gathered.
   std::vector<bool> Pack(const std::vector<const Shared*>& chunks,
-                         std::span<const std::byte>& payload) {
-    std::vector<bool> present;
-    bool whole = true;
-    const std::byte* next = nullptr;
-    for (const Shared* s : chunks) {
-      auto found = bytes_of_.find(s->id);
-      present.push_back(found != bytes_of_.end());
-      if (found == bytes_of_.end() ||
-          (next != nullptr && found->second != next)) {
-        whole = false;
-      }
-      if (found != bytes_of_.end()) next = found->second + s->id.length;
-    }
-    const uint64_t size = SizeOf(chunks);
-    if (whole && !chunks.empty()) {
-      payload = {bytes_of_.at(chunks[0]->id), size};
-    } else {
-      std::byte* out = Buffer(out_, out_size_, size);
-      uint64_t at = 0;
-      for (const Shared* s : chunks) {
-        auto found = bytes_of_.find(s->id);
-        if (found != bytes_of_.end()) {
-          std::memcpy(out + at, found->second, s->id.length);
-        }
-        at += s->id.length;
-      }
-      payload = {out, size};
-    }
-    return present;
-  }
+                         std::span<const std::byte>& payload);
 
   // Where the bytes of `expected` are received: their homes when those
   // lie back to back, else a buffer they are copied out of (Take).
-  std::span<std::byte> Landing(const std::vector<const Shared*>& expected) {
-    const uint64_t size = SizeOf(expected);
-    std::byte* first = Home(expected[0]->id);
-    std::byte* next = first;
-    for (const Shared* s : expected) {
-      if (Home(s->id) != next) return {Buffer(in_, in_size_, size), size};
-      next += s->id.length;
-    }
-    return {first, size};
-  }
+  std::span<std::byte> Landing(const std::vector<const Shared*>& expected);
 
   // Checks the header `got` from `source` against `expected` (as its plan
   // says) and takes the present chunks, received at `landing`. A batch
   // that does not match gives up on the communicator.
   Status Take(const Result<std::string>& got,
               const std::vector<const Shared*>& expected,
-              std::span<const std::byte> landing, int source) {
-    Result<ReadOnceBatch> batch =
-        got.ok() ? DecodeReadOnceBatch(*got) : got.status();
-    if (!batch.ok() || batch->present.size() != expected.size() ||
-        !batch->data.empty()) {
-      const Status why = DataLossError(
-          "read once: rank " + std::to_string(source) +
-          " sent chunks that its plan does not hold" +
-          (batch.ok() ? "" : " (" + batch.status().message() + ")"));
-      comm_.Abort(why);
-      return why;
-    }
-    uint64_t at = 0;
-    for (size_t i = 0; i < expected.size(); ++i) {
-      const ChunkId& id = expected[i]->id;
-      if (batch->present[i]) {
-        std::byte* home = Home(id);
-        if (home != landing.data() + at) {
-          std::memcpy(home, landing.data() + at, id.length);
-        }
-        bytes_of_[id] = home;
-        received_ += id.length;
-      }
-      at += id.length;
-    }
-    return Status();
-  }
+              std::span<const std::byte> landing, int source);
 
   // The payload of a batch did not arrive whole.
-  Status Lost(const Status& why, const std::string& what) {
-    if (why.code() == ErrorCode::kDataLoss) comm_.Abort(why);
-    return why.WithContext(what);
-  }
+  Status Lost(const Status& why, const std::string& what);
 
  private:
-  static uint64_t SizeOf(const std::vector<const Shared*>& chunks) {
-    uint64_t n = 0;
-    for (const Shared* s : chunks) n += s->id.length;
-    return n;
-  }
+  static uint64_t SizeOf(const std::vector<const Shared*>& chunks);
   // `buffer`, grown to at least `size` bytes (its old bytes not kept).
   static std::byte* Buffer(std::unique_ptr<std::byte[]>& buffer,
-                           uint64_t& capacity, uint64_t size) {
-    if (capacity < size) {
-      buffer.reset();
-      buffer.reset(new std::byte[size]);
-      capacity = size;
-    }
-    return buffer.get();
-  }
+                           uint64_t& capacity, uint64_t size);
 
   Communicator& comm_;
   HeldChunks& held_;

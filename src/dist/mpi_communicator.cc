@@ -159,22 +159,30 @@ class MpiCommunicator : public Communicator {
     if (timeout_seconds_ > 0) return TimedSendRecv(data, dest, source);
     const int to = dest < 0 ? MPI_PROC_NULL : dest;
     const int from = source < 0 ? MPI_PROC_NULL : source;
-    long long n = static_cast<long long>(data.size());
-    long long m = 0;
-    int rc = MPI_Sendrecv(&n, 1, MPI_LONG_LONG, to, kTag, &m, 1, MPI_LONG_LONG,
-                          from, kTag, comm_, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) return MpiError(rc, "send/receive of a size");
+    const long long n = static_cast<long long>(data.size());
+    CKPT_ASSIGN_OR_RETURN(const long long m, SwapSizes(n, to, from));
     if (m < 0 || m > INT_MAX) {
       return DataLossError("MPI send/receive: rank " + std::to_string(source) +
                            " announced a message of " + std::to_string(m) +
                            " bytes");
     }
     std::string out(static_cast<size_t>(m), '\0');
-    rc = MPI_Sendrecv(data.data(), static_cast<int>(n), MPI_CHAR, to, kTag,
-                      out.data(), static_cast<int>(m), MPI_CHAR, from, kTag,
-                      comm_, MPI_STATUS_IGNORE);
+    const int rc = MPI_Sendrecv(data.data(), static_cast<int>(n), MPI_CHAR, to,
+                                kTag, out.data(), static_cast<int>(m), MPI_CHAR,
+                                from, kTag, comm_, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) return MpiError(rc, "send/receive");
     return out;
+  }
+
+  // An untimed send/receive's first half: this side's size `n` to `to`,
+  // the size `from` sends (0 where `from` is MPI_PROC_NULL).
+  Result<long long> SwapSizes(long long n, int to, int from) {
+    long long m = 0;
+    const int rc =
+        MPI_Sendrecv(&n, 1, MPI_LONG_LONG, to, kTag, &m, 1, MPI_LONG_LONG, from,
+                     kTag, comm_, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) return MpiError(rc, "send/receive of a size");
+    return m;
   }
 
   // Without a timeout, straight into the caller's memory (with one, as the
@@ -187,26 +195,25 @@ class MpiCommunicator : public Communicator {
     }
     const int to = dest < 0 ? MPI_PROC_NULL : dest;
     const int from = source < 0 ? MPI_PROC_NULL : source;
-    long long n = static_cast<long long>(data.size());
-    long long m = static_cast<long long>(into.size());
-    int rc = MPI_Sendrecv(&n, 1, MPI_LONG_LONG, to, kTag, &m, 1, MPI_LONG_LONG,
-                          from, kTag, comm_, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) return MpiError(rc, "send/receive of a size");
+    const long long n = static_cast<long long>(data.size());
+    CKPT_ASSIGN_OR_RETURN(const long long m, SwapSizes(n, to, from));
     if (source >= 0 && m != static_cast<long long>(into.size())) {
       // The message still comes: taken and dropped, so the next one between
       // the two ranks is not mistaken for it.
       std::string dropped(m > 0 && m <= INT_MAX ? static_cast<size_t>(m) : 0,
                           '\0');
-      rc = MPI_Sendrecv(data.data(), static_cast<int>(n), MPI_CHAR, to, kTag,
-                        dropped.data(), static_cast<int>(dropped.size()),
-                        MPI_CHAR, from, kTag, comm_, MPI_STATUS_IGNORE);
+      // Its error, if any, is beside the point: the sizes disagreed.
+      MPI_Sendrecv(data.data(), static_cast<int>(n), MPI_CHAR, to, kTag,
+                   dropped.data(), static_cast<int>(dropped.size()), MPI_CHAR,
+                   from, kTag, comm_, MPI_STATUS_IGNORE);
       return DataLossError("MPI send/receive: rank " + std::to_string(source) +
                            " sent " + std::to_string(m) + " bytes where " +
                            std::to_string(into.size()) + " were expected");
     }
-    rc = MPI_Sendrecv(data.data(), static_cast<int>(n), MPI_CHAR, to, kTag,
-                      into.data(), source >= 0 ? static_cast<int>(m) : 0,
-                      MPI_CHAR, from, kTag, comm_, MPI_STATUS_IGNORE);
+    const int rc =
+        MPI_Sendrecv(data.data(), static_cast<int>(n), MPI_CHAR, to, kTag,
+                     into.data(), source >= 0 ? static_cast<int>(m) : 0,
+                     MPI_CHAR, from, kTag, comm_, MPI_STATUS_IGNORE);
     return rc == MPI_SUCCESS ? Status() : MpiError(rc, "send/receive");
   }
 
