@@ -448,11 +448,9 @@ Status Loader::ReadStage(State& state, const LoadOptions& load,
                           root_.staging.ReserveForReads(std::max(used, kPage)));
     memory = reserved.data();
   }
-  // Page-locking the staging memory (a process's first device load) pins
-  // every page: about a fifth of the time to read 1 GiB on a GPU machine,
-  // which made the first load 1.28 times the streaming one when it came
-  // before the reads (docs/benchmarks.md). It runs beside them and is waited
-  // for before the load is staged; nothing reaches a device before.
+  // Page-locking the staging memory (a first device load) pins every page,
+  // as long as a fifth of the reads on a GPU machine (docs/gpu.md): beside
+  // them, waited for before the load is staged.
   std::future<Status> registering;
   if (const Entry* first = FirstDeviceTensor(state)) {
     CKPT_ASSIGN_OR_RETURN(out.cuda, DriverFor(*first, op));
