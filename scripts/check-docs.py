@@ -149,8 +149,14 @@ class Env:
                            os.path.join(d, name))
         return d
 
-    def environ(self, scratch):
+    def environ(self, scratch, block=None):
         env = dict(os.environ)
+        if block is not None and any("torchrun" in l for l in block.body):
+            # torchrun's agents leave torchelastic_* folders in the temporary
+            # folder: in the scratch folder they go with it. Only there,
+            # because other blocks show paths under /tmp in their output.
+            env["TMPDIR"] = os.path.join(scratch, ".tmp")
+            os.makedirs(env["TMPDIR"], exist_ok=True)
         tools = [os.path.join(self.build, p) for p in
                  ("tools/ckpt", "bench", "examples", "examples/train")]
         # The project's virtual environment comes next, as for a user who
@@ -227,7 +233,7 @@ def run_transcript(block, env, scratch):
         script += [f"{{\n{cmd}\n}} >.out.{n} 2>&1 </dev/null",
                    f"echo $? >.rc.{n}"]
     rc, out = run(["bash", "-c", "\n".join(script)], scratch,
-                  env.environ(scratch))
+                  env.environ(scratch, block))
     for n, (cmd, expected) in enumerate(steps):
         try:
             got = open(os.path.join(scratch, f".out.{n}")).read()
@@ -253,7 +259,7 @@ def run_block(block, env):
     """Runs one program block; returns an error message or None."""
     scratch = env.scratch()
     try:
-        e = env.environ(scratch)
+        e = env.environ(scratch, block)
         src = "\n".join(block.body) + "\n"
         if block.lang in SHELL:
             if any(l.startswith("$ ") for l in block.body):
