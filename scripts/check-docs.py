@@ -23,7 +23,8 @@ Every block runs in a fresh scratch directory that holds symbolic links to
 the repository's top-level files and folders (so `build/release/...`,
 `examples/...` resolve) with the build's `ckpt` command and benchmark tools
 and then the project's .venv/bin on PATH, PYTHONPATH=BUILD/python and XDG_STATE_HOME in the scratch directory
-(the `ckpt` tool's default catalog lands there). Every relative link of a
+(the `ckpt` tool's default catalog lands there); a block that runs torchrun
+gets TMPDIR there too (its agents' folders go with it). Every relative link of a
 checked file must name a file of the repository, and a `#fragment` a
 heading of it.
 
