@@ -318,8 +318,10 @@ struct LoadOptions {
   // network file system, NewRateLimitedStorage pacing reads), not every
   // rank is on one host over a storage that hands objects over in place,
   // and what the ranks measure says so: each times the first 8 MiB of its
-  // share from storage and a 1 MiB message to another rank, and the rest
-  // goes rank to rank only where that is the sooner way. kOn reads once
+  // share from storage and, beside those reads, a message of 1 to 8 MiB to
+  // another rank, and the rest goes rank to rank unless storage measures
+  // more than twice as fast (a message measures the way slower than the
+  // exchange's batches run). kOn reads once
   // wherever the ranks share a chunk and can send, without measuring; kOff
   // has every rank read all it needs itself. The environment variable
   // CKPT_READ_ONCE=off turns it off for every load of the process, kOn's

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <future>
 #include <map>
 #include <string>
 #include <string_view>
@@ -31,13 +32,21 @@ using read_once::Transfers;
 // At most this many bytes of chunks side by side are read by one rank, so
 // that a large tensor every rank needs is read by many, in parallel.
 constexpr uint64_t kRunBytes = uint64_t{8} << 20;
-// The probes of kAuto (RanksFasterThanStorage): at most this many bytes
-// sent to measure the way between ranks, enough to pass a network's
-// start-up costs; and at least this many of a rank's share read to measure
-// storage (or all of it), a run, so that a storage's first-byte latency
-// and a busy machine's hiccups weigh little.
-constexpr uint64_t kProbeBytes = uint64_t{1} << 20;
+// The probes of kAuto (RanksFasterThanStorage): a message of a sixteenth
+// of the most any rank gets from the others, at least 1 MiB and at most
+// this many bytes, to measure the way between ranks (large enough that a
+// partner's wake-up and the handshake of a large message weigh less); and
+// at least this many of a rank's share read to measure storage (or all of
+// it), a run, so that a storage's first-byte latency and a busy machine's
+// hiccups weigh little.
+constexpr uint64_t kProbeBytes = uint64_t{8} << 20;
 constexpr uint64_t kStorageProbeBytes = kRunBytes;
+// One message still costs more per byte than the exchange's batches, which
+// keep the way busy: on the node bed the probe's rate predicted the
+// exchange 1.5 to 4 times slower than it ran (docs/benchmarks.md). So the
+// ranks read for themselves only where storage is this many times faster
+// than the probe says the ranks are.
+constexpr double kProbeMargin = 2.0;
 
 // A chunk as the ranks name it: its bytes' checksum and length. A
 // compressed chunk goes from rank to rank as its stored bytes, which each
@@ -78,25 +87,32 @@ Status ReadShare(Storage& storage, const format::Manifest& manifest,
 
 // kAuto over storage reached through a link (docs/design.md, "Every byte
 // read once"): the probe of the way between ranks. Each rank sends a
-// message of at most kProbeBytes (no more than the most any rank gets of
-// the shared chunks, `rest`) to rank + world/2 (on another node where the
-// ranks fill the nodes in order) while it receives one from rank -
-// world/2; `mine` gets its size and time. Called by every rank just after
-// the plans' all-gather, so that the ranks start it together and it times
-// the way, not a wait for a partner still busy.
+// message of a sixteenth of the most any rank gets of the shared chunks,
+// `rest` (1 MiB to kProbeBytes, and no more than that most) to rank + world/2
+// (on another node where the ranks fill the nodes in order) while it receives
+// one from rank - world/2; `mine` gets its size and time. Called by every rank
+// just after the plans' all-gather, so that the ranks start it together and it
+// times the way, not a wait for a partner still busy; the first reads of the
+// share run beside it.
 Status ProbeRanks(Communicator& comm, const std::vector<uint64_t>& rest,
                   ReadOnceRates& mine) {
   const int world = comm.size();
   const int me = comm.rank();
+  const uint64_t most = *std::max_element(rest.begin(), rest.end());
   const uint64_t probe =
-      std::min(kProbeBytes, *std::max_element(rest.begin(), rest.end()));
+      std::min(most, std::clamp(most / 16, uint64_t{1} << 20, kProbeBytes));
   if (probe == 0) return Status();
   const int k = std::max(1, world / 2);
-  const std::string bytes(probe, '\0');
+  const int to = (me + k) % world, from = (me - k + world) % world;
+  // First an empty message, not timed: it finds the partner awake and the
+  // connection made (an MPI job makes it on the first message), so the
+  // timed one measures the way.
+  Result<std::string> got = comm.SendRecv(EncodeReadOnceBatch({}), to, from);
+  if (!got.ok()) return got.status().WithContext("read once: the probe");
+  const std::string message =
+      EncodeReadOnceBatch({true}, {std::string(probe, '\0')});
   const auto t0 = std::chrono::steady_clock::now();
-  Result<std::string> got =
-      comm.SendRecv(EncodeReadOnceBatch({true}, {bytes}), (me + k) % world,
-                    (me - k + world) % world);
+  got = comm.SendRecv(message, to, from);
   if (!got.ok()) return got.status().WithContext("read once: the probe");
   mine.probe_bytes = probe;
   mine.probe_ns = static_cast<uint64_t>(
@@ -147,7 +163,7 @@ Result<bool> RanksFasterThanStorage(Communicator& comm,
           std::max(from_ranks, rest[r] / (m.probe_bytes / (m.probe_ns * 1e-9)));
     }
   }
-  const bool pays = from_ranks < from_storage;
+  const bool pays = from_ranks < kProbeMargin * from_storage;
   LogInfo("read once: the rest of the shared chunks in " +
           std::to_string(from_ranks) + " s from the ranks, " +
           std::to_string(from_storage) + " s from storage (as measured): " +
@@ -446,11 +462,21 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
     if (early) first_bytes += s->id.length;
     bytes_of[s->id] = dest;
   }
+  // The probe between ranks goes while the first chunks are read (on a
+  // thread of their own; the probe's messages stay on this one): it costs
+  // the load no time of its own.
   ReadOnceRates measured;
-  if (measure) CKPT_RETURN_IF_ERROR(ProbeRanks(comm, rest, measured));
   const auto read_begin = std::chrono::steady_clock::now();
-  Status read = ReadShare(storage, manifest, std::move(first), pool);
-  const auto read_done = std::chrono::steady_clock::now();
+  auto read_done = read_begin;
+  std::future<Status> reading =
+      std::async(std::launch::async, [&, first = std::move(first)]() mutable {
+        Status s = ReadShare(storage, manifest, std::move(first), pool);
+        read_done = std::chrono::steady_clock::now();
+        return s;
+      });
+  const Status probed = measure ? ProbeRanks(comm, rest, measured) : Status();
+  Status read = reading.get();
+  CKPT_RETURN_IF_ERROR(probed);
 
   // Every place this rank reads a chunk it holds from (a chunk stored at
   // several places is copied to the others).

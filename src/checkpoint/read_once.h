@@ -21,9 +21,10 @@
 // local disk's page cache or memory, read at memory speed, where a byte
 // sent costs more than a byte read again), on one host over a storage
 // that hands its objects over in place (the page cache already shares
-// them), and where the ranks measure the way between them slower than
-// storage (each times the first of its share from storage and a probe to
-// another rank; then every rank reads the rest it needs itself).
+// them), and where the ranks measure storage more than twice as fast as
+// the way between them (each times the first of its share from storage
+// and a probe to another rank; then every rank reads the rest it needs
+// itself).
 #pragma once
 
 #include <memory>
