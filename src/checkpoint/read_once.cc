@@ -464,12 +464,13 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
   }
   // The probe between ranks goes while the first chunks are read (on a
   // thread of their own; the probe's messages stay on this one): it costs
-  // the load no time of its own.
+  // the load no time of its own. Without a probe, read here.
   ReadOnceRates measured;
   const auto read_begin = std::chrono::steady_clock::now();
   auto read_done = read_begin;
-  std::future<Status> reading =
-      std::async(std::launch::async, [&, first = std::move(first)]() mutable {
+  std::future<Status> reading = std::async(
+      measure ? std::launch::async : std::launch::deferred,
+      [&, first = std::move(first)]() mutable {
         Status s = ReadShare(storage, manifest, std::move(first), pool);
         read_done = std::chrono::steady_clock::now();
         return s;
