@@ -32,10 +32,11 @@ using read_once::Transfers;
 // At most this many bytes of chunks side by side are read by one rank, so
 // that a large tensor every rank needs is read by many, in parallel.
 constexpr uint64_t kRunBytes = uint64_t{8} << 20;
-// The probes of kAuto (RanksFasterThanStorage): a message of a sixteenth
-// of the most any rank gets from the others, at least 1 MiB and at most
-// this many bytes, to measure the way between ranks (large enough that a
-// partner's wake-up and the handshake of a large message weigh less); and
+// The probes of kAuto (RanksFasterThanStorage): a message of this many
+// bytes (or the most any rank gets from the others, if less) to measure
+// the way between ranks, large enough that a partner's wake-up and the
+// handshake of a large message weigh little (2.6 MiB still measured the
+// reshard to 12 ranks of the node bed 4-5 times slower than it ran); and
 // at least this many of a rank's share read to measure storage (or all of
 // it), a run, so that a storage's first-byte latency and a busy machine's
 // hiccups weigh little.
@@ -87,20 +88,19 @@ Status ReadShare(Storage& storage, const format::Manifest& manifest,
 
 // kAuto over storage reached through a link (docs/design.md, "Every byte
 // read once"): the probe of the way between ranks. Each rank sends a
-// message of a sixteenth of the most any rank gets of the shared chunks,
-// `rest` (1 MiB to kProbeBytes, and no more than that most) to rank + world/2
-// (on another node where the ranks fill the nodes in order) while it receives
-// one from rank - world/2; `mine` gets its size and time. Called by every rank
-// just after the plans' all-gather, so that the ranks start it together and it
-// times the way, not a wait for a partner still busy; the first reads of the
+// message of kProbeBytes (no more than the most any rank gets of the
+// shared chunks, `rest`) to rank + world/2 (on another node where the
+// ranks fill the nodes in order) while it receives one from rank -
+// world/2; `mine` gets its size and time. Called by every rank just after
+// the plans' all-gather, so that the ranks start it together and it times
+// the way, not a wait for a partner still busy; the first reads of the
 // share run beside it.
 Status ProbeRanks(Communicator& comm, const std::vector<uint64_t>& rest,
                   ReadOnceRates& mine) {
   const int world = comm.size();
   const int me = comm.rank();
-  const uint64_t most = *std::max_element(rest.begin(), rest.end());
   const uint64_t probe =
-      std::min(most, std::clamp(most / 16, uint64_t{1} << 20, kProbeBytes));
+      std::min(kProbeBytes, *std::max_element(rest.begin(), rest.end()));
   if (probe == 0) return Status();
   const int k = std::max(1, world / 2);
   const int to = (me + k) % world, from = (me - k + world) % world;
