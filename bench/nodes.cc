@@ -353,16 +353,16 @@ int Jobs(const Args& a, Bed& bed, Measured& m) {
   // 2.7-3.0 s), and with --runs 1 that first job was always the replicated
   // load read once, which made reading once look slower than it is
   // (docs/benchmarks.md).
+  // A load job's rank arguments: case `c` in read-once `mode`.
+  const auto load_args = [&](const Case& c, const std::string& mode) {
+    std::vector<std::string> args = common("load");
+    args.insert(args.end(), {"--layout", c.layout, "--read-once", mode});
+    return args;
+  };
   {
     const Case& c = Cases().front();
-    std::vector<std::string> rank_args = common("load");
-    for (const std::string& x :
-         {std::string("--layout"), std::string(c.layout),
-          std::string("--read-once"), std::string("on")}) {
-      rank_args.push_back(x);
-    }
     const std::vector<json> lines =
-        job("warm-up", c.ranks, c.mpirun_options, rank_args);
+        job("warm-up", c.ranks, c.mpirun_options, load_args(c, "on"));
     if (lines.size() != 1 || lines[0].at("wrong_bytes") != 0) {
       std::fprintf(stderr, "bench_nodes: the warm-up load failed\n");
       return 1;
@@ -373,16 +373,10 @@ int Jobs(const Args& a, Bed& bed, Measured& m) {
     // weighs on both alike.
     for (int run = 0; run < a.runs; ++run) {
       for (const std::string mode : kModes) {
-        std::vector<std::string> rank_args = common("load");
-        for (const std::string& x :
-             {std::string("--layout"), std::string(c.layout),
-              std::string("--read-once"), mode}) {
-          rank_args.push_back(x);
-        }
         const std::string label = std::string(c.name) + "-" + mode +
                                   (a.runs > 1 ? "-" + std::to_string(run) : "");
         const std::vector<json> lines =
-            job(label, c.ranks, c.mpirun_options, rank_args);
+            job(label, c.ranks, c.mpirun_options, load_args(c, mode));
         if (lines.size() != 1) return 1;
         const json& l = lines[0];
         // Each rank checks its own box; together they cover the state once
