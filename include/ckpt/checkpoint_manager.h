@@ -318,7 +318,7 @@ struct LoadOptions {
   // network file system, NewRateLimitedStorage pacing reads), not every
   // rank is on one host over a storage that hands objects over in place,
   // and what the ranks measure says so: each times the first 8 MiB of its
-  // share from storage and, beside those reads, a message of up to 8 MiB to
+  // share from storage and, beside its reads, a message of up to 8 MiB to
   // another rank, and the rest goes rank to rank unless storage measures
   // more than twice as fast (a message measures the way slower than the
   // exchange's batches run). kOn reads once

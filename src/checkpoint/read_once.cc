@@ -448,10 +448,8 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
   std::map<ChunkId, const std::byte*> bytes_of;
   Mover mover(comm, *held, manifest, places, bytes_of);
   // With kAuto, the first chunks of the share, at least kStorageProbeBytes
-  // (or all of it), are read first and timed: the rate from storage that
-  // decides whether the rest goes rank to rank (RanksFasterThanStorage).
-  // Read before the decision, they are of use either way: every rank needs
-  // the chunks it reads.
+  // (or all of it), are timed: the rate from storage that decides whether
+  // the rest goes rank to rank (RanksFasterThanStorage).
   std::vector<ChunkRead> first, then;
   uint64_t first_bytes = 0;
   for (const Shared* s : own) {
@@ -462,21 +460,40 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
     if (early) first_bytes += s->id.length;
     bytes_of[s->id] = dest;
   }
-  // The probe between ranks goes while the first chunks are read (on a
-  // thread of their own; the probe's messages stay on this one): it costs
-  // the load no time of its own. Without a probe, read here.
+  // With kAuto the share is read on a thread of its own, the first chunks
+  // timed, while this one probes the way between ranks and then decides:
+  // the probe costs the load no time of its own, and the reads go on
+  // through the decision (every rank needs the chunks it reads, whatever
+  // is decided). Without a probe, read here. Joined before `held` can go.
   ReadOnceRates measured;
   const auto read_begin = std::chrono::steady_clock::now();
   auto read_done = read_begin;
+  bool first_read = false;
+  std::promise<void> first_done;
+  std::future<void> first_ready = first_done.get_future();
   std::future<Status> reading = std::async(
       measure ? std::launch::async : std::launch::deferred,
-      [&, first = std::move(first)]() mutable {
-        Status s = ReadShare(storage, manifest, std::move(first), pool);
-        read_done = std::chrono::steady_clock::now();
+      [&, first = std::move(first), then = std::move(then)]() mutable {
+        Status s;
+        {
+          // Said on the way out, also by an exception, so that no one
+          // waits for it for ever.
+          struct Said {
+            std::promise<void>& done;
+            ~Said() { done.set_value(); }
+          } said{first_done};
+          s = ReadShare(storage, manifest, std::move(first), pool);
+          read_done = std::chrono::steady_clock::now();
+          first_read = s.ok();
+        }
+        if (s.ok() && !then.empty()) {
+          s = ReadShare(storage, manifest, std::move(then), pool);
+        }
         return s;
       });
   const Status probed = measure ? ProbeRanks(comm, rest, measured) : Status();
-  Status read = reading.get();
+  if (!measure) reading.wait();
+  first_ready.wait();
   CKPT_RETURN_IF_ERROR(probed);
 
   // Every place this rank reads a chunk it holds from (a chunk stored at
@@ -493,7 +510,7 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
     if (!held->empty()) out.storage = std::move(held);
   };
   if (measure) {
-    if (read.ok()) {
+    if (first_read) {
       measured.read_bytes = first_bytes;
       measured.read_ns = static_cast<uint64_t>(
           std::chrono::duration<double>(read_done - read_begin).count() * 1e9);
@@ -509,15 +526,12 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
       // Each rank reads the rest it needs itself, and keeps the chunks it
       // has read (a failed read keeps none: the reader meets the error
       // again where it lies).
-      for (const ChunkRead& c : then) bytes_of.erase(IdOf(*c.chunk));
-      if (!read.ok()) bytes_of.clear();
+      if (!reading.get().ok()) bytes_of.clear();
       place_held();
       return out;
     }
   }
-  if (read.ok() && !then.empty()) {
-    read = ReadShare(storage, manifest, std::move(then), pool);
-  }
+  Status read = reading.get();
   // A failed read sends every chunk as missing: the ranks that need them
   // read them themselves, and meet the error where it lies.
   if (!read.ok()) {

@@ -134,7 +134,7 @@ class ReadOnceTest : public ::testing::Test {
     }
     Options o;
     o.communicator = comm;
-    o.chunk_size = kChunk;
+    o.chunk_size = chunk_;
     if (compress_) o.compression.mode = Compression::Mode::kZstd;
     auto mgr = CheckpointManager::Open(
         std::make_unique<CountingReads>(std::move(*storage), &read_, link_), o);
@@ -142,18 +142,18 @@ class ReadOnceTest : public ::testing::Test {
     return std::move(mgr).value();
   }
 
-  // `ranks` ranks save `step`: two tensors of kRows rows, "a" split by rows
+  // `ranks` ranks save `step`: two tensors of rows_ rows, "a" split by rows
   // across the ranks (a piece each) and "b" whole on every rank.
   void Save(int ranks, int64_t step) {
     RunRanks(ranks, [&](int rank, Communicator* comm) {
       auto mgr = Open(comm);
-      const int64_t n = kRows / ranks;
+      const int64_t n = rows_ / ranks;
       std::vector<float> a = Rows(0, rank * n, n, step);
-      std::vector<float> b = Rows(1, 0, kRows, step);
+      std::vector<float> b = Rows(1, 0, rows_, step);
       State s;
-      s.AddTensorPiece("a", {kRows, kCols}, {rank * n, 0},
+      s.AddTensorPiece("a", {rows_, kCols}, {rank * n, 0},
                        View(std::span<float>(a), {n, kCols}))
-          .AddTensor("b", View(std::span<float>(b), {kRows, kCols}));
+          .AddTensor("b", View(std::span<float>(b), {rows_, kCols}));
       auto saved = mgr->Save(step, s);
       ASSERT_TRUE(saved.ok()) << saved.status().ToString();
     });
@@ -174,15 +174,15 @@ class ReadOnceTest : public ::testing::Test {
       std::unique_ptr<Communicator> own;
       if (wrap) own.reset(wrap(comm));
       auto mgr = Open(own ? own.get() : comm);
-      const int64_t per = kRows / ranks;
+      const int64_t per = rows_ / ranks;
       const int64_t r0 = whole ? 0 : rank * per;
-      const int64_t n = whole ? kRows : (rank == ranks - 1 ? kRows - r0 : per);
+      const int64_t n = whole ? rows_ : (rank == ranks - 1 ? rows_ - r0 : per);
       std::vector<float> a(static_cast<size_t>(n * kCols), -1.0f);
-      std::vector<float> b(static_cast<size_t>(kRows * kCols), -1.0f);
+      std::vector<float> b(static_cast<size_t>(rows_ * kCols), -1.0f);
       State s;
-      s.AddTensorPiece("a", {kRows, kCols}, {r0, 0},
+      s.AddTensorPiece("a", {rows_, kCols}, {r0, 0},
                        View(std::span<float>(a), {n, kCols}))
-          .AddTensor("b", View(std::span<float>(b), {kRows, kCols}));
+          .AddTensor("b", View(std::span<float>(b), {rows_, kCols}));
       LoadOptions lo;
       lo.read_once = mode;
       auto loaded = mgr->Load(step, s, lo);
@@ -190,7 +190,7 @@ class ReadOnceTest : public ::testing::Test {
       if (loaded.ok()) {
         EXPECT_EQ(loaded->step, want_step) << "rank " << rank;
         EXPECT_EQ(a, Rows(0, r0, n, want_step)) << "rank " << rank;
-        EXPECT_EQ(b, Rows(1, 0, kRows, want_step)) << "rank " << rank;
+        EXPECT_EQ(b, Rows(1, 0, rows_, want_step)) << "rank " << rank;
       } else {
         EXPECT_EQ(a, std::vector<float>(a.size(), -1.0f)) << "rank " << rank;
         EXPECT_EQ(b, std::vector<float>(b.size(), -1.0f)) << "rank " << rank;
@@ -200,6 +200,8 @@ class ReadOnceTest : public ::testing::Test {
   }
 
   testing::TestRoot root_{testing::Backend::kMemory, "read-once"};
+  int64_t rows_ = kRows;     // of each tensor, saved and loaded
+  uint64_t chunk_ = kChunk;  // the saves' chunk size
   std::atomic<uint64_t> read_{0};
   bool link_ = true;
   double read_rate_ = 0;   // each rank's reads paced to it (> 0)
@@ -294,6 +296,20 @@ TEST_F(ReadOnceTest, AutoReadsForItselfWhereRanksAreSlowerThanStorage) {
                      return new SlowSends(c, std::chrono::milliseconds(300));
                    }));
   EXPECT_EQ(read_.load(), 4 * 2 * kTensorBytes);
+}
+
+TEST_F(ReadOnceTest, AutoReadingForItselfKeepsAllItReadBesideTheProbe) {
+  // 40 MiB in 1 MiB chunks: each rank's share of the reading (10 MiB) is
+  // more than the first reads kAuto times, so its reads go on while the
+  // ranks decide; what they read is kept, and nothing is read twice.
+  rows_ = kRows * 320;
+  chunk_ = 1 << 20;
+  Save(4, 1);
+  ExpectAllOk(Load(4, 1, /*whole=*/true, LoadOptions::ReadOnce::kAuto, 1,
+                   [](Communicator* c) -> Communicator* {
+                     return new SlowSends(c, std::chrono::milliseconds(300));
+                   }));
+  EXPECT_EQ(read_.load(), 4 * 2 * 320 * kTensorBytes);
 }
 
 TEST_F(ReadOnceTest, ReshardReadsEveryChunkOnce) {
