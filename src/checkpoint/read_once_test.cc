@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -310,6 +311,33 @@ TEST_F(ReadOnceTest, AutoReadingForItselfKeepsAllItReadBesideTheProbe) {
                      return new SlowSends(c, std::chrono::milliseconds(300));
                    }));
   EXPECT_EQ(read_.load(), 4 * 2 * 320 * kTensorBytes);
+}
+
+TEST_F(ReadOnceTest, ADamagedChunkReadThroughTheDecisionFailsEveryRank) {
+  // As above, 40 MiB in 1 MiB chunks; the damage is in the last chunk of
+  // each object: in one rank's share within the 8 MiB it times, in
+  // another's past them (read while the ranks decide), whether the ranks
+  // go on to read once (messages on time) or each to read for itself
+  // (messages 300 ms late).
+  rows_ = kRows * 320;
+  chunk_ = 1 << 20;
+  Save(4, 1);
+  Save(4, 2);
+  DamageStep(root_.url(), 2);
+  const std::function<Communicator*(Communicator*)> slow =
+      [](Communicator* c) -> Communicator* {
+    return new SlowSends(c, std::chrono::milliseconds(300));
+  };
+  for (const auto& wrap :
+       {std::function<Communicator*(Communicator*)>(), slow}) {
+    // Every rank fails, and no rank's buffers change (Load checks).
+    for (const Status& s :
+         Load(4, 2, /*whole=*/true, LoadOptions::ReadOnce::kAuto, -1, wrap)) {
+      EXPECT_EQ(s.code(), ErrorCode::kDataLoss) << s.ToString();
+    }
+    ExpectAllOk(Load(4, std::nullopt, /*whole=*/true,
+                     LoadOptions::ReadOnce::kAuto, 1, wrap));
+  }
 }
 
 TEST_F(ReadOnceTest, ReshardReadsEveryChunkOnce) {
