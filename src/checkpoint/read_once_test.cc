@@ -122,6 +122,12 @@ class SlowSends : public NoSendRecv {
   std::chrono::milliseconds delay_;
 };
 
+// `c` behind SlowSends of 300 ms: the probe finds the ranks slower than a
+// storage at memory speed.
+Communicator* Slow(Communicator* c) {
+  return new SlowSends(c, std::chrono::milliseconds(300));
+}
+
 class ReadOnceTest : public ::testing::Test {
  protected:
   std::unique_ptr<CheckpointManager> Open(Communicator* comm) {
@@ -198,6 +204,15 @@ class ReadOnceTest : public ::testing::Test {
       }
     });
     return out;
+  }
+
+  // 40 MiB in 1 MiB chunks (kLargeRows rows a tensor): each rank's share
+  // of the reading on 4 ranks (10 MiB) is more than the first 8 MiB kAuto
+  // times, so part of it is read while the ranks decide.
+  static constexpr int64_t kLargeRows = kRows * 320;
+  void UseLargeState() {
+    rows_ = kLargeRows;
+    chunk_ = 1 << 20;
   }
 
   testing::TestRoot root_{testing::Backend::kMemory, "read-once"};
@@ -292,44 +307,32 @@ TEST_F(ReadOnceTest, AutoReadsForItselfWhereRanksAreSlowerThanStorage) {
   // Storage at memory speed (declared over a link), and every message
   // between ranks 300 ms late: the probe finds the ranks slower, and each
   // rank reads the rest it needs itself (its own share it keeps).
-  ExpectAllOk(Load(4, 1, /*whole=*/true, LoadOptions::ReadOnce::kAuto, 1,
-                   [](Communicator* c) -> Communicator* {
-                     return new SlowSends(c, std::chrono::milliseconds(300));
-                   }));
+  ExpectAllOk(
+      Load(4, 1, /*whole=*/true, LoadOptions::ReadOnce::kAuto, 1, Slow));
   EXPECT_EQ(read_.load(), 4 * 2 * kTensorBytes);
 }
 
 TEST_F(ReadOnceTest, AutoReadingForItselfKeepsAllItReadBesideTheProbe) {
-  // 40 MiB in 1 MiB chunks: each rank's share of the reading (10 MiB) is
-  // more than the first reads kAuto times, so its reads go on while the
-  // ranks decide; what they read is kept, and nothing is read twice.
-  rows_ = kRows * 320;
-  chunk_ = 1 << 20;
+  // The reads go on while the ranks decide; what they read is kept, and
+  // nothing is read twice.
+  UseLargeState();
   Save(4, 1);
-  ExpectAllOk(Load(4, 1, /*whole=*/true, LoadOptions::ReadOnce::kAuto, 1,
-                   [](Communicator* c) -> Communicator* {
-                     return new SlowSends(c, std::chrono::milliseconds(300));
-                   }));
-  EXPECT_EQ(read_.load(), 4 * 2 * 320 * kTensorBytes);
+  ExpectAllOk(
+      Load(4, 1, /*whole=*/true, LoadOptions::ReadOnce::kAuto, 1, Slow));
+  EXPECT_EQ(read_.load(), 4 * 2 * kLargeRows * kCols * sizeof(float));
 }
 
 TEST_F(ReadOnceTest, ADamagedChunkReadThroughTheDecisionFailsEveryRank) {
-  // As above, 40 MiB in 1 MiB chunks; the damage is in the last chunk of
-  // each object: in one rank's share within the 8 MiB it times, in
-  // another's past them (read while the ranks decide), whether the ranks
-  // go on to read once (messages on time) or each to read for itself
-  // (messages 300 ms late).
-  rows_ = kRows * 320;
-  chunk_ = 1 << 20;
+  // The damage is in the last chunk of each object: in one rank's share
+  // within the 8 MiB it times, in another's past them (read while the
+  // ranks decide), whether the ranks go on to read once (messages on time)
+  // or each to read for itself (messages 300 ms late).
+  UseLargeState();
   Save(4, 1);
   Save(4, 2);
   DamageStep(root_.url(), 2);
-  const std::function<Communicator*(Communicator*)> slow =
-      [](Communicator* c) -> Communicator* {
-    return new SlowSends(c, std::chrono::milliseconds(300));
-  };
-  for (const auto& wrap :
-       {std::function<Communicator*(Communicator*)>(), slow}) {
+  using Wrap = std::function<Communicator*(Communicator*)>;
+  for (const Wrap& wrap : {Wrap(), Wrap(Slow)}) {
     // Every rank fails, and no rank's buffers change (Load checks).
     for (const Status& s :
          Load(4, 2, /*whole=*/true, LoadOptions::ReadOnce::kAuto, -1, wrap)) {
