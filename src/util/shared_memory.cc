@@ -1,0 +1,169 @@
+#include "util/shared_memory.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <utility>
+
+namespace ckpt {
+
+namespace {
+
+constexpr std::string_view kPrefix = "/ckpt-read-once-";
+constexpr size_t kTokenDigits = 32;
+
+std::string Hex(const unsigned char* bytes, size_t n) {
+  std::string out;
+  char two[3];
+  for (size_t i = 0; i < n; ++i) {
+    std::snprintf(two, sizeof(two), "%02x", bytes[i]);
+    out += two;
+  }
+  return out;
+}
+
+bool IsHex(std::string_view s) {
+  for (char c : s) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+Result<std::string> Random(size_t bytes) {
+  unsigned char buf[32];
+  if (bytes > sizeof(buf))
+    return InvalidArgumentError("shared memory: token size");
+  size_t got = 0;
+  while (got < bytes) {
+    const ssize_t n = ::getrandom(buf + got, bytes - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return IOError(std::string("shared memory: no random bytes (") +
+                     std::strerror(errno) + ")");
+    }
+    got += static_cast<size_t>(n);
+  }
+  return Hex(buf, bytes);
+}
+
+// The token at `size`, past the memory the processes share.
+Status WriteToken(int fd, uint64_t size, const std::string& token) {
+  const ssize_t n =
+      ::pwrite(fd, token.data(), token.size(), static_cast<off_t>(size));
+  if (n != static_cast<ssize_t>(token.size())) {
+    return IOError("shared memory: cannot write its token");
+  }
+  return Status();
+}
+
+}  // namespace
+
+Result<SharedMemoryFile> SharedMemoryFile::Create(uint64_t size) {
+  CKPT_ASSIGN_OR_RETURN(std::string token, Random(kTokenDigits / 2));
+  CKPT_ASSIGN_OR_RETURN(std::string suffix, Random(kTokenDigits / 2));
+  const std::string name = std::string(kPrefix) + suffix;
+  const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) {
+    return IOError("shared memory " + name + ": cannot create it (" +
+                   std::strerror(errno) + ")");
+  }
+  SharedMemoryFile file(fd, name, token, /*owner=*/true);
+  // The memory taken now: a write to a page the file system has no room
+  // for would end the process (SIGBUS), and a container's /dev/shm is
+  // often small.
+  const uint64_t total = size + kTokenDigits;
+  struct statvfs fs {};
+  if (::fstatvfs(fd, &fs) == 0 &&
+      total / fs.f_frsize >= static_cast<uint64_t>(fs.f_bavail)) {
+    // Said before any page is taken (posix_fallocate takes them one by
+    // one and gives them back when it runs out).
+    return IOError("shared memory " + name + ": no room for " +
+                   std::to_string(total) + " bytes (" +
+                   std::to_string(fs.f_bavail * fs.f_frsize) + " free)");
+  }
+  const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(total));
+  if (rc != 0) {
+    return IOError("shared memory " + name + ": no room for " +
+                   std::to_string(total) + " bytes (" + std::strerror(rc) +
+                   ")");
+  }
+  CKPT_RETURN_IF_ERROR(WriteToken(fd, size, token));
+  return file;
+}
+
+Result<SharedMemoryFile> SharedMemoryFile::Open(std::string_view invitation,
+                                                uint64_t size) {
+  // "<name> <token>", both as Create makes them: nothing else is opened.
+  const size_t space = invitation.find(' ');
+  const std::string_view name = invitation.substr(0, space);
+  const std::string_view token = space == std::string_view::npos
+                                     ? std::string_view()
+                                     : invitation.substr(space + 1);
+  if (name.size() != kPrefix.size() + kTokenDigits ||
+      name.substr(0, kPrefix.size()) != kPrefix ||
+      !IsHex(name.substr(kPrefix.size())) || token.size() != kTokenDigits ||
+      !IsHex(token)) {
+    return InvalidArgumentError("shared memory: not an invitation to a file");
+  }
+  const std::string n(name);
+  const int fd = ::shm_open(n.c_str(), O_RDWR, 0);
+  if (fd < 0) {
+    return NotFoundError("shared memory " + n + ": cannot open it (" +
+                         std::strerror(errno) + ")");
+  }
+  SharedMemoryFile file(fd, n, std::string(token), /*owner=*/false);
+  struct stat st {};
+  std::string got(kTokenDigits, '\0');
+  if (::fstat(fd, &st) != 0 ||
+      static_cast<uint64_t>(st.st_size) != size + kTokenDigits ||
+      ::pread(fd, got.data(), got.size(), static_cast<off_t>(size)) !=
+          static_cast<ssize_t>(got.size()) ||
+      got != token) {
+    return NotFoundError("shared memory " + n +
+                         ": not the file it was invited to");
+  }
+  return file;
+}
+
+SharedMemoryFile::SharedMemoryFile(SharedMemoryFile&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)),
+      name_(std::move(other.name_)),
+      token_(std::move(other.token_)),
+      owner_(std::exchange(other.owner_, false)) {}
+
+SharedMemoryFile& SharedMemoryFile::operator=(
+    SharedMemoryFile&& other) noexcept {
+  if (this != &other) {
+    this->~SharedMemoryFile();
+    fd_ = std::exchange(other.fd_, -1);
+    name_ = std::move(other.name_);
+    token_ = std::move(other.token_);
+    owner_ = std::exchange(other.owner_, false);
+  }
+  return *this;
+}
+
+SharedMemoryFile::~SharedMemoryFile() {
+  Unlink();
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+std::string SharedMemoryFile::Invitation() const {
+  return name_ + " " + token_;
+}
+
+void SharedMemoryFile::Unlink() {
+  if (!owner_) return;
+  ::shm_unlink(name_.c_str());
+  owner_ = false;
+}
+
+}  // namespace ckpt
