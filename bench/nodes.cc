@@ -205,9 +205,13 @@ class Bed {
     // Down from here on, even if `up` is stopped half-way (it leaves
     // namespaces behind); `down` of a bed that is not there does nothing.
     up_ = true;
-    if (Script(
-            {"up", std::to_string(kNodes), "--owner", std::to_string(getpid())},
-            log) == 0) {
+    // Each node's /dev/shm as a machine's own is by default, up to half
+    // its memory (the bed's default, 64 MiB, is a container's: too small
+    // for the memory a node's ranks share in a read-once load, which they
+    // then hold each for itself).
+    if (Script({"up", std::to_string(kNodes), "--shm-size", "50%", "--owner",
+                std::to_string(getpid())},
+               log) == 0) {
       return "";
     }
     const std::string err = ReadText(log);

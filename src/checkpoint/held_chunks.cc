@@ -42,8 +42,16 @@ class HeldView : public ObjectView {
 
 }  // namespace
 
+uint64_t HeldChunks::SizeOf(
+    const std::map<std::string, uint64_t, std::less<>>& ends) {
+  uint64_t size = 0;
+  for (const auto& [key, end] : ends) size += PageUp(end);
+  return size;
+}
+
 Result<std::unique_ptr<HeldChunks>> HeldChunks::Make(
-    Storage* target, const std::map<std::string, uint64_t, std::less<>>& ends) {
+    Storage* target, const std::map<std::string, uint64_t, std::less<>>& ends,
+    int shared_fd) {
   std::map<std::string, Part, std::less<>> parts;
   uint64_t size = 0;
   for (const auto& [key, end] : ends) {
@@ -52,8 +60,11 @@ Result<std::unique_ptr<HeldChunks>> HeldChunks::Make(
   }
   std::byte* base = nullptr;
   if (size > 0) {
-    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void* p = shared_fd >= 0
+                  ? ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED,
+                           shared_fd, 0)
+                  : ::mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
       return IOError("read once: no memory for the " + std::to_string(size) +
                      " bytes of the chunks this rank needs (" +

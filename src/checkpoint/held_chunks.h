@@ -23,9 +23,15 @@ class HeldChunks : public StorageWrapper {
  public:
   // Maps the memory for the objects in `ends` (key -> the end of the last
   // byte the rank needs of it): address space for bytes [0, end) of each,
-  // of which only the pages written cost memory. `target` outlives this.
+  // of which only the pages written cost memory; or, with `shared_fd`, the
+  // first SizeOf(ends) bytes of that file, which the ranks of a node map
+  // alike (SharedMemoryFile), each writing only the chunks it takes.
+  // `target` outlives this.
   static Result<std::unique_ptr<HeldChunks>> Make(
-      Storage* target,
+      Storage* target, const std::map<std::string, uint64_t, std::less<>>& ends,
+      int shared_fd = -1);
+  // The bytes Make maps for `ends`.
+  static uint64_t SizeOf(
       const std::map<std::string, uint64_t, std::less<>>& ends);
   ~HeldChunks() override;
 

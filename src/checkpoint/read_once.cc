@@ -6,6 +6,7 @@
 #include <cstring>
 #include <future>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -13,6 +14,8 @@
 
 #include "checkpoint/held_chunks.h"
 #include "checkpoint/read_once_exchange.h"
+#include "checkpoint/read_once_measure.h"
+#include "checkpoint/read_once_node.h"
 #include "messages/messages.h"
 #include "util/checksum.h"
 #include "util/log.h"
@@ -26,29 +29,26 @@ using read_once::Batches;
 using read_once::BroadcastEach;
 using read_once::Exchange;
 using read_once::Mover;
+using read_once::ProbeRanks;
+using read_once::RanksFasterThanStorage;
+using read_once::RingEach;
 using read_once::Shared;
 using read_once::Transfers;
 
 // At most this many bytes of chunks side by side are read by one rank, so
 // that a large tensor every rank needs is read by many, in parallel.
 constexpr uint64_t kRunBytes = uint64_t{8} << 20;
-// The probes of kAuto (RanksFasterThanStorage): a message of this many
-// bytes (or the most any rank gets from the others, if less) to measure
-// the way between ranks, large enough that a partner's wake-up and the
-// handshake of a large message weigh little (2.6 MiB still measured the
-// reshard to 12 ranks of the node bed 4-5 times slower than it ran); and
-// at least this many of a rank's share read to measure storage (or all of
-// it), a run, so that a storage's first-byte latency and a busy machine's
-// hiccups weigh little.
-constexpr uint64_t kProbeBytes = uint64_t{8} << 20;
+// kAuto times at least this many bytes of a rank's share read from
+// storage (or all of it), a run, so that a storage's first-byte latency
+// and a busy machine's hiccups weigh little (read_once_measure.h).
 constexpr uint64_t kStorageProbeBytes = kRunBytes;
-// One message still costs more per byte than the exchange's batches, which
-// keep the way busy: on the node bed the probe's rate predicted the
-// exchange 1.5 to 4 times slower than it ran (docs/benchmarks.md). So the
-// ranks read for themselves only where storage is this many times faster
-// than the probe says the ranks are.
-constexpr double kProbeMargin = 2.0;
-
+// The chunks every rank needs go round a ring of the ranks (RingEach)
+// where the readers' shares of them are this large on average, and as
+// broadcasts (BroadcastEach) where they are smaller: on the node bed, 8
+// ranks passing 32 MiB shares round a ring took a third of the time of
+// eight broadcasts of them (docs/benchmarks.md), while a ring's world - 1
+// steps cost more than a broadcast's few where each message is short.
+constexpr uint64_t kRingShareBytes = uint64_t{1} << 20;
 // A chunk as the ranks name it: its bytes' checksum and length. A
 // compressed chunk goes from rank to rank as its stored bytes, which each
 // rank that needs it decompresses and checks itself (the bytes stand for
@@ -84,93 +84,6 @@ Status ReadShare(Storage& storage, const format::Manifest& manifest,
     }
     return Status();
   });
-}
-
-// kAuto over storage reached through a link (docs/design.md, "Every byte
-// read once"): the probe of the way between ranks. Each rank sends a
-// message of kProbeBytes (no more than the most any rank gets of the
-// shared chunks, `rest`) to rank + world/2 (on another node where the
-// ranks fill the nodes in order) while it receives one from rank -
-// world/2; `mine` gets its size and time. Called by every rank just after
-// the plans' all-gather, so that the ranks start it together and it times
-// the way, not a wait for a partner still busy; the first reads of the
-// share run beside it.
-Status ProbeRanks(Communicator& comm, const std::vector<uint64_t>& rest,
-                  ReadOnceRates& mine) {
-  const int world = comm.size();
-  const int me = comm.rank();
-  const uint64_t probe =
-      std::min(kProbeBytes, *std::max_element(rest.begin(), rest.end()));
-  if (probe == 0) return Status();
-  const int k = std::max(1, world / 2);
-  const int to = (me + k) % world, from = (me - k + world) % world;
-  // First an empty message, not timed: it finds the partner awake and the
-  // connection made (an MPI job makes it on the first message), so the
-  // timed one measures the way.
-  Result<std::string> got = comm.SendRecv(EncodeReadOnceBatch({}), to, from);
-  if (!got.ok()) return got.status().WithContext("read once: the probe");
-  const std::string message =
-      EncodeReadOnceBatch({true}, {std::string(probe, '\0')});
-  const auto t0 = std::chrono::steady_clock::now();
-  got = comm.SendRecv(message, to, from);
-  if (!got.ok()) return got.status().WithContext("read once: the probe");
-  mine.probe_bytes = probe;
-  mine.probe_ns = static_cast<uint64_t>(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
-          .count() *
-      1e9);
-  return Status();
-}
-
-// Whether the rest of the shared chunks, `rest[r]` bytes for rank r, comes
-// sooner from the ranks that read them than from storage. `mine` holds
-// this rank's probe (ProbeRanks) and the first of its share of the shared
-// chunks read from storage, timed, with every rank reading at once: its
-// rate from storage. The figures are all-gathered, so every rank decides
-// alike: rank to rank where the rank slowest to get its rest gets it
-// sooner at its probe's rate than at its rate from storage (a rank that
-// read nothing takes the slowest rate measured). The model is rough:
-// relays and broadcasts pass a byte on more than once, which the probe's
-// one hop does not see; where the two are close, either way costs about
-// the same.
-Result<bool> RanksFasterThanStorage(Communicator& comm,
-                                    const std::vector<uint64_t>& rest,
-                                    const ReadOnceRates& mine) {
-  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> gathered,
-                        comm.AllGather(EncodeReadOnceRates(mine)));
-  std::vector<ReadOnceRates> all;
-  double slowest = 0;  // bytes a second from storage, the least measured
-  for (size_t r = 0; r < gathered.size(); ++r) {
-    CKPT_ASSIGN_OR_RETURN(ReadOnceRates m, DecodeReadOnceRates(gathered[r]));
-    if (m.read_bytes > 0 && m.read_ns > 0) {
-      const double rate = m.read_bytes / (m.read_ns * 1e-9);
-      slowest = slowest == 0 ? rate : std::min(slowest, rate);
-    }
-    all.push_back(m);
-  }
-  // Nothing measured: read once, as kOn.
-  if (slowest == 0 || all.size() != rest.size()) return true;
-  double from_storage = 0, from_ranks = 0;  // seconds, the slowest rank's
-  for (size_t r = 0; r < all.size(); ++r) {
-    if (rest[r] == 0) continue;
-    const ReadOnceRates& m = all[r];
-    const double storage = m.read_bytes > 0 && m.read_ns > 0
-                               ? m.read_bytes / (m.read_ns * 1e-9)
-                               : slowest;
-    from_storage = std::max(from_storage, rest[r] / storage);
-    if (m.probe_bytes > 0 && m.probe_ns > 0) {
-      from_ranks =
-          std::max(from_ranks, rest[r] / (m.probe_bytes / (m.probe_ns * 1e-9)));
-    }
-  }
-  const bool pays = from_ranks < kProbeMargin * from_storage;
-  LogInfo("read once: the rest of the shared chunks in " +
-          std::to_string(from_ranks) + " s from the ranks, " +
-          std::to_string(from_storage) + " s from storage (as measured): " +
-          (pays ? "from the ranks" : "each rank reads its own") +
-          "; this rank's probe " + std::to_string(mine.probe_ns * 1e-9) +
-          " s, its first reads " + std::to_string(mine.read_ns * 1e-9) + " s");
-  return pays;
 }
 
 }  // namespace
@@ -252,6 +165,17 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
   }
   gathered.clear();
   if (mine == nullptr || out.another_failed || !all_send) return out;
+  // Every rank needs the same chunks (a replicated state): the ranks of a
+  // node can hold them once for all (read_once_node.h).
+  bool same_needs = true;
+  for (const ReadOncePlan& p : plans) {
+    same_needs =
+        same_needs && p.chunks == plans[0].chunks &&
+        std::equal(p.places.begin(), p.places.end(), plans[0].places.begin(),
+                   plans[0].places.end(), [](const auto& a, const auto& b) {
+                     return a.object == b.object && a.offset == b.offset;
+                   });
+  }
   // On one host, from a storage that hands its objects over in place, the
   // host's memory already holds each byte once for all its ranks (the page
   // cache, or mem://'s buffers): sending would only add copies.
@@ -373,6 +297,11 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
     node_of[r] = nodes.emplace(plans[r].host, nodes.size()).first->second;
   }
   plans.clear();
+  // The ranks of each node, ascending; the first is the node's leader.
+  std::vector<std::vector<int>> node_ranks(nodes.size());
+  for (int r = 0; r < world; ++r) node_ranks[node_of[r]].push_back(r);
+  const std::vector<int>& my_node = node_ranks[node_of[me]];
+  bool by_node = same_needs && static_cast<size_t>(world) > nodes.size();
   std::vector<uint64_t> relayed(world, 0);
   Transfers direct(world), relay(world);
   // Runs every rank needs, by reader: broadcast.
@@ -428,13 +357,23 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
     uint64_t& end = ends[manifest.objects[c.chunk->object].key];
     end = std::max(end, c.chunk->StoredEnd());
   }
-  Result<std::unique_ptr<HeldChunks>> made = HeldChunks::Make(&storage, ends);
+  std::optional<SharedMemoryFile> node_memory;
+  if (by_node) {
+    CKPT_ASSIGN_OR_RETURN(
+        node_memory, read_once::ShareNodeMemory(
+                         comm, my_node, HeldChunks::SizeOf(ends), by_node));
+  }
+  Result<std::unique_ptr<HeldChunks>> made =
+      HeldChunks::Make(&storage, ends, node_memory ? node_memory->fd() : -1);
+  // One node holds every chunk its ranks read: nothing to weigh.
+  if (by_node && nodes.size() == 1) measure = false;
   if (!made.ok()) {
     // Its partners would wait for messages that never come.
     comm.Abort(made.status());
     return made.status();
   }
   std::unique_ptr<HeldChunks> held = std::move(*made);
+  const auto held_at = std::chrono::steady_clock::now();
   // This rank's share of the reading, in the order of their places in the
   // objects, so that adjacent chunks are read with one range read straight
   // into place.
@@ -496,33 +435,58 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
   first_ready.wait();
   CKPT_RETURN_IF_ERROR(probed);
 
-  // Every place this rank reads a chunk it holds from (a chunk stored at
-  // several places is copied to the others).
-  const auto place_held = [&] {
+  // Every place this rank reads a chunk it holds from: a chunk stored at
+  // several places is copied to the others (in a node's memory, by its
+  // leader alone, before it tells the others what the node holds).
+  const auto copy_places = [&] {
     for (const auto& [id, bytes] : bytes_of) {
       for (const NeededChunk* c : places.at(id)) {
-        const std::string& key = manifest.objects[c->chunk->object].key;
-        std::byte* home = held->At(key, c->chunk->offset);
+        std::byte* home =
+            held->At(manifest.objects[c->chunk->object].key, c->chunk->offset);
         if (home != bytes) std::memcpy(home, bytes, id.length);
-        held->Hold(key, c->chunk->offset, id.length);
+      }
+    }
+  };
+  const auto place_held = [&] {
+    if (!by_node) copy_places();
+    for (const auto& [id, bytes] : bytes_of) {
+      for (const NeededChunk* c : places.at(id)) {
+        held->Hold(manifest.objects[c->chunk->object].key, c->chunk->offset,
+                   id.length);
       }
     }
     if (!held->empty()) out.storage = std::move(held);
   };
+  bool pays = true;
   if (measure) {
     if (first_read) {
       measured.read_bytes = first_bytes;
       measured.read_ns = static_cast<uint64_t>(
           std::chrono::duration<double>(read_done - read_begin).count() * 1e9);
     }
-    CKPT_ASSIGN_OR_RETURN(const bool pays,
-                          RanksFasterThanStorage(comm, rest, measured));
+    // By node, a node's leader receives all the node lacks, or the node's
+    // ranks read it from storage, each a part.
+    std::vector<uint64_t> link = rest, from_storage = rest;
+    for (const std::vector<int>& n :
+         by_node ? node_ranks : std::vector<std::vector<int>>()) {
+      uint64_t lacks = 0;
+      for (int r = 0; r < world; ++r) {
+        if (node_of[r] == node_of[n.front()]) continue;
+        for (const Shared* s : everyone[r]) lacks += s->id.length;
+      }
+      for (int r : n) {
+        link[r] = r == n.front() ? lacks : 0;
+        from_storage[r] = lacks / n.size();
+      }
+    }
+    CKPT_ASSIGN_OR_RETURN(
+        pays, RanksFasterThanStorage(comm, link, from_storage, measured));
     LogInfo("read once: rank " + std::to_string(me) + " decided after " +
             std::to_string(std::chrono::duration<double>(
                                std::chrono::steady_clock::now() - start)
                                .count()) +
             " s");
-    if (!pays) {
+    if (!pays && !by_node) {
       // Each rank reads the rest it needs itself, and keeps the chunks it
       // has read (a failed read keeps none: the reader meets the error
       // again where it lies).
@@ -532,6 +496,7 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
     }
   }
   Status read = reading.get();
+  const auto read_at = std::chrono::steady_clock::now();
   // A failed read sends every chunk as missing: the ranks that need them
   // read them themselves, and meet the error where it lies.
   if (!read.ok()) {
@@ -543,14 +508,77 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
     out.read_for_others = own_bytes;
   }
 
+  if (by_node) {
+    // What each rank of the node reads into its memory, and the ring of
+    // the nodes' leaders, each passing on what its node read; or, where
+    // the node reads what it lacks itself, each rank a part of it.
+    std::vector<std::vector<const Shared*>> reads(my_node.size());
+    for (size_t i = 0; i < my_node.size(); ++i) reads[i] = everyone[my_node[i]];
+    std::vector<int> ring;
+    std::vector<std::vector<const Shared*>> by_leader(world);
+    if (pays && nodes.size() > 1) {
+      for (const std::vector<int>& n : node_ranks) {
+        ring.push_back(n.front());
+        for (int r : n) {
+          by_leader[n.front()].insert(by_leader[n.front()].end(),
+                                      everyone[r].begin(), everyone[r].end());
+        }
+      }
+    } else if (!pays) {
+      const auto dealt = read_once::DealToNode(my_node, node_of, everyone);
+      std::vector<ChunkRead> part;
+      for (size_t i = 0; i < my_node.size(); ++i) {
+        reads[i].insert(reads[i].end(), dealt[i].begin(), dealt[i].end());
+        if (my_node[i] != me) continue;
+        for (const Shared* s : dealt[i]) {
+          const NeededChunk& c = *places.at(s->id)[0];
+          part.push_back({c.entry, c.chunk, mover.Home(s->id)});
+        }
+      }
+      if (ReadShare(storage, manifest, part, pool).ok()) {
+        for (const ChunkRead& c : part) bytes_of[IdOf(*c.chunk)] = c.dest;
+      }
+    }
+    CKPT_RETURN_IF_ERROR(read_once::ExchangeByNode(
+        comm, my_node, reads, ring, by_leader,
+        std::vector<const Shared*>(shared.begin(), shared.end()), copy_places,
+        mover));
+    out.received = mover.received();
+    const auto since = [&](auto t) {
+      return std::to_string(std::chrono::duration<double>(t - start).count());
+    };
+    LogInfo("read once, step " + std::to_string(manifest.step) + ": rank " +
+            std::to_string(me) + " of the node of rank " +
+            std::to_string(my_node.front()) + " held its memory at " +
+            since(held_at) + " s, had read its share at " + since(read_at) +
+            " s, and holds " + std::to_string(bytes_of.size()) + " of its " +
+            std::to_string(places.size()) + " chunks at " +
+            since(std::chrono::steady_clock::now()) + " s");
+    if (bytes_of.size() == places.size()) held->SetComplete();
+    place_held();
+    return out;
+  }
+
   // 4. The exchange: from the readers, then from the relays.
   const auto exchange_begin = std::chrono::steady_clock::now();
   for (const Transfers* t : {&direct, &relay}) {
     CKPT_RETURN_IF_ERROR(Exchange(comm, *t, mover));
   }
-  // What every rank needs goes out as broadcasts (the communicator's own,
-  // which MPI spreads over the nodes), reader by reader.
-  CKPT_RETURN_IF_ERROR(BroadcastEach(comm, everyone, mover));
+  // What every rank needs: round the ring, those of a node side by side,
+  // or as broadcasts where the shares are small (kRingShareBytes).
+  uint64_t everyone_bytes = 0;
+  for (const auto& share : everyone) {
+    for (const Shared* s : share) everyone_bytes += s->id.length;
+  }
+  if (everyone_bytes / world >= kRingShareBytes) {
+    std::vector<int> ring(world);
+    for (int r = 0; r < world; ++r) ring[r] = r;
+    std::stable_sort(ring.begin(), ring.end(),
+                     [&](int a, int b) { return node_of[a] < node_of[b]; });
+    CKPT_RETURN_IF_ERROR(RingEach(comm, everyone, ring, mover));
+  } else {
+    CKPT_RETURN_IF_ERROR(BroadcastEach(comm, everyone, mover));
+  }
   out.received = mover.received();
   const auto exchange_done = std::chrono::steady_clock::now();
   // 5. The chunks only this rank needs, read into the same memory, so that

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <tuple>
 
 namespace ckpt::read_once {
@@ -60,6 +61,11 @@ std::byte* Mover::Buffer(std::unique_ptr<std::byte[]>& buffer,
 std::byte* Mover::Home(const ChunkId& id) const {
   const format::ChunkRecord& c = *places_.at(id)[0]->chunk;
   return held_.At(manifest_.objects[c.object].key, c.offset);
+}
+
+void Mover::Mark(const ChunkId& id, bool received) {
+  if (received && !Holds(id)) received_ += id.length;
+  bytes_of_[id] = Home(id);
 }
 
 std::vector<bool> Mover::Pack(const std::vector<const Shared*>& chunks,
@@ -141,40 +147,76 @@ Status Mover::Lost(const Status& why, const std::string& what) {
   return why.WithContext(what);
 }
 
-// One phase: in round k, to rank + k and from rank - k, a batch at a time
-// (Batches). Sends the chunks this rank holds (the others as missing);
-// takes what arrives.
+namespace {
+
+// The batches `sends` to `dest` while the batches `receives` come from
+// `source` (-1: none), one pair at a time, each side's lists as both plans
+// say. Sends the chunks this rank holds (the others as missing); takes what
+// arrives.
+Status Swap(Communicator& comm, Mover& mover,
+            const std::vector<std::vector<const Shared*>>& sends, int dest,
+            const std::vector<std::vector<const Shared*>>& receives, int source,
+            const std::string& with) {
+  for (size_t j = 0; j < std::max(sends.size(), receives.size()); ++j) {
+    const bool sending = j < sends.size(), receiving = j < receives.size();
+    std::span<const std::byte> payload;
+    Result<std::string> got = comm.SendRecv(
+        sending ? EncodeReadOnceBatch(mover.Pack(sends[j], payload), {})
+                : std::string(),
+        sending ? dest : -1, receiving ? source : -1);
+    // A message that fails fails this rank's load; its partners fail too,
+    // within the communicator's timeout (docs/tiers.md).
+    if (!got.ok()) return got.status().WithContext(with);
+    const std::span<std::byte> landing =
+        receiving ? mover.Landing(receives[j]) : std::span<std::byte>();
+    if (Status s = comm.SendRecvInto(payload, sending ? dest : -1, landing,
+                                     receiving ? source : -1);
+        !s.ok()) {
+      return mover.Lost(s, with);
+    }
+    if (!receiving) continue;
+    CKPT_RETURN_IF_ERROR(mover.Take(got, receives[j], landing, source));
+  }
+  return Status();
+}
+
+}  // namespace
+
 Status Exchange(Communicator& comm, const Transfers& t, Mover& mover) {
   const int world = comm.size();
   const int me = comm.rank();
   for (int k = 1; k < world; ++k) {
     const int dest = (me + k) % world;
     const int source = (me - k + world) % world;
-    const auto sends = Batches(t.send[dest]);
-    const auto receives = Batches(t.receive[source]);
-    const std::string with = "read once: chunks with ranks " +
-                             std::to_string(dest) + " and " +
-                             std::to_string(source);
-    for (size_t j = 0; j < std::max(sends.size(), receives.size()); ++j) {
-      const bool sending = j < sends.size(), receiving = j < receives.size();
-      std::span<const std::byte> payload;
-      Result<std::string> got = comm.SendRecv(
-          sending ? EncodeReadOnceBatch(mover.Pack(sends[j], payload), {})
-                  : std::string(),
-          sending ? dest : -1, receiving ? source : -1);
-      // A message that fails fails this rank's load; its partners fail
-      // too, within the communicator's timeout (docs/tiers.md).
-      if (!got.ok()) return got.status().WithContext(with);
-      const std::span<std::byte> landing =
-          receiving ? mover.Landing(receives[j]) : std::span<std::byte>();
-      if (Status s = comm.SendRecvInto(payload, sending ? dest : -1, landing,
-                                       receiving ? source : -1);
-          !s.ok()) {
-        return mover.Lost(s, with);
-      }
-      if (!receiving) continue;
-      CKPT_RETURN_IF_ERROR(mover.Take(got, receives[j], landing, source));
-    }
+    CKPT_RETURN_IF_ERROR(Swap(comm, mover, Batches(t.send[dest]), dest,
+                              Batches(t.receive[source]), source,
+                              "read once: chunks with ranks " +
+                                  std::to_string(dest) + " and " +
+                                  std::to_string(source)));
+  }
+  return Status();
+}
+
+Status RingEach(Communicator& comm,
+                const std::vector<std::vector<const Shared*>>& everyone,
+                const std::vector<int>& ring, Mover& mover) {
+  const int world = static_cast<int>(ring.size());
+  const int at = static_cast<int>(
+      std::find(ring.begin(), ring.end(), comm.rank()) - ring.begin());
+  if (world <= 1 || at == world) return Status();
+  const int dest = ring[(at + 1) % world];
+  const int source = ring[(at - 1 + world) % world];
+  // In step k a rank passes on the share it took in step k - 1 (its own
+  // first) and takes the one before it on the ring.
+  for (int k = 0; k + 1 < world; ++k) {
+    const int passed = ring[(at - k + world) % world];
+    const int taken = ring[(at - k - 1 + world) % world];
+    CKPT_RETURN_IF_ERROR(
+        Swap(comm, mover, Batches(everyone[passed]), dest,
+             Batches(everyone[taken]), source,
+             "read once: the chunks read by rank " + std::to_string(taken) +
+                 ", passed on the ring from rank " + std::to_string(source) +
+                 " to rank " + std::to_string(dest)));
   }
   return Status();
 }

@@ -63,6 +63,12 @@ class Mover {
 
   // Where this rank keeps chunk `id` (its first place).
   std::byte* Home(const ChunkId& id) const;
+  // Whether this rank holds chunk `id`.
+  bool Holds(const ChunkId& id) const { return bytes_of_.count(id) > 0; }
+  // Chunk `id` is held at its home (put there by another rank of the
+  // node, which shares the memory): counted as `received` if this rank did
+  // not hold it.
+  void Mark(const ChunkId& id, bool received);
 
   // Which of `chunks` this rank holds (the batch's header), and their bytes
   // in `payload`: where they are held when every one is there, back to
@@ -104,6 +110,16 @@ class Mover {
 // (Batches). Sends the chunks this rank holds (the others as missing);
 // takes what arrives.
 Status Exchange(Communicator& comm, const Transfers& t, Mover& mover);
+
+// The chunks every rank needs, `everyone[r]` those rank r read, passed
+// round `ring` (every rank once, those of a node side by side): in each of
+// world - 1 steps every rank sends one reader's share to the next rank and
+// takes another from the one before, so that all the links carry bytes at
+// once, and a byte crosses between nodes at most once a node. For large
+// shares; see BroadcastEach for small ones.
+Status RingEach(Communicator& comm,
+                const std::vector<std::vector<const Shared*>>& everyone,
+                const std::vector<int>& ring, Mover& mover);
 
 // The chunks every rank needs, `everyone[r]` those rank r read: broadcast
 // (the communicator's own, which MPI spreads over the nodes), reader by

@@ -1,0 +1,168 @@
+#include "checkpoint/read_once_node.h"
+
+#include <algorithm>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "messages/messages.h"
+#include "util/log.h"
+
+namespace ckpt::read_once {
+
+Result<std::optional<SharedMemoryFile>> ShareNodeMemory(
+    Communicator& comm, const std::vector<int>& node, uint64_t size,
+    bool& shared) {
+  const int me = comm.rank();
+  std::optional<SharedMemoryFile> file;
+  bool ok = true;
+  if (node.size() > 1) {
+    const std::string what = "read once: the memory of the node of ranks " +
+                             std::to_string(node.front()) + " to " +
+                             std::to_string(node.back());
+    if (me == node.front()) {
+      Result<SharedMemoryFile> made = SharedMemoryFile::Create(size);
+      if (made.ok()) {
+        file.emplace(std::move(*made));
+      } else {
+        ok = false;
+        LogInfo(what + ": each rank holds its own (" +
+                made.status().ToString() + ")");
+      }
+      const std::string invitation = file ? file->Invitation() : "";
+      for (size_t i = 1; i < node.size(); ++i) {
+        Result<std::string> sent = comm.SendRecv(invitation, node[i], -1);
+        if (!sent.ok()) return sent.status().WithContext(what);
+      }
+      for (size_t i = 1; i < node.size(); ++i) {
+        Result<std::string> said = comm.SendRecv("", -1, node[i]);
+        if (!said.ok()) return said.status().WithContext(what);
+        ok = ok && *said == "1";
+      }
+    } else {
+      Result<std::string> invitation = comm.SendRecv("", -1, node.front());
+      if (!invitation.ok()) return invitation.status().WithContext(what);
+      if (!invitation->empty()) {
+        Result<SharedMemoryFile> opened =
+            SharedMemoryFile::Open(*invitation, size);
+        if (opened.ok()) {
+          file.emplace(std::move(*opened));
+        } else {
+          LogInfo(what + ": rank " + std::to_string(me) + " holds its own (" +
+                  opened.status().ToString() + ")");
+        }
+      }
+      Result<std::string> said =
+          comm.SendRecv(file ? "1" : "0", node.front(), -1);
+      if (!said.ok()) return said.status().WithContext(what);
+    }
+  }
+  // Every node shares, or none: the nodes' leaders exchange for their
+  // nodes only where every rank's node holds what the others need.
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> all,
+                        comm.AllGather(ok ? "1" : "0"));
+  shared = std::all_of(all.begin(), all.end(),
+                       [](const std::string& s) { return s == "1"; });
+  if (!shared) return std::optional<SharedMemoryFile>();
+  // Every rank of the node has it open: the name can go, so that nothing
+  // is left behind however the load ends.
+  if (file) file->Unlink();
+  return file;
+}
+
+std::vector<std::vector<const Shared*>> DealToNode(
+    const std::vector<int>& node, const std::vector<int>& node_of,
+    const std::vector<std::vector<const Shared*>>& everyone) {
+  std::vector<const Shared*> rest;
+  for (size_t r = 0; r < everyone.size(); ++r) {
+    if (node_of[r] == node_of[node.front()]) continue;
+    rest.insert(rest.end(), everyone[r].begin(), everyone[r].end());
+  }
+  std::stable_sort(rest.begin(), rest.end(), [](auto* a, auto* b) {
+    return std::tie(a->place, a->id) < std::tie(b->place, b->id);
+  });
+  uint64_t total = 0;
+  for (const Shared* s : rest) total += s->id.length;
+  // In place order, each rank a block of about total / ranks bytes.
+  std::vector<std::vector<const Shared*>> out(node.size());
+  const uint64_t each = (total + node.size() - 1) / node.size();
+  uint64_t dealt = 0;
+  for (const Shared* s : rest) {
+    const size_t i = std::min<size_t>(node.size() - 1, dealt / each);
+    out[i].push_back(s);
+    dealt += s->id.length;
+  }
+  return out;
+}
+
+namespace {
+
+// Which of `chunks` this rank holds, as a batch header (no bytes).
+std::string Holding(const std::vector<const Shared*>& chunks,
+                    const Mover& mover) {
+  std::vector<bool> present;
+  present.reserve(chunks.size());
+  for (const Shared* s : chunks) present.push_back(mover.Holds(s->id));
+  return EncodeReadOnceBatch(present, {});
+}
+
+// Marks those of `chunks` that the header `got` from `source` says it
+// holds. One that does not match the plans gives up on the communicator.
+Status Mark(const Result<std::string>& got,
+            const std::vector<const Shared*>& chunks, int source, bool received,
+            Communicator& comm, Mover& mover) {
+  Result<ReadOnceBatch> batch =
+      got.ok() ? DecodeReadOnceBatch(*got) : got.status();
+  if (!batch.ok() || batch->present.size() != chunks.size() ||
+      !batch->data.empty()) {
+    const Status why = DataLossError(
+        "read once: rank " + std::to_string(source) +
+        " said it holds chunks that its node's plan does not name");
+    comm.Abort(why);
+    return why;
+  }
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if (batch->present[i]) mover.Mark(chunks[i]->id, received);
+  }
+  return Status();
+}
+
+}  // namespace
+
+Status ExchangeByNode(Communicator& comm, const std::vector<int>& node,
+                      const std::vector<std::vector<const Shared*>>& read,
+                      const std::vector<int>& ring,
+                      const std::vector<std::vector<const Shared*>>& everyone,
+                      const std::vector<const Shared*>& all,
+                      const std::function<void()>& copies, Mover& mover) {
+  const int me = comm.rank();
+  const int leader = node.front();
+  const std::string what =
+      "read once: within the node of rank " + std::to_string(leader);
+  if (me == leader) {
+    for (size_t i = 1; i < node.size(); ++i) {
+      CKPT_RETURN_IF_ERROR(Mark(comm.SendRecv("", -1, node[i]), read[i],
+                                node[i], /*received=*/false, comm, mover));
+    }
+    if (!ring.empty())
+      CKPT_RETURN_IF_ERROR(RingEach(comm, everyone, ring, mover));
+    copies();
+    const std::string held = Holding(all, mover);
+    for (size_t i = 1; i < node.size(); ++i) {
+      Result<std::string> sent = comm.SendRecv(held, node[i], -1);
+      if (!sent.ok()) return sent.status().WithContext(what);
+    }
+    return Status();
+  }
+  const size_t at = static_cast<size_t>(
+      std::find(node.begin(), node.end(), me) - node.begin());
+  Result<std::string> sent =
+      comm.SendRecv(Holding(read[at], mover), leader, -1);
+  if (!sent.ok()) return sent.status().WithContext(what);
+  // What the node holds (this rank's own reads among it): the rest came
+  // from its other ranks and from the other nodes.
+  return Mark(comm.SendRecv("", -1, leader), all, leader, /*received=*/true,
+              comm, mover);
+}
+
+}  // namespace ckpt::read_once

@@ -1,0 +1,80 @@
+#include "util/shared_memory.h"
+
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+
+#include <cstring>
+#include <string>
+
+namespace ckpt {
+namespace {
+
+constexpr uint64_t kSize = 1 << 20;
+
+char* Map(const SharedMemoryFile& f) {
+  void* p =
+      ::mmap(nullptr, kSize, PROT_READ | PROT_WRITE, MAP_SHARED, f.fd(), 0);
+  EXPECT_NE(p, MAP_FAILED);
+  return static_cast<char*>(p);
+}
+
+TEST(SharedMemoryFileTest, WhatOneMappingWritesTheOtherSees) {
+  auto made = SharedMemoryFile::Create(kSize);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  auto opened = SharedMemoryFile::Open(made->Invitation(), kSize);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  char* a = Map(*made);
+  char* b = Map(*opened);
+  std::memcpy(a + kSize - 5, "held", 5);
+  EXPECT_STREQ(b + kSize - 5, "held");
+  // The name goes; the mappings stay.
+  made->Unlink();
+  EXPECT_EQ(SharedMemoryFile::Open(made->Invitation(), kSize).status().code(),
+            ErrorCode::kNotFound);
+  EXPECT_STREQ(b + kSize - 5, "held");
+  ::munmap(a, kSize);
+  ::munmap(b, kSize);
+}
+
+TEST(SharedMemoryFileTest, OpensOnlyTheFileItWasInvitedTo) {
+  auto made = SharedMemoryFile::Create(kSize);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  const std::string invitation = made->Invitation();
+  const std::string name = invitation.substr(0, invitation.find(' '));
+  // Another token (another host's file of that name), another size, and
+  // names that are not the files Create makes.
+  EXPECT_EQ(SharedMemoryFile::Open(name + " " + std::string(32, '0'), kSize)
+                .status()
+                .code(),
+            ErrorCode::kNotFound);
+  EXPECT_EQ(SharedMemoryFile::Open(invitation, kSize + 4096).status().code(),
+            ErrorCode::kNotFound);
+  for (const std::string& bad :
+       {std::string(), std::string("/etc/passwd ") + std::string(32, '0'),
+        "/ckpt-read-once-../../x " + std::string(32, '0'),
+        name + " " + std::string(31, '0'), name}) {
+    EXPECT_EQ(SharedMemoryFile::Open(bad, kSize).status().code(),
+              ErrorCode::kInvalidArgument)
+        << bad;
+  }
+}
+
+TEST(SharedMemoryFileTest, TheCreatorRemovesTheNameWhenItGoes) {
+  std::string invitation;
+  {
+    auto made = SharedMemoryFile::Create(kSize);
+    ASSERT_TRUE(made.ok()) << made.status().ToString();
+    invitation = made->Invitation();
+  }
+  EXPECT_EQ(SharedMemoryFile::Open(invitation, kSize).status().code(),
+            ErrorCode::kNotFound);
+}
+
+TEST(SharedMemoryFileTest, NoRoomIsAnErrorNotACrash) {
+  // More than any machine's shared memory holds.
+  auto made = SharedMemoryFile::Create(uint64_t{1} << 50);
+  EXPECT_FALSE(made.ok());
+}
+
+}  // namespace
+}  // namespace ckpt
