@@ -542,7 +542,7 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
     CKPT_RETURN_IF_ERROR(read_once::ExchangeByNode(
         comm, my_node, reads, ring, by_leader,
         std::vector<const Shared*>(shared.begin(), shared.end()), copy_places,
-        mover));
+        node_memory ? &*node_memory : nullptr, mover));
     out.received = mover.received();
     const auto since = [&](auto t) {
       return std::to_string(std::chrono::duration<double>(t - start).count());

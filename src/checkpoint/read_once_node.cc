@@ -10,6 +10,19 @@
 
 namespace ckpt::read_once {
 
+namespace {
+
+// The locks on the node's memory by which its ranks wait for each other
+// asleep, where a blocking receive would spin (an MPI job's does, and on
+// a node with more ranks than cores the spinning ranks slow the ones they
+// wait for): the leader holds kLeaderBusy until the node holds what it
+// needs; each other rank holds kReading until it has read its part. The
+// messages still carry what is held; a lock only says when to receive.
+constexpr int kLeaderBusy = 0;
+constexpr int kReading = 1;
+
+}  // namespace
+
 Result<std::optional<SharedMemoryFile>> ShareNodeMemory(
     Communicator& comm, const std::vector<int>& node, uint64_t size,
     bool& shared) {
@@ -24,6 +37,9 @@ Result<std::optional<SharedMemoryFile>> ShareNodeMemory(
       Result<SharedMemoryFile> made = SharedMemoryFile::Create(size);
       if (made.ok()) {
         file.emplace(std::move(*made));
+        // Held until the node holds what it needs: the others wait on it
+        // asleep (ExchangeByNode).
+        file->Lock(kLeaderBusy, /*exclusive=*/true, /*wait=*/false);
       } else {
         ok = false;
         LogInfo(what + ": each rank holds its own (" +
@@ -47,6 +63,9 @@ Result<std::optional<SharedMemoryFile>> ShareNodeMemory(
             SharedMemoryFile::Open(*invitation, size);
         if (opened.ok()) {
           file.emplace(std::move(*opened));
+          // Held until this rank has read its part: the leader waits on it
+          // asleep (ExchangeByNode).
+          file->Lock(kReading, /*exclusive=*/false, /*wait=*/false);
         } else {
           LogInfo(what + ": rank " + std::to_string(me) + " holds its own (" +
                   opened.status().ToString() + ")");
@@ -134,12 +153,17 @@ Status ExchangeByNode(Communicator& comm, const std::vector<int>& node,
                       const std::vector<int>& ring,
                       const std::vector<std::vector<const Shared*>>& everyone,
                       const std::vector<const Shared*>& all,
-                      const std::function<void()>& copies, Mover& mover) {
+                      const std::function<void()>& copies,
+                      SharedMemoryFile* memory, Mover& mover) {
   const int me = comm.rank();
   const int leader = node.front();
   const std::string what =
       "read once: within the node of rank " + std::to_string(leader);
   if (me == leader) {
+    if (memory != nullptr &&
+        memory->Lock(kReading, /*exclusive=*/true, /*wait=*/true)) {
+      memory->Unlock(kReading);
+    }
     for (size_t i = 1; i < node.size(); ++i) {
       CKPT_RETURN_IF_ERROR(Mark(comm.SendRecv("", -1, node[i]), read[i],
                                 node[i], /*received=*/false, comm, mover));
@@ -148,6 +172,7 @@ Status ExchangeByNode(Communicator& comm, const std::vector<int>& node,
       CKPT_RETURN_IF_ERROR(RingEach(comm, everyone, ring, mover));
     copies();
     const std::string held = Holding(all, mover);
+    if (memory != nullptr) memory->Unlock(kLeaderBusy);
     for (size_t i = 1; i < node.size(); ++i) {
       Result<std::string> sent = comm.SendRecv(held, node[i], -1);
       if (!sent.ok()) return sent.status().WithContext(what);
@@ -156,9 +181,14 @@ Status ExchangeByNode(Communicator& comm, const std::vector<int>& node,
   }
   const size_t at = static_cast<size_t>(
       std::find(node.begin(), node.end(), me) - node.begin());
+  if (memory != nullptr) memory->Unlock(kReading);
   Result<std::string> sent =
       comm.SendRecv(Holding(read[at], mover), leader, -1);
   if (!sent.ok()) return sent.status().WithContext(what);
+  if (memory != nullptr &&
+      memory->Lock(kLeaderBusy, /*exclusive=*/false, /*wait=*/true)) {
+    memory->Unlock(kLeaderBusy);
+  }
   // What the node holds (this rank's own reads among it): the rest came
   // from its other ranks and from the other nodes.
   return Mark(comm.SendRecv("", -1, leader), all, leader, /*received=*/true,

@@ -46,12 +46,15 @@ std::vector<std::vector<const Shared*>> DealToNode(
 // leaders pass their nodes' chunks round it (RingEach: `everyone[r]` those
 // that rank r read); then the leader copies `copies` (chunks kept at more
 // than one place) and tells the others which of `all` the node holds. The
-// ranks mark what they hold in `mover`.
+// ranks mark what they hold in `mover`. With `memory` (the node's, from
+// ShareNodeMemory), the ranks wait for each other asleep on its locks
+// before they receive.
 Status ExchangeByNode(Communicator& comm, const std::vector<int>& node,
                       const std::vector<std::vector<const Shared*>>& read,
                       const std::vector<int>& ring,
                       const std::vector<std::vector<const Shared*>>& everyone,
                       const std::vector<const Shared*>& all,
-                      const std::function<void()>& copies, Mover& mover);
+                      const std::function<void()>& copies,
+                      SharedMemoryFile* memory, Mover& mover);
 
 }  // namespace ckpt::read_once

@@ -74,7 +74,7 @@ Result<SharedMemoryFile> SharedMemoryFile::Create(uint64_t size) {
     return IOError("shared memory " + name + ": cannot create it (" +
                    std::strerror(errno) + ")");
   }
-  SharedMemoryFile file(fd, name, token, /*owner=*/true);
+  SharedMemoryFile file(fd, name, token, /*owner=*/true, size);
   // The memory taken now: a write to a page the file system has no room
   // for would end the process (SIGBUS), and a container's /dev/shm is
   // often small.
@@ -118,7 +118,7 @@ Result<SharedMemoryFile> SharedMemoryFile::Open(std::string_view invitation,
     return NotFoundError("shared memory " + n + ": cannot open it (" +
                          std::strerror(errno) + ")");
   }
-  SharedMemoryFile file(fd, n, std::string(token), /*owner=*/false);
+  SharedMemoryFile file(fd, n, std::string(token), /*owner=*/false, size);
   struct stat st {};
   std::string got(kTokenDigits, '\0');
   if (::fstat(fd, &st) != 0 ||
@@ -136,7 +136,8 @@ SharedMemoryFile::SharedMemoryFile(SharedMemoryFile&& other) noexcept
     : fd_(std::exchange(other.fd_, -1)),
       name_(std::move(other.name_)),
       token_(std::move(other.token_)),
-      owner_(std::exchange(other.owner_, false)) {}
+      owner_(std::exchange(other.owner_, false)),
+      size_(other.size_) {}
 
 SharedMemoryFile& SharedMemoryFile::operator=(
     SharedMemoryFile&& other) noexcept {
@@ -146,6 +147,7 @@ SharedMemoryFile& SharedMemoryFile::operator=(
     name_ = std::move(other.name_);
     token_ = std::move(other.token_);
     owner_ = std::exchange(other.owner_, false);
+    size_ = other.size_;
   }
   return *this;
 }
@@ -164,6 +166,35 @@ void SharedMemoryFile::Unlink() {
   if (!owner_) return;
   ::shm_unlink(name_.c_str());
   owner_ = false;
+}
+
+namespace {
+
+// The lock on byte `which` past the memory and its token.
+struct flock LockOf(uint64_t size, int which, short type) {
+  struct flock l {};
+  l.l_type = type;
+  l.l_whence = SEEK_SET;
+  l.l_start = static_cast<off_t>(size + 2 * kTokenDigits + which);
+  l.l_len = 1;
+  return l;
+}
+
+}  // namespace
+
+bool SharedMemoryFile::Lock(int which, bool exclusive, bool wait) {
+  if (fd_ < 0) return false;
+  struct flock l = LockOf(size_, which, exclusive ? F_WRLCK : F_RDLCK);
+  for (;;) {
+    if (::fcntl(fd_, wait ? F_OFD_SETLKW : F_OFD_SETLK, &l) == 0) return true;
+    if (errno != EINTR) return false;
+  }
+}
+
+void SharedMemoryFile::Unlock(int which) {
+  if (fd_ < 0) return;
+  struct flock l = LockOf(size_, which, F_UNLCK);
+  ::fcntl(fd_, F_OFD_SETLK, &l);
 }
 
 }  // namespace ckpt

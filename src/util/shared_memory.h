@@ -39,17 +39,30 @@ class SharedMemoryFile {
   // closed it and unmapped its memory. Those that mapped it keep it.
   void Unlink();
 
+  // Waiting for another process without spinning: an advisory lock on
+  // byte `which` (0 or 1) past the file's memory, held by this open file
+  // (an open file description lock: each process, or thread, that opened
+  // the file holds its own; closing it lets go). A process that waits for
+  // another takes, with `wait`, the lock the other holds, and sleeps until
+  // the other lets go or ends. False where it cannot be had (or waiting
+  // failed): the caller goes on without waiting.
+  bool Lock(int which, bool exclusive, bool wait);
+  void Unlock(int which);
+
  private:
-  SharedMemoryFile(int fd, std::string name, std::string token, bool owner)
+  SharedMemoryFile(int fd, std::string name, std::string token, bool owner,
+                   uint64_t size)
       : fd_(fd),
         name_(std::move(name)),
         token_(std::move(token)),
-        owner_(owner) {}
+        owner_(owner),
+        size_(size) {}
 
   int fd_ = -1;
   std::string name_;   // "/ckpt-..."
   std::string token_;  // 32 hex digits
   bool owner_ = false;
+  uint64_t size_ = 0;  // of the memory, before the token
 };
 
 }  // namespace ckpt

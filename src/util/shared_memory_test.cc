@@ -3,8 +3,11 @@
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
 
 namespace ckpt {
 namespace {
@@ -68,6 +71,39 @@ TEST(SharedMemoryFileTest, TheCreatorRemovesTheNameWhenItGoes) {
   }
   EXPECT_EQ(SharedMemoryFile::Open(invitation, kSize).status().code(),
             ErrorCode::kNotFound);
+}
+
+TEST(SharedMemoryFileTest, AWaitForALockEndsWhenItsHolderLetsGoOrCloses) {
+  auto made = SharedMemoryFile::Create(kSize);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  auto opened = SharedMemoryFile::Open(made->Invitation(), kSize);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  ASSERT_TRUE(made->Lock(0, /*exclusive=*/true, /*wait=*/false));
+  // Held by the other open file: not to be had without waiting, on either
+  // byte's own terms (byte 1 is free).
+  EXPECT_FALSE(opened->Lock(0, /*exclusive=*/false, /*wait=*/false));
+  EXPECT_TRUE(opened->Lock(1, /*exclusive=*/false, /*wait=*/false));
+  opened->Unlock(1);
+  std::atomic<bool> let_go{false};
+  std::thread holder([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    let_go = true;
+    made->Unlock(0);
+  });
+  EXPECT_TRUE(opened->Lock(0, /*exclusive=*/false, /*wait=*/true));
+  EXPECT_TRUE(let_go.load());
+  opened->Unlock(0);
+  holder.join();
+  // A holder that ends (closes the file) lets go too.
+  auto other = SharedMemoryFile::Open(made->Invitation(), kSize);
+  ASSERT_TRUE(other.ok());
+  ASSERT_TRUE(other->Lock(1, /*exclusive=*/false, /*wait=*/false));
+  std::thread closer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    SharedMemoryFile gone = std::move(*other);
+  });
+  EXPECT_TRUE(made->Lock(1, /*exclusive=*/true, /*wait=*/true));
+  closer.join();
 }
 
 TEST(SharedMemoryFileTest, NoRoomIsAnErrorNotACrash) {
