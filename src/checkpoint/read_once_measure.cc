@@ -26,14 +26,17 @@ constexpr double kProbeMargin = 2.0;
 }  // namespace
 
 Status ProbeRanks(Communicator& comm, const std::vector<uint64_t>& rest,
-                  ReadOnceRates& mine) {
-  const int world = comm.size();
+                  const std::vector<int>& probing, ReadOnceRates& mine) {
   const int me = comm.rank();
+  const auto at = std::find(probing.begin(), probing.end(), me);
+  if (at == probing.end() || probing.size() < 2) return Status();
   const uint64_t probe =
       std::min(kProbeBytes, *std::max_element(rest.begin(), rest.end()));
   if (probe == 0) return Status();
-  const int k = std::max(1, world / 2);
-  const int to = (me + k) % world, from = (me - k + world) % world;
+  const int n = static_cast<int>(probing.size());
+  const int i = static_cast<int>(at - probing.begin());
+  const int k = std::max(1, n / 2);
+  const int to = probing[(i + k) % n], from = probing[(i - k + n) % n];
   // First an empty message, not timed: it finds the partner awake and the
   // connection made (an MPI job makes it on the first message), so the
   // timed one measures the way.
@@ -44,11 +47,14 @@ Status ProbeRanks(Communicator& comm, const std::vector<uint64_t>& rest,
   const auto t0 = std::chrono::steady_clock::now();
   got = comm.SendRecv(message, to, from);
   if (!got.ok()) return got.status().WithContext("read once: the probe");
-  mine.probe_bytes = probe;
-  mine.probe_ns = static_cast<uint64_t>(
+  const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
-          .count() *
-      1e9);
+          .count();
+  mine.probe_bytes = probe;
+  mine.probe_ns = static_cast<uint64_t>(seconds * 1e9);
+  LogInfo("read once: rank " + std::to_string(me) + "'s probe to rank " +
+          std::to_string(to) + ": " + std::to_string(probe) + " bytes in " +
+          std::to_string(seconds) + " s");
   return Status();
 }
 

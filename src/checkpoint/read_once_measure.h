@@ -13,15 +13,18 @@
 
 namespace ckpt::read_once {
 
-// The probe of the way between ranks. Each rank sends a message of 8 MiB (no
-// more than the most any rank gets of the shared chunks, `rest`) to rank +
-// world/2 (on another node where the ranks fill the nodes in order) while it
-// receives one from rank - world/2; `mine` gets its size and time. Called by
-// every rank just after the plans' all-gather, so that the ranks start it
-// together and it times the way, not a wait for a partner still busy; the first
-// reads of the share run beside it.
+// The probe of the way between ranks that the exchange takes: each of
+// `probing` (every rank, or where a node's ranks share their memory, the
+// nodes' leaders, which alone exchange) sends a message of 8 MiB (no more
+// than the most any rank gets of the shared chunks, `rest`) to the one
+// half-way along the list from it (on another node where the ranks fill
+// the nodes in order) while it receives one from the one half-way back;
+// `mine` gets its size and time (ranks not in `probing` send nothing).
+// Called by every rank just after the plans' all-gather, so that the ranks
+// start it together and it times the way, not a wait for a partner still
+// busy; the first reads of the share run beside it.
 Status ProbeRanks(Communicator& comm, const std::vector<uint64_t>& rest,
-                  ReadOnceRates& mine);
+                  const std::vector<int>& probing, ReadOnceRates& mine);
 
 // Whether the rest of the shared chunks, `rest[r]` bytes for rank r, comes
 // sooner from the ranks that read them than `read_rest[r]` bytes from
