@@ -31,7 +31,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                size - 1);
   // Every message of messages.h; the seeds in corpus/messages are named by
   // the message their first byte picks.
-  switch (data[0] % 19) {
+  switch (data[0] % 21) {
     case 0:
       RoundTrip(bytes, DecodeSaveDecision, EncodeSaveDecision);
       break;
@@ -89,6 +89,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 18:
       RoundTrip(bytes, DecodeReadOnceBatch,
                 [](const ReadOnceBatch& m) { return EncodeReadOnceBatch(m); });
+      break;
+    case 19:
+      RoundTrip(bytes, DecodeReadOnceRates, EncodeReadOnceRates);
+      break;
+    case 20:
+      RoundTrip(bytes, DecodeReadOnceNodeMemory, EncodeReadOnceNodeMemory);
       break;
   }
   return 0;

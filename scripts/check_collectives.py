@@ -35,6 +35,8 @@ PROTOCOL_FILES = {
     "src/checkpoint/save.cc",
     "src/checkpoint/load.cc",
     "src/checkpoint/read_once.cc",
+    "src/checkpoint/read_once_measure.cc",
+    "src/checkpoint/read_once_node.cc",
     "src/messages/tier_messages.cc",
     "src/tiers/tier_reshard.cc",
     "src/tiers/tier_restore.cc",

@@ -10,7 +10,10 @@
 // lie back to back, dealt out among the ranks that need them in blocks
 // that lie back to back, evening out what each reads, and sent straight to
 // the ranks of its node and to one relay on each other node, which passes
-// it on (runs every rank needs are broadcast instead); a chunk its reader
+// it on (runs every rank needs go round a ring of the ranks instead, or
+// are broadcast where the shares are small; where every rank needs the
+// same chunks, the ranks of a node hold them once, in shared memory, and
+// only the nodes' leaders exchange: read_once_node.h); a chunk its reader
 // could not read is sent as missing, and whoever needs it reads it itself.
 // A rank holds the chunks it needs in memory laid out as the objects are
 // (held_chunks.h), received straight into it; holding them all, the load

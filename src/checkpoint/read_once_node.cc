@@ -21,6 +21,17 @@ namespace {
 constexpr int kLeaderBusy = 0;
 constexpr int kReading = 1;
 
+// A message from `source` that does not decode breaks the protocol: this
+// rank gives up on the communicator (its partners would wait for ever).
+Status Broken(Communicator& comm, int source, const Status& why) {
+  const Status out = DataLossError(
+      "read once: rank " + std::to_string(source) +
+      " sent a message about its node's memory that does not decode (" +
+      why.ToString() + ")");
+  comm.Abort(out);
+  return out;
+}
+
 }  // namespace
 
 Result<std::optional<SharedMemoryFile>> ShareNodeMemory(
@@ -45,22 +56,31 @@ Result<std::optional<SharedMemoryFile>> ShareNodeMemory(
         LogInfo(what + ": each rank holds its own (" +
                 made.status().ToString() + ")");
       }
-      const std::string invitation = file ? file->Invitation() : "";
+      const std::string invitation = EncodeReadOnceNodeMemory(
+          {.invitation = file ? file->Invitation() : ""});
       for (size_t i = 1; i < node.size(); ++i) {
         Result<std::string> sent = comm.SendRecv(invitation, node[i], -1);
         if (!sent.ok()) return sent.status().WithContext(what);
       }
       for (size_t i = 1; i < node.size(); ++i) {
-        Result<std::string> said = comm.SendRecv("", -1, node[i]);
+        Result<std::string> said =
+            comm.SendRecv(EncodeReadOnceNodeMemory({}), -1, node[i]);
         if (!said.ok()) return said.status().WithContext(what);
-        ok = ok && *said == "1";
+        Result<ReadOnceNodeMemory> answer = DecodeReadOnceNodeMemory(*said);
+        if (!answer.ok()) return Broken(comm, node[i], answer.status());
+        ok = ok && answer->opened;
       }
     } else {
-      Result<std::string> invitation = comm.SendRecv("", -1, node.front());
-      if (!invitation.ok()) return invitation.status().WithContext(what);
-      if (!invitation->empty()) {
+      Result<std::string> got =
+          comm.SendRecv(EncodeReadOnceNodeMemory({}), -1, node.front());
+      if (!got.ok()) return got.status().WithContext(what);
+      Result<ReadOnceNodeMemory> invitation = DecodeReadOnceNodeMemory(*got);
+      if (!invitation.ok()) {
+        return Broken(comm, node.front(), invitation.status());
+      }
+      if (!invitation->invitation.empty()) {
         Result<SharedMemoryFile> opened =
-            SharedMemoryFile::Open(*invitation, size);
+            SharedMemoryFile::Open(invitation->invitation, size);
         if (opened.ok()) {
           file.emplace(std::move(*opened));
           // Held until this rank has read its part: the leader waits on it
@@ -72,16 +92,22 @@ Result<std::optional<SharedMemoryFile>> ShareNodeMemory(
         }
       }
       Result<std::string> said =
-          comm.SendRecv(file ? "1" : "0", node.front(), -1);
+          comm.SendRecv(EncodeReadOnceNodeMemory({.opened = file.has_value()}),
+                        node.front(), -1);
       if (!said.ok()) return said.status().WithContext(what);
     }
   }
   // Every node shares, or none: the nodes' leaders exchange for their
   // nodes only where every rank's node holds what the others need.
-  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> all,
-                        comm.AllGather(ok ? "1" : "0"));
-  shared = std::all_of(all.begin(), all.end(),
-                       [](const std::string& s) { return s == "1"; });
+  CKPT_ASSIGN_OR_RETURN(
+      std::vector<std::string> all,
+      comm.AllGather(EncodeReadOnceNodeMemory({.opened = ok})));
+  shared = true;
+  for (size_t r = 0; r < all.size(); ++r) {
+    Result<ReadOnceNodeMemory> word = DecodeReadOnceNodeMemory(all[r]);
+    if (!word.ok()) return Broken(comm, static_cast<int>(r), word.status());
+    shared = shared && word->opened;
+  }
   if (!shared) return std::optional<SharedMemoryFile>();
   // Every rank of the node has it open: the name can go, so that nothing
   // is left behind however the load ends.
@@ -116,13 +142,13 @@ std::vector<std::vector<const Shared*>> DealToNode(
 
 namespace {
 
-// Which of `chunks` this rank holds, as a batch header (no bytes).
-std::string Holding(const std::vector<const Shared*>& chunks,
-                    const Mover& mover) {
+// Which of `chunks` this rank holds (a batch header's, with no bytes).
+std::vector<bool> Holding(const std::vector<const Shared*>& chunks,
+                          const Mover& mover) {
   std::vector<bool> present;
   present.reserve(chunks.size());
   for (const Shared* s : chunks) present.push_back(mover.Holds(s->id));
-  return EncodeReadOnceBatch(present, {});
+  return present;
 }
 
 // Marks those of `chunks` that the header `got` from `source` says it
@@ -165,13 +191,14 @@ Status ExchangeByNode(Communicator& comm, const std::vector<int>& node,
       memory->Unlock(kReading);
     }
     for (size_t i = 1; i < node.size(); ++i) {
-      CKPT_RETURN_IF_ERROR(Mark(comm.SendRecv("", -1, node[i]), read[i],
-                                node[i], /*received=*/false, comm, mover));
+      CKPT_RETURN_IF_ERROR(
+          Mark(comm.SendRecv(EncodeReadOnceBatch({}), -1, node[i]), read[i],
+               node[i], /*received=*/false, comm, mover));
     }
     if (!ring.empty())
       CKPT_RETURN_IF_ERROR(RingEach(comm, everyone, ring, mover));
     copies();
-    const std::string held = Holding(all, mover);
+    const std::string held = EncodeReadOnceBatch(Holding(all, mover), {});
     if (memory != nullptr) memory->Unlock(kLeaderBusy);
     for (size_t i = 1; i < node.size(); ++i) {
       Result<std::string> sent = comm.SendRecv(held, node[i], -1);
@@ -182,8 +209,8 @@ Status ExchangeByNode(Communicator& comm, const std::vector<int>& node,
   const size_t at = static_cast<size_t>(
       std::find(node.begin(), node.end(), me) - node.begin());
   if (memory != nullptr) memory->Unlock(kReading);
-  Result<std::string> sent =
-      comm.SendRecv(Holding(read[at], mover), leader, -1);
+  Result<std::string> sent = comm.SendRecv(
+      EncodeReadOnceBatch(Holding(read[at], mover), {}), leader, -1);
   if (!sent.ok()) return sent.status().WithContext(what);
   if (memory != nullptr &&
       memory->Lock(kLeaderBusy, /*exclusive=*/false, /*wait=*/true)) {
@@ -191,8 +218,8 @@ Status ExchangeByNode(Communicator& comm, const std::vector<int>& node,
   }
   // What the node holds (this rank's own reads among it): the rest came
   // from its other ranks and from the other nodes.
-  return Mark(comm.SendRecv("", -1, leader), all, leader, /*received=*/true,
-              comm, mover);
+  return Mark(comm.SendRecv(EncodeReadOnceBatch({}), -1, leader), all, leader,
+              /*received=*/true, comm, mover);
 }
 
 }  // namespace ckpt::read_once

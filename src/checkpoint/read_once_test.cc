@@ -15,6 +15,7 @@
 
 #include "ckpt/checkpoint_manager.h"
 #include "gtest/gtest.h"
+#include "messages/messages.h"
 #include "testing/backends.h"
 #include "testing/run_ranks.h"
 
@@ -116,10 +117,10 @@ class OnNode : public NoSendRecv {
     if (dest >= 0 && data.size() >= 65536) {
       std::this_thread::sleep_for(n_.delay);
     }
-    if (n_.other_hosts && data.starts_with("/ckpt-read-once-")) {
-      std::string other(data);
-      other.back() = other.back() == '0' ? '1' : '0';
-      return c_->SendRecv(other, dest, source);
+    if (Result<ReadOnceNodeMemory> m = DecodeReadOnceNodeMemory(data);
+        n_.other_hosts && m.ok() && !m->invitation.empty()) {
+      m->invitation.back() = m->invitation.back() == '0' ? '1' : '0';
+      return c_->SendRecv(EncodeReadOnceNodeMemory(*m), dest, source);
     }
     return c_->SendRecv(data, dest, source);
   }

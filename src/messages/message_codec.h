@@ -38,6 +38,7 @@ enum class MessageType : uint8_t {
   kReadOncePlan,
   kReadOnceBatch,
   kReadOnceRates,
+  kReadOnceNodeMemory,
 };
 
 inline std::string_view TypeName(MessageType type) {
@@ -82,6 +83,8 @@ inline std::string_view TypeName(MessageType type) {
       return "read-once batch";
     case MessageType::kReadOnceRates:
       return "read-once rates";
+    case MessageType::kReadOnceNodeMemory:
+      return "read-once node memory";
   }
   return "message";
 }

@@ -367,6 +367,21 @@ Result<ReadOnceRates> DecodeReadOnceRates(std::string_view bytes) {
   return r.Finish(std::move(m));
 }
 
+std::string EncodeReadOnceNodeMemory(const ReadOnceNodeMemory& m) {
+  Writer w(MessageType::kReadOnceNodeMemory);
+  w.Str(m.invitation);
+  w.Bool(m.opened);
+  return w.Take();
+}
+
+Result<ReadOnceNodeMemory> DecodeReadOnceNodeMemory(std::string_view bytes) {
+  Reader r(bytes, MessageType::kReadOnceNodeMemory);
+  ReadOnceNodeMemory m;
+  m.invitation = r.Str();
+  m.opened = r.Bool();
+  return r.Finish(std::move(m));
+}
+
 std::string EncodeOffer(const Offer& offer) {
   Writer w(MessageType::kOffer);
   w.Str(offer.host);

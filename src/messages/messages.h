@@ -199,6 +199,15 @@ struct ReadOnceRates {
   uint64_t probe_ns = 0;
 };
 
+// Load, every byte read once by node (read_once_node.h): the invitation of
+// a node's first rank to the memory its ranks share (empty: it has none);
+// each other rank's answer, and every rank's word on whether its node
+// shares one, in `opened`.
+struct ReadOnceNodeMemory {
+  std::string invitation;
+  bool opened = false;
+};
+
 std::string EncodeSaveDecision(const SaveDecision& m);
 Result<SaveDecision> DecodeSaveDecision(std::string_view bytes);
 
@@ -227,6 +236,8 @@ std::string EncodeReadOnceBatch(const std::vector<bool>& present,
 Result<ReadOnceBatch> DecodeReadOnceBatch(std::string_view bytes);
 std::string EncodeReadOnceRates(const ReadOnceRates& m);
 Result<ReadOnceRates> DecodeReadOnceRates(std::string_view bytes);
+std::string EncodeReadOnceNodeMemory(const ReadOnceNodeMemory& m);
+Result<ReadOnceNodeMemory> DecodeReadOnceNodeMemory(std::string_view bytes);
 
 // Save step 2: what a rank holds (planner.h).
 std::string EncodeOffer(const Offer& offer);

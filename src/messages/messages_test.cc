@@ -523,6 +523,16 @@ TEST(MessagesTest, ReadOnceMessagesSurviveEncodingAndRefuseHostileFields) {
   EXPECT_EQ(rates_back->probe_bytes, 4096u);
   EXPECT_FALSE(
       DecodeReadOnceRates(EncodeReadOnceRates(rates).substr(0, 20)).ok());
+  const ReadOnceNodeMemory invite{.invitation = "/ckpt-read-once-ab 01",
+                                  .opened = true};
+  auto invite_back = DecodeReadOnceNodeMemory(EncodeReadOnceNodeMemory(invite));
+  ASSERT_TRUE(invite_back.ok()) << invite_back.status().ToString();
+  EXPECT_EQ(invite_back->invitation, invite.invitation);
+  EXPECT_TRUE(invite_back->opened);
+  EXPECT_FALSE(DecodeReadOnceNodeMemory(EncodeReadOnceRates(rates)).ok());
+  EXPECT_FALSE(
+      DecodeReadOnceNodeMemory(EncodeReadOnceNodeMemory(invite).substr(0, 10))
+          .ok());
   ReadOncePlan twice = plan;
   twice.chunks[1] = twice.chunks[0];
   EXPECT_EQ(DecodeReadOncePlan(EncodeReadOncePlan(twice)).status().code(),
