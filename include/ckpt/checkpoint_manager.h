@@ -318,10 +318,14 @@ struct LoadOptions {
   // network file system, NewRateLimitedStorage pacing reads), not every
   // rank is on one host over a storage that hands objects over in place,
   // and what the ranks measure says so: each times the first 8 MiB of its
-  // share from storage and, beside its reads, a message of up to 8 MiB to
-  // another rank, and the rest goes rank to rank unless storage measures
-  // more than twice as fast (a message measures the way slower than the
-  // exchange's batches run). kOn reads once
+  // share from storage and a message of up to 8 MiB to another rank, and
+  // the rest goes rank to rank unless storage measures more than twice as
+  // fast (a message measures the way slower than the exchange's batches
+  // run). Where every rank needs the same chunks (a replicated state),
+  // the ranks of a host hold them once for all, in a file in /dev/shm (up
+  // to the state's size a host, taken before the first read and gone when
+  // the load is; where /dev/shm has no room, each rank holds its own), and
+  // only one rank a host exchanges. kOn reads once
   // wherever the ranks share a chunk and can send, without measuring; kOff
   // has every rank read all it needs itself. The environment variable
   // CKPT_READ_ONCE=off turns it off for every load of the process, kOn's

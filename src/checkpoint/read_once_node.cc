@@ -130,7 +130,8 @@ std::vector<std::vector<const Shared*>> DealToNode(
   for (const Shared* s : rest) total += s->id.length;
   // In place order, each rank a block of about total / ranks bytes.
   std::vector<std::vector<const Shared*>> out(node.size());
-  const uint64_t each = (total + node.size() - 1) / node.size();
+  const uint64_t each =
+      std::max<uint64_t>(1, (total + node.size() - 1) / node.size());
   uint64_t dealt = 0;
   for (const Shared* s : rest) {
     const size_t i = std::min<size_t>(node.size() - 1, dealt / each);
@@ -155,9 +156,9 @@ std::vector<bool> Holding(const std::vector<const Shared*>& chunks,
 // holds. One that does not match the plans gives up on the communicator.
 Status Mark(const Result<std::string>& got,
             const std::vector<const Shared*>& chunks, int source, bool received,
-            Communicator& comm, Mover& mover) {
-  Result<ReadOnceBatch> batch =
-      got.ok() ? DecodeReadOnceBatch(*got) : got.status();
+            const std::string& what, Communicator& comm, Mover& mover) {
+  if (!got.ok()) return got.status().WithContext(what);
+  Result<ReadOnceBatch> batch = DecodeReadOnceBatch(*got);
   if (!batch.ok() || batch->present.size() != chunks.size() ||
       !batch->data.empty()) {
     const Status why = DataLossError(
@@ -193,10 +194,11 @@ Status ExchangeByNode(Communicator& comm, const std::vector<int>& node,
     for (size_t i = 1; i < node.size(); ++i) {
       CKPT_RETURN_IF_ERROR(
           Mark(comm.SendRecv(EncodeReadOnceBatch({}), -1, node[i]), read[i],
-               node[i], /*received=*/false, comm, mover));
+               node[i], /*received=*/false, what, comm, mover));
     }
-    if (!ring.empty())
+    if (!ring.empty()) {
       CKPT_RETURN_IF_ERROR(RingEach(comm, everyone, ring, mover));
+    }
     copies();
     const std::string held = EncodeReadOnceBatch(Holding(all, mover), {});
     if (memory != nullptr) memory->Unlock(kLeaderBusy);
@@ -219,7 +221,7 @@ Status ExchangeByNode(Communicator& comm, const std::vector<int>& node,
   // What the node holds (this rank's own reads among it): the rest came
   // from its other ranks and from the other nodes.
   return Mark(comm.SendRecv(EncodeReadOnceBatch({}), -1, leader), all, leader,
-              /*received=*/true, comm, mover);
+              /*received=*/true, what, comm, mover);
 }
 
 }  // namespace ckpt::read_once
