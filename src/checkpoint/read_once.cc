@@ -6,6 +6,7 @@
 #include <cstring>
 #include <future>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -479,17 +480,19 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
     }
     // By node, a node's leader receives all the node lacks, or the node's
     // ranks read it from storage, each a part.
+    // Every shared chunk is one every rank needs there, so what a node
+    // lacks is what the other nodes' ranks read (`reads`).
     std::vector<uint64_t> link = rest, from_storage = rest;
-    for (const std::vector<int>& n :
-         by_node ? node_ranks : std::vector<std::vector<int>>()) {
-      uint64_t lacks = 0;
-      for (int r = 0; r < world; ++r) {
-        if (node_of[r] == node_of[n.front()]) continue;
-        for (const Shared* s : everyone[r]) lacks += s->id.length;
-      }
-      for (int r : n) {
-        link[r] = r == n.front() ? lacks : 0;
-        from_storage[r] = lacks / n.size();
+    if (by_node) {
+      const uint64_t all_read =
+          std::accumulate(reads.begin(), reads.end(), uint64_t{0});
+      for (const std::vector<int>& n : node_ranks) {
+        uint64_t lacks = all_read;
+        for (int r : n) lacks -= reads[r];
+        for (int r : n) {
+          link[r] = r == n.front() ? lacks : 0;
+          from_storage[r] = lacks / n.size();
+        }
       }
     }
     CKPT_ASSIGN_OR_RETURN(
@@ -525,8 +528,10 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
     // What each rank of the node reads into its memory, and the ring of
     // the nodes' leaders, each passing on what its node read; or, where
     // the node reads what it lacks itself, each rank a part of it.
-    std::vector<std::vector<const Shared*>> reads(my_node.size());
-    for (size_t i = 0; i < my_node.size(); ++i) reads[i] = everyone[my_node[i]];
+    std::vector<std::vector<const Shared*>> node_reads(my_node.size());
+    for (size_t i = 0; i < my_node.size(); ++i) {
+      node_reads[i] = everyone[my_node[i]];
+    }
     std::vector<int> ring;
     std::vector<std::vector<const Shared*>> by_leader(world);
     if (pays && nodes.size() > 1) {
@@ -541,7 +546,8 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
       const auto dealt = read_once::DealToNode(my_node, node_of, everyone);
       std::vector<ChunkRead> part;
       for (size_t i = 0; i < my_node.size(); ++i) {
-        reads[i].insert(reads[i].end(), dealt[i].begin(), dealt[i].end());
+        node_reads[i].insert(node_reads[i].end(), dealt[i].begin(),
+                             dealt[i].end());
         if (my_node[i] != me) continue;
         for (const Shared* s : dealt[i]) {
           const NeededChunk& c = *places.at(s->id)[0];
@@ -553,20 +559,22 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
       }
     }
     CKPT_RETURN_IF_ERROR(read_once::ExchangeByNode(
-        comm, my_node, reads, ring, by_leader,
+        comm, my_node, node_reads, ring, by_leader,
         std::vector<const Shared*>(shared.begin(), shared.end()), copy_places,
         node_memory ? &*node_memory : nullptr, mover));
     out.received = mover.received();
     const auto since = [&](auto t) {
       return std::to_string(std::chrono::duration<double>(t - start).count());
     };
-    LogInfo("read once, step " + std::to_string(manifest.step) + ": rank " +
-            std::to_string(me) + " of the node of rank " +
-            std::to_string(my_node.front()) + " held its memory at " +
-            since(held_at) + " s, had read its share at " + since(read_at) +
-            " s, and holds " + std::to_string(bytes_of.size()) + " of its " +
-            std::to_string(places.size()) + " chunks at " +
-            since(std::chrono::steady_clock::now()) + " s");
+    if (LogEnabled(LogLevel::kInfo)) {
+      LogInfo("read once, step " + std::to_string(manifest.step) + ": rank " +
+              std::to_string(me) + " of the node of rank " +
+              std::to_string(my_node.front()) + " held its memory at " +
+              since(held_at) + " s, had read its share at " + since(read_at) +
+              " s, and holds " + std::to_string(bytes_of.size()) + " of its " +
+              std::to_string(places.size()) + " chunks at " +
+              since(std::chrono::steady_clock::now()) + " s");
+    }
     if (bytes_of.size() == places.size()) held->SetComplete();
     place_held();
     return out;
