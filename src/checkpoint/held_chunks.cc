@@ -90,6 +90,10 @@ std::byte* HeldChunks::At(std::string_view key, uint64_t offset) const {
   return memory_->base + part->second.at + offset;
 }
 
+uint64_t HeldChunks::OffsetOf(const std::byte* at) const {
+  return static_cast<uint64_t>(at - memory_->base);
+}
+
 void HeldChunks::Hold(std::string_view key, uint64_t offset, uint64_t length) {
   auto object = places_.find(key);
   if (object == places_.end()) {

@@ -37,6 +37,9 @@ class HeldChunks : public StorageWrapper {
 
   // Where the object `key`'s byte at `offset` is kept (up to its end).
   std::byte* At(std::string_view key, uint64_t offset) const;
+  // The offset of `at` (from At) in the memory: in the shared file's bytes,
+  // where Make was given one.
+  uint64_t OffsetOf(const std::byte* at) const;
   // The `length` bytes at At(key, offset) are the object's from `offset`:
   // reads take them from memory.
   void Hold(std::string_view key, uint64_t offset, uint64_t length);

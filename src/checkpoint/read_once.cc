@@ -43,6 +43,10 @@ constexpr uint64_t kRunBytes = uint64_t{8} << 20;
 // storage (or all of it), a run, so that a storage's first-byte latency
 // and a busy machine's hiccups weigh little (read_once_measure.h).
 constexpr uint64_t kStorageProbeBytes = kRunBytes;
+// By node, a leader reads this many bytes less of the shared chunks than
+// the other ranks of its node, and probes meanwhile (ShareReads): about
+// what the probe moves, 8 MiB.
+constexpr uint64_t kProbeLead = uint64_t{8} << 20;
 // The chunks every rank needs go round a ring of the ranks (RingEach)
 // where the readers' shares of them are this large on average, and as
 // broadcasts (BroadcastEach) where they are smaller: on the node bed, 8
@@ -235,6 +239,23 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
     }
     runs.push_back({i, i + 1, s.id.length});
   }
+  std::map<std::string, int> nodes;
+  std::vector<int> node_of(world);
+  for (int r = 0; r < world; ++r) {
+    node_of[r] = nodes.emplace(plans[r].host, nodes.size()).first->second;
+  }
+  // The ranks of each node, ascending; the first is the node's leader.
+  std::vector<std::vector<int>> node_ranks(nodes.size());
+  for (int r = 0; r < world; ++r) node_ranks[node_of[r]].push_back(r);
+  const std::vector<int>& my_node = node_ranks[node_of[me]];
+  bool by_node = same_needs && static_cast<size_t>(world) > nodes.size();
+  // By node with kAuto, each leader reads kProbeLead bytes less than its
+  // node's other ranks: it probes the way (ProbeRanks) while they still
+  // read, as their node's link carries them no slower.
+  const bool lead = by_node && measure && nodes.size() > 1;
+  if (lead) {
+    for (const std::vector<int>& n : node_ranks) reads[n.front()] += kProbeLead;
+  }
   // Each run's reader. The runs that the same ranks need are dealt out
   // among them in blocks that lie back to back, so that each reader sends
   // its share in few large messages (Batches), sized so that what each
@@ -288,21 +309,14 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
       for (size_t k : g->second.second) reads[reader_of[k]] += runs[k].bytes;
     }
   }
+  if (lead) {
+    for (const std::vector<int>& n : node_ranks) reads[n.front()] -= kProbeLead;
+  }
+  plans.clear();
   // Each run's reader, and its way to each rank that needs it: straight
   // to those on the reader's node, and to one rank of each other node (the
   // relay, the one that relays the fewest bytes so far), which passes it
   // on to the others of its node. A byte crosses the network once a node.
-  std::map<std::string, int> nodes;
-  std::vector<int> node_of(world);
-  for (int r = 0; r < world; ++r) {
-    node_of[r] = nodes.emplace(plans[r].host, nodes.size()).first->second;
-  }
-  plans.clear();
-  // The ranks of each node, ascending; the first is the node's leader.
-  std::vector<std::vector<int>> node_ranks(nodes.size());
-  for (int r = 0; r < world; ++r) node_ranks[node_of[r]].push_back(r);
-  const std::vector<int>& my_node = node_ranks[node_of[me]];
-  bool by_node = same_needs && static_cast<size_t>(world) > nodes.size();
   std::vector<uint64_t> relayed(world, 0);
   Transfers direct(world), relay(world);
   // Runs every rank needs, by reader: broadcast.
@@ -390,6 +404,22 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
   // With kAuto, the first chunks of the share, at least kStorageProbeBytes
   // (or all of it), are timed: the rate from storage that decides whether
   // the rest goes rank to rank (RanksFasterThanStorage).
+  // In the node's memory, a rank takes the pages it reads into first
+  // (SharedMemoryFile::Reserve): where there is no room, it reads nothing,
+  // as a failed read.
+  const auto reserve = [&](const std::vector<ChunkRead>& reads) -> Status {
+    if (!node_memory) return Status();
+    uint64_t begin = 0, end = 0;
+    for (const ChunkRead& c : reads) {
+      const uint64_t at = held->OffsetOf(c.dest);
+      if (at != end) {
+        CKPT_RETURN_IF_ERROR(node_memory->Reserve(begin, end - begin));
+        begin = at;
+      }
+      end = at + c.chunk->StoredLength();
+    }
+    return node_memory->Reserve(begin, end - begin);
+  };
   std::vector<ChunkRead> first, then;
   uint64_t first_bytes = 0;
   for (const Shared* s : own) {
@@ -422,12 +452,14 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
             std::promise<void>& done;
             ~Said() { done.set_value(); }
           } said{first_done};
-          s = ReadShare(storage, manifest, std::move(first), pool);
+          s = reserve(first);
+          if (s.ok()) s = ReadShare(storage, manifest, std::move(first), pool);
           read_done = std::chrono::steady_clock::now();
           first_read = s.ok();
         }
         if (s.ok() && !then.empty()) {
-          s = ReadShare(storage, manifest, std::move(then), pool);
+          s = reserve(then);
+          if (s.ok()) s = ReadShare(storage, manifest, std::move(then), pool);
         }
         return s;
       });
@@ -554,7 +586,7 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
           part.push_back({c.entry, c.chunk, mover.Home(s->id)});
         }
       }
-      if (ReadShare(storage, manifest, part, pool).ok()) {
+      if (reserve(part).ok() && ReadShare(storage, manifest, part, pool).ok()) {
         for (const ChunkRead& c : part) bytes_of[IdOf(*c.chunk)] = c.dest;
       }
     }

@@ -110,8 +110,12 @@ Result<std::optional<SharedMemoryFile>> ShareNodeMemory(
   }
   if (!shared) return std::optional<SharedMemoryFile>();
   // Every rank of the node has it open: the name can go, so that nothing
-  // is left behind however the load ends.
+  // is left behind however the load ends. The leader takes the pages the
+  // node receives while the ranks read their shares (each taking the
+  // pages of its own first): on a host of several nodes taking them took
+  // as long as the reads.
   if (file) file->Unlink();
+  if (file && me == node.front()) file->ReserveAllInBackground();
   return file;
 }
 
@@ -195,6 +199,16 @@ Status ExchangeByNode(Communicator& comm, const std::vector<int>& node,
       CKPT_RETURN_IF_ERROR(
           Mark(comm.SendRecv(EncodeReadOnceBatch({}), -1, node[i]), read[i],
                node[i], /*received=*/false, what, comm, mover));
+    }
+    // The pages the leader writes (received, or copied to other places).
+    // No room for them, though there was when the memory was made: every
+    // rank fails, as it would for a lost message.
+    if (memory != nullptr) {
+      if (Status room = memory->WaitReserved(); !room.ok()) {
+        const Status out = room.WithContext(what);
+        comm.Abort(out);
+        return out;
+      }
     }
     if (!ring.empty()) {
       CKPT_RETURN_IF_ERROR(RingEach(comm, everyone, ring, mover));

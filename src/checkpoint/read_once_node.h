@@ -26,7 +26,10 @@ namespace ckpt::read_once {
 // where every node of several ranks has one (a node whose ranks cannot
 // share it, e.g. no room in /dev/shm, or a host name that two hosts
 // carry, makes every rank of the job hold its own); a rank alone on its
-// node gets none either way, and holds its own.
+// node gets none either way, and holds its own. Its pages are not yet
+// taken: each rank reserves those it reads into (SharedMemoryFile::Reserve)
+// and the leader the rest, in the background (ExchangeByNode waits for
+// them before it writes there).
 Result<std::optional<SharedMemoryFile>> ShareNodeMemory(
     Communicator& comm, const std::vector<int>& node, uint64_t size,
     bool& shared);

@@ -7,9 +7,11 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <utility>
 
 namespace ckpt {
@@ -18,6 +20,8 @@ namespace {
 
 constexpr std::string_view kPrefix = "/ckpt-read-once-";
 constexpr size_t kTokenDigits = 32;
+// Reserve's piece (see there).
+constexpr uint64_t kReservePiece = uint64_t{8} << 20;
 
 std::string Hex(const unsigned char* bytes, size_t n) {
   std::string out;
@@ -63,6 +67,25 @@ Status WriteToken(int fd, uint64_t size, const std::string& token) {
   return Status();
 }
 
+// Takes the pages of bytes [offset, offset + length) of the file `fd`, a
+// piece at a time: the file system holds the file's lock through one call,
+// and the other processes of the node reserve what they write (or remove
+// the name) meanwhile.
+Status Allocate(int fd, const std::string& name, uint64_t offset,
+                uint64_t length) {
+  for (uint64_t at = offset; at < offset + length; at += kReservePiece) {
+    const uint64_t n = std::min(kReservePiece, offset + length - at);
+    const int rc =
+        ::posix_fallocate(fd, static_cast<off_t>(at), static_cast<off_t>(n));
+    if (rc != 0) {
+      return IOError("shared memory " + name + ": no room for bytes " +
+                     std::to_string(at) + " to " + std::to_string(at + n) +
+                     " (" + std::strerror(rc) + ")");
+    }
+  }
+  return Status();
+}
+
 }  // namespace
 
 Result<SharedMemoryFile> SharedMemoryFile::Create(uint64_t size) {
@@ -75,25 +98,18 @@ Result<SharedMemoryFile> SharedMemoryFile::Create(uint64_t size) {
                    std::strerror(errno) + ")");
   }
   SharedMemoryFile file(fd, name, token, /*owner=*/true, size);
-  // The memory taken now: a write to a page the file system has no room
-  // for would end the process (SIGBUS), and a container's /dev/shm is
-  // often small.
+  // Room checked now, the pages taken later (Reserve), where each process
+  // writes them: a write to a page the file system has no room for would
+  // end the process (SIGBUS), and a container's /dev/shm is often small.
   const uint64_t total = size + kTokenDigits;
   struct statvfs fs {};
   if (::fstatvfs(fd, &fs) == 0 &&
       total / fs.f_frsize >= static_cast<uint64_t>(fs.f_bavail)) {
-    // Said before any page is taken (posix_fallocate takes them one by
-    // one and gives them back when it runs out).
     return IOError("shared memory " + name + ": no room for " +
                    std::to_string(total) + " bytes (" +
                    std::to_string(fs.f_bavail * fs.f_frsize) + " free)");
   }
-  const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(total));
-  if (rc != 0) {
-    return IOError("shared memory " + name + ": no room for " +
-                   std::to_string(total) + " bytes (" + std::strerror(rc) +
-                   ")");
-  }
+  // The token's page is the only one written now; it sets the file's size.
   CKPT_RETURN_IF_ERROR(WriteToken(fd, size, token));
   return file;
 }
@@ -137,25 +153,56 @@ SharedMemoryFile::SharedMemoryFile(SharedMemoryFile&& other) noexcept
       name_(std::move(other.name_)),
       token_(std::move(other.token_)),
       owner_(std::exchange(other.owner_, false)),
-      size_(other.size_) {}
+      size_(other.size_),
+      reserving_(std::move(other.reserving_)) {}
 
 SharedMemoryFile& SharedMemoryFile::operator=(
     SharedMemoryFile&& other) noexcept {
   if (this != &other) {
-    this->~SharedMemoryFile();
+    Close();
     fd_ = std::exchange(other.fd_, -1);
     name_ = std::move(other.name_);
     token_ = std::move(other.token_);
     owner_ = std::exchange(other.owner_, false);
     size_ = other.size_;
+    reserving_ = std::move(other.reserving_);
   }
   return *this;
 }
 
-SharedMemoryFile::~SharedMemoryFile() {
+SharedMemoryFile::~SharedMemoryFile() { Close(); }
+
+void SharedMemoryFile::Close() {
+  // The reservation uses the descriptor: done before it is closed (or its
+  // number reused).
+  if (reserving_.valid()) reserving_.wait();
+  reserving_ = std::future<Status>();
   Unlink();
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
+}
+
+Status SharedMemoryFile::Reserve(uint64_t offset, uint64_t length) const {
+  if (offset > size_ || length > size_ - offset) {
+    return InvalidArgumentError(
+        "shared memory " + name_ + ": bytes " + std::to_string(offset) +
+        " to " + std::to_string(offset + length) + " lie past its end");
+  }
+  return Allocate(fd_, name_, offset, length);
+}
+
+void SharedMemoryFile::ReserveAllInBackground() {
+  if (fd_ < 0 || reserving_.valid()) return;
+  // By value: the file may move meanwhile (Close waits for this).
+  reserving_ =
+      std::async(std::launch::async, [fd = fd_, name = name_, size = size_] {
+        return Allocate(fd, name, 0, size);
+      });
+}
+
+Status SharedMemoryFile::WaitReserved() {
+  if (!reserving_.valid()) return Status();
+  return reserving_.get();
 }
 
 std::string SharedMemoryFile::Invitation() const {

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <chrono>
@@ -104,6 +105,55 @@ TEST(SharedMemoryFileTest, AWaitForALockEndsWhenItsHolderLetsGoOrCloses) {
   });
   EXPECT_TRUE(made->Lock(1, /*exclusive=*/true, /*wait=*/true));
   closer.join();
+}
+
+// The bytes of the file's memory that its file system holds pages for.
+uint64_t Taken(const SharedMemoryFile& f) {
+  struct stat st {};
+  EXPECT_EQ(::fstat(f.fd(), &st), 0);
+  return static_cast<uint64_t>(st.st_blocks) * 512;
+}
+
+TEST(SharedMemoryFileTest, PagesAreTakenWhereReservedAndNotBefore) {
+  constexpr uint64_t kBig = uint64_t{20} << 20;
+  auto made = SharedMemoryFile::Create(kBig);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  // The token's page, no more: a host's ranks take the pages as they go.
+  EXPECT_LT(Taken(*made), uint64_t{1} << 20);
+  auto opened = SharedMemoryFile::Open(made->Invitation(), kBig);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  // Any process that opened it reserves what it is about to write.
+  ASSERT_TRUE(opened->Reserve(uint64_t{4} << 20, uint64_t{9} << 20).ok());
+  EXPECT_GE(Taken(*made), uint64_t{9} << 20);
+  EXPECT_LT(Taken(*made), uint64_t{11} << 20);
+  // Again (idempotent), and nothing past the memory.
+  EXPECT_TRUE(made->Reserve(uint64_t{4} << 20, 1).ok());
+  const Status past = made->Reserve(kBig - 1, 2);
+  EXPECT_EQ(past.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(past.message().find("past its end"), std::string::npos)
+      << past.ToString();
+  EXPECT_EQ(made->Reserve(UINT64_MAX, 2).code(), ErrorCode::kInvalidArgument);
+  EXPECT_LT(Taken(*made), uint64_t{11} << 20);
+}
+
+TEST(SharedMemoryFileTest, TheBackgroundReservationTakesEveryPage) {
+  constexpr uint64_t kBig = uint64_t{40} << 20;
+  auto made = SharedMemoryFile::Create(kBig);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  made->ReserveAllInBackground();
+  // Moved while it runs: the reservation goes with the file.
+  SharedMemoryFile moved = std::move(*made);
+  EXPECT_TRUE(moved.WaitReserved().ok());
+  EXPECT_GE(Taken(moved), kBig);
+  // Waited for once; later waits have nothing to wait for.
+  EXPECT_TRUE(moved.WaitReserved().ok());
+  // A file that goes while its reservation runs waits for it (no write to
+  // a closed descriptor, or to another file given its number).
+  auto gone = SharedMemoryFile::Create(kBig);
+  ASSERT_TRUE(gone.ok()) << gone.status().ToString();
+  gone->ReserveAllInBackground();
+  *gone = std::move(moved);
+  EXPECT_GE(Taken(*gone), kBig);
 }
 
 TEST(SharedMemoryFileTest, NoRoomIsAnErrorNotACrash) {
