@@ -294,6 +294,14 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
           break;
         }
       }
+      // The n ranks below the level fill up in the order of their nodes,
+      // so that the blocks of a node's ranks lie side by side: by node, a
+      // node's share goes round the ring of leaders in few large batches
+      // (its leader, which reads less, would otherwise come last and cut
+      // every node's share in two).
+      std::sort(ranks.begin(), ranks.begin() + n, [&](int a, int b) {
+        return std::pair(node_of[a], a) < std::pair(node_of[b], b);
+      });
       size_t i = 0;
       double left = level - static_cast<double>(reads[ranks[0]]);
       for (size_t k : g->second.second) {

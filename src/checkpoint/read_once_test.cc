@@ -98,6 +98,8 @@ struct Nodes {
   // Invitations to a node's shared memory name another file: as where two
   // hosts carry the same name, its ranks cannot share memory.
   bool other_hosts = false;
+  // Counts the messages of 1 MiB or more to another node.
+  std::atomic<int>* large_across = nullptr;
 };
 class OnNode : public NoSendRecv {
  public:
@@ -113,6 +115,10 @@ class OnNode : public NoSendRecv {
                                int source) override {
     if (dest >= 0 && n_.across != nullptr && Node(dest) != Node(c_->rank())) {
       *n_.across += data.size();
+    }
+    if (dest >= 0 && n_.large_across != nullptr && data.size() >= (1 << 20) &&
+        Node(dest) != Node(c_->rank())) {
+      ++*n_.large_across;
     }
     if (dest >= 0 && data.size() >= 65536) {
       std::this_thread::sleep_for(n_.delay);
@@ -460,6 +466,30 @@ TEST_F(ReadOnceTest, TheRanksOfANodeHoldAndReceiveTheStateOnce) {
   EXPECT_EQ(read_.load(), state);
   EXPECT_EQ(across.load(), 0u);
   EXPECT_EQ(SharedFilesLeft(), before);
+}
+
+TEST_F(ReadOnceTest, ANodesRanksReadBlocksSideBySideThatCrossInOneMessage) {
+  // 4 ranks dealt out in turn over 2 nodes (0 and 2 on one, 1 and 3 on
+  // the other) that share memory: a node's ranks read blocks of the state
+  // that lie side by side, so that each leader sends its node's 20 MiB to
+  // the other in one message. Blocks in rank order would cut each node's
+  // share in two: four messages. (Saved by one rank: one object, which
+  // cuts no share.)
+  UseLargeState();
+  Save(1, 1);
+  std::atomic<uint64_t> across{0};
+  std::atomic<int> large{0};
+  ExpectAllOk(Load(4, 1, /*whole=*/true, LoadOptions::ReadOnce::kOn, 1,
+                   [&](Communicator* c) {
+                     return new OnNode(c, Nodes{.per_node = 2,
+                                                .across = &across,
+                                                .dealt = true,
+                                                .large_across = &large});
+                   }));
+  const uint64_t state = 2 * kLargeRows * kCols * sizeof(float);
+  EXPECT_EQ(read_.load(), state);
+  EXPECT_LT(across.load(), state + 4096);
+  EXPECT_EQ(large.load(), 2);
 }
 
 TEST_F(ReadOnceTest, ANodeReadsWhatItLacksWhereTheNodesAreSlowerThanStorage) {
