@@ -1,11 +1,18 @@
 #include "util/shared_memory.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -154,6 +161,44 @@ TEST(SharedMemoryFileTest, TheBackgroundReservationTakesEveryPage) {
   gone->ReserveAllInBackground();
   *gone = std::move(moved);
   EXPECT_GE(Taken(*gone), kBig);
+}
+
+// In this process (a child's): a mount namespace of its own with a
+// /dev/shm of 4 MiB. Only system calls, so that a child of a threaded
+// process may call it.
+bool SmallSharedMemory() {
+  return ::unshare(CLONE_NEWNS) == 0 &&
+         ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
+         ::mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=4m") == 0;
+}
+
+TEST(SharedMemoryFileTest, NoRoomToReserveIsAnErrorNotACrash) {
+  // Room when the file is made, taken by another file before its pages
+  // are: Reserve says so, where a write would have ended the process.
+  const pid_t probe = ::fork();
+  ASSERT_GE(probe, 0);
+  if (probe == 0) ::_exit(SmallSharedMemory() ? 0 : 1);
+  int status = 0;
+  ASSERT_EQ(::waitpid(probe, &status, 0), probe);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    GTEST_SKIP() << "skipped: no mount namespace with a small /dev/shm here "
+                    "(needs root and CAP_SYS_ADMIN)";
+  }
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        if (!SmallSharedMemory()) std::_Exit(2);
+        auto made = SharedMemoryFile::Create(uint64_t{3} << 20);
+        if (!made.ok()) std::_Exit(3);
+        const int other = ::open("/dev/shm/other", O_CREAT | O_RDWR, 0600);
+        if (other < 0 || ::posix_fallocate(other, 0, 2 << 20) != 0) {
+          std::_Exit(4);
+        }
+        const Status room = made->Reserve(0, uint64_t{3} << 20);
+        std::fprintf(stderr, "%s\n", room.ToString().c_str());
+        std::_Exit(room.ok() ? 5 : 0);
+      },
+      ::testing::ExitedWithCode(0), "no room for bytes");
 }
 
 TEST(SharedMemoryFileTest, NoRoomIsAnErrorNotACrash) {
