@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <future>
+#include <system_error>
 #include <utility>
 
 namespace ckpt {
@@ -194,10 +195,17 @@ Status SharedMemoryFile::Reserve(uint64_t offset, uint64_t length) const {
 void SharedMemoryFile::ReserveAllInBackground() {
   if (fd_ < 0 || reserving_.valid()) return;
   // By value: the file may move meanwhile (Close waits for this).
-  reserving_ =
-      std::async(std::launch::async, [fd = fd_, name = name_, size = size_] {
-        return Allocate(fd, name, 0, size);
-      });
+  try {
+    reserving_ =
+        std::async(std::launch::async, [fd = fd_, name = name_, size = size_] {
+          return Allocate(fd, name, 0, size);
+        });
+  } catch (const std::system_error&) {
+    // No thread to be had: taken here, before anything is written.
+    std::promise<Status> now;
+    now.set_value(Allocate(fd_, name_, 0, size_));
+    reserving_ = now.get_future();
+  }
 }
 
 Status SharedMemoryFile::WaitReserved() {
