@@ -409,16 +409,13 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
   for (const Shared* s : own) own_bytes += s->id.length;
   std::map<ChunkId, const std::byte*> bytes_of;
   Mover mover(comm, *held, manifest, places, bytes_of);
-  // With kAuto, the first chunks of the share, at least kStorageProbeBytes
-  // (or all of it), are timed: the rate from storage that decides whether
-  // the rest goes rank to rank (RanksFasterThanStorage).
   // In the node's memory, a rank takes the pages it reads into first
   // (SharedMemoryFile::Reserve): where there is no room, it reads nothing,
   // as a failed read.
-  const auto reserve = [&](const std::vector<ChunkRead>& reads) -> Status {
+  const auto reserve = [&](const std::vector<ChunkRead>& chunks) -> Status {
     if (!node_memory) return Status();
     uint64_t begin = 0, end = 0;
-    for (const ChunkRead& c : reads) {
+    for (const ChunkRead& c : chunks) {
       const uint64_t at = held->OffsetOf(c.dest);
       if (at != end) {
         CKPT_RETURN_IF_ERROR(node_memory->Reserve(begin, end - begin));
@@ -428,6 +425,9 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
     }
     return node_memory->Reserve(begin, end - begin);
   };
+  // With kAuto, the first chunks of the share, at least kStorageProbeBytes
+  // (or all of it), are timed: the rate from storage that decides whether
+  // the rest goes rank to rank (RanksFasterThanStorage).
   std::vector<ChunkRead> first, then;
   uint64_t first_bytes = 0;
   for (const Shared* s : own) {
