@@ -305,13 +305,13 @@ Result<CheckpointInfo> Loader::Load(std::optional<int64_t> step, State& state,
   // A state that cannot be loaded into is refused before any step is looked
   // for.
   CKPT_RETURN_IF_ERROR(state.status());
-  // Staging memory this load mapped is gathered into huge pages once it is
-  // done with (staging.h), or unmapped if over the manager's bound.
-  struct Collapse {
+  // Staging memory this load mapped is offered for huge pages once done
+  // with (staging.h), or unmapped if over the manager's bound.
+  struct OfferWhenDone {
     StagingArena& arena;
     uint64_t bound;
-    ~Collapse() { arena.KeepAtMost(bound), arena.CollapseInBackground(); }
-  } collapse{root_.staging, root_.options.async_staging_bytes};
+    ~OfferWhenDone() { arena.KeepAtMost(bound), arena.OfferForHugePages(); }
+  } offer{root_.staging, root_.options.async_staging_bytes};
   StagedLoad staged;
   std::vector<std::string> changed;  // streaming: written before a failure
   Result<int64_t> loaded = FirstStepThatLoads(

@@ -191,7 +191,7 @@ void StagingArena::TakePrepared() {
 
 void StagingArena::Unmap() {
   Unregister();
-  collapse_pending_ = false;
+  offer_pending_ = false;
   if (data_ != nullptr) ::munmap(data_, capacity_);
   data_ = nullptr;
   capacity_ = 0;
@@ -226,7 +226,7 @@ Result<std::span<std::byte>> StagingArena::ReserveForReads(uint64_t bytes) {
   TakePrepared();
   if (bytes <= capacity_) return std::span<std::byte>(data_, capacity_);
   CKPT_RETURN_IF_ERROR_CTX(MapAnew(bytes, /*huge=*/false), "load");
-  collapse_pending_ = true;
+  offer_pending_ = true;
   stop_preparing_.store(false, std::memory_order_relaxed);
   // On more than one thread: a fresh page costs a fault and its zeroing
   // (in a virtual machine also the host's fault), about 0.4 s a GiB on one
@@ -240,14 +240,19 @@ Result<std::span<std::byte>> StagingArena::ReserveForReads(uint64_t bytes) {
   return std::span<std::byte>(data_, capacity_);
 }
 
-void StagingArena::CollapseInBackground() {
-  if (!collapse_pending_) return;
-  TakePrepared();
-  collapse_pending_ = false;
-  stop_preparing_.store(false, std::memory_order_relaxed);
-  preparing_ = std::thread([this, p = data_, bytes = capacity_] {
-    AdviseInPieces({{p, bytes}}, kMadvCollapse, stop_preparing_);
-  });
+void StagingArena::OfferForHugePages() {
+  if (!offer_pending_) return;
+  offer_pending_ = false;
+  // Not MADV_COLLAPSE on a thread of the arena: gathering a few GiB costs
+  // a fresh huge page and a copy for every 2 MiB, holding the process's
+  // memory map lock for each, and the load or the training steps that came
+  // next ran four times slower beside it (bench_incremental's second full
+  // load of 2 GiB: 4.7-5.3 s against 1.15-1.21 s without it), while the
+  // loads into the memory gained nothing measurable from huge pages
+  // (docs/benchmarks.md). khugepaged gathers a region marked so at its own
+  // pace and priority. A kernel without transparent huge pages refuses
+  // the advice; the pages then stay as they are.
+  ::madvise(data_, capacity_, MADV_HUGEPAGE);
 }
 
 void StagingArena::KeepAtMost(uint64_t bytes) {

@@ -49,14 +49,15 @@ class StagingArena {
   // piece each in turn (MADV_POPULATE_WRITE,
   // which leaves a page already there as it is, so the reads may land
   // meanwhile): on this path fresh huge pages cost several times ordinary
-  // ones (docs/benchmarks.md). CollapseInBackground, once the load is
-  // done, gathers them into huge pages.
+  // ones (docs/benchmarks.md). OfferForHugePages, once the load is done,
+  // leaves them to the kernel to gather into huge pages.
   Result<std::span<std::byte>> ReserveForReads(uint64_t bytes);
-  // After a load whose ReserveForReads mapped anew (else nothing): gathers
-  // the memory into huge pages on a thread of the arena until the next
-  // Reserve stops it, since later O_DIRECT reads into it and writes from
-  // it run up to twice as fast from huge pages.
-  void CollapseInBackground();
+  // After a load whose ReserveForReads mapped anew (else nothing): marks
+  // the memory for the kernel's khugepaged to gather into huge pages in
+  // its own time (MADV_HUGEPAGE), since a later asynchronous save writes
+  // from it with O_DIRECT faster from huge pages; no thread of the arena
+  // does it at once, as that slowed whatever came next (staging.cc).
+  void OfferForHugePages();
   // Unmaps the memory (after stopping the arena's thread) where it is over
   // `bytes` (0: no bound): a load that needed more staging memory than
   // Options::async_staging_bytes allows keeps none of it. Page-locked
@@ -115,8 +116,9 @@ class StagingArena {
   uint64_t prepared_capacity_ = 0;
   std::atomic<bool> stop_preparing_{false};
   std::atomic<uint64_t> prepared_bytes_{0};
-  // ReserveForReads mapped the memory anew, in ordinary pages.
-  bool collapse_pending_ = false;
+  // ReserveForReads mapped the memory anew, in ordinary pages, not yet
+  // offered for huge pages.
+  bool offer_pending_ = false;
 };
 
 // Faults in new memory that reads are about to land in, on threads of its
