@@ -474,19 +474,34 @@ void SetCache(const std::filesystem::path& dir, bool warm) {
 // as it was; with the objects in the page cache, through their mapped
 // pages. Every way loads the saved bytes, and a damaged chunk changes
 // nothing.
+// The files under `dir` of at least `bytes` bytes: the data objects of a
+// state of that size (manifests and markers are smaller).
+std::vector<std::filesystem::path> DataObjects(const std::filesystem::path& dir,
+                                               uint64_t bytes) {
+  std::vector<std::filesystem::path> out;
+  for (const auto& f : std::filesystem::recursive_directory_iterator(dir)) {
+    if (f.is_regular_file() && f.file_size() >= bytes) out.push_back(f.path());
+  }
+  return out;
+}
+
+// Why `dir` takes no O_DIRECT, or "" if it does.
+std::string NoDirectIo(const testing::TempDir& dir) {
+  const std::string probe = dir.string() + "/probe";
+  const int fd = ::open(probe.c_str(), O_RDWR | O_CREAT | O_DIRECT, 0600);
+  if (fd < 0) {
+    return dir.string() + " takes no O_DIRECT (" + std::strerror(errno) +
+           "): its loads go through the page cache either way";
+  }
+  ::close(fd);
+  std::filesystem::remove(probe);
+  return "";
+}
+
 TEST(LoadPathTest, ColdObjectsGoThroughStagingMemoryWarmOnesThroughViews) {
   testing::TempDir dir("load-path", "/var/tmp");
-  {
-    const std::string probe = dir.string() + "/probe";
-    const int fd = ::open(probe.c_str(), O_RDWR | O_CREAT | O_DIRECT, 0600);
-    if (fd < 0) {
-      GTEST_SKIP() << dir.string() << " takes no O_DIRECT ("
-                   << std::strerror(errno)
-                   << "): its loads go through the page cache either way";
-    }
-    ::close(fd);
-    std::filesystem::remove(probe);
-  }
+  if (const std::string why = NoDirectIo(dir); !why.empty())
+    GTEST_SKIP() << why;
   std::vector<float> saved(size_t{2} << 20);  // 8 MiB
   for (size_t i = 0; i < saved.size(); ++i) saved[i] = static_cast<float>(i);
   Options o;
@@ -560,15 +575,12 @@ TEST(LoadPathTest, ColdObjectsGoThroughStagingMemoryWarmOnesThroughViews) {
       << "an unbounded manager did not keep its staging memory";
 
   // A damaged chunk, cold, through the staging memory: nothing changes.
-  for (const auto& f :
-       std::filesystem::recursive_directory_iterator(dir.path())) {
-    if (!f.is_regular_file() || f.file_size() < saved.size() * sizeof(float)) {
-      continue;
-    }
-    const int fd = ::open(f.path().c_str(), O_RDWR | O_CLOEXEC);
+  for (const std::filesystem::path& f :
+       DataObjects(dir.path(), saved.size() * sizeof(float))) {
+    const int fd = ::open(f.c_str(), O_RDWR | O_CLOEXEC);
     ASSERT_GE(fd, 0);
     char byte = 0;
-    const off_t at = static_cast<off_t>(f.file_size() / 2);
+    const off_t at = static_cast<off_t>(std::filesystem::file_size(f) / 2);
     ASSERT_EQ(::pread(fd, &byte, 1, at), 1);
     byte ^= 0x5a;
     ASSERT_EQ(::pwrite(fd, &byte, 1, at), 1);
@@ -582,6 +594,70 @@ TEST(LoadPathTest, ColdObjectsGoThroughStagingMemoryWarmOnesThroughViews) {
   })) << "a failed load changed the target";
   EXPECT_LT(CachedFraction(dir.path()), 0.2)
       << "the damaged cold load did not read through the staging memory";
+}
+
+// The same choice for a state of 4 KiB chunks (an incremental chain's
+// rows), which the load looks at in runs of chunks side by side: all in
+// the page cache, they are checked where they lie and no staging memory
+// is mapped; cold, or half of them cold, they are read into staging memory.
+TEST(LoadPathTest, SmallChunksAreLookedAtInRunsAndChosenAlike) {
+  testing::TempDir dir("load-path-small", "/var/tmp");
+  if (const std::string why = NoDirectIo(dir); !why.empty())
+    GTEST_SKIP() << why;
+  std::vector<float> saved(size_t{2} << 20);  // 8 MiB, 2,048 chunks
+  for (size_t i = 0; i < saved.size(); ++i) saved[i] = static_cast<float>(i);
+  Options o;
+  o.lease_seconds = 0;
+  o.chunk_size = 4096;
+  {
+    State s;
+    s.AddTensor("a", View(std::span(saved).first(saved.size() / 2),
+                          {static_cast<int64_t>(saved.size() / 2)}));
+    s.AddTensor("b", View(std::span(saved).subspan(saved.size() / 2),
+                          {static_cast<int64_t>(saved.size() / 2)}));
+    ASSERT_TRUE(CheckpointManager::Open(dir.url(), o).value()->Save(1, s).ok());
+  }
+  // The anonymous memory a fresh manager's load of the state leaves (its
+  // staging memory, if it maps any; views are the page cache's pages).
+  auto staged = [&] {
+    std::unique_ptr<CheckpointManager> m =
+        CheckpointManager::Open(dir.url(), o).value();
+    std::vector<float> target(saved.size(), -1.0f);
+    State s;
+    s.AddTensor("a", View(std::span(target).first(target.size() / 2),
+                          {static_cast<int64_t>(target.size() / 2)}));
+    s.AddTensor("b", View(std::span(target).subspan(target.size() / 2),
+                          {static_cast<int64_t>(target.size() / 2)}));
+    const uint64_t before = ProcStatus("RssAnon");
+    Result<CheckpointInfo> r = m->Load(1, s);
+    const uint64_t after = ProcStatus("RssAnon");
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_TRUE(target == saved) << "the load's bytes differ from the saved";
+    return after - std::min(before, after);
+  };
+  SetCache(dir.path(), true);
+  EXPECT_LT(staged(), uint64_t{4} << 20)
+      << "a load of small chunks all in the page cache mapped staging memory";
+  SetCache(dir.path(), false);
+  EXPECT_GE(staged(), uint64_t{6} << 20)
+      << "a cold load of small chunks did not read into staging memory";
+  // Half of the data in the page cache: its first half.
+  SetCache(dir.path(), false);
+  const std::vector<std::filesystem::path> objects =
+      DataObjects(dir.path(), saved.size() * sizeof(float));
+  ASSERT_EQ(objects.size(), 1u) << "the state's data is not one object";
+  for (const std::filesystem::path& f : objects) {
+    const int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    // No read-ahead: it would bring in the rest (8 MiB of it on this VM).
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+    std::vector<char> half(std::filesystem::file_size(f) / 2);
+    ASSERT_EQ(::pread(fd, half.data(), half.size(), 0),
+              static_cast<ssize_t>(half.size()));
+    ::close(fd);
+  }
+  EXPECT_GE(staged(), uint64_t{6} << 20)
+      << "a load of small chunks half of them cold checked them in views";
 }
 
 }  // namespace

@@ -6,7 +6,8 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
-#include <set>
+#include <utility>
+#include <vector>
 
 #include "util/checksum.h"
 #include "util/names.h"
@@ -30,45 +31,64 @@ struct ChunkToCheck {
 
 double ResidentFraction(Storage& from, const format::Manifest& m,
                         const std::vector<BoxRead>& boxes) {
-  // Each chunk once, by object.
-  std::map<uint32_t, std::set<std::pair<uint64_t, uint64_t>>> ranges;
+  // Each chunk once, by object; then the chunks that lie back to back in
+  // their object are looked at with one mincore: a state of 4 KiB chunks
+  // has half a million of them a GiB, and a call and a set entry each took
+  // a quarter of the load's time.
+  std::vector<std::pair<uint32_t, std::pair<uint64_t, uint64_t>>> chunks;
   for (const BoxRead& b : boxes) {
     // A box whose chunks do not add up fails the read that follows.
     (void)ForEachChunkMeeting(
         *b.entry, b.offsets, b.lengths, [&](const format::ChunkRecord& c) {
-          ranges[c.object].emplace(c.offset, c.StoredLength());
+          chunks.push_back({c.object, {c.offset, c.StoredLength()}});
         });
   }
+  std::sort(chunks.begin(), chunks.end());
+  chunks.erase(std::unique(chunks.begin(), chunks.end()), chunks.end());
   const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   uint64_t total = 0, resident = 0;
   std::vector<unsigned char> pages;
-  for (const auto& [object, chunks] : ranges) {
-    for (const auto& [offset, length] : chunks) total += length;
-    if (object >= m.objects.size()) continue;
-    Result<std::shared_ptr<const ObjectView>> view =
-        from.ViewObject(m.objects[object].key);
-    if (!view.ok() || *view == nullptr) continue;
-    const std::span<const std::byte> bytes = (*view)->bytes();
-    for (const auto& [offset, length] : chunks) {
-      if (length == 0 || offset >= bytes.size()) continue;
-      const uint64_t n = std::min<uint64_t>(length, bytes.size() - offset);
-      const uintptr_t begin =
-          reinterpret_cast<uintptr_t>(bytes.data()) + offset;
-      const uintptr_t first = begin / page * page;
-      const uintptr_t end = (begin + n + page - 1) / page * page;
-      pages.assign((end - first) / page, 0);
-      if (::mincore(reinterpret_cast<void*>(first), end - first,
-                    pages.data()) != 0) {
-        // A range mincore cannot look at (not all mapped): count it as in
-        // memory, as a storage's own buffers are.
-        resident += n;
-        continue;
-      }
-      const uint64_t in = static_cast<uint64_t>(
-          std::count_if(pages.begin(), pages.end(),
-                        [](unsigned char p) { return (p & 1) != 0; }));
-      resident += std::min<uint64_t>(n, in * page);
+  std::shared_ptr<const ObjectView> view;
+  uint32_t viewed = UINT32_MAX;  // the object `view` is of
+  for (size_t i = 0; i < chunks.size();) {
+    // A run of chunks of one object, each starting where the last ends.
+    const uint32_t object = chunks[i].first;
+    const uint64_t offset = chunks[i].second.first;
+    uint64_t length = chunks[i].second.second;
+    for (++i; i < chunks.size() && chunks[i].first == object &&
+              chunks[i].second.first == offset + length;
+         ++i) {
+      length += chunks[i].second.second;
     }
+    total += length;
+    if (object != viewed) {
+      viewed = object;
+      view = nullptr;
+      if (object < m.objects.size()) {
+        Result<std::shared_ptr<const ObjectView>> v =
+            from.ViewObject(m.objects[object].key);
+        if (v.ok()) view = *v;
+      }
+    }
+    if (view == nullptr) continue;
+    const std::span<const std::byte> bytes = view->bytes();
+    if (length == 0 || offset >= bytes.size()) continue;
+    const uint64_t n = std::min<uint64_t>(length, bytes.size() - offset);
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(bytes.data()) + offset;
+    const uintptr_t first = begin / page * page;
+    const uintptr_t end = (begin + n + page - 1) / page * page;
+    pages.assign((end - first) / page, 0);
+    if (::mincore(reinterpret_cast<void*>(first), end - first, pages.data()) !=
+        0) {
+      // A range mincore cannot look at (not all mapped): count it as in
+      // memory, as a storage's own buffers are.
+      resident += n;
+      continue;
+    }
+    const uint64_t in = static_cast<uint64_t>(
+        std::count_if(pages.begin(), pages.end(),
+                      [](unsigned char p) { return (p & 1) != 0; }));
+    resident += std::min<uint64_t>(n, in * page);
   }
   return total == 0
              ? 1.0
