@@ -468,12 +468,6 @@ void SetCache(const std::filesystem::path& dir, bool warm) {
   });
 }
 
-// How a transactional load reads a file:// root on a disk: with the
-// objects not in the page cache, O_DIRECT into staging memory (prepared at
-// Open, or mapped by the load), at the disk's speed, leaving the page cache
-// as it was; with the objects in the page cache, through their mapped
-// pages. Every way loads the saved bytes, and a damaged chunk changes
-// nothing.
 // The files under `dir` of at least `bytes` bytes: the data objects of a
 // state of that size (manifests and markers are smaller).
 std::vector<std::filesystem::path> DataObjects(const std::filesystem::path& dir,
@@ -498,6 +492,12 @@ std::string NoDirectIo(const testing::TempDir& dir) {
   return "";
 }
 
+// How a transactional load reads a file:// root on a disk: with the
+// objects not in the page cache, O_DIRECT into staging memory (prepared at
+// Open, or mapped by the load), at the disk's speed, leaving the page cache
+// as it was; with the objects in the page cache, through their mapped
+// pages. Every way loads the saved bytes, and a damaged chunk changes
+// nothing.
 TEST(LoadPathTest, ColdObjectsGoThroughStagingMemoryWarmOnesThroughViews) {
   testing::TempDir dir("load-path", "/var/tmp");
   if (const std::string why = NoDirectIo(dir); !why.empty())
@@ -609,12 +609,17 @@ TEST(LoadPathTest, SmallChunksAreLookedAtInRunsAndChosenAlike) {
   Options o;
   o.lease_seconds = 0;
   o.chunk_size = 4096;
-  {
+  // Two tensors, each half of `whole`.
+  const auto halves = [](std::vector<float>& whole) {
+    const size_t half = whole.size() / 2;
+    const std::vector<int64_t> shape{static_cast<int64_t>(half)};
     State s;
-    s.AddTensor("a", View(std::span(saved).first(saved.size() / 2),
-                          {static_cast<int64_t>(saved.size() / 2)}));
-    s.AddTensor("b", View(std::span(saved).subspan(saved.size() / 2),
-                          {static_cast<int64_t>(saved.size() / 2)}));
+    s.AddTensor("a", View(std::span(whole).first(half), shape));
+    s.AddTensor("b", View(std::span(whole).subspan(half), shape));
+    return s;
+  };
+  {
+    State s = halves(saved);
     ASSERT_TRUE(CheckpointManager::Open(dir.url(), o).value()->Save(1, s).ok());
   }
   // The anonymous memory a fresh manager's load of the state leaves (its
@@ -623,11 +628,7 @@ TEST(LoadPathTest, SmallChunksAreLookedAtInRunsAndChosenAlike) {
     std::unique_ptr<CheckpointManager> m =
         CheckpointManager::Open(dir.url(), o).value();
     std::vector<float> target(saved.size(), -1.0f);
-    State s;
-    s.AddTensor("a", View(std::span(target).first(target.size() / 2),
-                          {static_cast<int64_t>(target.size() / 2)}));
-    s.AddTensor("b", View(std::span(target).subspan(target.size() / 2),
-                          {static_cast<int64_t>(target.size() / 2)}));
+    State s = halves(target);
     const uint64_t before = ProcStatus("RssAnon");
     Result<CheckpointInfo> r = m->Load(1, s);
     const uint64_t after = ProcStatus("RssAnon");
