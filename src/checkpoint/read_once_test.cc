@@ -176,6 +176,8 @@ class ReadOnceTest : public ::testing::Test {
           RateLimit{.bytes_per_second = read_rate_, .reads = true});
       EXPECT_TRUE(storage.ok()) << storage.status().ToString();
     }
+    if (wrap_storage_)
+      *storage = wrap_storage_(comm->rank(), std::move(*storage));
     Options o;
     o.communicator = comm;
     o.chunk_size = chunk_;
@@ -259,6 +261,9 @@ class ReadOnceTest : public ::testing::Test {
   bool link_ = true;
   double read_rate_ = 0;   // each rank's reads paced to it (> 0)
   bool compress_ = false;  // saves compress every chunk that shrinks
+  // Wraps each rank's storage (its rank, the storage) where set.
+  std::function<std::unique_ptr<Storage>(int, std::unique_ptr<Storage>)>
+      wrap_storage_;
 };
 
 void ExpectAllOk(const std::vector<Status>& got) {
@@ -428,6 +433,106 @@ TEST_F(ReadOnceTest, AByteCrossesToAnotherNodeOnce) {
   // twice.
   EXPECT_GE(across.load(), kTensorBytes);
   EXPECT_LT(across.load(), kTensorBytes + 4096);
+}
+
+// The time of each rank's first read of an object whose key holds `part`
+// (only the reads of the rank given).
+class FirstReadOf : public StorageWrapper {
+ public:
+  FirstReadOf(std::unique_ptr<Storage> target, std::string part,
+              std::atomic<int64_t>* at)
+      : StorageWrapper(std::move(target)), part_(std::move(part)), at_(at) {}
+  Status ReadRange(std::string_view key, uint64_t offset,
+                   std::span<std::byte> out) override {
+    int64_t none = 0;
+    if (key.find(part_) != std::string_view::npos) {
+      at_->compare_exchange_strong(none, Now());
+    }
+    return StorageWrapper::ReadRange(key, offset, out);
+  }
+  static int64_t Now() {
+    return std::chrono::steady_clock::now().time_since_epoch().count();
+  }
+
+ private:
+  std::string part_;
+  std::atomic<int64_t>* at_;
+};
+
+// A rank whose messages of chunks (`bytes` or more) each leave a second
+// late, sent or broadcast.
+class LateChunks : public NoSendRecv {
+ public:
+  LateChunks(Communicator* c, size_t bytes)
+      : NoSendRecv(c), c_(c), bytes_(bytes) {}
+  Result<std::string> SendRecv(std::string_view data, int dest,
+                               int source) override {
+    if (dest >= 0 && data.size() >= bytes_) Wait();
+    return c_->SendRecv(data, dest, source);
+  }
+  Result<std::string> Broadcast(std::string_view data, int root) override {
+    if (root == rank() && data.size() >= bytes_) Wait();
+    return c_->Broadcast(data, root);
+  }
+
+ private:
+  static void Wait() { std::this_thread::sleep_for(std::chrono::seconds(1)); }
+  Communicator* c_;
+  size_t bytes_;
+};
+
+// The time its first message of `bytes` or more from another rank came.
+class FirstReceived : public NoSendRecv {
+ public:
+  FirstReceived(Communicator* c, size_t bytes, std::atomic<int64_t>* at)
+      : NoSendRecv(c), c_(c), bytes_(bytes), at_(at) {}
+  Result<std::string> SendRecv(std::string_view data, int dest,
+                               int source) override {
+    return Note(c_->SendRecv(data, dest, source));
+  }
+  // Shares every rank needs come as broadcasts where they are small.
+  Result<std::string> Broadcast(std::string_view data, int root) override {
+    if (root == rank()) return c_->Broadcast(data, root);
+    return Note(c_->Broadcast(data, root));
+  }
+
+ private:
+  Result<std::string> Note(Result<std::string> got) {
+    int64_t none = 0;
+    if (got.ok() && got->size() >= bytes_) {
+      at_->compare_exchange_strong(none, FirstReadOf::Now());
+    }
+    return got;
+  }
+
+  Communicator* c_;
+  size_t bytes_;
+  std::atomic<int64_t>* at_;
+};
+
+TEST_F(ReadOnceTest, ChunksOnlyOneRankNeedsAreReadWhileItWaitsForTheOthers) {
+  Save(2, 1);
+  // Loaded as saved: rank 1's rows of "a", in the object it saved, only it
+  // needs; "b" both need, read once (half each) and exchanged. Rank 0's
+  // messages come a second late, so rank 1 waits for its half of "b": its
+  // link to storage reads its own rows meanwhile, not after the exchange.
+  std::atomic<int64_t> own_read{0}, received{0};
+  wrap_storage_ = [&](int rank, std::unique_ptr<Storage> s) {
+    if (rank != 1) return s;
+    return std::unique_ptr<Storage>(
+        std::make_unique<FirstReadOf>(std::move(s), "/r00001-", &own_read));
+  };
+  const auto wrap = [&](Communicator* c) -> Communicator* {
+    if (c->rank() == 0) return new LateChunks(c, kChunk);
+    return new FirstReceived(c, kChunk, &received);
+  };
+  ExpectAllOk(Load(2, 1, /*whole=*/false, LoadOptions::ReadOnce::kOn, 1, wrap));
+  EXPECT_EQ(read_.load(), 2 * kTensorBytes);
+  ASSERT_NE(own_read.load(), 0) << "rank 1 read nothing of its own object";
+  ASSERT_NE(received.load(), 0) << "rank 1 received no chunk";
+  EXPECT_LT(own_read.load(), received.load())
+      << "rank 1 read its own rows only once the exchange had brought it "
+         "rank 0's half of \"b\"";
 }
 
 // The read-once files a node's ranks shared, left in /dev/shm.
