@@ -13,6 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "testing/smaps.h"
+
 namespace ckpt {
 namespace {
 
@@ -101,25 +103,6 @@ TEST(StagingArenaTest, ReadsLandWhileTheMemoryIsFaultedInAndStayThere) {
   EXPECT_EQ(ResidentPages(memory->data(), kBytes), kBytes / 4096);
 }
 
-// The VmFlags of the mapping that holds `p` (/proc/self/smaps), or "" if
-// none is found.
-std::string VmFlagsOf(const void* p) {
-  std::ifstream smaps("/proc/self/smaps");
-  const auto at = reinterpret_cast<uintptr_t>(p);
-  bool inside = false;
-  for (std::string line; std::getline(smaps, line);) {
-    uintptr_t begin = 0, end = 0;
-    // A mapping's first line starts with its range; no other line of
-    // smaps starts with a hex number followed by '-'.
-    if (std::sscanf(line.c_str(), "%lx-%lx ", &begin, &end) == 2) {
-      inside = begin <= at && at < end;
-    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
-      return line;
-    }
-  }
-  return "";
-}
-
 TEST(StagingArenaTest, ALoadsMemoryIsLeftToTheKernelForHugePages) {
   // After a load that mapped the staging memory, no thread of the arena
   // gathers it into huge pages (that slowed whatever came next, four times
@@ -136,11 +119,13 @@ TEST(StagingArenaTest, ALoadsMemoryIsLeftToTheKernelForHugePages) {
   Result<std::span<std::byte>> memory = arena.ReserveForReads(kBytes);
   ASSERT_TRUE(memory.ok()) << memory.status().ToString();
   std::memset(memory->data(), 0x5a, kBytes);
-  EXPECT_EQ(VmFlagsOf(memory->data()).find(" hg"), std::string::npos)
+  const auto flags = [&] {
+    return testing::SmapsLineOf(memory->data(), "VmFlags:");
+  };
+  EXPECT_EQ(flags().find(" hg"), std::string::npos)
       << "a load's memory is marked before the load is done";
   arena.OfferForHugePages();
-  EXPECT_NE(VmFlagsOf(memory->data()).find(" hg"), std::string::npos)
-      << VmFlagsOf(memory->data());
+  EXPECT_NE(flags().find(" hg"), std::string::npos) << flags();
   Result<std::span<std::byte>> again = arena.ReserveForReads(kBytes);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->data(), memory->data());

@@ -22,6 +22,7 @@
 #include "storage/file/huge_pages.h"
 #include "testing/files.h"
 #include "testing/scoped_env.h"
+#include "testing/smaps.h"
 #include "testing/storage_conformance.h"
 #include "testing/temp_dir.h"
 
@@ -434,15 +435,9 @@ bool HeldInHugePages(const std::string& path, size_t bytes) {
   if (mapping.data() == nullptr) return false;
   const volatile char* map = mapping.data();
   for (size_t i = 0; i < bytes; i += 4096) (void)map[i];
-  const std::string smaps = ReadFile("/proc/self/smaps");
-  char start[32];
-  std::snprintf(start, sizeof(start), "%lx-",
-                reinterpret_cast<unsigned long>(mapping.data()));
-  const size_t entry = smaps.find(std::string("\n") + start);
-  if (entry == std::string::npos) return false;
-  const size_t pmd = smaps.find("ShmemPmdMapped:", entry);
-  return pmd != std::string::npos &&
-         std::strtoull(smaps.c_str() + pmd + 15, nullptr, 10) > 0;
+  const std::string pmd =
+      testing::SmapsLineOf(mapping.data(), "ShmemPmdMapped:");
+  return !pmd.empty() && std::strtoull(pmd.c_str() + 15, nullptr, 10) > 0;
 }
 
 // On tmpfs a streamed write asked for huge pages readies 2 MiB pages ahead
