@@ -70,6 +70,11 @@ Result<std::optional<SharedMemoryFile>> ShareNodeMemory(
         if (!answer.ok()) return Broken(comm, node[i], answer.status());
         ok = ok && answer->opened;
       }
+      // Every other rank of the node has it open, or will not: the name
+      // can go now, not after the job-wide word below, which waits for
+      // the slowest rank of every node; a job killed meanwhile would leave
+      // it in /dev/shm.
+      if (file) file->Unlink();
     } else {
       Result<std::string> got =
           comm.SendRecv(EncodeReadOnceNodeMemory({}), -1, node.front());
@@ -109,12 +114,9 @@ Result<std::optional<SharedMemoryFile>> ShareNodeMemory(
     shared = shared && word->opened;
   }
   if (!shared) return std::optional<SharedMemoryFile>();
-  // Every rank of the node has it open: the name can go, so that nothing
-  // is left behind however the load ends. The leader takes the pages the
-  // node receives while the ranks read their shares (each taking the
-  // pages of its own first): on a host of several nodes taking them took
-  // as long as the reads.
-  if (file) file->Unlink();
+  // The leader takes the pages the node receives while the ranks read
+  // their shares (each taking the pages of its own first): on a host of
+  // several nodes taking them took as long as the reads.
   if (file && me == node.front()) file->ReserveAllInBackground();
   return file;
 }

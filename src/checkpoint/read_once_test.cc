@@ -573,6 +573,43 @@ TEST_F(ReadOnceTest, TheRanksOfANodeHoldAndReceiveTheStateOnce) {
   EXPECT_EQ(SharedFilesLeft(), before);
 }
 
+// A rank late to the job-wide word on whether every node shares its
+// memory: before it says it, it counts the read-once files named in
+// /dev/shm.
+class LateToTheWord : public OnNode {
+ public:
+  LateToTheWord(Communicator* c, int* named)
+      : OnNode(c, 2, nullptr), named_(named) {}
+  Result<std::vector<std::string>> AllGather(std::string_view mine) override {
+    if (DecodeReadOnceNodeMemory(mine).ok()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      *named_ = SharedFilesLeft();
+    }
+    return OnNode::AllGather(mine);
+  }
+
+ private:
+  int* named_;
+};
+
+TEST_F(ReadOnceTest, ANodesMemoryIsNamedOnlyUntilItsRanksHaveItOpen) {
+  // 4 ranks on 2 nodes share a node's memory; rank 3 comes half a second
+  // late to the job-wide word that follows. By then every node's ranks
+  // have the file open and its name is gone: a job killed while a rank of
+  // another node lags leaves nothing in /dev/shm.
+  UseLargeState();
+  Save(4, 1);
+  const int before = SharedFilesLeft();
+  int named = -1;
+  ExpectAllOk(Load(4, 1, /*whole=*/true, LoadOptions::ReadOnce::kOn, 1,
+                   [&](Communicator* c) -> Communicator* {
+                     if (c->rank() == 3) return new LateToTheWord(c, &named);
+                     return new OnNode(c, 2, nullptr);
+                   }));
+  EXPECT_EQ(named, before);
+  EXPECT_EQ(SharedFilesLeft(), before);
+}
+
 TEST_F(ReadOnceTest, ANodesRanksReadBlocksSideBySideThatCrossInOneMessage) {
   // 4 ranks dealt out in turn over 2 nodes (0 and 2 on one, 1 and 3 on
   // the other) that share memory: a node's ranks read blocks of the state
