@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <mutex>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -435,8 +436,7 @@ TEST_F(ReadOnceTest, AByteCrossesToAnotherNodeOnce) {
   EXPECT_LT(across.load(), kTensorBytes + 4096);
 }
 
-// The time of each rank's first read of an object whose key holds `part`
-// (only the reads of the rank given).
+// Notes when it first read from an object whose key holds `part`.
 class FirstReadOf : public StorageWrapper {
  public:
   FirstReadOf(std::unique_ptr<Storage> target, std::string part,
@@ -573,23 +573,46 @@ TEST_F(ReadOnceTest, TheRanksOfANodeHoldAndReceiveTheStateOnce) {
   EXPECT_EQ(SharedFilesLeft(), before);
 }
 
-// A rank late to the job-wide word on whether every node shares its
-// memory: before it says it, it counts the read-once files named in
-// /dev/shm.
-class LateToTheWord : public OnNode {
+// The names of the node memories the leaders invite their nodes' ranks
+// to, and how many of them were still in /dev/shm when the late rank
+// looked.
+struct Invitations {
+  std::mutex mu;
+  std::vector<std::string> names;
+  int named_when_late = -1;
+};
+
+// A rank on a node of 2 that notes the invitations it sends; `late`, it
+// comes half a second late to the job-wide word on whether every node
+// shares its memory, and first looks for the invited names in /dev/shm.
+class Inviting : public OnNode {
  public:
-  LateToTheWord(Communicator* c, int* named)
-      : OnNode(c, 2, nullptr), named_(named) {}
+  Inviting(Communicator* c, Invitations* seen, bool late)
+      : OnNode(c, 2, nullptr), seen_(seen), late_(late) {}
+  Result<std::string> SendRecv(std::string_view data, int dest,
+                               int source) override {
+    if (Result<ReadOnceNodeMemory> m = DecodeReadOnceNodeMemory(data);
+        m.ok() && !m->invitation.empty()) {
+      std::lock_guard<std::mutex> lock(seen_->mu);
+      seen_->names.push_back(m->invitation.substr(0, m->invitation.find(' ')));
+    }
+    return OnNode::SendRecv(data, dest, source);
+  }
   Result<std::vector<std::string>> AllGather(std::string_view mine) override {
-    if (DecodeReadOnceNodeMemory(mine).ok()) {
+    if (late_ && DecodeReadOnceNodeMemory(mine).ok()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
-      *named_ = SharedFilesLeft();
+      std::lock_guard<std::mutex> lock(seen_->mu);
+      seen_->named_when_late = 0;
+      for (const std::string& name : seen_->names) {
+        seen_->named_when_late += std::filesystem::exists("/dev/shm" + name);
+      }
     }
     return OnNode::AllGather(mine);
   }
 
  private:
-  int* named_;
+  Invitations* seen_;
+  bool late_;
 };
 
 TEST_F(ReadOnceTest, ANodesMemoryIsNamedOnlyUntilItsRanksHaveItOpen) {
@@ -599,15 +622,16 @@ TEST_F(ReadOnceTest, ANodesMemoryIsNamedOnlyUntilItsRanksHaveItOpen) {
   // another node lags leaves nothing in /dev/shm.
   UseLargeState();
   Save(4, 1);
-  const int before = SharedFilesLeft();
-  int named = -1;
+  Invitations seen;
   ExpectAllOk(Load(4, 1, /*whole=*/true, LoadOptions::ReadOnce::kOn, 1,
                    [&](Communicator* c) -> Communicator* {
-                     if (c->rank() == 3) return new LateToTheWord(c, &named);
-                     return new OnNode(c, 2, nullptr);
+                     return new Inviting(c, &seen, c->rank() == 3);
                    }));
-  EXPECT_EQ(named, before);
-  EXPECT_EQ(SharedFilesLeft(), before);
+  EXPECT_EQ(seen.names.size(), 2u) << "a leader invited no one";
+  EXPECT_EQ(seen.named_when_late, 0);
+  for (const std::string& name : seen.names) {
+    EXPECT_FALSE(std::filesystem::exists("/dev/shm" + name)) << name;
+  }
 }
 
 TEST_F(ReadOnceTest, ANodesRanksReadBlocksSideBySideThatCrossInOneMessage) {
