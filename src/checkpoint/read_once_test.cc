@@ -436,6 +436,11 @@ TEST_F(ReadOnceTest, AByteCrossesToAnotherNodeOnce) {
   EXPECT_LT(across.load(), kTensorBytes + 4096);
 }
 
+// The steady clock's now, in its ticks: a time an atomic can hold.
+int64_t Now() {
+  return std::chrono::steady_clock::now().time_since_epoch().count();
+}
+
 // Notes when it first read from an object whose key holds `part`.
 class FirstReadOf : public StorageWrapper {
  public:
@@ -449,9 +454,6 @@ class FirstReadOf : public StorageWrapper {
       at_->compare_exchange_strong(none, Now());
     }
     return StorageWrapper::ReadRange(key, offset, out);
-  }
-  static int64_t Now() {
-    return std::chrono::steady_clock::now().time_since_epoch().count();
   }
 
  private:
@@ -500,7 +502,7 @@ class FirstReceived : public NoSendRecv {
   Result<std::string> Note(Result<std::string> got) {
     int64_t none = 0;
     if (got.ok() && got->size() >= bytes_) {
-      at_->compare_exchange_strong(none, FirstReadOf::Now());
+      at_->compare_exchange_strong(none, Now());
     }
     return got;
   }

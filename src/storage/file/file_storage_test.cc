@@ -435,9 +435,10 @@ bool HeldInHugePages(const std::string& path, size_t bytes) {
   if (mapping.data() == nullptr) return false;
   const volatile char* map = mapping.data();
   for (size_t i = 0; i < bytes; i += 4096) (void)map[i];
-  const std::string pmd =
-      testing::SmapsLineOf(mapping.data(), "ShmemPmdMapped:");
-  return !pmd.empty() && std::strtoull(pmd.c_str() + 15, nullptr, 10) > 0;
+  constexpr std::string_view kField = "ShmemPmdMapped:";
+  const std::string pmd = testing::SmapsLineOf(mapping.data(), kField);
+  return !pmd.empty() &&
+         std::strtoull(pmd.c_str() + kField.size(), nullptr, 10) > 0;
 }
 
 // On tmpfs a streamed write asked for huge pages readies 2 MiB pages ahead
