@@ -30,7 +30,9 @@ class CheckpointManager:
       keep_every_seconds     keep the first checkpoint of each S-second window
       keep_best, best_metric, best_higher_is_better
                              keep the M best by a metric passed to save()
-                             (lower is better unless best_higher_is_better)
+                             (lower is better unless best_higher_is_better);
+                             while no checkpoint has the metric, nothing is
+                             deleted, with one warning (a misspelling)
 
     Other options: min_seconds_between_saves (a save sooner than that after
     the previous one is skipped: SaveResult.skipped), job_id (recorded in

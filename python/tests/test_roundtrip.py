@@ -249,6 +249,18 @@ def test_keep_best(root):
     assert [i.step for i in mgr.list()] == [2, 4]
 
 
+def test_keep_best_by_a_metric_no_checkpoint_has_deletes_nothing(root, capfd):
+    # "Loss" where the saves give "loss": ranked by nothing, the best
+    # (step 1) would go with step 2.
+    mgr = ckpt.open(root, keep_best=1, best_metric="Loss", keep_last=1)
+    for step, loss in [(1, 0.1), (2, 0.5), (3, 0.9)]:
+        mgr.save(step, {"x": np.zeros(1)}, metrics={"loss": loss})
+    assert [i.step for i in mgr.list()] == [1, 2, 3]
+    err = capfd.readouterr().err
+    assert err.count('by metric "Loss", which no committed checkpoint') == 1
+    assert 'their metrics: "loss"' in err
+
+
 def test_min_seconds_between_saves_skips(root):
     mgr = ckpt.open(root, min_seconds_between_saves=3600)
     assert not mgr.save(1, {"x": np.zeros(1)}).skipped

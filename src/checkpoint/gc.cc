@@ -79,6 +79,16 @@ Result<GcReport> Collector::GarbageCollect(const GcOptions& gc,
       Inspector(root_).Infos(listed, nullptr);
   // In a dry run a step that only doomed steps depend on may go: those
   // dependants are still there.
+  if (Status ranks = RetentionRanks(infos, policy); !ranks.ok()) {
+    // Asked for (ckpt gc, GarbageCollect): refused whole, nothing deleted.
+    // After a save, which has committed: said once, and the collection of
+    // dead attempts goes on.
+    if (!keep)
+      return ranks.WithContext("garbage collection of " + root_.Where());
+    if (!root_.warned_unranked.exchange(true)) {
+      LogWarning(ranks.message() + " (" + root_.Where() + ")");
+    }
+  }
   std::vector<int64_t> doomed = StepsToDelete(infos, policy);
   if (keep) {
     std::set<int64_t> spared = {*keep};

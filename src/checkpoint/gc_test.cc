@@ -459,6 +459,44 @@ TEST_F(GcMemTest, KeepBestOnSaveUsesTheSavedMetrics) {
   ExpectLoads(*mgr, 5, Model(5));
 }
 
+TEST_F(GcMemTest, KeepBestByAMetricNoCheckpointHasDeletesNothing) {
+  Options o = MakeOptions();
+  o.retention.keep_last = 1;
+  o.retention.keep_best = 1;
+  o.retention.best_metric = "Loss";  // the saves give "loss"
+  auto mgr = OpenManager(o);
+  ASSERT_NE(mgr, nullptr);
+  for (const auto& [step, loss] :
+       std::vector<std::pair<int64_t, double>>{{1, 0.1}, {2, 0.5}, {3, 0.9}}) {
+    SaveOptions save;
+    save.metrics = {{"loss", loss}};
+    EXPECT_EQ(SaveModel(*mgr, step, save).deleted_steps, Steps{});
+  }
+  EXPECT_EQ(ListedSteps(*mgr), (Steps{1, 2, 3}));
+  // Asked for, the collection is refused whole, dry run or not.
+  for (bool dry_run : {true, false}) {
+    RetentionPolicy typo;
+    typo.keep_best = 1;
+    typo.best_metric = "Loss";
+    Result<GcReport> gc =
+        mgr->GarbageCollect({.dry_run = dry_run, .retention = typo});
+    ASSERT_FALSE(gc.ok());
+    EXPECT_EQ(gc.status().code(), ErrorCode::kFailedPrecondition);
+    EXPECT_NE(gc.status().message().find("\"loss\""), std::string::npos)
+        << gc.status().ToString();
+  }
+  EXPECT_EQ(ListedSteps(*mgr), (Steps{1, 2, 3}));
+  ExpectLoads(*mgr, 1, Model(1));
+  // The metric right: the best (step 1) and the newest stay.
+  RetentionPolicy right;
+  right.keep_best = 1;
+  right.best_metric = "loss";
+  Result<GcReport> gc = mgr->GarbageCollect({.retention = right});
+  ASSERT_TRUE(gc.ok()) << gc.status().ToString();
+  EXPECT_EQ(gc->deleted_steps, Steps{2});
+  EXPECT_EQ(ListedSteps(*mgr), (Steps{1, 3}));
+}
+
 TEST_F(GcMemTest, KeepEveryNStepsOnSave) {
   Options o = MakeOptions();
   o.retention.keep_every_n_steps = 3;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <set>
+#include <string>
 
 namespace ckpt {
 
@@ -9,6 +10,7 @@ std::vector<int64_t> StepsToDelete(
     const std::vector<CheckpointInfo>& checkpoints,
     const RetentionPolicy& policy) {
   if (!policy.enabled() || checkpoints.empty()) return {};
+  if (!RetentionRanks(checkpoints, policy).ok()) return {};
   std::vector<const CheckpointInfo*> by_step;
   for (const CheckpointInfo& c : checkpoints) by_step.push_back(&c);
   std::sort(by_step.begin(), by_step.end(),
@@ -78,6 +80,28 @@ std::vector<int64_t> StepsToDelete(
     if (!keep.count(c->step)) out.push_back(c->step);
   }
   return out;
+}
+
+Status RetentionRanks(const std::vector<CheckpointInfo>& checkpoints,
+                      const RetentionPolicy& policy) {
+  if (policy.keep_best <= 0 || checkpoints.empty()) return Status();
+  std::set<std::string> names;
+  for (const CheckpointInfo& c : checkpoints) {
+    if (c.metrics.count(policy.best_metric)) return Status();
+    for (const auto& [name, value] : c.metrics) names.insert(name);
+  }
+  std::string have;
+  for (const std::string& name : names) {
+    have += (have.empty() ? "\"" : ", \"") + name + "\"";
+  }
+  return FailedPreconditionError(
+      "retention keeps the " + std::to_string(policy.keep_best) +
+      " best by metric \"" + policy.best_metric +
+      "\", which no committed checkpoint has (" +
+      std::to_string(checkpoints.size()) + " checked; " +
+      (have.empty() ? std::string("they have no metrics")
+                    : "their metrics: " + have) +
+      "); nothing is deleted by retention until one has it");
 }
 
 }  // namespace ckpt

@@ -176,6 +176,37 @@ TEST(RetentionTest, KeepBestIgnoresCheckpointsWithoutTheMetric) {
   EXPECT_EQ(StepsToDelete(all, p), (Steps{1, 3}));
 }
 
+TEST(RetentionTest, KeepBestByAMetricNoneHasDeletesNothing) {
+  RetentionPolicy p;
+  p.keep_last = 1;
+  p.keep_best = 1;
+  p.best_metric = "Loss";  // saved as "loss": a misspelling
+  std::vector<CheckpointInfo> all = {Ckpt(1, 0, {{"loss", 0.1}}),
+                                     Ckpt(2, 0, {{"loss", 0.5}}),
+                                     Ckpt(3, 0, {{"loss", 0.9}, {"acc", 1}})};
+  // Ranked by nothing, step 1 (the best) would go with step 2.
+  EXPECT_EQ(StepsToDelete(all, p), Steps{});
+  Status ranks = RetentionRanks(all, p);
+  EXPECT_EQ(ranks.code(), ErrorCode::kFailedPrecondition);
+  EXPECT_NE(ranks.message().find("metric \"Loss\""), std::string::npos)
+      << ranks.ToString();
+  EXPECT_NE(ranks.message().find("\"acc\", \"loss\""), std::string::npos)
+      << ranks.ToString();
+  EXPECT_NE(ranks.message().find("3 checked"), std::string::npos)
+      << ranks.ToString();
+  // Once one checkpoint has it, the rule ranks those that do.
+  all.push_back(Ckpt(4, 0, {{"Loss", 0.3}}));
+  EXPECT_TRUE(RetentionRanks(all, p).ok());
+  EXPECT_EQ(StepsToDelete(all, p), (Steps{1, 2, 3}));
+  // Without keep_best, or with no checkpoint, there is nothing to rank.
+  p.keep_best = 0;
+  EXPECT_TRUE(RetentionRanks({Ckpt(1)}, p).ok());
+  p.keep_best = 1;
+  EXPECT_TRUE(RetentionRanks({}, p).ok());
+  EXPECT_NE(RetentionRanks({Ckpt(1)}, p).message().find("no metrics"),
+            std::string::npos);
+}
+
 TEST(RetentionTest, KeepBestTiesGoToTheNewer) {
   RetentionPolicy p;
   p.keep_best = 1;

@@ -165,6 +165,9 @@ struct RootContext {
   std::atomic<bool> saving{false};
   // The step this manager's last successful Save committed; -1 for none.
   int64_t last_saved_step = -1;
+  // Whether a save's retention has warned that it ranks by a metric no
+  // checkpoint has (retention.h): once a manager, not at every save.
+  std::atomic<bool> warned_unranked{false};
   // The coordinator's map of the root while it is the root's only writer
   // and has seen all of it: every committed step that loads whole (its
   // manifest valid, its objects there), with its info. Filled by a
