@@ -165,6 +165,38 @@ TEST_F(HostileNamesTest, NoKeyReachesOutsideTheRoot) {
               keys.size());
 }
 
+// A data object swapped for a symbolic link to a copy of it (a backup
+// restored with `cp -s`): never followed, so the step is damaged, as `ckpt
+// ls` says; a resume loads the one before it, a load of that step names
+// the object and the link.
+TEST_F(HostileNamesTest, AResumeSkipsAStepWhoseDataObjectIsASymlink) {
+  auto mgr = CheckpointManager::Open(root_.string());
+  ASSERT_TRUE(mgr.ok());
+  testing::StepModel model(2, 1, 1);
+  ASSERT_TRUE((*mgr)->Save(2, model.ForRank(0)).ok());
+  std::vector<fs::path> data;
+  for (const auto& e : fs::directory_iterator(root_ / "step-000000000002")) {
+    if (e.path().extension() == ".safetensors") data.push_back(e.path());
+  }
+  ASSERT_EQ(data.size(), 1u);
+  fs::rename(data[0], base_ / "outside" / "copy");
+  fs::create_symlink(base_ / "outside" / "copy", data[0]);
+  auto reopened = CheckpointManager::Open(root_.string());
+  ASSERT_TRUE(reopened.ok());
+  Result<LoadedCheckpoint> resumed = (*reopened)->LoadAll(std::nullopt);
+  ASSERT_TRUE(resumed.ok()) << resumed.status().ToString();
+  EXPECT_EQ(resumed->info.step, 1);
+  EXPECT_EQ(testing::StepModel(1, 1, 1).Diff(resumed->state), "");
+  Result<LoadedCheckpoint> two = (*reopened)->LoadAll(2);
+  ASSERT_FALSE(two.ok());
+  EXPECT_EQ(two.status().code(), ErrorCode::kDataLoss);
+  EXPECT_NE(two.status().message().find(data[0].filename().string()),
+            std::string::npos)
+      << two.status().ToString();
+  EXPECT_NE(two.status().message().find("symbolic link"), std::string::npos)
+      << two.status().ToString();
+}
+
 TEST_F(HostileNamesTest, ManifestNamingAHostileObjectIsRefused) {
   auto storage = OpenStorage("file://" + root_.string());
   ASSERT_TRUE(storage.ok());

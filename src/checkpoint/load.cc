@@ -253,35 +253,6 @@ Result<std::vector<const format::EntryRecord*>> Loader::MatchEntries(
   return records;
 }
 
-Status Loader::CheckObjects(
-    const Manifest& m, const std::vector<const format::EntryRecord*>& entries) {
-  std::set<uint32_t> needed;
-  for (const auto* e : entries) {
-    for (const auto& p : e->pieces) {
-      for (const auto& c : p.chunks) needed.insert(c.object);
-    }
-  }
-  const std::string where =
-      "step " + std::to_string(m.step) + " in " + root_.Where();
-  for (uint32_t i : needed) {
-    const format::ObjectRecord& o = m.objects[i];
-    Result<ObjectInfo> info = root_.storage->Stat(o.key);
-    if (!info.ok()) {
-      if (info.status().code() == ErrorCode::kNotFound) {
-        return DataLossError(where + ": data object " + o.key + " is missing");
-      }
-      return info.status().WithContext("stat " + o.key);
-    }
-    if (info->size != o.size) {
-      return DataLossError(where + ": data object " + o.key + " is " +
-                           std::to_string(info->size) +
-                           " bytes but the manifest records " +
-                           std::to_string(o.size) + " (truncated or replaced)");
-    }
-  }
-  return Status();
-}
-
 namespace {
 
 // A manifest that cannot be read: damage, or a step gone since the listing

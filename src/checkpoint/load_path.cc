@@ -1,7 +1,9 @@
 // Where an all-or-nothing load checks its host tensors' chunks: where they
 // lie in the storage's object views, or read into the manager's staging
-// memory (docs/design.md, "Loading").
+// memory (docs/design.md, "Loading"); and, before that, that the objects
+// they lie in are there.
 #include <algorithm>
+#include <set>
 
 #include "checkpoint/load.h"
 #include "staging/staging.h"
@@ -48,6 +50,42 @@ bool Loader::ChecksInViews(
   const uint64_t bound = root_.options.async_staging_bytes;
   return !held &&
          (all_staged > FreeMemory() / 2 || (bound > 0 && all_staged > bound));
+}
+
+Status Loader::CheckObjects(
+    const Manifest& m, const std::vector<const format::EntryRecord*>& entries) {
+  std::set<uint32_t> needed;
+  for (const auto* e : entries) {
+    for (const auto& p : e->pieces) {
+      for (const auto& c : p.chunks) needed.insert(c.object);
+    }
+  }
+  const std::string where =
+      "step " + std::to_string(m.step) + " in " + root_.Where();
+  for (uint32_t i : needed) {
+    const format::ObjectRecord& o = m.objects[i];
+    Result<ObjectInfo> info = root_.storage->Stat(o.key);
+    if (!info.ok()) {
+      if (info.status().code() == ErrorCode::kNotFound) {
+        return DataLossError(where + ": data object " + o.key + " is missing");
+      }
+      // A symbolic link in its place (never followed): what ckpt wrote is
+      // not there, as `ckpt ls` and verify say, so a resume goes on to an
+      // older checkpoint rather than stopping here.
+      if (info.status().code() == ErrorCode::kInvalidArgument) {
+        return DataLossError(where + ": data object " + o.key +
+                             " cannot be read: " + info.status().message());
+      }
+      return info.status().WithContext("stat " + o.key);
+    }
+    if (info->size != o.size) {
+      return DataLossError(where + ": data object " + o.key + " is " +
+                           std::to_string(info->size) +
+                           " bytes but the manifest records " +
+                           std::to_string(o.size) + " (truncated or replaced)");
+    }
+  }
+  return Status();
 }
 
 }  // namespace ckpt
