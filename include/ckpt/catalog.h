@@ -124,6 +124,11 @@ struct CatalogOptions {
   // PostgreSQL: how long to wait for a connection (a URL's own
   // connect_timeout wins).
   int connect_timeout_seconds = 5;
+  // SQLite: a file that is not there is NotFound, naming it, rather than
+  // created with its folders: what a query asks (`ckpt catalog jobs`,
+  // `list`, `latest`, `best`, `ckpt report`), so that a mistyped path says
+  // so instead of answering from a new, empty catalog.
+  bool must_exist = false;
 };
 
 class Catalog {

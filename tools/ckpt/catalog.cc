@@ -23,10 +23,13 @@ namespace ckpt::cli {
 namespace {
 
 // Opens the catalog the user named (or the default); "none" is an error
-// here, since every catalog command needs one.
-Result<std::unique_ptr<Catalog>> OpenNamedCatalog(const std::string& url) {
+// here, since every catalog command needs one. A query (`query`) creates
+// none: a mistyped path is NotFound, not an empty answer.
+Result<std::unique_ptr<Catalog>> OpenNamedCatalog(const std::string& url,
+                                                  bool query = true) {
   const std::string chosen = url.empty() ? DefaultCatalogUrl() : url;
-  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Catalog> catalog, OpenCatalog(chosen));
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Catalog> catalog,
+                        OpenCatalog(chosen, {.must_exist = query}));
   if (catalog == nullptr) {
     return FailedPreconditionError(
         std::string("the catalog is turned off (") +
@@ -349,7 +352,8 @@ Result<CatalogSyncReport> SyncGoneRoot(const std::string& root,
 }
 
 Status RunSync(const SyncArgs& args) {
-  CKPT_ASSIGN_OR_RETURN(auto catalog, OpenNamedCatalog(args.catalog));
+  CKPT_ASSIGN_OR_RETURN(auto catalog,
+                        OpenNamedCatalog(args.catalog, /*query=*/false));
   Result<std::unique_ptr<CheckpointManager>> manager =
       OpenRoot(args.root, /*create=*/false);
   Result<CatalogSyncReport> synced =

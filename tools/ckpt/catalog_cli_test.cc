@@ -449,6 +449,8 @@ TEST_P(CatalogCliTest, AJobIdGivenAsAPathIsTheRootsUrl) {
 }
 
 TEST_P(CatalogCliTest, NothingToReportIsExitOne) {
+  // An empty catalog: made by opening it, as a job's first save does.
+  ASSERT_TRUE(OpenCatalog(catalog_url_).ok());
   RunResult r = Catalog({"latest", "nobody"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(Contains(r.err, "ckpt catalog latest: NotFound"));
@@ -459,6 +461,26 @@ TEST_P(CatalogCliTest, NothingToReportIsExitOne) {
   r = Ckpt({"catalog", "jobs", "--catalog", "none"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(Contains(r.err, "turned off"));
+}
+
+// A query names a SQLite file that is not there (a typo): it says so and
+// creates nothing, neither the file nor its folders.
+TEST(CatalogCliQueryTest, AMistypedSqlitePathIsNotFoundAndCreatesNothing) {
+  const testing::TempDir dir("catalog-typo");
+  const std::string typo = dir.path().string() + "/typo/dir/catalog.sqlite";
+  for (const std::vector<std::string>& query :
+       std::vector<std::vector<std::string>>{
+           {"catalog", "jobs", "--catalog", "sqlite://" + typo},
+           {"catalog", "list", "somejob", "--catalog", typo},
+           {"catalog", "latest", "somejob", "--catalog", typo},
+           {"catalog", "best", "somejob", "--metric", "loss", "--min",
+            "--catalog", typo}}) {
+    RunResult r = testing::RunProgram(CKPT_CLI_PATH, query, dir.path());
+    EXPECT_EQ(r.exit_code, 1) << query[1] << ": " << r.out << r.err;
+    EXPECT_TRUE(Contains(r.err, "NotFound")) << r.err;
+    EXPECT_TRUE(Contains(r.err, typo + " is not there")) << r.err;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "typo"));
 }
 
 TEST(CatalogCliUsageTest, HelpAndUsageErrors) {

@@ -119,7 +119,8 @@ json Columns(const std::vector<Row>& rows) {
 }
 
 Result<std::unique_ptr<Catalog>> OpenReportCatalog(const std::string& url) {
-  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Catalog> catalog, OpenCatalog(url));
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Catalog> catalog,
+                        OpenCatalog(url, {.must_exist = true}));
   if (catalog == nullptr) {
     return InvalidArgumentError("--catalog none names no catalog");
   }

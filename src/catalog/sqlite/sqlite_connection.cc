@@ -199,11 +199,21 @@ Result<std::unique_ptr<SqlConnection>> OpenSqlite(
   const std::string what = "open catalog " + name;
   const std::filesystem::path parent =
       std::filesystem::path(path).parent_path();
-  if (!parent.empty()) CKPT_RETURN_IF_ERROR(MakeDirs(parent, what));
+  if (options.must_exist) {
+    std::error_code error;
+    if (!std::filesystem::exists(path, error)) {
+      return NotFoundError(what + ": no such catalog (" + path +
+                           " is not there; saves that record in it, or "
+                           "`ckpt catalog sync ROOT`, create it)");
+    }
+  } else if (!parent.empty()) {
+    CKPT_RETURN_IF_ERROR(MakeDirs(parent, what));
+  }
   sqlite3* db = nullptr;
   const int rc = sqlite3_open_v2(
       path.c_str(), &db,
-      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+      SQLITE_OPEN_READWRITE | (options.must_exist ? 0 : SQLITE_OPEN_CREATE) |
+          SQLITE_OPEN_NOMUTEX,
       nullptr);
   if (rc != SQLITE_OK) {
     Status s =
