@@ -43,8 +43,9 @@ def restore_step(mgr, step, target):
         _check(where, stored, wanted)
     values = _read(mgr, desc, stored, wanted, where)
     if target is not None:
-        return treedef.unflatten([_placed(values[name], leaf)
-                                  for name, leaf in leaves])
+        return treedef.unflatten(
+            [_placed(_as_target_scalar(values[name], leaf, name, where), leaf)
+             for name, leaf in leaves])
     values = {name: _placed(v, None) for name, v in values.items()}
     if tree is None or tree.kind != "metadata":  # saved from C++
         return _tree.unflatten_dotted(values)
@@ -76,6 +77,8 @@ def _check(where, stored, wanted):
                                                              None)
         if shape is None or dtype is None:
             continue  # a scalar or other value: restored as saved
+        if e.kind == "metadata" and tuple(shape) == ():
+            continue  # a Python scalar saved (jax.eval_shape's 0-d leaf)
         mine = _jax_tree.stored_dtype(dtype)
         if mine is None:
             raise _errors.InvalidArgument(
@@ -127,6 +130,27 @@ def _read(mgr, desc, stored, wanted, where):
     return out
 
 
+def _as_target_scalar(value, leaf, name, where):
+    """A Python scalar saved where the target has a 0-d array (as
+    jax.eval_shape makes of a state's `"step": 0`): that array, if the
+    value fits its dtype exactly; anything else as it is."""
+    dtype = getattr(leaf, "dtype", None)
+    if dtype is None or not isinstance(value, (bool, int, float)) or \
+            tuple(getattr(leaf, "shape", ())) != ():
+        return value
+    try:
+        converted = np.asarray(value, dtype=np.dtype(dtype))
+    except OverflowError:
+        converted = None
+    if converted is None or converted.item() != value or \
+            type(value) is float and converted.dtype.kind != "f":
+        raise _errors.InvalidArgument(
+            f"{where}: entry {name!r}: the checkpoint holds the Python "
+            f"value {value!r}, which the target's {np.dtype(dtype)} cannot "
+            f"hold exactly; nothing was restored")
+    return converted
+
+
 def _narrowed(value):
     """Whether JAX would narrow `value` (a 64-bit array while
     jax_enable_x64 is off)."""
@@ -138,19 +162,21 @@ def _placed(value, leaf):
     """A restored host value as the target leaf `leaf` wants it: on the
     devices of its sharding (a jax.Array or jax.ShapeDtypeStruct), a NumPy
     array (or scalar) for a NumPy target, else (no target, or a scalar's)
-    tensors as jax.Arrays on the default device (without a target, a
-    64-bit array that JAX would narrow stays a NumPy array) and other
-    values as they are."""
+    tensors as jax.Arrays on the default device and other values as they
+    are. A 64-bit array that JAX would narrow stays a NumPy array."""
     if not isinstance(value, np.ndarray):
         return value
     if isinstance(leaf, np.ndarray):
         return value
     if isinstance(leaf, np.generic):
         return value[()]
+    if _narrowed(value):
+        # JAX would cut it to 32 bits (jax_enable_x64 off), values and all:
+        # kept exact, a NumPy array, whatever the target says (a
+        # ShapeDtypeStruct may name a 64-bit dtype; no jax.Array holds one).
+        return value
     sharding = getattr(leaf, "sharding", None)
     if sharding is None:
-        if _narrowed(value) and leaf is None:
-            return value
         return jax.device_put(value)
     return jax.make_array_from_callback(
         value.shape, sharding, lambda index: np.asarray(value[index]))

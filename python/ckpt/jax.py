@@ -137,7 +137,10 @@ class CheckpointManager:
         to make: a jax.ShapeDtypeStruct with a sharding, or a jax.Array
         (its sharding is reused), becomes a jax.Array on those devices; one
         without a sharding, on the default device; a NumPy array, a NumPy
-        array; any other leaf (a scalar) takes the stored value. Shapes
+        array; any other leaf (a scalar) takes the stored value. A 0-d
+        leaf where a Python scalar was saved (jax.eval_shape's) gets it as
+        such an array; a 64-bit array that JAX would narrow
+        (jax_enable_x64 off) stays a NumPy array. Shapes
         and dtypes must be the stored ones and the structures the same
         (else ckpt.InvalidArgument or ckpt.NotFound naming the entry; the
         target is never changed). Without a target, the saved structure

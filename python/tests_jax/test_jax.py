@@ -245,6 +245,39 @@ def test_restore_without_a_target_rebuilds_the_saved_containers(root):
     assert bits(restored["step"]) == bits(state["step"])
 
 
+def test_64_bit_leaves_stay_exact_with_a_shape_dtype_target(root):
+    # jax_enable_x64 off (the default): a jax.Array would cut these to 32
+    # bits, values and all; they come back as NumPy arrays, as saved.
+    assert not jax.config.jax_enable_x64
+    state = {"pos": np.array([2**40 + 1], np.int64),
+             "stat": np.array([1e300]),
+             "u": np.array([2**64 - 1], np.uint64)}
+    target = {k: jax.ShapeDtypeStruct(v.shape, v.dtype)
+              for k, v in state.items()}
+    with cj.CheckpointManager(root, async_save=False) as mgr:
+        mgr.save(1, state)
+        restored = mgr.restore(1, target=target)
+    for k, v in state.items():
+        assert isinstance(restored[k], np.ndarray), k
+        assert restored[k].dtype == v.dtype and bits(restored[k]) == bits(v)
+
+
+def test_a_python_scalar_restores_onto_eval_shapes_0d_leaf(root):
+    # jax.eval_shape makes a 0-d int32 leaf of a state's `"step": 0`.
+    def init():
+        return {"w": jnp.zeros(3), "step": 0, "lr": 0.5}
+    abstract = jax.eval_shape(init)
+    with cj.CheckpointManager(root, async_save=False) as mgr:
+        mgr.save(5, {"w": jnp.ones(3), "step": 5, "lr": 0.25})
+        restored = mgr.restore(5, target=abstract)
+        mgr.save(6, {"w": jnp.ones(3), "step": 2**40, "lr": 0.25})
+        with pytest.raises(ckpt.InvalidArgument,
+                           match=r"entry 'step'.*cannot hold exactly"):
+            mgr.restore(6, target=abstract)
+    assert restored["step"].dtype == jnp.int32 and int(restored["step"]) == 5
+    assert float(restored["lr"]) == 0.25
+
+
 def test_float8_dtypes_round_trip_and_others_are_refused(root):
     rng = np.random.default_rng(1)
     values = rng.standard_normal((16, 8)).astype(np.float32)
