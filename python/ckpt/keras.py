@@ -87,16 +87,21 @@ class BackupAndRestore(keras.callbacks.Callback):
     starts again (see the module's doc).
 
     url: the root (a path, file://, s3://, mem://), used by this callback
-    alone. save_freq: "epoch" backs up at the end of each epoch, an int N
+    alone; Keras's keyword for it, backup_dir=, is taken too. save_freq: "epoch" backs up at the end of each epoch, an int N
     every N batches. double_checkpoint=True keeps the two newest backups
     (keep_last=2). delete_checkpoint=True deletes the backups once fit ends
     well. Other keyword arguments go to ckpt.open (chunk_size,
     lease_seconds, catalog, keep_last, ...).
     """
 
-    def __init__(self, url, save_freq="epoch", double_checkpoint=False,
-                 delete_checkpoint=True, **options):
+    def __init__(self, url=None, save_freq="epoch", double_checkpoint=False,
+                 delete_checkpoint=True, *, backup_dir=None, **options):
         super().__init__()
+        if url is not None and backup_dir is not None:
+            raise _errors.InvalidArgument(
+                "ckpt.keras.BackupAndRestore: both url and backup_dir; "
+                "give one (backup_dir is Keras's name for the same root)")
+        url = backup_dir if url is None else url
         if not url:
             raise _errors.InvalidArgument(
                 "ckpt.keras.BackupAndRestore: an empty url; name the root "
@@ -355,13 +360,27 @@ def _checked(model, values, meta, groups, where):
                     f"restored")
             v, array = named[path], saved[path]
             shape = tuple(getattr(array, "shape", ()))
-            if dtypes.get(entry) != v.dtype or shape != tuple(v.shape):
+            held = dtypes.get(entry)
+            if held != v.dtype and not _same_seed(path, held, v.dtype) or \
+                    shape != tuple(v.shape):
                 raise _errors.InvalidArgument(
                     f"{where}: entry {entry!r} is {dtypes.get(entry)} "
                     f"{list(shape)} in the backup and {v.dtype} "
                     f"{list(v.shape)} in the model; nothing was restored")
             _value(array, v.dtype, entry, where)  # raises if it cannot be
     return targets
+
+
+# A seed generator's state (Dropout's, a RandomFlip's...): Keras keeps it
+# as uint32 on JAX and int32 on torch, the same 64 bits either way.
+_SEED_DTYPES = {"int32", "uint32"}
+
+
+def _same_seed(path, held, wanted):
+    """Whether `path` is a seed generator's state, stored as `held` and
+    wanted as `wanted`: another backend's dtype for the same bits."""
+    return path.endswith("seed_generator_state") and \
+        {held, wanted} == _SEED_DTYPES
 
 
 def _value(array, dtype, entry, where):
@@ -373,6 +392,8 @@ def _value(array, dtype, entry, where):
         array = array.contiguous().view(torch.int16).numpy().view(np.uint16)
     if not isinstance(array, np.ndarray):
         raise _errors.DataLoss(f"{where}: entry {entry!r} is not an array")
+    if {array.dtype.name, dtype} == _SEED_DTYPES:
+        return array.view(dtype)  # _checked let only a seed's state here
     wanted = getattr(ml_dtypes, dtype, None)
     if wanted is not None and array.dtype != wanted:
         if array.dtype.kind != "u" or \

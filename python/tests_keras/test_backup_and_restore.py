@@ -252,6 +252,13 @@ def test_bad_arguments_and_an_unbuilt_model(tmp_path):
         ckpt.keras.BackupAndRestore("")
     with pytest.raises(ckpt.InvalidArgument, match="keep_best"):
         ckpt.keras.BackupAndRestore(str(tmp_path), keep_best=2)
+    # Keras's keyword for the root, so that only the class changes.
+    assert ckpt.keras.BackupAndRestore(backup_dir=str(tmp_path)).url == \
+        str(tmp_path)
+    with pytest.raises(ckpt.InvalidArgument, match="both url and backup_dir"):
+        ckpt.keras.BackupAndRestore(str(tmp_path), backup_dir=str(tmp_path))
+    with pytest.raises(ckpt.InvalidArgument, match="empty url"):
+        ckpt.keras.BackupAndRestore()
     callback = ckpt.keras.BackupAndRestore(str(tmp_path / "b"))
     callback.set_model(keras.Sequential([keras.layers.Dense(2)]))
     with pytest.raises(ValueError, match="not built"):
@@ -317,3 +324,59 @@ print('restored', a['model/m/h/kernel'].dtype)
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "restored bfloat16" in done.stdout
+
+
+def test_a_backup_with_a_seed_generator_restores_on_the_other_backend(
+        tmp_path):
+    """A Dropout with a seed keeps its state in a seed generator: uint32
+    on JAX, int32 on torch. A backup taken here goes on on the other
+    backend, the seed's bits as they were."""
+    other = {"jax": "torch", "torch": "jax"}[BACKEND]
+    root = str(tmp_path / "backup")
+    code = f"""
+import sys
+import keras, numpy as np, ckpt.keras
+def make():
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [keras.Input((4,)), keras.layers.Dense(5, name="h"),
+         keras.layers.Dropout(0.3, seed=3, name="drop"),
+         keras.layers.Dense(1, name="out")], name="m")
+    model.compile(optimizer="adam", loss="mse")
+    return model
+class Seen(keras.callbacks.Callback):
+    def on_epoch_begin(self, epoch, logs=None):
+        if not hasattr(self, "bits"):
+            seed = [v for v in self.model.variables
+                    if v.path.endswith("seed_generator_state")][0]
+            self.bits = keras.ops.convert_to_numpy(seed.value).tobytes().hex()
+class Stop(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        if sys.argv[1] == "first" and epoch == 1:
+            self.model.stop_training = True
+x = np.linspace(-1, 1, 64 * 4, dtype="float32").reshape(64, 4)
+seen = Seen()
+model = make()
+history = model.fit(x, x.sum(1, keepdims=True), batch_size=8, epochs=4,
+                    verbose=0, callbacks=[ckpt.keras.BackupAndRestore(
+                        {root!r}, delete_checkpoint=False), Stop(), seen])
+seed = [v for v in model.variables
+        if v.path.endswith("seed_generator_state")][0]
+print(keras.backend.backend(), history.epoch, seen.bits,
+      keras.ops.convert_to_numpy(seed.value).tobytes().hex())
+"""
+
+    def run(backend, which):
+        env = dict(os.environ, KERAS_BACKEND=backend)
+        done = subprocess.run([sys.executable, "-c", code, which], env=env,
+                              capture_output=True, text=True, timeout=180)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout.split()
+
+    # Two epochs here (stopped, as a preemption would), then the rest there.
+    name, _, _, _, at_stop = run(BACKEND, "first")[:5]
+    assert name == BACKEND
+    words = run(other, "second")
+    assert words[0] == other
+    assert "".join(words[1:-2]) == "[2,3]"  # went on after epoch 1's backup
+    assert words[-2] == at_stop  # the seed's bits, as the backup held them
