@@ -414,7 +414,9 @@ CKPT_EXPORT void ckpt_save_options_set_stage_in_background(
 CKPT_EXPORT int ckpt_save_options_set_compression(ckpt_save_options_t* options,
                                                   const char* mode, int level,
                                                   char** errptr);
-/* A metric (keep_best ranks by it) and a free-form metadata pair. */
+/* A metric (keep_best ranks by it; one that is not finite, a diverged
+ * loss, is left out of the manifest by the save, with a warning) and a
+ * free-form metadata pair. */
 CKPT_EXPORT int ckpt_save_options_set_metric(ckpt_save_options_t* options,
                                              const char* name, double value,
                                              char** errptr);

@@ -247,8 +247,10 @@ struct Options {
 
 // Per-save information, stored in the manifest.
 struct SaveOptions {
-  int64_t epoch = -1;                                // -1: not given
-  std::map<std::string, double> metrics = {};        // e.g. {"loss", 0.31}
+  int64_t epoch = -1;  // -1: not given
+  // e.g. {"loss", 0.31}. One that is not finite (a diverged loss) is left
+  // out of the manifest, with a warning: the save goes on.
+  std::map<std::string, double> metrics = {};
   std::map<std::string, std::string> metadata = {};  // free-form
   // Write only what changed since the newest committed checkpoint (the
   // parent): a chunk whose bytes equal the same chunk of the parent (same

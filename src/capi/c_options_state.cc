@@ -410,10 +410,7 @@ int ckpt_save_options_set_metric(ckpt_save_options_t* options, const char* name,
     if (options == nullptr || name == nullptr) {
       return NullArgument("ckpt_save_options_set_metric", "an argument");
     }
-    if (!std::isfinite(value)) {
-      return ckpt::InvalidArgumentError("metric \"" + std::string(name) +
-                                        "\": not a finite number");
-    }
+    // One that is not finite is left out by the save, with a warning.
     options->options.metrics[name] = value;
     return ckpt::Status();
   });

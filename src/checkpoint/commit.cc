@@ -32,6 +32,7 @@
 #include "checkpoint/commit.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -58,7 +59,9 @@ Manifest Committer::Header(int64_t step, const SaveOptions& save,
   m.world_size = static_cast<int32_t>(plan.hosts.size());
   m.chunk_size = root_.options.chunk_size;
   m.metadata = save.metadata;
-  m.metrics = save.metrics;
+  for (const auto& [name, value] : save.metrics) {
+    if (std::isfinite(value)) m.metrics[name] = value;  // save.cc says why
+  }
   return m;
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <random>
@@ -494,6 +495,27 @@ TEST_F(GcMemTest, KeepBestByAMetricNoCheckpointHasDeletesNothing) {
   Result<GcReport> gc = mgr->GarbageCollect({.retention = right});
   ASSERT_TRUE(gc.ok()) << gc.status().ToString();
   EXPECT_EQ(gc->deleted_steps, Steps{2});
+  EXPECT_EQ(ListedSteps(*mgr), (Steps{1, 3}));
+}
+
+TEST_F(GcMemTest, AMetricThatIsNotFiniteIsLeftOutAndTheSaveGoesOn) {
+  Options o = MakeOptions();
+  o.retention.keep_best = 1;
+  o.retention.best_metric = "loss";
+  auto mgr = OpenManager(o);
+  ASSERT_NE(mgr, nullptr);
+  SaveOptions save;
+  save.metrics = {{"loss", 0.5}};
+  SaveModel(*mgr, 1, save);
+  // A diverged loss: the checkpoint is saved, without it; the best stays.
+  for (double diverged : {std::numeric_limits<double>::quiet_NaN(),
+                          std::numeric_limits<double>::infinity()}) {
+    save.metrics = {{"loss", diverged}, {"lr", 0.1}};
+    const int64_t step = mgr->Latest()->value() + 1;
+    SaveResult r = SaveModel(*mgr, step, save);
+    EXPECT_EQ(r.info.metrics, (std::map<std::string, double>{{"lr", 0.1}}));
+    ExpectLoads(*mgr, step, Model(step));
+  }
   EXPECT_EQ(ListedSteps(*mgr), (Steps{1, 3}));
 }
 

@@ -107,10 +107,18 @@ SaveDecision Saver::DecideSave(int64_t step, const SaveOptions& save) {
       return fail(std::move(s));
     }
   }
+  // A diverged loss must not cost the job its checkpoint: a metric that is
+  // not finite is left out of the manifest (which records numbers JSON
+  // can hold), and said so; keep_best does not rank this step by it.
   for (const auto& [k, v] : save.metrics) {
     if (!std::isfinite(v)) {
-      return fail(
-          InvalidArgumentError("metric " + Quote(k) + " is not finite"));
+      LogWarning("save step " + std::to_string(step) + " in " + root_.Where() +
+                 ": metric " + Quote(k) + " is " +
+                 (std::isnan(v) ? "NaN"
+                  : v > 0       ? "+inf"
+                                : "-inf") +
+                 ", not recorded (a manifest holds finite numbers; "
+                 "keep_best does not rank this step by it)");
     }
   }
   Result<ObjectInfo> existing = root_.storage->Stat(format::ManifestKey(step));
