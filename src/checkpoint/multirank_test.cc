@@ -412,6 +412,34 @@ TEST_F(MultiRankTest, RanksThatDisagreeFailTogether) {
   }
 }
 
+// A rank whose step counter drifted (asked to save 6 while rank 0 saves 5):
+// every rank fails with an error naming both steps, and nothing is
+// committed, where each rank was told it had saved step 5 while the
+// manifest named objects rank 1 wrote under step 6.
+TEST_F(MultiRankTest, RanksThatDisagreeOnTheStepFailTogether) {
+  SaveFourRanks();  // step 1
+  std::vector<Status> results(2);
+  RunRanks(2, [&](int rank, Communicator* comm) {
+    auto mgr = Open(comm);
+    std::vector<float> w(4, static_cast<float>(rank));
+    State s;
+    s.AddTensorPiece("w", {8}, {rank * 4}, View(w));
+    results[rank] = mgr->Save(rank == 0 ? 5 : 6, s).status();
+  });
+  for (const Status& st : results) {
+    EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument) << st.ToString();
+    EXPECT_NE(st.message().find("rank 1 saves step 6, rank 0 step 5"),
+              std::string::npos)
+        << st.ToString();
+  }
+  auto mgr = CheckpointManager::Open(url_);
+  ASSERT_TRUE(mgr.ok());
+  EXPECT_EQ((*mgr)->Latest().value(), std::optional<int64_t>(1));
+  auto listed = (*mgr)->List();
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ(listed->size(), 1u);
+}
+
 // Save at N ranks, load at M, for every pair of 1, 2, 3, 4 and 8: "rows" is
 // split by rows on save and by columns on load, "cols" the other way round,
 // "grid" in 2-d blocks when M allows it, and "repl" is replicated on save and

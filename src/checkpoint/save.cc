@@ -581,12 +581,25 @@ Result<SaveResult> Saver::Save(int64_t step, const State& state,
   root_.save_started_ms = RootContext::SteadyNowMs();
   // 1. The coordinator decides.
   std::string decision_bytes;
-  if (c.rank() == 0)
-    decision_bytes = EncodeSaveDecision(DecideSave(step, save));
+  if (c.rank() == 0) {
+    SaveDecision decided = DecideSave(step, save);
+    decided.step = step;
+    decision_bytes = EncodeSaveDecision(decided);
+  }
   CKPT_ASSIGN_OR_RETURN(decision_bytes, c.Broadcast(decision_bytes, 0));
   CKPT_ASSIGN_OR_RETURN(SaveDecision decision,
                         DecodeSaveDecision(decision_bytes));
   CKPT_RETURN_IF_ERROR(decision.status);
+  // A rank whose step counter drifted would write its objects under
+  // another step than the manifest's: the save fails on every rank (as its
+  // offer's error, below) and nothing is committed.
+  Status error = state_error;
+  if (error.ok() && decision.step != step) {
+    error = InvalidArgumentError(
+        "the ranks disagree on the step: rank " + std::to_string(c.rank()) +
+        " saves step " + std::to_string(step) + ", rank 0 step " +
+        std::to_string(decision.step) + "; nothing is saved");
+  }
   if (decision.skip) {
     forget.saved = true;
     SaveResult skipped;
@@ -596,8 +609,8 @@ Result<SaveResult> Saver::Save(int64_t step, const State& state,
 
   // 2. Plan.
   Offer offer = SafeOffer(state, c.host_name());
-  if (!state_error.ok()) {
-    offer = Offer{c.host_name(), state_error.code(), state_error.message(), {}};
+  if (!error.ok()) {
+    offer = Offer{c.host_name(), error.code(), error.message(), {}};
   }
   CKPT_ASSIGN_OR_RETURN(std::vector<std::string> offers,
                         c.AllGather(EncodeOffer(offer)));

@@ -13,6 +13,7 @@ std::string EncodeSaveDecision(const SaveDecision& m) {
   Writer w(MessageType::kSaveDecision);
   w.Stat(m.status);
   w.U8(m.skip);
+  w.I64(m.step);
   w.Str(m.attempt);
   w.I64(m.parent);
   w.I64(m.parent_chain);
@@ -26,6 +27,7 @@ Result<SaveDecision> DecodeSaveDecision(std::string_view bytes) {
   SaveDecision m;
   m.status = r.Stat();
   m.skip = r.Bool();
+  m.step = r.I64();
   m.attempt = r.Str();
   m.parent = r.I64();
   m.parent_chain = r.I64();

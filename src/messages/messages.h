@@ -38,12 +38,16 @@
 
 namespace ckpt {
 
-inline constexpr uint8_t kMessageVersion = 4;
+// 5: SaveDecision carries the coordinator's step.
+inline constexpr uint8_t kMessageVersion = 5;
 
 // Save step 1: the coordinator's decision, broadcast to every rank.
 struct SaveDecision {
   Status status;      // not ok: every rank returns it, nothing is written
   bool skip = false;  // min_seconds_between_saves: nothing to do
+  // The step the coordinator saves: a rank asked to save another one (a
+  // step counter that drifted) fails the save on every rank.
+  int64_t step = -1;
   std::string attempt;
   int64_t parent = -1;  // the incremental parent; -1: a full save
   int64_t parent_chain = 0;

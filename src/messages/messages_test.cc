@@ -57,6 +57,7 @@ Offer SampleOffer() {
 
 TEST(MessagesTest, EveryMessageSurvivesEncoding) {
   SaveDecision d;
+  d.step = 1234;
   d.attempt = "0123456789abcdef";
   d.parent = 41;
   d.parent_chain = 3;
@@ -66,6 +67,7 @@ TEST(MessagesTest, EveryMessageSurvivesEncoding) {
   ASSERT_TRUE(d2.ok()) << d2.status().ToString();
   EXPECT_TRUE(d2->status.ok());
   EXPECT_FALSE(d2->skip);
+  EXPECT_EQ(d2->step, 1234);
   EXPECT_EQ(d2->attempt, d.attempt);
   EXPECT_EQ(d2->parent, 41);
   EXPECT_EQ(d2->parent_chain, 3);
