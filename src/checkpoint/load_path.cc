@@ -53,7 +53,8 @@ bool Loader::ChecksInViews(
 }
 
 Status Loader::CheckObjects(
-    const Manifest& m, const std::vector<const format::EntryRecord*>& entries) {
+    const format::Manifest& m,
+    const std::vector<const format::EntryRecord*>& entries) {
   std::set<uint32_t> needed;
   for (const auto* e : entries) {
     for (const auto& p : e->pieces) {
