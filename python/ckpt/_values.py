@@ -189,16 +189,33 @@ def _tensor_array(name, tensor, torch):
 _TORCH_NAMES = {}
 
 
+# The torch dtypes of a torch that has them (uint16..uint64 from 2.3, the
+# float8 kinds from 2.1), by their safetensors dtype.
+_NEWER_TORCH = {"U16": "uint16", "U32": "uint32", "U64": "uint64",
+                "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
+
+
 def _torch_names(torch):
     """The safetensors dtype of each torch dtype ckpt saves: those of
-    _torch_saveable, and bfloat16 as BF16. Made once."""
+    _torch_saveable, bfloat16 as BF16, and the unsigned and float8 dtypes
+    of _NEWER_TORCH where this torch has them. Made once."""
     if not _TORCH_NAMES:
         _TORCH_NAMES.update({
             torch.bool: "BOOL", torch.uint8: "U8", torch.int8: "I8",
             torch.int16: "I16", torch.int32: "I32", torch.int64: "I64",
             torch.float16: "F16", torch.bfloat16: "BF16",
             torch.float32: "F32", torch.float64: "F64"})
+        for stored, attr in _NEWER_TORCH.items():
+            if hasattr(torch, attr):
+                _TORCH_NAMES[getattr(torch, attr)] = stored
     return _TORCH_NAMES
+
+
+def _torch_float8(torch, dtype):
+    """The torch float8 dtype of safetensors dtype `dtype`, else None."""
+    attr = _NEWER_TORCH.get(dtype)
+    return getattr(torch, attr, None) if dtype in _RAW_DTYPES and attr \
+        else None
 
 
 def _torch_saveable(torch):
@@ -320,14 +337,21 @@ def decode_tensor(name, array, dtype, as_torch):
             return array
         return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
     if dtype in _RAW_DTYPES:
+        if as_torch:
+            import torch
+            float8 = _torch_float8(torch, dtype)
+            if float8 is not None:
+                return torch.from_numpy(array).view(float8)
         warnings.warn(
-            f"entry {name!r} is {dtype}, which neither NumPy nor this torch "
-            f"has: returning its raw bits as a uint8 array", stacklevel=3)
+            f"entry {name!r} is {dtype}, which NumPy lacks: returning its "
+            f"raw bits as a uint8 array (as_torch=True returns a torch "
+            f"tensor of it, where torch has the dtype)", stacklevel=3)
         return array
     if not as_torch:
         return array
     import torch
-    if array.dtype.kind == "u" and array.dtype.itemsize > 1:
+    if array.dtype.kind == "u" and array.dtype.itemsize > 1 and \
+            not hasattr(torch, array.dtype.name):
         warnings.warn(
             f"entry {name!r} is {array.dtype}, which torch {torch.__version__} "
             f"lacks: returning a NumPy array", stacklevel=3)
@@ -356,11 +380,13 @@ def _decode_view(name, view, dtype, as_torch):
 
 
 def _torch_dtype(torch, dtype):
-    return {"BOOL": torch.bool, "U8": torch.uint8, "I8": torch.int8,
-            "I16": torch.int16, "I32": torch.int32, "I64": torch.int64,
-            "F16": torch.float16, "BF16": torch.bfloat16,
-            "F32": torch.float32, "F64": torch.float64}.get(dtype,
-                                                            torch.uint8)
+    found = {"BOOL": torch.bool, "U8": torch.uint8, "I8": torch.int8,
+             "I16": torch.int16, "I32": torch.int32, "I64": torch.int64,
+             "F16": torch.float16, "BF16": torch.bfloat16,
+             "F32": torch.float32, "F64": torch.float64}.get(dtype)
+    if found is None:
+        found = getattr(torch, _NEWER_TORCH.get(dtype, "uint8"), torch.uint8)
+    return found
 
 
 def fill_target(name, value, stored_dtype):
@@ -389,6 +415,12 @@ def fill_target(name, value, stored_dtype):
                     dst.copy_(src)
         if t.dtype == torch.bfloat16:
             return t.view(torch.int16).numpy(), "BF16", finish
+        stored = _torch_names(torch).get(t.dtype)
+        if stored in _RAW_DTYPES:  # float8: filled as its bits
+            return t.view(torch.uint8).numpy(), stored, finish
+        if stored in _NEWER_TORCH:  # uint16..uint64, as NumPy has them
+            array = t.numpy()
+            return array, _raw_dtype(array.dtype, stored_dtype), finish
         if t.dtype not in _torch_saveable(torch):
             raise _unsupported(name, f"torch dtype {t.dtype}")
         array = t.numpy()
