@@ -38,6 +38,16 @@ class AsyncSave(_Owned):
         finally:
             self._state = None
 
+    def result(self, timeout=None):
+        """wait(), by the name of the future dcp.async_save returns, so
+        that code written for it runs unchanged. A timeout is refused: a
+        save is waited for whole."""
+        if timeout is not None:
+            raise TypeError("AsyncSave.result(): a timeout is not supported "
+                            "(the save is waited for whole); call result() "
+                            "or wait(), or poll done()")
+        return self.wait()
+
     def done(self):
         """True once wait() would not block."""
         return bool(_lib.ckpt_save_done(self._handle()))

@@ -120,7 +120,8 @@ def async_save(state_dict, root, step, *, communicator=None, epoch=None,
                metrics=None, metadata=None, incremental=False,
                stage_in_background=False, compression=None):
     """Starts saving `state_dict` as `step` and returns a handle (wait(),
-    done(), wait_staged()) once its tensors are copied: the caller may
+    or result() as on dcp.async_save's future; done(), wait_staged())
+    once its tensors are copied: the caller may
     change them at once. With stage_in_background=True it returns before
     the copy, which then overlaps the next forward and backward pass: call
     handle.wait_staged() before the optimizer step changes the tensors.

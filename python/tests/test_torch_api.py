@@ -134,6 +134,16 @@ def test_async_save_copies_before_returning(root):
     assert torch.equal(target["w"], torch.arange(1000, dtype=torch.float64))
 
 
+def test_the_handle_answers_result_as_dcps_future_does(root):
+    # Code written for dcp.async_save calls .result() on what it returns.
+    handle = ct.async_save({"w": torch.ones(4)}, root, 7)
+    with pytest.raises(TypeError, match="timeout"):
+        handle.result(timeout=5)
+    assert handle.result().info.step == 7
+    assert handle.result().info.step == 7  # every call, the same outcome
+    assert ct.latest(root) == 7
+
+
 def test_what_load_cannot_match_is_refused(root):
     with pytest.raises(ckpt.NotFound):
         ct.load({"w": torch.zeros(2)}, root)
