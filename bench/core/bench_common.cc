@@ -4,12 +4,14 @@
 #include <fmt/core.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -218,7 +220,59 @@ Status DeleteAll(CheckpointManager& mgr) {
   return Status();
 }
 
+namespace {
+
+// What a SIGINT, SIGTERM or SIGHUP removes before the process ends as the
+// signal says: the workspace a bench made, so that one stopped with Ctrl-C
+// leaves no file of the state's size in /var/tmp. The handler makes only
+// async-signal-safe calls (fork, execve, waitpid, signal, raise); the paths
+// are copied here when the workspace is made.
+char g_remove[2][4096];
+volatile sig_atomic_t g_armed = 0;
+
+void RemoveWorkspaceAndEnd(int sig) {
+  if (g_armed) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      char rm[] = "/bin/rm", rf[] = "-rf", end[] = "--";
+      char* argv[] = {rm, rf, end, g_remove[0], g_remove[1], nullptr};
+      char* envp[] = {nullptr};
+      ::execve(rm, argv, envp);
+      ::_exit(127);
+    }
+    if (pid > 0) {
+      int status = 0;
+      ::waitpid(pid, &status, 0);
+    }
+  }
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+// Arms the handler for `dir` and `raw` (where a signal's default would end
+// the process: a handler of the program's own stays).
+void RemoveOnSignal(const std::string& dir, const std::string& raw) {
+  if (dir.size() >= sizeof(g_remove[0]) || raw.size() >= sizeof(g_remove[1]))
+    return;
+  std::memcpy(g_remove[0], dir.c_str(), dir.size() + 1);
+  std::memcpy(g_remove[1], raw.c_str(), raw.size() + 1);
+  g_armed = 1;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction old {};
+    if (::sigaction(sig, nullptr, &old) != 0 || old.sa_handler != SIG_DFL) {
+      continue;
+    }
+    struct sigaction act {};
+    act.sa_handler = RemoveWorkspaceAndEnd;
+    sigemptyset(&act.sa_mask);
+    ::sigaction(sig, &act, nullptr);
+  }
+}
+
+}  // namespace
+
 Workspace::~Workspace() {
+  g_armed = 0;
   if (dir_.empty()) return;
   std::error_code ec;
   ::unlink(raw_path_.c_str());
@@ -247,6 +301,7 @@ Status Workspace::Create(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(root_, ec);
   if (ec) return IOError("create " + root_ + ": " + ec.message());
+  if (!keep_) RemoveOnSignal(made_ ? dir_ : root_, raw_path_);
   return Status();
 }
 

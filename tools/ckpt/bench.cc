@@ -204,7 +204,8 @@ void AddBenchCommand(CLI::App& app, Command& selected) {
       ->check(CLI::Range(1, 1000));
   cmd->add_option("--dir", args->options.dir,
                   "where to write (default: a fresh directory under "
-                  "/var/tmp, removed afterwards)");
+                  "/var/tmp, removed afterwards, also when stopped by "
+                  "SIGINT or SIGTERM)");
   cmd->add_flag("--keep", args->options.keep, "keep the files written");
   cmd->add_option("--device", args->options.device,
                   "where the state lives: host (default), cuda (device 0) "

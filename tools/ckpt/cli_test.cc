@@ -1,6 +1,7 @@
 // Runs the built `ckpt` binary as a user would, on roots made with the C++
 // API, and checks its exit codes, its output and what it leaves on disk.
 
+#include <fcntl.h>
 #include <pty.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -8,6 +9,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -1098,6 +1100,49 @@ TEST_F(CliTest, ShowAndExportAMultiRankCheckpoint) {
 }
 
 // --- bench -------------------------------------------------------------------
+
+// Stopped with SIGINT or SIGTERM (Ctrl-C, a job's time limit) while it
+// writes, the bench removes what it wrote (up to a state's size and more)
+// and ends as the signal says.
+TEST_F(CliTest, BenchStoppedBySignalLeavesNothingBehind) {
+  for (const int sig : {SIGINT, SIGTERM}) {
+    SCOPED_TRACE(strsignal(sig));
+    const std::string dir = Path("bench-stopped-" + std::to_string(sig));
+    std::string program = CKPT_CLI_PATH;
+    std::vector<std::string> words = {program,  "bench", "--size", "64MiB",
+                                      "--runs", "50",    "--dir",  dir};
+    std::vector<char*> argv;
+    for (std::string& w : words) argv.push_back(w.data());
+    argv.push_back(nullptr);
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      const int null = open("/dev/null", O_WRONLY);
+      dup2(null, 1);
+      dup2(null, 2);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    // Once its root holds a checkpoint, it is in the middle of its runs.
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!fs::exists(fs::path(dir) / "root" / "LATEST") &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_TRUE(fs::exists(fs::path(dir) / "root" / "LATEST"));
+    kill(pid, sig);
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == sig) << status;
+    // --dir was given: the folder stays, empty.
+    std::vector<std::string> left;
+    for (const auto& e : fs::directory_iterator(dir)) {
+      left.push_back(e.path().filename().string());
+    }
+    EXPECT_EQ(left, std::vector<std::string>{});
+  }
+}
 
 // A tiny state: the command runs every phase and reports every figure, ratio
 // and target (their values are measurements, not checked here).
