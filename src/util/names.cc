@@ -67,6 +67,16 @@ std::string Quote(std::string_view s) {
   return out;
 }
 
+std::string Printable(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = s[i];
+    const size_t n = Utf8SequenceLength(s.substr(i));
+    if (n == 0 || c < 0x20 || c == 0x7f) return Quote(s);
+    i += n;
+  }
+  return std::string(s);
+}
+
 namespace {
 
 Status ValidatePathLike(std::string_view name, std::string_view what) {

@@ -14,6 +14,11 @@ namespace ckpt {
 // garble a terminal or a log.
 std::string Quote(std::string_view s);
 
+// `s` as it is where it holds no control byte and is valid UTF-8 (an
+// ordinary name prints as itself), else as Quote gives it: text a file
+// supplies (a job id, a metric's name, metadata) printed to a terminal.
+std::string Printable(std::string_view s);
+
 // Longest entry name or storage key accepted.
 inline constexpr size_t kMaxNameLength = 4096;
 

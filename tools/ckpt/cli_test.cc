@@ -437,6 +437,34 @@ TEST_F(CliTest, LsMarksAStepWhoseDataIsMissing) {
   EXPECT_EQ(j[2]["complete"], false);
 }
 
+// What a manifest says is text anyone who can write the root chose: `ckpt
+// show` never hands a terminal its control sequences (here, clear the
+// screen and print a line that looks like another step's).
+TEST_F(CliTest, ShowEscapesControlBytesOfTheManifestsText) {
+  const std::string hostile = "evil\x1b[2J\x1b[31mRED\nstep        999";
+  Options options;
+  options.job_id = hostile;
+  auto manager = CheckpointManager::Open(root_, std::move(options));
+  ASSERT_TRUE(manager.ok()) << manager.status().ToString();
+  std::vector<float> w(4, 1.0f);
+  State state;
+  state.AddTensor("w", View(w));
+  SaveOptions save;
+  save.metrics["lo\x1bss"] = 0.5;
+  save.metadata["note"] = "a\x07b";
+  ASSERT_TRUE((*manager)->Save(1, state, save).ok());
+  RunResult r = Ckpt({"show", root_});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find('\x07'), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("\nstep        999"), std::string::npos) << r.out;
+  EXPECT_TRUE(Contains(r.out, "evil\\x1b[2J"));
+  // --json carries the text as it is, in JSON's own escapes.
+  r = Ckpt({"show", root_, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(ParseJson(r.out)["info"]["job_id"], hostile);
+}
+
 TEST_F(CliTest, ShowDescribesEntries) {
   SaveSteps({1, 2});
   RunResult r = Ckpt({"show", root_});

@@ -210,7 +210,13 @@ void PrintJson(const nlohmann::json& j) {
              j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 
-void PrintTable(const std::vector<std::vector<std::string>>& rows) {
+void PrintTable(const std::vector<std::vector<std::string>>& given) {
+  // Cells hold what files and catalogs say (job ids, metric names): never
+  // a terminal's control sequence.
+  std::vector<std::vector<std::string>> rows = given;
+  for (auto& row : rows) {
+    for (std::string& cell : row) cell = Printable(cell);
+  }
   std::vector<size_t> widths;
   for (const auto& row : rows) {
     widths.resize(std::max(widths.size(), row.size()));

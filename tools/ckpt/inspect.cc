@@ -10,6 +10,7 @@
 #include "ckpt/tiered.h"
 #include "commands.h"
 #include "common.h"
+#include "util/names.h"
 #include "util/progress.h"
 
 namespace ckpt::cli {
@@ -214,8 +215,11 @@ void PrintDescription(const CheckpointDescription& d, size_t hidden) {
   fmt::print("step        {}\n", info.step);
   fmt::print("epoch       {}\n", EpochText(info.epoch));
   fmt::print("created     {}\n", FormatTime(info.created_unix_ms));
-  fmt::print("job         {}\n", info.job_id);
-  fmt::print("world size  {} ({})\n", info.world_size, HostsText(info.hosts));
+  // What the manifest says, which anyone who can write the root wrote:
+  // never a terminal's control sequence.
+  fmt::print("job         {}\n", Printable(info.job_id));
+  fmt::print("world size  {} ({})\n", info.world_size,
+             Printable(HostsText(info.hosts)));
   fmt::print("bytes       {} in {} objects\n", FormatBytes(info.bytes),
              d.objects.size());
   fmt::print("depends on  {}\n", StepsText(info.depends_on));
@@ -227,10 +231,10 @@ void PrintDescription(const CheckpointDescription& d, size_t hidden) {
   }
   PrintTiming(info.timing);
   for (const auto& [name, value] : info.metrics) {
-    fmt::print("metric      {} = {}\n", name, value);
+    fmt::print("metric      {} = {}\n", Printable(name), value);
   }
   for (const auto& [key, value] : info.metadata) {
-    fmt::print("metadata    {} = {}\n", key, value);
+    fmt::print("metadata    {} = {}\n", Printable(key), Printable(value));
   }
   fmt::print("\n");
   std::vector<std::vector<std::string>> rows = {
