@@ -165,6 +165,26 @@ Result<GcReport> Collector::GarbageCollect(const GcOptions& gc,
   // Holding the lease (a dry run: as if holding it), no other party can be
   // writing, so an attempt no manifest names can never commit.
   const bool owned = root_.lease->enabled();
+  // A step whose manifest the listing left out but something holds (a
+  // symbolic link, a directory, a FIFO: never read) is kept whole, not
+  // taken for a dead attempt: it may be a checkpoint someone restored.
+  std::set<int64_t> listed_steps;
+  for (const auto& [step, info] : listed) listed_steps.insert(step);
+  std::map<int64_t, bool> unreadable_manifest;
+  const auto manifest_unreadable = [&](int64_t step) {
+    auto [it, fresh] = unreadable_manifest.try_emplace(step, false);
+    if (fresh && !listed_steps.count(step)) {
+      Result<ObjectInfo> m = root_.storage->Stat(format::ManifestKey(step));
+      it->second = m.ok() || m.status().code() != ErrorCode::kNotFound;
+      if (it->second) {
+        LogWarning("garbage collection in " + root_.Where() + ": step " +
+                   std::to_string(step) + " is kept: its manifest " +
+                   (m.ok() ? std::string("appeared since the listing")
+                           : "cannot be read (" + m.status().message() + ")"));
+      }
+    }
+    return it->second;
+  };
   for (const ObjectInfo& o : all) {
     if (live.referenced.count(o.key) || already.count(o.key)) continue;
     const bool old = now - o.mtime_unix_ms > grace_ms;
@@ -178,6 +198,7 @@ Result<GcReport> Collector::GarbageCollect(const GcOptions& gc,
       }
       const bool ours = format::IsCkptObjectKey(o.key) ||
                         IsTemporaryOf(*root_.storage, o.key);
+      if (ours && manifest_unreadable(step)) continue;
       // Without the lease: an attempt at a step at or below the newest
       // committed one can no longer commit; a newer one may still be
       // running elsewhere.

@@ -1,9 +1,11 @@
 // Retention on Save, min_seconds_between_saves, GarbageCollect and Delete,
 // through CheckpointManager on mem:// and file://.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <map>
@@ -734,6 +736,52 @@ class BeforeManifestDelete : public StorageWrapper {
 // Two collections cannot overlap while both take the lease (one waits or is
 // refused: LeaseTest); without it, or when a lease is broken, the deletes
 // themselves must still end as one.
+// --- file:// only ------------------------------------------------------------
+
+class GcFileTest : public ManagerTest {
+ protected:
+  Backend backend() const override { return Backend::kFile; }
+};
+
+// A step whose MANIFEST.json is a symbolic link (a backup restored with
+// `cp -s`), a directory or a FIFO: never read, so the step is not listed,
+// but a collection holding the lease keeps its objects, saying why, where
+// it took them for a dead attempt's and deleted them.
+TEST_F(GcFileTest, AStepWhoseManifestCannotBeReadKeepsItsObjects) {
+  const std::filesystem::path root = url_.substr(std::string("file://").size());
+  for (const std::string kind : {"symlink", "directory", "fifo"}) {
+    SCOPED_TRACE(kind);
+    Options o = MakeOptions();
+    o.lease_seconds = 60;
+    auto mgr = OpenManager(o);
+    ASSERT_NE(mgr, nullptr);
+    const int64_t step = mgr->Latest()->value_or(0) + 1;
+    SaveModel(*mgr, step);
+    const Keys before =
+        Sorted(AllKeys(mgr->storage(), format::StepDirName(step) + "/"));
+    const std::filesystem::path manifest = root / format::ManifestKey(step);
+    const std::filesystem::path copy =
+        root.parent_path() / ("manifest-" + kind);
+    std::filesystem::rename(manifest, copy);
+    if (kind == "symlink") {
+      std::filesystem::create_symlink(copy, manifest);
+    } else if (kind == "directory") {
+      std::filesystem::create_directory(manifest);
+    } else {
+      ASSERT_EQ(::mkfifo(manifest.c_str(), 0644), 0);
+    }
+    Result<GcReport> gc = mgr->GarbageCollect();
+    ASSERT_TRUE(gc.ok()) << gc.status().ToString();
+    EXPECT_EQ(gc->deleted_objects, Keys{});
+    // Put back, the step loads whole.
+    std::filesystem::remove(manifest);
+    std::filesystem::rename(copy, manifest);
+    EXPECT_EQ(Sorted(AllKeys(mgr->storage(), format::StepDirName(step) + "/")),
+              before);
+    ExpectLoads(*mgr, step, Model(step));
+  }
+}
+
 TEST_P(GcTest, TwoCollectionsAtOnceEndAsOne) {
   Options unleased = MakeOptions();
   unleased.lease_seconds = 0;

@@ -61,9 +61,12 @@ Result<ScopedFd> OpenObject(const Root& root, std::string_view op,
     return ErrnoError(errno, root.Where(op, key) + ": fstat");
   }
   if (!S_ISREG(st.st_mode)) {
-    return NotFoundError(root.Where(op, key) +
-                         ": no such object (a directory or special file is "
-                         "in its place)");
+    // Not "no such object": something is there, and what must not treat
+    // the key as free (garbage collection of a step whose manifest this
+    // is, a create-if-absent) needs to know it.
+    return InvalidArgumentError(root.Where(op, key) + ": " + Quote(key) +
+                                " is a directory or special file, not an "
+                                "object (ckpt reads only regular files)");
   }
   return owned;
 }
