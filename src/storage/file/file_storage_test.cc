@@ -340,8 +340,7 @@ TEST_F(FileStorageTest, AFifoIsNotAnObjectAndDoesNotBlock) {
   ASSERT_NE(storage, nullptr);
   EXPECT_EQ(storage->ReadAll("fifo").status().code(),
             ErrorCode::kInvalidArgument);
-  EXPECT_EQ(storage->Stat("fifo").status().code(),
-            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(storage->Stat("fifo").status().code(), ErrorCode::kInvalidArgument);
   EXPECT_EQ(ListKeys(*storage, ""), std::vector<std::string>{});
 }
 
