@@ -79,6 +79,9 @@ def _check(where, stored, wanted):
             continue  # a scalar or other value: restored as saved
         if e.kind == "metadata" and tuple(shape) == ():
             continue  # a Python scalar saved (jax.eval_shape's 0-d leaf)
+        if _jax_tree.is_key(dtype):  # a typed PRNG key: saved as its data
+            data = _jax_tree.key_data_of(leaf)
+            shape, dtype = data.shape, data.dtype
         mine = _jax_tree.stored_dtype(dtype)
         if mine is None:
             raise _errors.InvalidArgument(
@@ -170,6 +173,10 @@ def _placed(value, leaf):
         return value
     if isinstance(leaf, np.generic):
         return value[()]
+    if leaf is not None and _jax_tree.is_key(getattr(leaf, "dtype", None)):
+        key = jax.random.wrap_key_data(value, impl=leaf.dtype._impl)
+        sharding = getattr(leaf, "sharding", None)
+        return key if sharding is None else jax.device_put(key, sharding)
     if _narrowed(value):
         # JAX would cut it to 32 bits (jax_enable_x64 off), values and all:
         # kept exact, a NumPy array, whatever the target says (a

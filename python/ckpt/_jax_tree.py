@@ -17,7 +17,10 @@ without a target rebuilds those containers.
 Leaves: a jax.Array is gathered to one host array, each distinct shard
 copied once (the replicas of a shard, which share its index, are skipped),
 so a replicated or sharded array is one whole tensor in the checkpoint;
-NumPy arrays and Python scalars are saved as ckpt saves them.
+NumPy arrays and Python scalars are saved as ckpt saves them. A typed
+PRNG key (jax.random.key) is saved as its data (jax.random.key_data); a
+restore onto a target that holds a key (or its jax.ShapeDtypeStruct) makes
+the key again, one without a target gives the data.
 """
 
 import jax
@@ -37,6 +40,23 @@ _NUMPY_OF = {"BOOL": np.dtype(bool), "U8": np.dtype("u1"),
              "F8_E4M3": np.dtype(jax.numpy.float8_e4m3fn),
              "F8_E5M2": np.dtype(jax.numpy.float8_e5m2)}
 _STORED_OF = {v: k for k, v in _NUMPY_OF.items()}
+
+
+def is_key(dtype):
+    """Whether `dtype` is a typed PRNG key's (jax.random.key)."""
+    if dtype is None:
+        return False
+    try:
+        return jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+    except TypeError:  # not a dtype at all
+        return False
+
+
+def key_data_of(leaf):
+    """The shape and dtype of the data of the typed key (array or
+    jax.ShapeDtypeStruct) `leaf`: its shape and the impl's trailing ones."""
+    return jax.eval_shape(jax.random.key_data,
+                          jax.ShapeDtypeStruct(leaf.shape, leaf.dtype))
 
 
 def stored_dtype(dtype):
@@ -173,6 +193,10 @@ def saved_leaf(copy):
     values as they are."""
     def leaf(name, value):
         if isinstance(value, jax.Array):
+            if is_key(value.dtype):
+                # A typed PRNG key (jax.random.key): its data, which a
+                # restore onto a target holding a key wraps again.
+                value = jax.random.key_data(value)
             return host_array(name, value)
         if copy and isinstance(value, np.ndarray):
             return np.array(value, copy=True)

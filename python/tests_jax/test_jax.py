@@ -278,6 +278,32 @@ def test_a_python_scalar_restores_onto_eval_shapes_0d_leaf(root):
     assert float(restored["lr"]) == 0.25
 
 
+def test_typed_prng_keys_restore_as_keys_onto_a_target(root):
+    # A Flax train state's rng: new-style typed keys, one and a sharded
+    # batch of them.
+    mesh = jax.make_mesh((8,), ("d",))
+    keys = jax.device_put(jax.random.split(jax.random.key(1), 8),
+                          NamedSharding(mesh, P("d")))
+    state = {"w": jnp.ones(3), "rng": jax.random.key(0), "keys": keys}
+    abstract = jax.eval_shape(lambda: state)
+    abstract["keys"] = jax.ShapeDtypeStruct(keys.shape, keys.dtype,
+                                            sharding=keys.sharding)
+    with cj.CheckpointManager(root, async_save=False) as mgr:
+        mgr.save(1, state)
+        restored = mgr.restore(1, target=abstract)
+        raw = mgr.restore(1)
+    for name in ("rng", "keys"):
+        assert restored[name].dtype == state[name].dtype, name
+        assert bits(jax.random.key_data(restored[name])) == \
+            bits(jax.random.key_data(state[name])), name
+    assert restored["keys"].sharding == keys.sharding
+    # The same draws as before the save.
+    assert bits(jax.random.uniform(restored["rng"], (4,))) == \
+        bits(jax.random.uniform(state["rng"], (4,)))
+    # Without a target: the keys' data, as jax.random.key_data gives it.
+    assert raw["keys"].dtype == jnp.uint32 and raw["keys"].shape == (8, 2)
+
+
 def test_float8_dtypes_round_trip_and_others_are_refused(root):
     rng = np.random.default_rng(1)
     values = rng.standard_normal((16, 8)).astype(np.float32)
