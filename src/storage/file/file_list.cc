@@ -74,7 +74,11 @@ Status ListDir(const Root& root, std::string_view prefix, int dir,
       if (child < 0) {
         // Removed, or swapped for a symlink, since the fstatat.
         if (errno == ENOENT || errno == ENOTDIR) continue;
-        return fail(errno, "open a directory in");
+        // The directory that cannot be opened, by name (a step's, whose
+        // mode someone changed), not only the one that holds it.
+        const int err = errno;
+        return ErrnoError(
+            err, root.Where("list", prefix) + ": open directory " + Quote(key));
       }
       ScopedFd owned(child);
       CKPT_RETURN_IF_ERROR(ListDir(root, prefix, child, key + "/", "", out));
