@@ -36,8 +36,7 @@ std::vector<CheckpointInfo> Inspector::Infos(
     Result<std::shared_ptr<const Manifest>> m =
         root_.manifests.Summary(it->first, it->second);
     if (!m.ok()) {
-      LogWarning("skipping step " + std::to_string(it->first) + ": " +
-                 m.status().ToString());
+      root_.manifests.WarnSkipped(it->first, it->second, m.status().ToString());
       continue;
     }
     out.push_back(InfoFromManifest(**m));

@@ -434,6 +434,8 @@ TEST_P(LeaseTest, ADamagedLeaseIsRefusedUntilBroken) {
   Status s = Save(*job, 1);
   ASSERT_EQ(s.code(), ErrorCode::kFailedPrecondition) << s.ToString();
   EXPECT_TRUE(Mentions(s, "LEASE-000000000002")) << s.ToString();
+  EXPECT_TRUE(Mentions(s, "never expires")) << s.ToString();
+  EXPECT_FALSE(Mentions(s, "frees itself")) << s.ToString();
   Options force = NoWait();
   force.break_lease = true;
   auto breaker = Open(force);

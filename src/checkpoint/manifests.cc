@@ -244,8 +244,7 @@ Result<std::shared_ptr<const Manifest>> ManifestStore::NewestValid() {
     Result<std::shared_ptr<const Manifest>> m = Summary(step, info);
     if (m.ok()) return m;
     // A damaged manifest is not a checkpoint; the one before it may be.
-    LogWarning("skipping step " + std::to_string(step) + ": " +
-               m.status().ToString());
+    WarnSkipped(step, info, m.status().ToString());
   }
   return NotFoundError("no committed checkpoint in " + storage_.url());
 }
@@ -285,15 +284,14 @@ Result<std::shared_ptr<const Manifest>> ManifestStore::NewestComplete() {
   for (const auto& [step, info] : manifests) {
     Result<std::shared_ptr<const Manifest>> m = Summary(step, info);
     if (!m.ok()) {
-      LogWarning("skipping step " + std::to_string(step) + ": " +
-                 m.status().ToString());
+      WarnSkipped(step, info, m.status().ToString());
       continue;
     }
     const std::string missing = MissingObject(**m, sizes);
     if (missing.empty()) return m;
-    LogWarning("skipping step " + std::to_string(step) + " in " +
-               storage_.url() + ": " + missing +
-               "; resuming from an older complete checkpoint");
+    WarnSkipped(step, info,
+                "in " + storage_.url() + ": " + missing +
+                    "; resuming from an older complete checkpoint");
   }
   return NotFoundError("no complete checkpoint in " + storage_.url());
 }
@@ -366,6 +364,13 @@ void ManifestStore::UpdateLatestHint(std::optional<int64_t> committed_alone) {
     s = newest.status();
   }
   if (!s.ok()) LogWarning("could not update the LATEST hint: " + s.ToString());
+}
+
+void ManifestStore::WarnSkipped(int64_t step, const ObjectInfo& info,
+                                const std::string& why) {
+  if (warned_.emplace(step, info.size, info.mtime_unix_ms).second) {
+    LogWarning("skipping step " + std::to_string(step) + ": " + why);
+  }
 }
 
 }  // namespace ckpt

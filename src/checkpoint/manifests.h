@@ -14,7 +14,9 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -144,6 +146,12 @@ class ManifestStore {
   // written without listing the root.
   void UpdateLatestHint(std::optional<int64_t> committed_alone = std::nullopt);
 
+  // Warns that step `step`, whose manifest object is `info`, is skipped
+  // (`why`): once for each version of the object, however often it is
+  // listed (one command lists a root several times).
+  void WarnSkipped(int64_t step, const ObjectInfo& info,
+                   const std::string& why);
+
  private:
   // A version 3 checkpoint's commit record and directory, read and checked.
   struct Summarized {
@@ -170,6 +178,8 @@ class ManifestStore {
   Storage& storage_;
   std::optional<OwnIndex> own_index_;
   std::optional<std::pair<int64_t, ObjectInfo>> last_seen_;
+  // The manifests WarnSkipped has warned of: step, size, mtime.
+  std::set<std::tuple<int64_t, uint64_t, int64_t>> warned_;
   // The step UpdateLatestHint last wrote, while it is known to be the
   // newest complete one.
   std::optional<int64_t> hinted_;

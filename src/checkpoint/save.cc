@@ -107,20 +107,6 @@ SaveDecision Saver::DecideSave(int64_t step, const SaveOptions& save) {
       return fail(std::move(s));
     }
   }
-  // A diverged loss must not cost the job its checkpoint: a metric that is
-  // not finite is left out of the manifest (which records numbers JSON
-  // can hold), and said so; keep_best does not rank this step by it.
-  for (const auto& [k, v] : save.metrics) {
-    if (!std::isfinite(v)) {
-      LogWarning("save step " + std::to_string(step) + " in " + root_.Where() +
-                 ": metric " + Quote(k) + " is " +
-                 (std::isnan(v) ? "NaN"
-                  : v > 0       ? "+inf"
-                                : "-inf") +
-                 ", not recorded (a manifest holds finite numbers; "
-                 "keep_best does not rank this step by it)");
-    }
-  }
   Result<ObjectInfo> existing = root_.storage->Stat(format::ManifestKey(step));
   SaveDecision replacing;
   if (existing.ok()) {
@@ -523,6 +509,19 @@ Result<SaveResult> Saver::Save(int64_t step, const State& state,
     SaveResult skipped;
     skipped.skipped = true;
     return skipped;
+  }
+
+  // A diverged loss must not cost the job its checkpoint: a metric that is
+  // not finite is left out of the manifest (which records numbers JSON
+  // can hold, commit.cc), and said so once; keep_best does not rank this
+  // step by it.
+  for (const auto& [k, v] : save.metrics) {
+    if (c.rank() == 0 && !std::isfinite(v)) {
+      const char* what = std::isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf";
+      LogWarning(op + ": metric " + Quote(k) + " is " + what +
+                 ", not recorded (a manifest holds finite numbers; "
+                 "keep_best does not rank this step by it)");
+    }
   }
 
   // 2. Plan.

@@ -325,13 +325,22 @@ Status RootLease::Acquire(std::string_view purpose, bool* taken, bool wait) {
           wait_ms > 0
               ? " after waiting " + std::to_string(wait_ms / 1000) + " s"
               : "";
+      // An unreadable lease names no holder and no expiry, so it never
+      // frees itself: the advice says so rather than to wait.
+      const std::string advice =
+          current->record
+              ? "Stop that process (a lease whose holder is gone frees "
+                "itself once it expires), or take the lease by force "
+                "(--break-lease, break_lease=True) if it is known dead: its "
+                "next commit then fails"
+              : "A lease that cannot be read never expires: if no process "
+                "writes this root, take it by force (--break-lease, "
+                "break_lease=True); a live holder's next commit then fails";
       return FailedPreconditionError(
           op + wait + ": another party owns the root: " + Describe(*current) +
           ". Only one process may write a root at a time; loads are always "
-          "allowed. Stop that process (a lease whose holder is gone frees "
-          "itself once it expires), or take the lease by force "
-          "(--break-lease, break_lease=True) if it is known dead: its next "
-          "commit then fails");
+          "allowed. " +
+          advice);
     }
     if (!told) {
       LogWarning(op + ": waiting up to " + std::to_string(left / 1000) +

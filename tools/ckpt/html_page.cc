@@ -1,5 +1,6 @@
 #include "html_page.h"
 
+#include <cerrno>
 #include <cstdio>
 #include <fstream>
 
@@ -388,17 +389,23 @@ Status WriteHtmlPage(const std::string& path, std::string_view title,
 
   const std::string tmp = path + ".tmp";
   {
+    errno = 0;
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out.write(page.data(), static_cast<std::streamsize>(page.size()));
     out.close();
     if (!out) {
+      // The system's reason (a folder that is not there, no room), which
+      // the stream keeps in errno.
+      const int err = errno;
       std::remove(tmp.c_str());
-      return IOError("write " + Quote(tmp) + " failed");
+      return err != 0 ? ErrnoError(err, "write the page " + Quote(tmp))
+                      : IOError("write the page " + Quote(tmp) + " failed");
     }
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
     std::remove(tmp.c_str());
-    return IOError("rename " + Quote(tmp) + " to " + Quote(path) + " failed");
+    return ErrnoError(err, "rename " + Quote(tmp) + " to " + Quote(path));
   }
   return Status();
 }
