@@ -227,6 +227,17 @@ Result<GcReport> Collector::GarbageCollect(const GcOptions& gc,
           format::kStepPrefix, [&](const ObjectInfo& o) {
             int64_t step;
             std::string_view file;
+            if (o.key.ends_with('/')) {
+              // An empty step folder (file://, a save killed before its
+              // first file): nobody's data, gone once no writer can be
+              // filling it.
+              step = format::ParseStepDirName(
+                  std::string_view(o.key).substr(0, o.key.size() - 1));
+              const bool dead = step >= 0 && !live.damaged.count(step) &&
+                                (owned || now - o.mtime_unix_ms > grace_ms);
+              if (dead && gc.dry_run) report.deleted_objects.push_back(o.key);
+              return dead && !gc.dry_run;
+            }
             if (!format::SplitStepKey(o.key, &step, &file) ||
                 live.damaged.count(step)) {
               return false;

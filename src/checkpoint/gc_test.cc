@@ -782,6 +782,51 @@ TEST_F(GcFileTest, AStepWhoseManifestCannotBeReadKeepsItsObjects) {
   }
 }
 
+// A save killed between making its step's folder and its first file leaves
+// an empty folder, which no listing shows: a collection holding the lease
+// removes it, one without the lease once it is older than the grace period;
+// other folders (the user's, a step's with a file of the user's) stay.
+TEST_F(GcFileTest, EmptyStepFoldersOfKilledSavesAreRemoved) {
+  const std::filesystem::path root = url_.substr(std::string("file://").size());
+  Options o = MakeOptions();
+  auto mgr = OpenManager(o);
+  ASSERT_NE(mgr, nullptr);
+  SaveModel(*mgr, 1);
+  const std::string empty = format::StepDirName(7);
+  std::filesystem::create_directory(root / empty);
+  std::filesystem::create_directory(root / format::StepDirName(8));
+  ASSERT_TRUE(testing::WriteFile(root / format::StepDirName(8) / "notes.txt",
+                                 "the user's"));
+  std::filesystem::create_directory(root / "user-folder");
+  // Without the lease, young: a save may be about to fill it.
+  Options unleased = MakeOptions();
+  unleased.lease_seconds = 0;
+  mgr.reset();
+  {
+    auto reader = OpenManager(unleased);
+    ASSERT_NE(reader, nullptr);
+    Result<GcReport> young = reader->GarbageCollect();
+    ASSERT_TRUE(young.ok()) << young.status().ToString();
+    EXPECT_TRUE(std::filesystem::exists(root / empty));
+    now_ms_ += 2 * 3600 * 1000;  // past the grace period
+    Result<GcReport> old = reader->GarbageCollect({.dry_run = true});
+    ASSERT_TRUE(old.ok()) << old.status().ToString();
+    EXPECT_EQ(old->deleted_objects, Keys{empty + "/"});
+    EXPECT_TRUE(std::filesystem::exists(root / empty));  // a dry run
+  }
+  o.lease_seconds = 60;
+  auto owner = OpenManager(o);
+  ASSERT_NE(owner, nullptr);
+  Result<GcReport> gc = owner->GarbageCollect();
+  ASSERT_TRUE(gc.ok()) << gc.status().ToString();
+  EXPECT_EQ(gc->deleted_objects, Keys{empty + "/"});
+  EXPECT_FALSE(std::filesystem::exists(root / empty));
+  EXPECT_TRUE(
+      std::filesystem::exists(root / format::StepDirName(8) / "notes.txt"));
+  EXPECT_TRUE(std::filesystem::is_directory(root / "user-folder"));
+  ExpectLoads(*owner, 1, Model(1));
+}
+
 TEST_P(GcTest, TwoCollectionsAtOnceEndAsOne) {
   Options unleased = MakeOptions();
   unleased.lease_seconds = 0;

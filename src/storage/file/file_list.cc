@@ -124,4 +124,60 @@ Result<std::vector<ObjectInfo>> ListObjects(const Root& root,
   return out;
 }
 
+Result<std::vector<std::string>> RemoveEmptyFolders(
+    const Root& root, std::string_view prefix,
+    const std::function<bool(const ObjectInfo&)>& dead) {
+  std::vector<std::string> removed;
+  if (prefix.find('/') != std::string_view::npos) return removed;
+  Result<DirChain> chain =
+      WalkDirs(root, "list", prefix, "", Missing::kNotFound);
+  if (!chain.ok()) return removed;  // no root yet: nothing in it
+  const int top = chain->parent(root);
+  const int fd = ::openat(top, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    return ErrnoError(errno, root.Where("list", prefix) + ": open the root");
+  }
+  DIR* stream = ::fdopendir(fd);
+  if (stream == nullptr) {
+    const int err = errno;
+    ::close(fd);
+    return ErrnoError(err, root.Where("list", prefix) + ": read the root");
+  }
+  std::unique_ptr<DIR, int (*)(DIR*)> closer(stream, ::closedir);
+  std::vector<std::string> names;
+  for (const dirent* e = ::readdir(stream); e != nullptr;
+       e = ::readdir(stream)) {
+    const std::string_view name = e->d_name;
+    if (name.starts_with(prefix) && name != "." && name != ".." &&
+        ValidateKey(name).ok()) {
+      names.emplace_back(name);
+    }
+  }
+  for (const std::string& name : names) {
+    const int child = ::openat(fd, name.c_str(),
+                               O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (child < 0) continue;  // a file, a link, or gone
+    ScopedFd owned(child);
+    struct stat st;
+    DIR* inner = ::fdopendir(::dup(child));
+    if (inner == nullptr || ::fstat(child, &st) != 0) {
+      if (inner != nullptr) ::closedir(inner);
+      continue;
+    }
+    bool empty = true;
+    for (const dirent* e = ::readdir(inner); e != nullptr && empty;
+         e = ::readdir(inner)) {
+      const std::string_view n = e->d_name;
+      empty = n == "." || n == "..";
+    }
+    ::closedir(inner);
+    if (!empty || !dead(ObjectInfo{name + "/", 0, MtimeMs(st)})) continue;
+    // rmdir fails (ENOTEMPTY) where a file came in since: it stays.
+    if (::unlinkat(fd, name.c_str(), AT_REMOVEDIR) == 0) {
+      removed.push_back(name + "/");
+    }
+  }
+  return removed;
+}
+
 }  // namespace ckpt::file

@@ -199,6 +199,15 @@ class FileStorage : public Storage {
     return TemporaryTarget(key);
   }
 
+  // What a write killed before its first file leaves: an empty folder.
+  Result<std::vector<std::string>> AbortIncompleteWrites(
+      std::string_view prefix,
+      const std::function<bool(const ObjectInfo&)>& dead) override {
+    CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Root> root, GetRoot(false));
+    if (root == nullptr) return std::vector<std::string>();
+    return RemoveEmptyFolders(*root, prefix, dead);
+  }
+
   Status CheckRoot() override {
     CKPT_ASSIGN_OR_RETURN(std::shared_ptr<const Root> root, GetRoot(false));
     if (root == nullptr) {
