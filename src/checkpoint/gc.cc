@@ -77,8 +77,6 @@ Result<GcReport> Collector::GarbageCollect(const GcOptions& gc,
       gc.retention ? *gc.retention : root_.options.retention;
   const std::vector<CheckpointInfo> infos =
       Inspector(root_).Infos(listed, nullptr);
-  // In a dry run a step that only doomed steps depend on may go: those
-  // dependants are still there.
   if (Status ranks = RetentionRanks(infos, policy); !ranks.ok()) {
     // Asked for (ckpt gc, GarbageCollect): refused whole, nothing deleted.
     // After a save, which has committed: said once, and the collection of
@@ -89,6 +87,8 @@ Result<GcReport> Collector::GarbageCollect(const GcOptions& gc,
       LogWarning(ranks.message() + " (" + root_.Where() + ")");
     }
   }
+  // In a dry run a step that only doomed steps depend on may go: those
+  // dependants are still there.
   std::vector<int64_t> doomed = StepsToDelete(infos, policy);
   if (keep) {
     std::set<int64_t> spared = {*keep};
