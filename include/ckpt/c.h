@@ -201,8 +201,9 @@ CKPT_EXPORT void ckpt_state_destroy(ckpt_state_t* state);
  * for_load nonzero the entries are targets of a load: tensors must be
  * writable memory. Names, dtypes, shapes and sizes are checked here; the
  * first bad entry fails the call with CKPT_INVALID_ARGUMENT naming it. A
- * state a call failed on holds only part of that call's entries: destroy
- * it rather than save or load with it. Metadata text and rank-local blobs
+ * state a call failed on holds only part of that call's entries, and every
+ * save or load with it fails with that error: destroy it and build it
+ * again. Metadata text and rank-local blobs
  * are copied; tensor buffers and other blobs are borrowed. */
 CKPT_EXPORT int ckpt_state_add(ckpt_state_t* state, const ckpt_entry_t* entries,
                                size_t n, int for_load, char** errptr);
@@ -339,7 +340,7 @@ typedef struct ckpt_catalog_t ckpt_catalog_t;
 
 /* Opens (creating and migrating) the catalog at `url`: a path,
  * sqlite:///path, postgresql://...; "" or "default": $CKPT_CATALOG, else
- * ~/.local/state/ckpt/catalog.sqlite. */
+ * ~/.local/state/ckpt/catalog.sqlite. NULL is CKPT_INVALID_ARGUMENT. */
 CKPT_EXPORT int ckpt_catalog_open(const char* url, ckpt_catalog_t** out,
                                   char** errptr);
 CKPT_EXPORT void ckpt_catalog_close(ckpt_catalog_t* catalog);

@@ -33,8 +33,9 @@
 // while it is, every other call of the manager (Save, SaveAsync, Load, List,
 // ...) first waits for it to end, except a SaveAsync under
 // AsyncSavePolicy::kSkip. An error of a background save is returned by the
-// handle's Wait() and also, once, by the next Save or SaveAsync, which then
-// saves nothing; destroying the manager waits for the save in flight. With
+// handle's Wait(); one that no Wait() collected is returned, once, by the
+// next Save or SaveAsync, which then saves nothing (so that it is not
+// lost); destroying the manager waits for the save in flight. With
 // MPI the save's collectives run on the background thread: initialize MPI
 // with MPI_THREAD_SERIALIZED or more.
 #pragma once

@@ -157,6 +157,64 @@ TEST(CApiTest, AMissingRootIsNotFoundToReadUntilASaveCreatesIt) {
   ckpt_manager_close(m);
 }
 
+// A call that fails leaves part of its entries in the state: a save or
+// load with that state fails with the same error, whoever ignored the
+// return code, and commits nothing.
+TEST(CApiTest, AStateAnAddFailedOnSavesAndLoadsNothing) {
+  Folder dir;
+  ckpt_manager_t* m = Open(dir.Sub("root"));
+  float good[4] = {1, 2, 3, 4}, bad[4] = {};
+  int64_t shape[1] = {4};
+  ckpt_entry_t entries[2] = {{.name = "good",
+                              .kind = CKPT_KIND_TENSOR,
+                              .dtype = "F32",
+                              .ndim = 1,
+                              .shape = shape,
+                              .data = good,
+                              .nbytes = sizeof good},
+                             {.name = "bad",
+                              .kind = CKPT_KIND_TENSOR,
+                              .dtype = "F32",
+                              .ndim = 1,
+                              .shape = shape,
+                              .data = bad,
+                              .nbytes = 4}};
+  Err err;
+  ckpt_state_t* whole = ckpt_state_create();
+  ASSERT_EQ(ckpt_state_add(whole, entries, 1, 0, &err.text), CKPT_OK);
+  char* result = nullptr;
+  ASSERT_EQ(ckpt_manager_save(m, 1, whole, nullptr, &result, &err.text),
+            CKPT_OK)
+      << err.str();
+  ckpt_free(result);
+  ckpt_state_destroy(whole);
+  ckpt_state_t* s = ckpt_state_create();
+  ASSERT_EQ(ckpt_state_add(s, entries, 2, 0, &err.text), CKPT_INVALID_ARGUMENT);
+  EXPECT_EQ(ckpt_state_size(s), 1u);  // "good" went in
+  Err save_err;
+  result = nullptr;
+  EXPECT_EQ(ckpt_manager_save(m, 2, s, nullptr, &result, &save_err.text),
+            CKPT_INVALID_ARGUMENT);
+  EXPECT_THAT(save_err.str(), HasSubstr("entry \"bad\""));
+  Err load_err;
+  EXPECT_EQ(ckpt_manager_load(m, CKPT_NEWEST, s, 0, &result, &load_err.text),
+            CKPT_INVALID_ARGUMENT);
+  EXPECT_THAT(load_err.str(), HasSubstr("entry \"bad\""));
+  Err latest_err;
+  int64_t latest = 0;
+  ASSERT_EQ(ckpt_manager_latest(m, &latest, &latest_err.text), CKPT_OK)
+      << latest_err.str();
+  EXPECT_EQ(latest, 1);  // step 2 was not committed
+  ckpt_state_destroy(s);
+  ckpt_manager_close(m);
+  // And a NULL catalog URL is refused like every NULL, not the default.
+  ckpt_catalog_t* c = nullptr;
+  Err cat_err;
+  EXPECT_EQ(ckpt_catalog_open(nullptr, &c, &cat_err.text),
+            CKPT_INVALID_ARGUMENT);
+  EXPECT_EQ(c, nullptr);
+}
+
 TEST(CApiTest, BadEntriesAreRefusedNamingThem) {
   ckpt_state_t* s = ckpt_state_create();
   float x[4] = {};

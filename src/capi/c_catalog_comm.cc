@@ -215,7 +215,9 @@ int ckpt_communicator_barrier(ckpt_communicator_t* comm, char** errptr) {
 
 int ckpt_catalog_open(const char* url, ckpt_catalog_t** out, char** errptr) {
   return Guard(errptr, [&]() -> ckpt::Status {
-    if (out == nullptr) return NullArgument("ckpt_catalog_open", "out");
+    if (out == nullptr || url == nullptr) {
+      return NullArgument("ckpt_catalog_open", "url or out");
+    }
     auto opened = ckpt::OpenCatalog(CatalogTarget(url));
     if (!opened.ok()) return opened.status();
     if (*opened == nullptr) {

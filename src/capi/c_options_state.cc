@@ -463,7 +463,13 @@ int ckpt_state_add(ckpt_state_t* state, const ckpt_entry_t* entries, size_t n,
     for (size_t i = 0; i < n; ++i) {
       ckpt::Status s =
           ckpt::capi::AddEntry(state->state, entries[i], for_load != 0);
-      if (!s.ok()) return s;
+      if (!s.ok()) {
+        // The state holds part of the call's entries: every save or load
+        // with it fails with this error (as a C++ State does), where one
+        // whose caller missed the return code would commit a part.
+        state->state.SetError(s);
+        return s;
+      }
       if (!state->state.status().ok()) return state->state.status();
     }
     return state->state.status();

@@ -216,8 +216,8 @@ Result<std::shared_ptr<const Manifest>> ManifestStore::ReadFor(
 
 Result<ObjectInfo> ManifestStore::StatManifest(int64_t step) {
   if (step < 0) {
-    return InvalidArgumentError("step " + std::to_string(step) +
-                                " is negative");
+    return InvalidArgumentError("step " + std::to_string(step) + " in " +
+                                storage_.url() + " is negative");
   }
   Result<ObjectInfo> info = storage_.Stat(format::ManifestKey(step));
   last_seen_.reset();

@@ -92,18 +92,17 @@ SaveDecision Saver::DecideSave(int64_t step, const SaveOptions& save) {
     d.status = std::move(s);
     return d;
   };
+  const std::string op =
+      "save step " + std::to_string(step) + " in " + root_.Where();
   if (step < 0) {
-    return fail(
-        InvalidArgumentError("step " + std::to_string(step) + " is negative"));
+    return fail(InvalidArgumentError(op + ": the step is negative"));
   }
   if (step > format::kMaxStep) {
-    return fail(InvalidArgumentError("step " + std::to_string(step) +
-                                     " does not fit in 12 digits"));
+    return fail(
+        InvalidArgumentError(op + ": the step does not fit in 12 digits"));
   }
   if (save.compression) {
-    if (Status s = CheckCompression(*save.compression,
-                                    "save step " + std::to_string(step));
-        !s.ok()) {
+    if (Status s = CheckCompression(*save.compression, op); !s.ok()) {
       return fail(std::move(s));
     }
   }
