@@ -553,8 +553,9 @@ using ProgressFn = std::function<void(uint64_t done, uint64_t total)>;
 
 class CheckpointManager {
  public:
-  // Opens the root at `url`: file://, s3://BUCKET/PREFIX (S3Options from
-  // the environment; docs/s3.md), mem://, or a plain path. A caller that
+  // Opens the root at `url`: file:// (its path percent-encoded: "a%20b"
+  // is "a b"), s3://BUCKET/PREFIX (S3Options from the environment;
+  // docs/s3.md), mem://, or a plain path (taken as it is). A caller that
   // sets S3Options itself opens the storage (OpenStorage) and passes it.
   static Result<std::unique_ptr<CheckpointManager>> Open(std::string_view url,
                                                          Options options = {});

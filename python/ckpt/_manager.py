@@ -18,7 +18,8 @@ from ckpt._tiers import Tiers
 class CheckpointManager:
     """Saves and loads the checkpoints under one root.
 
-    `url` is a file:// URL, a plain path, an s3://BUCKET/PREFIX URL (the
+    `url` is a file:// URL (percent-encoded, as Path.as_uri() writes
+    it), a plain path (taken as it is), an s3://BUCKET/PREFIX URL (the
     endpoint, region and credentials come from the AWS_* environment
     variables: docs/s3.md), or mem://NAME (in-process, for tests).
     Retention (every rule is off by default, and then nothing is ever

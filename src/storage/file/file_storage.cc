@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <string>
 #include <utility>
@@ -264,6 +265,37 @@ Result<std::unique_ptr<Storage>> OpenFileStorage(
         "(file:///path); host " + Quote(url.host) + " is not supported");
   }
   std::string path = url.path;
+  if (url.url.find("://") != std::string::npos) {
+    // A file URL's path is percent-encoded (RFC 8089: what Python's
+    // Path.as_uri() writes, "a%20b" for "a b"); a plain path is taken as
+    // it is.
+    std::string decoded;
+    for (size_t i = 0; i < path.size(); ++i) {
+      if (path[i] != '%') {
+        decoded += path[i];
+        continue;
+      }
+      const auto hex = [](char c) {
+        return std::isxdigit(static_cast<unsigned char>(c)) != 0;
+      };
+      if (i + 2 >= path.size() || !hex(path[i + 1]) || !hex(path[i + 2])) {
+        return InvalidArgumentError(
+            "URL " + Quote(url.url) +
+            ": a '%' in a file URL starts an escape of two hex digits "
+            "(\"%20\" is a space, \"%25\" a '%'; a plain path takes "
+            "its characters as they are)");
+      }
+      const char c =
+          static_cast<char>(std::stoi(path.substr(i + 1, 2), nullptr, 16));
+      if (c == '\0') {
+        return InvalidArgumentError("URL " + Quote(url.url) +
+                                    ": %00 names no character of a path");
+      }
+      decoded += c;
+      i += 2;
+    }
+    path = std::move(decoded);
+  }
   while (path.size() > 1 && path.back() == '/') path.pop_back();
   if (path.empty() || path.front() != '/') {
     return InvalidArgumentError("URL " + Quote(url.url) +

@@ -311,6 +311,23 @@ TEST_F(FileStorageTest, SymlinkedFileInsideTheRootIsNeverFollowed) {
   EXPECT_EQ(TempFilesUnder(root_), std::vector<std::string>{});
 }
 
+// A file URL's path is percent-encoded, as Python's Path.as_uri() writes
+// it; a plain path is taken as it is, '%' and all.
+TEST_F(FileStorageTest, AFileUrlsEscapesAreDecodedAPlainPathsAreNot) {
+  auto url = OpenStorage("file://" + root_ + "/a%20b%C3%A9");
+  ASSERT_TRUE(url.ok()) << url.status().ToString();
+  ASSERT_TRUE((*url)->PutString("k", "1").ok());
+  EXPECT_TRUE(fs::is_regular_file(root_ + "/a b\xC3\xA9/k"));
+  auto plain = OpenStorage(root_ + "/c%20d");
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  ASSERT_TRUE((*plain)->PutString("k", "2").ok());
+  EXPECT_TRUE(fs::is_regular_file(root_ + "/c%20d/k"));
+  for (const std::string bad : {"/x%2", "/x%zz", "/x%00y"}) {
+    auto opened = OpenStorage("file://" + root_ + bad);
+    EXPECT_EQ(opened.status().code(), ErrorCode::kInvalidArgument) << bad;
+  }
+}
+
 TEST_F(FileStorageTest, ADirectoryIsNotAnObject) {
   std::unique_ptr<Storage> storage = OpenRoot();
   ASSERT_NE(storage, nullptr);
