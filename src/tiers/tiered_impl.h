@@ -80,8 +80,10 @@ class TieredManager::Impl {
   // broken communicator) is every rank's. tier_restore.cc.
   Status FetchShare(int64_t step, int share, int holder, int fetcher, int world,
                     Status& received, TierRestoreResult& out);
-  // Returns the steps it deleted.
-  std::vector<int64_t> Prune(CheckpointManager& root, bool collect_garbage);
+  // Keeps the newest local_keep marked steps up to `saved` (the step just
+  // marked) and removes the rest; returns the steps it deleted.
+  std::vector<int64_t> Prune(CheckpointManager& root, int64_t saved,
+                             bool collect_garbage);
   // The catalog rows of local steps, on rank 0 (tier_catalog.cc), made in
   // the durable manager's catalog batch of the save: a failure is a
   // warning, and the save waits for the catalog once at most.

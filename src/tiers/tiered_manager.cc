@@ -358,6 +358,7 @@ void TieredManager::Impl::Mark(CheckpointManager& root, int64_t step,
 }
 
 std::vector<int64_t> TieredManager::Impl::Prune(CheckpointManager& root,
+                                                int64_t saved,
                                                 bool collect_garbage) {
   std::vector<int64_t> deleted;
   Result<std::vector<ObjectInfo>> listed =
@@ -368,6 +369,20 @@ std::vector<int64_t> TieredManager::Impl::Prune(CheckpointManager& root,
     int64_t step = 0;
     int w = 0;
     if (format::ParseTierMarkerKey(o.key, &step, &w)) marked[step] = o.key;
+  }
+  // Steps above the one just saved are of a timeline the job has left: it
+  // restored an older step (theirs were damaged, or are another job's in a
+  // reused folder). Kept, they would count as the newest and evict every
+  // save of this one, and a restore could pick them over its steps.
+  std::vector<std::string> abandoned;
+  for (auto it = marked.upper_bound(saved); it != marked.end();) {
+    abandoned.push_back(it->second);
+    it = marked.erase(it);
+  }
+  // Their markers first: from then on nothing restores them, whatever
+  // becomes of their data below.
+  for (const std::string& key : abandoned) {
+    root.storage().Delete(key).IgnoreError();
   }
   if (marked.empty()) return deleted;
   auto kept = marked.rbegin();
@@ -383,7 +398,8 @@ std::vector<int64_t> TieredManager::Impl::Prune(CheckpointManager& root,
   Status failed;
   if (auto steps = ListManifests(root.storage()); steps.ok()) {
     for (const auto& [step, manifest] : *steps) {
-      if (step < oldest_kept || (!marked.count(step) && step < newest)) {
+      if (step < oldest_kept || step > saved ||
+          (!marked.count(step) && step < newest)) {
         if (Status s = root.Delete(step).status(); !s.ok()) {
           failed = s;
         } else {
@@ -493,8 +509,8 @@ Status TieredManager::Impl::LocalSave(int64_t step,
   Mark(own, step, world_);
   for (CheckpointManager* root : received) Mark(*root, step, world_);
   RecordLocal(step, options, bytes);
-  ForgetLocal(Prune(own, false));
-  for (CheckpointManager* root : received) Prune(*root, true);
+  ForgetLocal(Prune(own, step, false));
+  for (CheckpointManager* root : received) Prune(*root, step, true);
   return Status();
 }
 

@@ -333,6 +333,26 @@ TEST(TieredTest, KeepsOnlyTheNewestMarkedSteps) {
                      {0, 3}, {0, 4}, {1, 3}, {1, 4}}));
 }
 
+// A job that went back to older steps (it restored from the durable tier,
+// its local steps being damaged, or its folder holds another job's): the
+// steps above the one it saves are dropped, where they counted as the
+// newest and every save of the job was pruned at once, though reported
+// saved.
+TEST(TieredTest, StepsAboveTheOneSavedAreDroppedNotKept) {
+  Job job = MemJob("abandoned", {0, 1});
+  SaveSteps(job, 2, {8, 9});
+  SaveSteps(job, 2, {1, 2, 3});
+  for (int node : {0, 1}) {
+    Result<std::vector<LocalShareInfo>> shares =
+        ListLocalTier(NodeRootUrl(job.local_url, node));
+    ASSERT_TRUE(shares.ok());
+    std::set<int64_t> steps;
+    for (const LocalShareInfo& s : *shares) steps.insert(s.step);
+    EXPECT_EQ(steps, (std::set<int64_t>{2, 3})) << "node " << node;
+  }
+  RestoreAndCheck(job, 2, 3, Tier::kLocal);
+}
+
 TEST(TieredTest, TheCatalogKnowsBothTiersAndOffersOnlyTheDurableOne) {
   testing::TempDir dir("tiered-catalog");
   Job job = MemJob("catalog", {0, 1});
