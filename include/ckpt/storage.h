@@ -350,7 +350,8 @@ struct S3Options {
   // $CKPT_S3_CONDITIONAL_WRITES ("0" turns it off), else on.
   std::optional<bool> conditional_writes;
   // Tries per request: a 5xx, a 429 or a failed connection is retried with
-  // exponential backoff (and jitter); any other 4xx never is.
+  // exponential backoff (and jitter); any other 4xx never is. Left at 6,
+  // $AWS_MAX_ATTEMPTS (1 to 100) sets it, as for AWS's own tools.
   int max_attempts = 6;
   int64_t initial_backoff_ms = 100;
   int64_t max_backoff_ms = 5000;

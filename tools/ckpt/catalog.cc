@@ -58,6 +58,22 @@ nlohmann::json RowToJson(const CatalogCheckpoint& c) {
   return j;
 }
 
+// A row whose storage cannot be reached (an outage, a wrong endpoint): its
+// check says nothing of the row, so latest and best stop with the error
+// rather than skip it as stale, and a scheduler can tell an outage from a
+// job with no checkpoint; list marks it "unchecked".
+bool Unreachable(const Status& s) {
+  return s.code() == ErrorCode::kUnavailable;
+}
+
+Status CannotCheck(const Status& s, const CatalogCheckpoint& row) {
+  return s.WithContext(
+      "check step " + std::to_string(row.step) + " of job " +
+      Quote(row.job_id) +
+      " against its storage (nothing is known to be stale; --no-check "
+      "answers from the catalog alone)");
+}
+
 // Why the committed durable row `c` does not check out against storage
 // (CheckAgainstStorage); empty when it does, or when it is not such a row (a
 // local tier's row names node memory no other machine can open).
@@ -67,6 +83,7 @@ std::string StaleBecause(const CatalogCheckpoint& c) {
     return "";
   }
   Status s = CheckAgainstStorage(c);
+  if (Unreachable(s)) return "unchecked: " + s.ToString();
   return s.ok() ? "" : s.ToString();
 }
 
@@ -147,9 +164,9 @@ Status RunList(const ListArgs& args) {
   if (!args.no_check) {
     for (size_t i = 0; i < list.size(); ++i) {
       if (std::string why = StaleBecause(list[i]); !why.empty()) {
-        fmt::print(stderr,
-                   "ckpt catalog list: step {} of job {} is stale: {}\n",
-                   list[i].step, list[i].job_id, why);
+        fmt::print(stderr, "ckpt catalog list: step {} of job {} is {}\n",
+                   list[i].step, list[i].job_id,
+                   why.starts_with("unchecked") ? why : "stale: " + why);
         stale[i] = std::move(why);
       }
     }
@@ -177,8 +194,10 @@ Status RunList(const ListArgs& args) {
     std::vector<std::string> row = {
         std::to_string(c.step),
         EpochText(c.epoch),
-        stale.contains(i) ? std::string("stale")
-                          : std::string(CheckpointStateName(c.state)),
+        stale.contains(i)
+            ? std::string(stale[i].starts_with("unchecked") ? "unchecked"
+                                                            : "stale")
+            : std::string(CheckpointStateName(c.state)),
         std::string(CatalogTierName(c.tier)),
         FormatTime(c.created_unix_ms),
         FormatBytes(c.bytes),
@@ -215,6 +234,7 @@ Status RunLatest(const LatestArgs& args) {
   for (auto it = list.rbegin(); it != list.rend(); ++it) {
     if (!args.no_check) {
       if (Status s = CheckAgainstStorage(*it); !s.ok()) {
+        if (Unreachable(s)) return CannotCheck(s, *it);
         fmt::print(stderr, "ckpt catalog latest: skipping step {}: {}\n",
                    it->step, s.ToString());
         ++stale;
@@ -284,6 +304,7 @@ Status RunBest(const BestArgs& args) {
     for (CatalogCheckpoint& c :
          RankedByMetric(std::move(rows), args.metric, goal)) {
       if (Status s = CheckAgainstStorage(c); !s.ok()) {
+        if (Unreachable(s)) return CannotCheck(s, c);
         fmt::print(stderr, "ckpt catalog best: skipping step {}: {}\n", c.step,
                    s.ToString());
         ++stale;

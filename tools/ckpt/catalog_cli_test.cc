@@ -354,6 +354,43 @@ TEST_P(CatalogCliTest, GcAndImportKeepTheCatalogCurrent) {
   EXPECT_EQ(r.out, other + "\t7\n");
 }
 
+// A row whose storage cannot be reached says nothing of the row: latest and
+// best stop with Unavailable (a scheduler must tell an outage from a job
+// with no checkpoint), list marks the row "unchecked", not "stale".
+TEST_P(CatalogCliTest, AnUnreachableStoreIsAnErrorNotAStaleRow) {
+  {
+    auto catalog = OpenCatalog(catalog_url_);
+    ASSERT_TRUE(catalog.ok()) << catalog.status().ToString();
+    CatalogCheckpoint row;
+    row.job_id = "far";
+    row.root = "s3://ckpt-unreachable/far";
+    row.step = 5;
+    row.state = CheckpointState::kCommitted;
+    row.tier = CatalogTier::kDurable;
+    row.metrics = {{"loss", 0.5}};
+    row.manifest_checksum = std::string(32, '0');
+    ASSERT_TRUE((*catalog)->Record(row).ok());
+  }
+  // A port nothing listens on, one try: refused at once.
+  setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1", 1);
+  setenv("AWS_MAX_ATTEMPTS", "1", 1);
+  RunResult latest = Catalog({"latest", "far"});
+  RunResult best = Catalog({"best", "far", "--metric", "loss", "--min"});
+  RunResult list = Catalog({"list", "far"});
+  unsetenv("AWS_ENDPOINT_URL");
+  unsetenv("AWS_MAX_ATTEMPTS");
+  for (const RunResult& r : {latest, best}) {
+    EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+    EXPECT_TRUE(Contains(r.err, "Unavailable")) << r.err;
+    EXPECT_TRUE(Contains(r.err, "nothing is known to be stale")) << r.err;
+    EXPECT_FALSE(Contains(r.err, "skipping")) << r.err;
+    EXPECT_FALSE(Contains(r.err, "NotFound")) << r.err;
+  }
+  ASSERT_EQ(list.exit_code, 0) << list.err;
+  EXPECT_TRUE(Contains(list.out, "unchecked")) << list.out;
+  EXPECT_FALSE(Contains(list.out, "stale")) << list.out;
+}
+
 // A row whose checkpoint is gone from storage is skipped by best for the
 // next best, as latest skips it, and list marks it stale.
 TEST_P(CatalogCliTest, BestAndListSkipOrMarkAStaleRow) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <chrono>
 #include <ctime>
 #include <random>
@@ -251,7 +252,26 @@ Result<S3Config> ResolveS3Config(const ParsedUrl& url, const S3Options& options,
     }
   }
 
-  if (options.max_attempts < 1) return bad("max_attempts must be at least 1");
+  // AWS_MAX_ATTEMPTS, as AWS's own tools read it, where the caller left the
+  // default: the one way a `ckpt` command or a Python job shortens what an
+  // unreachable store costs (6 tries of up to 2 minutes each).
+  if (options.max_attempts == S3Options().max_attempts) {
+    const std::string v = FromEnv(getenv, {"AWS_MAX_ATTEMPTS"});
+    if (!v.empty()) {
+      int n = 0;
+      const auto [end, error] =
+          std::from_chars(v.data(), v.data() + v.size(), n);
+      if (error != std::errc() || end != v.data() + v.size() || n < 1 ||
+          n > 100) {
+        return bad("AWS_MAX_ATTEMPTS=" + Quote(v) +
+                   " is not a whole number from 1 to 100");
+      }
+      c.options.max_attempts = n;
+    }
+  }
+  if (c.options.max_attempts < 1) {
+    return bad("max_attempts must be at least 1");
+  }
   if (options.initial_backoff_ms < 0 || options.max_backoff_ms < 0) {
     return bad("backoff times must not be negative");
   }
