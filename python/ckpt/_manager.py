@@ -7,7 +7,8 @@ import warnings
 import weakref
 from collections.abc import Mapping
 
-from ckpt import _device, _errors, _manager_handle, _state, _tree, _values
+from ckpt import (_device, _errors, _manager_handle, _roots, _state, _tree,
+                  _values)
 from ckpt._fill import stage_into
 from ckpt._load_memory import LoadMemory
 from ckpt._pending_saves import PendingSaves
@@ -92,8 +93,9 @@ class CheckpointManager:
     create: what happens to a root that does not exist. By default
     (None) the first save creates it, and until then reading it (latest(),
     list(), load(), describe()) raises ckpt.NotFound naming the path, so
-    that a mistyped path is an error, not an empty job; a root that is no
-    local path (s3://, mem://) is opened as it is. create=True creates it
+    that a mistyped path is an error, not an empty job; an s3:// root
+    whose prefix holds nothing is missing too, mem:// is opened as it
+    is. create=True creates it
     at once: the first run of a job, whose latest() is then None.
     create=False never creates it: opening a missing root raises
     ckpt.NotFound (for read-only tools).
@@ -156,7 +158,8 @@ class CheckpointManager:
         # exist, opened with the default create=None, is made by the first
         # save and is, until then, an error to read (a mistyped path is no
         # new job). Opening now still checks every option (a bad catalog).
-        self._missing = _missing_local_root(url) if create is None else None
+        self._missing = _roots.missing(url, probe=False) if create is None \
+            else None
         self._options = options
         self._library = None  # closed, until the library's manager opens
         self._library = _manager_handle.Manager(
@@ -173,7 +176,9 @@ class CheckpointManager:
     def _create_root(self):
         """Creates the root now if it is still missing (create=True of a
         manager opened without it): ckpt.torch.latest(root, create=True)."""
-        if self._missing is not None and _missing_local_root(self._url):
+        if self._missing is not None and _roots.is_store(self._url):
+            self._missing = None  # a store's prefix is made by its first save
+        elif self._missing is not None and _roots.missing(self._url):
             self._m.close()  # no save yet, so no lease to hand back
             self._library = _manager_handle.Manager(
                 self._url, create=True, create_root=True, **self._options)
@@ -239,11 +244,13 @@ class CheckpointManager:
         """The library's manager, for calls that read: NotFound naming the
         path while the root does not exist."""
         self._m  # noqa: B018 - FailedPrecondition once closed
-        if self._missing is not None and _missing_local_root(self._url):
+        if self._missing is not None and _roots.missing(self._url):
             raise _errors.NotFound(
                 f"root {self._missing} does not exist: nothing was saved "
                 f"there (check the path; a save creates it, or open with "
                 f"create=True to start a new job)")
+        if self._missing is not None and _roots.is_store(self._url):
+            self._missing = None  # there: no need to look again
         return self._m
 
     @property
@@ -632,20 +639,6 @@ def all_damaged(where, skipped):
     tried = "; ".join(f"step {s}: {e}" for s, e in skipped)
     return _errors.DataLoss(f"{where}: no committed step loads whole "
                             f"(tried {len(skipped)}, newest first): {tried}")
-
-
-def _missing_local_root(url):
-    """The path of a local root (a path or file:// URL) that does not
-    exist, else None (it exists, or is not local)."""
-    if "://" not in url:
-        path = os.path.abspath(url)
-    elif url.lower().startswith("file://"):
-        path = url[len("file://"):]
-        if not path.startswith("/"):  # file://host/path: the library's
-            return None
-    else:
-        return None
-    return None if os.path.exists(path) else path
 
 
 def _require_torch(call):

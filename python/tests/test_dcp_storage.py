@@ -232,3 +232,19 @@ def test_an_s3_root(s3_bucket):
     same(loaded(reader), small_state(2))
     same(loaded(reader, f"{root}@1"), small_state(1))
     writer.close()
+
+
+def test_a_mistyped_s3_prefix_is_not_found_not_a_fresh_start(s3_bucket):
+    # As a local path that does not exist: a resume loop reading a typo'd
+    # prefix must not start the job over.
+    root = f"{s3_bucket}/run"
+    with ckpt.open(root) as mgr:
+        mgr.save(1, {"x": torch.zeros(2)})
+    with ckpt.open(f"{s3_bucket}/rnu") as typo:
+        with pytest.raises(ckpt.NotFound, match="rnu"):
+            typo.latest()
+    with ckpt.open(f"{s3_bucket}/new", create=True) as fresh:
+        assert fresh.latest() is None  # a first run says so
+    with ckpt.open(root) as mgr:
+        assert mgr.latest() == 1
+
