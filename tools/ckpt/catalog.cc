@@ -395,7 +395,10 @@ Status RunSync(const SyncArgs& args) {
   for (int64_t step : report.added) fmt::print("added step {}\n", step);
   for (int64_t step : report.updated) fmt::print("updated step {}\n", step);
   for (int64_t step : report.marked_deleted) {
-    fmt::print("marked step {} deleted (gone from storage)\n", step);
+    fmt::print(
+        "marked step {} deleted (gone from storage, or its manifest does not "
+        "load)\n",
+        step);
   }
   fmt::print("{}: {} added, {} updated, {} marked deleted, {} unchanged\n",
              report.root, report.added.size(), report.updated.size(),
