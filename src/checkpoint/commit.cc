@@ -380,10 +380,7 @@ bool Committer::RetentionDeletes(int64_t step) {
   std::set<int64_t> spared = {step};
   const CheckpointInfo& saved = root_.known_steps->at(step);
   spared.insert(saved.depends_on.begin(), saved.depends_on.end());
-  if (Status ranks = RetentionRanks(infos, root_.options.retention);
-      !ranks.ok() && !root_.warned_unranked.exchange(true)) {
-    LogWarning(ranks.message() + " (" + root_.Where() + ")");
-  }
+  root_.WarnUnranked(RetentionRanks(infos, root_.options.retention));
   for (int64_t doomed : StepsToDelete(infos, root_.options.retention)) {
     if (!spared.count(doomed)) return true;
   }

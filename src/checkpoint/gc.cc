@@ -51,6 +51,12 @@ struct LiveSet {
 
 }  // namespace
 
+void RootContext::WarnUnranked(const Status& ranks) {
+  if (!ranks.ok() && !warned_unranked.exchange(true)) {
+    LogWarning(ranks.message() + " (" + Where() + ")");
+  }
+}
+
 Result<GcReport> Collector::GarbageCollect(const GcOptions& gc,
                                            std::optional<int64_t> keep) {
   GcReport report;
@@ -83,9 +89,7 @@ Result<GcReport> Collector::GarbageCollect(const GcOptions& gc,
     // dead attempts goes on.
     if (!keep)
       return ranks.WithContext("garbage collection of " + root_.Where());
-    if (!root_.warned_unranked.exchange(true)) {
-      LogWarning(ranks.message() + " (" + root_.Where() + ")");
-    }
+    root_.WarnUnranked(ranks);
   }
   // In a dry run a step that only doomed steps depend on may go: those
   // dependants are still there.

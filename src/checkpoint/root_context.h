@@ -165,8 +165,10 @@ struct RootContext {
   std::atomic<bool> saving{false};
   // The step this manager's last successful Save committed; -1 for none.
   int64_t last_saved_step = -1;
-  // Whether a save's retention has warned that it ranks by a metric no
-  // checkpoint has (retention.h): once a manager, not at every save.
+  // Warns that retention ranks by a metric no checkpoint has (`ranks`, from
+  // RetentionRanks; nothing where it is ok): once a manager, not at every
+  // save (gc.cc).
+  void WarnUnranked(const Status& ranks);
   std::atomic<bool> warned_unranked{false};
   // The coordinator's map of the root while it is the root's only writer
   // and has seen all of it: every committed step that loads whole (its

@@ -11,6 +11,7 @@
 #include <climits>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include "capi/records.h"
 #include "ckpt/catalog_sync.h"
@@ -74,17 +75,24 @@ Status CannotCheck(const Status& s, const CatalogCheckpoint& row) {
       "answers from the catalog alone)");
 }
 
-// Why the committed durable row `c` does not check out against storage
-// (CheckAgainstStorage); empty when it does, or when it is not such a row (a
-// local tier's row names node memory no other machine can open).
-std::string StaleBecause(const CatalogCheckpoint& c) {
+// A row that did not check out against storage: "stale", or "unchecked"
+// where its storage could not be reached; and why.
+struct RowCheck {
+  const char* state;
+  std::string why;
+};
+
+// The committed durable row `c` checked against storage
+// (CheckAgainstStorage); nullopt when it checks out, or when it is not such
+// a row (a local tier's row names node memory no other machine can open).
+std::optional<RowCheck> CheckRow(const CatalogCheckpoint& c) {
   if (c.state != CheckpointState::kCommitted ||
       c.tier != CatalogTier::kDurable) {
-    return "";
+    return std::nullopt;
   }
   Status s = CheckAgainstStorage(c);
-  if (Unreachable(s)) return "unchecked: " + s.ToString();
-  return s.ok() ? "" : s.ToString();
+  if (s.ok()) return std::nullopt;
+  return RowCheck{Unreachable(s) ? "unchecked" : "stale", s.ToString()};
 }
 
 // --- jobs
@@ -160,14 +168,13 @@ Status RunList(const ListArgs& args) {
                         catalog->List(filter));
   // Each committed durable row is checked against storage, as latest does;
   // one that does not check out is marked stale and reported on stderr.
-  std::map<size_t, std::string> stale;
+  std::map<size_t, RowCheck> stale;
   if (!args.no_check) {
     for (size_t i = 0; i < list.size(); ++i) {
-      if (std::string why = StaleBecause(list[i]); !why.empty()) {
-        fmt::print(stderr, "ckpt catalog list: step {} of job {} is {}\n",
-                   list[i].step, list[i].job_id,
-                   why.starts_with("unchecked") ? why : "stale: " + why);
-        stale[i] = std::move(why);
+      if (std::optional<RowCheck> check = CheckRow(list[i])) {
+        fmt::print(stderr, "ckpt catalog list: step {} of job {} is {}: {}\n",
+                   list[i].step, list[i].job_id, check->state, check->why);
+        stale[i] = std::move(*check);
       }
     }
   }
@@ -175,7 +182,12 @@ Status RunList(const ListArgs& args) {
     nlohmann::json out = nlohmann::json::array();
     for (size_t i = 0; i < list.size(); ++i) {
       nlohmann::json row = RowToJson(list[i]);
-      if (auto it = stale.find(i); it != stale.end()) row["stale"] = it->second;
+      if (auto it = stale.find(i); it != stale.end()) {
+        const RowCheck& check = it->second;
+        row["stale"] = std::string_view(check.state) == "unchecked"
+                           ? "unchecked: " + check.why
+                           : check.why;
+      }
       out.push_back(std::move(row));
     }
     PrintJson(out);
@@ -194,10 +206,8 @@ Status RunList(const ListArgs& args) {
     std::vector<std::string> row = {
         std::to_string(c.step),
         EpochText(c.epoch),
-        stale.contains(i)
-            ? std::string(stale[i].starts_with("unchecked") ? "unchecked"
-                                                            : "stale")
-            : std::string(CheckpointStateName(c.state)),
+        stale.contains(i) ? std::string(stale[i].state)
+                          : std::string(CheckpointStateName(c.state)),
         std::string(CatalogTierName(c.tier)),
         FormatTime(c.created_unix_ms),
         FormatBytes(c.bytes),
