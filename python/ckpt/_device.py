@@ -65,16 +65,7 @@ def _torch_array(name, t, torch, for_load):
         # the current stream, so it follows the work queued there, and the
         # DeviceArray holds it until the bytes are staged.
         t = t.contiguous()
-    names = {torch.bool: "BOOL", torch.uint8: "U8", torch.int8: "I8",
-             torch.int16: "I16", torch.int32: "I32", torch.int64: "I64",
-             torch.float16: "F16", torch.bfloat16: "BF16",
-             torch.float32: "F32", torch.float64: "F64"}
-    for stored, attr in (("U16", "uint16"), ("U32", "uint32"),
-                         ("U64", "uint64"), ("F8_E4M3", "float8_e4m3fn"),
-                         ("F8_E5M2", "float8_e5m2")):
-        if hasattr(torch, attr):  # torch 2.3 (unsigned), 2.1 (float8)
-            names[getattr(torch, attr)] = stored
-    dtype = names.get(t.dtype)
+    dtype = _dtypes.torch_names(torch).get(t.dtype)
     if dtype is None:
         raise _bad(name, f"torch dtype {t.dtype} has no safetensors dtype")
     t = t.detach()

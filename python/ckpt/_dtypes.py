@@ -1,5 +1,5 @@
 """The safetensors dtypes as NumPy knows them: which NumPy dtype saves as
-which, which a loaded tensor gets, and each dtype's width.
+which, which a loaded tensor gets, and each dtype's width; and torch's.
 """
 
 
@@ -27,3 +27,26 @@ _NUMPY_TYPES = ({k: _np.dtype(v) for k, v in _NUMPY_NAMES.items()}
 _WIDTHS = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1,
            "U16": 2, "I16": 2, "F16": 2, "BF16": 2, "U32": 4, "I32": 4,
            "F32": 4, "U64": 8, "I64": 8, "F64": 8}
+
+# The torch dtypes of a torch that has them (uint16..uint64 from 2.3, the
+# float8 kinds from 2.1), by their safetensors dtype.
+NEWER_TORCH = {"U16": "uint16", "U32": "uint32", "U64": "uint64",
+               "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
+_TORCH_NAMES = {}  # torch_names', made once torch is there
+
+
+def torch_names(torch):
+    """The safetensors dtype of each torch dtype ckpt saves, on the host
+    (_values) and on a device (_device): bool, int8..int64, uint8,
+    float16..float64, bfloat16 as BF16, and the unsigned and float8 dtypes
+    of NEWER_TORCH where this torch has them. Made once."""
+    if not _TORCH_NAMES:
+        _TORCH_NAMES.update({
+            torch.bool: "BOOL", torch.uint8: "U8", torch.int8: "I8",
+            torch.int16: "I16", torch.int32: "I32", torch.int64: "I64",
+            torch.float16: "F16", torch.bfloat16: "BF16",
+            torch.float32: "F32", torch.float64: "F64"})
+        for stored, attr in NEWER_TORCH.items():
+            if hasattr(torch, attr):
+                _TORCH_NAMES[getattr(torch, attr)] = stored
+    return _TORCH_NAMES

@@ -179,41 +179,16 @@ def _tensor_array(name, tensor, torch):
         _cpu_tensor(name, tensor, torch)  # raises, naming what is wrong
     # No detach(): the address is read without autograd's say.
     t = tensor if tensor.is_contiguous() else tensor.detach().contiguous()
-    dtype = _torch_names(torch).get(t.dtype)
+    dtype = _dtypes.torch_names(torch).get(t.dtype)
     if dtype is None:
         raise _unsupported(name, f"torch dtype {t.dtype}")
     return _state.HostMemory(t.data_ptr(), t.numel() * t.element_size(),
                              dtype, tuple(t.shape), t), None
 
 
-_TORCH_NAMES = {}
-
-
-# The torch dtypes of a torch that has them (uint16..uint64 from 2.3, the
-# float8 kinds from 2.1), by their safetensors dtype.
-_NEWER_TORCH = {"U16": "uint16", "U32": "uint32", "U64": "uint64",
-                "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
-
-
-def _torch_names(torch):
-    """The safetensors dtype of each torch dtype ckpt saves: those of
-    _torch_saveable, bfloat16 as BF16, and the unsigned and float8 dtypes
-    of _NEWER_TORCH where this torch has them. Made once."""
-    if not _TORCH_NAMES:
-        _TORCH_NAMES.update({
-            torch.bool: "BOOL", torch.uint8: "U8", torch.int8: "I8",
-            torch.int16: "I16", torch.int32: "I32", torch.int64: "I64",
-            torch.float16: "F16", torch.bfloat16: "BF16",
-            torch.float32: "F32", torch.float64: "F64"})
-        for stored, attr in _NEWER_TORCH.items():
-            if hasattr(torch, attr):
-                _TORCH_NAMES[getattr(torch, attr)] = stored
-    return _TORCH_NAMES
-
-
 def _torch_float8(torch, dtype):
     """The torch float8 dtype of safetensors dtype `dtype`, else None."""
-    attr = _NEWER_TORCH.get(dtype)
+    attr = _dtypes.NEWER_TORCH.get(dtype)
     return getattr(torch, attr, None) if dtype in _RAW_DTYPES and attr \
         else None
 
@@ -385,7 +360,8 @@ def _torch_dtype(torch, dtype):
              "F16": torch.float16, "BF16": torch.bfloat16,
              "F32": torch.float32, "F64": torch.float64}.get(dtype)
     if found is None:
-        found = getattr(torch, _NEWER_TORCH.get(dtype, "uint8"), torch.uint8)
+        attr = _dtypes.NEWER_TORCH.get(dtype, "uint8")
+        found = getattr(torch, attr, torch.uint8)
     return found
 
 
@@ -415,10 +391,10 @@ def fill_target(name, value, stored_dtype):
                     dst.copy_(src)
         if t.dtype == torch.bfloat16:
             return t.view(torch.int16).numpy(), "BF16", finish
-        stored = _torch_names(torch).get(t.dtype)
+        stored = _dtypes.torch_names(torch).get(t.dtype)
         if stored in _RAW_DTYPES:  # float8: filled as its bits
             return t.view(torch.uint8).numpy(), stored, finish
-        if stored in _NEWER_TORCH:  # uint16..uint64, as NumPy has them
+        if stored in _dtypes.NEWER_TORCH:  # uint16..uint64: NumPy has them
             array = t.numpy()
             return array, _raw_dtype(array.dtype, stored_dtype), finish
         if t.dtype not in _torch_saveable(torch):
