@@ -90,8 +90,9 @@ class BackupAndRestore(keras.callbacks.Callback):
     alone; Keras's keyword for it, backup_dir=, is taken too. save_freq:
     "epoch" backs up at the end of each epoch, an int N every N batches.
     double_checkpoint=True keeps the two newest backups (keep_last=2).
-    delete_checkpoint=True deletes the backups once fit ends well. Other keyword arguments go to ckpt.open (chunk_size,
-    lease_seconds, catalog, keep_last, ...).
+    delete_checkpoint=True deletes the backups once fit ends well. Other
+    keyword arguments go to ckpt.open (chunk_size, lease_seconds, catalog,
+    keep_last, ...).
     """
 
     def __init__(self, url=None, save_freq="epoch", double_checkpoint=False,
