@@ -49,4 +49,7 @@ std::string CatalogRootUrl(std::string_view root);
 // CatalogRootUrl.
 std::string CatalogJobId(std::string_view job_id);
 
+// Whether CatalogJobId takes `job_id` for a path (and so a root).
+bool JobIdIsPath(std::string_view job_id);
+
 }  // namespace ckpt

@@ -38,11 +38,14 @@ std::string CatalogRootUrl(std::string_view root) {
   return "file://" + path;
 }
 
+bool JobIdIsPath(std::string_view job_id) {
+  return job_id.starts_with("/") || job_id.starts_with("./") ||
+         job_id.starts_with("../") || job_id == "." || job_id == ".." ||
+         job_id.starts_with("file://");
+}
+
 std::string CatalogJobId(std::string_view job_id) {
-  const bool path = job_id.starts_with("/") || job_id.starts_with("./") ||
-                    job_id.starts_with("../") || job_id == "." ||
-                    job_id == ".." || job_id.starts_with("file://");
-  return path ? CatalogRootUrl(job_id) : std::string(job_id);
+  return JobIdIsPath(job_id) ? CatalogRootUrl(job_id) : std::string(job_id);
 }
 
 namespace {

@@ -95,6 +95,33 @@ std::optional<RowCheck> CheckRow(const CatalogCheckpoint& c) {
   return RowCheck{Unreachable(s) ? "unchecked" : "stale", s.ToString()};
 }
 
+// The job a command names: an id as given, or, for a JOB given as a path
+// (CatalogJobId), the job whose checkpoints the catalog records under that
+// root. A job that set its own id (Options::job_id) saved under its root
+// with that id, not the root's URL: it is found by its root too. A root
+// the catalog has no row of names its default job; one that several jobs
+// saved into is ambiguous, and the error names them.
+Result<std::string> ResolveJob(Catalog& catalog, const std::string& arg) {
+  const std::string id = CatalogJobId(arg);
+  if (!JobIdIsPath(arg)) return id;
+  CKPT_ASSIGN_OR_RETURN(std::vector<CatalogCheckpoint> rows,
+                        catalog.List({.root = id, .state = std::nullopt}));
+  std::vector<std::string> jobs;
+  for (const CatalogCheckpoint& c : rows) {
+    if (std::find(jobs.begin(), jobs.end(), c.job_id) == jobs.end()) {
+      jobs.push_back(c.job_id);
+    }
+  }
+  if (jobs.empty()) return id;
+  if (jobs.size() == 1) return jobs[0];
+  std::vector<std::string> quoted;
+  for (const std::string& j : jobs) quoted.push_back(Quote(j));
+  return FailedPreconditionError(
+      "root " + id + " holds checkpoints of " + std::to_string(jobs.size()) +
+      " jobs in catalog " + catalog.url() + " (" + Join(quoted, ", ") +
+      "): name the job by its id");
+}
+
 // --- jobs
 // ---------------------------------------------------------------------
 
@@ -154,7 +181,20 @@ struct ListArgs {
 Status RunList(const ListArgs& args) {
   CKPT_ASSIGN_OR_RETURN(auto catalog, OpenNamedCatalog(args.catalog));
   CatalogFilter filter;
-  filter.job_id = CatalogJobId(args.job);
+  if (!args.job.empty()) {
+    CKPT_ASSIGN_OR_RETURN(filter.job_id, ResolveJob(*catalog, args.job));
+    // A job the catalog has no row of (a typo) is an error, as for latest;
+    // a known job whose rows the options leave out is an empty answer.
+    CKPT_ASSIGN_OR_RETURN(
+        std::vector<CatalogCheckpoint> any,
+        catalog->List(
+            {.job_id = filter.job_id, .state = std::nullopt, .limit = 1}));
+    if (any.empty()) {
+      return NotFoundError("no job " + Quote(filter.job_id) + " in catalog " +
+                           catalog->url() +
+                           " (`ckpt catalog jobs` lists the jobs it knows)");
+    }
+  }
   filter.root = args.root.empty() ? "" : CatalogRootUrl(args.root);
   if (args.all) filter.state = std::nullopt;
   if (args.deleted) filter.state = CheckpointState::kDeleted;
@@ -233,13 +273,13 @@ struct LatestArgs {
 
 Status RunLatest(const LatestArgs& args) {
   CKPT_ASSIGN_OR_RETURN(auto catalog, OpenNamedCatalog(args.catalog));
-  const std::string job = CatalogJobId(args.job);
+  CKPT_ASSIGN_OR_RETURN(const std::string job, ResolveJob(*catalog, args.job));
   // Newest first. Each row is checked against storage (the truth); one
   // that does not check out is skipped for the next older. A local tier's
   // steps are in node memory: only the job's tiered manager resumes them.
-  CKPT_ASSIGN_OR_RETURN(std::vector<CatalogCheckpoint> list,
-                        catalog->List({.job_id = CatalogJobId(args.job),
-                                       .tier = CatalogTier::kDurable}));
+  CKPT_ASSIGN_OR_RETURN(
+      std::vector<CatalogCheckpoint> list,
+      catalog->List({.job_id = job, .tier = CatalogTier::kDurable}));
   size_t stale = 0;
   for (auto it = list.rbegin(); it != list.rend(); ++it) {
     if (!args.no_check) {
@@ -300,7 +340,7 @@ std::vector<CatalogCheckpoint> RankedByMetric(
 Status RunBest(const BestArgs& args) {
   CKPT_ASSIGN_OR_RETURN(auto catalog, OpenNamedCatalog(args.catalog));
   const MetricGoal goal = args.max ? MetricGoal::kMax : MetricGoal::kMin;
-  const std::string job = CatalogJobId(args.job);
+  CKPT_ASSIGN_OR_RETURN(const std::string job, ResolveJob(*catalog, args.job));
   std::optional<CatalogCheckpoint> best;
   size_t stale = 0;
   if (args.no_check) {
@@ -460,8 +500,9 @@ void AddCatalogCommand(CLI::App& app, Command& selected) {
       "newest N. Each committed durable row is checked against its "
       "manifest, as by latest: one that does not check out is shown as "
       "stale (with --json, a \"stale\" field says why) and reported on "
-      "stderr (--no-check trusts the catalog). A JOB given as a path is "
-      "the job named by that root.",
+      "stderr (--no-check trusts the catalog). A JOB given as a path (/..., "
+      "./..., file://...) is the job that saved under that root, whatever "
+      "its id. A JOB the catalog has no row of is an error (exit 1).",
       "  ckpt catalog list run42\n"
       "  ckpt catalog list run42 --all --min-step 1000\n"
       "  ckpt catalog list run42 --tier local\n"
@@ -500,7 +541,8 @@ void AddCatalogCommand(CLI::App& app, Command& selected) {
       "  ckpt catalog latest run42\n"
       "  IFS=$'\\t' read -r root step < <(ckpt catalog latest run42)\n"
       "  ckpt catalog latest run42 --json\n");
-  sub->add_option("JOB", latest->job, "the job's id")->required();
+  sub->add_option("JOB", latest->job, "the job's id, or a root it saved under")
+      ->required();
   sub->add_flag("--no-check", latest->no_check,
                 "do not read the manifest: trust the catalog");
   AddCatalogOption(*sub, latest->catalog);
@@ -521,7 +563,8 @@ void AddCatalogCommand(CLI::App& app, Command& selected) {
       "is tried. Exit status 1 when no checkpoint has the metric.",
       "  ckpt catalog best run42 --metric loss --min\n"
       "  ckpt catalog best run42 --metric accuracy --max --json\n");
-  sub->add_option("JOB", best->job, "the job's id")->required();
+  sub->add_option("JOB", best->job, "the job's id, or a root it saved under")
+      ->required();
   sub->add_option("--metric", best->metric, "the metric to rank by")
       ->required();
   CLI::Option* min = sub->add_flag("--min", best->min, "lower is better");

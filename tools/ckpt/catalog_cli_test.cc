@@ -485,6 +485,46 @@ TEST_P(CatalogCliTest, AJobIdGivenAsAPathIsTheRootsUrl) {
   fs::current_path(cwd);
 }
 
+// A job that set its own id is found by the root it saved under too; a
+// root two jobs saved into is ambiguous, and the error names both.
+TEST_P(CatalogCliTest, AJobWithItsOwnIdIsFoundByItsRoot) {
+  auto mgr = Open(Root("own"), "run42");
+  ASSERT_NE(mgr, nullptr);
+  Save(*mgr, 5, 0.3);
+  Save(*mgr, 6, 0.2);
+  mgr.reset();
+  const std::string cwd = fs::current_path();
+  fs::current_path(dir_);
+  for (const std::string& root :
+       {Root("own"), dir_ + "/own", std::string("./own")}) {
+    RunResult r = Catalog({"latest", root});
+    EXPECT_EQ(r.out, Root("own") + "\t6\n") << root << ": " << r.err;
+    r = Catalog({"best", root, "--metric", "loss"});
+    EXPECT_EQ(r.out, Root("own") + "\t6\t0.2\n") << root << ": " << r.err;
+    r = Catalog({"list", root, "--json"});
+    ASSERT_EQ(r.exit_code, 0) << root << ": " << r.err;
+    const json rows = json::parse(r.out);
+    ASSERT_EQ(rows.size(), 2u) << r.out;
+    EXPECT_EQ(rows[0]["job_id"], "run42");
+  }
+  fs::current_path(cwd);
+
+  // A second job saves into the same root under another id.
+  mgr = Open(Root("own"), "run43");
+  ASSERT_NE(mgr, nullptr);
+  Save(*mgr, 7, 0.1);
+  mgr.reset();
+  for (const char* sub : {"latest", "list"}) {
+    RunResult r = Catalog({sub, dir_ + "/own"});
+    EXPECT_EQ(r.exit_code, 1) << sub << ": " << r.out;
+    EXPECT_TRUE(Contains(r.err, "\"run42\"") && Contains(r.err, "\"run43\""))
+        << sub << ": " << r.err;
+    EXPECT_TRUE(Contains(r.err, "name the job by its id")) << r.err;
+  }
+  RunResult r = Catalog({"latest", "run43"});
+  EXPECT_EQ(r.out, Root("own") + "\t7\n") << r.err;
+}
+
 TEST_P(CatalogCliTest, NothingToReportIsExitOne) {
   // An empty catalog: made by opening it, as a job's first save does.
   ASSERT_TRUE(OpenCatalog(catalog_url_).ok());
@@ -495,6 +535,14 @@ TEST_P(CatalogCliTest, NothingToReportIsExitOne) {
   r = Catalog({"jobs"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(Contains(r.out, "no jobs"));
+  // A job the catalog has no row of is most likely a mistyped id.
+  r = Catalog({"list", "nobody"});
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_TRUE(Contains(r.err, "no job \"nobody\"")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "ckpt catalog jobs")) << r.err;
+  r = Catalog({"list"});  // every job: none, which is an answer
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.out, "no checkpoints")) << r.out;
   r = Ckpt({"catalog", "jobs", "--catalog", "none"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(Contains(r.err, "turned off"));
