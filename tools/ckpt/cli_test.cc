@@ -886,7 +886,7 @@ TEST_F(CliTest, DiffReportsAddedRemovedChanged) {
 
   r = Ckpt({"diff", root_, "--step", "2", "--step", "2"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.out, "no differences: steps 2 and 2 hold the same 4 entries\n");
 }
 
 TEST_F(CliTest, DiffIgnoresAChunkSizeChange) {
@@ -902,7 +902,13 @@ TEST_F(CliTest, DiffIgnoresAChunkSizeChange) {
   }
   RunResult r = Ckpt({"diff", root_, "--step", "1", "--step", "2"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.out, "no differences: steps 1 and 2 hold the same 1 entry\n");
+  r = Ckpt({"diff", root_, "--step", "1", "--step", "2", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(ParseJson(r.out),
+            nlohmann::json({{"added", nlohmann::json::array()},
+                            {"removed", nlohmann::json::array()},
+                            {"changed", nlohmann::json::array()}}));
 }
 
 // The objects of `root`'s step directory `dir`: key relative to the root

@@ -126,6 +126,12 @@ Status RunDiff(const DiffArgs& args) {
   for (const std::string& name : added) fmt::print("+ {}\n", name);
   for (const std::string& name : removed) fmt::print("- {}\n", name);
   for (const Change& c : changed) fmt::print("~ {} ({})\n", c.name, c.why);
+  // Said, not left blank: an empty answer reads as a command that did
+  // nothing (a wrong root, a step it did not find).
+  if (added.empty() && removed.empty() && changed.empty()) {
+    fmt::print("no differences: steps {} and {} hold the same {} {}\n", a, b,
+               in_a.size(), in_a.size() == 1 ? "entry" : "entries");
+  }
   return Status();
 }
 
@@ -139,8 +145,9 @@ void AddDiffCommand(CLI::App& app, Command& selected) {
       "entry only the second step has, \"- NAME\" one only the first has, "
       "and \"~ NAME (why)\" one whose kind, dtype, shape, size, contents or "
       "(for metadata) value differs. Contents are compared by checksums and, "
-      "where those differ, by the bytes themselves. Exits with status 0 "
-      "whether or not the checkpoints differ.",
+      "where those differ, by the bytes themselves. Checkpoints that do not "
+      "differ print \"no differences: ...\" (with --json, three empty "
+      "lists). Exits with status 0 whether or not the checkpoints differ.",
       "  ckpt diff /data/run42 --step 1000 --step 1200\n"
       "  ckpt diff /data/run42 --step 1000 1200 --json\n");
   AddRootArg(*sub, args->root);
