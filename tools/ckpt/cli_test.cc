@@ -302,6 +302,22 @@ TEST_F(CliTest, UsageErrorsExitTwo) {
     EXPECT_TRUE(Contains(r.err, "--help")) << joined;
   }
   EXPECT_TRUE(Contains(Ckpt({"frobnicate"}).err, "\"frobnicate\""));
+  // A mistyped option is named, even where a required argument is missing
+  // too (CLI11 alone reports only the missing argument).
+  const std::vector<std::pair<std::vector<std::string>, std::string>> typos = {
+      {{"ls", "--bogus"}, "--bogus"},
+      {{"ls", root_, "--bogus=1"}, "--bogus"},
+      {{"catalog", "latest", "--jobb", "x"}, "--jobb"},
+      {{"gc", "--keep-lastt", "3", root_}, "--keep-lastt"},
+  };
+  for (const auto& [args, option] : typos) {
+    const RunResult r = Ckpt(args);
+    EXPECT_EQ(r.exit_code, 2) << option;
+    EXPECT_TRUE(Contains(r.err, "unknown option \"" + option + "\"")) << r.err;
+  }
+  // A negative value is the value's error, not an unknown option.
+  const RunResult negative = Ckpt({"show", root_, "--step", "-1"});
+  EXPECT_FALSE(Contains(negative.err, "unknown option")) << negative.err;
   // None of them may have created the root.
   EXPECT_FALSE(fs::exists(root_));
 }

@@ -6,6 +6,7 @@
 #include <fmt/core.h>
 
 #include <CLI/CLI.hpp>
+#include <cctype>
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -19,8 +20,45 @@ namespace {
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
 
+// The first option on the command line that neither the command nor the
+// commands above it know, or "". CLI11 checks that required arguments are
+// there before it looks at what is left over, so `ckpt catalog latest
+// --jobb x` would be reported as a missing JOB, hiding the typo.
+std::string UnknownOption(CLI::App& app, int argc, char** argv) {
+  std::vector<CLI::App*> chain = {&app};
+  while (!chain.back()->get_subcommands().empty()) {
+    chain.push_back(chain.back()->get_subcommands().front());
+  }
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--") break;  // the rest are positional
+    if (arg.size() < 2 || arg[0] != '-') continue;
+    // A negative number is a value ("--step -1"), reported by its check.
+    if (std::isdigit(static_cast<unsigned char>(arg[1]))) continue;
+    if (const size_t eq = arg.find('='); eq != std::string::npos) {
+      arg.resize(eq);
+    }
+    // Short flags may be grouped ("-ab"): the first names the group.
+    if (arg[1] != '-') arg.resize(2);
+    bool known = false;
+    for (CLI::App* a : chain) {
+      if (a->get_option_no_throw(arg) != nullptr) known = true;
+    }
+    if (!known) return arg;
+  }
+  return "";
+}
+
 int UsageError(CLI::App& app, const CLI::ParseError& e, int argc, char** argv) {
   const std::vector<CLI::App*> selected = app.get_subcommands();
+  if (const std::string unknown = UnknownOption(app, argc, argv);
+      !selected.empty() && !unknown.empty()) {
+    const std::string name = selected.front()->get_name();
+    fmt::print(stderr, "ckpt {}: unknown option {}\n", name,
+               ckpt::Quote(unknown));
+    fmt::print(stderr, "Run 'ckpt {} --help' for usage.\n", name);
+    return kExitUsage;
+  }
   if (selected.empty()) {
     // CLI11 reports an unknown command as "A subcommand is required"; name
     // what was typed instead.
