@@ -1,5 +1,7 @@
 #include "checkpoint/catalog_record.h"
 
+#include <algorithm>
+
 #include "checkpoint/manifests.h"
 #include "checkpoint/root_context.h"
 #include "format/constants.h"
@@ -123,6 +125,13 @@ void CatalogRecorder::Execute(const Job& job, uint64_t index) {
   // Handed over while an earlier batch waited for the catalog and failed:
   // trying again would make this batch's caller wait a second time.
   bool failed = failed_at_ > job.after;
+  if (!failed && !pending_other_.empty()) {
+    if (Status s = RetryOthers(); !s.ok()) {
+      error_ = s;
+      failed = true;
+      failed_at_ = index;
+    }
+  }
   for (const Op& op : job.ops) {
     bool skipped = false;
     Status s;
@@ -131,6 +140,8 @@ void CatalogRecorder::Execute(const Job& job, uint64_t index) {
       missed_.push_back(op.what);
       if (op.kind == Op::kCommitted || op.kind == Op::kDeleted) {
         behind_ = true;
+      } else {
+        KeepOther(op);
       }
     }
     if (!s.ok()) {
@@ -173,6 +184,32 @@ Status CatalogRecorder::Make(const Op& op, bool* skipped) {
       return catalog_->Record(op.row);
     case Op::kDeletedOther:
       return catalog_->MarkDeleted(op.root, op.step).status();
+  }
+  return Status();
+}
+
+void CatalogRecorder::KeepOther(const Op& op) {
+  const std::string& root = op.kind == Op::kRecordOther ? op.row.root : op.root;
+  const int64_t step = op.kind == Op::kRecordOther ? op.row.step : op.step;
+  // The later call for a step stands for both: a row recorded and then
+  // marked deleted ends deleted.
+  pending_other_.insert_or_assign({root, step}, op);
+  if (pending_other_.size() > kMaxPendingOther) {
+    // The oldest step is the least worth keeping; a long outage must not
+    // grow the recorder without bound.
+    auto oldest = std::min_element(pending_other_.begin(), pending_other_.end(),
+                                   [](const auto& a, const auto& b) {
+                                     return a.first.second < b.first.second;
+                                   });
+    pending_other_.erase(oldest);
+  }
+}
+
+Status CatalogRecorder::RetryOthers() {
+  for (auto it = pending_other_.begin(); it != pending_other_.end();) {
+    bool skipped = false;
+    CKPT_RETURN_IF_ERROR(Make(it->second, &skipped));
+    it = pending_other_.erase(it);
   }
   return Status();
 }

@@ -9,11 +9,13 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "ckpt/catalog.h"
@@ -101,11 +103,14 @@ class CatalogRecorder {
   // After the checkpoint at `step` was deleted: marks its row.
   void Deleted(int64_t step);
   // A row of another root (a tiered job's local tier), recorded or marked
-  // deleted in turn with this root's; `what` names it in a warning. The
-  // catalog's catching up covers this root only: a missed row of another
-  // is only warned about.
+  // deleted in turn with this root's; `what` names it in a warning. No sync
+  // can read another root's steps (node memory), so a call that the catalog
+  // missed is kept, the last one for each root and step, and made again
+  // before the next batch's calls (at most kMaxPendingOther of them, the
+  // newest steps).
   void RecordOther(CatalogCheckpoint row, std::string what);
   void DeletedOther(std::string root, int64_t step, std::string what);
+  static constexpr size_t kMaxPendingOther = 4096;
 
  private:
   struct Op {
@@ -134,6 +139,10 @@ class CatalogRecorder {
   Status Make(const Op& op, bool* skipped);
   // Logs what the catalog missed, once.
   void Warn();
+  // On the thread: keeps a missed call of another root's row for later.
+  void KeepOther(const Op& op);
+  // On the thread: makes the kept calls again; stops at the first failure.
+  Status RetryOthers();
 
   const std::shared_ptr<Catalog> catalog_;
   Storage& storage_;
@@ -156,6 +165,8 @@ class CatalogRecorder {
   uint64_t failed_at_ = 0;  // the index (1-based) of the last failed batch
   Status error_;            // the last failure
   std::vector<std::string> missed_;  // not yet warned about
+  // Missed calls for other roots' rows, by root and step.
+  std::map<std::pair<std::string, int64_t>, Op> pending_other_;
 };
 
 // The committed checkpoints of `storage`'s root, oldest first, read apart
