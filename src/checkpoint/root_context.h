@@ -35,6 +35,7 @@
 // convention, stated here.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -208,13 +209,16 @@ struct RootContext {
   // 4 MiB), beside the index kept.
   std::vector<std::vector<ChunkRow>> spare_rows;
   // What Compression::kAuto decides from, on this rank (save.cc,
-  // ChooseCompression): the speed its last data object went to the storage
-  // at (stored bytes per second of writing), and the speed and ratio its
-  // chunks compress at (raw bytes per second with the I/O threads; stored
-  // over raw bytes), from its last compressed save or a sample. 0: not
-  // measured yet.
+  // ChooseCompression): the speed its data objects went to the storage at
+  // (stored bytes per second of writing; the fastest of its last
+  // kWritesKept, in `writes`), and the speed and ratio its chunks compress
+  // at (raw bytes per second with the I/O threads; stored over raw bytes),
+  // from its last compressed save or a sample. 0: not measured yet.
   struct CompressionFigures {
+    static constexpr size_t kWritesKept = 3;
     double write_bps = 0;
+    std::array<double, kWritesKept> writes = {};
+    size_t next_write = 0;  // where in `writes` the next one goes
     double compress_bps = 0;
     double ratio = 0;
   };

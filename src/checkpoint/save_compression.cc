@@ -10,8 +10,9 @@
 // that is when 1 / compress_speed < (1 - ratio) / write_speed. kAuto asks
 // for a tenth to spare (the figures are one save's), so a close call is
 // written raw, and decides per save from this rank's own figures: the
-// speed its last data object went out at, and the speed and ratio of its
-// last compressed save, or of a sample of the state compressed once.
+// speed its data objects went out at (the fastest of the last three), and
+// the speed and ratio of its last compressed save, or of a sample of the
+// state compressed once.
 #include <algorithm>
 #include <chrono>
 #include <thread>
@@ -154,7 +155,13 @@ void Saver::NoteWrite(const WrittenObject& w) {
   if (w.raw_bytes < kMeasuredFrom) return;
   RootContext::CompressionFigures& f = root_.compression_figures;
   if (w.write_seconds > 0) {
-    f.write_bps = static_cast<double>(w.size) / w.write_seconds;
+    // The fastest of the last few: one write slowed by something else (a
+    // busy machine, a pause) must not turn the next save to compressing,
+    // which would slow down every save after it on a fast storage. A
+    // storage that has become slow shows it in each of them.
+    f.writes[f.next_write] = static_cast<double>(w.size) / w.write_seconds;
+    f.next_write = (f.next_write + 1) % f.writes.size();
+    f.write_bps = *std::max_element(f.writes.begin(), f.writes.end());
   }
   if (w.compress_seconds > 0) {
     f.compress_bps = static_cast<double>(w.raw_bytes) / w.compress_seconds;
