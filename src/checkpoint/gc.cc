@@ -27,6 +27,7 @@
 #include "checkpoint/gc.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "checkpoint/delete.h"
@@ -81,8 +82,12 @@ Result<GcReport> Collector::GarbageCollect(const GcOptions& gc,
   // 1. Retention.
   const RetentionPolicy policy =
       gc.retention ? *gc.retention : root_.options.retention;
+  // The listing's sizes mark the steps that would not load (an object
+  // missing or of another size): retention neither counts nor deletes them.
+  std::map<std::string, uint64_t> listed_sizes;
+  for (const ObjectInfo& o : all) listed_sizes.emplace(o.key, o.size);
   const std::vector<CheckpointInfo> infos =
-      Inspector(root_).Infos(listed, nullptr);
+      Inspector(root_).Infos(listed, &listed_sizes);
   if (Status ranks = RetentionRanks(infos, policy); !ranks.ok()) {
     // Asked for (ckpt gc, GarbageCollect): refused whole, nothing deleted.
     // After a save, which has committed: said once, and the collection of
@@ -264,30 +269,25 @@ Result<GcReport> Collector::GarbageCollect(const GcOptions& gc,
         ": incomplete uploads were left: " + aborted.status().ToString());
   }
   // A root with a damaged or incomplete step is left to the whole-root
-  // path: retention counts such steps, and they are for someone to look at.
-  if (!gc.dry_run && owned && live.damaged.empty()) {
-    KnowSteps(infos, report, all);
-  }
+  // path: retention must see which steps are whole, and such steps are for
+  // someone to look at.
+  if (!gc.dry_run && owned && live.damaged.empty()) KnowSteps(infos, report);
   return report;
 }
 
 void Collector::KnowSteps(const std::vector<CheckpointInfo>& infos,
-                          const GcReport& report,
-                          const std::vector<ObjectInfo>& all) {
+                          const GcReport& report) {
   // Holding the lease, having listed the whole root: from here on this
   // manager's own commits are the root's only changes (root_context.h).
   // What this collection deleted was a deleted step's or named by no
-  // manifest, so the listing still judges the steps that stay.
-  std::map<std::string, uint64_t> sizes;
-  for (const ObjectInfo& o : all) sizes.emplace(o.key, o.size);
+  // manifest, so the listing (`incomplete`) still judges the steps that
+  // stay.
   const std::set<int64_t> deleted(report.deleted_steps.begin(),
                                   report.deleted_steps.end());
   std::map<int64_t, CheckpointInfo> known;
   for (const CheckpointInfo& info : infos) {
     if (deleted.count(info.step)) continue;
-    Result<std::shared_ptr<const Manifest>> m =
-        root_.manifests.Summary(info.step);
-    if (!m.ok() || !ManifestStore::MissingObject(**m, sizes).empty()) return;
+    if (!info.incomplete.empty()) return;
     known.emplace(info.step, info);
   }
   root_.known_steps = std::move(known);

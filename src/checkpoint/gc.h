@@ -20,10 +20,10 @@ class Collector {
 
  private:
   // Sets root_.known_steps to the steps of `infos` that `report` did not
-  // delete, when each is whole by the listing `all`; leaves it unknown
-  // when one is not.
+  // delete, when each is whole by the listing (CheckpointInfo::incomplete
+  // empty); leaves it unknown when one is not.
   void KnowSteps(const std::vector<CheckpointInfo>& infos,
-                 const GcReport& report, const std::vector<ObjectInfo>& all);
+                 const GcReport& report);
 
   RootContext& root_;
 };

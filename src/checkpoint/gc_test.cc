@@ -782,6 +782,72 @@ TEST_F(GcFileTest, AStepWhoseManifestCannotBeReadKeepsItsObjects) {
   }
 }
 
+// The newest step's data object truncated (or gone, or a symbolic link in
+// its place): `ckpt ls` marks it incomplete and a resume skips it, so
+// retention must not count it as one of the newest: keep-last 1 keeps the
+// newest step that loads, deletes the older ones, and leaves the damaged
+// one to be looked at (a save of its step replaces it).
+TEST_F(GcFileTest, RetentionCountsOnlyStepsThatLoad) {
+  const std::filesystem::path root = url_.substr(std::string("file://").size());
+  RetentionPolicy keep_one;
+  keep_one.keep_last = 1;
+  Options o = MakeOptions();
+  o.lease_seconds = 60;
+  int64_t first = 1;
+  for (const std::string damage : {"truncated", "missing", "symlink"}) {
+    SCOPED_TRACE(damage);
+    auto mgr = OpenManager(o);
+    ASSERT_NE(mgr, nullptr);
+    for (int64_t s = first; s < first + 4; ++s) SaveModel(*mgr, s);
+    const int64_t newest = first + 3;
+    std::filesystem::path data;
+    for (const auto& f : std::filesystem::directory_iterator(
+             root / format::StepDirName(newest))) {
+      if (f.path().extension() == ".safetensors") data = f.path();
+    }
+    ASSERT_FALSE(data.empty());
+    const std::filesystem::path aside = root.parent_path() / "aside";
+    if (damage == "truncated") {
+      std::filesystem::resize_file(data, 1000);
+    } else {
+      std::filesystem::rename(data, aside);
+      if (damage == "symlink") std::filesystem::create_symlink(aside, data);
+    }
+    auto listed = mgr->List();
+    ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+    ASSERT_FALSE(listed->back().incomplete.empty());
+    if (damage == "symlink") {
+      EXPECT_NE(listed->back().incomplete.find("cannot be read"),
+                std::string::npos)
+          << listed->back().incomplete;
+    }
+    Result<GcReport> gc = mgr->GarbageCollect({.retention = keep_one});
+    ASSERT_TRUE(gc.ok()) << gc.status().ToString();
+    // The last round's newest, which stayed, goes too.
+    std::vector<int64_t> older = {first, first + 1};
+    if (first > 1) older.insert(older.begin(), first - 1);
+    EXPECT_EQ(gc->deleted_steps, older);
+    listed = mgr->List();
+    ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+    ASSERT_EQ(listed->size(), 2u);
+    EXPECT_EQ((*listed)[0].step, first + 2);
+    EXPECT_EQ((*listed)[1].step, newest);
+    ExpectLoads(*mgr, first + 2, Model(first + 2));
+    // The job restarted saves the damaged step again, which replaces it;
+    // the next collection keeps it and deletes the one before.
+    std::filesystem::remove(data);
+    std::filesystem::remove(aside);
+    mgr.reset();
+    mgr = OpenManager(o);
+    ASSERT_NE(mgr, nullptr);
+    SaveModel(*mgr, newest);
+    gc = mgr->GarbageCollect({.retention = keep_one});
+    ASSERT_TRUE(gc.ok()) << gc.status().ToString();
+    EXPECT_EQ(gc->deleted_steps, (std::vector<int64_t>{first + 2}));
+    first = newest + 1;
+  }
+}
+
 // A save killed between making its step's folder and its first file leaves
 // an empty folder, which no listing shows: a collection holding the lease
 // removes it, one without the lease once it is older than the grace period;

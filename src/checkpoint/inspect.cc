@@ -41,7 +41,8 @@ std::vector<CheckpointInfo> Inspector::Infos(
     }
     out.push_back(InfoFromManifest(**m));
     if (sizes)
-      out.back().incomplete = ManifestStore::MissingObject(**m, *sizes);
+      out.back().incomplete =
+          ManifestStore::MissingObject(**m, *sizes, root_.storage.get());
   }
   return out;
 }

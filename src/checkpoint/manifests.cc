@@ -258,12 +258,24 @@ Result<std::map<std::string, uint64_t>> ManifestStore::ObjectSizes() {
 }
 
 std::string ManifestStore::MissingObject(
-    const Manifest& m, const std::map<std::string, uint64_t>& sizes) {
+    const Manifest& m, const std::map<std::string, uint64_t>& sizes,
+    Storage* storage) {
   for (const auto* list : {&m.objects, &m.metadata_objects}) {
     const char* kind = list == &m.objects ? "data object " : "metadata object ";
     for (const format::ObjectRecord& o : *list) {
       auto it = sizes.find(o.key);
-      if (it == sizes.end()) return kind + o.key + " is missing";
+      if (it == sizes.end()) {
+        // Listings leave out what is not a regular file; a load says why it
+        // cannot read one (load_path.cc, CheckObjects), and so does this.
+        if (storage != nullptr) {
+          Result<ObjectInfo> info = storage->Stat(o.key);
+          if (!info.ok() &&
+              info.status().code() == ErrorCode::kInvalidArgument) {
+            return kind + o.key + " cannot be read: " + info.status().message();
+          }
+        }
+        return kind + o.key + " is missing";
+      }
       if (it->second != o.size) {
         return kind + o.key + " is " + std::to_string(it->second) +
                " bytes but the manifest records " + std::to_string(o.size);
@@ -287,7 +299,7 @@ Result<std::shared_ptr<const Manifest>> ManifestStore::NewestComplete() {
       WarnSkipped(step, info, m.status().ToString());
       continue;
     }
-    const std::string missing = MissingObject(**m, sizes);
+    const std::string missing = MissingObject(**m, sizes, &storage_);
     if (missing.empty()) return m;
     WarnSkipped(step, info,
                 "in " + storage_.url() + ": " + missing +

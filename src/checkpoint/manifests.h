@@ -95,9 +95,12 @@ class ManifestStore {
   Result<std::shared_ptr<const format::Manifest>> NewestComplete();
   // The first object of `m` (a data object, or version 3's directory or
   // index) missing from `listed` (key -> size) or of another size, as a
-  // message; empty if every object is there.
-  static std::string MissingObject(
-      const format::Manifest& m, const std::map<std::string, uint64_t>& sizes);
+  // message; empty if every object is there. With `storage`, an object the
+  // listing left out is looked at: one in its place that is no regular file
+  // (a symbolic link, a folder) is said to be that, not missing.
+  static std::string MissingObject(const format::Manifest& m,
+                                   const std::map<std::string, uint64_t>& sizes,
+                                   Storage* storage = nullptr);
   // Every object under the step directories, with its size.
   Result<std::map<std::string, uint64_t>> ObjectSizes();
 

@@ -11,8 +11,16 @@ std::vector<int64_t> StepsToDelete(
     const RetentionPolicy& policy) {
   if (!policy.enabled() || checkpoints.empty()) return {};
   if (!RetentionRanks(checkpoints, policy).ok()) return {};
+  // Only the steps that would load count: a step the listing found
+  // incomplete (an object missing or truncated) is no resume point, so it
+  // must not stand for one of the newest N, nor be the newest kept while
+  // the whole ones before it go. It is not deleted either: saving its step
+  // again replaces it, and until then it is there to look at.
   std::vector<const CheckpointInfo*> by_step;
-  for (const CheckpointInfo& c : checkpoints) by_step.push_back(&c);
+  for (const CheckpointInfo& c : checkpoints) {
+    if (c.incomplete.empty()) by_step.push_back(&c);
+  }
+  if (by_step.empty()) return {};
   std::sort(by_step.begin(), by_step.end(),
             [](auto* a, auto* b) { return a->step < b->step; });
 

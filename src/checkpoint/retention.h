@@ -12,7 +12,9 @@ namespace ckpt {
 // `checkpoints` are committed checkpoints, any order. Returns the steps to
 // delete, oldest first: those no rule keeps, never the newest, and never one
 // that a kept checkpoint depends on (directly or through a chain). Nothing
-// where keep_best ranks by a metric none of them has (RetentionRanks).
+// where keep_best ranks by a metric none of them has (RetentionRanks). A
+// checkpoint marked incomplete (CheckpointInfo::incomplete) is neither
+// counted nor deleted: the rules and "the newest" see only whole ones.
 std::vector<int64_t> StepsToDelete(
     const std::vector<CheckpointInfo>& checkpoints,
     const RetentionPolicy& policy);

@@ -69,6 +69,21 @@ TEST(RetentionTest, KeepLastKeepsTheNewestN) {
   EXPECT_EQ(StepsToDelete(Series(5), p), Steps{});
 }
 
+// A step the listing found incomplete is no resume point: it neither
+// counts as one of the newest nor goes.
+TEST(RetentionTest, IncompleteStepsNeitherCountNorGo) {
+  std::vector<CheckpointInfo> all = Series(5);
+  all[4].incomplete = "data object step-5/x is missing";
+  all[1].incomplete = "data object step-2/x is 10 bytes but ...";
+  RetentionPolicy p;
+  p.keep_last = 1;
+  EXPECT_EQ(StepsToDelete(all, p), (Steps{1, 3}));
+  p.keep_last = 2;
+  EXPECT_EQ(StepsToDelete(all, p), (Steps{1}));
+  for (CheckpointInfo& c : all) c.incomplete = "gone";
+  EXPECT_EQ(StepsToDelete(all, p), Steps{});
+}
+
 TEST(RetentionTest, InputOrderDoesNotMatterAndOutputIsOldestFirst) {
   std::vector<CheckpointInfo> shuffled = {Ckpt(40), Ckpt(10), Ckpt(50),
                                           Ckpt(20), Ckpt(30)};
