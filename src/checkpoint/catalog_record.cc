@@ -1,6 +1,7 @@
 #include "checkpoint/catalog_record.h"
 
 #include <algorithm>
+#include <set>
 
 #include "checkpoint/manifests.h"
 #include "checkpoint/root_context.h"
@@ -156,6 +157,16 @@ void CatalogRecorder::Execute(const Job& job, uint64_t index) {
 Status CatalogRecorder::Make(const Op& op, bool* skipped) {
   switch (op.kind) {
     case Op::kCommitted: {
+      if (!checked_) {
+        // Once per manager: a process killed between a commit and its row
+        // (or a delete and its mark) left the catalog behind, and nothing
+        // else would tell; compared by the steps alone, without reading
+        // any manifest.
+        checked_ = true;
+        Result<bool> behind = CatalogBehind(op.step);
+        if (!behind.ok()) return behind.status();
+        if (*behind) behind_ = true;
+      }
       if (!behind_) return catalog_->Record(op.row);
       // An earlier call failed: the sync writes its rows and this one.
       Result<std::vector<CheckpointInfo>> infos = list_();
@@ -186,6 +197,27 @@ Status CatalogRecorder::Make(const Op& op, bool* skipped) {
       return catalog_->MarkDeleted(op.root, op.step).status();
   }
   return Status();
+}
+
+Result<bool> CatalogRecorder::CatalogBehind(int64_t committing) {
+  CKPT_ASSIGN_OR_RETURN(auto listed, ManifestStore(storage_).List());
+  std::set<int64_t> on_storage;
+  for (const auto& [step, info] : listed) {
+    if (step != committing) on_storage.insert(step);
+  }
+  CKPT_ASSIGN_OR_RETURN(std::vector<CatalogCheckpoint> rows,
+                        catalog_->List({.root = CatalogRootUrl(Root()),
+                                        .tier = CatalogTier::kDurable}));
+  std::set<int64_t> in_catalog;
+  for (const CatalogCheckpoint& row : rows) {
+    if (row.step != committing) in_catalog.insert(row.step);
+  }
+  if (on_storage == in_catalog) return false;
+  LogInfo("catalog " + catalog_->url() + " is behind " + Root() + " (" +
+          std::to_string(on_storage.size()) + " committed steps on storage, " +
+          std::to_string(in_catalog.size()) +
+          " in the catalog): syncing it with this commit");
+  return true;
 }
 
 void CatalogRecorder::KeepOther(const Op& op) {

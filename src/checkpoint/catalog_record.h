@@ -59,7 +59,10 @@ Status LocalTierRefusal(const Catalog& catalog, std::string_view root);
 // call never waits for the catalog).
 //
 // When a call fails (the database is down, or another process holds it past
-// the timeout) the recorder remembers that the catalog is behind the root.
+// the timeout) the recorder remembers that the catalog is behind the root;
+// its first commit also compares the catalog's steps of the root with
+// storage's (a process killed between a commit and its row leaves the
+// catalog behind with no failure to remember).
 // The next commit then syncs the root (SyncCatalogWith) instead of
 // recording one row, which writes every row that was missed; until then a
 // delete does not wait for the catalog again, since the sync marks it too.
@@ -139,6 +142,10 @@ class CatalogRecorder {
   Status Make(const Op& op, bool* skipped);
   // Logs what the catalog missed, once.
   void Warn();
+  // On the thread: whether the catalog's committed durable rows of this
+  // root are another set of steps than storage's committed ones (leaving
+  // out `committing`, being recorded now).
+  Result<bool> CatalogBehind(int64_t committing);
   // On the thread: keeps a missed call of another root's row for later.
   void KeepOther(const Op& op);
   // On the thread: makes the kept calls again; stops at the first failure.
@@ -162,6 +169,7 @@ class CatalogRecorder {
 
   // The thread's alone.
   bool behind_ = false;     // a call failed and no sync has succeeded since
+  bool checked_ = false;    // CatalogBehind asked, at this manager's first
   uint64_t failed_at_ = 0;  // the index (1-based) of the last failed batch
   Status error_;            // the last failure
   std::vector<std::string> missed_;  // not yet warned about

@@ -198,28 +198,27 @@ TEST_P(CatalogManagerTest, RetentionAndDeleteMarkRowsDeleted) {
 class BrokenCatalog : public Catalog {
  public:
   const std::string& url() const override { return url_; }
-  Status Record(const CatalogCheckpoint&) override {
-    return UnavailableError("catalog " + url_ + ": the server went away");
-  }
+  Status Record(const CatalogCheckpoint&) override { return Gone(); }
   Result<bool> MarkDeleted(std::string_view, int64_t) override {
-    return UnavailableError("catalog " + url_ + ": the server went away");
+    return Gone();
   }
   Result<std::optional<CatalogCheckpoint>> Latest(std::string_view) override {
-    return UnavailableError("down");
+    return Gone();
   }
   Result<std::vector<CatalogCheckpoint>> List(const CatalogFilter&) override {
-    return UnavailableError("down");
+    return Gone();
   }
   Result<std::optional<CatalogCheckpoint>> Best(std::string_view,
                                                 std::string_view,
                                                 MetricGoal) override {
-    return UnavailableError("down");
+    return Gone();
   }
-  Result<std::vector<CatalogJob>> Jobs() override {
-    return UnavailableError("down");
-  }
+  Result<std::vector<CatalogJob>> Jobs() override { return Gone(); }
 
  private:
+  Status Gone() const {
+    return UnavailableError("catalog " + url_ + ": the server went away");
+  }
   std::string url_ = "postgresql://gone.example/ckpt";
 };
 
@@ -519,6 +518,36 @@ TEST_P(CatalogManagerTest, AForcedDeleteRecordsTheDependantsItRewrites) {
   ASSERT_TRUE(latest.ok() && latest->has_value());
   EXPECT_EQ((*latest)->step, 3);
   EXPECT_TRUE(CheckAgainstStorage(**latest).ok());
+}
+
+// A process killed between its commit and the commit's row (or between a
+// delete and its mark) leaves the catalog behind with no failure for
+// anyone to remember: the next manager's first save finds the catalog's
+// steps of the root unlike storage's and syncs them. Its later saves record
+// one row each again.
+TEST_P(CatalogManagerTest, TheFirstSaveAfterAKillBringsTheCatalogUpToDate) {
+  auto mgr = Open();
+  ASSERT_NE(mgr, nullptr);
+  SaveSteps(*mgr, 1, 3);
+  ASSERT_TRUE(mgr->Delete(1).ok());
+  mgr.reset();
+  // What the killed process never told the catalog: step 3 committed, step
+  // 1 deleted.
+  RawSql("DELETE FROM ckpt_checkpoints WHERE root = $1 AND step = 3", {root_});
+  RawSql(
+      "UPDATE ckpt_checkpoints SET state = 'committed' WHERE root = $1 AND "
+      "step = 1",
+      {root_});
+  ASSERT_EQ(CommittedSteps(), (std::vector<int64_t>{1, 2}));
+
+  mgr = Open();
+  ASSERT_NE(mgr, nullptr);
+  SaveSteps(*mgr, 4, 4);
+  EXPECT_EQ(CommittedSteps(), (std::vector<int64_t>{2, 3, 4}));
+  // In step again: the next save records its row alone.
+  RawSql("DELETE FROM ckpt_checkpoints WHERE root = $1 AND step = 2", {root_});
+  SaveSteps(*mgr, 5, 5);
+  EXPECT_EQ(CommittedSteps(), (std::vector<int64_t>{3, 4, 5}));
 }
 
 TEST_P(CatalogManagerTest, SyncRestoresRowsDeletedByHand) {
