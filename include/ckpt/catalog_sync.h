@@ -39,7 +39,9 @@ Result<CatalogSyncReport> SyncCatalog(CheckpointManager& manager,
 Status CheckAgainstStorage(const CatalogCheckpoint& row);
 
 // How a root URL is written in the catalog: a plain path or a file:// URL
-// becomes file:// and the absolute, normalized path; other URLs are kept.
+// becomes file:// and the absolute, normalized path (a plain path's '%',
+// '?' and '#' percent-encoded, so that the URL opens the same folder);
+// other URLs are kept.
 std::string CatalogRootUrl(std::string_view root);
 
 // How a job id is written in manifests and the catalog: one given as a path

@@ -35,6 +35,24 @@ std::string CatalogRootUrl(std::string_view root) {
   if (path.empty() || path[0] != '/') return std::string(root);
   path = std::filesystem::path(path).lexically_normal().string();
   if (path.size() > 1 && path.back() == '/') path.pop_back();
+  if (root.find("://") == std::string_view::npos) {
+    // A plain path is taken as it is; in a file URL '%' starts an escape
+    // and '?' and '#' end the path, so those three are escaped: the row's
+    // URL must open the same folder (a root "run%41b" is not "runAb").
+    std::string escaped;
+    for (char c : path) {
+      if (c == '%') {
+        escaped += "%25";
+      } else if (c == '?') {
+        escaped += "%3F";
+      } else if (c == '#') {
+        escaped += "%23";
+      } else {
+        escaped += c;
+      }
+    }
+    path = std::move(escaped);
+  }
   return "file://" + path;
 }
 

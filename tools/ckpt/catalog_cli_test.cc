@@ -525,6 +525,26 @@ TEST_P(CatalogCliTest, AJobWithItsOwnIdIsFoundByItsRoot) {
   EXPECT_EQ(r.out, Root("own") + "\t7\n") << r.err;
 }
 
+// A root whose path holds '%', '?' or '#' is written in the catalog as a
+// file URL that opens the same folder: latest checks it against storage
+// and answers with it, and a scheduler can open what it prints.
+TEST_P(CatalogCliTest, ARootWithUrlCharactersInItsPathIsFoundAgain) {
+  const std::string path = dir_ + "/odd%41b?x#y";
+  auto mgr = Open(path, "oddjob");
+  ASSERT_NE(mgr, nullptr);
+  Save(*mgr, 1, 0.5);
+  mgr.reset();
+  const std::string url = "file://" + dir_ + "/odd%2541b%3Fx%23y";
+  for (const std::string& job : {std::string("oddjob"), path}) {
+    RunResult r = Catalog({"latest", job});
+    EXPECT_EQ(r.out, url + "\t1\n") << job << ": " << r.err;
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+  }
+  RunResult r = Ckpt({"ls", url});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(fs::exists(dir_ + "/oddAb"));
+}
+
 TEST_P(CatalogCliTest, NothingToReportIsExitOne) {
   // An empty catalog: made by opening it, as a job's first save does.
   ASSERT_TRUE(OpenCatalog(catalog_url_).ok());
