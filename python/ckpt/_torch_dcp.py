@@ -57,7 +57,7 @@ import threading
 import torch
 import torch.distributed as dist
 
-from ckpt import _errors, _manager, _torch_dist, _tree, _values
+from ckpt import _errors, _manager, _options, _torch_dist, _tree, _values
 
 try:
     from torch.distributed.checkpoint import metadata as _md
@@ -189,6 +189,7 @@ class _Storage:
                     f"{what}: the root is a URL or path (file://, s3://, "
                     f"mem://) or a ckpt.CheckpointManager, not {root!r}")
             self._given, self.url = None, url
+            _options.check_names(f"{what}()", options, ("communicator",))
         self._communicator, self._options = communicator, dict(options)
         # reset(checkpoint_id) sets what the next call names; the call
         # takes it (_take), so that a later call without one has none.

@@ -55,7 +55,7 @@ import sys
 import warnings
 
 import ckpt
-from ckpt import _errors
+from ckpt import _errors, _options
 
 try:
     import keras
@@ -112,6 +112,10 @@ class BackupAndRestore(keras.callbacks.Callback):
             raise _errors.InvalidArgument(
                 f"ckpt.keras.BackupAndRestore(save_freq={save_freq!r}): "
                 f"'epoch' or a number of batches (an int, 1 or more)")
+        _options.check_names(
+            "ckpt.keras.BackupAndRestore()", options,
+            ("save_freq", "double_checkpoint", "delete_checkpoint",
+             "backup_dir"))
         refused = sorted(set(options) & set(_REFUSED))
         if refused:
             raise _errors.InvalidArgument(

@@ -51,7 +51,7 @@ import uuid
 import warnings
 
 import ckpt
-from ckpt import _errors, _lightning_state
+from ckpt import _errors, _lightning_state, _options
 from ckpt._lightning_state import CPU
 
 try:
@@ -98,6 +98,8 @@ class CheckpointIO(_LightningCheckpointIO):
 
     def __init__(self, root=None, *, asynchronous=False, max_pending=2,
                  **options):
+        _options.check_names("ckpt.lightning.CheckpointIO()", options,
+                               ("asynchronous", "max_pending"))
         refused = sorted(set(options) & set(_REFUSED))
         if refused:
             raise _errors.InvalidArgument(

@@ -187,6 +187,10 @@ def test_manager_options_pass_through(tmp_path):
     assert ckpt.Catalog(catalog).latest("dcp-job").step == 3
     same(loaded(ct.StorageReader(root)), small_state(3))
     writer.close()
+    # A misspelled option is told when the writer is made, not inside
+    # DCP's CheckpointException at the first dcp.save.
+    with pytest.raises(TypeError, match="'keep_lats'.*'keep_last'"):
+        ct.StorageWriter(root, keep_lats=2)
 
 
 @pytest.fixture

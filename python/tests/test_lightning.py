@@ -402,6 +402,13 @@ def test_an_object_torch_would_not_load_is_refused(tmp_path):
     assert not os.path.exists(tmp_path / "x.ckpt")
     with pytest.raises(ckpt.InvalidArgument, match="keep_last"):
         ckpt.lightning.CheckpointIO(keep_last=2)
+    # A misspelled keyword is told at once, not at the first save (an
+    # epoch into training).
+    with pytest.raises(TypeError, match="'asyncronous'.*did you mean "
+                                        "'asynchronous'"):
+        ckpt.lightning.CheckpointIO(asyncronous=True)
+    with pytest.raises(TypeError, match="'chunksize'.*'chunk_size'"):
+        ckpt.lightning.CheckpointIO(chunksize=1 << 20)
     plugin.teardown()
 
 

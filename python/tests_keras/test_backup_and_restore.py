@@ -252,6 +252,10 @@ def test_bad_arguments_and_an_unbuilt_model(tmp_path):
         ckpt.keras.BackupAndRestore("")
     with pytest.raises(ckpt.InvalidArgument, match="keep_best"):
         ckpt.keras.BackupAndRestore(str(tmp_path), keep_best=2)
+    # A misspelled keyword is told here, not at fit's start.
+    with pytest.raises(TypeError, match="'dubble_checkpoint'.*did you mean "
+                                        "'double_checkpoint'"):
+        ckpt.keras.BackupAndRestore(str(tmp_path), dubble_checkpoint=True)
     # Keras's keyword for the root, so that only the class changes.
     assert ckpt.keras.BackupAndRestore(backup_dir=str(tmp_path)).url == \
         str(tmp_path)
