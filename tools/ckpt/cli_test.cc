@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <pty.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -293,6 +294,7 @@ TEST_F(CliTest, UsageErrorsExitTwo) {
       {"diff", root_, "--step", "1", "2", "3"},
       {"gc", root_, "--keep-best", "2"},
       {"gc", root_, "--max"},
+      {"report", "-o", Path("r.html")},  // neither a root nor a catalog
   };
   for (const auto& args : cases) {
     RunResult r = Ckpt(args);
@@ -862,6 +864,23 @@ TEST_F(CliTest, ImportRefusesACommittedStep) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(Ckpt({"import", file, root_, "--step", "2"}).exit_code, 0);
   EXPECT_EQ(CommittedSteps(root_), (std::vector<int64_t>{1, 2}));
+}
+
+// A FIFO with no writer, a folder: refused as no regular file, at once (a
+// FIFO's open used to wait for a writer forever), creating no root.
+TEST_F(CliTest, ImportRefusesWhatIsNoRegularFileAtOnce) {
+  const std::string fifo = Path("pipe.safetensors");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  const std::string dir = Path("dir.safetensors");
+  fs::create_directories(dir);
+  for (const std::string& file : {fifo, dir}) {
+    const RunResult r = Ckpt({"import", file, root_, "--step", "1"});
+    EXPECT_EQ(r.exit_code, 1) << file;
+    EXPECT_TRUE(Contains(r.err, "is not a regular file") ||
+                Contains(r.err, "directory"))
+        << r.err;
+  }
+  EXPECT_FALSE(fs::exists(root_));
 }
 
 // --- diff

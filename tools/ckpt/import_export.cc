@@ -41,7 +41,9 @@ constexpr std::string_view kMetadataKeyPrefix = "ckpt.metadata.";
 class MappedFile {
  public:
   static Result<std::unique_ptr<MappedFile>> Open(const std::string& path) {
-    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: a FIFO with no writer would block the open forever; it
+    // returns at once and is refused below as no regular file.
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return ErrnoError(errno, "open " + Quote(path));
     struct stat st;
     if (fstat(fd, &st) != 0) {

@@ -318,9 +318,6 @@ Status RunCatalogReport(const ReportArgs& args) {
 }
 
 Status RunReport(const ReportArgs& args) {
-  if (args.root.empty() && args.catalog.empty()) {
-    return InvalidArgumentError("name a ROOT or a --catalog URL");
-  }
   return args.root.empty() ? RunCatalogReport(args) : RunRootReport(args);
 }
 
@@ -359,6 +356,10 @@ void AddReportCommand(CLI::App& app, Command& selected) {
                   "(min, default) or highest (max) value of its first metric")
       ->check(CLI::IsMember({"min", "max"}));
   sub->callback([args, &selected] {
+    // What to report on is a usage error (exit 2), as a missing argument is.
+    if (args->root.empty() && args->catalog.empty()) {
+      throw CLI::ValidationError("name a ROOT or a --catalog URL");
+    }
     selected = {"report", [args] { return RunReport(*args); }};
   });
 }
