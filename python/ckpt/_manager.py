@@ -11,7 +11,7 @@ from ckpt import (_device, _errors, _manager_handle, _roots, _state, _tree,
                   _values)
 from ckpt._fill import stage_into
 from ckpt._load_memory import LoadMemory
-from ckpt._pending_saves import PendingSaves
+from ckpt._pending_saves import PendingSaves, report_unclosed
 from ckpt._save_options import compression_arguments, save_compression
 from ckpt._tiers import Tiers
 
@@ -169,6 +169,8 @@ class CheckpointManager:
         self._facts = (self._library.url, self._library.rank,
                        self._library.world_size)
         self._pending = PendingSaves()
+        self._unclosed = weakref.finalize(self, report_unclosed,
+                                          self._pending, self._facts[0])
         self._tiers = weakref.WeakSet()
         # Kept between all-or-nothing loads into new tensors, until a save.
         self._load_memory = LoadMemory(async_staging_bytes)
@@ -207,6 +209,7 @@ class CheckpointManager:
         a later save carried), so that closing loses no failure."""
         if self._library is None:
             return
+        self._unclosed.detach()
         try:
             for tiers in list(self._tiers):
                 tiers.close()  # they use the library's manager

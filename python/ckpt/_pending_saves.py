@@ -2,6 +2,8 @@
 waited for: what its wait() and close() wait for (_manager.py).
 """
 
+import warnings
+
 from ckpt._async_save import AsyncSave
 from ckpt._errors import Error
 
@@ -76,3 +78,15 @@ def _failure(save):
     except Error as e:
         return e
     return None
+
+
+def report_unclosed(pending, url):
+    """A manager collected (or alive at exit) without close(): waits for
+    its saves in flight and warns of the first failure nobody saw, which
+    close() would have raised; a failed save_async is not lost silently."""
+    unseen = pending.finish()
+    if unseen is not None:
+        warnings.warn(
+            f"the manager of {url} was never closed, and a save_async of it "
+            f"failed without anyone waiting for it: {unseen} (close() or "
+            f"wait() raises such a failure)", RuntimeWarning, stacklevel=1)

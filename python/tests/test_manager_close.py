@@ -142,6 +142,37 @@ def test_close_raises_a_failure_nobody_saw(root):
     mgr.close()
 
 
+def test_a_manager_dropped_unclosed_warns_of_a_failure_nobody_saw(root):
+    import gc
+    mgr = ckpt.open(root, create=True)
+    mgr.save(1, state(1))
+    mgr.save_async(1, state(1))  # fails: step 1 is committed
+    with pytest.warns(RuntimeWarning, match=r"never closed.*step 1"):
+        del mgr
+        gc.collect()
+    # One whose failure was seen, or that committed, says nothing.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mgr = ckpt.open(root)
+        mgr.save_async(2, state(2)).wait()
+        del mgr
+        gc.collect()
+        mgr = ckpt.open(root)
+        with pytest.raises(ckpt.AlreadyExists):
+            mgr.save_async(2, state(2)).wait()
+        del mgr
+        gc.collect()
+    # Closed, it says nothing more either.
+    mgr = ckpt.open(root)
+    mgr.save_async(2, state(2))
+    with pytest.raises(ckpt.AlreadyExists):
+        mgr.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        del mgr
+        gc.collect()
+
+
 def test_a_with_block_that_raises_keeps_its_error(root):
     with pytest.raises(KeyError, match="the block's"):
         with warnings.catch_warnings(record=True) as caught:
