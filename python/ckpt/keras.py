@@ -51,6 +51,7 @@ Keras must be importable: ckpt's core never imports this module.
 """
 
 import os
+import re
 import sys
 import warnings
 
@@ -233,12 +234,12 @@ class BackupAndRestore(keras.callbacks.Callback):
     def _backup(self):
         model = self.model  # on JAX, this syncs the variables of the step
         step = max(self._batches, self._last_step + 1)
-        state, dtypes = _arrays(model)
+        state, dtypes, order = _arrays(model)
         state["keras"] = ckpt.Metadata({
             "format": BACKUP_FORMAT, "version": BACKUP_VERSION,
             "step": step, "epoch": self._epoch, "batch": self._batch,
             "batches": self._batches, "backend": keras.backend.backend(),
-            "dtypes": dtypes})
+            "dtypes": dtypes, "order": order})
         epoch = self._epoch if self._batch >= 0 else self._epoch - 1
         with ckpt.open(self.url, **self._options) as mgr:
             mgr.save(step, state, epoch=max(epoch, -1))
@@ -321,17 +322,45 @@ def _named(model, group):
 
 
 def _arrays(model):
-    """({group: {path: array}}, {entry: Keras dtype}) of the model now."""
-    state, dtypes = {}, {}
+    """({group: {path: array}}, {entry: Keras dtype}, {group: [path, ...]
+    in the model's order}) of the model now."""
+    state, dtypes, order = {}, {}, {}
     for group in _GROUPS:
         arrays = state[group] = {}
-        for path, v in _named(model, group).items():
+        named = _named(model, group)
+        order[group] = list(named)
+        for path, v in named.items():
             array = np.asarray(keras.ops.convert_to_numpy(v.value))
             if array.dtype.kind == "V" and array.dtype.name not in _NATIVE:
                 array = array.view(f"u{array.dtype.itemsize}")
             arrays[path] = array
             dtypes[f"{group}/{path}"] = v.dtype
-    return state, dtypes
+    return state, dtypes, order
+
+
+def _plain(path):
+    """`path` without the numbers Keras appends to names it makes unique in
+    a process ("dense_3/kernel" -> "dense/kernel", "adam_2/iteration",
+    "seed_generator_4/seed_generator_state", and an optimizer's slot
+    "adam_2/sequential_2_dense_4_bias_momentum", which names its
+    variable's path inside its own)."""
+    return re.sub(r"_[0-9]+(?=[_/]|$)", "", path)
+
+
+def _by_position(named, saved, order):
+    """{saved path: model path} where the backup's variables (`order`, as
+    it recorded them) and the model's differ only in those numbers, one
+    for one in order: the same model built again in one process (a
+    notebook, a retry), whose layers, optimizer and seed generators Keras
+    names anew. None where they differ otherwise, or the backup recorded
+    no order."""
+    if not isinstance(order, list) or len(order) != len(named) or \
+            set(order) != set(saved):
+        return None
+    pairs = dict(zip(order, named))
+    if all(_plain(s) == _plain(m) for s, m in pairs.items()):
+        return pairs
+    return None
 
 
 def _checked(model, values, meta, groups, where):
@@ -342,6 +371,8 @@ def _checked(model, values, meta, groups, where):
     dtypes = meta.get("dtypes")
     if not isinstance(dtypes, dict):
         raise _errors.DataLoss(f"{where}: entry 'keras' has no dtypes")
+    recorded, dtypes = dtypes, dict(dtypes)
+    order = meta.get("order") if isinstance(meta.get("order"), dict) else {}
     targets = {}
     for group in groups:
         named = targets[group] = _named(model, group)
@@ -349,15 +380,21 @@ def _checked(model, values, meta, groups, where):
         if not isinstance(saved, dict):
             raise _errors.DataLoss(f"{where}: entry {group!r} is not a "
                                    f"group of arrays")
+        renamed = None if set(saved) == set(named) else \
+            _by_position(named, saved, order.get(group))
+        if renamed is not None:
+            # From here on the backup's arrays go by the model's paths.
+            saved = values[group] = {m: saved[s] for s, m in renamed.items()}
+            for s, m in renamed.items():
+                dtypes[f"{group}/{m}"] = recorded.get(f"{group}/{s}")
         for path in sorted(set(saved) | set(named)):
             entry = f"{group}/{path}"
             if path not in named:
                 raise _errors.InvalidArgument(
                     f"{where}: entry {entry!r} names no variable of the "
                     f"model (it has {_some(named)}); the backup is of "
-                    f"another model, or its layers were named otherwise "
-                    f"(a model built again in one process gets new layer "
-                    f"names: name its layers); nothing was restored")
+                    f"another model, or its layers were named otherwise; "
+                    f"nothing was restored")
             if path not in saved:
                 raise _errors.InvalidArgument(
                     f"{where}: the model's variable {entry!r} is not in the "

@@ -269,6 +269,42 @@ def test_bad_arguments_and_an_unbuilt_model(tmp_path):
         callback.on_train_begin()
 
 
+def test_a_model_built_again_in_one_process_is_restored(tmp_path):
+    # Unnamed layers, a seeded Dropout and an unnamed optimizer: each build
+    # in this process gets new numbers (dense_4, seed_generator_2, adam_3).
+    def build():
+        keras.utils.set_random_seed(3)
+        model = keras.Sequential(
+            [keras.Input((4,)), keras.layers.Dense(5, activation="tanh"),
+             keras.layers.Dropout(0.2, seed=1), keras.layers.Dense(1)])
+        model.compile(optimizer="adam", loss="mse")
+        return model
+
+    uninterrupted = build()
+    fit(uninterrupted, [])
+    root = str(tmp_path / "again")
+    first = build()
+    with pytest.raises(Crash):
+        fit(first, [ckpt.keras.BackupAndRestore(root), Interrupt(1, 4)])
+    second = build()
+    assert {v.path for v in second.variables} != \
+        {v.path for v in first.variables}
+    fit(second, [ckpt.keras.BackupAndRestore(root)])
+    a, b = values(uninterrupted), values(second)
+    assert [x.tobytes() for x in a.values()] == \
+        [x.tobytes() for x in b.values()]
+
+    # A model that differs in more than those numbers is still refused.
+    with pytest.raises(Crash):
+        fit(build(), [ckpt.keras.BackupAndRestore(root), Interrupt(1, 4)])
+    keras.utils.set_random_seed(3)
+    other = keras.Sequential([keras.Input((4,)), keras.layers.Dense(5),
+                              keras.layers.Dense(1, name="other")])
+    other.compile(optimizer="adam", loss="mse")
+    with pytest.raises(ckpt.InvalidArgument, match="nothing was restored"):
+        fit(other, [ckpt.keras.BackupAndRestore(root)])
+
+
 def test_another_checkpoint_in_the_root_is_refused(tmp_path):
     root = str(tmp_path / "other")
     ckpt.open(root).save(1, {"w": np.zeros(3, np.float32)})
