@@ -7,7 +7,7 @@ import ctypes
 from ckpt._catalog import Catalog
 from ckpt._communicator import Communicator
 from ckpt._dtypes import _NUMPY_TYPES, _np
-from ckpt._errors import _CODES, Aborted, Error
+from ckpt._errors import _CODES, Aborted, Error, InvalidArgument
 from ckpt._lib import _Owned, _call, _encode, _lib, _make, _streamed
 from ckpt._pending_saves import TrackedSave
 from ckpt._records import (CheckpointDescription, CheckpointInfo,
@@ -185,37 +185,47 @@ class Manager(_Owned):
                 state._add_targets(desc, run)
                 run.clear()
 
-        for i, (name, owner, kind, dtype, ndim) in enumerate(zip(
-                desc["names"], desc["owners"], desc["kinds"], desc["dtypes"],
-                desc["ndims"])):
-            shape = shapes[dim:dim + ndim]
-            dim += ndim
-            if not (owner < 0 or (same_world and owner == rank)):
-                omitted.add(name)
-                continue
-            kept.append((name, kind, dtype))
-            if fast and kind == "tensor" and owner < 0:
-                if entries:
+        name = dtype = shape = None
+        try:
+            for i, (name, owner, kind, dtype, ndim) in enumerate(zip(
+                    desc["names"], desc["owners"], desc["kinds"],
+                    desc["dtypes"], desc["ndims"])):
+                shape = shapes[dim:dim + ndim]
+                dim += ndim
+                if not (owner < 0 or (same_world and owner == rank)):
+                    omitted.add(name)
+                    continue
+                kept.append((name, kind, dtype))
+                if fast and kind == "tensor" and owner < 0:
+                    if entries:
+                        flush()
+                    array = _np.empty(shape, _NUMPY_TYPES[dtype])
+                    arrays.append(array)
+                    run.append((i, shape, array))
+                    continue
+                if run:
                     flush()
-                array = _np.empty(shape, _NUMPY_TYPES[dtype])
-                arrays.append(array)
-                run.append((i, shape, array))
-                continue
-            if run:
-                flush()
-            place = None if owner < 0 else ("local",)
-            if kind == "tensor" and new_device_tensor is not None:
-                array = new_device_tensor(name, dtype, shape)
-                arrays.append(array.owner)
-                entries.append((name, "tensor", array, dtype, place))
-            elif kind == "tensor":
-                array = new_tensor(dtype, shape)
-                arrays.append(array)
-                entries.append((name, "tensor", _target(array, dtype, shape),
-                                dtype, place))
-            else:
-                arrays.append(None)
-                entries.append((name, kind, None, None, place))
+                place = None if owner < 0 else ("local",)
+                if kind == "tensor" and new_device_tensor is not None:
+                    array = new_device_tensor(name, dtype, shape)
+                    arrays.append(array.owner)
+                    entries.append((name, "tensor", array, dtype, place))
+                elif kind == "tensor":
+                    array = new_tensor(dtype, shape)
+                    arrays.append(array)
+                    entries.append((name, "tensor",
+                                    _target(array, dtype, shape), dtype,
+                                    place))
+                else:
+                    arrays.append(None)
+                    entries.append((name, kind, None, None, place))
+        except ValueError as e:
+            # NumPy cannot make every shape the format allows: [0, 2**62]
+            # holds no byte, but its size overflows NumPy's.
+            raise InvalidArgument(
+                f"load step {desc['info']['step']} of {self.url}: entry "
+                f"{name!r} ({dtype} {list(shape)}) cannot be made here: "
+                f"{e}") from None
         flush()
         return desc["info"]["step"], kept, omitted, arrays, state
 

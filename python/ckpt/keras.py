@@ -22,13 +22,15 @@ What a backup is (docs/keras.md says more):
   "optimizer/adam/iteration"), and one metadata entry "keras": its step
   (so that a restore that fell back to an older step knows it), the epoch to
   start from, the last batch done in it (-1: none), the batches trained so
-  far, and each entry's Keras dtype. bfloat16, float8_e4m3fn and
-  float8_e5m2 (NumPy arrays of ml_dtypes) are stored as BF16, F8_E4M3 and
-  F8_E5M2, Keras's other dtypes that NumPy lacks as their raw bits (U8,
-  U16); either is restored bit for bit as the dtype the entry records. The step's number is the count of
-  batches trained; keep_last=1 (2 with double_checkpoint=True) keeps the
-  newest backups only, and a restore that finds the newest damaged falls
-  back to the one before it.
+  far, each entry's Keras dtype and the variables' order (a model built
+  again in one process, whose names Keras numbers anew, is matched by
+  it). bfloat16, float8_e4m3fn and float8_e5m2 (NumPy arrays of
+  ml_dtypes) are stored as BF16, F8_E4M3 and F8_E5M2, Keras's other
+  dtypes that NumPy lacks as their raw bits (U8, U16); either is restored
+  bit for bit as the dtype the entry records. The step's number is the
+  count of batches trained; keep_last=1 (2 with double_checkpoint=True)
+  keeps the newest backups only, and a restore that finds the newest
+  damaged falls back to the one before it.
 - Restoring, at the start of fit, reads the newest backup whole, checks
   every entry against the model (the same variable paths, shapes and
   dtypes) before it assigns anything, then assigns the model's and the

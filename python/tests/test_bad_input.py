@@ -485,3 +485,18 @@ def test_fuzz_mutated_trees_load_or_raise_data_loss():
             outcomes["loaded"] += 1
     assert outcomes["data_loss"] > 200 and outcomes["newer"] > 5, outcomes
     assert outcomes["loaded"] > 0 and outcomes["not_stored"] < 100, outcomes
+
+
+def test_a_shape_numpy_cannot_make_is_a_clear_error(tmp_path):
+    # [0, 2**62] holds no byte and torch makes it, but NumPy's size
+    # overflows: the load names the entry and its shape, not NumPy's
+    # ValueError from inside the package.
+    torch = pytest.importorskip("torch")
+    root = str(tmp_path / "shapes")
+    with ckpt.open(root, create=True) as mgr:
+        mgr.save(1, {"t": torch.empty((0, 2**62)), "w": torch.ones(2)})
+    with ckpt.open(root) as mgr:
+        with pytest.raises(ckpt.InvalidArgument,
+                           match=r"entry 't' \(F32 \[0, 4611686018427387904\]"
+                                 r"\) cannot be made here"):
+            mgr.load()
