@@ -108,10 +108,21 @@ Result<std::vector<VerifyReport>> VerifyResumePoint(CheckpointManager& manager,
         {.step = step,
          .problems = {why + " (the newest step; " + resumed + ")"}});
   }
-  if (latest) {
-    CKPT_ASSIGN_OR_RETURN(VerifyReport report,
-                          VerifyWithProgress(manager, *latest));
-    reports.push_back(std::move(report));
+  // The step Latest() names passed the listing's checks only (its
+  // manifest, its objects' sizes): a damaged chunk or index makes a resume
+  // skip it too, for the next older one, and so on.
+  for (auto it = steps.rbegin(); latest && it != steps.rend(); ++it) {
+    if (*it > *latest) continue;
+    Result<VerifyReport> report = VerifyWithProgress(manager, *it);
+    if (report.ok() && report->ok()) {
+      reports.push_back(std::move(*report));
+      break;
+    }
+    const std::string why =
+        report.ok() ? Join(report->problems, "; ") : report.status().ToString();
+    reports.push_back(
+        {.step = *it,
+         .problems = {why + " (a resume skips it for an older step)"}});
   }
   // Oldest first, as --all prints them.
   std::reverse(reports.begin(), reports.end());
