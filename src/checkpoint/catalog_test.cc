@@ -251,58 +251,99 @@ TEST_P(CatalogManagerTest, ACatalogFailureAfterTheCommitIsOnlyAWarning) {
   EXPECT_EQ(CommittedSteps(), (std::vector<int64_t>{2}));
 }
 
-// Another process that holds the catalog locked until the object goes (or
-// a minute passes): SQLite's write lock (BEGIN EXCLUSIVE), or PostgreSQL's
-// lock on the tables every write needs.
-class CatalogLockedByAnotherProcess {
+// Another process that holds the catalog locked while a Hold() lives (or a
+// minute passes): SQLite's write lock (BEGIN EXCLUSIVE), or PostgreSQL's
+// lock on the tables every write needs. The process is forked when the
+// locker is made, before the test opens a manager: forked while a
+// manager's catalog thread is inside SQLite, a child inherits SQLite's
+// in-process lock state of that moment and can never lock (the test then
+// failed on a busy machine).
+class CatalogLocker {
  public:
-  explicit CatalogLockedByAnotherProcess(const std::string& url) {
-    int ready[2];
-    int release[2];
-    if (pipe(ready) != 0 || pipe(release) != 0) {
+  explicit CatalogLocker(const std::string& url) : url_(url) {
+    int to_child[2];
+    int from_child[2];
+    if (pipe(to_child) != 0 || pipe(from_child) != 0) {
       ADD_FAILURE() << "pipe failed";
       return;
     }
     pid_ = fork();
     if (pid_ == 0) {
-      close(ready[0]);
-      close(release[1]);
-      char locked = 0;
-      auto conn = catalog::ConnectSql(url);
-      if (conn.ok()) {
-        const bool sqlite = (*conn)->dialect() == catalog::Dialect::kSqlite;
-        locked = sqlite ? (*conn)->Exec("BEGIN EXCLUSIVE").ok()
-                        : (*conn)->Begin().ok() &&
-                              (*conn)
-                                  ->Exec(
-                                      "LOCK TABLE ckpt_jobs, "
-                                      "ckpt_checkpoints IN ACCESS "
-                                      "EXCLUSIVE MODE")
-                                  .ok();
-      }
-      if (write(ready[1], &locked, 1) != 1) _exit(1);
-      pollfd p{release[0], POLLIN, 0};
-      poll(&p, 1, 60'000);
-      _exit(0);  // the lock goes with the process
+      close(to_child[1]);
+      close(from_child[0]);
+      Serve(url, to_child[0], from_child[1]);
+      _exit(0);  // a lock still held goes with the process
     }
-    close(ready[1]);
-    close(release[0]);
-    release_ = release[1];
-    char locked = 0;
-    EXPECT_EQ(read(ready[0], &locked, 1), 1);
-    close(ready[0]);
-    EXPECT_EQ(locked, 1) << "the child could not lock " << url;
+    close(to_child[0]);
+    close(from_child[1]);
+    to_child_ = to_child[1];
+    from_child_ = from_child[0];
   }
-  ~CatalogLockedByAnotherProcess() {
+  ~CatalogLocker() {
     if (pid_ <= 0) return;
-    close(release_);
+    close(to_child_);
+    close(from_child_);
     int status = 0;
     waitpid(pid_, &status, 0);
   }
 
+  // Locks the catalog until the returned object goes.
+  class [[nodiscard]] Held {
+   public:
+    explicit Held(CatalogLocker& locker) : locker_(locker) {
+      EXPECT_EQ(locker_.Ask('L'), 1)
+          << "the child could not lock " << locker_.url_;
+    }
+    ~Held() { EXPECT_EQ(locker_.Ask('U'), 1) << "unlock " << locker_.url_; }
+
+   private:
+    CatalogLocker& locker_;
+  };
+  Held Hold() { return Held(*this); }
+
  private:
+  // The child: 'L' locks (a new connection), 'U' lets go; each answered
+  // with 1 or 0; ends when the pipe closes (or after a minute idle).
+  static void Serve(const std::string& url, int in, int out) {
+    std::unique_ptr<catalog::SqlConnection> conn;
+    while (true) {
+      pollfd p{in, POLLIN, 0};
+      char command = 0;
+      if (poll(&p, 1, 60'000) != 1 || read(in, &command, 1) != 1) return;
+      char ok = 0;
+      if (command == 'L') {
+        auto opened = catalog::ConnectSql(url);
+        if (opened.ok()) {
+          conn = std::move(opened).value();
+          const bool sqlite = conn->dialect() == catalog::Dialect::kSqlite;
+          ok = sqlite
+                   ? conn->Exec("BEGIN EXCLUSIVE").ok()
+                   : conn->Begin().ok() && conn->Exec(
+                                                   "LOCK TABLE ckpt_jobs, "
+                                                   "ckpt_checkpoints IN ACCESS "
+                                                   "EXCLUSIVE MODE")
+                                               .ok();
+        }
+      } else if (command == 'U') {
+        conn.reset();  // a closed connection's transaction is rolled back
+        ok = 1;
+      }
+      if (write(out, &ok, 1) != 1) return;
+    }
+  }
+  char Ask(char command) {
+    char answer = 0;
+    if (write(to_child_, &command, 1) != 1 ||
+        read(from_child_, &answer, 1) != 1) {
+      return 0;
+    }
+    return answer;
+  }
+
+  std::string url_;
   pid_t pid_ = -1;
-  int release_ = -1;
+  int to_child_ = -1;
+  int from_child_ = -1;
 };
 
 size_t Count(const std::string& text, std::string_view part) {
@@ -315,6 +356,7 @@ size_t Count(const std::string& text, std::string_view part) {
 }
 
 TEST_P(CatalogManagerTest, ALockedCatalogHoldsASaveUpOneTimeoutAtMost) {
+  CatalogLocker locker(catalog_url_);  // before any manager
   using Clock = std::chrono::steady_clock;
   auto mgr = Open({.retention = {.keep_last = 2}});
   ASSERT_NE(mgr, nullptr);
@@ -330,7 +372,7 @@ TEST_P(CatalogManagerTest, ALockedCatalogHoldsASaveUpOneTimeoutAtMost) {
       std::chrono::milliseconds(CatalogOptions{}.timeout_ms) + own +
       std::chrono::seconds(3);
   {
-    CatalogLockedByAnotherProcess lock(catalog_url_);
+    auto held = locker.Hold();
     ::testing::internal::CaptureStderr();
     start = Clock::now();
     SaveSteps(*mgr, 4, 4);  // commits; retention deletes step 2
@@ -363,7 +405,7 @@ TEST_P(CatalogManagerTest, ALockedCatalogHoldsASaveUpOneTimeoutAtMost) {
 
   // Or `ckpt catalog sync` does.
   {
-    CatalogLockedByAnotherProcess lock(catalog_url_);
+    auto held = locker.Hold();
     start = Clock::now();
     SaveSteps(*mgr, 6, 6);  // retention deletes step 4
     EXPECT_LT(Clock::now() - start, bound);
@@ -395,6 +437,7 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 // and records the durable row: with the catalog locked it waits for it
 // once, not once per call, and warns once.
 TEST_P(CatalogManagerTest, ALockedCatalogHoldsATieredSaveUpOneTimeoutAtMost) {
+  CatalogLocker locker(catalog_url_);  // before any manager
   auto mgr =
       Open({.lease_seconds = 0, .catalog = ShortTimeoutCatalog(catalog_url_)});
   ASSERT_NE(mgr, nullptr);
@@ -415,7 +458,7 @@ TEST_P(CatalogManagerTest, ALockedCatalogHoldsATieredSaveUpOneTimeoutAtMost) {
   save(1);
   const double own = SecondsSince(start);
   {
-    CatalogLockedByAnotherProcess lock(catalog_url_);
+    auto held = locker.Hold();
     ::testing::internal::CaptureStderr();
     start = std::chrono::steady_clock::now();
     save(2);
@@ -456,6 +499,7 @@ TEST_P(CatalogManagerTest, ALockedCatalogHoldsATieredSaveUpOneTimeoutAtMost) {
 // the catalog locked, neither it nor the next call waits for the catalog,
 // and the rows are written once the catalog is free again.
 TEST_P(CatalogManagerTest, ALockedCatalogNeverHoldsUpTheCallAfterASaveAsync) {
+  CatalogLocker locker(catalog_url_);  // before any manager
   auto mgr = Open({.catalog = ShortTimeoutCatalog(catalog_url_)});
   ASSERT_NE(mgr, nullptr);
   SaveSteps(*mgr, 1, 1);
@@ -463,9 +507,8 @@ TEST_P(CatalogManagerTest, ALockedCatalogNeverHoldsUpTheCallAfterASaveAsync) {
   auto start = std::chrono::steady_clock::now();
   ASSERT_TRUE(mgr->SaveAsync(2, model.MakeState()).Wait().ok());
   const double own = SecondsSince(start);
-  // Step 2's row lands after its handle is done. The lock's child is a
-  // fork: forked while the recorder's thread writes that row, it would
-  // inherit SQLite's in-process lock state of that moment and never lock.
+  // Step 2's row lands after its handle is done: waited for, so that the
+  // lock below holds up only the saves made under it.
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (CommittedSteps() != std::vector<int64_t>{1, 2} &&
@@ -474,7 +517,7 @@ TEST_P(CatalogManagerTest, ALockedCatalogNeverHoldsUpTheCallAfterASaveAsync) {
   }
   ASSERT_EQ(CommittedSteps(), (std::vector<int64_t>{1, 2}));
   {
-    CatalogLockedByAnotherProcess lock(catalog_url_);
+    auto held = locker.Hold();
     start = std::chrono::steady_clock::now();
     SaveHandle third = mgr->SaveAsync(3, model.MakeState());
     ASSERT_TRUE(third.Wait().ok());
