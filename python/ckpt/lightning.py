@@ -187,8 +187,21 @@ class CheckpointIO(_LightningCheckpointIO):
         with self._lock:
             # NumPy arrays, which decode() makes torch tensors (as_torch
             # would warn about the uint arrays that it leaves NumPy's).
-            state = self._manager(root).load(
-                step, as_torch=_lightning_state.np is None)
+            try:
+                state = self._manager(root).load(
+                    step, as_torch=_lightning_state.np is None)
+            except _errors.NotFound as e:
+                # A pointer copied or moved away from its root (its root is
+                # kept relative to it) names a step that is not there.
+                beside = " (the folder it lies in)" \
+                    if pointer["root"] == "." else ""
+                raise _errors.NotFound(
+                    f"load {path}: this file is a ckpt pointer to step "
+                    f"{step} of {root}{beside}, which does not hold that "
+                    f"step ({e}); a pointer holds no weights, so a copy of "
+                    f"it away from its root finds none (ckpt export ROOT "
+                    f"--step {step} FILE.safetensors copies them out)") \
+                    from None
         return _lightning_state.decode(
             state, map_location, weights_only,
             f"load {path} (step {step} of {root})")

@@ -15,6 +15,7 @@ import copy
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import warnings
@@ -307,6 +308,15 @@ def test_map_location_and_other_files(tmp_path):
                        torch.ones(2))
     with pytest.raises(FileNotFoundError, match="missing.ckpt"):
         plugin.load_checkpoint(tmp_path / "missing.ckpt")
+    # A pointer copied away from its root (an "export" by cp) says what it
+    # is and how to copy the weights out.
+    os.makedirs(tmp_path / "export")
+    shutil.copy(tmp_path / "a.ckpt", tmp_path / "export" / "best.ckpt")
+    with pytest.raises(ckpt.NotFound,
+                       match=r"best.ckpt: this file is a ckpt pointer to "
+                             r"step \d+ of .*export \(the folder it lies "
+                             r"in\).*ckpt export ROOT"):
+        plugin.load_checkpoint(tmp_path / "export" / "best.ckpt")
     plugin.remove_checkpoint(tmp_path / "a.ckpt")
     assert ckpt.open(tmp_path).list() == []
     plugin.teardown()
