@@ -437,8 +437,10 @@ def import_dcp(directory, root, step, *, epoch=None, catalog=None):
         text = json.dumps(planner, sort_keys=True).encode()
         entries.append((PLANNER_DATA_ENTRY,
                         *_values.encode(PLANNER_DATA_ENTRY, text), None))
+    # The save creates a missing root (create's default): an import is meant
+    # to start one, so the warning create=True gives a job is not wanted.
     mgr = _manager.CheckpointManager(
-        root, create=True, **({} if catalog is None else {"catalog": catalog}))
+        root, **({} if catalog is None else {"catalog": catalog}))
     try:
         mgr._m.save(step, entries, -1 if epoch is None else epoch, {},
                     {"ckpt.imported_from": "dcp"}, False, {})

@@ -80,6 +80,9 @@ def test_a_dcp_checkpoint_of_3_ranks_imported_loads_at_2_and_its_export_too(
     rc, out, err = cli("import-dcp", written, root, "--step", "7")
     assert rc == 0, err
     assert "as step 7 of" in out
+    # Starting ROOT is what an import is for: not warned of as a mistyped
+    # resume would be.
+    assert "new, empty root" not in err, err
     rc, out, err = cli("verify", root) if os.environ.get("CKPT_CLI") else (
         0, "ok", "")
     assert rc == 0 and "ok" in out, out + err
