@@ -85,44 +85,39 @@ Result<std::vector<VerifyReport>> VerifyResumePoint(CheckpointManager& manager,
   const std::string resumed =
       latest ? "a resume skips it and loads step " + std::to_string(*latest)
              : "a resume finds no checkpoint to load";
+  // Newest first: each step newer than the one Latest() names is a problem
+  // unless it verifies (committed after Latest() looked); that step passed
+  // the listing's checks only (its manifest, its objects' sizes), so a
+  // damaged chunk or index makes a resume skip it too, for the next older
+  // one, and so on until one verifies.
   std::vector<VerifyReport> reports;
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     const int64_t step = *it;
-    if (latest && step <= *latest) break;
+    const bool newer = !latest || step > *latest;
     std::string why;
-    if (Result<CheckpointDescription> d = manager.Describe(step); !d.ok()) {
-      why = "manifest does not load: " + d.status().ToString();
-    } else if (auto found = incomplete.find(step); found != incomplete.end()) {
-      why = "incomplete: " + found->second;
-    } else {
-      // Committed after Latest() looked: verify it like the newest.
+    if (newer) {
+      if (Result<CheckpointDescription> d = manager.Describe(step); !d.ok()) {
+        why = "manifest does not load: " + d.status().ToString();
+      } else if (auto found = incomplete.find(step);
+                 found != incomplete.end()) {
+        why = "incomplete: " + found->second;
+      }
+    }
+    if (why.empty()) {
       Result<VerifyReport> report = VerifyWithProgress(manager, step);
       if (report.ok() && report->ok()) {
         reports.push_back(std::move(*report));
-        continue;
+        if (newer) continue;
+        break;
       }
       why = report.ok() ? Join(report->problems, "; ")
                         : report.status().ToString();
     }
     reports.push_back(
         {.step = step,
-         .problems = {why + " (the newest step; " + resumed + ")"}});
-  }
-  // The step Latest() names passed the listing's checks only (its
-  // manifest, its objects' sizes): a damaged chunk or index makes a resume
-  // skip it too, for the next older one, and so on.
-  for (auto it = steps.rbegin(); latest && it != steps.rend(); ++it) {
-    if (*it > *latest) continue;
-    Result<VerifyReport> report = VerifyWithProgress(manager, *it);
-    if (report.ok() && report->ok()) {
-      reports.push_back(std::move(*report));
-      break;
-    }
-    const std::string why =
-        report.ok() ? Join(report->problems, "; ") : report.status().ToString();
-    reports.push_back(
-        {.step = *it,
-         .problems = {why + " (a resume skips it for an older step)"}});
+         .problems = {why + (newer ? " (the newest step; " + resumed + ")"
+                                   : " (a resume skips it for an older "
+                                     "step)")}});
   }
   // Oldest first, as --all prints them.
   std::reverse(reports.begin(), reports.end());
