@@ -463,6 +463,36 @@ TEST_P(LeaseTest, AHolderWhoseLeaseWasBrokenCommitsNothing) {
   ExpectLoads(*breaker, 2, Model(2));
 }
 
+// The same when the holder's renewing thread finds the takeover first and
+// the new holder is done (its lease given back) before the old one saves
+// again: that save still fails, rather than take the free lease as if
+// nothing had happened; only the one after it starts over like anyone's.
+TEST_P(LeaseTest, AHolderWhoseRenewalFoundTheTakeoverFailsItsNextCommit) {
+  Options quick = Leased();
+  quick.lease_seconds = 1;  // renewed every third of a second
+  auto stalled = Open(quick);
+  ASSERT_TRUE(Save(*stalled, 1).ok());
+  {
+    Options force = NoWait();
+    force.break_lease = true;
+    auto breaker = Open(force);
+    ASSERT_TRUE(Save(*breaker, 2).ok());
+  }
+  // Time for the stalled holder's renewals to find the lease taken over.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  Status s = Save(*stalled, 3);
+  ASSERT_EQ(s.code(), ErrorCode::kFailedPrecondition) << s.ToString();
+  EXPECT_TRUE(Mentions(s, "taken over")) << s.ToString();
+  auto reader = Open(NoWait());
+  EXPECT_EQ(reader->LoadAll(3).status().code(), ErrorCode::kNotFound);
+  for (const std::string& key : DataObjects()) {
+    EXPECT_NE(format::StepOfKey(key), 3) << key;
+  }
+  ASSERT_TRUE(Save(*stalled, 4).ok());
+  ExpectLoads(*reader, 2, Model(2));
+  ExpectLoads(*reader, 4, Model(4));
+}
+
 // What a holder that lost the lease tries.
 enum class Removal { kDelete, kDeleteForce, kGcDeadAttempts, kGcRetention };
 

@@ -277,8 +277,16 @@ Status RootLease::Acquire(std::string_view purpose, bool* taken, bool wait) {
   const std::string op =
       "take the lease of " + storage_.url() + " to " + std::string(purpose);
   // Held: the renewing thread keeps it, and the fence at commit finds out
-  // if it was taken over. Lost: start over like anyone else.
+  // if it was taken over. Taken over while this process held it, as the
+  // renewing thread found: the commit (or deletion) this call is for fails,
+  // as the fence's would have, so that a holder judged dead does not go on
+  // as if nothing happened once the new holder is done. Lost and said so:
+  // start over like anyone else.
   if (generation_ >= 0) return Status();
+  if (lost_untold_) {
+    lost_untold_ = false;
+    return lost_.WithContext(op);
+  }
   lost_ = Status();
   const int64_t wait_ms = wait ? settings_.wait_ms : 0;
   const int64_t deadline = SteadyMs() + wait_ms;
@@ -383,7 +391,10 @@ Status RootLease::Check() {
   if (!enabled()) return Status();
   MutexLock lock(&mu_);
   if (generation_ < 0) {
-    if (!lost_.ok()) return lost_;
+    if (!lost_.ok()) {
+      lost_untold_ = false;
+      return lost_;
+    }
     return FailedPreconditionError("the lease of " + storage_.url() +
                                    " is not held");
   }
@@ -412,6 +423,7 @@ void RootLease::RenewLoop() {
     if (s.code() == ErrorCode::kFailedPrecondition) {
       LogWarning(s.message() + "; this process's next commit will fail");
       lost_ = s;
+      lost_untold_ = true;
       generation_ = -1;
     } else if (!s.ok()) {
       LogWarning("renewing the lease of " + storage_.url() + ": " +

@@ -133,6 +133,10 @@ class RootLease {
   int64_t generation_ GUARDED_BY(mu_) = -1;
   // Why the lease was lost (taken over), once it was.
   Status lost_ GUARDED_BY(mu_);
+  // The renewing thread found the lease taken over and no call has said so
+  // yet: the next Acquire fails with lost_ (the fence's promise that the
+  // holder's next commit fails) rather than start over.
+  bool lost_untold_ GUARDED_BY(mu_) = false;
   format::LeaseRecord record_ GUARDED_BY(mu_);
   // Of a lease seen held by another: since when (steady clock) its content
   // has not changed.
