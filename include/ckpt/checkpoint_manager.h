@@ -507,6 +507,10 @@ struct VerifyReport {
   uint64_t bytes_checked = 0;
   // One line per problem: the object, the entry and what is wrong.
   std::vector<std::string> problems;
+  // Some problem is a read that failed for want of access or by an I/O
+  // error, not damage: a resume stops at such a step with that error
+  // rather than skip it for an older one (as it skips damage).
+  bool unreadable = false;
   bool ok() const { return problems.empty(); }
 };
 

@@ -135,7 +135,8 @@ json VerifyJson(const VerifyReport& r) {
   return {{"step", r.step},
           {"chunks_checked", r.chunks_checked},
           {"bytes_checked", r.bytes_checked},
-          {"problems", r.problems}};
+          {"problems", r.problems},
+          {"unreadable", r.unreadable}};
 }
 
 json GcJson(const GcReport& r) {

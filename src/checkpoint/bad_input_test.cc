@@ -241,6 +241,52 @@ TEST_F(DamagedTest, BitFlipInTheDataRegion) {
   ExpectStepOneIntact();
 }
 
+// Reads of one object fail with an I/O error (no permission, a failing
+// disk): not damage.
+class UnreadableObject : public StorageWrapper {
+ public:
+  UnreadableObject(Storage* target, std::string key)
+      : StorageWrapper(target), key_(std::move(key)) {}
+  Status ReadRange(std::string_view key, uint64_t offset,
+                   std::span<std::byte> out) override {
+    if (key == key_) return IOError("read " + key_ + ": Permission denied");
+    return StorageWrapper::ReadRange(key, offset, out);
+  }
+
+ private:
+  const std::string key_;
+};
+
+// Verify tells a read that failed apart from damage: a resume skips a
+// damaged step but stops at an unreadable one with its error, and
+// `ckpt verify` says which.
+TEST_F(DamagedTest, AnUnreadableObjectIsToldApartFromDamage) {
+  auto wrapped = CheckpointManager::Open(
+      std::make_unique<UnreadableObject>(&storage(), data2_));
+  ASSERT_TRUE(wrapped.ok()) << wrapped.status().ToString();
+  Result<VerifyReport> v = (*wrapped)->Verify(2);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  ASSERT_FALSE(v->ok());
+  EXPECT_TRUE(v->unreadable);
+  EXPECT_NE(v->problems[0].find("Permission denied"), std::string::npos)
+      << v->problems[0];
+  Result<VerifyReport> one = (*wrapped)->Verify(1);
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  EXPECT_TRUE(one->ok());
+  EXPECT_FALSE(one->unreadable);
+  // The load fails with the read's error rather than skip the step.
+  Model m(0);
+  State state = m.ToState();
+  EXPECT_ERROR((*wrapped)->Load(std::nullopt, state).status(),
+               ErrorCode::kIOError, "Permission denied");
+  // Damage is damage.
+  FlipBit(storage(), data2_, 8, 0);
+  v = mgr_->Verify(2);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_FALSE(v->ok());
+  EXPECT_FALSE(v->unreadable);
+}
+
 TEST_F(DamagedTest, BitFlipInTheSafetensorsHeaderStructure) {
   // The first byte of the JSON header: '{' becomes 'z'.
   FlipBit(storage(), data2_, 8, 0);

@@ -53,12 +53,21 @@ Result<format::SafetensorsHeader> ReadHeader(Storage& storage,
   return format::ParseSafetensorsHeader(header, size, key);
 }
 
+// A read that failed other than for damage (DataLoss) or a missing object
+// (NotFound): a load stops there instead of skipping the step (load.cc).
+bool NotDamage(const Status& s) {
+  return !s.ok() && s.code() != ErrorCode::kDataLoss &&
+         s.code() != ErrorCode::kNotFound;
+}
+
+// Sets `unreadable` where a problem is NotDamage.
 ObjectCheck CheckObject(Storage& storage, const format::ObjectRecord& o,
-                        std::vector<std::string>& problems) {
+                        std::vector<std::string>& problems, bool& unreadable) {
   ObjectCheck check;
   Result<ObjectInfo> info = storage.Stat(o.key);
   if (!info.ok()) {
     problems.push_back(o.key + ": " + info.status().ToString());
+    unreadable |= NotDamage(info.status());
     return check;
   }
   check.readable = true;
@@ -81,6 +90,7 @@ ObjectCheck CheckObject(Storage& storage, const format::ObjectRecord& o,
   } else {
     problems.push_back(o.key +
                        ": safetensors header: " + h.status().ToString());
+    unreadable |= NotDamage(h.status());
   }
   return check;
 }
@@ -173,7 +183,8 @@ Result<VerifyReport> Verifier::Verify(int64_t step,
           objects.push_back(CheckObject(*root_.storage, o,
                                         objects_seen.insert(o.key).second
                                             ? report.problems
-                                            : reported_again));
+                                            : reported_again,
+                                        report.unreadable));
         }
         // 3. Every chunk, re-read and re-hashed.
         for (const auto& e : m.entries) {
@@ -197,6 +208,7 @@ Result<VerifyReport> Verifier::Verify(int64_t step,
               Status s = CheckChunkBytes(*root_.storage, m, e, c, buf);
               if (!s.ok()) {
                 report.problems.push_back(s.ToString());
+                report.unreadable |= NotDamage(s);
               } else {
                 ++report.chunks_checked;
                 report.bytes_checked += c.length;

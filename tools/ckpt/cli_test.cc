@@ -698,6 +698,37 @@ TEST_F(CliTest, VerifyFailsWhenTheNewestStepIsDamaged) {
   EXPECT_TRUE(Contains(r.err, "ckpt verify: step 8: ")) << r.err;
 }
 
+// A step a resume loads whose data object this user may not read is not
+// damage: a resume fails there with the read's error rather than skip it,
+// and verify says so instead of naming an older step it would load.
+TEST_F(CliTest, VerifySaysAResumeStopsAtAStepItCannotRead) {
+  if (::geteuid() != 0 || !fs::exists("/usr/bin/setpriv")) {
+    GTEST_SKIP() << "needs root and setpriv to run ckpt as another user "
+                    "(root reads every file): run the tests as root, as CI "
+                    "does";
+  }
+  SaveSteps({1, 2});
+  fs::permissions(dir_, fs::perms::owner_all | fs::perms::group_read |
+                            fs::perms::group_exec | fs::perms::others_read |
+                            fs::perms::others_exec);
+  for (const fs::path& file : DataFiles(root_)) {
+    if (file.parent_path().filename().string().ends_with("2")) {
+      fs::permissions(file, fs::perms::none);
+    }
+  }
+  RunResult r = RunProgram("/usr/bin/setpriv",
+                           {"--reuid=65534", "--regid=65534", "--clear-groups",
+                            CKPT_CLI_PATH, "verify", root_});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_TRUE(Contains(r.err, "ckpt verify: step 2: ")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "Permission denied")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "a resume fails at it")) << r.err;
+  EXPECT_FALSE(Contains(r.err, "skips it")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "ckpt verify: IOError: ")) << r.err;
+  // Step 1 is not what a resume would load: not verified.
+  EXPECT_FALSE(Contains(r.out, "ok: step 1")) << r.out;
+}
+
 // --- import and export
 // ---------------------------------------------------------
 

@@ -95,6 +95,7 @@ Result<std::vector<VerifyReport>> VerifyResumePoint(CheckpointManager& manager,
     const int64_t step = *it;
     const bool newer = !latest || step > *latest;
     std::string why;
+    bool stops = false;  // a resume stops at this step with its error
     if (newer) {
       if (Result<CheckpointDescription> d = manager.Describe(step); !d.ok()) {
         why = "manifest does not load: " + d.status().ToString();
@@ -112,12 +113,20 @@ Result<std::vector<VerifyReport>> VerifyResumePoint(CheckpointManager& manager,
       }
       why = report.ok() ? Join(report->problems, "; ")
                         : report.status().ToString();
+      const ErrorCode code = report.status().code();
+      stops = !newer && (report.ok() ? report->unreadable
+                                     : code != ErrorCode::kDataLoss &&
+                                           code != ErrorCode::kNotFound);
     }
     reports.push_back(
         {.step = step,
          .problems = {why + (newer ? " (the newest step; " + resumed + ")"
-                                   : " (a resume skips it for an older "
-                                     "step)")}});
+                             : stops
+                                 ? " (a resume fails at it with this error "
+                                   "rather than skip it: not damage)"
+                                 : " (a resume skips it for an older step)")},
+         .unreadable = stops});
+    if (stops) break;
   }
   // Oldest first, as --all prints them.
   std::reverse(reports.begin(), reports.end());
@@ -150,8 +159,11 @@ Status RunVerify(const VerifyArgs& args) {
       if (report.ok()) {
         reports.push_back(std::move(*report));
       } else {
-        reports.push_back(
-            {.step = step, .problems = {report.status().ToString()}});
+        const ErrorCode code = report.status().code();
+        reports.push_back({.step = step,
+                           .problems = {report.status().ToString()},
+                           .unreadable = code != ErrorCode::kDataLoss &&
+                                         code != ErrorCode::kNotFound});
       }
     }
   } else if (args.step) {
@@ -164,16 +176,19 @@ Status RunVerify(const VerifyArgs& args) {
 
   size_t problems = 0;
   size_t damaged = 0;
+  bool unreadable = false;
   nlohmann::json out = nlohmann::json::array();
   for (const VerifyReport& r : reports) {
     problems += r.problems.size();
     if (!r.ok()) ++damaged;
+    unreadable |= r.unreadable;
     if (args.json) {
       out.push_back({{"step", r.step},
                      {"ok", r.ok()},
                      {"chunks_checked", r.chunks_checked},
                      {"bytes_checked", r.bytes_checked},
-                     {"problems", r.problems}});
+                     {"problems", r.problems},
+                     {"unreadable", r.unreadable}});
     } else if (r.ok()) {
       fmt::print("ok: step {}, {} chunks, {} bytes\n", r.step, r.chunks_checked,
                  r.bytes_checked);
@@ -188,9 +203,15 @@ Status RunVerify(const VerifyArgs& args) {
     fmt::print("no checkpoints under {}\n", args.root);
   }
   if (problems > 0) {
-    return DataLossError(std::to_string(problems) + " problem(s) in " +
-                         std::to_string(damaged) + " of " +
-                         std::to_string(reports.size()) + " checkpoint(s)");
+    // Damage, unless some step could not be read at all (no permission,
+    // an I/O error): that is no damage, and its error is what a load gets.
+    const std::string what = std::to_string(problems) + " problem(s) in " +
+                             std::to_string(damaged) + " of " +
+                             std::to_string(reports.size()) + " checkpoint(s)";
+    return unreadable ? IOError(what +
+                                ", not all of them damage: some "
+                                "could not be read")
+                      : DataLossError(what);
   }
   return Status();
 }
@@ -206,7 +227,11 @@ void AddVerifyCommand(CLI::App& app, Command& selected) {
       "and check each chunk's xxh3-128 checksum and each data file's "
       "safetensors header. Without --step or --all, every step newer than "
       "the one a resume would load is a problem too (a manifest that does "
-      "not load, a missing object): a resume skips it. Prints one \"ok\" "
+      "not load, a missing object): a resume skips it; so is a damaged "
+      "step a resume would load, and then the older one it falls back to "
+      "is verified. A step that cannot be read (no permission, an I/O "
+      "error) is no damage: a resume stops there with that error, and "
+      "verify says so (status IOError). Prints one \"ok\" "
       "line per sound checkpoint; prints every problem, naming the step, the "
       "object and the entry, and exits with status 1 if there is any. With "
       "--all a manifest that does not load is a problem too.",
