@@ -910,5 +910,58 @@ TEST_F(FullDiskTest, SaveFailsCleanlyWhenTheDiskIsFull) {
   ExpectLoads(*mgr_, 3, Model(3));
 }
 
+// Fills the file system of `dir` to its last byte with a file there.
+void Fill(const std::string& dir) {
+  const int fd = ::open((dir + "/filler").c_str(),
+                        O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  const std::string block(4096, 'x');
+  while (::write(fd, block.data(), block.size()) > 0) {
+  }
+  // The last page, part-filled: what fits.
+  while (::write(fd, block.data(), 1) > 0) {
+  }
+  ::close(fd);
+}
+
+// ckpt delete and gc are how a full file system gets room back, and they
+// take the root's lease before deleting anything, which needs room for one
+// small file: they make it (the LATEST hint goes, and is written again).
+TEST_F(FullDiskTest, DeleteAndGcWorkOnAFullDisk) {
+  const std::string url = "file://" + mnt_ + "/root";
+  {
+    Result<std::unique_ptr<CheckpointManager>> mgr =
+        CheckpointManager::Open(url);
+    ASSERT_TRUE(mgr.ok()) << mgr.status().ToString();
+    for (int64_t step : {1, 2, 3}) {
+      Model m(static_cast<int>(step));
+      State s = m.ToState();
+      ASSERT_TRUE((*mgr)->Save(step, s).ok());
+    }
+  }  // its lease given back: a later call takes it anew, as the CLI does
+  ASSERT_NO_FATAL_FAILURE(Fill(mnt_));
+  Result<std::unique_ptr<CheckpointManager>> mgr = CheckpointManager::Open(url);
+  ASSERT_TRUE(mgr.ok()) << mgr.status().ToString();
+  mgr_ = std::move(mgr).value();
+  Result<DeleteReport> deleted = mgr_->Delete(1);
+  ASSERT_TRUE(deleted.ok()) << deleted.status().ToString();
+  EXPECT_EQ(ListedSteps(*mgr_), (Steps{2, 3}));
+  ExpectLoads(*mgr_, 3, Model(3));
+  EXPECT_TRUE(std::filesystem::exists(mnt_ + "/root/LATEST"));
+
+  // Full again; retention through gc.
+  mgr_.reset();
+  ASSERT_NO_FATAL_FAILURE(Fill(mnt_));
+  Options keep;
+  keep.retention.keep_last = 1;
+  mgr = CheckpointManager::Open(url, keep);
+  ASSERT_TRUE(mgr.ok()) << mgr.status().ToString();
+  mgr_ = std::move(mgr).value();
+  Result<GcReport> collected = mgr_->GarbageCollect();
+  ASSERT_TRUE(collected.ok()) << collected.status().ToString();
+  EXPECT_EQ(ListedSteps(*mgr_), (Steps{3}));
+  ExpectLoads(*mgr_, 3, Model(3));
+}
+
 }  // namespace
 }  // namespace ckpt

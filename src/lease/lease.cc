@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <chrono>
 #include <climits>
+#include <cstring>
 #include <fstream>
 #include <set>
 
@@ -25,6 +26,14 @@ int64_t SteadyMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
+}
+
+// A write refused for want of room (ENOSPC, EDQUOT): the storage layer's
+// IOError carries the system's words for it.
+bool OutOfRoom(const Status& s) {
+  return s.code() == ErrorCode::kIOError &&
+         (s.message().find(std::strerror(ENOSPC)) != std::string::npos ||
+          s.message().find(std::strerror(EDQUOT)) != std::string::npos);
 }
 
 int64_t SystemMs() {
@@ -291,6 +300,7 @@ Status RootLease::Acquire(std::string_view purpose, bool* taken, bool wait) {
   const int64_t wait_ms = wait ? settings_.wait_ms : 0;
   const int64_t deadline = SteadyMs() + wait_ms;
   bool told = false;
+  bool made_room = false;
   while (true) {
     Result<Current> current = ReadCurrent();
     if (!current.ok()) return current.status().WithContext(op);
@@ -325,6 +335,26 @@ Status RootLease::Acquire(std::string_view purpose, bool* taken, bool wait) {
         break;
       }
       if (s.code() == ErrorCode::kAlreadyExists) continue;  // another won
+      if (OutOfRoom(s) && (purpose == "gc" || purpose == "delete")) {
+        // gc and delete are how a full file system gets room back, and
+        // they take the lease before deleting anything: the LATEST hint
+        // (which no reader trusts, and which they write again when done)
+        // makes room for it. A save or an import gains nothing by it: its
+        // data would not fit either.
+        if (!made_room && storage_.Delete(format::LatestKey()).ok()) {
+          made_room = true;
+          LogWarning(storage_.url() + ": no room for the lease (" +
+                     s.message() +
+                     "): removed the LATEST hint to make some; written "
+                     "again once done");
+          continue;
+        }
+        return IOError(op + ": " + s.message() +
+                       ": the file system is full, and " +
+                       std::string(purpose) +
+                       " writes the root's lease (one small file) before "
+                       "it deletes anything: free a little room there");
+      }
       return s.WithContext(op);
     }
     const int64_t left = deadline - SteadyMs();
