@@ -107,6 +107,17 @@ def _check(where, stored, wanted):
                     f"hold its shape {[int(d) for d in shape]} "
                     f"({type(error).__name__}: {error}); nothing was "
                     f"restored") from None
+            try:
+                sharding.device_set
+            except Exception:  # noqa: BLE001 - an AbstractMesh's, above all
+                raise _errors.InvalidArgument(
+                    f"{where}: entry {name!r}: the target's sharding "
+                    f"({sharding}) names no devices to place the array on "
+                    f"(an AbstractMesh, as jax.eval_shape of sharded arrays "
+                    f"gives): give one on a concrete Mesh, e.g. "
+                    f"jax.ShapeDtypeStruct(shape, dtype, sharding="
+                    f"NamedSharding(mesh, spec)); nothing was restored") \
+                    from None
 
 
 def _read(mgr, desc, stored, wanted, where):

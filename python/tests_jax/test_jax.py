@@ -441,6 +441,13 @@ def test_a_target_that_disagrees_is_an_error_naming_the_entry(root):
                                               P("t")))}),
              ckpt.InvalidArgument,
              r"'params.bias': the target's sharding cannot hold its shape"),
+            # jax.eval_shape of sharded arrays: shardings on an AbstractMesh,
+            # with no devices to place anything on.
+            (target(**{"params/bias": sds((128,), jnp.bfloat16,
+                                          sharding=NamedSharding(
+                                              mesh.abstract_mesh, P()))}),
+             ckpt.InvalidArgument,
+             r"'params.bias': the target's sharding .* names no devices"),
         ]
         for bad, error, message in cases:
             with pytest.raises(error, match=message) as raised:
