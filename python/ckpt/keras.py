@@ -384,6 +384,15 @@ def _checked(model, values, meta, groups, where):
                                    f"group of arrays")
         renamed = None if set(saved) == set(named) else \
             _by_position(named, saved, order.get(group))
+        # The backup's entry of a path (as `ckpt show` lists it: the group,
+        # a dot, the path it was saved under), and the model's variable.
+        origin = {m: s for s, m in (renamed or {}).items()}
+
+        def entry_of(path):
+            if path in origin:
+                return (f"'{group}.{origin[path]}' (matched by position to "
+                        f"the model's variable '{group}/{path}')")
+            return f"'{group}.{path}'"
         if renamed is not None:
             # From here on the backup's arrays go by the model's paths.
             saved = values[group] = {m: saved[s] for s, m in renamed.items()}
@@ -393,8 +402,8 @@ def _checked(model, values, meta, groups, where):
             entry = f"{group}/{path}"
             if path not in named:
                 raise _errors.InvalidArgument(
-                    f"{where}: entry {entry!r} names no variable of the "
-                    f"model (it has {_some(named)}); the backup is of "
+                    f"{where}: entry {entry_of(path)} names no variable of "
+                    f"the model (it has {_some(named)}); the backup is of "
                     f"another model, or its layers were named otherwise; "
                     f"nothing was restored")
             if path not in saved:
@@ -408,9 +417,10 @@ def _checked(model, values, meta, groups, where):
             if held != v.dtype and not _same_seed(path, held, v.dtype) or \
                     shape != tuple(v.shape):
                 raise _errors.InvalidArgument(
-                    f"{where}: entry {entry!r} is {dtypes.get(entry)} "
-                    f"{list(shape)} in the backup and {v.dtype} "
-                    f"{list(v.shape)} in the model; nothing was restored")
+                    f"{where}: entry {entry_of(path)} is "
+                    f"{dtypes.get(entry)} {list(shape)} in the backup and "
+                    f"{v.dtype} {list(v.shape)} in the model; nothing was "
+                    f"restored")
             _value(array, v.dtype, entry, where)  # raises if it cannot be
     return targets
 

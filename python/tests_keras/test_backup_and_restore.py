@@ -4,6 +4,7 @@ keras_test_torch): a fit interrupted and started again ends with the very
 values of one never interrupted."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -237,7 +238,7 @@ def test_a_backup_of_another_model_is_a_clear_error(tmp_path, change, why):
     with pytest.raises(ckpt.InvalidArgument) as e:
         fit(other, [ckpt.keras.BackupAndRestore(root)])
     message = str(e.value)
-    assert f"restore {root} (step 8): entry 'model/m/h/bias'" in message \
+    assert f"restore {root} (step 8): entry 'model.m/h/bias'" in message \
         and why in message and "nothing was restored" in message, message
     assert_bit_identical(values(other), before)
     assert other._initial_epoch is None
@@ -303,6 +304,25 @@ def test_a_model_built_again_in_one_process_is_restored(tmp_path):
     other.compile(optimizer="adam", loss="mse")
     with pytest.raises(ckpt.InvalidArgument, match="nothing was restored"):
         fit(other, [ckpt.keras.BackupAndRestore(root)])
+    # One matched by position whose shapes differ: the error names the
+    # backup's entry, as `ckpt show` lists it, and the model's variable.
+    keras.utils.set_random_seed(3)
+    wider = keras.Sequential(
+        [keras.Input((4,)), keras.layers.Dense(6, activation="tanh"),
+         keras.layers.Dropout(0.2, seed=1), keras.layers.Dense(1)])
+    wider.compile(optimizer="adam", loss="mse")
+    with pytest.raises(ckpt.InvalidArgument) as e:
+        fit(wider, [ckpt.keras.BackupAndRestore(root)])
+    stored = {x.name for x in ckpt.open(root).describe(
+        ckpt.open(root).latest()).entries}
+    named = re.search(r"entry '([^']*)' \(matched by position to the "
+                      r"model's variable '([^']*)'\) is float32 \[[^]]*5"
+                      r"[^]]*\] in the backup and float32 \[[^]]*6[^]]*\] in "
+                      r"the model",
+                      str(e.value))
+    assert named, str(e.value)
+    assert named.group(1) in stored, (named.group(1), sorted(stored))
+    assert named.group(2) in {"model/" + v.path for v in wider.variables}
 
 
 def test_another_checkpoint_in_the_root_is_refused(tmp_path):
