@@ -201,7 +201,7 @@ def load(state_dict, root, step=None, *, communicator=None, strict=False,
         if group is not None:
             outcome = _torch_dist.agree_max(group, outcome)
         if outcome == _OK:
-            plan.commit(staged, transactional)
+            plan.commit(staged, transactional, group)
             return staged.info
         if error is None:
             error = _errors.Aborted(
@@ -445,35 +445,53 @@ class _LoadPlan:
             return t
         return b"" if e.kind == "blob" else None
 
-    def commit(self, staged, transactional):
+    def commit(self, staged, transactional, group=None):
         """Hands a load read in whole (ckpt.CheckpointManager._stage_into)
         to the caller's state: the loaded bytes are exchanged with the
         tensors' own, then values are put back and load_state_dict()
-        called. If one of those raises, everything is put back as it was
-        and the error raised (with transactional=False the tensors are
-        written already and cannot be)."""
+        called. If one of those raises, on this rank or (with `group`, the
+        job's ranks) on any other, everything is put back as it was and the
+        error raised on every rank (with transactional=False the tensors
+        are written already and cannot be)."""
         undo = []
         staged.swap()
+        error = None
         try:
             staged.replace(undo)
             for step in self.after:
                 step(undo)
-        except BaseException as e:
-            if not transactional:
-                raise
-            staged.swap()
-            problems = []
-            for u in reversed(undo):
-                try:
-                    u()
-                except Exception as p:  # noqa: BLE001 - reported below
-                    problems.append(f"{type(p).__name__}: {p}")
-            if problems:
-                raise _errors.Aborted(
-                    f"{self.where}: {type(e).__name__}: {e}; putting the "
-                    f"state back failed too ({'; '.join(problems)}), so it "
-                    f"may be partly loaded") from e
-            raise
+        except BaseException as e:  # noqa: BLE001 - agreed on, then raised
+            error = e
+        failed = error is not None
+        if group is not None:
+            # A rank that kept its load while another put its state back
+            # would go on from another step than the rest of the job.
+            failed = _torch_dist.agree_max(group, int(failed)) > 0
+        if not failed:
+            return
+        if error is None:
+            error = _errors.Aborted(
+                f"{self.where}: another rank's load_state_dict() (or putting "
+                f"back a value) raised, so "
+                + ("no rank changed its state" if transactional else
+                   "the load failed on every rank (with transactional=False "
+                   "this rank's tensors hold the loaded values)")
+                + " (that rank's error says why)")
+        if not transactional:
+            raise error
+        staged.swap()
+        problems = []
+        for u in reversed(undo):
+            try:
+                u()
+            except Exception as p:  # noqa: BLE001 - reported below
+                problems.append(f"{type(p).__name__}: {p}")
+        if problems:
+            raise _errors.Aborted(
+                f"{self.where}: {type(error).__name__}: {error}; putting the "
+                f"state back failed too ({'; '.join(problems)}), so it "
+                f"may be partly loaded") from error
+        raise error
 
 
 def _put_back(original, loaded, undo):
@@ -597,6 +615,16 @@ def _dtensor_shard(dt, path):
 
 def _dtensor_offsets(dt, global_shape, local_shape, path):
     mesh, placements = dt.device_mesh, tuple(dt.placements)
+    for p in placements:
+        # PyTorch's box of a Partial is the whole tensor: each rank's local
+        # value is only a part of the sum, and saving one would store a
+        # value the job never had.
+        if not (p.is_replicate() or p.is_shard()):
+            raise _errors.InvalidArgument(
+                f"entry {_show(path)!r}: the DTensor placement {p} is not "
+                f"one ckpt saves (Shard(d) and Replicate(); reduce a "
+                f"Partial first, e.g. dt.redistribute(dt.device_mesh, "
+                f"[Replicate()]))")
     computed = _torch_local_box(global_shape, mesh, placements)
     if computed is None:
         computed = _local_box(global_shape, mesh, placements, path)

@@ -14,6 +14,11 @@ torch.distributed.checkpoint.state_dict and ckpt.torch, beside DTensors on a
     torchrun ... fsdp2_job.py bad ROOT        a load of a damaged step must
                                               fail on every rank and change
                                               nothing
+    torchrun ... fsdp2_job.py partial ROOT    a real Partial DTensor (each
+                                              rank a part of the sum) is
+                                              refused on every rank, saved
+                                              or loaded into, and nothing is
+                                              committed
 
 A failure prints "rank R error: ..." and exits 1.
 """
@@ -31,6 +36,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import (
     DTensor,
+    Partial,
     Replicate,
     Shard,
     distribute_tensor,
@@ -167,6 +173,30 @@ def bad(root, rank, world):
         fail(rank, "a failed load changed the state")
 
 
+def partial(root, rank, world):
+    mesh = init_device_mesh("cpu", (world,))
+    # Each rank holds ones: the DTensor's value is world * ones.
+    dt = DTensor.from_local(torch.ones(4), mesh, [Partial()])
+    for what in ("save", "load"):
+        try:
+            if what == "save":
+                ct.save({"p": dt}, root, 1)
+            else:
+                ct.save({"p": torch.zeros(4)}, root, 2)
+                ct.load({"p": dt}, root)
+        except ckpt.InvalidArgument as e:
+            if "Partial" not in str(e):
+                fail(rank, f"{what}: not about the Partial: {e}")
+            print(f"rank {rank} refused the Partial ({what})",
+                  file=sys.stderr, flush=True)
+        else:
+            fail(rank, f"a Partial DTensor was {what}d")
+    if ct.latest(root) != 2:
+        fail(rank, f"steps {ct.latest(root)}: the Partial's save committed")
+    if dt.to_local().tolist() != [1.0] * 4:
+        fail(rank, "the refused load changed the Partial's local value")
+
+
 def main():
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -177,6 +207,8 @@ def main():
         load(root, sys.argv[3], rank, world)
     elif op == "bad":
         bad(root, rank, world)
+    elif op == "partial":
+        partial(root, rank, world)
     else:
         fail(rank, f"unknown operation {op}")
     ct.close()

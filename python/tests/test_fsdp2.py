@@ -56,3 +56,11 @@ def test_fsdp2_and_adam_4_to_2_and_3_ranks_bit_identical(tmp_path):
     flip_a_data_byte(bad)
     err = run(3, "bad", bad)
     assert err.count("refused") == 3, err
+
+
+def test_a_real_partial_dtensor_is_refused_on_every_rank(tmp_path):
+    # PyTorch gives a Partial's rank the whole tensor as its box: saved as
+    # such, one rank's part of the sum would be stored as the value.
+    err = run(2, "partial", tmp_path / "partial")
+    assert err.count("refused the Partial (save)") == 2, err
+    assert err.count("refused the Partial (load)") == 2, err

@@ -86,6 +86,12 @@ def test_save_at_2_and_4_ranks_load_at_1_2_3_4(tmp_path):
     for m in (1, 3, 4):
         torchrun(m, "load", two, 2, "load", four, 4, "tload", t2,
                  "tload", t4)
+    # A load_state_dict() that raises on one rank: every rank raises and
+    # none changes its state (were the others to keep the load, the job's
+    # ranks would go on from different steps).
+    err = torchrun(2, "trefused", t4)
+    refused = dict(re.findall(r"rank (\d+) refused (\w+): ", err))
+    assert refused == {"0": "Aborted", "1": "ValueError"}, err
     # A single process, with no communicator, sees the same checkpoints.
     for root, n in ((two, 2), (four, 4)):
         mgr = ckpt.open(str(root), create=False)

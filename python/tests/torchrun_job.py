@@ -22,6 +22,9 @@
                     in another layout (Shard(1), or Shard(1) x Replicate on a
                     2 x 2 mesh at 4 ranks), the rows split over the ranks
                     that run now; checks every value bit for bit
+  trefused ROOT     ckpt.torch.load of step 6 where rank 1's model's
+                    load_state_dict() raises: every rank must raise (printed
+                    as "rank R refused CLASS: message") and change nothing
   real ROOT         where this PyTorch can make them: a real ShardedTensor
                     (ChunkShardingSpec by rows) saved with ckpt.torch and
                     loaded back into another, bit for bit
@@ -251,6 +254,35 @@ def tload(root, rank, size):
             fail(rank, "ShardedTensor shard differs")
 
 
+def trefused(root, rank, size):
+    """ckpt.torch.load of step 6 where rank 1's model refuses its state
+    (load_state_dict raises): every rank raises (rank 1 its own error, the
+    others ckpt.Aborted) and no rank changes anything."""
+    model, opt = trained_model(0)
+    state = sharded_state(rank, size, model, opt, False)
+    if rank == 1:
+        def refuse(*args, **kwargs):
+            raise ValueError("this model refuses its state on rank 1")
+        model.load_state_dict = refuse
+    before = [p.detach().clone() for p in model.parameters()]
+    w2 = state["sharded"]["w2"].to_local().clone()
+    try:
+        ct.load(state, root)
+    except Exception as e:  # noqa: BLE001 - its class is the point
+        sys.stderr.write(f"rank {rank} refused {type(e).__name__}: {e}\n")
+        sys.stderr.flush()
+    else:
+        fail(rank, "the load succeeded though rank 1's model refused it")
+    if any(not same_bits(p.detach(), b)
+           for p, b in zip(model.parameters(), before)):
+        fail(rank, "the model changed")
+    if opt.state_dict()["state"]:
+        fail(rank, "the optimizer gained moments")
+    if state["step"] != 0 or not same_bits(state["sharded"]["w2"].to_local(),
+                                           w2):
+        fail(rank, "the state changed")
+
+
 def real(root, rank, size):
     from torch.distributed._shard import sharded_tensor
     from torch.distributed._shard.sharding_spec import ChunkShardingSpec
@@ -415,6 +447,8 @@ def main():
             tsave(root, rank, size)
         elif op == "tload":
             tload(root, rank, size)
+        elif op == "trefused":
+            trefused(root, rank, size)
         elif op == "real":
             real(root, rank, size)
         elif op == "gsave":
