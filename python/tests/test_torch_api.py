@@ -189,7 +189,7 @@ def test_a_partial_dtensor_is_refused():
 
 def boxes(global_shape, mesh_shape, placements):
     """Every rank's (offsets, lengths) as ckpt.torch computes them."""
-    from ckpt.torch import _local_box
+    from ckpt._torch_shards import _local_box
     out = []
     for rank in range(sd.DeviceMesh(mesh_shape, 0).size()):
         mesh = sd.DeviceMesh(mesh_shape, rank)
