@@ -56,15 +56,17 @@ def device_array(name, value, torch, for_load):
 def _torch_array(name, t, torch, for_load):
     if t.layout != torch.strided:
         raise _bad(name, f"a {t.layout} tensor; ckpt saves dense tensors")
-    if not t.is_contiguous():
+    # A tensor with its negative bit set holds the negated values.
+    if not t.is_contiguous() or t.is_neg():
         if for_load:
-            raise _bad(name, f"the tensor on {t.device} is not contiguous, "
-                             f"so a load cannot fill it in place; load into "
-                             f"a contiguous tensor and copy it over")
+            raise _bad(name, f"the tensor on {t.device} is not contiguous "
+                             f"(or a negated view), so a load cannot fill it "
+                             f"in place; load into a contiguous tensor and "
+                             f"copy it over")
         # As for host arrays, a save reads a contiguous copy. It is made on
         # the current stream, so it follows the work queued there, and the
         # DeviceArray holds it until the bytes are staged.
-        t = t.contiguous()
+        t = t.resolve_neg().contiguous()
     dtype = _dtypes.torch_names(torch).get(t.dtype)
     if dtype is None:
         raise _bad(name, f"torch dtype {t.dtype} has no safetensors dtype")

@@ -290,6 +290,11 @@ class _State(_Owned):
                     e.data = ctypes.cast(ptr, ctypes.c_void_p)
                     e.nbytes = len(value)
             else:
+                if e.placement == _PLACE_RANK_LOCAL:
+                    raise _bad_entry(
+                        name, "a rank-local value must be a tensor, an "
+                              "array or bytes (a number: "
+                              "ckpt.RankLocal(numpy.array(n)))")
                 if e.placement != _PLACE_WHOLE:
                     raise _bad_entry(name, "only a tensor or bytes can be a "
                                            "shard or rank-local")

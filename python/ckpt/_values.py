@@ -29,6 +29,7 @@ import json
 import math
 import sys
 import warnings
+from collections.abc import Mapping
 
 from ckpt import _buffer, _device, _dtypes, _errors, _state, _tree
 from ckpt._tree import Metadata
@@ -115,6 +116,12 @@ def placement(name, value):
                 f"its global shape")
         return value.value, ("piece", value.global_shape, value.offsets)
     if isinstance(value, RankLocal):
+        if isinstance(value.value, (bool, int, float, complex, str,
+                                    type(None), Mapping, list, tuple)):
+            raise _errors.InvalidArgument(
+                f"entry {name!r}: a rank-local value must be a tensor, an "
+                f"array or bytes, not {type(value.value).__name__} (a "
+                f"number: ckpt.RankLocal(numpy.array(n)))")
         return value.value, ("local",)
     return value, None
 
@@ -177,8 +184,11 @@ def _tensor_array(name, tensor, torch):
     memory's)."""
     if not tensor.is_cpu or tensor.layout != torch.strided:
         _cpu_tensor(name, tensor, torch)  # raises, naming what is wrong
-    # No detach(): the address is read without autograd's say.
-    t = tensor if tensor.is_contiguous() else tensor.detach().contiguous()
+    # No detach(): the address is read without autograd's say. A tensor
+    # whose negative bit is set (x.conj().imag, a view) holds the negated
+    # values in its memory: they are made real first.
+    t = tensor if tensor.is_contiguous() and not tensor.is_neg() else \
+        tensor.detach().resolve_neg().contiguous()
     dtype = _dtypes.torch_names(torch).get(t.dtype)
     if dtype is None:
         raise _unsupported(name, f"torch dtype {t.dtype}")
@@ -382,9 +392,10 @@ def fill_target(name, value, stored_dtype):
     if torch is not None and isinstance(value, torch.Tensor):
         t = _cpu_tensor(name, value, torch)
         finish = None
-        if not t.is_contiguous():
-            target, t = t, torch.empty_like(
-                t, memory_format=torch.contiguous_format)
+        # A tensor with its negative bit set holds the negated values in
+        # its memory: filled through a buffer, as copy_ writes it rightly.
+        if not t.is_contiguous() or t.is_neg():
+            target, t = t, torch.empty(tuple(t.shape), dtype=t.dtype)
 
             def finish(src=t, dst=target):
                 with torch.no_grad():

@@ -60,6 +60,15 @@ def test_bad_entry_name_is_invalid_argument(mgr):
         mgr.save(1, {"a/../b": np.zeros(1)})
 
 
+def test_a_rank_local_number_is_refused_saying_how_to_save_it(mgr):
+    with pytest.raises(ckpt.InvalidArgument,
+                       match=r"rank-local value must be a tensor, an array or "
+                             r"bytes, not int .*numpy\.array"):
+        mgr.save(1, {"loader": ckpt.RankLocal(5)})
+    mgr.save(1, {"loader": ckpt.RankLocal(np.array(5))})
+    assert mgr.load()["loader"] == 5
+
+
 def flip_last_byte(root):
     [data] = glob.glob(os.path.join(root, "step-*", "*.safetensors"))
     with open(data, "r+b") as f:

@@ -93,6 +93,22 @@ def test_tensors_with_grad_and_non_contiguous_views(mgr):
     assert not got["w"].requires_grad
 
 
+def test_negated_views_save_and_load_their_values(mgr):
+    # A view with PyTorch's negative bit (x.conj().imag makes one): its
+    # memory holds the negated values, though it is contiguous.
+    neg = torch._neg_view(torch.tensor([2.0, -4.0, 0.5]))
+    assert neg.is_neg() and neg.is_contiguous()
+    mgr.save(1, {"v": neg})
+    assert torch.equal(mgr.load(as_torch=True)["v"],
+                       torch.tensor([-2.0, 4.0, -0.5]))
+    mgr.save(2, {"v": torch.tensor([7.0, -8.0, 9.0])})
+    for transactional in (True, False):
+        target = torch._neg_view(torch.zeros(3))
+        assert target.is_neg() and target.is_contiguous()
+        mgr.load_into({"v": target}, step=2, transactional=transactional)
+        assert torch.equal(target, torch.tensor([7.0, -8.0, 9.0]))
+
+
 def test_model_and_optimizer_state_dicts(mgr):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(),

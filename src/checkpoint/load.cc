@@ -205,8 +205,9 @@ Result<std::vector<const format::EntryRecord*>> Loader::MatchEntries(
             op + ": entry " + Quote(e.name) +
             " is rank-local and was saved by " + std::to_string(m.world_size) +
             " ranks, but " + std::to_string(root_.comm().size()) +
-            " ranks load it; use LoadRankLocal to get every rank's value and "
-            "merge them");
+            (root_.comm().size() == 1 ? " rank loads" : " ranks load") +
+            " it; use LoadRankLocal (Python: load_rank_local) to get every "
+            "rank's value and merge them");
       }
       rec = m.FindLocal(e.name, rank);
     } else {
