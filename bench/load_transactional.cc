@@ -36,7 +36,12 @@
 // allocated anew (as a restarted job builds its model, here new buffers of
 // the state's size, touched), then loaded into, cold; a prepared load
 // right after Open, with nothing in between, is printed beside them
-// (first_right_after_open_s). It also times the
+// (first_right_after_open_s). After the rounds, R resumes more of each of
+// streaming, transactional and prepared, each in a process of its own (this
+// program run again with --resume MODE), as a restarted job is: its first
+// load, with nothing in the process before it; their medians are the
+// resume_s figures (the first loads above come right after the save, in a
+// process that has used memory before). It also times the
 // library's parallel copy of the state between two buffers already faulted
 // in. Prints the medians, the ratios to streaming, and each mode's peak
 // resident memory above the state (VmHWM, reset before every load), and
@@ -45,13 +50,16 @@
 //                             cold and warm;
 //   in_place_vs_floor         transactional over the floor, streaming + the
 //                             parallel copy, the worse of cold and warm;
-//   first_in_place_vs_floor   the first transactional load (a resume's)
-//                             over the cold floor;
+//   first_in_place_vs_floor   the median of the transactional resumes
+//                             (each a process's first load) over the cold
+//                             floor;
 // and prepared_vs_floor, first_prepared_vs_floor the same for prepared,
 // in_cache_vs_floor in_cache's (worse of its two) over the warm floor.
 // Every load's bytes are checked. A measurement: exits 0 unless a save or a
 // load fails.
 #include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -108,17 +116,109 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// The value element `i` of tensor `t` is saved with.
+float Expected(int t, size_t i) {
+  return static_cast<float>(t * 7 + i % 1000 + 1);
+}
+
+// Exits 1 if a sample of tensor `t`'s `floats` values is not as saved.
+void Check(const float* got, int t, size_t floats) {
+  for (size_t i = 0; i < floats; i += 4097) {
+    if (got[i] != Expected(t, i)) {
+      std::fprintf(stderr, "load: wrong value in t%d[%zu]\n", t, i);
+      std::exit(1);
+    }
+  }
+}
+
+// The resume of a restarted job (--resume MODE), the first load of this
+// process: opens the root as the job does (`prepare_bytes` of staging
+// memory from Open for "prepared"), builds its state (new buffers,
+// touched, as a job builds its model), drops the root's pages from the
+// page cache and loads, cold, all or nothing unless MODE is "streaming".
+// Prints the load's seconds.
+int ResumeChild(const std::string& dir, const std::string& mode, int tensors,
+                size_t floats, uint64_t prepare_bytes) {
+  ckpt::Options options;
+  options.lease_seconds = 0;
+  if (mode == "prepared") options.async_staging_prepare_bytes = prepare_bytes;
+  auto opened = ckpt::CheckpointManager::Open("file://" + dir, options);
+  if (!opened.ok()) {
+    std::fprintf(stderr, "%s\n", opened.status().ToString().c_str());
+    return 1;
+  }
+  std::vector<std::vector<float>> built;
+  ckpt::State state;
+  for (int t = 0; t < tensors; ++t) {
+    built.emplace_back(floats);
+    state.AddTensor("t" + std::to_string(t), ckpt::View(built.back()));
+  }
+  DropCache(dir);
+  const auto start = Clock::now();
+  auto r = (*opened)->Load(1, state, {.transactional = mode != "streaming"});
+  const double seconds =
+      std::chrono::duration<double>(Clock::now() - start).count();
+  if (!r.ok()) {
+    std::fprintf(stderr, "load: %s\n", r.status().ToString().c_str());
+    return 1;
+  }
+  for (int t = 0; t < tensors; ++t) Check(built[t].data(), t, floats);
+  std::printf("%.6f\n", seconds);
+  return 0;
+}
+
+// Runs this program again as ResumeChild in `mode`; its load's seconds.
+// Exits 1 if it fails.
+double SpawnResume(const std::vector<std::string>& args) {
+  int out[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) {
+    std::perror("pipe2");
+    std::exit(1);
+  }
+  std::vector<std::string> copy = args;
+  std::vector<char*> argv;
+  for (std::string& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+  pid_t pid = 0;
+  const int err = ::posix_spawn(&pid, "/proc/self/exe", &actions, nullptr,
+                                argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(out[1]);
+  if (err != 0) {
+    std::fprintf(stderr, "spawn a resume: %s\n", std::strerror(err));
+    std::exit(1);
+  }
+  std::string text;
+  char buffer[256];
+  for (ssize_t n; (n = ::read(out[0], buffer, sizeof buffer)) > 0;) {
+    text.append(buffer, n);
+  }
+  ::close(out[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || text.empty()) {
+    std::fprintf(stderr, "a resume (%s) failed\n", args[2].c_str());
+    std::exit(1);
+  }
+  return std::atof(text.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   double gib = 1.0;
   int rounds = 5, tensors = 16;
-  std::string dir;
+  std::string dir, resume_mode;
   bool json = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--json") {
       json = true;
+    } else if (a == "--resume" && i + 1 < argc) {  // this program's own use
+      resume_mode = argv[++i];
     } else if (a == "--gib" && i + 1 < argc) {
       gib = std::atof(argv[++i]);
     } else if (a == "--rounds" && i + 1 < argc) {
@@ -134,17 +234,23 @@ int main(int argc, char** argv) {
       return a == "--help" ? 0 : 2;
     }
   }
+  const size_t floats = static_cast<size_t>(gib * (1 << 30) / 4 / tensors);
+  // Staging memory for the state: each tensor on pages of its own.
+  const uint64_t prepare_bytes =
+      static_cast<uint64_t>(tensors) * ((floats * 4 + 4095) / 4096 * 4096);
+  if (!resume_mode.empty()) {
+    return ResumeChild(dir, resume_mode, tensors, floats, prepare_bytes);
+  }
   const bool own_dir = dir.empty();
   if (own_dir) {
     std::string t = "/var/tmp/ckpt-bench-load-XXXXXX";
     dir = mkdtemp(t.data());
   }
-  const size_t floats = static_cast<size_t>(gib * (1 << 30) / 4 / tensors);
   std::vector<std::vector<float>> data(tensors, std::vector<float>(floats));
   ckpt::State state;
   for (int t = 0; t < tensors; ++t) {
     for (size_t i = 0; i < floats; ++i) {
-      data[t][i] = static_cast<float>(t * 7 + i % 1000 + 1);
+      data[t][i] = Expected(t, i);
     }
     state.AddTensor("t" + std::to_string(t), ckpt::View(data[t]));
   }
@@ -178,8 +284,7 @@ int main(int argc, char** argv) {
   // resuming job opens them; prepared with the state's size for its
   // staging memory (each tensor on pages of its own).
   ckpt::Options prepared = options;
-  prepared.async_staging_prepare_bytes =
-      static_cast<uint64_t>(tensors) * ((floats * 4 + 4095) / 4096 * 4096);
+  prepared.async_staging_prepare_bytes = prepare_bytes;
   std::unique_ptr<ckpt::CheckpointManager> resumed, resumed_prepared;
   enum Mode {
     kStreaming,
@@ -195,14 +300,7 @@ int main(int argc, char** argv) {
                                 "in_cache",     "staged",        "new_memory",
                                 "streaming_new"};
   double peak[kModes] = {0, 0, 0, 0, 0, 0, 0};
-  auto check = [&](const float* got, int t) {
-    for (size_t i = 0; i < floats; i += 4097) {
-      if (got[i] != static_cast<float>(t * 7 + i % 1000 + 1)) {
-        std::fprintf(stderr, "load: wrong value in t%d[%zu]\n", t, i);
-        std::exit(1);
-      }
-    }
-  };
+  auto check = [&](const float* got, int t) { Check(got, t, floats); };
   // One load: its seconds; the peak resident memory above the state.
   auto load = [&](Mode mode, bool cold) -> double {
     for (auto& v : data) std::memset(v.data(), 0, v.size() * 4);
@@ -319,6 +417,19 @@ int main(int argc, char** argv) {
       warm[m].push_back(load(Mode(m), false));
     }
   }
+  // Resumes, each the first load of a process of its own, the modes taking
+  // turns.
+  const char* kResumed[3] = {"streaming", "transactional", "prepared"};
+  std::vector<double> resumes[3];
+  char gib_text[32];
+  std::snprintf(gib_text, sizeof gib_text, "%.17g", gib);
+  for (int r = 0; r < rounds; ++r) {
+    for (int k = 0; k < 3; ++k) {
+      resumes[k].push_back(
+          SpawnResume({argv[0], "--resume", kResumed[k], "--dir", dir, "--gib",
+                       gib_text, "--tensors", std::to_string(tensors)}));
+    }
+  }
   // The floor's copy: the state into buffers already faulted in, by the
   // parallel copy the transactional load ends with.
   std::vector<std::vector<float>> copies(tensors, std::vector<float>(floats));
@@ -345,7 +456,8 @@ int main(int argc, char** argv) {
     return std::max(Median(cold[m]) / floor_cold, Median(warm[m]) / floor_warm);
   };
   const double in_place_vs_floor = vs_floor(kTransactional);
-  const double first_in_place_vs_floor = first[kTransactional] / floor_cold;
+  const double first_in_place_vs_floor = Median(resumes[1]) / floor_cold;
+  const double first_prepared_vs_floor = Median(resumes[2]) / floor_cold;
   const double in_cache_vs_floor =
       std::max(Median(cold[kInCache]), Median(warm[kInCache])) / floor_warm;
   std::printf("state: %.0f MiB in %d tensors, %d rounds, %ld cores\n",
@@ -367,6 +479,16 @@ int main(int argc, char** argv) {
       "prepared: staging memory %.0f MiB from Open; its first load right "
       "after Open %.3f s\n",
       prepared.async_staging_prepare_bytes / kMiB, first_right_after_open);
+  std::printf("resumes, each a process's first load (median of %d):", rounds);
+  for (int k = 0; k < 3; ++k) {
+    std::printf("%s %s %.3f s (", k ? "," : "", kResumed[k],
+                Median(resumes[k]));
+    for (size_t r = 0; r < resumes[k].size(); ++r) {
+      std::printf("%s%.3f", r ? " " : "", resumes[k][r]);
+    }
+    std::printf(")");
+  }
+  std::printf("\n");
   std::printf(
       "parallel copy of the state %.3f s; floor (streaming + copy): cold "
       "%.3f s, warm %.3f s\n",
@@ -376,7 +498,7 @@ int main(int argc, char** argv) {
       "first_in_place_vs_floor %.3f (prepared: %.3f, first %.3f; in_cache "
       "%.3f; staged / floor: cold %.3f, warm %.3f)\n",
       new_vs_streaming, in_place_vs_floor, first_in_place_vs_floor,
-      vs_floor(kPrepared), first[kPrepared] / floor_cold, in_cache_vs_floor,
+      vs_floor(kPrepared), first_prepared_vs_floor, in_cache_vs_floor,
       Median(cold[kStaged]) / floor_cold, Median(warm[kStaged]) / floor_warm);
   if (json) {
     std::printf("{\"state_bytes\": %.0f, \"rounds\": %d, \"modes\": {",
@@ -387,6 +509,15 @@ int main(int argc, char** argv) {
           "%.4f, \"peak_mib\": %.1f}",
           m ? ", " : "", kNames[m], first[m], Median(cold[m]), Median(warm[m]),
           peak[m] / kMiB);
+    }
+    std::printf("}, \"resume_s\": {");
+    for (int k = 0; k < 3; ++k) {
+      std::printf("%s\"%s\": {\"median\": %.4f, \"runs\": [", k ? ", " : "",
+                  kResumed[k], Median(resumes[k]));
+      for (size_t r = 0; r < resumes[k].size(); ++r) {
+        std::printf("%s%.4f", r ? ", " : "", resumes[k][r]);
+      }
+      std::printf("]}");
     }
     std::printf(
         "}, \"first_right_after_open_s\": %.4f, \"first_load_kept_mib\": "
@@ -401,7 +532,7 @@ int main(int argc, char** argv) {
         static_cast<unsigned long long>(prepared.async_staging_prepare_bytes),
         c0, w0, copy, floor_cold, floor_warm, new_vs_streaming,
         in_place_vs_floor, first_in_place_vs_floor, vs_floor(kPrepared),
-        first[kPrepared] / floor_cold, in_cache_vs_floor);
+        first_prepared_vs_floor, in_cache_vs_floor);
   }
   resumed.reset();
   resumed_prepared.reset();
