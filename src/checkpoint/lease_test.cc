@@ -424,6 +424,11 @@ TEST_P(LeaseTest, ALiveLeaseOfAnotherHostIsWaitedForThenRefused) {
   EXPECT_TRUE(Mentions(s, "some-other-host")) << s.ToString();
   EXPECT_TRUE(Mentions(s, "after waiting 1 s")) << s.ToString();
   EXPECT_TRUE(DataObjects().empty());
+  // Half a second is said as such, not "0 s".
+  o.lease_wait_seconds = 0.5;
+  auto brief = Open(o);
+  s = Save(*brief, 5);
+  EXPECT_TRUE(Mentions(s, "after waiting 0.5 s")) << s.ToString();
 }
 
 TEST_P(LeaseTest, ADamagedLeaseIsRefusedUntilBroken) {

@@ -28,6 +28,14 @@ int64_t SteadyMs() {
       .count();
 }
 
+// `ms` as seconds for a message: whole ones as such ("2 s"), else to a
+// tenth ("0.5 s"), so that a wait of half a second is not "0 s".
+std::string Seconds(int64_t ms) {
+  if (ms % 1000 == 0) return std::to_string(ms / 1000) + " s";
+  const int64_t tenths = (ms + 99) / 100;
+  return std::to_string(tenths / 10) + "." + std::to_string(tenths % 10) + " s";
+}
+
 // A write refused for want of room (ENOSPC, EDQUOT): the storage layer's
 // IOError carries the system's words for it.
 bool OutOfRoom(const Status& s) {
@@ -360,9 +368,7 @@ Status RootLease::Acquire(std::string_view purpose, bool* taken, bool wait) {
     const int64_t left = deadline - SteadyMs();
     if (left <= 0) {
       const std::string wait =
-          wait_ms > 0
-              ? " after waiting " + std::to_string(wait_ms / 1000) + " s"
-              : "";
+          wait_ms > 0 ? " after waiting " + Seconds(wait_ms) : "";
       // An unreadable lease names no holder and no expiry, so it never
       // frees itself: the advice says so rather than to wait.
       const std::string advice =
@@ -381,8 +387,8 @@ Status RootLease::Acquire(std::string_view purpose, bool* taken, bool wait) {
           advice);
     }
     if (!told) {
-      LogWarning(op + ": waiting up to " + std::to_string(left / 1000) +
-                 " s: " + Describe(*current));
+      LogWarning(op + ": waiting up to " + Seconds(left) + ": " +
+                 Describe(*current));
       told = true;
     }
     wake_.WaitFor(&mu_,
