@@ -300,7 +300,6 @@ int main(int argc, char** argv) {
                                 "in_cache",     "staged",        "new_memory",
                                 "streaming_new"};
   double peak[kModes] = {0, 0, 0, 0, 0, 0, 0};
-  auto check = [&](const float* got, int t) { Check(got, t, floats); };
   // One load: its seconds; the peak resident memory above the state.
   auto load = [&](Mode mode, bool cold) -> double {
     for (auto& v : data) std::memset(v.data(), 0, v.size() * 4);
@@ -359,7 +358,7 @@ int main(int argc, char** argv) {
       } else if (mode == kStreamingNew) {
         got = fresh[t].get();
       }
-      check(got, t);
+      Check(got, t, floats);
     }
     return seconds;
   };
@@ -396,7 +395,7 @@ int main(int argc, char** argv) {
       std::exit(1);
     }
     for (int t = 0; t < tensors; ++t) {
-      check(build ? built[t].data() : data[t].data(), t);
+      Check(build ? built[t].data() : data[t].data(), t, floats);
     }
     if (keep != nullptr) *keep = std::move(*opened);
     return seconds;

@@ -514,6 +514,14 @@ struct VerifyReport {
   bool ok() const { return problems.empty(); }
 };
 
+// Whether a resume (LoadLatest and its kin) skips a step whose reading
+// failed with `s` for an older one: damage (DataLoss) or an object gone
+// (NotFound: a step deleted since the listing). Any other failure (no
+// access, an I/O error) stops the resume there with that error, since an
+// older step would only hide it. VerifyReport::unreadable, and `ckpt
+// verify`, tell the two apart by this rule.
+bool ResumeSkips(const Status& s);
+
 // The outcome of a SaveAsync, delivered later. Copies share one outcome;
 // a handle stays valid after its manager is gone. Thread-safe.
 namespace internal {

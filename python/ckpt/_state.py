@@ -290,14 +290,11 @@ class _State(_Owned):
                     e.data = ctypes.cast(ptr, ctypes.c_void_p)
                     e.nbytes = len(value)
             else:
-                if e.placement == _PLACE_RANK_LOCAL:
-                    raise _bad_entry(
-                        name, "a rank-local value must be a tensor, an "
-                              "array or bytes (a number: "
-                              "ckpt.RankLocal(numpy.array(n)))")
+                # A number as RankLocal is refused earlier, with how to
+                # wrap it (_values.placement); this is any other value.
                 if e.placement != _PLACE_WHOLE:
-                    raise _bad_entry(name, "only a tensor or bytes can be a "
-                                           "shard or rank-local")
+                    raise _bad_entry(name, "only a tensor, an array or bytes "
+                                           "can be a shard or rank-local")
                 if not for_load:
                     text = _encode(value, f'entry "{name}": metadata')
                     keep.append(text)

@@ -254,13 +254,11 @@ Result<std::vector<const format::EntryRecord*>> Loader::MatchEntries(
   return records;
 }
 
-namespace {
-
-// A manifest that cannot be read: damage, or a step gone since the listing
-// (deleted meanwhile); either way a resume tries an older one.
-bool ManifestDamaged(const Status& s) {
+bool ResumeSkips(const Status& s) {
   return s.code() == ErrorCode::kDataLoss || s.code() == ErrorCode::kNotFound;
 }
+
+namespace {
 
 std::string Joined(const std::vector<std::string>& names) {
   std::string out;
@@ -368,7 +366,7 @@ Status Loader::PlanStage(int64_t step, State& state, const LoadOptions& load,
   // 1. The manifest, with the pieces this rank's boxes meet.
   Result<std::shared_ptr<const Manifest>> read = ReadFor(step, state);
   if (!read.ok()) {
-    damaged = ManifestDamaged(read.status());
+    damaged = ResumeSkips(read.status());
     return read.status();
   }
   out.manifest = *read;
@@ -582,7 +580,7 @@ Result<LoadedCheckpoint> Loader::LoadAll(
             out = LoadedCheckpoint();
             Result<std::shared_ptr<const Manifest>> m = root_.manifests.Read(s);
             if (!m.ok()) {
-              damaged = ManifestDamaged(m.status());
+              damaged = ResumeSkips(m.status());
               return m.status();
             }
             const std::string op =
@@ -626,7 +624,7 @@ Result<LoadedCheckpoint> Loader::LoadRankLocal(std::optional<int64_t> step,
             out = LoadedCheckpoint();
             Result<std::shared_ptr<const Manifest>> m = root_.manifests.Read(s);
             if (!m.ok()) {
-              damaged = ManifestDamaged(m.status());
+              damaged = ResumeSkips(m.status());
               return m.status();
             }
             std::vector<const format::EntryRecord*> records;

@@ -53,12 +53,9 @@ Result<format::SafetensorsHeader> ReadHeader(Storage& storage,
   return format::ParseSafetensorsHeader(header, size, key);
 }
 
-// A read that failed other than for damage (DataLoss) or a missing object
-// (NotFound): a load stops there instead of skipping the step (load.cc).
-bool NotDamage(const Status& s) {
-  return !s.ok() && s.code() != ErrorCode::kDataLoss &&
-         s.code() != ErrorCode::kNotFound;
-}
+// A read that failed other than for damage: a resume stops there instead
+// of skipping the step (ResumeSkips).
+bool NotDamage(const Status& s) { return !s.ok() && !ResumeSkips(s); }
 
 // Sets `unreadable` where a problem is NotDamage.
 ObjectCheck CheckObject(Storage& storage, const format::ObjectRecord& o,

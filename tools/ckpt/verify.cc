@@ -113,10 +113,8 @@ Result<std::vector<VerifyReport>> VerifyResumePoint(CheckpointManager& manager,
       }
       why = report.ok() ? Join(report->problems, "; ")
                         : report.status().ToString();
-      const ErrorCode code = report.status().code();
       stops = !newer && (report.ok() ? report->unreadable
-                                     : code != ErrorCode::kDataLoss &&
-                                           code != ErrorCode::kNotFound);
+                                     : !ResumeSkips(report.status()));
     }
     reports.push_back(
         {.step = step,
@@ -159,11 +157,9 @@ Status RunVerify(const VerifyArgs& args) {
       if (report.ok()) {
         reports.push_back(std::move(*report));
       } else {
-        const ErrorCode code = report.status().code();
         reports.push_back({.step = step,
                            .problems = {report.status().ToString()},
-                           .unreadable = code != ErrorCode::kDataLoss &&
-                                         code != ErrorCode::kNotFound});
+                           .unreadable = !ResumeSkips(report.status())});
       }
     }
   } else if (args.step) {
