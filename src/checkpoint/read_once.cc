@@ -28,11 +28,14 @@ namespace {
 
 using read_once::Batches;
 using read_once::BroadcastEach;
+using read_once::CutRuns;
+using read_once::DealRuns;
 using read_once::Exchange;
 using read_once::Mover;
 using read_once::ProbeRanks;
 using read_once::RanksFasterThanStorage;
 using read_once::RingEach;
+using read_once::Run;
 using read_once::Shared;
 using read_once::Transfers;
 
@@ -213,32 +216,12 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
     }
   }
   if (shared.empty()) return out;
-  // Side by side in their objects, cut into runs of chunks that lie back
-  // to back and that the same ranks need, each at most kRunBytes; a run is
-  // read by one rank with one range read.
+  // Side by side in their objects, cut into runs (a run is read by one
+  // rank with one range read).
   std::sort(shared.begin(), shared.end(), [](const Shared* a, const Shared* b) {
     return std::tie(a->place, a->id) < std::tie(b->place, b->id);
   });
-  struct Run {
-    size_t begin, end;
-    uint64_t bytes;
-  };
-  std::vector<Run> runs;
-  for (size_t i = 0; i < shared.size(); ++i) {
-    const Shared& s = *shared[i];
-    if (!runs.empty()) {
-      Run& last = runs.back();
-      const Shared& prev = *shared[i - 1];
-      if (s.place.first == prev.place.first &&
-          s.place.second == prev.place.second + prev.id.length &&
-          s.ranks == prev.ranks && last.bytes + s.id.length <= kRunBytes) {
-        last.end = i + 1;
-        last.bytes += s.id.length;
-        continue;
-      }
-    }
-    runs.push_back({i, i + 1, s.id.length});
-  }
+  const std::vector<Run> runs = CutRuns(shared, kRunBytes);
   std::map<std::string, int> nodes;
   std::vector<int> node_of(world);
   for (int r = 0; r < world; ++r) {
@@ -256,67 +239,7 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
   if (lead) {
     for (const std::vector<int>& n : node_ranks) reads[n.front()] += kProbeLead;
   }
-  // Each run's reader. The runs that the same ranks need are dealt out
-  // among them in blocks that lie back to back, so that each reader sends
-  // its share in few large messages (Batches), sized so that what each
-  // rank reads in all comes out as even as can be: larger sets of runs
-  // first, each rank's block filling it up to a common level.
-  std::vector<int> reader_of(runs.size(), -1);
-  {
-    std::map<std::vector<int>, std::pair<uint64_t, std::vector<size_t>>>
-        groups;  // rank set -> bytes, runs in place order
-    for (size_t k = 0; k < runs.size(); ++k) {
-      auto& g = groups[shared[runs[k].begin]->ranks];
-      g.first += runs[k].bytes;
-      g.second.push_back(k);
-    }
-    std::vector<const std::pair<const std::vector<int>,
-                                std::pair<uint64_t, std::vector<size_t>>>*>
-        by_size;
-    for (const auto& g : groups) by_size.push_back(&g);
-    std::stable_sort(by_size.begin(), by_size.end(), [](auto* a, auto* b) {
-      return a->second.first > b->second.first;
-    });
-    for (const auto* g : by_size) {
-      std::vector<int> ranks = g->first;
-      std::stable_sort(ranks.begin(), ranks.end(),
-                       [&](int a, int b) { return reads[a] < reads[b]; });
-      // The level L that sum(max(0, L - reads[r])) = the group's bytes.
-      const double bytes = static_cast<double>(g->second.first);
-      double level = 0, below = 0;
-      size_t n = 0;
-      while (n < ranks.size()) {
-        below += static_cast<double>(reads[ranks[n]]);
-        ++n;
-        level = (bytes + below) / static_cast<double>(n);
-        if (n == ranks.size() ||
-            level <= static_cast<double>(reads[ranks[n]])) {
-          break;
-        }
-      }
-      // The n ranks below the level fill up in the order of their nodes,
-      // so that the blocks of a node's ranks lie side by side: by node, a
-      // node's share goes round the ring of leaders in few large batches
-      // (its leader, which reads less, would otherwise come last and cut
-      // every node's share in two).
-      std::sort(ranks.begin(), ranks.begin() + n, [&](int a, int b) {
-        return std::pair(node_of[a], a) < std::pair(node_of[b], b);
-      });
-      size_t i = 0;
-      double left = level - static_cast<double>(reads[ranks[0]]);
-      for (size_t k : g->second.second) {
-        // On to the next reader once this one's block is full (a run
-        // that would overfill it by more than half goes to the next).
-        while (i + 1 < n && left < runs[k].bytes / 2.0) {
-          ++i;
-          left = level - static_cast<double>(reads[ranks[i]]);
-        }
-        reader_of[k] = ranks[i];
-        left -= static_cast<double>(runs[k].bytes);
-      }
-      for (size_t k : g->second.second) reads[reader_of[k]] += runs[k].bytes;
-    }
-  }
+  const std::vector<int> reader_of = DealRuns(shared, runs, node_of, reads);
   if (lead) {
     for (const std::vector<int>& n : node_ranks) reads[n.front()] -= kProbeLead;
   }
@@ -438,6 +361,36 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
     if (early) first_bytes += s->id.length;
     bytes_of[s->id] = dest;
   }
+  // The chunks only this rank needs, read into the same memory on a thread
+  // of their own once its share for others is read, so that it holds every
+  // chunk it needs: the load then checks them where they lie and copies
+  // them once (HeldChunks). Read after the exchange, they left this rank's
+  // link to storage idle while it waited for the others' shares (resharding
+  // 8 ranks to 6 on the node bed, a fifth of the load); read after kAuto's
+  // decision, while the ranks that read little for others waited for it (a
+  // third of that reshard). Whatever is decided, this rank reads them. One
+  // it cannot read is left to the load, which meets the error where it
+  // lies. Joined before `held` can go (a future of std::async waits in its
+  // destructor). Not by node: there every rank needs every chunk.
+  std::vector<ChunkRead> alone;
+  if (!by_node) {
+    for (const auto& [id, s] : by_id) {
+      if (s.ranks.size() != 1 || s.ranks[0] != me) continue;
+      const NeededChunk& c = *places.at(id)[0];
+      alone.push_back({c.entry, c.chunk, mover.Home(id)});
+    }
+  }
+  std::sort(alone.begin(), alone.end(), [](const auto& a, const auto& b) {
+    return std::pair(a.chunk->object, a.chunk->offset) <
+           std::pair(b.chunk->object, b.chunk->offset);
+  });
+  auto alone_begin = std::chrono::steady_clock::now();
+  auto alone_done = alone_begin;
+  const auto read_alone = [&] {
+    Status s = ReadShare(storage, manifest, alone, pool);
+    alone_done = std::chrono::steady_clock::now();
+    return s;
+  };
   // With kAuto the share is read on a thread of its own, the first chunks
   // timed, while this one probes the way between ranks and then decides:
   // the probe costs the load no time of its own, and the reads go on
@@ -449,7 +402,7 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
   bool first_read = false;
   std::promise<void> first_done;
   std::future<void> first_ready = first_done.get_future();
-  std::future<Status> reading = std::async(
+  std::future<Status> read_share = std::async(
       measure ? std::launch::async : std::launch::deferred,
       [&, first = std::move(first), then = std::move(then)]() mutable {
         Status s;
@@ -471,6 +424,17 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
         }
         return s;
       });
+  // Waited for by the thread that reads the chunks only this rank needs.
+  const std::shared_future<Status> reading = read_share.share();
+  // Joined before `reading` and `held` go: declared after them.
+  std::future<Status> reading_alone;
+  if (measure && !alone.empty()) {
+    reading_alone = std::async(std::launch::async, [&, share = reading] {
+      share.wait();
+      alone_begin = std::chrono::steady_clock::now();
+      return read_alone();
+    });
+  }
   // Where a node's ranks share their memory, only the nodes' leaders
   // exchange, and probe; once the share is read, as the exchange starts
   // no sooner (the leader gathers what its node read first), and beside
@@ -547,6 +511,9 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
       // has read (a failed read keeps none: the reader meets the error
       // again where it lies).
       if (!reading.get().ok()) bytes_of.clear();
+      if (reading_alone.valid() && reading_alone.get().ok()) {
+        for (const ChunkRead& c : alone) bytes_of[IdOf(*c.chunk)] = c.dest;
+      }
       place_held();
       return out;
     }
@@ -620,34 +587,12 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
     return out;
   }
 
-  // 4. The chunks only this rank needs, read into the same memory on a
-  // thread of their own while the exchange runs, so that it holds every
-  // chunk it needs: the load then checks them where they lie and copies
-  // them once (HeldChunks). After the exchange they left this rank's link
-  // to storage idle while it waited for the others' shares (resharding 8
-  // ranks to 6 on the node bed, a fifth of the load). One it cannot read
-  // is left to the load, which meets the error where it lies. Joined before
-  // `held` can go (a future of std::async waits in its destructor).
-  std::vector<ChunkRead> alone;
-  for (const auto& [id, s] : by_id) {
-    if (s.ranks.size() != 1 || s.ranks[0] != me) continue;
-    const NeededChunk& c = *places.at(id)[0];
-    alone.push_back({c.entry, c.chunk, mover.Home(id)});
-  }
-  std::sort(alone.begin(), alone.end(), [](const auto& a, const auto& b) {
-    return std::pair(a.chunk->object, a.chunk->offset) <
-           std::pair(b.chunk->object, b.chunk->offset);
-  });
+  // 4. The chunks only this rank needs (alone, above), read on a thread of
+  // their own while the exchange runs, unless already under way.
   const auto exchange_begin = std::chrono::steady_clock::now();
-  auto alone_done = exchange_begin;
-  std::future<Status> reading_alone;
-  if (!alone.empty()) {
-    reading_alone =
-        std::async(std::launch::async, [&, chunks = alone]() mutable {
-          Status s = ReadShare(storage, manifest, std::move(chunks), pool);
-          alone_done = std::chrono::steady_clock::now();
-          return s;
-        });
+  if (!alone.empty() && !reading_alone.valid()) {
+    alone_begin = exchange_begin;
+    reading_alone = std::async(std::launch::async, read_alone);
   }
   // 5. The exchange: from the readers, then from the relays.
   for (const Transfers* t : {&direct, &relay}) {
@@ -684,7 +629,8 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
         " s, received " + std::to_string(out.received) + " bytes in " +
         seconds(exchange_begin, exchange_done) + " s, and read the " +
         std::to_string(alone.size()) + " chunks only it needs in " +
-        seconds(exchange_begin, alone_done) + " s beside it");
+        seconds(alone_begin, alone_done) + " s from " +
+        seconds(start, alone_begin) + " s");
   }
 
   if (bytes_of.size() == places.size()) held->SetComplete();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <string>
 #include <tuple>
 
@@ -14,6 +15,87 @@ namespace {
 // for the exchange itself.
 constexpr uint64_t kBatchBytes = uint64_t{64} << 20;
 }  // namespace
+
+std::vector<Run> CutRuns(const std::vector<Shared*>& shared,
+                         uint64_t max_bytes) {
+  std::vector<Run> runs;
+  for (size_t i = 0; i < shared.size(); ++i) {
+    const Shared& s = *shared[i];
+    if (!runs.empty()) {
+      Run& last = runs.back();
+      const Shared& prev = *shared[i - 1];
+      if (s.place.first == prev.place.first &&
+          s.place.second == prev.place.second + prev.id.length &&
+          s.ranks == prev.ranks && last.bytes + s.id.length <= max_bytes) {
+        last.end = i + 1;
+        last.bytes += s.id.length;
+        continue;
+      }
+    }
+    runs.push_back({i, i + 1, s.id.length});
+  }
+  return runs;
+}
+
+std::vector<int> DealRuns(const std::vector<Shared*>& shared,
+                          const std::vector<Run>& runs,
+                          const std::vector<int>& node_of,
+                          std::vector<uint64_t>& reads) {
+  std::vector<int> reader_of(runs.size(), -1);
+  std::map<std::vector<int>, std::pair<uint64_t, std::vector<size_t>>>
+      groups;  // rank set -> bytes, runs in place order
+  for (size_t k = 0; k < runs.size(); ++k) {
+    auto& g = groups[shared[runs[k].begin]->ranks];
+    g.first += runs[k].bytes;
+    g.second.push_back(k);
+  }
+  std::vector<const std::pair<const std::vector<int>,
+                              std::pair<uint64_t, std::vector<size_t>>>*>
+      by_size;
+  for (const auto& g : groups) by_size.push_back(&g);
+  std::stable_sort(by_size.begin(), by_size.end(), [](auto* a, auto* b) {
+    return a->second.first > b->second.first;
+  });
+  for (const auto* g : by_size) {
+    std::vector<int> ranks = g->first;
+    std::stable_sort(ranks.begin(), ranks.end(),
+                     [&](int a, int b) { return reads[a] < reads[b]; });
+    // The level L that sum(max(0, L - reads[r])) = the group's bytes.
+    const double bytes = static_cast<double>(g->second.first);
+    double level = 0, below = 0;
+    size_t n = 0;
+    while (n < ranks.size()) {
+      below += static_cast<double>(reads[ranks[n]]);
+      ++n;
+      level = (bytes + below) / static_cast<double>(n);
+      if (n == ranks.size() || level <= static_cast<double>(reads[ranks[n]])) {
+        break;
+      }
+    }
+    // The n ranks below the level fill up in the order of their nodes,
+    // so that the blocks of a node's ranks lie side by side: by node, a
+    // node's share goes round the ring of leaders in few large batches
+    // (its leader, which reads less, would otherwise come last and cut
+    // every node's share in two).
+    std::sort(ranks.begin(), ranks.begin() + n, [&](int a, int b) {
+      return std::pair(node_of[a], a) < std::pair(node_of[b], b);
+    });
+    size_t i = 0;
+    double left = level - static_cast<double>(reads[ranks[0]]);
+    for (size_t k : g->second.second) {
+      // On to the next reader once this one's block is full (a run
+      // that would overfill it by more than half goes to the next).
+      while (i + 1 < n && left < runs[k].bytes / 2.0) {
+        ++i;
+        left = level - static_cast<double>(reads[ranks[i]]);
+      }
+      reader_of[k] = ranks[i];
+      left -= static_cast<double>(runs[k].bytes);
+    }
+    for (size_t k : g->second.second) reads[reader_of[k]] += runs[k].bytes;
+  }
+  return reader_of;
+}
 
 // `items` in the order of their places, cut into messages of at most
 // kBatchBytes (or one chunk) of chunks that lie back to back in their

@@ -28,6 +28,31 @@ struct Shared {
   std::pair<uint64_t, uint64_t> place{UINT64_MAX, UINT64_MAX};
 };
 
+// Chunks that lie back to back in their object and that the same ranks
+// need, [begin, end) of a list of shared chunks sorted by place, `bytes`
+// in all.
+struct Run {
+  size_t begin, end;
+  uint64_t bytes;
+};
+
+// `shared`, sorted by place, cut into runs of at most `max_bytes` (or one
+// chunk).
+std::vector<Run> CutRuns(const std::vector<Shared*>& shared,
+                         uint64_t max_bytes);
+
+// Each run's reader, one of the ranks that need it. The runs that the same
+// ranks need are dealt out among them in blocks that lie back to back, so
+// that each reader sends its share in few large messages (Batches), sized
+// so that what each rank reads in all (`reads`, which comes in holding what
+// each reads already, and goes out with the runs added) comes out as even
+// as can be: larger sets of runs first, each rank's block filling it up to
+// a common level. `node_of`: each rank's node.
+std::vector<int> DealRuns(const std::vector<Shared*>& shared,
+                          const std::vector<Run>& runs,
+                          const std::vector<int>& node_of,
+                          std::vector<uint64_t>& reads);
+
 // `items` in the order of their places, cut into messages of at most
 // kBatchBytes (or one chunk) of chunks that lie back to back in their
 // object: such a message goes out of, and into, the memory the chunks are

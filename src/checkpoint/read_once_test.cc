@@ -537,6 +537,30 @@ TEST_F(ReadOnceTest, ChunksOnlyOneRankNeedsAreReadWhileItWaitsForTheOthers) {
          "rank 0's half of \"b\"";
 }
 
+TEST_F(ReadOnceTest, ChunksOnlyOneRankNeedsAreReadWhileTheRanksDecide) {
+  Save(2, 1);
+  // As above, with kAuto: rank 0's probe comes a second late, so rank 1
+  // decides a second late. Its own rows it reads whatever is decided:
+  // read while the ranks measure and decide, not after (a rank with little
+  // to read for others waited with its link to storage idle).
+  std::atomic<int64_t> own_read{0}, probe_came{0};
+  wrap_storage_ = [&](int rank, std::unique_ptr<Storage> s) {
+    if (rank != 1) return s;
+    return std::unique_ptr<Storage>(
+        std::make_unique<FirstReadOf>(std::move(s), "/r00001-", &own_read));
+  };
+  const auto wrap = [&](Communicator* c) -> Communicator* {
+    if (c->rank() == 0) return new LateChunks(c, kChunk);
+    return new FirstReceived(c, kChunk, &probe_came);
+  };
+  ExpectAllOk(
+      Load(2, 1, /*whole=*/false, LoadOptions::ReadOnce::kAuto, 1, wrap));
+  ASSERT_NE(own_read.load(), 0) << "rank 1 read nothing of its own object";
+  ASSERT_NE(probe_came.load(), 0) << "rank 1 received no probe";
+  EXPECT_LT(own_read.load(), probe_came.load())
+      << "rank 1 read its own rows only once the ranks had decided";
+}
+
 // The read-once files a node's ranks shared, left in /dev/shm.
 int SharedFilesLeft() {
   int n = 0;
