@@ -224,7 +224,8 @@ class CheckpointManager:
     def wait(self):
         """Waits for every save_async of this manager since the last
         wait() and raises the first failure among them (ckpt.Error, as
-        handle.wait() would); None when all committed."""
+        handle.wait() would) that was not raised already, by its
+        handle.wait() or by a later save; None when all committed."""
         self._m  # noqa: B018 - FailedPrecondition once closed
         self._pending.wait()
 

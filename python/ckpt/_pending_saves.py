@@ -39,22 +39,23 @@ class PendingSaves:
         """The library has just started a save, or made one: it waited for
         every earlier save first and took the error of one that failed,
         which that save then raised or carries, unless a wait() collected
-        it. The earlier saves have been seen; only those that failed stay,
-        for wait() to raise."""
+        it. The earlier saves have been seen: none is left to wait for."""
         for save in self._saves:
             save.seen = True
-        self._saves = [s for s in self._saves if _failure(s) is not None]
+        self._saves = []
 
     def wait(self):
         """Waits for every recorded save and forgets them; raises the first
-        failure among them."""
+        failure among them that nobody has seen (a failure is raised once:
+        a loop that caught it from handle.wait() or a later save must not
+        meet it again at its next mgr.wait())."""
         saves, self._saves = self._saves, []
         first = None
         for save in saves:
             error = _failure(save)
-            save.seen = True
-            if first is None:
+            if first is None and error is not None and not save.seen:
                 first = error
+            save.seen = True
         if first is not None:
             raise first
 

@@ -2,18 +2,31 @@
 number, shared by the manager's saves and the tiers'.
 """
 
+import operator
+
 from ckpt._errors import InvalidArgument
 from ckpt._lib import _Owned, _call, _encode, _lib
 from ckpt._state import _int64s
 
 
+_MAX_STEP = 2**63 - 1
+
+
 def _step(step):
     if step is None:
         return -1
-    if isinstance(step, bool) or not isinstance(step, int):
+    # Any integer type (a NumPy int64 counter too), but not a bool.
+    if isinstance(step, bool) or not hasattr(type(step), "__index__"):
         raise TypeError(f"a step must be an int, not {type(step).__name__}")
+    step = operator.index(step)
     if step < 0:
         raise InvalidArgument(f"step {step} is negative")
+    # Passed on as a 64-bit integer: a larger one would wrap to another
+    # step (and a delete delete that one).
+    if step > _MAX_STEP:
+        raise InvalidArgument(
+            f"step {step} is too large: a step is an integer from 0 to "
+            f"{_MAX_STEP}")
     return step
 
 
@@ -52,7 +65,10 @@ class _SaveOptions(_Owned):
         if compression is not None:  # (mode, level), checked by the caller
             _call(_lib.ckpt_save_options_set_compression, h,
                   compression[0].encode(), int(compression[1]))
-        _lib.ckpt_save_options_set_epoch(h, int(epoch))
+        if isinstance(epoch, bool) or not hasattr(type(epoch), "__index__"):
+            raise TypeError(
+                f"epoch must be an int, not {type(epoch).__name__}")
+        _lib.ckpt_save_options_set_epoch(h, operator.index(epoch))
         _lib.ckpt_save_options_set_incremental(h, 1 if incremental else 0)
         for name, value in metrics.items():
             _call(_lib.ckpt_save_options_set_metric, h,

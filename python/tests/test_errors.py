@@ -55,6 +55,28 @@ def test_committed_step_is_already_exists(mgr):
         mgr.save(1, {"x": np.zeros(1)})
 
 
+def test_a_step_past_64_bits_is_refused_not_wrapped(mgr):
+    # 2**64 + 20 would reach the library as step 20: a delete of it would
+    # delete step 20.
+    mgr.save(20, {"x": np.zeros(1)})
+    for step in (2**63, 2**64 + 20, 2**65):
+        for call in (lambda: mgr.save(step, {"x": np.zeros(1)}),
+                     lambda: mgr.load(step), lambda: mgr.delete(step)):
+            with pytest.raises(ckpt.InvalidArgument,
+                               match=f"step {step} is too large"):
+                call()
+    assert [i.step for i in mgr.list()] == [20]
+    # An integer of another type is a step; a float or a str is not.
+    mgr.save(np.int64(21), {"x": np.zeros(1)}, epoch=np.int32(2))
+    assert [(i.step, i.epoch) for i in mgr.list()] == [(20, -1), (21, 2)]
+    for bad in (21.0, "21"):
+        with pytest.raises(TypeError, match="a step must be an int"):
+            mgr.load(bad)
+    with pytest.raises(TypeError, match="epoch must be an int, not float"):
+        mgr.save(22, {"x": np.zeros(1)}, epoch=1.5)
+    assert mgr.latest() == 21
+
+
 def test_bad_entry_name_is_invalid_argument(mgr):
     with pytest.raises(ckpt.InvalidArgument, match="entry name"):
         mgr.save(1, {"a/../b": np.zeros(1)})

@@ -114,6 +114,23 @@ def test_wait_raises_the_first_failure(mgr):
     assert mgr.latest() == 2
 
 
+def test_wait_raises_no_failure_already_raised(mgr):
+    # By its handle's wait().
+    mgr.save(1, state(1))
+    handle = mgr.save_async(1, state(1))  # committed already: fails
+    with pytest.raises(ckpt.AlreadyExists):
+        handle.wait()
+    mgr.wait()
+    # By the next save, which carried it (and saved nothing); the job
+    # saves again, and its end-of-epoch wait() has nothing to raise.
+    mgr.save_async(1, state(1))
+    with pytest.raises(ckpt.Error, match="step 2 was not saved"):
+        mgr.save(2, state(2))
+    mgr.save_async(2, state(2)).wait()
+    mgr.wait()
+    assert mgr.latest() == 2
+
+
 def test_close_waits_for_a_pending_save_and_it_commits(root):
     mgr = ckpt.open(root, create=True)
     big = np.arange(1 << 22, dtype=np.float32)  # 16 MiB: still in flight
