@@ -7,8 +7,8 @@ import warnings
 import weakref
 from collections.abc import Mapping
 
-from ckpt import (_device, _errors, _manager_handle, _roots, _state, _tree,
-                  _values)
+from ckpt import (_device, _errors, _manager_handle, _resume, _roots, _state,
+                  _tree, _values)
 from ckpt._fill import stage_into
 from ckpt._load_memory import LoadMemory
 from ckpt._pending_saves import PendingSaves, report_unclosed
@@ -458,8 +458,9 @@ class CheckpointManager:
         steps = [info.step for info in self.list()]
         if not steps:
             return attempt(None)  # the library's NotFound
-        return first_whole(reversed(steps), attempt,
-                           f"{what} of the newest step in {self.url}")
+        return _resume.first_whole(
+            steps, attempt, f"{what} of the newest step in {self.url}",
+            lambda: [info.step for info in self.list()])
 
     def tiers(self, local_url, *, local_every=1, durable_every=0, keep=2,
               replicas=None, replication_rate=None, nodes=None):
@@ -617,32 +618,6 @@ def _metric_value(key, value):
         f"metrics[{key!r}] is a {type(value).__module__}."
         f"{type(value).__qualname__}{told}, not a number (metrics take "
         f"int, float, NumPy scalars and 0-d tensors)")
-
-
-def first_whole(steps, attempt, where):
-    """attempt(step) for each of `steps` (newest first) until one succeeds,
-    skipping with a warning each that raises ckpt.DataLoss; DataLoss
-    naming every step tried when none loads."""
-    skipped = []
-    for step in steps:
-        try:
-            return attempt(step)
-        except _errors.DataLoss as e:
-            skipped.append((step, e))
-            warn_skipped(where, step, e)
-    raise all_damaged(where, skipped)
-
-
-def warn_skipped(where, step, error, stacklevel=5):
-    warnings.warn(f"{where}: skipped step {step}, which does not load whole "
-                  f"({error}); trying the next older step", RuntimeWarning,
-                  stacklevel=stacklevel)
-
-
-def all_damaged(where, skipped):
-    tried = "; ".join(f"step {s}: {e}" for s, e in skipped)
-    return _errors.DataLoss(f"{where}: no committed step loads whole "
-                            f"(tried {len(skipped)}, newest first): {tried}")
 
 
 def _require_torch(call):

@@ -69,7 +69,7 @@ from collections.abc import Mapping
 
 import torch
 
-from ckpt import _errors, _manager, _torch_dist, _tree, _values
+from ckpt import _errors, _manager, _resume, _torch_dist, _tree, _values
 from ckpt._consolidate import consolidate
 from ckpt._dcp_files import export_dcp, import_dcp
 from ckpt._torch_dcp import StorageReader, StorageWriter
@@ -174,15 +174,22 @@ def load(state_dict, root, step=None, *, communicator=None, strict=False,
     """
     mgr = manager(root, communicator=communicator)
     group = _torch_dist.agreement_group(mgr.world_size)
-    steps = [step]
-    if step is None and (mgr.world_size == 1 or group is not None):
+
+    def newest_first():
         newest = [info.step for info in reversed(mgr.list())]
         if group is not None:  # every rank tries rank 0's steps
             newest = _torch_dist.broadcast_object(group, newest)
-        steps = newest or [None]  # none: the library's NotFound
+        return newest or [None]  # none: the library's NotFound
+
+    steps = [step]
+    resume = step is None and (mgr.world_size == 1 or group is not None)
+    if resume:
+        steps = newest_first()
     where = f"load of the newest step of {mgr.url}"
     skipped = []
-    for s in steps:
+    relisted = 0
+    while steps:
+        s = steps.pop(0)
         outcome, error, staged = _OK, None, None
         try:
             desc = mgr.describe(s)
@@ -192,6 +199,10 @@ def load(state_dict, root, step=None, *, communicator=None, strict=False,
                                      plan.new_leaves)
         except _errors.DataLoss as e:
             outcome, error = _DAMAGED, e
+        except _errors.NotFound as e:
+            # Deleted since the listing? (_resume.first_whole)
+            outcome, error = (_GONE if resume and s is not None
+                              else _FAILED), e
         except Exception as e:  # noqa: BLE001 - every rank learns of it
             outcome, error = _FAILED, e
         if group is not None:
@@ -199,6 +210,12 @@ def load(state_dict, root, step=None, *, communicator=None, strict=False,
         if outcome == _OK:
             plan.commit(staged, transactional, group)
             return staged.info
+        if outcome == _GONE and relisted < _resume.MOST_RELISTINGS:
+            now = newest_first()
+            if s not in now:  # every rank alike: rank 0's listing
+                relisted += 1
+                steps = now
+                continue
         if error is None:
             error = _errors.Aborted(
                 f"load step {s} from {mgr.url}: another rank could not load "
@@ -206,14 +223,14 @@ def load(state_dict, root, step=None, *, communicator=None, strict=False,
                 f"why)")
         if outcome == _DAMAGED and step is None and s is not None:
             skipped.append((s, error))
-            _manager.warn_skipped(where, s, error, stacklevel=2)
+            _resume.warn_skipped(where, s, error, stacklevel=2)
             continue
         raise error
-    raise _manager.all_damaged(where, skipped)
+    raise _resume.all_damaged(where, skipped)
 
 
 # A rank's outcome of reading a step, the worst of which every rank follows.
-_OK, _DAMAGED, _FAILED = 0, 1, 2
+_OK, _DAMAGED, _GONE, _FAILED = 0, 1, 2, 3
 
 
 def latest(root, *, communicator=None, create=False):

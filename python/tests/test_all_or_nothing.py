@@ -260,6 +260,43 @@ def test_manager_resume_skips_a_damaged_newest_step(mgr, root):
         mgr.load(3)
 
 
+def test_a_step_deleted_while_a_resume_loads_it_sends_it_to_the_newest(root):
+    # A job saving beside the reader (keep_last=1) commits the next step
+    # and deletes this one just as the reader's resume starts to load it:
+    # no damage, and not the end of the resume, which lists again.
+    saver = ckpt.open(root, create=True, keep_last=1)
+    save_steps(saver, [3])
+    reader = ckpt.open(root)
+    library = reader._m
+
+    def saving_beside(name):
+        real = getattr(library, name)
+        moved_on = []
+
+        def call(step, *args):
+            if not moved_on:
+                moved_on.append(step)
+                save_steps(saver, [step + 1])
+                assert [i.step for i in saver.list()] == [step + 1]
+            return real(step, *args)
+        setattr(library, name, call)
+
+    saving_beside("load")
+    saving_beside("load_into")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no step is skipped as damaged
+        assert reader.load()["step"] == 4
+        state = {"w": np.zeros(8), "step": 0}
+        assert reader.load_into(state).step == 5
+        assert state["step"] == 5 and (state["w"] == 5.0).all()
+        # ckpt.torch's resume, through the same manager.
+        saving_beside("load_into")
+        tensors = {"w": torch.zeros(8, dtype=torch.float64), "step": 0}
+        assert ct.load(tensors, reader).step == 6
+        assert tensors["step"] == 6 and (tensors["w"] == 6.0).all()
+    saver.close()
+
+
 def test_saving_a_damaged_step_again_replaces_it(mgr, root):
     save_steps(mgr, [1, 2, 3])
     flip_a_byte(root, 3)

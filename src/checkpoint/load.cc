@@ -137,13 +137,24 @@ Result<LoadVote> Agree(const std::vector<std::string>& votes) {
 
 }  // namespace
 
+namespace {
+
+// A resume lists the steps again after a step it was loading was deleted
+// (FirstStepThatLoads) at most this many times: a job that deletes steps
+// faster than they load cannot hold a reader for ever.
+constexpr int kMostRelistings = 16;
+
+}  // namespace
+
 Result<int64_t> Loader::FirstStepThatLoads(
     std::optional<int64_t> step,
     const std::function<Status(int64_t, bool& damaged)>& attempt,
     bool* damaged_out, bool agree_explicit) {
   CKPT_ASSIGN_OR_RETURN(std::vector<int64_t> steps, StepsToTry(step));
   std::string tried;
-  for (int64_t s : steps) {
+  int relisted = 0;
+  for (size_t i = 0; i < steps.size();) {
+    const int64_t s = steps[i++];
     bool damaged = false;
     Status mine = attempt(s, damaged);
     LoadVote vote{mine, !mine.ok() && damaged};
@@ -155,6 +166,23 @@ Result<int64_t> Loader::FirstStepThatLoads(
       CKPT_ASSIGN_OR_RETURN(vote, Agree(all));
     }
     if (vote.status.ok()) return s;
+    // A step deleted since the listing (the retention of a job saving
+    // beside this resume, gc, `ckpt delete`) is no damage, and the newest
+    // step may be newer now: list again and start over. Every rank takes
+    // the same turn (the vote is agreed; the listing is rank 0's).
+    if (!step && vote.status.code() == ErrorCode::kNotFound &&
+        relisted < kMostRelistings) {
+      CKPT_ASSIGN_OR_RETURN(std::vector<int64_t> now, StepsToTry(step));
+      if (std::find(now.begin(), now.end(), s) == now.end()) {
+        ++relisted;
+        LogInfo("resume from " + root_.Where() + ": step " + std::to_string(s) +
+                " was deleted while it loaded (" + vote.status.ToString() +
+                "); listing the steps again");
+        steps = std::move(now);
+        i = 0;
+        continue;
+      }
+    }
     if (damaged_out != nullptr) *damaged_out = vote.damaged;
     // A save of this step replaces it then without reading it all again.
     if (std::optional<ObjectInfo> seen = root_.manifests.LastSeen(s);

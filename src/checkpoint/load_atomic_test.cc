@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -361,6 +362,63 @@ TEST(ObjectViewTest, KeepsItsBytesWhenTheObjectIsReplacedOrDeleted) {
     EXPECT_FALSE(wrapped.capabilities().object_views);
     EXPECT_EQ(wrapped.ViewObject("any").value(), nullptr);
   }
+}
+
+// Runs `then` once, the first time a data object of step `step` is read.
+class OnFirstReadOf : public StorageWrapper {
+ public:
+  OnFirstReadOf(std::unique_ptr<Storage> target, int64_t step,
+                std::function<void()> then)
+      : StorageWrapper(std::move(target)),
+        dir_(format::StepDirName(step) + "/"),
+        then_(std::move(then)) {}
+  Status ReadRange(std::string_view key, uint64_t offset,
+                   std::span<std::byte> out) override {
+    if (key.starts_with(dir_)) std::call_once(once_, then_);
+    return StorageWrapper::ReadRange(key, offset, out);
+  }
+
+ private:
+  std::string dir_;
+  std::function<void()> then_;
+  std::once_flag once_;
+};
+
+// A job saving beside a resume (another process's manager on the same
+// root, with retention) commits step 4 and deletes step 3 while the resume
+// reads step 3: no damage, and no reason to fail or to fall back to step
+// 2; the resume lists the steps again and loads step 4.
+TEST(LoadResumeTest, AStepDeletedWhileAResumeReadsItSendsItToTheNewest) {
+  const std::string url = UniqueUrl("deleted-while-read");
+  Options o;
+  o.chunk_size = 4096;
+  auto saver = CheckpointManager::Open(url, o).value();
+  for (int step = 1; step <= 3; ++step) {
+    Model m(step);
+    ASSERT_TRUE(saver->Save(step, m.Make()).ok());
+  }
+  auto reader =
+      CheckpointManager::Open(std::make_unique<OnFirstReadOf>(
+                                  OpenStorage(url).value(), 3,
+                                  [&] {
+                                    Model m(4);
+                                    ASSERT_TRUE(saver->Save(4, m.Make()).ok());
+                                    ASSERT_TRUE(saver->Delete(3).ok());
+                                  }),
+                              o)
+          .value();
+  Model target(99);
+  State s = target.Make();
+  Result<CheckpointInfo> r = reader->Load(std::nullopt, s);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->step, 4);
+  Model want(4);
+  State ws = want.Make();
+  EXPECT_TRUE(Snapshot::Of(target, s) == Snapshot::Of(want, ws));
+  // At an explicit step, the step's absence is the answer.
+  Model again(99);
+  State as = again.Make();
+  EXPECT_EQ(reader->Load(3, as).status().code(), ErrorCode::kNotFound);
 }
 
 // Two ranks, each holding half of "table" and a replicated "bias"; only

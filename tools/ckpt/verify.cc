@@ -45,6 +45,20 @@ Result<std::set<int64_t>> StepsWithManifest(Storage& storage) {
   return steps;
 }
 
+// Whether `step` has lost its manifest since verify listed it: deleted
+// meanwhile (the retention of a job saving beside verify, gc, `ckpt
+// delete`), so no longer part of the root, and what verify met reading it
+// is no damage.
+bool DeletedSince(CheckpointManager& manager, int64_t step) {
+  Result<ObjectInfo> info = manager.storage().Stat(format::ManifestKey(step));
+  return !info.ok() && info.status().code() == ErrorCode::kNotFound;
+}
+
+// Verify lists the steps again after one it read was deleted at most this
+// many times (the load's resume does the same): a job that deletes steps
+// faster than verify reads them cannot hold it for ever.
+constexpr int kMostRelistings = 16;
+
 // Runs Verify with a progress bar. The bar is made on the first report,
 // when the total is known; the lock keeps the bar whole should the manager
 // report from several threads.
@@ -68,8 +82,10 @@ Result<VerifyReport> VerifyWithProgress(CheckpointManager& manager,
 // What a resume would meet: every step newer than the one it would load
 // (a resume tries them first and skips them, so each is a problem, named
 // with why it is skipped), then the one it would load, verified whole.
-Result<std::vector<VerifyReport>> VerifyResumePoint(CheckpointManager& manager,
-                                                    const std::string& root) {
+// `deleted`: a step it found a problem in was deleted meanwhile, and the
+// steps must be listed again (the reports are then of no use).
+Result<std::vector<VerifyReport>> VerifyResumePointOnce(
+    CheckpointManager& manager, const std::string& root, bool& deleted) {
   CKPT_ASSIGN_OR_RETURN(std::set<int64_t> steps,
                         StepsWithManifest(manager.storage()));
   CKPT_ASSIGN_OR_RETURN(std::optional<int64_t> latest, manager.Latest());
@@ -116,6 +132,10 @@ Result<std::vector<VerifyReport>> VerifyResumePoint(CheckpointManager& manager,
       stops = !newer && (report.ok() ? report->unreadable
                                      : !ResumeSkips(report.status()));
     }
+    if (DeletedSince(manager, step)) {
+      deleted = true;
+      return reports;
+    }
     reports.push_back(
         {.step = step,
          .problems = {why + (newer ? " (the newest step; " + resumed + ")"
@@ -129,6 +149,23 @@ Result<std::vector<VerifyReport>> VerifyResumePoint(CheckpointManager& manager,
   // Oldest first, as --all prints them.
   std::reverse(reports.begin(), reports.end());
   return reports;
+}
+
+Result<std::vector<VerifyReport>> VerifyResumePoint(CheckpointManager& manager,
+                                                    const std::string& root) {
+  for (int listed = 0;; ++listed) {
+    bool deleted = false;
+    CKPT_ASSIGN_OR_RETURN(std::vector<VerifyReport> reports,
+                          VerifyResumePointOnce(manager, root, deleted));
+    if (!deleted) return reports;
+    if (listed == kMostRelistings) {
+      return AbortedError(
+          "verify " + Quote(root) + ": steps were deleted while verify read " +
+          "them, " + std::to_string(listed + 1) +
+          " times (a job saving with retention beside it?); run it again, " +
+          "or verify one step with --step");
+    }
+  }
 }
 
 Status RunVerify(const VerifyArgs& args) {
@@ -146,6 +183,7 @@ Status RunVerify(const VerifyArgs& args) {
         // List() skipped this manifest; Describe says what is wrong with it
         // (or it was committed after List() ran, and is verified below).
         Result<CheckpointDescription> d = manager->Describe(step);
+        if (!d.ok() && DeletedSince(*manager, step)) continue;
         if (!d.ok()) {
           reports.push_back({.step = step,
                              .problems = {"manifest does not load: " +
@@ -154,6 +192,10 @@ Status RunVerify(const VerifyArgs& args) {
         }
       }
       Result<VerifyReport> report = VerifyWithProgress(*manager, step);
+      // Gone since the listing: no longer a step of the root.
+      if (!(report.ok() && report->ok()) && DeletedSince(*manager, step)) {
+        continue;
+      }
       if (report.ok()) {
         reports.push_back(std::move(*report));
       } else {
@@ -165,6 +207,11 @@ Status RunVerify(const VerifyArgs& args) {
   } else if (args.step) {
     CKPT_ASSIGN_OR_RETURN(VerifyReport report,
                           VerifyWithProgress(*manager, *args.step));
+    if (!report.ok() && DeletedSince(*manager, *args.step)) {
+      return NotFoundError("verify step " + std::to_string(*args.step) +
+                           " of " + Quote(args.root) +
+                           ": the step was deleted while verify read it");
+    }
     reports.push_back(std::move(report));
   } else {
     CKPT_ASSIGN_OR_RETURN(reports, VerifyResumePoint(*manager, args.root));
