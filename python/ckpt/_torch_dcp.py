@@ -19,7 +19,11 @@ rank for a replicated tensor, which then writes it whole), each bytes item
 fully qualified name. The reader describes a step to DCP from ckpt's own
 manifest (each tensor one chunk of its global shape, each blob a bytes
 item), never from a pickle; DCP's load planner alone unpickles the bytes
-items it asked for (planner.load_bytes), as it does with any storage.
+items it asked for (planner.load_bytes), as it does with any storage, and
+only those that torch.load(weights_only=True) reads (the planner itself
+would run any code a hostile root's pickle names): others are refused with
+ckpt.InvalidArgument naming the entry, on every rank, the state unchanged
+(torch.serialization.add_safe_globals allows a trusted root's classes).
 
 checkpoint_id (of dcp.save / dcp.load, for that one call):
   None          the root given to the constructor; a save writes the next
@@ -444,6 +448,11 @@ class StorageReader(_Storage, _ReaderBase):
         # every chunk and fails every rank if one fails.
         staged = mgr._stage_into(reads.state, desc, False, True, reads.own)
         staged.commit()  # the blobs, into reads.state
+        try:
+            reads.check_bytes()
+        except Exception as e:  # noqa: BLE001 - every rank learns of it
+            error = e
+        _agree(mgr, self.step, error, where)
         reads.apply()
         done = Future()
         done.set_result(None)
@@ -504,6 +513,16 @@ def _agree(mgr, step, error, where):
         raise error
 
 
+def _why_refused(error):
+    """The line of PyTorch's weights_only refusal that names what it
+    refused (its first is the same paragraph for every refusal)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    for line in lines:
+        if "GLOBAL" in line or "Unsupported" in line:
+            return line
+    return lines[0] if lines else type(error).__name__
+
+
 class _Reads:
     """One rank's reads: for each tensor, the smallest box of the global
     tensor that holds every region the plan asks of it, read into new
@@ -558,9 +577,29 @@ class _Reads:
             self.state[name] = temp if whole else _values.Shard(temp, lo,
                                                                 shape)
 
+    def check_bytes(self):
+        """Each bytes item read as torch.load(weights_only=True) reads it,
+        before any is handed to the planner: DCP's own planner unpickles
+        them with weights_only=False, which runs whatever a pickle names,
+        and a root may come from anyone."""
+        for item in self.bytes:
+            name = item.storage_index.fqn
+            try:
+                torch.load(io.BytesIO(self.state[name]), weights_only=True)
+            except Exception as e:  # noqa: BLE001 - any refusal
+                raise _errors.InvalidArgument(
+                    f"{self.where}: entry {name!r}: torch.load("
+                    f"weights_only=True) refuses it ({_why_refused(e)}"
+                    f"), and ckpt hands DCP's load planner, which unpickles "
+                    f"with weights_only=False, only bytes it accepts: a "
+                    f"pickle could run code. If this root is yours, allow "
+                    f"the classes it names with "
+                    f"torch.serialization.add_safe_globals") from None
+
     def apply(self):
         """Copies the loaded regions into the planner's targets and hands
-        it the bytes items (which DCP's planner unpickles itself)."""
+        it the bytes items (which DCP's planner unpickles itself, once
+        check_bytes has read them as weights_only=True does)."""
         with torch.no_grad():
             for item, target, lo in self.tensors:
                 name = item.storage_index.fqn

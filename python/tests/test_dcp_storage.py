@@ -8,6 +8,7 @@ the checkpoint_id rule, manager options (retention, the catalog) passed
 through, and an s3:// root on an emulated S3 server."""
 
 import glob
+import io
 import os
 import socket
 import struct
@@ -173,6 +174,63 @@ def test_checkpoint_id_names_a_root_and_a_step(tmp_path):
     with pytest.raises(BaseException, match="none does not exist"):
         loaded(ct.StorageReader(str(tmp_path / "none")))
     writer.close()
+
+
+class _RunsCode:
+    """A pickle that, unpickled, calls os.system: what a hostile root holds."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+class Trusted:
+    """A class of the job's own, saved by dcp.save as a bytes item."""
+
+    def __init__(self, v):
+        self.v = v
+
+    def __eq__(self, other):
+        return isinstance(other, Trusted) and other.v == self.v
+
+
+@one_process
+def test_a_pickle_that_would_run_code_is_not_handed_to_dcps_planner(
+        tmp_path):
+    # A root whose bytes entry is a pickle calling os.system (written
+    # through ckpt itself: any root may come from anyone). DCP's planner
+    # would torch.load it with weights_only=False and run it.
+    root, marker = str(tmp_path / "run"), str(tmp_path / "ran")
+    buf = io.BytesIO()
+    torch.save(_RunsCode(marker), buf)
+    ckpt.open(root, create=True).save(
+        1, {"w": torch.ones(3), "cfg": buf.getvalue()})
+    state = {"w": torch.zeros(3), "cfg": 0.5}
+    # (DCP raises a rank's error inside its own CheckpointException.)
+    with pytest.raises(BaseException,
+                       match=r"entry 'cfg': torch.load\(weights_only=True\) "
+                             r"refuses it \(.*GLOBAL posix.system.*"
+                             r"add_safe_globals"):
+        dcp.load(state, storage_reader=ct.StorageReader(root))
+    assert not os.path.exists(marker), "the pickle ran"
+    assert state["cfg"] == 0.5 and torch.equal(state["w"], torch.zeros(3))
+    # A job's own class, allowed as PyTorch allows it, loads.
+    other = str(tmp_path / "own")
+    dcp.save({"w": torch.ones(3), "obj": Trusted(7)},
+             storage_writer=ct.StorageWriter(other))
+    state = {"w": torch.zeros(3), "obj": None}
+    with pytest.raises(BaseException, match="entry 'obj'.*Trusted"):
+        dcp.load(state, storage_reader=ct.StorageReader(other))
+    assert state["obj"] is None
+    torch.serialization.add_safe_globals([Trusted])
+    try:
+        dcp.load(state, storage_reader=ct.StorageReader(other))
+    finally:
+        torch.serialization.clear_safe_globals()
+    assert state["obj"] == Trusted(7) and torch.equal(state["w"],
+                                                      torch.ones(3))
 
 
 @one_process
