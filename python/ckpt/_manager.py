@@ -373,29 +373,45 @@ class CheckpointManager:
         if as_torch:
             _require_torch("load(as_torch=True)")
         new_device_tensor = _device_tensors(device)
-        info, entries, omitted = self._newest_whole(
-            step, "load", lambda s: self._reader.load(s, new_device_tensor))
-        # Inline, not a helper: decode_tensor's warnings name the caller of
-        # load() by how many frames up it is.
-        with _state.gc_paused():
-            tree, values = None, {}
-            for name, kind, dtype, value in entries:
-                if name == _tree.TREE_ENTRY and kind == "metadata":
-                    tree = value
-                elif kind == "tensor" and device is not None:
-                    values[name] = value  # a torch tensor on the device
-                elif kind == "tensor":
-                    values[name] = _values.decode_tensor(name, value, dtype,
-                                                         as_torch)
-                elif kind == "blob":
-                    values[name] = value
-                else:
-                    values[name] = _values.decode_metadata(
-                        value, name, f"load step {info.step} in {self.url}")
-            if tree is None:
-                return _tree.unflatten_dotted(values)
-            return _tree.unflatten(tree, values, omitted - set(values),
-                                   f"load step {info.step} in {self.url}")
+        # A step whose damage only the decoding below finds (a metadata
+        # entry or the tree that does not decode) is skipped as the
+        # library's reads skip one, where this process picks the step.
+        skipped = []
+        while True:
+            info, entries, omitted = self._newest_whole(
+                step, "load",
+                lambda s: self._reader.load(s, new_device_tensor), skipped)
+            # Inline, not a helper: decode_tensor's warnings name the caller
+            # of load() by how many frames up it is.
+            try:
+                with _state.gc_paused():
+                    tree, values = None, {}
+                    for name, kind, dtype, value in entries:
+                        if name == _tree.TREE_ENTRY and kind == "metadata":
+                            tree = value
+                        elif kind == "tensor" and device is not None:
+                            values[name] = value  # a torch tensor, on device
+                        elif kind == "tensor":
+                            values[name] = _values.decode_tensor(
+                                name, value, dtype, as_torch)
+                        elif kind == "blob":
+                            values[name] = value
+                        else:
+                            values[name] = _values.decode_metadata(
+                                value, name,
+                                f"load step {info.step} in {self.url}")
+                    if tree is None:
+                        return _tree.unflatten_dotted(values)
+                    return _tree.unflatten(
+                        tree, values, omitted - set(values),
+                        f"load step {info.step} in {self.url}")
+            except _errors.DataLoss as e:
+                if step is not None or self.world_size > 1:
+                    raise
+                skipped.append((info.step, e))
+                _resume.warn_skipped(
+                    f"load of the newest step in {self.url}", info.step, e,
+                    stacklevel=2)
 
     def load_into(self, state, step=None, *, strict=False,
                   transactional=True):
@@ -449,18 +465,26 @@ class CheckpointManager:
                           transactional, own_memory, in_library,
                           self._load_memory)
 
-    def _newest_whole(self, step, what, attempt):
+    def _newest_whole(self, step, what, attempt, skipped=None):
         """attempt(step), for an explicit step; for step=None, attempt(s)
         for each committed step s from the newest, skipping (with a
-        warning) those that raise ckpt.DataLoss, until one succeeds."""
+        warning) those that raise ckpt.DataLoss, until one succeeds.
+        `skipped`: (step, error) of steps skipped already, not tried."""
         if step is not None or self.world_size > 1:
             return attempt(step)
-        steps = [info.step for info in self.list()]
+        skipped = [] if skipped is None else skipped
+        where = f"{what} of the newest step in {self.url}"
+        gone = {s for s, _ in skipped}
+
+        def listed():
+            return [i.step for i in self.list() if i.step not in gone]
+
+        steps = listed()
+        if not steps and skipped:
+            raise _resume.all_damaged(where, skipped)
         if not steps:
             return attempt(None)  # the library's NotFound
-        return _resume.first_whole(
-            steps, attempt, f"{what} of the newest step in {self.url}",
-            lambda: [info.step for info in self.list()])
+        return _resume.first_whole(steps, attempt, where, listed, skipped)
 
     def tiers(self, local_url, *, local_every=1, durable_every=0, keep=2,
               replicas=None, replication_rate=None, nodes=None):

@@ -12,15 +12,16 @@ from ckpt import _errors
 MOST_RELISTINGS = 16
 
 
-def first_whole(steps, attempt, where, relist):
+def first_whole(steps, attempt, where, relist, skipped=None):
     """attempt(step) for each of `steps` (oldest first, tried newest first)
     until one succeeds, skipping with a warning each that raises
     ckpt.DataLoss; DataLoss naming every step tried when none loads. A step
     deleted while it loaded (ckpt.NotFound, and relist() no longer lists
     it: the retention of a job saving beside this one) is no damage, and
     the newest may be newer now: the steps relist() gives are tried
-    instead."""
-    skipped = []
+    instead. `skipped`: (step, error) of steps skipped already, which the
+    final error names too."""
+    skipped = [] if skipped is None else skipped
     relisted = 0
     order = list(reversed(steps))
     while order:

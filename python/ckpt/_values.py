@@ -12,7 +12,9 @@
   bytes, bytearray       blob
   int, float, str, bool, metadata entry {"python_type": T, "value": V}, so
   None                   that load returns the same Python type
-  ckpt.Metadata          metadata entry holding that JSON object
+  ckpt.Metadata          metadata entry holding that JSON object (one
+                         with the keys of a typed scalar as {"python_type":
+                         "metadata", "value": its object})
   ckpt.Shard(a, ...)     this rank's box of a tensor sharded across ranks
   ckpt.RankLocal(v)      an array or bytes that belong to this rank alone
 
@@ -27,6 +29,7 @@ tensors as memoryviews (ckpt._buffer).
 import ctypes
 import json
 import math
+import re
 import sys
 import warnings
 from collections.abc import Mapping
@@ -231,7 +234,12 @@ def encode(name, value):
         return ("tensor", *_tensor_array(name, value, torch))
     if isinstance(value, Metadata):
         _tree.check_json(name, value)
-        return "metadata", _metadata_json(name, dict(value)), None
+        obj = dict(value)
+        if _looks_typed(obj):
+            # The user's map has the keys of a typed scalar: kept apart
+            # from one, so that it loads as the Metadata it is.
+            obj = {TYPE_KEY: "metadata", "value": obj}
+        return "metadata", _metadata_json(name, obj), None
     if np is not None and (isinstance(value, np.ndarray) or (
             isinstance(value, np.generic) and (_saveable(value.dtype)
                                                or _ml_dtype(value.dtype)))):
@@ -273,6 +281,15 @@ def encode(name, value):
     return "metadata", _metadata_json(name, scalar), None
 
 
+def _looks_typed(obj):
+    """Whether a metadata JSON object has the keys of a typed scalar."""
+    return (isinstance(obj, dict) and TYPE_KEY in obj
+            and set(obj) <= {TYPE_KEY, "value"})
+
+
+_INT_TEXT = re.compile(r"-?[0-9]+")
+
+
 def decode_metadata(text, name="", where="load"):
     """The Python value of a metadata entry's JSON.
 
@@ -281,8 +298,7 @@ def decode_metadata(text, name="", where="load"):
     `where` (the operation and the checkpoint).
     """
     obj = json.loads(text)
-    if not (isinstance(obj, dict) and TYPE_KEY in obj
-            and set(obj) <= {TYPE_KEY, "value"}):
+    if not _looks_typed(obj):
         return Metadata(obj)
     kind, v = obj[TYPE_KEY], obj.get("value")
     if kind == "none" and "value" not in obj:
@@ -292,8 +308,11 @@ def decode_metadata(text, name="", where="load"):
     if kind == "int" and not isinstance(v, bool):
         if isinstance(v, int):
             return v
-        if isinstance(v, str) and v.lstrip("-").isdigit() and v.isascii():
-            return int(v)
+        if isinstance(v, str) and _INT_TEXT.fullmatch(v):
+            try:
+                return int(v)
+            except ValueError:  # past Python's digits limit: not ckpt's
+                pass
     if kind == "float" and not isinstance(v, bool):
         if isinstance(v, (int, float)):
             return float(v)
@@ -301,7 +320,9 @@ def decode_metadata(text, name="", where="load"):
             return float(v)
     if kind == "str" and isinstance(v, str):
         return v
-    if kind in ("none", "bool", "int", "float", "str"):
+    if kind == "metadata" and isinstance(v, dict) and _looks_typed(v):
+        return Metadata(v)
+    if kind in ("none", "bool", "int", "float", "str", "metadata"):
         raise _errors.DataLoss(
             f"{where}: entry {name!r} is a {kind} whose stored value {v!r} "
             f"is not one; the entry is damaged")

@@ -350,6 +350,10 @@ def test_a_tree_of_a_newer_version_is_failed_precondition(mgr):
     '{"python_type":"float","value":"fast"}',
     '{"python_type":"str","value":7}',
     '{"python_type":"none","value":0}',
+    '{"python_type":"int","value":"--5"}',
+    '{"python_type":"int","value":"' + "1" * 5000 + '"}',
+    '{"python_type":"metadata","value":7}',
+    '{"python_type":"metadata","value":{"a":1}}',
 ])
 def test_a_damaged_typed_scalar_is_data_loss_naming_it(mgr, stored):
     saved = {"w": array.array("f", [1.0, 2.0]), "n": 1}
@@ -364,6 +368,38 @@ def test_a_damaged_typed_scalar_is_data_loss_naming_it(mgr, stored):
     with pytest.raises(ckpt.DataLoss, match="entry 'n'"):
         mgr.load_into(target)
     assert target == {"w": array.array("f", [0.0, 0.0]), "n": 0}
+
+
+def test_metadata_with_the_keys_of_a_typed_scalar_loads_as_saved(mgr):
+    # A user's map that happens to have ckpt's keys for a typed scalar.
+    maps = [{"python_type": "float", "value": "any real number"},
+            {"python_type": "int", "value": "7"}, {"python_type": "none"},
+            {"python_type": "metadata", "value": {"python_type": "str"}}]
+    state = {f"m{i}": ckpt.Metadata(m) for i, m in enumerate(maps)}
+    mgr.save(1, state)
+    loaded = mgr.load(1)
+    assert loaded == state
+    assert all(isinstance(v, ckpt.Metadata) for v in loaded.values())
+    target = {k: None for k in state}
+    mgr.load_into(target)
+    assert target == state
+
+
+def test_a_resume_skips_a_step_whose_scalar_does_not_decode(mgr):
+    mgr.save(1, {"w": array.array("f", [1.0, 1.0]), "n": 1})
+    saved = {"w": array.array("f", [2.0, 2.0]), "n": 2}
+    entries = [e for e in mgr._entries(saved) if e[0] != "n"]
+    entries.append(("n", "metadata", '{"python_type":"int","value":"--5"}',
+                    None, None))
+    mgr._m.save(2, entries, -1, {}, {}, False, {})
+    with pytest.warns(RuntimeWarning, match="skipped step 2.*entry 'n'"):
+        assert mgr.load()["n"] == 1
+    target = {"w": array.array("f", [0.0, 0.0]), "n": 0}
+    with pytest.warns(RuntimeWarning, match="skipped step 2.*entry 'n'"):
+        assert mgr.load_into(target).step == 1
+    assert target == {"w": array.array("f", [1.0, 1.0]), "n": 1}
+    with pytest.raises(ckpt.DataLoss, match="entry 'n'"):
+        mgr.load(2)
 
 
 def test_load_into_does_not_read_the_tree(mgr):
