@@ -47,6 +47,8 @@ import os
 import pathlib
 import pickle
 import pickletools
+import reprlib
+import stat
 import sys
 
 import torch
@@ -169,13 +171,27 @@ def _prescan(data):
                              f"pickle of {size} bytes")
 
 
+def _open_regular(path):
+    """`path` opened for reading, if it is a regular file (after links):
+    a FIFO or a device in a checkpoint's folder would hold the import for
+    ever, or read without end. OSError otherwise, naming what it is."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError("not a regular file")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def read_metadata(directory):
     """The DCP Metadata of `directory`'s .metadata, by the restricted
     unpickler, checked; raises ckpt errors naming the file."""
     _require_dcp("reading a DCP checkpoint")
     path = os.path.join(directory, METADATA_FILE)
     try:
-        with open(path, "rb") as f:
+        with _open_regular(path) as f:
             data = f.read()
     except FileNotFoundError:
         raise _errors.NotFound(
@@ -195,7 +211,11 @@ def read_metadata(directory):
         raise _errors.DataLoss(
             f"{path}: not a DCP metadata pickle ({type(e).__name__}: "
             f"{e})") from None
-    _check_metadata(metadata, path)
+    try:
+        _check_metadata(metadata, path)
+    except RecursionError:
+        raise _errors.DataLoss(
+            f"{path}: values nested too deep to be DCP's metadata") from None
     return metadata
 
 
@@ -224,7 +244,7 @@ def _check_metadata(metadata, path):
                     "another storage keeps its own storage_data)")
     for fqn, md in entries.items():
         if not isinstance(fqn, str) or not fqn:
-            raise bad(f"an entry is named {fqn!r}")
+            raise bad(f"an entry is named {_shown(fqn)}")
         what = f"entry {fqn!r}"
         if isinstance(md, _md.BytesStorageMetadata):
             continue
@@ -262,8 +282,20 @@ def _int_tuple(value, what, path):
     if not isinstance(value, (tuple, list)) or not all(
             isinstance(v, int) and not isinstance(v, bool) and v >= 0
             for v in value):
-        raise _errors.DataLoss(f"{path}: {what} is {value!r}, not sizes")
+        raise _errors.DataLoss(
+            f"{path}: {what} is {_shown(value)}, not sizes")
     return tuple(int(v) for v in value)
+
+
+# How an untrusted value from a .metadata is shown in an error: a few
+# levels and items of it (a hostile pickle nests lists as deep as it likes,
+# and repr() of that fails).
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel, _SHOWN.maxstring, _SHOWN.maxother = 3, 80, 80
+
+
+def _shown(value):
+    return _SHOWN.repr(value)
 
 
 class _Files:
@@ -281,8 +313,8 @@ class _Files:
         if not isinstance(name, str) or not name or "/" in name or \
                 name in (".", "..") or "\0" in name:
             raise _errors.DataLoss(
-                f"{path}: entry {fqn!r}: its file {name!r} is not a file "
-                f"name inside the checkpoint")
+                f"{path}: entry {fqn!r}: its file {_shown(name)} is not a "
+                f"file name inside the checkpoint")
         if getattr(info, "transform_descriptors", None):
             raise _errors.FailedPrecondition(
                 f"{path}: entry {fqn!r} was written through DCP storage "
@@ -291,13 +323,13 @@ class _Files:
         offset, length = info.offset, info.length
         if not all(isinstance(v, int) and v >= 0 for v in (offset, length)):
             raise _errors.DataLoss(
-                f"{path}: entry {fqn!r}: offset {offset!r} length "
-                f"{length!r}")
+                f"{path}: entry {fqn!r}: offset {_shown(offset)} length "
+                f"{_shown(length)}")
         f = self._open.get(name)
         file_path = os.path.join(self.directory, name)
         if f is None:
             try:
-                f = self._open[name] = open(file_path, "rb")
+                f = self._open[name] = _open_regular(file_path)
             except OSError as e:
                 raise _errors.DataLoss(
                     f"{file_path}: entry {fqn!r}: cannot open its file: "
@@ -416,7 +448,7 @@ def import_dcp(directory, root, step, *, epoch=None, catalog=None):
     try:
         for fqn, md in metadata.state_dict_metadata.items():
             if not isinstance(fqn, str) or not fqn:
-                raise _errors.DataLoss(f"{path}: an entry named {fqn!r}")
+                raise _errors.DataLoss(f"{path}: an entry named {_shown(fqn)}")
             if isinstance(md, _md.TensorStorageMetadata):
                 value = _assemble(files, metadata, fqn, md, path)
                 tensors += 1

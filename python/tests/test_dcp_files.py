@@ -263,6 +263,43 @@ def test_forged_lengths_are_refused_before_any_allocation(tmp_path, forged,
 
 
 @one_process
+def test_a_size_nested_without_end_is_data_loss_not_a_crash(tmp_path):
+    written = tmp_path / "dcp"
+    dcp.save({"w": torch.arange(6.0)},
+             storage_writer=dcp.FileSystemWriter(str(written)))
+    path = written / ".metadata"
+    md = pickle.loads(path.read_bytes())  # DCP's own, written just now
+    md.state_dict_metadata["w"].size = ["SENTINEL"]
+    data = pickle.dumps(md, protocol=4)
+    # The string becomes a list nested 200,000 deep (EMPTY_LIST, APPEND),
+    # which the unpickler builds without recursion and repr() cannot show.
+    n = 200_000
+    path.write_bytes(data.replace(b"\x8c\x08SENTINEL",
+                                  b"]" * n + b"a" * (n - 1)))
+    with pytest.raises(ckpt.DataLoss, match=r"\.metadata: .*size is \[\[\[") \
+            as e:
+        ct.import_dcp(str(written), str(tmp_path / "root"), 1)
+    assert len(str(e.value)) < 1000
+    assert not (tmp_path / "root").exists()
+
+
+@one_process
+def test_a_data_file_that_is_a_fifo_is_refused_not_waited_on(tmp_path):
+    written = tmp_path / "dcp"
+    dcp.save({"w": torch.arange(6.0)},
+             storage_writer=dcp.FileSystemWriter(str(written)))
+    path = written / ".metadata"
+    md = pickle.loads(path.read_bytes())  # DCP's own, written just now
+    for info in md.storage_data.values():
+        info.relative_path = "fifo"
+    path.write_bytes(pickle.dumps(md))
+    os.mkfifo(written / "fifo")  # no writer: an open() would wait for one
+    with pytest.raises(ckpt.DataLoss, match="fifo.*not a regular file"):
+        ct.import_dcp(str(written), str(tmp_path / "root"), 1)
+    assert not (tmp_path / "root").exists()
+
+
+@one_process
 @pytest.mark.parametrize("change,message", [
     ("gap", "cover 6 of its 12 elements"),
     ("huge", "bytes of tensor in"),
