@@ -343,6 +343,12 @@ typedef struct ckpt_catalog_t ckpt_catalog_t;
  * ~/.local/state/ckpt/catalog.sqlite. NULL is CKPT_INVALID_ARGUMENT. */
 CKPT_EXPORT int ckpt_catalog_open(const char* url, ckpt_catalog_t** out,
                                   char** errptr);
+/* ckpt_catalog_open, creating a missing SQLite catalog (and its folders)
+ * only when `create` is nonzero: with 0, a file that is not there is
+ * CKPT_NOT_FOUND naming it (a query must not take a mistyped path for an
+ * empty catalog). */
+CKPT_EXPORT int ckpt_catalog_open_ex(const char* url, int create,
+                                     ckpt_catalog_t** out, char** errptr);
 CKPT_EXPORT void ckpt_catalog_close(ckpt_catalog_t* catalog);
 /* The catalog's URL (valid while the catalog is open). */
 CKPT_EXPORT const char* ckpt_catalog_url(const ckpt_catalog_t* catalog);
@@ -368,6 +374,15 @@ CKPT_EXPORT int ckpt_catalog_latest(ckpt_catalog_t* catalog, const char* job,
 CKPT_EXPORT int ckpt_catalog_best(ckpt_catalog_t* catalog, const char* job,
                                   const char* metric, int higher_is_better,
                                   char** json, char** errptr);
+/* Whether the checkpoint a row names (its job_id, root, step and
+ * manifest_checksum) is committed on storage as that commit: 0 when it is;
+ * CKPT_NOT_FOUND when it is gone, CKPT_DATA_LOSS when its manifest is
+ * damaged, CKPT_FAILED_PRECONDITION when it is another commit (the catalog
+ * is stale: the message says to run `ckpt catalog sync`); other codes when
+ * the storage cannot be asked (CKPT_UNAVAILABLE: nothing is known). */
+CKPT_EXPORT int ckpt_catalog_check(const char* job, const char* root,
+                                   int64_t step, const char* manifest_checksum,
+                                   char** errptr);
 /* Rows oldest step first, of `job` and/or `root` ("" or NULL: every one),
  * committed only unless include_deleted, the newest `limit` (0: all). */
 CKPT_EXPORT int ckpt_catalog_list(ckpt_catalog_t* catalog, const char* job,

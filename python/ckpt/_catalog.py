@@ -2,8 +2,10 @@
 """
 
 import os
+import warnings
 
-from ckpt._errors import InvalidArgument
+from ckpt._errors import (DataLoss, FailedPrecondition, InvalidArgument,
+                          NotFound)
 from ckpt._lib import _Owned, _call, _encode, _lib, _make
 from ckpt._records import CatalogCheckpoint, CatalogJob, row as _row
 
@@ -11,16 +13,22 @@ from ckpt._records import CatalogCheckpoint, CatalogJob, row as _row
 class Catalog(_Owned):
     """The catalog of committed checkpoints: a SQLite file (sqlite:///path
     or a plain path) or a postgresql:// URL; "" or "default":
-    $CKPT_CATALOG, else ~/.local/state/ckpt/catalog.sqlite. Pass it to
-    CheckpointManager(catalog=...) to record saves, or ask it what to
-    resume from."""
+    $CKPT_CATALOG, else ~/.local/state/ckpt/catalog.sqlite. Ask it what to
+    resume from, or pass it to CheckpointManager(catalog=...) to record
+    saves.
+
+    A SQLite file that is not there is ckpt.NotFound naming it (a mistyped
+    path is no empty catalog), unless create=True, which creates it (and
+    its folders): for a catalog new jobs are to record in. A job's
+    catalog="path" creates its catalog itself."""
 
     _free = "ckpt_catalog_close"
 
-    def __init__(self, url=""):
+    def __init__(self, url="", *, create=False):
         super().__init__(None)
         url = os.fspath(url)
-        self._h = _make(_lib.ckpt_catalog_open, _encode(url, "catalog URL"))
+        self._h = _make(_lib.ckpt_catalog_open_ex,
+                        _encode(url, "catalog URL"), 1 if create else 0)
 
     @property
     def url(self):
@@ -31,18 +39,38 @@ class Catalog(_Owned):
         rows = _call(_lib.ckpt_catalog_jobs, self._handle(), out=True)
         return [CatalogJob(r) for r in rows]
 
-    def latest(self, job):
+    def latest(self, job, *, check=True):
         """The job's newest committed durable checkpoint
-        (CatalogCheckpoint), or None."""
-        return _row(_call(_lib.ckpt_catalog_latest, self._handle(),
-                          _encode(job, "job"), out=True))
+        (CatalogCheckpoint), or None.
 
-    def best(self, job, metric, higher_is_better=False):
+        Storage is the truth: each row, newest first, is checked against
+        it (its manifest is there and is the commit the row names), and one
+        that is not (deleted or replaced since, without the catalog being
+        told) is skipped with a RuntimeWarning for the next older, as `ckpt
+        catalog latest` does. A storage that cannot be asked raises
+        (ckpt.Unavailable): nothing is known to be stale. check=False
+        answers from the catalog alone."""
+        if not check:
+            return _row(_call(_lib.ckpt_catalog_latest, self._handle(),
+                              _encode(job, "job"), out=True))
+        rows = self.list(job, tier="durable")
+        return _first_on_storage(reversed(rows), "latest")
+
+    def best(self, job, metric, higher_is_better=False, *, check=True):
         """The job's committed durable checkpoint with the lowest (or, with
-        higher_is_better, highest) value of `metric`, or None."""
-        return _row(_call(_lib.ckpt_catalog_best, self._handle(),
-                          _encode(job, "job"), _encode(metric, "metric"),
-                          1 if higher_is_better else 0, out=True))
+        higher_is_better, highest) value of `metric` (ties: the newest
+        step), or None; each checked against storage as latest() checks
+        it, a stale one skipped for the next best."""
+        if not check:
+            return _row(_call(_lib.ckpt_catalog_best, self._handle(),
+                              _encode(job, "job"), _encode(metric, "metric"),
+                              1 if higher_is_better else 0, out=True))
+        _encode(metric, "metric")
+        rows = [r for r in self.list(job, tier="durable")
+                if metric in r.metrics]
+        sign = -1 if higher_is_better else 1
+        rows.sort(key=lambda r: (sign * r.metrics[metric], -r.step))
+        return _first_on_storage(rows, "best")
 
     def list(self, job="", *, root="", include_deleted=False, limit=0,
              tier=None):
@@ -60,3 +88,19 @@ class Catalog(_Owned):
         rows = [CatalogCheckpoint(r) for r in rows
                 if tier is None or r.get("tier", "durable") == tier]
         return rows[-int(limit):] if tier is not None and limit else rows
+
+
+def _first_on_storage(rows, what):
+    """The first of `rows` whose checkpoint is committed on storage as the
+    row says, warning of each that is not; None when none is."""
+    for r in rows:
+        try:
+            _call(_lib.ckpt_catalog_check, _encode(r.job_id, "job"),
+                  _encode(r.root, "root"), int(r.step),
+                  _encode(r.manifest_checksum, "manifest checksum"))
+        except (NotFound, DataLoss, FailedPrecondition) as e:
+            warnings.warn(f"Catalog.{what}: skipping step {r.step} of job "
+                          f"{r.job_id!r}: {e}", RuntimeWarning, stacklevel=3)
+            continue
+        return r
+    return None

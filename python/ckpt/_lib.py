@@ -72,6 +72,8 @@ _SIGNATURES = {
     "ckpt_communicator_host_name": (_p, [_p]),
     "ckpt_communicator_barrier": (_i, [_p, _err]),
     "ckpt_catalog_open": (_i, [_s, _err, _err]),
+    "ckpt_catalog_open_ex": (_i, [_s, _i, _err, _err]),
+    "ckpt_catalog_check": (_i, [_s, _s, _i64, _s, _err]),
     "ckpt_catalog_close": (None, [_p]),
     "ckpt_catalog_url": (_s, [_p]),
     "ckpt_catalog_jobs": (_i, [_p, _err, _err]),

@@ -2,6 +2,7 @@
 ckpt.mpi_communicator(), ckpt.Shard and ckpt.RankLocal."""
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -34,8 +35,42 @@ def test_saves_are_recorded_in_the_catalog(root, tmp_path):
             ] == [("run-a", 2, 3)]
 
 
+def test_a_catalog_that_is_not_there_is_not_found_unless_created(tmp_path):
+    path = tmp_path / "nope" / "cat.sqlite"
+    with pytest.raises(ckpt.NotFound, match=r"nope/cat.sqlite.*not there"):
+        ckpt.Catalog(str(path))
+    assert not (tmp_path / "nope").exists()  # nothing made by a query
+    assert ckpt.Catalog(str(path), create=True).jobs() == []
+    assert ckpt.Catalog(str(path)).jobs() == []
+
+
+def test_latest_and_best_skip_rows_storage_no_longer_holds(root, tmp_path):
+    url = str(tmp_path / "catalog.sqlite")
+    mgr = ckpt.open(root, catalog=url, job_id="run-s")
+    for step, loss in [(1, 0.5), (2, 0.1), (3, 0.3), (4, 0.2)]:
+        mgr.save(step, {"x": np.full(3, step)}, metrics={"loss": loss})
+    mgr.close()
+    # Steps 4 and 2 removed behind the catalog's back.
+    for step in (4, 2):
+        shutil.rmtree(os.path.join(root, f"step-{step:012d}"))
+    cat = ckpt.Catalog(url)
+    with pytest.warns(RuntimeWarning, match="skipping step 4 of job 'run-s'"):
+        assert cat.latest("run-s").step == 3
+    with pytest.warns(RuntimeWarning, match="skipping step 2"):
+        assert cat.best("run-s", "loss").step == 3
+    assert cat.best("run-s", "loss", higher_is_better=True).step == 1
+    # The catalog alone, when asked.
+    assert cat.latest("run-s", check=False).step == 4
+    assert cat.best("run-s", "loss", check=False).step == 2
+    # Every row stale: None, as for a job without checkpoints.
+    for step in (1, 3):
+        shutil.rmtree(os.path.join(root, f"step-{step:012d}"))
+    with pytest.warns(RuntimeWarning):
+        assert cat.latest("run-s") is None
+
+
 def test_one_catalog_object_serves_many_managers(tmp_path):
-    cat = ckpt.Catalog(str(tmp_path / "c.sqlite"))
+    cat = ckpt.Catalog(str(tmp_path / "c.sqlite"), create=True)
     for job in ("a", "b"):
         ckpt.open(str(tmp_path / job), catalog=cat, job_id=job).save(
             5, {"v": np.zeros(2)})

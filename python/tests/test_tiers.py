@@ -57,7 +57,7 @@ def test_each_tier_saves_at_its_interval(root, local):
 
 def test_the_catalog_lists_both_tiers_and_resumes_only_durable(
         root, local, tmp_path):
-    catalog = ckpt.Catalog(str(tmp_path / "catalog.sqlite"))
+    catalog = ckpt.Catalog(str(tmp_path / "catalog.sqlite"), create=True)
     mgr = ckpt.open(root, catalog=catalog)
     with mgr.tiers(local, local_every=1, durable_every=2, replicas=0) as t:
         for step in range(1, 5):

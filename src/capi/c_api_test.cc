@@ -1081,6 +1081,35 @@ TEST(CApiTest, CatalogRecordsAndAnswers) {
   EXPECT_THAT(list, ::testing::Not(HasSubstr("\"step\":10")));
   ASSERT_EQ(ckpt_catalog_jobs(c, &json, &err.text), CKPT_OK);
   EXPECT_THAT(Take(json), HasSubstr("\"latest_step\":20"));
+
+  // A row checked against storage: step 20 is there as committed; gone,
+  // it is NotFound; another commit's checksum is FailedPrecondition.
+  ASSERT_EQ(ckpt_catalog_latest(c, "job-c", &json, &err.text), CKPT_OK);
+  const nlohmann::json row = nlohmann::json::parse(Take(json));
+  const std::string root = row["root"], sum = row["manifest_checksum"];
+  EXPECT_EQ(
+      ckpt_catalog_check("job-c", root.c_str(), 20, sum.c_str(), &err.text),
+      CKPT_OK)
+      << err.str();
+  EXPECT_EQ(ckpt_catalog_check("job-c", root.c_str(), 20, "0", &err.text),
+            CKPT_FAILED_PRECONDITION);
+  EXPECT_THAT(err.str(), HasSubstr("ckpt catalog sync"));
+  std::filesystem::remove_all(dir.Sub("root/step-000000000020"));
+  EXPECT_EQ(
+      ckpt_catalog_check("job-c", root.c_str(), 20, sum.c_str(), &err.text),
+      CKPT_NOT_FOUND);
+  ckpt_catalog_close(c);
+
+  // Opened without create, a file that is not there is NotFound naming
+  // it, and nothing is made.
+  const std::string absent = dir.Sub("absent/catalog.sqlite");
+  c = nullptr;
+  EXPECT_EQ(ckpt_catalog_open_ex(absent.c_str(), 0, &c, &err.text),
+            CKPT_NOT_FOUND);
+  EXPECT_THAT(err.str(), HasSubstr("absent/catalog.sqlite"));
+  EXPECT_EQ(c, nullptr);
+  EXPECT_FALSE(std::filesystem::exists(dir.Sub("absent")));
+  ASSERT_EQ(ckpt_catalog_open_ex(url.c_str(), 0, &c, &err.text), CKPT_OK);
   ckpt_catalog_close(c);
 }
 

@@ -6,6 +6,7 @@
 
 #include "c_api_internal.h"
 #include "capi/records.h"
+#include "ckpt/catalog_sync.h"
 
 using ckpt::capi::Guard;
 using ckpt::capi::NullArgument;
@@ -214,11 +215,17 @@ int ckpt_communicator_barrier(ckpt_communicator_t* comm, char** errptr) {
 }
 
 int ckpt_catalog_open(const char* url, ckpt_catalog_t** out, char** errptr) {
+  return ckpt_catalog_open_ex(url, 1, out, errptr);
+}
+
+int ckpt_catalog_open_ex(const char* url, int create, ckpt_catalog_t** out,
+                         char** errptr) {
   return Guard(errptr, [&]() -> ckpt::Status {
     if (out == nullptr || url == nullptr) {
       return NullArgument("ckpt_catalog_open", "url or out");
     }
-    auto opened = ckpt::OpenCatalog(CatalogTarget(url));
+    auto opened =
+        ckpt::OpenCatalog(CatalogTarget(url), {.must_exist = create == 0});
     if (!opened.ok()) return opened.status();
     if (*opened == nullptr) {
       return ckpt::InvalidArgumentError(
@@ -278,6 +285,22 @@ int ckpt_catalog_best(ckpt_catalog_t* catalog, const char* job,
     if (!r.ok()) return r.status();
     SetOut(json, Dump(RowOrNull(*r)));
     return ckpt::Status();
+  });
+}
+
+int ckpt_catalog_check(const char* job, const char* root, int64_t step,
+                       const char* manifest_checksum, char** errptr) {
+  return Guard(errptr, [&]() -> ckpt::Status {
+    if (job == nullptr || root == nullptr || manifest_checksum == nullptr) {
+      return NullArgument("ckpt_catalog_check",
+                          "the job, root or manifest checksum");
+    }
+    ckpt::CatalogCheckpoint row;
+    row.job_id = job;
+    row.root = root;
+    row.step = step;
+    row.manifest_checksum = manifest_checksum;
+    return ckpt::CheckAgainstStorage(row);
   });
 }
 
