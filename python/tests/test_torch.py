@@ -75,6 +75,21 @@ def test_as_torch_shares_the_loaded_memory(mgr):
     assert t[0].item() == 42
 
 
+def test_load_device_cpu_is_torch_and_a_device_not_there_is_refused(mgr):
+    mgr.save(1, {"w": np.arange(4, dtype=np.float32), "n": 3})
+    got = mgr.load(device="cpu")
+    assert isinstance(got["w"], torch.Tensor) and got["w"].device.type == "cpu"
+    assert got["w"].tolist() == [0, 1, 2, 3] and got["n"] == 3
+    # A device this process does not have: refused before any read, as a
+    # ckpt error naming it (not torch's own assertion).
+    with pytest.raises(ckpt.Unavailable, match=r"device='cuda:99'.*CUDA "
+                                               r"device\(s\)"):
+        mgr.load(device="cuda:99")
+    for bad in ("gpu", "meta", 7.5):
+        with pytest.raises(ckpt.InvalidArgument, match="load\\(device="):
+            mgr.load(device=bad)
+
+
 def test_unsigned_wider_than_a_byte_is_a_torch_tensor_with_as_torch(mgr):
     # torch has uint16..uint64 from 2.3 (the supported ones: 2.4 to 2.13).
     mgr.save(1, {"u": np.array([1, 2**32 - 1], dtype=np.uint32)})
