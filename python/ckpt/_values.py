@@ -396,6 +396,19 @@ def _torch_dtype(torch, dtype):
     return found
 
 
+def _refuse_overlap(name, shape, strides):
+    """A load target whose elements share memory (an expand()ed tensor,
+    a broadcast array made writable) holds one value where the checkpoint
+    has several: refused, naming the entry, before anything is read."""
+    if math.prod(shape) > 0 and any(st == 0 and n > 1
+                                    for n, st in zip(shape, strides)):
+        raise _errors.InvalidArgument(
+            f"entry {name!r}: the target's elements share memory (shape "
+            f"{list(shape)}, strides {list(strides)}: an expand()ed or "
+            f"broadcast view); load into memory of its own (.clone(), "
+            f".copy())")
+
+
 def fill_target(name, value, stored_dtype):
     """How load_into fills `value` in place.
 
@@ -412,6 +425,7 @@ def fill_target(name, value, stored_dtype):
         return array, _raw_device_dtype(array, stored_dtype), None
     if torch is not None and isinstance(value, torch.Tensor):
         t = _cpu_tensor(name, value, torch)
+        _refuse_overlap(name, t.shape, t.stride())
         finish = None
         # A tensor with its negative bit set holds the negated values in
         # its memory: filled through a buffer, as copy_ writes it rightly.
@@ -451,6 +465,7 @@ def fill_target(name, value, stored_dtype):
             raise _errors.InvalidArgument(
                 f"entry {name!r}: the array is read-only; load_into fills "
                 f"arrays in place")
+        _refuse_overlap(name, value.shape, value.strides)
         dtype = _raw_dtype(value.dtype, stored_dtype)
         if value.flags.c_contiguous and value.dtype.byteorder != ">":
             return value, dtype, None
@@ -564,6 +579,7 @@ def fresh_target(name, value, stored_dtype, lease=None):
         elif value.layout != torch.strided:
             raise _bad(name, f"a {value.layout} tensor; ckpt loads dense "
                              f"tensors")
+        _refuse_overlap(name, value.shape, value.stride())
         if lease is not None and value.device.type == "cpu":
             new = lease.empty_like(value)
         else:
@@ -604,6 +620,7 @@ def fresh_target(name, value, stored_dtype, lease=None):
             raise _errors.InvalidArgument(
                 f"entry {name!r}: the array is read-only; load_into fills "
                 f"arrays in place")
+        _refuse_overlap(name, value.shape, value.strides)
         new = np.empty(value.shape, value.dtype.newbyteorder("="))
         return (new, _raw_dtype(value.dtype, stored_dtype),
                 Fresh(value, new, lambda src, dst: np.copyto(dst, src),

@@ -90,6 +90,26 @@ def test_load_device_cpu_is_torch_and_a_device_not_there_is_refused(mgr):
             mgr.load(device=bad)
 
 
+def test_a_target_whose_elements_share_memory_is_refused_naming_it(mgr):
+    import ckpt.torch as ct
+    mgr.save(1, {"w": torch.arange(12.0).reshape(4, 3)})
+    row = torch.zeros(1, 3)
+    for transactional in (True, False):
+        with pytest.raises(ckpt.InvalidArgument,
+                           match=r"entry 'w': the target's elements share "
+                                 r"memory .*expand"):
+            ct.load({"w": row.expand(4, 3)}, mgr, 1,
+                    transactional=transactional)
+        assert torch.equal(row, torch.zeros(1, 3))
+    base = np.zeros(3, np.float32)
+    array = np.lib.stride_tricks.as_strided(base, shape=(4, 3),
+                                            strides=(0, 4), writeable=True)
+    for transactional in (True, False):
+        with pytest.raises(ckpt.InvalidArgument, match="entry 'w'.*share"):
+            mgr.load_into({"w": array}, 1, transactional=transactional)
+    assert (base == 0).all()
+
+
 def test_unsigned_wider_than_a_byte_is_a_torch_tensor_with_as_torch(mgr):
     # torch has uint16..uint64 from 2.3 (the supported ones: 2.4 to 2.13).
     mgr.save(1, {"u": np.array([1, 2**32 - 1], dtype=np.uint32)})
