@@ -125,3 +125,44 @@ def _device_of(value, face):
         if hasattr(device, attr):
             device = getattr(device, attr)
     return device if isinstance(device, int) and device >= 0 else 0
+
+
+def load_targets(device):
+    """For load(device=...): (a function making each tensor to load into on
+    that device, or None for host memory; whether the device is the CPU,
+    for which load returns torch tensors in host memory)."""
+    if device is None:
+        return None, False
+    try:
+        import torch
+    except ImportError:
+        raise _errors.Unavailable(
+            f"load(device={device!r}) makes torch tensors on the device: "
+            f"PyTorch is not importable") from None
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as e:
+        raise _errors.InvalidArgument(
+            f"load(device={device!r}): not a device PyTorch knows ({e}); "
+            f"\"cuda:0\", \"cpu\", or device=None for host memory "
+            f"arrays") from None
+    if device.type == "cpu":
+        return None, True
+    if device.type != "cuda":
+        raise _errors.InvalidArgument(
+            f"load(device={str(device)!r}): a CUDA device (\"cuda:0\"), "
+            f"\"cpu\", or device=None for host memory arrays")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if (device.index or 0) >= count:
+        raise _errors.Unavailable(
+            f"load(device={str(device)!r}): this process sees "
+            f"{count} CUDA device(s) (torch {torch.__version__}, "
+            f"torch.cuda.is_available() {torch.cuda.is_available()}); "
+            f"nothing was read")
+
+    def new(name, dtype, shape):
+        t = torch.empty(shape, dtype=_dtypes.torch_dtype(torch, dtype),
+                        device=device)
+        return device_array(name, t, torch, True)
+
+    return new, False

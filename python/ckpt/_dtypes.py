@@ -50,3 +50,16 @@ def torch_names(torch):
             if hasattr(torch, attr):
                 _TORCH_NAMES[getattr(torch, attr)] = stored
     return _TORCH_NAMES
+
+
+def torch_dtype(torch, dtype):
+    """The torch dtype of a stored dtype name (uint8 for one this torch
+    lacks: its bits)."""
+    found = {"BOOL": torch.bool, "U8": torch.uint8, "I8": torch.int8,
+             "I16": torch.int16, "I32": torch.int32, "I64": torch.int64,
+             "F16": torch.float16, "BF16": torch.bfloat16,
+             "F32": torch.float32, "F64": torch.float64}.get(dtype)
+    if found is None:
+        attr = NEWER_TORCH.get(dtype, "uint8")
+        found = getattr(torch, attr, torch.uint8)
+    return found

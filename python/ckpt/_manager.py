@@ -374,7 +374,7 @@ class CheckpointManager:
         """
         if as_torch:
             _require_torch("load(as_torch=True)")
-        new_device_tensor, on_cpu = _device_tensors(device)
+        new_device_tensor, on_cpu = _device.load_targets(device)
         if on_cpu:  # torch tensors in host memory
             as_torch, device = True, None
         # A step whose damage only the decoding below finds (a metadata
@@ -655,47 +655,6 @@ def _require_torch(call):
         raise _errors.Unavailable(
             f"{call} returns torch tensors, but PyTorch is not importable "
             f"({e}); install it, or load without as_torch") from None
-
-
-def _device_tensors(device):
-    """For load(device=...): (a function making each tensor to load into on
-    that device, or None for host memory; whether the device is the CPU,
-    for which load returns torch tensors in host memory)."""
-    if device is None:
-        return None, False
-    try:
-        import torch
-    except ImportError:
-        raise _errors.Unavailable(
-            f"load(device={device!r}) makes torch tensors on the device: "
-            f"PyTorch is not importable") from None
-    try:
-        device = torch.device(device)
-    except (RuntimeError, TypeError, ValueError) as e:
-        raise _errors.InvalidArgument(
-            f"load(device={device!r}): not a device PyTorch knows ({e}); "
-            f"\"cuda:0\", \"cpu\", or device=None for host memory "
-            f"arrays") from None
-    if device.type == "cpu":
-        return None, True
-    if device.type != "cuda":
-        raise _errors.InvalidArgument(
-            f"load(device={str(device)!r}): a CUDA device (\"cuda:0\"), "
-            f"\"cpu\", or device=None for host memory arrays")
-    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if (device.index or 0) >= count:
-        raise _errors.Unavailable(
-            f"load(device={str(device)!r}): this process sees "
-            f"{count} CUDA device(s) (torch {torch.__version__}, "
-            f"torch.cuda.is_available() {torch.cuda.is_available()}); "
-            f"nothing was read")
-
-    def new(name, dtype, shape):
-        t = torch.empty(shape, dtype=_values._torch_dtype(torch, dtype),
-                        device=device)
-        return _device.device_array(name, t, torch, True)
-
-    return new, False
 
 
 def open(url, **options):  # noqa: A001 - ckpt.open, like io.open

@@ -61,7 +61,8 @@ import threading
 import torch
 import torch.distributed as dist
 
-from ckpt import _errors, _manager, _options, _torch_dist, _tree, _values
+from ckpt import (_dtypes, _errors, _manager, _options, _torch_dist, _tree,
+                  _values)
 
 try:
     from torch.distributed.checkpoint import metadata as _md
@@ -485,7 +486,7 @@ def _torch_dtype(entry):
     """The torch dtype of a tensor entry; None for one that StorageWriter
     never writes (an 8-bit float or a wide unsigned integer a C++ program
     saved), which DCP is not told of."""
-    dtype = _values._torch_dtype(torch, entry.dtype)
+    dtype = _dtypes.torch_dtype(torch, entry.dtype)
     return None if dtype is torch.uint8 and entry.dtype != "U8" else dtype
 
 

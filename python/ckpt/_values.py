@@ -373,9 +373,9 @@ def _decode_view(name, view, dtype, as_torch):
         except ImportError:
             torch = None
         if torch is not None:
-            t = torch.frombuffer(view.obj, dtype=_torch_dtype(torch, dtype)) \
-                if view.nbytes else torch.empty(0, dtype=_torch_dtype(
-                    torch, dtype))
+            kind = _dtypes.torch_dtype(torch, dtype)
+            t = torch.frombuffer(view.obj, dtype=kind) if view.nbytes \
+                else torch.empty(0, dtype=kind)
             return t.reshape(tuple(view.shape) if view.nbytes else (0,))
     if dtype in _RAW_DTYPES or dtype == "F16":
         warnings.warn(
@@ -383,17 +383,6 @@ def _decode_view(name, view, dtype, as_torch):
             f"returning its raw bits (format {view.format!r})",
             stacklevel=3)
     return view
-
-
-def _torch_dtype(torch, dtype):
-    found = {"BOOL": torch.bool, "U8": torch.uint8, "I8": torch.int8,
-             "I16": torch.int16, "I32": torch.int32, "I64": torch.int64,
-             "F16": torch.float16, "BF16": torch.bfloat16,
-             "F32": torch.float32, "F64": torch.float64}.get(dtype)
-    if found is None:
-        attr = _dtypes.NEWER_TORCH.get(dtype, "uint8")
-        found = getattr(torch, attr, torch.uint8)
-    return found
 
 
 def _refuse_overlap(name, shape, strides):

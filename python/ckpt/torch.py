@@ -69,7 +69,8 @@ from collections.abc import Mapping
 
 import torch
 
-from ckpt import _errors, _manager, _resume, _torch_dist, _tree, _values
+from ckpt import (_dtypes, _errors, _manager, _resume, _torch_dist, _tree,
+                  _values)
 from ckpt._consolidate import consolidate
 from ckpt._dcp_files import export_dcp, import_dcp
 from ckpt._torch_dcp import StorageReader, StorageWriter
@@ -437,7 +438,7 @@ class _LoadPlan:
                 f"{self.where}: the state's tree names the entry {name!r}, "
                 f"which the checkpoint lacks")
         if e.kind == "tensor":
-            dtype = _values._torch_dtype(torch, e.dtype)
+            dtype = _dtypes.torch_dtype(torch, e.dtype)
             t = torch.empty([int(d) for d in e.shape], dtype=dtype)
             self.new_leaves.add(id(t))
             return t
