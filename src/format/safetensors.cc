@@ -113,13 +113,15 @@ Result<uint64_t> DecodeSafetensorsHeaderLength(
   if (n > kMaxSafetensorsHeader) {
     return DataLossError(std::string(what) + ": header length " +
                          std::to_string(n) + " exceeds the limit of " +
-                         std::to_string(kMaxSafetensorsHeader));
+                         std::to_string(kMaxSafetensorsHeader) +
+                         ": not a safetensors file, or a damaged one");
   }
   if (n > file_size - 8) {
-    return DataLossError(std::string(what) + ": header length " +
-                         std::to_string(n) +
-                         " runs past the end of the file (" +
-                         std::to_string(file_size) + " bytes)");
+    return DataLossError(
+        std::string(what) + ": header length " + std::to_string(n) +
+        " runs past the end of the file (" + std::to_string(file_size) +
+        " bytes): not a safetensors file, or a truncated "
+        "one");
   }
   return n;
 }

@@ -815,7 +815,11 @@ TEST_F(CliTest, ImportThenExportRoundTrips) {
 TEST_F(CliTest, ExportThenImportKeepsBlobsAndMetadata) {
   SaveSteps({3});
   const std::string file = Path("out.safetensors");
-  RunResult r = Ckpt({"export", root_, file, "--json"});
+  // A URL is no OUT: said so, rather than taken for a folder "s3:".
+  RunResult r = Ckpt({"export", root_, "s3://bucket/out.safetensors"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(Contains(r.err, "OUT is a local path")) << r.err;
+  r = Ckpt({"export", root_, file, "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(ParseJson(r.out)["step"], 3);
   EXPECT_EQ(PyRead(file).exit_code, 0);
@@ -897,6 +901,12 @@ TEST_F(CliTest, BadImportFilesAreRefused) {
       EXPECT_EQ(PyRead(file).exit_code, 1) << name;
     }
   }
+  // Not a safetensors file at all: said so.
+  const std::string script = Path("train.py");
+  ASSERT_TRUE(WriteFile(script, "import torch\nprint('a training script')\n"));
+  RunResult r = Ckpt({"import", script, root_, "--step", "1"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(Contains(r.err, "not a safetensors file")) << r.err;
   for (const std::string& file : {Path("no-such.safetensors"), dir_.string()}) {
     RunResult r = Ckpt({"import", file, root_, "--step", "1"});
     EXPECT_EQ(r.exit_code, 1) << file << ": " << r.err;

@@ -311,6 +311,16 @@ Status WriteFileAtomically(const std::string& path,
 }
 
 Status RunExport(const ExportArgs& args) {
+  // A URL would be taken for a relative path ("s3:" a folder): said plainly.
+  if (const size_t scheme = args.out.find("://"); scheme != std::string::npos &&
+                                                  scheme > 0 &&
+                                                  args.out.find('/') > scheme) {
+    return InvalidArgumentError(
+        "export to " + Quote(args.out) +
+        ": OUT is a local path (export writes a local file" +
+        (args.format == "dcp" ? std::string(" tree") : std::string()) +
+        "; copy it to a store afterwards), not a URL");
+  }
   if (args.format == "dcp") {
     std::vector<std::string> a = {"export", args.root, args.out};
     if (args.step) a.insert(a.end(), {"--step", std::to_string(*args.step)});
@@ -469,8 +479,8 @@ void AddExportCommand(CLI::App& app, Command& selected) {
       "  ckpt export /data/run42 --step 1200 --format dcp /data/dcp/1200\n");
   AddRootArg(*sub, args->root);
   sub->add_option("OUT", args->out,
-                  "the safetensors file (with --format dcp: the directory) "
-                  "to write")
+                  "the local safetensors file (with --format dcp: the "
+                  "directory) to write")
       ->required();
   AddStepOption(*sub, args->step);
   sub->add_option("--format", args->format, "safetensors (the default) or dcp")
