@@ -40,6 +40,15 @@ def test_missing_root_without_create_is_not_found(tmp_path):
         ckpt.open(tmp_path / "absent", create=False)
 
 
+def test_a_bad_option_creates_no_root(tmp_path):
+    path = tmp_path / "new-root"
+    for bad in ({"chunk_size": 0}, {"keep_last": -1},
+                {"lease_seconds": 0.5}):
+        with pytest.raises(ckpt.InvalidArgument):
+            ckpt.open(str(path), create=True, **bad)
+        assert not path.exists()
+
+
 def test_missing_step_is_not_found(mgr):
     with pytest.raises(ckpt.NotFound, match="step 9"):
         mgr.load(9)

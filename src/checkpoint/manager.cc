@@ -121,6 +121,55 @@ bool RootIsMissing(std::string_view url) {
   return (*existing)->CheckRoot().code() == ErrorCode::kNotFound;
 }
 
+// The options checked before anything is opened or created: a root
+// opened with create_root and a bad option is not left behind, made.
+Status CheckOptions(const Options& options, const std::string& url) {
+  if (options.chunk_size < format::kMinChunkSize) {
+    return InvalidArgumentError(
+        "open " + url + ": chunk_size " + std::to_string(options.chunk_size) +
+        " is below the minimum of " + std::to_string(format::kMinChunkSize));
+  }
+  CKPT_RETURN_IF_ERROR(CheckCompression(options.compression, "open " + url));
+  if (options.io_threads < 1) {
+    return InvalidArgumentError("open " + url +
+                                ": io_threads must be at least 1");
+  }
+  // A week bounds both: past it a lease is no lease, and the milliseconds
+  // must fit an int64_t.
+  constexpr double kWeek = 7 * 86400;
+  if (!(options.lease_seconds == 0 ||
+        (options.lease_seconds >= 1 && options.lease_seconds <= kWeek)) ||
+      !(options.lease_wait_seconds == -1 ||
+        (options.lease_wait_seconds >= 0 &&
+         options.lease_wait_seconds <= kWeek))) {
+    return InvalidArgumentError(
+        "open " + url +
+        ": lease_seconds must be 0 (no lease) or from 1 to 604800, and "
+        "lease_wait_seconds from 0 to 604800 (or -1 for the default)");
+  }
+  if (options.min_seconds_between_saves < 0 || options.gc_grace_seconds < 0 ||
+      options.retention.keep_last < 0 || options.retention.keep_best < 0 ||
+      options.retention.keep_every_n_steps < 0 ||
+      options.retention.keep_every_seconds < 0) {
+    return InvalidArgumentError(
+        "open " + url + ": retention and timing options must not be negative");
+  }
+  if (options.incremental.full_every < 0 || options.incremental.max_chain < 0 ||
+      !(options.incremental.min_referenced_fraction >= 0 &&
+        options.incremental.min_referenced_fraction <= 1)) {
+    return InvalidArgumentError(
+        "open " + url +
+        ": incremental full_every and max_chain must not be negative, "
+        "min_referenced_fraction must lie in [0, 1]");
+  }
+  if (options.retention.keep_best > 0 &&
+      options.retention.best_metric.empty()) {
+    return InvalidArgumentError("open " + url +
+                                ": keep_best needs best_metric");
+  }
+  return Status();
+}
+
 }  // namespace
 
 CheckpointManager::CheckpointManager(std::unique_ptr<Impl> impl)
@@ -137,6 +186,7 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
                        ": create_root needs create (a root that must exist "
                        "is not created)");
                  }
+                 CKPT_RETURN_IF_ERROR(CheckOptions(options, std::string(url)));
                  // create_root makes a mistyped path a fresh start: say
                  // so, naming the root, whenever it starts a new one.
                  const bool starts_root =
@@ -159,52 +209,7 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
 Result<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
     std::unique_ptr<Storage> storage, Options options) {
   if (storage == nullptr) return InvalidArgumentError("open: no storage given");
-  if (options.chunk_size < format::kMinChunkSize) {
-    return InvalidArgumentError("open " + storage->url() + ": chunk_size " +
-                                std::to_string(options.chunk_size) +
-                                " is below the minimum of " +
-                                std::to_string(format::kMinChunkSize));
-  }
-  CKPT_RETURN_IF_ERROR(
-      CheckCompression(options.compression, "open " + storage->url()));
-  if (options.io_threads < 1) {
-    return InvalidArgumentError("open " + storage->url() +
-                                ": io_threads must be at least 1");
-  }
-  // A week bounds both: past it a lease is no lease, and the milliseconds
-  // must fit an int64_t.
-  constexpr double kWeek = 7 * 86400;
-  if (!(options.lease_seconds == 0 ||
-        (options.lease_seconds >= 1 && options.lease_seconds <= kWeek)) ||
-      !(options.lease_wait_seconds == -1 ||
-        (options.lease_wait_seconds >= 0 &&
-         options.lease_wait_seconds <= kWeek))) {
-    return InvalidArgumentError(
-        "open " + storage->url() +
-        ": lease_seconds must be 0 (no lease) or from 1 to 604800, and "
-        "lease_wait_seconds from 0 to 604800 (or -1 for the default)");
-  }
-  if (options.min_seconds_between_saves < 0 || options.gc_grace_seconds < 0 ||
-      options.retention.keep_last < 0 || options.retention.keep_best < 0 ||
-      options.retention.keep_every_n_steps < 0 ||
-      options.retention.keep_every_seconds < 0) {
-    return InvalidArgumentError(
-        "open " + storage->url() +
-        ": retention and timing options must not be negative");
-  }
-  if (options.incremental.full_every < 0 || options.incremental.max_chain < 0 ||
-      !(options.incremental.min_referenced_fraction >= 0 &&
-        options.incremental.min_referenced_fraction <= 1)) {
-    return InvalidArgumentError(
-        "open " + storage->url() +
-        ": incremental full_every and max_chain must not be negative, "
-        "min_referenced_fraction must lie in [0, 1]");
-  }
-  if (options.retention.keep_best > 0 &&
-      options.retention.best_metric.empty()) {
-    return InvalidArgumentError("open " + storage->url() +
-                                ": keep_best needs best_metric");
-  }
+  CKPT_RETURN_IF_ERROR(CheckOptions(options, storage->url()));
   const uint64_t prepare = options.async_staging_prepare_bytes;
   auto impl = std::make_unique<Impl>(std::move(storage), std::move(options));
   // Off the caller's path from now on; the first SaveAsync takes it.
