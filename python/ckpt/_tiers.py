@@ -3,8 +3,9 @@
 """
 
 import os
+import warnings
 
-from ckpt import _state, _tiered_handle, _tree
+from ckpt import _errors, _state, _tiered_handle, _tree
 from ckpt._fill import _fill_targets, _finish_fill
 
 
@@ -24,6 +25,8 @@ class Tiers:
     def __init__(self, manager, local_url, local_every, durable_every, keep,
                  replicas, replication_rate, nodes):
         self._manager = manager
+        _check_arguments(local_every, durable_every, keep, replicas,
+                         replication_rate)
         self._t = _tiered_handle.Tiered(
             manager._m, os.fspath(local_url), local_every, durable_every,
             keep, replicas, replication_rate, nodes)
@@ -108,3 +111,31 @@ def local_tier(url):
     """What a node's local tier root holds, as `ckpt ls` of it shows: a
     list of dicts {rank, step, marked, world_size, bytes}, one per share."""
     return _tiered_handle.local_tier_list(os.fspath(url))
+
+
+def _check_arguments(local_every, durable_every, keep, replicas,
+                     replication_rate):
+    """The arguments of tiers(), checked by their own names."""
+    bad = []
+    for name, value, least in (("local_every", local_every, 0),
+                               ("durable_every", durable_every, 0),
+                               ("keep", keep, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or \
+                value < least:
+            bad.append(f"{name}={value!r} (an int, at least {least})")
+    if replicas is not None and (isinstance(replicas, bool) or not isinstance(
+            replicas, int) or replicas < 0):
+        bad.append(f"replicas={replicas!r} (None, or an int, at least 0)")
+    if replication_rate is not None and (
+            isinstance(replication_rate, bool)
+            or not isinstance(replication_rate, (int, float))
+            or not replication_rate >= 0):
+        bad.append(f"replication_rate={replication_rate!r} (None, or bytes "
+                   f"per second, at least 0)")
+    if bad:
+        raise _errors.InvalidArgument("tiers(): " + ", ".join(bad))
+    if local_every == 0 and durable_every == 0:
+        warnings.warn(
+            "tiers(local_every=0, durable_every=0): no save is due at any "
+            "step, so every save is skipped but save(..., durable=True)",
+            RuntimeWarning, stacklevel=4)

@@ -4,6 +4,7 @@ under torchrun a node's lost tier recovered from its peer's replica, then
 resharded to one rank."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -124,6 +125,20 @@ def test_torch_tensors_and_a_strict_restore(root, local):
         got = {"m": torch.zeros(6, dtype=torch.bfloat16), "k": 0}
         assert t.restore(got, strict=True).tier == "local"
         assert torch.equal(got["m"], saved["m"]) and got["k"] == 2
+
+
+def test_bad_arguments_are_named_as_python_spells_them(root, local):
+    mgr = ckpt.open(root, create=True)
+    for kwargs, named in [({"local_every": -1}, "local_every=-1"),
+                          ({"keep": 0}, "keep=0"),
+                          ({"replicas": -2}, "replicas=-2"),
+                          ({"replication_rate": -1.0}, "replication_rate=-1.0"),
+                          ({"local_every": 1.5}, "local_every=1.5")]:
+        with pytest.raises(ckpt.InvalidArgument, match=re.escape(named)):
+            mgr.tiers(local, **kwargs)
+    with pytest.warns(RuntimeWarning, match="every save is skipped"):
+        t = mgr.tiers(local, local_every=0, durable_every=0, replicas=0)
+    t.close()
 
 
 def test_a_local_tier_that_cannot_be_opened_is_named(root, tmp_path):

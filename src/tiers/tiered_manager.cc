@@ -119,13 +119,32 @@ Status TieredManager::Impl::Init() {
   if (opt_.local_url.empty()) {
     return InvalidArgumentError("tiers: TierOptions::local_url is empty");
   }
-  if (opt_.local_keep < 1 || opt_.replicas < TierOptions::kReplicasAuto ||
-      opt_.local_every_steps < 0 || opt_.durable_every_steps < 0 ||
-      !(opt_.replication_bytes_per_second >= 0)) {
-    return InvalidArgumentError(
-        "tiers: local_keep must be at least 1; replicas (but for "
-        "kReplicasAuto, -1), the intervals and replication_bytes_per_second "
-        "not negative");
+  std::vector<std::string> bad;
+  if (opt_.local_keep < 1) {
+    bad.push_back("local_keep " + std::to_string(opt_.local_keep) +
+                  " (at least 1)");
+  }
+  if (opt_.replicas < TierOptions::kReplicasAuto) {
+    bad.push_back("replicas " + std::to_string(opt_.replicas) +
+                  " (0 or more, or kReplicasAuto)");
+  }
+  if (opt_.local_every_steps < 0) {
+    bad.push_back("local_every_steps " +
+                  std::to_string(opt_.local_every_steps) + " (0 or more)");
+  }
+  if (opt_.durable_every_steps < 0) {
+    bad.push_back("durable_every_steps " +
+                  std::to_string(opt_.durable_every_steps) + " (0 or more)");
+  }
+  if (!(opt_.replication_bytes_per_second >= 0)) {
+    bad.push_back("replication_bytes_per_second " +
+                  std::to_string(opt_.replication_bytes_per_second) +
+                  " (0 or more)");
+  }
+  if (!bad.empty()) {
+    std::string list;
+    for (const std::string& b : bad) list += (list.empty() ? "" : ", ") + b;
+    return InvalidArgumentError("tiers: " + list);
   }
   if (opt_.replication_bytes_per_second > 0) {
     replication_pacer_ =
