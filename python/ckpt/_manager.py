@@ -558,6 +558,15 @@ class CheckpointManager:
         dry_run=True reports the same and deletes nothing."""
         return self._reader.delete(step, dry_run=dry_run)
 
+    def gc(self, *, dry_run=False):
+        """Applies the retention policy and removes what dead attempts
+        left (objects of saves that never committed, past
+        gc_grace_seconds), as each save does with gc_after_save=True and
+        `ckpt gc ROOT` does from a shell; returns {"deleted_steps",
+        "deleted_objects", "bytes_freed"}. dry_run=True deletes nothing
+        and reports what it would."""
+        return self._reader.gc(dry_run=dry_run)
+
     def _save_arguments(self, state, metadata, epoch, metrics, incremental,
                         dirty_rows):
         """The library's save arguments. What is wrong with them raises

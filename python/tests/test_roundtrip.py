@@ -241,6 +241,22 @@ def test_retention_keyword_arguments(root):
     assert deleted == [1, 2, 3, 4]
 
 
+def test_gc_applies_retention_on_demand(root):
+    # Steps saved with no retention, then a manager that keeps the last 2
+    # collects on demand.
+    mgr = ckpt.open(root, create=True)
+    for step in range(1, 5):
+        mgr.save(step, {"x": np.zeros(1)})
+    mgr.close()
+    mgr = ckpt.open(root, keep_last=2)
+    planned = mgr.gc(dry_run=True)
+    assert planned["deleted_steps"] == [1, 2]
+    assert [i.step for i in mgr.list()] == [1, 2, 3, 4]
+    done = mgr.gc()
+    assert done["deleted_steps"] == [1, 2] and done["bytes_freed"] > 0
+    assert [i.step for i in mgr.list()] == [3, 4]
+
+
 def test_keep_best(root):
     mgr = ckpt.open(root, keep_best=1, best_metric="acc",
                     best_higher_is_better=True, keep_last=1)
