@@ -2,6 +2,8 @@
 
 import glob
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -47,6 +49,22 @@ def test_a_bad_option_creates_no_root(tmp_path):
         with pytest.raises(ckpt.InvalidArgument):
             ckpt.open(str(path), create=True, **bad)
         assert not path.exists()
+
+
+def test_ckpt_log_levels_in_any_case_and_a_wrong_one_is_said(tmp_path):
+    def run(level, path):
+        code = f"import ckpt; ckpt.open({str(path)!r}, create=True)"
+        env = dict(os.environ, CKPT_LOG=level)
+        return subprocess.run([sys.executable, "-c", code], env=env,
+                              capture_output=True, text=True,
+                              check=True).stderr
+
+    said = run("verbose", tmp_path / "a")
+    assert "CKPT_LOG=verbose names no level (debug, info, warning" in said
+    assert "created a new, empty root" in said  # warnings still logged
+    said = run("ERROR", tmp_path / "b")
+    assert "names no level" not in said
+    assert "created a new, empty root" not in said  # errors only
 
 
 def test_missing_step_is_not_found(mgr):

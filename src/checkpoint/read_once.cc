@@ -19,6 +19,7 @@
 #include "checkpoint/read_once_node.h"
 #include "messages/messages.h"
 #include "util/checksum.h"
+#include "util/env.h"
 #include "util/log.h"
 #include "util/thread_pool.h"
 
@@ -106,10 +107,7 @@ bool ReadOnceWanted(const LoadOptions& load, const Communicator& comm,
       storage.capabilities().local_reads) {
     return false;
   }
-  const char* env = std::getenv("CKPT_READ_ONCE");
-  if (env == nullptr) return true;
-  const std::string_view v(env);
-  return !(v == "off" || v == "0" || v == "false" || v == "no");
+  return !EnvSwitchOff("CKPT_READ_ONCE");
 }
 
 Status AddNeededChunks(const format::EntryRecord& entry,

@@ -1,8 +1,8 @@
 #include "util/log.h"
 
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "util/mutex.h"
@@ -10,13 +10,23 @@
 namespace ckpt {
 namespace {
 
+// $CKPT_LOG, in any case ("INFO" is info). A value that names no level
+// is said once, on stderr: a user who asked for more and sees nothing more
+// should learn why.
 LogLevel LevelFromEnv() {
   const char* v = std::getenv("CKPT_LOG");
-  if (v == nullptr) return LogLevel::kWarning;
-  if (std::strcmp(v, "debug") == 0) return LogLevel::kDebug;
-  if (std::strcmp(v, "info") == 0) return LogLevel::kInfo;
-  if (std::strcmp(v, "error") == 0) return LogLevel::kError;
-  if (std::strcmp(v, "off") == 0) return LogLevel::kOff;
+  if (v == nullptr || *v == '\0') return LogLevel::kWarning;
+  std::string level(v);
+  for (char& c : level) c = static_cast<char>(std::tolower(c));
+  if (level == "debug") return LogLevel::kDebug;
+  if (level == "info") return LogLevel::kInfo;
+  if (level == "warning" || level == "warn") return LogLevel::kWarning;
+  if (level == "error") return LogLevel::kError;
+  if (level == "off") return LogLevel::kOff;
+  std::string line = "ckpt warning: CKPT_LOG=" + std::string(v).substr(0, 40) +
+                     " names no level (debug, info, warning, error, off): "
+                     "warnings and errors are logged\n";
+  std::fwrite(line.data(), 1, line.size(), stderr);
   return LogLevel::kWarning;
 }
 

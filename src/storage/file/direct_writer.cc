@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "util/env.h"
 #include "util/mutex.h"
 
 namespace ckpt {
@@ -100,10 +101,7 @@ int WriteAt(int fd, const std::byte* data, size_t length, uint64_t offset) {
 }
 
 bool DirectIoAllowed() {
-  static const bool allowed = [] {
-    const char* v = std::getenv("CKPT_FILE_DIRECT_IO");
-    return v == nullptr || std::string_view(v) != "0";
-  }();
+  static const bool allowed = !EnvSwitchOff("CKPT_FILE_DIRECT_IO");
   return allowed;
 }
 
