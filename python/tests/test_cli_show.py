@@ -9,8 +9,8 @@ import sys
 import ckpt
 
 
-def show(*args):
-    r = subprocess.run([sys.executable, "-m", "ckpt", "show", *args],
+def show(*args, command="show"):
+    r = subprocess.run([sys.executable, "-m", "ckpt", command, *args],
                        capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stderr
     return r.stdout
@@ -30,3 +30,21 @@ def test_show_hides_the_packages_internal_entry_unless_all(tmp_path):
     names = [e["name"] for e in
              json.loads(show(root, "--json", "--all"))["entries"]]
     assert "__python_tree__" in names
+
+
+def test_diff_lists_the_users_entries_and_says_the_tree_differs(tmp_path):
+    root = str(tmp_path / "run")
+    mgr = ckpt.open(root, create=True)
+    mgr.save(1, {"model": {"w": b"\x01"}, "step": 1})
+    mgr.save(2, {"model": {"w": b"\x02", "b": b"\x03"}, "step": 2})
+    text = show(root, "--step", "1", "2", command="diff")
+    assert "+ model.b" in text and "~ model.w" in text
+    assert "__python_tree__" not in text
+    assert "1 internal entry of the Python package differs as well" in text
+    assert "~ __python_tree__" in show(root, "--step", "1", "2", "--all",
+                                       command="diff")
+    out = json.loads(show(root, "--step", "1", "2", "--json",
+                          command="diff"))
+    assert out["added"] == ["model.b"]
+    assert out["internal_entries_differing"] == 1
+

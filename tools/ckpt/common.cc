@@ -186,7 +186,13 @@ std::string FormatShape(const std::vector<int64_t>& shape) {
 }
 
 std::string Count(int64_t n, std::string_view noun) {
-  return std::to_string(n) + " " + std::string(noun) + (n == 1 ? "" : "s");
+  std::string word(noun);
+  if (n != 1 && word.ends_with('y')) {
+    word.replace(word.size() - 1, 1, "ies");
+  } else if (n != 1) {
+    word += 's';
+  }
+  return std::to_string(n) + " " + word;
 }
 
 std::string Join(const std::vector<std::string>& parts, std::string_view sep) {
@@ -233,6 +239,17 @@ void PrintTable(const std::vector<std::vector<std::string>>& given) {
     }
     fmt::print("{}\n", line);
   }
+}
+
+bool IsInternalEntry(const std::string& name) {
+  return name.size() > 4 && name.starts_with("__") && name.ends_with("__");
+}
+
+size_t HideInternalEntries(CheckpointDescription& d) {
+  const size_t before = d.entries.size();
+  std::erase_if(d.entries,
+                [](const EntryInfo& e) { return IsInternalEntry(e.name); });
+  return before - d.entries.size();
 }
 
 }  // namespace ckpt::cli

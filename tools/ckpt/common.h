@@ -67,7 +67,8 @@ std::string StepLabel(std::optional<int64_t> step);
 std::string FormatTime(int64_t unix_ms);
 // "[2, 3]"; a 0-d tensor is "[]".
 std::string FormatShape(const std::vector<int64_t>& shape);
-// "1 round", "2 rounds": `n` and `noun`, with an s unless n is 1.
+// "1 round", "2 rounds", "2 entries": `n` and `noun`, plural unless n is
+// 1.
 std::string Count(int64_t n, std::string_view noun);
 // "a, b, c".
 std::string Join(const std::vector<std::string>& parts, std::string_view sep);
@@ -81,5 +82,13 @@ void PrintJson(const nlohmann::json& j);
 // Prints rows as left-aligned columns on stdout; the first row is the
 // heading.
 void PrintTable(const std::vector<std::vector<std::string>>& rows);
+
+// An entry a binding keeps for itself, named __NAME__ (the Python
+// package's __python_tree__, which rebuilds its nested containers): not
+// the user's state, so `show` and `diff` list it only with --all.
+bool IsInternalEntry(const std::string& name);
+
+// `d` without the internal entries; how many it had.
+size_t HideInternalEntries(CheckpointDescription& d);
 
 }  // namespace ckpt::cli

@@ -19,6 +19,7 @@ struct DiffArgs {
   std::string root;
   std::vector<int64_t> steps;  // exactly two
   bool json = false;
+  bool all = false;
 };
 
 struct Change {
@@ -113,6 +114,21 @@ Status RunDiff(const DiffArgs& args) {
     if (!why.empty()) changed.push_back({name, std::move(why)});
   }
 
+  // The bindings' own entries (IsInternalEntry) differ where the user's
+  // containers do: listed with --all, else only said to differ.
+  size_t internal = 0;
+  if (!args.all) {
+    const auto hide = [&](auto& list, auto name_of) {
+      const size_t before = list.size();
+      std::erase_if(list,
+                    [&](const auto& x) { return IsInternalEntry(name_of(x)); });
+      internal += before - list.size();
+    };
+    const auto itself = [](const std::string& n) { return n; };
+    hide(added, itself);
+    hide(removed, itself);
+    hide(changed, [](const Change& c) { return c.name; });
+  }
   if (args.json) {
     nlohmann::json out = {{"added", added},
                           {"removed", removed},
@@ -120,6 +136,7 @@ Status RunDiff(const DiffArgs& args) {
     for (const Change& c : changed) {
       out["changed"].push_back({{"name", c.name}, {"why", c.why}});
     }
+    if (internal > 0) out["internal_entries_differing"] = internal;
     PrintJson(out);
     return Status();
   }
@@ -128,7 +145,13 @@ Status RunDiff(const DiffArgs& args) {
   for (const Change& c : changed) fmt::print("~ {} ({})\n", c.name, c.why);
   // Said, not left blank: an empty answer reads as a command that did
   // nothing (a wrong root, a step it did not find).
-  if (added.empty() && removed.empty() && changed.empty()) {
+  if (internal > 0) {
+    fmt::print(
+        "({} internal {} of the Python package differ{} as well: the "
+        "containers' structure; --all lists {})\n",
+        internal, internal == 1 ? "entry" : "entries", internal == 1 ? "s" : "",
+        internal == 1 ? "it" : "them");
+  } else if (added.empty() && removed.empty() && changed.empty()) {
     fmt::print("no differences: steps {} and {} hold the same {} {}\n", a, b,
                in_a.size(), in_a.size() == 1 ? "entry" : "entries");
   }
@@ -147,7 +170,10 @@ void AddDiffCommand(CLI::App& app, Command& selected) {
       "(for metadata) value differs. Contents are compared by checksums and, "
       "where those differ, by the bytes themselves. Checkpoints that do not "
       "differ print \"no differences: ...\" (with --json, three empty "
-      "lists). Exits with status 0 whether or not the checkpoints differ.",
+      "lists). Entries a binding keeps for itself (named __NAME__, such as "
+      "the Python package's __python_tree__) are only said to differ, "
+      "unless --all. Exits with status 0 whether or not the checkpoints "
+      "differ.",
       "  ckpt diff /data/run42 --step 1000 --step 1200\n"
       "  ckpt diff /data/run42 --step 1000 1200 --json\n");
   AddRootArg(*sub, args->root);
@@ -157,6 +183,9 @@ void AddDiffCommand(CLI::App& app, Command& selected) {
       ->expected(2)
       ->check(NonNegativeInteger(INT64_MAX));
   AddJsonFlag(*sub, args->json);
+  sub->add_flag("--all", args->all,
+                "list the bindings' internal entries (such as the Python "
+                "package's __python_tree__) too");
   sub->callback([args, &selected] {
     selected = {"diff", [args] { return RunDiff(*args); }};
   });

@@ -101,7 +101,8 @@ Status RunGc(const GcArgs& args) {
   for (const std::string& key : report.deleted_objects) {
     if (!of_steps.contains(key)) fmt::print("{} {}\n", verb, key);
   }
-  fmt::print("{} {} objects ({})\n", verb, report.deleted_objects.size(),
+  fmt::print("{} {} ({})\n", verb,
+             Count(report.deleted_objects.size(), "object"),
              FormatBytes(report.bytes_freed));
   return Status();
 }
@@ -124,8 +125,8 @@ void PrintDeleteReport(const DeleteReport& r) {
                dry ? "copy" : "copied", FormatBytes(w.bytes_copied), r.step);
   }
   PrintLeftBehind(r);
-  fmt::print("{} step {}: {} objects ({})\n", dry ? "would delete" : "deleted",
-             r.step, r.removed.size(), FormatBytes(r.bytes_freed));
+  fmt::print("{} step {}: {} ({})\n", dry ? "would delete" : "deleted", r.step,
+             Count(r.removed.size(), "object"), FormatBytes(r.bytes_freed));
 }
 
 Status RunDelete(const DeleteArgs& args) {

@@ -220,8 +220,9 @@ Status RunImport(const ImportArgs& args) {
   if (args.json) {
     PrintJson(InfoToJson(saved.info));
   } else {
-    fmt::print("imported {} entries ({}) from {} as step {}\n", state.size(),
-               FormatBytes(header.data_size), args.file, args.step);
+    fmt::print("imported {} ({}) from {} as step {}\n",
+               Count(state.size(), "entry"), FormatBytes(header.data_size),
+               args.file, args.step);
   }
   return Status();
 }
@@ -410,8 +411,8 @@ Status RunExport(const ExportArgs& args) {
                {"tensors", layouts.size()},
                {"bytes", bytes}});
   } else {
-    fmt::print("exported step {} ({} tensors, {}) to {}\n", loaded.info.step,
-               layouts.size(), FormatBytes(bytes), args.out);
+    fmt::print("exported step {} ({}, {}) to {}\n", loaded.info.step,
+               Count(layouts.size(), "tensor"), FormatBytes(bytes), args.out);
   }
   return Status();
 }

@@ -110,21 +110,6 @@ struct ShowArgs {
   bool all = false;
 };
 
-// An entry a binding keeps for itself, named __NAME__ (the Python
-// package's __python_tree__, which rebuilds its nested containers): not
-// the user's state, so shown only with --all.
-bool IsInternalEntry(const std::string& name) {
-  return name.size() > 4 && name.starts_with("__") && name.ends_with("__");
-}
-
-// `d` without the internal entries; how many it had.
-size_t HideInternalEntries(CheckpointDescription& d) {
-  const size_t before = d.entries.size();
-  std::erase_if(d.entries,
-                [](const EntryInfo& e) { return IsInternalEntry(e.name); });
-  return before - d.entries.size();
-}
-
 // A metadata entry's value: its JSON, or the raw text if it does not parse.
 nlohmann::json MetadataValue(const std::string& text) {
   nlohmann::json value = nlohmann::json::parse(text, nullptr,
@@ -220,8 +205,8 @@ void PrintDescription(const CheckpointDescription& d, size_t hidden) {
   fmt::print("job         {}\n", Printable(info.job_id));
   fmt::print("world size  {} ({})\n", info.world_size,
              Printable(HostsText(info.hosts)));
-  fmt::print("bytes       {} in {} objects\n", FormatBytes(info.bytes),
-             d.objects.size());
+  fmt::print("bytes       {} in {}\n", FormatBytes(info.bytes),
+             Count(d.objects.size(), "object"));
   fmt::print("depends on  {}\n", StepsText(info.depends_on));
   if (!info.depends_on.empty()) {
     fmt::print(

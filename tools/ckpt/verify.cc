@@ -233,8 +233,9 @@ Status RunVerify(const VerifyArgs& args) {
                      {"problems", r.problems},
                      {"unreadable", r.unreadable}});
     } else if (r.ok()) {
-      fmt::print("ok: step {}, {} chunks, {} bytes\n", r.step, r.chunks_checked,
-                 r.bytes_checked);
+      fmt::print("ok: step {}, {}, {}\n", r.step,
+                 Count(static_cast<int64_t>(r.chunks_checked), "chunk"),
+                 Count(static_cast<int64_t>(r.bytes_checked), "byte"));
     } else {
       for (const std::string& p : r.problems) {
         fmt::print(stderr, "ckpt verify: step {}: {}\n", r.step, p);
