@@ -25,8 +25,17 @@ def _option_text(value):
     return str(value)
 
 
+# The options whose value is text; every other is a number or a bool, and
+# a str given for one ("2" for keep_last) is a mistake said at once.
+_TEXT_OPTIONS = frozenset({"job_id", "best_metric", "metadata_layout",
+                           "compression"})
+
+
 def _set_options(opts, catalog, catalog_required, communicator, options):
     for name, value in options.items():
+        if name not in _TEXT_OPTIONS and isinstance(value, (str, bytes)):
+            raise TypeError(f"option {name} must be a number, not "
+                            f"{type(value).__name__} ({value!r})")
         _call(_lib.ckpt_options_set, opts, name.encode(),
               _encode(_option_text(value), f"option {name}"))
     if isinstance(catalog, Catalog):

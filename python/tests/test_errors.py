@@ -49,6 +49,10 @@ def test_a_bad_option_creates_no_root(tmp_path):
         with pytest.raises(ckpt.InvalidArgument):
             ckpt.open(str(path), create=True, **bad)
         assert not path.exists()
+    with pytest.raises(TypeError, match="option keep_last must be a number, "
+                                        "not str"):
+        ckpt.open(str(path), create=True, keep_last="2")
+    assert not path.exists()
 
 
 def test_ckpt_log_levels_in_any_case_and_a_wrong_one_is_said(tmp_path):

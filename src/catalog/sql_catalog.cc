@@ -408,9 +408,8 @@ class SqlCatalog : public Catalog {
           std::chrono::steady_clock::now() - start);
       s = UnavailableError(s.message() + " (gave up after " +
                            std::to_string(waited.count()) +
-                           " ms: another process may hold the database; "
-                           "CatalogOptions::timeout_ms is " +
-                           std::to_string(timeout_.count()) + ")");
+                           " ms, the catalog's timeout: another process "
+                           "may hold the database)");
     }
     return s.WithContext(Where() + ": " + op);
   }
