@@ -262,13 +262,19 @@ def test_forged_lengths_are_refused_before_any_allocation(tmp_path, forged,
     assert str(tmp_path / ".metadata") in str(e.value)
 
 
-@one_process
-def test_a_size_nested_without_end_is_data_loss_not_a_crash(tmp_path):
+def saved_by_dcp(tmp_path):
+    """(folder, its .metadata, the Metadata) of a DCP save of one tensor,
+    for a test to change."""
     written = tmp_path / "dcp"
     dcp.save({"w": torch.arange(6.0)},
              storage_writer=dcp.FileSystemWriter(str(written)))
     path = written / ".metadata"
-    md = pickle.loads(path.read_bytes())  # DCP's own, written just now
+    return written, path, pickle.loads(path.read_bytes())  # DCP's own
+
+
+@one_process
+def test_a_size_nested_without_end_is_data_loss_not_a_crash(tmp_path):
+    written, path, md = saved_by_dcp(tmp_path)
     md.state_dict_metadata["w"].size = ["SENTINEL"]
     data = pickle.dumps(md, protocol=4)
     # The string becomes a list nested 200,000 deep (EMPTY_LIST, APPEND),
@@ -285,11 +291,7 @@ def test_a_size_nested_without_end_is_data_loss_not_a_crash(tmp_path):
 
 @one_process
 def test_a_data_file_that_is_a_fifo_is_refused_not_waited_on(tmp_path):
-    written = tmp_path / "dcp"
-    dcp.save({"w": torch.arange(6.0)},
-             storage_writer=dcp.FileSystemWriter(str(written)))
-    path = written / ".metadata"
-    md = pickle.loads(path.read_bytes())  # DCP's own, written just now
+    written, path, md = saved_by_dcp(tmp_path)
     for info in md.storage_data.values():
         info.relative_path = "fifo"
     path.write_bytes(pickle.dumps(md))

@@ -250,6 +250,13 @@ class ReadOnceTest : public ::testing::Test {
   // of the reading on 4 ranks (10 MiB) is more than the first 8 MiB kAuto
   // times, so part of it is read while the ranks decide.
   static constexpr int64_t kLargeRows = kRows * 320;
+  // Two ranks load what they saved (Save(2, 1)) with `mode`: rank 1's rows
+  // of "a", in the object it saved, only it needs; "b" both need, read once
+  // (half each) and exchanged. Every message of rank 0's of a chunk or more
+  // comes a second late. Returns when rank 1 first read its own object and
+  // when its first such message came (both checked to have happened).
+  std::pair<int64_t, int64_t> Timed(LoadOptions::ReadOnce mode);
+
   void UseLargeState() {
     rows_ = kLargeRows;
     chunk_ = 1 << 20;
@@ -512,12 +519,7 @@ class FirstReceived : public NoSendRecv {
   std::atomic<int64_t>* at_;
 };
 
-TEST_F(ReadOnceTest, ChunksOnlyOneRankNeedsAreReadWhileItWaitsForTheOthers) {
-  Save(2, 1);
-  // Loaded as saved: rank 1's rows of "a", in the object it saved, only it
-  // needs; "b" both need, read once (half each) and exchanged. Rank 0's
-  // messages come a second late, so rank 1 waits for its half of "b": its
-  // link to storage reads its own rows meanwhile, not after the exchange.
+std::pair<int64_t, int64_t> ReadOnceTest::Timed(LoadOptions::ReadOnce mode) {
   std::atomic<int64_t> own_read{0}, received{0};
   wrap_storage_ = [&](int rank, std::unique_ptr<Storage> s) {
     if (rank != 1) return s;
@@ -528,36 +530,32 @@ TEST_F(ReadOnceTest, ChunksOnlyOneRankNeedsAreReadWhileItWaitsForTheOthers) {
     if (c->rank() == 0) return new LateChunks(c, kChunk);
     return new FirstReceived(c, kChunk, &received);
   };
-  ExpectAllOk(Load(2, 1, /*whole=*/false, LoadOptions::ReadOnce::kOn, 1, wrap));
+  ExpectAllOk(Load(2, 1, /*whole=*/false, mode, 1, wrap));
+  wrap_storage_ = nullptr;
+  EXPECT_NE(own_read.load(), 0) << "rank 1 read nothing of its own object";
+  EXPECT_NE(received.load(), 0) << "rank 1 received nothing of rank 0's";
+  return {own_read.load(), received.load()};
+}
+
+TEST_F(ReadOnceTest, ChunksOnlyOneRankNeedsAreReadWhileItWaitsForTheOthers) {
+  Save(2, 1);
+  // Rank 1 waits for its half of "b": its link to storage reads its own
+  // rows meanwhile, not after the exchange.
+  const auto [own_read, received] = Timed(LoadOptions::ReadOnce::kOn);
   EXPECT_EQ(read_.load(), 2 * kTensorBytes);
-  ASSERT_NE(own_read.load(), 0) << "rank 1 read nothing of its own object";
-  ASSERT_NE(received.load(), 0) << "rank 1 received no chunk";
-  EXPECT_LT(own_read.load(), received.load())
+  EXPECT_LT(own_read, received)
       << "rank 1 read its own rows only once the exchange had brought it "
          "rank 0's half of \"b\"";
 }
 
 TEST_F(ReadOnceTest, ChunksOnlyOneRankNeedsAreReadWhileTheRanksDecide) {
   Save(2, 1);
-  // As above, with kAuto: rank 0's probe comes a second late, so rank 1
-  // decides a second late. Its own rows it reads whatever is decided:
-  // read while the ranks measure and decide, not after (a rank with little
-  // to read for others waited with its link to storage idle).
-  std::atomic<int64_t> own_read{0}, probe_came{0};
-  wrap_storage_ = [&](int rank, std::unique_ptr<Storage> s) {
-    if (rank != 1) return s;
-    return std::unique_ptr<Storage>(
-        std::make_unique<FirstReadOf>(std::move(s), "/r00001-", &own_read));
-  };
-  const auto wrap = [&](Communicator* c) -> Communicator* {
-    if (c->rank() == 0) return new LateChunks(c, kChunk);
-    return new FirstReceived(c, kChunk, &probe_came);
-  };
-  ExpectAllOk(
-      Load(2, 1, /*whole=*/false, LoadOptions::ReadOnce::kAuto, 1, wrap));
-  ASSERT_NE(own_read.load(), 0) << "rank 1 read nothing of its own object";
-  ASSERT_NE(probe_came.load(), 0) << "rank 1 received no probe";
-  EXPECT_LT(own_read.load(), probe_came.load())
+  // With kAuto rank 0's probe is the late message, so rank 1 decides a
+  // second late. Its own rows it reads whatever is decided: read while the
+  // ranks measure and decide, not after (a rank with little to read for
+  // others waited with its link to storage idle).
+  const auto [own_read, probe_came] = Timed(LoadOptions::ReadOnce::kAuto);
+  EXPECT_LT(own_read, probe_came)
       << "rank 1 read its own rows only once the ranks had decided";
 }
 
