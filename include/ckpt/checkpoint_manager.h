@@ -522,6 +522,12 @@ struct VerifyReport {
 // verify`, tell the two apart by this rule.
 bool ResumeSkips(const Status& s);
 
+// A step deleted while a resume (or `ckpt verify`) reads it is no damage:
+// it lists the steps again and starts over from the newest, at most this
+// many times, so that a job deleting steps faster than they load cannot
+// hold a reader for ever.
+inline constexpr int kResumeMostRelistings = 16;
+
 // The outcome of a SaveAsync, delivered later. Copies share one outcome;
 // a handle stays valid after its manager is gone. Thread-safe.
 namespace internal {

@@ -7,8 +7,9 @@ import warnings
 from ckpt import _errors
 
 # How many times a resume lists the steps again after the step it was
-# loading was deleted, as the library's resume does: a job that deletes
-# steps faster than they load cannot hold a reader for ever.
+# loading was deleted: the library's kResumeMostRelistings (its resume's
+# bound), so that a job that deletes steps faster than they load cannot
+# hold a reader for ever.
 MOST_RELISTINGS = 16
 
 

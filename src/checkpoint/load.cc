@@ -137,15 +137,6 @@ Result<LoadVote> Agree(const std::vector<std::string>& votes) {
 
 }  // namespace
 
-namespace {
-
-// A resume lists the steps again after a step it was loading was deleted
-// (FirstStepThatLoads) at most this many times: a job that deletes steps
-// faster than they load cannot hold a reader for ever.
-constexpr int kMostRelistings = 16;
-
-}  // namespace
-
 Result<int64_t> Loader::FirstStepThatLoads(
     std::optional<int64_t> step,
     const std::function<Status(int64_t, bool& damaged)>& attempt,
@@ -171,7 +162,7 @@ Result<int64_t> Loader::FirstStepThatLoads(
     // step may be newer now: list again and start over. Every rank takes
     // the same turn (the vote is agreed; the listing is rank 0's).
     if (!step && vote.status.code() == ErrorCode::kNotFound &&
-        relisted < kMostRelistings) {
+        relisted < kResumeMostRelistings) {
       CKPT_ASSIGN_OR_RETURN(std::vector<int64_t> now, StepsToTry(step));
       if (std::find(now.begin(), now.end(), s) == now.end()) {
         ++relisted;

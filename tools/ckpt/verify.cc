@@ -54,11 +54,6 @@ bool DeletedSince(CheckpointManager& manager, int64_t step) {
   return !info.ok() && info.status().code() == ErrorCode::kNotFound;
 }
 
-// Verify lists the steps again after one it read was deleted at most this
-// many times (the load's resume does the same): a job that deletes steps
-// faster than verify reads them cannot hold it for ever.
-constexpr int kMostRelistings = 16;
-
 // Runs Verify with a progress bar. The bar is made on the first report,
 // when the total is known; the lock keeps the bar whole should the manager
 // report from several threads.
@@ -158,7 +153,7 @@ Result<std::vector<VerifyReport>> VerifyResumePoint(CheckpointManager& manager,
     CKPT_ASSIGN_OR_RETURN(std::vector<VerifyReport> reports,
                           VerifyResumePointOnce(manager, root, deleted));
     if (!deleted) return reports;
-    if (listed == kMostRelistings) {
+    if (listed == kResumeMostRelistings) {
       return AbortedError(
           "verify " + Quote(root) + ": steps were deleted while verify read " +
           "them, " + std::to_string(listed + 1) +
