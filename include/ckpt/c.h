@@ -374,6 +374,12 @@ CKPT_EXPORT int ckpt_catalog_latest(ckpt_catalog_t* catalog, const char* job,
 CKPT_EXPORT int ckpt_catalog_best(ckpt_catalog_t* catalog, const char* job,
                                   const char* metric, int higher_is_better,
                                   char** json, char** errptr);
+/* Every committed durable checkpoint of the job with `metric`, best first
+ * (as ckpt_catalog_best ranks them: its row is the first): an array of rows.
+ * Where the best is gone from storage, the caller takes the next. */
+CKPT_EXPORT int ckpt_catalog_ranked(ckpt_catalog_t* catalog, const char* job,
+                                    const char* metric, int higher_is_better,
+                                    char** json, char** errptr);
 /* Whether the checkpoint a row names (its job_id, root, step and
  * manifest_checksum) is committed on storage as that commit: 0 when it is;
  * CKPT_NOT_FOUND when it is gone, CKPT_DATA_LOSS when its manifest is

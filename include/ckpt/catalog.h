@@ -161,6 +161,13 @@ class Catalog {
   virtual Result<std::optional<CatalogCheckpoint>> Best(std::string_view job_id,
                                                         std::string_view metric,
                                                         MetricGoal goal) = 0;
+  // Every committed durable checkpoint of the job that has `metric`, best
+  // first by Best's order (the first is Best's answer): where the best
+  // does not check out against storage, `ckpt catalog best` and Python's
+  // Catalog.best take the next from this one ranking.
+  virtual Result<std::vector<CatalogCheckpoint>> Ranked(std::string_view job_id,
+                                                        std::string_view metric,
+                                                        MetricGoal goal) = 0;
   // Every job, by id.
   virtual Result<std::vector<CatalogJob>> Jobs() = 0;
 

@@ -65,12 +65,10 @@ class Catalog(_Owned):
             return _row(_call(_lib.ckpt_catalog_best, self._handle(),
                               _encode(job, "job"), _encode(metric, "metric"),
                               1 if higher_is_better else 0, out=True))
-        _encode(metric, "metric")
-        rows = [r for r in self.list(job, tier="durable")
-                if metric in r.metrics]
-        sign = -1 if higher_is_better else 1
-        rows.sort(key=lambda r: (sign * r.metrics[metric], -r.step))
-        return _first_on_storage(rows, "best")
+        rows = _call(_lib.ckpt_catalog_ranked, self._handle(),
+                     _encode(job, "job"), _encode(metric, "metric"),
+                     1 if higher_is_better else 0, out=True)
+        return _first_on_storage((CatalogCheckpoint(r) for r in rows), "best")
 
     def list(self, job="", *, root="", include_deleted=False, limit=0,
              tier=None):

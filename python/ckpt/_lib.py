@@ -79,6 +79,7 @@ _SIGNATURES = {
     "ckpt_catalog_jobs": (_i, [_p, _err, _err]),
     "ckpt_catalog_latest": (_i, [_p, _s, _err, _err]),
     "ckpt_catalog_best": (_i, [_p, _s, _s, _i, _err, _err]),
+    "ckpt_catalog_ranked": (_i, [_p, _s, _s, _i, _err, _err]),
     "ckpt_catalog_list": (_i, [_p, _s, _s, _i, _i64, _err, _err]),
     "ckpt_manager_open": (_i, [_s, _p, _err, _err]),
     "ckpt_manager_close": (None, [_p]),

@@ -1072,6 +1072,18 @@ TEST(CApiTest, CatalogRecordsAndAnswers) {
   EXPECT_THAT(Take(json), HasSubstr("\"step\":20"));
   ASSERT_EQ(ckpt_catalog_best(c, "job-c", "acc", 1, &json, &err.text), CKPT_OK);
   EXPECT_THAT(Take(json), HasSubstr("\"step\":10"));
+  // Every row with the metric, best first: the next where the best is gone.
+  for (const int higher : {1, 0}) {
+    ASSERT_EQ(ckpt_catalog_ranked(c, "job-c", "acc", higher, &json, &err.text),
+              CKPT_OK);
+    const nlohmann::json ranked = nlohmann::json::parse(Take(json));
+    ASSERT_EQ(ranked.size(), 2u) << ranked.dump();
+    EXPECT_EQ(ranked[0]["step"], higher ? 10 : 20);
+    EXPECT_EQ(ranked[1]["step"], higher ? 20 : 10);
+  }
+  ASSERT_EQ(ckpt_catalog_ranked(c, "job-c", "loss", 0, &json, &err.text),
+            CKPT_OK);
+  EXPECT_EQ(Take(json), "[]");
   ASSERT_EQ(ckpt_catalog_latest(c, "no-such-job", &json, &err.text), CKPT_OK);
   EXPECT_EQ(Take(json), "null");
   ASSERT_EQ(ckpt_catalog_list(c, "job-c", nullptr, 0, 1, &json, &err.text),

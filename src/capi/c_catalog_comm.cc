@@ -288,6 +288,24 @@ int ckpt_catalog_best(ckpt_catalog_t* catalog, const char* job,
   });
 }
 
+int ckpt_catalog_ranked(ckpt_catalog_t* catalog, const char* job,
+                        const char* metric, int higher_is_better, char** json,
+                        char** errptr) {
+  return Guard(errptr, [&]() -> ckpt::Status {
+    if (catalog == nullptr || job == nullptr || metric == nullptr) {
+      return NullArgument("ckpt_catalog_ranked", "the catalog, job or metric");
+    }
+    auto r = catalog->catalog->Ranked(
+        job, metric,
+        higher_is_better ? ckpt::MetricGoal::kMax : ckpt::MetricGoal::kMin);
+    if (!r.ok()) return r.status();
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& c : *r) out.push_back(ckpt::records::CatalogRowJson(c));
+    SetOut(json, Dump(out));
+    return ckpt::Status();
+  });
+}
+
 int ckpt_catalog_check(const char* job, const char* root, int64_t step,
                        const char* manifest_checksum, char** errptr) {
   return Guard(errptr, [&]() -> ckpt::Status {

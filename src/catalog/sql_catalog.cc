@@ -310,22 +310,16 @@ class SqlCatalog : public Catalog {
   Result<std::optional<CatalogCheckpoint>> Best(std::string_view job_id,
                                                 std::string_view metric,
                                                 MetricGoal goal) override {
-    const std::string order = goal == MetricGoal::kMin ? "ASC" : "DESC";
-    CKPT_ASSIGN_OR_RETURN(
-        std::vector<CatalogCheckpoint> found,
-        Select("find the best checkpoint of job " + Quote(job_id) + " by " +
-                   (goal == MetricGoal::kMin ? "lowest " : "highest ") +
-                   Quote(metric),
-               CheckpointQuery(
-                   "SELECT c.* FROM ckpt_checkpoints c JOIN ckpt_metrics b "
-                   "ON b.checkpoint_id = c.id AND b.name = $2 "
-                   "WHERE c.job_id = $1 AND c.tier = 'durable' AND "
-                   "c.state = 'committed' "
-                   "ORDER BY b.value " +
-                   order + ", c.step DESC LIMIT 1"),
-               {std::string(job_id), std::string(metric)}));
+    CKPT_ASSIGN_OR_RETURN(std::vector<CatalogCheckpoint> found,
+                          ByMetric(job_id, metric, goal, /*limit=*/1));
     if (found.empty()) return std::optional<CatalogCheckpoint>();
     return std::optional<CatalogCheckpoint>(std::move(found.front()));
+  }
+
+  Result<std::vector<CatalogCheckpoint>> Ranked(std::string_view job_id,
+                                                std::string_view metric,
+                                                MetricGoal goal) override {
+    return ByMetric(job_id, metric, goal, /*limit=*/0);
   }
 
   Result<std::vector<CatalogJob>> Jobs() override {
@@ -412,6 +406,50 @@ class SqlCatalog : public Catalog {
                            "may hold the database)");
     }
     return s.WithContext(Where() + ": " + op);
+  }
+
+  // The job's committed durable rows with `metric`, best first (ties: the
+  // newest step), at most `limit` (0: all): Best and Ranked, one order.
+  Result<std::vector<CatalogCheckpoint>> ByMetric(std::string_view job_id,
+                                                  std::string_view metric,
+                                                  MetricGoal goal,
+                                                  int64_t limit) {
+    const bool lowest = goal == MetricGoal::kMin;
+    std::vector<SqlValue> params = {std::string(job_id), std::string(metric)};
+    std::string sql =
+        "SELECT c.* FROM ckpt_checkpoints c JOIN ckpt_metrics b "
+        "ON b.checkpoint_id = c.id AND b.name = $2 "
+        "WHERE c.job_id = $1 AND c.tier = 'durable' AND "
+        "c.state = 'committed' "
+        "ORDER BY b.value " +
+        std::string(lowest ? "ASC" : "DESC") +
+        ", c.step DESC, c.created_unix_ms DESC, c.id DESC";
+    if (limit > 0) {
+      params.push_back(limit);
+      sql += " LIMIT $3";
+    }
+    CKPT_ASSIGN_OR_RETURN(
+        std::vector<CatalogCheckpoint> rows,
+        Select(std::string(limit == 1 ? "find the best" : "rank the") +
+                   " checkpoint" + (limit == 1 ? "" : "s") + " of job " +
+                   Quote(job_id) + " by " + (lowest ? "lowest " : "highest ") +
+                   Quote(metric),
+               CheckpointQuery(sql), params));
+    // CheckpointQuery hands them back oldest first (by step, time, id):
+    // put in the query's order again, reversed first so that rows alike
+    // in all but their id keep it descending, as the query does.
+    std::reverse(rows.begin(), rows.end());
+    const std::string name(metric);
+    std::stable_sort(
+        rows.begin(), rows.end(),
+        [&](const CatalogCheckpoint& a, const CatalogCheckpoint& b) {
+          const double x = a.metrics.at(name);
+          const double y = b.metrics.at(name);
+          if (x != y) return lowest ? x < y : x > y;
+          return std::pair(a.step, a.created_unix_ms) >
+                 std::pair(b.step, b.created_unix_ms);
+        });
+    return rows;
   }
 
   Result<std::vector<CatalogCheckpoint>> Select(

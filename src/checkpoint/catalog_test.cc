@@ -213,6 +213,11 @@ class BrokenCatalog : public Catalog {
                                                 MetricGoal) override {
     return Gone();
   }
+  Result<std::vector<CatalogCheckpoint>> Ranked(std::string_view,
+                                                std::string_view,
+                                                MetricGoal) override {
+    return Gone();
+  }
   Result<std::vector<CatalogJob>> Jobs() override { return Gone(); }
 
  private:

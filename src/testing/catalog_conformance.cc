@@ -234,12 +234,30 @@ TEST_P(CatalogConformanceTest, BestByMetricMinAndMax) {
   best = catalog().Best("job", "acc", MetricGoal::kMax);
   ASSERT_TRUE(best.ok() && best->has_value());
   EXPECT_EQ((*best)->step, 4);
+  // Ranked: every row with the metric, in Best's order (its first is
+  // Best's), for the next best where the best is gone from storage.
+  const auto ranked = [&](std::string_view metric, MetricGoal goal) {
+    std::vector<int64_t> out;
+    auto rows = catalog().Ranked("job", metric, goal);
+    EXPECT_TRUE(rows.ok()) << rows.status().ToString();
+    if (rows.ok()) {
+      for (const CatalogCheckpoint& c : *rows) out.push_back(c.step);
+    }
+    return out;
+  };
+  EXPECT_EQ(ranked("loss", MetricGoal::kMin),
+            (std::vector<int64_t>{4, 2, 3, 5, 1}));
+  EXPECT_EQ(ranked("loss", MetricGoal::kMax),
+            (std::vector<int64_t>{1, 5, 3, 4, 2}));
+  EXPECT_TRUE(ranked("perplexity", MetricGoal::kMin).empty());
 
   // A deleted checkpoint is never the best.
   ASSERT_TRUE(catalog().MarkDeleted("file:///j", 4).ok());
   best = catalog().Best("job", "loss", MetricGoal::kMin);
   ASSERT_TRUE(best.ok() && best->has_value());
   EXPECT_EQ((*best)->step, 2);
+  EXPECT_EQ(ranked("loss", MetricGoal::kMin),
+            (std::vector<int64_t>{2, 3, 5, 1}));
 
   best = catalog().Best("job", "perplexity", MetricGoal::kMin);
   ASSERT_TRUE(best.ok());
@@ -296,6 +314,10 @@ TEST_P(CatalogConformanceTest, LocalTierRowsAreListedButNeverOfferedToResume) {
   auto best = catalog().Best("train", "loss", MetricGoal::kMin);
   ASSERT_TRUE(best.ok() && best->has_value());
   ExpectSame(**best, durable);
+  auto ranked = catalog().Ranked("train", "loss", MetricGoal::kMin);
+  ASSERT_TRUE(ranked.ok()) << ranked.status().ToString();
+  ASSERT_EQ(ranked->size(), 1u);
+  ExpectSame(ranked->front(), durable);
 
   auto all = catalog().List({.job_id = "train"});
   ASSERT_TRUE(all.ok()) << all.status().ToString();

@@ -318,25 +318,6 @@ struct BestArgs {
   bool json = false;
 };
 
-// The job's committed durable rows with `metric`, best first (ties: the
-// newest step first), as Catalog::Best ranks them.
-std::vector<CatalogCheckpoint> RankedByMetric(
-    std::vector<CatalogCheckpoint> rows, const std::string& metric,
-    MetricGoal goal) {
-  std::erase_if(rows, [&](const CatalogCheckpoint& c) {
-    return !c.metrics.contains(metric);
-  });
-  std::stable_sort(rows.begin(), rows.end(),
-                   [&](const CatalogCheckpoint& a, const CatalogCheckpoint& b) {
-                     const double x = a.metrics.at(metric);
-                     const double y = b.metrics.at(metric);
-                     if (x != y)
-                       return goal == MetricGoal::kMin ? x < y : x > y;
-                     return a.step > b.step;
-                   });
-  return rows;
-}
-
 Status RunBest(const BestArgs& args) {
   CKPT_ASSIGN_OR_RETURN(auto catalog, OpenNamedCatalog(args.catalog));
   const MetricGoal goal = args.max ? MetricGoal::kMax : MetricGoal::kMin;
@@ -348,11 +329,9 @@ Status RunBest(const BestArgs& args) {
   } else {
     // Best first; a row that does not check out against storage is
     // skipped for the next best, as latest skips it for the next older.
-    CKPT_ASSIGN_OR_RETURN(
-        std::vector<CatalogCheckpoint> rows,
-        catalog->List({.job_id = job, .tier = CatalogTier::kDurable}));
-    for (CatalogCheckpoint& c :
-         RankedByMetric(std::move(rows), args.metric, goal)) {
+    CKPT_ASSIGN_OR_RETURN(std::vector<CatalogCheckpoint> rows,
+                          catalog->Ranked(job, args.metric, goal));
+    for (CatalogCheckpoint& c : rows) {
       if (Status s = CheckAgainstStorage(c); !s.ok()) {
         if (Unreachable(s)) return CannotCheck(s, c);
         fmt::print(stderr, "ckpt catalog best: skipping step {}: {}\n", c.step,
