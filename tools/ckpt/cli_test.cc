@@ -1046,6 +1046,36 @@ TEST_F(CliTest, GcKeepLast) {
   EXPECT_EQ(Ckpt({"verify", root_, "--all"}).exit_code, 0);
 }
 
+// gc and delete on a folder that holds no checkpoint root (a mistyped
+// path) refuse, naming it, and write nothing there (no lease file); a
+// root whose steps are all gone is still one.
+TEST_F(CliTest, GcAndDeleteOfAFolderWithoutARootChangeNothing) {
+  const std::filesystem::path folder = root_ + "-not-a-root";
+  std::filesystem::create_directories(folder / "notes");
+  ASSERT_TRUE(WriteFile((folder / "notes" / "a.txt").string(), "keep"));
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"gc", folder.string()},
+        {"gc", folder.string(), "--keep-last", "1"},
+        {"delete", folder.string(), "--step", "3"}}) {
+    RunResult r = Ckpt(args);
+    EXPECT_EQ(r.exit_code, 1) << args[0] << ": " << r.err;
+    EXPECT_TRUE(
+        Contains(r.err, folder.string() + "\" holds no checkpoint root"))
+        << r.err;
+  }
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(folder)) {
+    left.push_back(std::filesystem::relative(e.path(), folder).string());
+  }
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"notes", "notes/a.txt"}));
+
+  SaveSteps({1});
+  ASSERT_EQ(Ckpt({"delete", root_, "--step", "1"}).exit_code, 0);
+  RunResult r = Ckpt({"gc", root_});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
 // gc reports each deleted step as delete does: under its line what the
 // step's delete kept and why; --json adds one report per step.
 TEST_F(CliTest, GcPrintsWhatEachStepsDeleteKept) {

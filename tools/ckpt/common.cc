@@ -8,6 +8,8 @@
 #include <sstream>
 
 #include "capi/records.h"
+#include "format/constants.h"
+#include "format/layout.h"
 #include "util/names.h"
 
 namespace ckpt::cli {
@@ -75,6 +77,27 @@ Result<std::unique_ptr<Storage>> OpenStorageFor(const std::string& root,
   return NewCountingStorage(std::move(storage), std::move(progress));
 }
 
+// A command that changes a root (gc, delete) on a folder that holds no
+// checkpoint root (no step folder, lease or LATEST: a mistyped path, a
+// home folder) refuses before the manager takes the root's lease, which
+// would leave a LEASE file behind in it.
+Status RefuseFolderWithoutRoot(Storage& storage, const std::string& root) {
+  // By prefix: a large folder is not walked whole.
+  for (const std::string_view prefix :
+       {format::LeasePrefix(), format::kStepPrefix, format::kLatestName}) {
+    CKPT_ASSIGN_OR_RETURN(std::vector<ObjectInfo> listed, storage.List(prefix));
+    for (const ObjectInfo& o : listed) {
+      if (format::StepOfKey(o.key) >= 0 || format::ParseLeaseKey(o.key) >= 0 ||
+          o.key == format::kLatestName) {
+        return Status();
+      }
+    }
+  }
+  return NotFoundError(Quote(root) +
+                       " holds no checkpoint root (no step folder, lease or "
+                       "LATEST): nothing changed; is it the root's path?");
+}
+
 }  // namespace
 
 Result<std::unique_ptr<CheckpointManager>> OpenRoot(const std::string& root,
@@ -106,6 +129,7 @@ Result<std::unique_ptr<CheckpointManager>> OpenRootWithCatalog(
   }
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Storage> storage,
                         OpenStorageFor(root, create, std::move(progress)));
+  if (!create) CKPT_RETURN_IF_ERROR(RefuseFolderWithoutRoot(*storage, root));
   return CheckpointManager::Open(std::move(storage), std::move(options));
 }
 
