@@ -247,6 +247,10 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
   // relay, the one that relays the fewest bytes so far), which passes it
   // on to the others of its node. A byte crosses the network once a node.
   std::vector<uint64_t> relayed(world, 0);
+  // Of the shared chunks, the bytes that reach each node over its link: a
+  // run read on another node crosses into a node that needs it once (to
+  // one rank, which relays it within the node, or round the ring).
+  std::vector<uint64_t> crossing(nodes.size(), 0);
   Transfers direct(world), relay(world);
   // Runs every rank needs, by reader: broadcast.
   std::vector<std::vector<const Shared*>> everyone(world);
@@ -255,8 +259,13 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
     const Run& run = runs[k];
     const std::vector<int>& ranks = shared[run.begin]->ranks;
     const int reader = reader_of[k];
+    std::vector<bool> into(nodes.size(), false);
     for (int r : ranks) {
       if (r != reader) rest[r] += run.bytes;
+      if (node_of[r] != node_of[reader]) into[node_of[r]] = true;
+    }
+    for (size_t n = 0; n < nodes.size(); ++n) {
+      if (into[n]) crossing[n] += run.bytes;
     }
     if (reader == me) {
       for (size_t i = run.begin; i < run.end; ++i) own.push_back(shared[i]);
@@ -440,9 +449,17 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
   // not the way (on the node bed, 8 MiB at 55-120 MB/s where the leaders'
   // ring then ran at 400). Elsewhere beside the reads: a rank that reads
   // little starts to exchange while others still read.
+  // On several nodes, the leaders alone probe, each for its node's link
+  // (what crosses into the node, `crossing`): every rank probing at once
+  // put ranks-per-node times the bytes on the links while they read
+  // through them too, and on the node bed took the processors from the
+  // reads (docs/benchmarks.md). On one host every rank probes.
+  const bool leaders_probe = by_node || nodes.size() > 1;
   std::vector<int> probing;
   for (int r = 0; r < world; ++r) {
-    if (!by_node || node_ranks[node_of[r]].front() == r) probing.push_back(r);
+    if (!leaders_probe || node_ranks[node_of[r]].front() == r) {
+      probing.push_back(r);
+    }
   }
   if (by_node) reading.wait();
   const Status probed =
@@ -495,6 +512,13 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
           link[r] = r == n.front() ? lacks : 0;
           from_storage[r] = lacks / n.size();
         }
+      }
+    } else if (leaders_probe) {
+      // The node's link carries what crosses into it, at its leader's
+      // probe; each rank reads its own rest from storage.
+      for (int r = 0; r < world; ++r) {
+        link[r] =
+            node_ranks[node_of[r]].front() == r ? crossing[node_of[r]] : 0;
       }
     }
     CKPT_ASSIGN_OR_RETURN(

@@ -14,8 +14,8 @@
 namespace ckpt::read_once {
 
 // The probe of the way between ranks that the exchange takes: each of
-// `probing` (every rank, or where a node's ranks share their memory, the
-// nodes' leaders, which alone exchange) sends a message of 8 MiB (no more
+// `probing` (every rank on one host; on several, the nodes' leaders, each
+// for its node's link) sends a message of 8 MiB (no more
 // than the most any rank gets of the shared chunks, `rest`) to the one
 // half-way along the list from it (on another node where the ranks fill
 // the nodes in order) while it receives one from the one half-way back;
@@ -28,7 +28,8 @@ Status ProbeRanks(Communicator& comm, const std::vector<uint64_t>& rest,
 
 // Whether the rest of the shared chunks, `rest[r]` bytes for rank r, comes
 // sooner from the ranks that read them than `read_rest[r]` bytes from
-// storage (the same, but where a node's ranks share their memory: its
+// storage (on several nodes `rest` is a node's, at its leader: what
+// crosses into the node; where a node's ranks share their memory its
 // leader receives all the node lacks, each of its ranks reads a part of
 // it, read_once_node.h). `mine` holds this rank's probe (ProbeRanks) and
 // the first of its share of the shared chunks read from storage, timed,

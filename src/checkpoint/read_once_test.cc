@@ -101,6 +101,9 @@ struct Nodes {
   bool other_hosts = false;
   // Counts the messages of 1 MiB or more to another node.
   std::atomic<int>* large_across = nullptr;
+  // Counts the probes of kAuto: the only messages that carry 64 KiB or
+  // more of bytes in the message itself (a batch's bytes follow apart).
+  std::atomic<int>* probes = nullptr;
 };
 class OnNode : public NoSendRecv {
  public:
@@ -123,6 +126,11 @@ class OnNode : public NoSendRecv {
     }
     if (dest >= 0 && data.size() >= 65536) {
       std::this_thread::sleep_for(n_.delay);
+    }
+    if (Result<ReadOnceBatch> b = DecodeReadOnceBatch(data);
+        n_.probes != nullptr && dest >= 0 && b.ok() &&
+        b->data.size() >= 65536) {
+      ++*n_.probes;
     }
     if (Result<ReadOnceNodeMemory> m = DecodeReadOnceNodeMemory(data);
         n_.other_hosts && m.ok() && !m->invitation.empty()) {
@@ -695,6 +703,34 @@ TEST_F(ReadOnceTest, ANodeReadsWhatItLacksWhereTheNodesAreSlowerThanStorage) {
                  c, Nodes{.per_node = 2, .delay = std::chrono::seconds(1)});
            }));
   EXPECT_EQ(read_.load(), 2 * state);
+}
+
+TEST_F(ReadOnceTest, OnSeveralNodesOnlyTheLeadersProbeForAReshard) {
+  // 4 ranks to 3 on 2 nodes (ranks 0 and 1, rank 2): the new boxes
+  // straddle chunks that two ranks need. Only the nodes' first ranks
+  // probe, each for what crosses into its node; every rank probing put
+  // ranks-per-node times the bytes on a node's link while it read through
+  // it. The decision still goes both ways: read once where messages are on
+  // time, each rank for itself where they are a second late.
+  UseLargeState();
+  Save(4, 1);
+  const uint64_t state = 2 * kLargeRows * kCols * sizeof(float);
+  for (const auto delay :
+       {std::chrono::milliseconds(0), std::chrono::milliseconds(1000)}) {
+    std::atomic<int> probes{0};
+    ExpectAllOk(
+        Load(3, 1, /*whole=*/false, LoadOptions::ReadOnce::kAuto, 1,
+             [&](Communicator* c) {
+               return new OnNode(
+                   c, Nodes{.per_node = 2, .delay = delay, .probes = &probes});
+             }));
+    EXPECT_EQ(probes.load(), 2) << delay.count() << " ms";
+    if (delay.count() == 0) {
+      EXPECT_EQ(read_.load(), state);
+    } else {
+      EXPECT_GT(read_.load(), state);
+    }
+  }
 }
 
 TEST_F(ReadOnceTest, ADamagedChunkFailsEveryRankOfNodesThatShareMemory) {
