@@ -14,6 +14,31 @@ namespace {
 // alone), so that neither side holds more than one such message at a time
 // for the exchange itself.
 constexpr uint64_t kBatchBytes = uint64_t{64} << 20;
+
+// How much of `bytes` each bin holding `load` takes so that those that
+// take any end level, at or below those that take none (water-filling).
+std::vector<double> Fill(const std::vector<uint64_t>& load, double bytes) {
+  std::vector<size_t> order(load.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return load[a] < load[b]; });
+  double level = 0, below = 0;
+  size_t n = 0;
+  while (n < order.size()) {
+    below += static_cast<double>(load[order[n]]);
+    ++n;
+    level = (bytes + below) / static_cast<double>(n);
+    if (n == order.size() || level <= static_cast<double>(load[order[n]])) {
+      break;
+    }
+  }
+  std::vector<double> fill(load.size(), 0);
+  for (size_t i = 0; i < n; ++i) {
+    fill[order[i]] = level - static_cast<double>(load[order[i]]);
+  }
+  return fill;
+}
+
 }  // namespace
 
 std::vector<Run> CutRuns(const std::vector<Shared*>& shared,
@@ -53,46 +78,82 @@ std::vector<int> DealRuns(const std::vector<Shared*>& shared,
                               std::pair<uint64_t, std::vector<size_t>>>*>
       by_size;
   for (const auto& g : groups) by_size.push_back(&g);
-  std::stable_sort(by_size.begin(), by_size.end(), [](auto* a, auto* b) {
-    return a->second.first > b->second.first;
-  });
+  // The nodes of each set of ranks, ascending, each once.
+  std::map<const std::vector<int>*, std::vector<int>> nodes_of;
   for (const auto* g : by_size) {
-    std::vector<int> ranks = g->first;
-    std::stable_sort(ranks.begin(), ranks.end(),
-                     [&](int a, int b) { return reads[a] < reads[b]; });
-    // The level L that sum(max(0, L - reads[r])) = the group's bytes.
-    const double bytes = static_cast<double>(g->second.first);
-    double level = 0, below = 0;
-    size_t n = 0;
-    while (n < ranks.size()) {
-      below += static_cast<double>(reads[ranks[n]]);
-      ++n;
-      level = (bytes + below) / static_cast<double>(n);
-      if (n == ranks.size() || level <= static_cast<double>(reads[ranks[n]])) {
-        break;
+    std::vector<int>& n = nodes_of[&g->first];
+    for (int r : g->first) n.push_back(node_of[r]);
+    std::sort(n.begin(), n.end());
+    n.erase(std::unique(n.begin(), n.end()), n.end());
+  }
+  // The runs that fewer nodes need first: they have the least choice of
+  // a node to read them (those only one node needs, none), and those with
+  // more then even out around them. Of as many nodes, larger sets first.
+  std::stable_sort(by_size.begin(), by_size.end(), [&](auto* a, auto* b) {
+    return std::pair(nodes_of[&a->first].size(), b->second.first) <
+           std::pair(nodes_of[&b->first].size(), a->second.first);
+  });
+  // What each node reads in all: its ranks share its link to storage.
+  std::vector<uint64_t> node_reads(
+      node_of.empty() ? 0
+                      : *std::max_element(node_of.begin(), node_of.end()) + 1,
+      0);
+  for (size_t r = 0; r < reads.size(); ++r) {
+    node_reads[node_of[r]] += reads[r];
+  }
+  for (const auto* g : by_size) {
+    const std::vector<int>& need = g->first;
+    // The group's bytes go to its nodes first, as even as can be with all
+    // that each node reads (others' groups and chunks only one rank needs
+    // included), then to its ranks on each node, as even as can be among
+    // them.
+    const std::vector<int>& group_nodes = nodes_of[&need];
+    std::vector<uint64_t> load;
+    for (int n : group_nodes) load.push_back(node_reads[n]);
+    const std::vector<double> node_fill =
+        Fill(load, static_cast<double>(g->second.first));
+    std::vector<std::vector<int>> on(group_nodes.size());
+    for (int r : need) {
+      on[std::lower_bound(group_nodes.begin(), group_nodes.end(), node_of[r]) -
+         group_nodes.begin()]
+          .push_back(r);
+    }
+    std::vector<std::pair<int, double>> quota;  // rank, bytes
+    for (size_t j = 0; j < group_nodes.size(); ++j) {
+      if (node_fill[j] <= 0) continue;
+      std::vector<uint64_t> rank_reads;
+      for (int r : on[j]) rank_reads.push_back(reads[r]);
+      const std::vector<double> fill = Fill(rank_reads, node_fill[j]);
+      for (size_t i = 0; i < on[j].size(); ++i) {
+        if (fill[i] > 0) quota.emplace_back(on[j][i], fill[i]);
       }
     }
-    // The n ranks below the level fill up in the order of their nodes,
-    // so that the blocks of a node's ranks lie side by side: by node, a
-    // node's share goes round the ring of leaders in few large batches
-    // (its leader, which reads less, would otherwise come last and cut
-    // every node's share in two).
-    std::sort(ranks.begin(), ranks.begin() + n, [&](int a, int b) {
-      return std::pair(node_of[a], a) < std::pair(node_of[b], b);
+    // The readers fill up in the order of their nodes, so that the blocks
+    // of a node's ranks lie side by side: by node, a node's share goes
+    // round the ring of leaders in few large batches (its leader, which
+    // reads less, would otherwise come last and cut every node's share in
+    // two).
+    std::sort(quota.begin(), quota.end(), [&](const auto& a, const auto& b) {
+      return std::pair(node_of[a.first], a.first) <
+             std::pair(node_of[b.first], b.first);
     });
+    if (quota.empty()) quota.emplace_back(need.front(), 0);  // no bytes
     size_t i = 0;
-    double left = level - static_cast<double>(reads[ranks[0]]);
+    double left = quota[0].second;
     for (size_t k : g->second.second) {
       // On to the next reader once this one's block is full (a run
       // that would overfill it by more than half goes to the next).
-      while (i + 1 < n && left < runs[k].bytes / 2.0) {
+      while (i + 1 < quota.size() && left < runs[k].bytes / 2.0) {
         ++i;
-        left = level - static_cast<double>(reads[ranks[i]]);
+        left = quota[i].second;
       }
-      reader_of[k] = ranks[i];
+      reader_of[k] = quota[i].first;
       left -= static_cast<double>(runs[k].bytes);
     }
-    for (size_t k : g->second.second) reads[reader_of[k]] += runs[k].bytes;
+    for (size_t k : g->second.second) {
+      reads[reader_of[k]] += runs[k].bytes;
+      node_reads[node_of[reader_of[k]]] += runs[k].bytes;
+    }
   }
   return reader_of;
 }

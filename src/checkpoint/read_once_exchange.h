@@ -44,10 +44,11 @@ std::vector<Run> CutRuns(const std::vector<Shared*>& shared,
 // Each run's reader, one of the ranks that need it. The runs that the same
 // ranks need are dealt out among them in blocks that lie back to back, so
 // that each reader sends its share in few large messages (Batches), sized
-// so that what each rank reads in all (`reads`, which comes in holding what
-// each reads already, and goes out with the runs added) comes out as even
-// as can be: larger sets of runs first, each rank's block filling it up to
-// a common level. `node_of`: each rank's node.
+// so that what each node reads in all (its ranks share its link to
+// storage), then each of its ranks (`reads`, which comes in holding what
+// each reads already, and goes out with the runs added), comes out as even
+// as can be: larger sets of runs first, each node's part, then each rank's
+// block, filling it up to a common level. `node_of`: each rank's node.
 std::vector<int> DealRuns(const std::vector<Shared*>& shared,
                           const std::vector<Run>& runs,
                           const std::vector<int>& node_of,

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "checkpoint/read_once_exchange.h"
 #include "ckpt/checkpoint_manager.h"
 #include "gtest/gtest.h"
 #include "messages/messages.h"
@@ -731,6 +732,45 @@ TEST_F(ReadOnceTest, OnSeveralNodesOnlyTheLeadersProbeForAReshard) {
       EXPECT_GT(read_.load(), state);
     }
   }
+}
+
+// Chunks of 4 MiB that two ranks each need, 32 MiB a pair, dealt among 6
+// ranks on 3 nodes ({0, 1}, {2, 3}, {4, 5}), as the reshard of 8 ranks to 6
+// on the node bed: ranks 0, 2, 3 and 5 each read 32 MiB already (chunks
+// only they need). A node's ranks share its link to storage: dealt rank by
+// rank, node {4, 5} read 96 MiB while node {0, 1} read 80; dealt by node
+// (those that fewer nodes need first), none reads more than 88.
+TEST(DealRunsTest, EvensOutWhatEachNodeReads) {
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  const std::vector<std::vector<int>> pairs = {{0, 1}, {1, 2}, {3, 4}, {4, 5}};
+  std::vector<read_once::Shared> chunks;
+  for (size_t p = 0; p < pairs.size(); ++p) {
+    for (uint64_t i = 0; i < 8; ++i) {
+      read_once::Shared c;
+      c.id = {{.high = p, .low = i}, 4 * kMiB};
+      c.ranks = pairs[p];
+      c.place = {p, i * 4 * kMiB};
+      chunks.push_back(c);
+    }
+  }
+  std::vector<read_once::Shared*> shared;
+  for (read_once::Shared& c : chunks) shared.push_back(&c);
+  const std::vector<read_once::Run> runs = read_once::CutRuns(shared, 8 * kMiB);
+  const std::vector<int> node_of = {0, 0, 1, 1, 2, 2};
+  std::vector<uint64_t> reads = {32 * kMiB, 0, 32 * kMiB,
+                                 32 * kMiB, 0, 32 * kMiB};
+  const std::vector<int> reader_of =
+      read_once::DealRuns(shared, runs, node_of, reads);
+  ASSERT_EQ(reader_of.size(), runs.size());
+  std::vector<uint64_t> node_reads(3, 0);
+  for (size_t k = 0; k < runs.size(); ++k) {
+    const std::vector<int>& need = shared[runs[k].begin]->ranks;
+    EXPECT_NE(std::find(need.begin(), need.end(), reader_of[k]), need.end());
+  }
+  for (size_t r = 0; r < reads.size(); ++r) node_reads[node_of[r]] += reads[r];
+  EXPECT_EQ(std::accumulate(node_reads.begin(), node_reads.end(), uint64_t{0}),
+            (4 * 32 + 4 * 32) * kMiB);
+  EXPECT_LE(*std::max_element(node_reads.begin(), node_reads.end()), 88 * kMiB);
 }
 
 TEST_F(ReadOnceTest, ADamagedChunkFailsEveryRankOfNodesThatShareMemory) {
