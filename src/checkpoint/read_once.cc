@@ -259,14 +259,14 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
     const Run& run = runs[k];
     const std::vector<int>& ranks = shared[run.begin]->ranks;
     const int reader = reader_of[k];
-    std::vector<bool> into(nodes.size(), false);
+    std::vector<int> into;  // the other nodes that need it
     for (int r : ranks) {
       if (r != reader) rest[r] += run.bytes;
-      if (node_of[r] != node_of[reader]) into[node_of[r]] = true;
+      if (node_of[r] != node_of[reader]) into.push_back(node_of[r]);
     }
-    for (size_t n = 0; n < nodes.size(); ++n) {
-      if (into[n]) crossing[n] += run.bytes;
-    }
+    std::sort(into.begin(), into.end());
+    into.erase(std::unique(into.begin(), into.end()), into.end());
+    for (int n : into) crossing[n] += run.bytes;
     if (reader == me) {
       for (size_t i = run.begin; i < run.end; ++i) own.push_back(shared[i]);
     }
