@@ -147,3 +147,36 @@ def sharded_tensor_shard(st, path):
             f"entry {show(path)!r}: the ShardedTensor's local shard has "
             f"shape {list(shard.tensor.shape)}, its metadata says {sizes}")
     return _values.Shard(shard.tensor, offsets, global_shape)
+
+
+def shard_new_moments(optimizer, state, new_leaves):
+    """A fresh optimizer's moments that a load makes (`new_leaves`, their
+    id()s) for a parameter that is a DTensor (FSDP2, tensor parallel): a
+    DTensor like the parameter (its mesh and placements, the stored
+    dtype), so that each rank loads its own shard and the next step meets
+    DTensors, as the optimizer's own first step would have made them. A
+    plain tensor of the global shape there made that step fail ("mixed
+    torch.Tensor and DTensor"). Others (a scalar step count) stay as made."""
+    per_param = state.get("state") if isinstance(state, dict) else None
+    if _DTensor is None or not isinstance(per_param, dict):
+        return
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    for index, moments in per_param.items():
+        if (not isinstance(index, int) or not 0 <= index < len(params)
+                or not isinstance(moments, dict)
+                or not isinstance(params[index], _DTensor)):
+            continue
+        param = params[index]
+        for key, value in list(moments.items()):
+            if (id(value) not in new_leaves
+                    or not isinstance(value, torch.Tensor)
+                    or tuple(value.shape) != tuple(param.shape)):
+                continue
+            like = _local_tensor(param)
+            local = torch.empty(like.shape, dtype=value.dtype,
+                                device=like.device)
+            moments[key] = _DTensor.from_local(
+                local, param.device_mesh, param.placements, run_check=False,
+                shape=param.shape, stride=param.stride())
+            new_leaves.discard(id(value))
+            new_leaves.add(id(local))

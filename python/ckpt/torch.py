@@ -80,6 +80,7 @@ from ckpt._torch_shards import dtensor_shard as _dtensor_shard
 from ckpt._torch_shards import is_dtensor as _is_dtensor
 from ckpt._torch_shards import is_sharded_tensor as _is_sharded_tensor
 from ckpt._torch_shards import sharded_tensor_shard as _sharded_tensor_shard
+from ckpt._torch_shards import shard_new_moments as _shard_new_moments
 from ckpt._torch_shards import show as _show
 
 
@@ -410,6 +411,8 @@ class _LoadPlan:
                         f"lacks ({len(extra)} such: a different model?); "
                         f"nothing was changed")
             state = _build(node, self, mine, stored)
+            if isinstance(obj, torch.optim.Optimizer):
+                _shard_new_moments(obj, state, self.new_leaves)
             missing = sorted(set(mine) - stored)
             if missing:
                 raise _errors.NotFound(

@@ -11,6 +11,11 @@ torch.distributed.checkpoint.state_dict and ckpt.torch, beside DTensors on a
                                               and optimizer and compares
                                               every tensor with REF, bit for
                                               bit
+    torchrun ... fsdp2_job.py stateful-save ROOT REF, stateful-load ROOT REF
+                                              the same with the model and
+                                              optimizer given as they are
+                                              (Stateful); the load into a
+                                              fresh optimizer then steps
     torchrun ... fsdp2_job.py bad ROOT        a load of a damaged step must
                                               fail on every rank and change
                                               nothing
@@ -157,6 +162,43 @@ def load(root, ref, rank, world):
           file=sys.stderr, flush=True)
 
 
+def stateful_save(root, ref, rank, world):
+    """The documented pattern: the model and optimizer given to ckpt.torch
+    as they are (Stateful), not through get_state_dict."""
+    model, opt = make_model(0, world)
+    torch.manual_seed(100 + rank)
+    for _ in range(3):
+        model(torch.randn(4, 5)).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+    ct.save({"model": model, "optim": opt}, root, 3)
+    tensors, _ = snapshot(state(model, opt, {}))
+    if rank == 0:
+        np.savez(ref, **tensors)
+
+
+def stateful_load(root, ref, rank, world):
+    """Into a fresh model and an optimizer without moments: ckpt.torch
+    makes them, DTensors like the parameters, so that the next step runs."""
+    model, opt = make_model(1, world)
+    ct.load({"model": model, "optim": opt}, root)
+    got, _ = snapshot(state(model, opt, {}))
+    want = dict(np.load(ref))
+    if sorted(got) != sorted(want):
+        fail(rank, f"entries {sorted(got)} != {sorted(want)}")
+    for name, w in want.items():
+        if got[name].tobytes() != w.tobytes() or got[name].shape != w.shape:
+            fail(rank, f"{name} differs after the load")
+    for moments in opt.state.values():
+        for key, v in moments.items():
+            if key != "step" and not isinstance(v, DTensor):
+                fail(rank, f"moment {key} is a {type(v).__name__}")
+    model(torch.randn(4, 5)).square().mean().backward()
+    opt.step()  # raised "mixed torch.Tensor and DTensor" before
+    print(f"rank {rank} of {world} loaded the Stateful pair bit for bit "
+          f"and stepped", file=sys.stderr, flush=True)
+
+
 def bad(root, rank, world):
     model, opt = make_model(2, world)
     st = state(model, opt, extra_dtensors(world, 9))
@@ -205,6 +247,10 @@ def main():
         save(root, sys.argv[3], rank, world)
     elif op == "load":
         load(root, sys.argv[3], rank, world)
+    elif op == "stateful-save":
+        stateful_save(root, sys.argv[3], rank, world)
+    elif op == "stateful-load":
+        stateful_load(root, sys.argv[3], rank, world)
     elif op == "bad":
         bad(root, rank, world)
     elif op == "partial":

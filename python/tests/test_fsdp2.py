@@ -58,6 +58,17 @@ def test_fsdp2_and_adam_4_to_2_and_3_ranks_bit_identical(tmp_path):
     assert err.count("refused") == 3, err
 
 
+def test_a_fresh_optimizer_given_as_it_is_gets_dtensor_moments(tmp_path):
+    # {"model": model, "optim": opt}: a fresh Adam's moments, which the load
+    # makes, are DTensors like the parameters (a plain tensor of the global
+    # shape made the next step fail), at the saving world size and others.
+    root, ref = tmp_path / "run", tmp_path / "ref.npz"
+    run(2, "stateful-save", root, ref)
+    for n in (2, 3, 1):
+        err = run(n, "stateful-load", root, ref)
+        assert err.count(f"of {n} loaded the Stateful pair") == n, err
+
+
 def test_a_real_partial_dtensor_is_refused_on_every_rank(tmp_path):
     # PyTorch gives a Partial's rank the whole tensor as its box: saved as
     # such, one rank's part of the sum would be stored as the value.
