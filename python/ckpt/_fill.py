@@ -33,6 +33,13 @@ def _fill_targets(state, stored, fresh=False, own_memory=frozenset(),
     for name, path, leaf, value, place, into in placed:
         e = stored.get(name)
         dtype = e.dtype if e is not None and e.kind == "tensor" else None
+        scalar = _values.scalar_target(value) if place is None else None
+        if scalar is not None:
+            # New memory: nothing of the state changes before the finisher.
+            entries.append((name, "tensor", scalar, None, place))
+            finishers.append(lambda path=path, a=scalar:
+                             _tree.assign(state, path, a[()]))
+            continue
         if into:
             target = _values.fresh_target(name, value, dtype, lease)
         else:

@@ -398,6 +398,19 @@ def _refuse_overlap(name, shape, strides):
             f".copy())")
 
 
+def is_numpy_scalar(value):
+    """np.float32(0.5), np.int64(7), np.bool_(True): immutable, so a load
+    replaces it in its container, as a Python scalar."""
+    return np is not None and isinstance(value, (np.number, np.bool_))
+
+
+def scalar_target(value):
+    """For a NumPy scalar, which cannot be filled in place: a new 0-d array
+    of its dtype that load_into fills, and the scalar is then replaced in
+    its container by the array's [()]. None for any other value."""
+    return np.empty((), value.dtype) if is_numpy_scalar(value) else None
+
+
 def fill_target(name, value, stored_dtype):
     """How load_into fills `value` in place.
 

@@ -544,7 +544,8 @@ def _restored(mine, loaded):
             or isinstance(mine, Mapping) and not isinstance(mine,
                                                             _tree.Metadata)
             or _values._buffer.has_buffer(mine)
-            and not isinstance(mine, (bytes, bytearray))):
+            and not isinstance(mine, (bytes, bytearray))
+            and not _values.is_numpy_scalar(mine)):
         return mine
     return loaded
 

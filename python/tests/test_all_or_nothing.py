@@ -377,3 +377,32 @@ def test_as_torch_without_torch_is_an_error(mgr, monkeypatch):
     with pytest.raises(ckpt.Unavailable, match="as_torch.*not importable"):
         mgr.load(1, as_torch=True)
     assert isinstance(mgr.load(1)["x"], np.ndarray)
+
+
+def test_numpy_scalars_are_replaced_as_python_scalars_are(root):
+    # np.float32 and np.int64 save as 0-d tensors; a load replaces them in
+    # their containers (they cannot be filled in place), with their type,
+    # and a failed load leaves them as they were.
+    saved = {"w": torch.ones(2), "best": np.float32(0.25), "seen": np.int64(7),
+             "ok": np.bool_(True), "hist": [np.float64(1.5)]}
+    ct.save(saved, root, 1)
+    mgr = ckpt.open(root)
+    for load in (lambda s: ct.load(s, root, 1),
+                 lambda s: mgr.load_into(s, 1),
+                 lambda s: mgr.load_into(s, 1, transactional=False)):
+        state = {"w": torch.zeros(2), "best": np.float32(0),
+                 "seen": np.int64(0), "ok": np.bool_(False),
+                 "hist": [np.float64(0)]}
+        load(state)
+        assert state["best"] == np.float32(0.25)
+        assert type(state["best"]) is np.float32
+        assert state["seen"] == 7 and type(state["seen"]) is np.int64
+        assert state["ok"] is np.True_
+        assert state["hist"][0] == 1.5 and type(state["hist"][0]) is np.float64
+    flip_a_byte(root, 1)
+    state = {"w": torch.zeros(2), "best": np.float32(0), "seen": np.int64(0),
+             "ok": np.bool_(False), "hist": [np.float64(0)]}
+    with pytest.raises(ckpt.DataLoss):
+        ct.load(state, root, 1)
+    assert state["best"] == 0 and state["seen"] == 0 and not state["ok"]
+    assert state["hist"] == [0]
