@@ -341,13 +341,13 @@ def decode_tensor(name, array, dtype, as_torch):
                 f"entry {name!r} is bfloat16 and torch is not importable: "
                 f"returning its raw bits as a uint16 array", stacklevel=3)
             return array
-        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+        return _from_numpy(torch, array.view(np.int16)).view(torch.bfloat16)
     if dtype in _RAW_DTYPES:
         if as_torch:
             import torch
             float8 = _torch_float8(torch, dtype)
             if float8 is not None:
-                return torch.from_numpy(array).view(float8)
+                return _from_numpy(torch, array).view(float8)
         warnings.warn(
             f"entry {name!r} is {dtype}, which NumPy lacks: returning its "
             f"raw bits as a uint8 array (as_torch=True returns a torch "
@@ -362,7 +362,15 @@ def decode_tensor(name, array, dtype, as_torch):
             f"entry {name!r} is {array.dtype}, which torch {torch.__version__} "
             f"lacks: returning a NumPy array", stacklevel=3)
         return array
-    return torch.from_numpy(array)
+    return _from_numpy(torch, array)
+
+
+def _from_numpy(torch, array):
+    """torch.from_numpy, but a zero-size array (NumPy gives it strides 0)
+    becomes a tensor with ordinary strides, as the saved one had: torch's
+    .view(dtype) refuses stride 0."""
+    t = torch.from_numpy(array)
+    return torch.empty(t.shape, dtype=t.dtype) if t.numel() == 0 else t
 
 
 def _decode_view(name, view, dtype, as_torch):

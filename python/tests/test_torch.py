@@ -251,3 +251,16 @@ def test_a_swap_exchanges_bytes_a_slice_at_a_time(monkeypatch):
     # flat ones), or one row of a strided tensor where a row is more (the
     # last one's rows of 80 bytes).
     assert scratch[torch.device("cpu")].numel() == 80
+
+
+def test_zero_size_tensors_load_with_ordinary_strides(mgr):
+    # NumPy gives a zero-size array strides 0, which torch.from_numpy kept:
+    # .view(dtype) of the loaded tensor then failed where the saved one's
+    # worked.
+    saved = {"f": torch.zeros(0, 5), "b": torch.zeros(3, 0, dtype=torch.bfloat16)}
+    mgr.save(1, saved)
+    got = mgr.load(as_torch=True)
+    for name, t in saved.items():
+        assert got[name].shape == t.shape and got[name].dtype == t.dtype
+        assert got[name].stride() == t.stride()
+        assert got[name].view(torch.uint8).shape == t.view(torch.uint8).shape
