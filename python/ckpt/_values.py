@@ -275,7 +275,8 @@ def encode(name, value):
         scalar = {TYPE_KEY: "str", "value": str(value)}
     else:
         raise _errors.InvalidArgument(
-            f"entry {name!r}: ckpt cannot save a {type(value).__name__} (it "
+            f"entry {name!r}: ckpt cannot save a value of type "
+            f"{type(value).__name__} (it "
             f"saves NumPy arrays, torch tensors, bytes, int, float, str, bool, "
             f"None, ckpt.Metadata, and dicts, lists and tuples of them)")
     return "metadata", _metadata_json(name, scalar), None

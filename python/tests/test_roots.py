@@ -31,6 +31,19 @@ def test_a_save_creates_the_root(tmp_path):
     assert ckpt.open(path).latest() == 1
 
 
+def test_a_root_named_with_a_tilde_says_it_is_not_the_home_folder(
+        tmp_path, capfd, monkeypatch):
+    # "~/run" from Python is a folder named ~ under the current one (no
+    # shell expands it): the warning says so, so that no one looks for the
+    # job in their home folder, or removes the wrong ~.
+    monkeypatch.chdir(tmp_path)
+    ckpt.open("~/run", create=True).close()
+    assert os.path.isdir(tmp_path / "~" / "run")
+    err = capfd.readouterr().err
+    assert "created a new, empty root ~/run" in err, err
+    assert "not the home folder" in err, err
+
+
 def test_create_true_starts_a_new_job_and_says_so_once(tmp_path, capfd):
     path = str(tmp_path / "run")
     assert ckpt.open(path, create=True).latest() is None

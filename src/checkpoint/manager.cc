@@ -197,10 +197,17 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
                  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Storage> storage,
                                        OpenStorage(url, so));
                  if (starts_root) {
+                   // A shell expands a leading ~, ckpt does not: the
+                   // root is a folder named ~ under the current one.
+                   const bool tilde = url.starts_with("~");
                    LogWarning("created a new, empty root " + storage->url() +
                               ": it did not exist (create_root; Python "
                               "create=True). A job meant to resume: check "
-                              "the path");
+                              "the path" +
+                              (tilde ? " (a leading ~ is a folder named ~ "
+                                       "here, not the home folder: ckpt "
+                                       "does not expand it)"
+                                     : ""));
                  }
                  return Open(std::move(storage), std::move(options));
                });
