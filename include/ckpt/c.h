@@ -555,7 +555,9 @@ CKPT_EXPORT int ckpt_manager_describe_columns(ckpt_manager_t* manager,
 /* Re-reads a checkpoint and checks every chunk: {step, chunks_checked,
  * bytes_checked, problems (array of strings; empty: intact), unreadable
  * (true when some problem is a read that failed, not damage: a resume
- * stops at such a step with that error rather than skip it)}. A damaged
+ * stops at such a step with that error rather than skip it), header_only
+ * (true when every problem lies in data files' safetensors headers, which a
+ * load does not read: a resume loads the step all the same)}. A damaged
  * checkpoint is a report with problems, not an error. */
 CKPT_EXPORT int ckpt_manager_verify(ckpt_manager_t* manager, int64_t step,
                                     char** json, char** errptr);

@@ -511,6 +511,11 @@ struct VerifyReport {
   // error, not damage: a resume stops at such a step with that error
   // rather than skip it for an older one (as it skips damage).
   bool unreadable = false;
+  // Every problem lies in data objects' safetensors headers, which a load
+  // does not read (it reads chunks at the manifest's offsets and checks
+  // their checksums): a resume loads this step bit for bit all the same,
+  // but other safetensors readers may not open those objects.
+  bool header_only = false;
   bool ok() const { return problems.empty(); }
 };
 

@@ -136,7 +136,8 @@ json VerifyJson(const VerifyReport& r) {
           {"chunks_checked", r.chunks_checked},
           {"bytes_checked", r.bytes_checked},
           {"problems", r.problems},
-          {"unreadable", r.unreadable}};
+          {"unreadable", r.unreadable},
+          {"header_only", r.header_only}};
 }
 
 json GcJson(const GcReport& r) {

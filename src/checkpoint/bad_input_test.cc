@@ -231,6 +231,7 @@ TEST_F(DamagedTest, BitFlipInTheDataRegion) {
   EXPECT_NE(v->problems[0].find(data2_), std::string::npos) << v->problems[0];
   EXPECT_NE(v->problems[0].find("\"weights\""), std::string::npos)
       << v->problems[0];
+  EXPECT_FALSE(v->header_only);  // a load fails on it
 
   // An entry whose chunks are intact still loads.
   Result<LoadedCheckpoint> counters = mgr_->LoadAll(2, {"counters", "rng"});
@@ -296,7 +297,9 @@ TEST_F(DamagedTest, BitFlipInTheSafetensorsHeaderStructure) {
   EXPECT_NE(v->problems[0].find(data2_), std::string::npos) << v->problems[0];
   EXPECT_NE(v->problems[0].find("safetensors header"), std::string::npos)
       << v->problems[0];
-  // The data itself is intact and checksummed, so it still loads.
+  // The data itself is intact and checksummed, so it still loads, and the
+  // report says so.
+  EXPECT_TRUE(v->header_only);
   ExpectLoads(*mgr_, 2, Model(2));
   ExpectStepOneIntact();
 }
@@ -318,12 +321,14 @@ TEST_F(DamagedTest, EveryBitFlipInTheSafetensorsHeaderIsReported) {
       EXPECT_FALSE(v->ok()) << "byte " << offset << " bit " << bit
                             << " of the header went unnoticed: "
                             << Quote(bytes.substr(8, header_len));
+      EXPECT_TRUE(v->header_only) << "byte " << offset << " bit " << bit;
     }
   }
   Overwrite(storage(), data2_, original);
   Result<VerifyReport> v = mgr_->Verify(2);
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   EXPECT_TRUE(v->ok());
+  EXPECT_FALSE(v->header_only);
 }
 
 TEST_F(DamagedTest, ManifestThatIsNotJson) {

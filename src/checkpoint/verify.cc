@@ -57,9 +57,11 @@ Result<format::SafetensorsHeader> ReadHeader(Storage& storage,
 // of skipping the step (ResumeSkips).
 bool NotDamage(const Status& s) { return !s.ok() && !ResumeSkips(s); }
 
-// Sets `unreadable` where a problem is NotDamage.
+// Sets `unreadable` where a problem is NotDamage; counts in
+// `header_problems` the problems that lie in the safetensors header only.
 ObjectCheck CheckObject(Storage& storage, const format::ObjectRecord& o,
-                        std::vector<std::string>& problems, bool& unreadable) {
+                        std::vector<std::string>& problems, bool& unreadable,
+                        size_t& header_problems) {
   ObjectCheck check;
   Result<ObjectInfo> info = storage.Stat(o.key);
   if (!info.ok()) {
@@ -82,12 +84,17 @@ ObjectCheck CheckObject(Storage& storage, const format::ObjectRecord& o,
       problems.push_back(o.key +
                          ": safetensors header: __metadata__ is not what ckpt "
                          "writes (damaged)");
+      ++header_problems;
     }
     check.header = std::move(h).value();
   } else {
     problems.push_back(o.key +
                        ": safetensors header: " + h.status().ToString());
-    unreadable |= NotDamage(h.status());
+    if (NotDamage(h.status())) {
+      unreadable = true;
+    } else {
+      ++header_problems;
+    }
   }
   return check;
 }
@@ -158,6 +165,8 @@ Result<VerifyReport> Verifier::Verify(int64_t step,
   // once.
   std::set<std::string> objects_seen;
   std::vector<std::byte> buf;
+  // Problems in report.problems that lie in a safetensors header only.
+  size_t header_problems = 0;
   // 1. The manifest, read again (not from the cache: damage that kept its
   // size and mtime would hide behind it), one rank's pieces at a time.
   CKPT_RETURN_IF_ERROR(
@@ -176,12 +185,13 @@ Result<VerifyReport> Verifier::Verify(int64_t step,
         // 2. The objects these pieces name.
         std::vector<ObjectCheck> objects;
         std::vector<std::string> reported_again;
+        size_t header_problems_again = 0;
         for (const format::ObjectRecord& o : m.objects) {
-          objects.push_back(CheckObject(*root_.storage, o,
-                                        objects_seen.insert(o.key).second
-                                            ? report.problems
-                                            : reported_again,
-                                        report.unreadable));
+          const bool first_seen = objects_seen.insert(o.key).second;
+          objects.push_back(CheckObject(
+              *root_.storage, o, first_seen ? report.problems : reported_again,
+              report.unreadable,
+              first_seen ? header_problems : header_problems_again));
         }
         // 3. Every chunk, re-read and re-hashed.
         for (const auto& e : m.entries) {
@@ -201,6 +211,7 @@ Result<VerifyReport> Verifier::Verify(int64_t step,
                 report.problems.push_back(
                     key + ": safetensors header: no tensor " + Quote(e.name) +
                     " holds bytes " + Range(c) + " of entry " + Quote(e.name));
+                ++header_problems;
               }
               Status s = CheckChunkBytes(*root_.storage, m, e, c, buf);
               if (!s.ok()) {
@@ -217,6 +228,8 @@ Result<VerifyReport> Verifier::Verify(int64_t step,
         }
         return Status();
       }));
+  report.header_only =
+      !report.problems.empty() && header_problems == report.problems.size();
   return report;
 }
 

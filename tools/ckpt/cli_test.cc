@@ -698,6 +698,50 @@ TEST_F(CliTest, VerifyFailsWhenTheNewestStepIsDamaged) {
   EXPECT_TRUE(Contains(r.err, "ckpt verify: step 8: ")) << r.err;
 }
 
+// A load reads chunks at the manifest's offsets and checks their checksums;
+// it reads no safetensors header. Damage there alone is a problem verify
+// reports (other safetensors readers may not open the file), but a resume
+// loads that step all the same, and verify must say so, not name an older
+// step as the one a resume falls back to.
+TEST_F(CliTest, VerifySaysAResumeLoadsAStepWhoseHeaderAloneIsDamaged) {
+  SaveSteps({3, 4});
+  fs::path damaged;
+  for (const fs::path& file : DataFiles(root_)) {
+    if (file.parent_path().filename().string().ends_with("4")) damaged = file;
+  }
+  ASSERT_FALSE(damaged.empty());
+  std::string bytes = ReadFile(damaged);
+  ASSERT_EQ(bytes[8], '{');
+  bytes[8] = 'z';  // the header's JSON no longer parses
+  ASSERT_TRUE(WriteFile(damaged, bytes));
+
+  RunResult r = Ckpt({"verify", root_});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_TRUE(Contains(r.err, "ckpt verify: step 4: ")) << r.err;
+  EXPECT_TRUE(Contains(r.err, damaged.filename().string())) << r.err;
+  EXPECT_TRUE(Contains(r.err, "safetensors header")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "a resume loads this step all the same"))
+      << r.err;
+  EXPECT_FALSE(Contains(r.err, "skips")) << r.err;
+  EXPECT_FALSE(Contains(r.out, "ok: step 3")) << r.out;
+  r = Ckpt({"verify", root_, "--json"});
+  EXPECT_EQ(r.exit_code, 1);
+  nlohmann::json j = ParseJson(r.out);
+  ASSERT_EQ(j.size(), 1u) << r.out;
+  EXPECT_EQ(j[0]["step"], 4);
+  EXPECT_EQ(j[0]["header_only"], true);
+  EXPECT_EQ(j[0]["unreadable"], false);
+
+  // What verify says holds: a resume loads step 4, bit for bit.
+  auto loaded = OpenManager(root_)->LoadAll(std::nullopt);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(loaded->info.step, 4);
+  const Entry* weights = loaded->state.Find("weights");
+  ASSERT_NE(weights, nullptr);
+  const float* w = reinterpret_cast<const float*>(weights->tensor.data);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(w[i], 4 + i * 0.5f) << i;
+}
+
 // A step a resume loads whose data object this user may not read is not
 // damage: a resume fails there with the read's error rather than skip it,
 // and verify says so instead of naming an older step it would load.

@@ -124,6 +124,17 @@ Result<std::vector<VerifyReport>> VerifyResumePointOnce(
       }
       why = report.ok() ? Join(report->problems, "; ")
                         : report.status().ToString();
+      if (report.ok() && report->header_only) {
+        // A load reads no header: a resume loads this step all the same,
+        // and the older steps are not what it meets.
+        report->problems = {why +
+                            " (a resume loads this step all the same: a load "
+                            "reads the chunks at the manifest's offsets and "
+                            "their checksums hold; other safetensors readers "
+                            "may not open the object)"};
+        reports.push_back(std::move(*report));
+        break;
+      }
       stops = !newer && (report.ok() ? report->unreadable
                                      : !ResumeSkips(report.status()));
     }
@@ -226,7 +237,8 @@ Status RunVerify(const VerifyArgs& args) {
                      {"chunks_checked", r.chunks_checked},
                      {"bytes_checked", r.bytes_checked},
                      {"problems", r.problems},
-                     {"unreadable", r.unreadable}});
+                     {"unreadable", r.unreadable},
+                     {"header_only", r.header_only}});
     } else if (r.ok()) {
       fmt::print("ok: step {}, {}, {}\n", r.step,
                  Count(static_cast<int64_t>(r.chunks_checked), "chunk"),
@@ -268,7 +280,10 @@ void AddVerifyCommand(CLI::App& app, Command& selected) {
       "the one a resume would load is a problem too (a manifest that does "
       "not load, a missing object): a resume skips it; so is a damaged "
       "step a resume would load, and then the older one it falls back to "
-      "is verified. A step that cannot be read (no permission, an I/O "
+      "is verified. Damage in data files' safetensors headers alone is a "
+      "problem too, but a resume loads that step all the same (a load reads "
+      "no header), and verify says so. A step that cannot be read (no "
+      "permission, an I/O "
       "error) is no damage: a resume stops there with that error, and "
       "verify says so (status IOError). Prints one \"ok\" "
       "line per sound checkpoint; prints every problem, naming the step, the "
