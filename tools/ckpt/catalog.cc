@@ -97,13 +97,21 @@ std::optional<RowCheck> CheckRow(const CatalogCheckpoint& c) {
 
 // The job a command names: an id as given, or, for a JOB given as a path
 // (CatalogJobId), the job whose checkpoints the catalog records under that
-// root. A job that set its own id (Options::job_id) saved under its root
-// with that id, not the root's URL: it is found by its root too. A root
-// the catalog has no row of names its default job; one that several jobs
-// saved into is ambiguous, and the error names them.
-Result<std::string> ResolveJob(Catalog& catalog, const std::string& arg) {
+// root, and the root itself: asked by its root, a command answers from that
+// root alone, not from another root the same job id saved under (a copy of
+// the root, a job moved to a new root with its own id). A job that set its
+// own id (Options::job_id) saved under its root with that id, not the
+// root's URL: it is found by its root too. A root the catalog has no row
+// of names its default job; one that several jobs saved into is
+// ambiguous, and the error names them.
+struct JobRef {
+  std::string job_id;
+  std::string root;  // the root's URL where JOB is a path; empty otherwise
+};
+
+Result<JobRef> ResolveJob(Catalog& catalog, const std::string& arg) {
   const std::string id = CatalogJobId(arg);
-  if (!JobIdIsPath(arg)) return id;
+  if (!JobIdIsPath(arg)) return JobRef{.job_id = id};
   CKPT_ASSIGN_OR_RETURN(std::vector<CatalogCheckpoint> rows,
                         catalog.List({.root = id, .state = std::nullopt}));
   std::vector<std::string> jobs;
@@ -112,14 +120,22 @@ Result<std::string> ResolveJob(Catalog& catalog, const std::string& arg) {
       jobs.push_back(c.job_id);
     }
   }
-  if (jobs.empty()) return id;
-  if (jobs.size() == 1) return jobs[0];
+  if (jobs.empty()) return JobRef{.job_id = id, .root = id};
+  if (jobs.size() == 1) return JobRef{.job_id = jobs[0], .root = id};
   std::vector<std::string> quoted;
   for (const std::string& j : jobs) quoted.push_back(Quote(j));
   return FailedPreconditionError(
       "root " + id + " holds checkpoints of " + std::to_string(jobs.size()) +
       " jobs in catalog " + catalog.url() + " (" + Join(quoted, ", ") +
       "): name the job by its id");
+}
+
+// What a NotFound names: the job, and the root where JOB was one.
+std::string JobName(const JobRef& ref) {
+  return "job " + Quote(ref.job_id) +
+         (ref.root.empty() || ref.root == ref.job_id
+              ? ""
+              : " under root " + ref.root);
 }
 
 // --- jobs
@@ -182,20 +198,23 @@ Status RunList(const ListArgs& args) {
   CKPT_ASSIGN_OR_RETURN(auto catalog, OpenNamedCatalog(args.catalog));
   CatalogFilter filter;
   if (!args.job.empty()) {
-    CKPT_ASSIGN_OR_RETURN(filter.job_id, ResolveJob(*catalog, args.job));
+    CKPT_ASSIGN_OR_RETURN(const JobRef ref, ResolveJob(*catalog, args.job));
+    filter.job_id = ref.job_id;
+    filter.root = ref.root;
     // A job the catalog has no row of (a typo) is an error, as for latest;
     // a known job whose rows the options leave out is an empty answer.
-    CKPT_ASSIGN_OR_RETURN(
-        std::vector<CatalogCheckpoint> any,
-        catalog->List(
-            {.job_id = filter.job_id, .state = std::nullopt, .limit = 1}));
+    CKPT_ASSIGN_OR_RETURN(std::vector<CatalogCheckpoint> any,
+                          catalog->List({.job_id = filter.job_id,
+                                         .root = filter.root,
+                                         .state = std::nullopt,
+                                         .limit = 1}));
     if (any.empty()) {
-      return NotFoundError("no job " + Quote(filter.job_id) + " in catalog " +
+      return NotFoundError("no " + JobName(ref) + " in catalog " +
                            catalog->url() +
                            " (`ckpt catalog jobs` lists the jobs it knows)");
     }
   }
-  filter.root = args.root.empty() ? "" : CatalogRootUrl(args.root);
+  if (!args.root.empty()) filter.root = CatalogRootUrl(args.root);
   if (args.all) filter.state = std::nullopt;
   if (args.deleted) filter.state = CheckpointState::kDeleted;
   filter.min_step = args.min_step;
@@ -273,13 +292,14 @@ struct LatestArgs {
 
 Status RunLatest(const LatestArgs& args) {
   CKPT_ASSIGN_OR_RETURN(auto catalog, OpenNamedCatalog(args.catalog));
-  CKPT_ASSIGN_OR_RETURN(const std::string job, ResolveJob(*catalog, args.job));
+  CKPT_ASSIGN_OR_RETURN(const JobRef job, ResolveJob(*catalog, args.job));
   // Newest first. Each row is checked against storage (the truth); one
   // that does not check out is skipped for the next older. A local tier's
   // steps are in node memory: only the job's tiered manager resumes them.
-  CKPT_ASSIGN_OR_RETURN(
-      std::vector<CatalogCheckpoint> list,
-      catalog->List({.job_id = job, .tier = CatalogTier::kDurable}));
+  CKPT_ASSIGN_OR_RETURN(std::vector<CatalogCheckpoint> list,
+                        catalog->List({.job_id = job.job_id,
+                                       .root = job.root,
+                                       .tier = CatalogTier::kDurable}));
   size_t stale = 0;
   for (auto it = list.rbegin(); it != list.rend(); ++it) {
     if (!args.no_check) {
@@ -298,7 +318,7 @@ Status RunLatest(const LatestArgs& args) {
     }
     return Status();
   }
-  return NotFoundError("no committed durable checkpoint of job " + Quote(job) +
+  return NotFoundError("no committed durable checkpoint of " + JobName(job) +
                        " in catalog " + catalog->url() +
                        (stale ? " (" + std::to_string(stale) +
                                     " rows did not check out against storage)"
@@ -321,17 +341,24 @@ struct BestArgs {
 Status RunBest(const BestArgs& args) {
   CKPT_ASSIGN_OR_RETURN(auto catalog, OpenNamedCatalog(args.catalog));
   const MetricGoal goal = args.max ? MetricGoal::kMax : MetricGoal::kMin;
-  CKPT_ASSIGN_OR_RETURN(const std::string job, ResolveJob(*catalog, args.job));
+  CKPT_ASSIGN_OR_RETURN(const JobRef job, ResolveJob(*catalog, args.job));
   std::optional<CatalogCheckpoint> best;
   size_t stale = 0;
-  if (args.no_check) {
-    CKPT_ASSIGN_OR_RETURN(best, catalog->Best(job, args.metric, goal));
+  if (args.no_check && job.root.empty()) {
+    CKPT_ASSIGN_OR_RETURN(best, catalog->Best(job.job_id, args.metric, goal));
   } else {
     // Best first; a row that does not check out against storage is
     // skipped for the next best, as latest skips it for the next older.
+    // Asked by its root, the job's rows under other roots are not
+    // candidates.
     CKPT_ASSIGN_OR_RETURN(std::vector<CatalogCheckpoint> rows,
-                          catalog->Ranked(job, args.metric, goal));
+                          catalog->Ranked(job.job_id, args.metric, goal));
     for (CatalogCheckpoint& c : rows) {
+      if (!job.root.empty() && c.root != job.root) continue;
+      if (args.no_check) {
+        best = std::move(c);
+        break;
+      }
       if (Status s = CheckAgainstStorage(c); !s.ok()) {
         if (Unreachable(s)) return CannotCheck(s, c);
         fmt::print(stderr, "ckpt catalog best: skipping step {}: {}\n", c.step,
@@ -344,7 +371,7 @@ Status RunBest(const BestArgs& args) {
     }
   }
   if (!best) {
-    return NotFoundError("no committed checkpoint of job " + Quote(job) +
+    return NotFoundError("no committed checkpoint of " + JobName(job) +
                          " with metric " + Quote(args.metric) + " in catalog " +
                          catalog->url() +
                          (stale ? " (" + std::to_string(stale) +
@@ -481,7 +508,8 @@ void AddCatalogCommand(CLI::App& app, Command& selected) {
       "stale (with --json, a \"stale\" field says why) and reported on "
       "stderr (--no-check trusts the catalog). A JOB given as a path (/..., "
       "./..., file://...) is the job that saved under that root, whatever "
-      "its id. A JOB the catalog has no row of is an error (exit 1).",
+      "its id, and that root's checkpoints alone. A JOB the catalog has no "
+      "row of is an error (exit 1).",
       "  ckpt catalog list run42\n"
       "  ckpt catalog list run42 --all --min-step 1000\n"
       "  ckpt catalog list run42 --tier local\n"
@@ -520,7 +548,9 @@ void AddCatalogCommand(CLI::App& app, Command& selected) {
       "  ckpt catalog latest run42\n"
       "  IFS=$'\\t' read -r root step < <(ckpt catalog latest run42)\n"
       "  ckpt catalog latest run42 --json\n");
-  sub->add_option("JOB", latest->job, "the job's id, or a root it saved under")
+  sub->add_option(
+         "JOB", latest->job,
+         "the job's id, or a root (its checkpoints under that root alone)")
       ->required();
   sub->add_flag("--no-check", latest->no_check,
                 "do not read the manifest: trust the catalog");
@@ -542,7 +572,9 @@ void AddCatalogCommand(CLI::App& app, Command& selected) {
       "is tried. Exit status 1 when no checkpoint has the metric.",
       "  ckpt catalog best run42 --metric loss --min\n"
       "  ckpt catalog best run42 --metric accuracy --max --json\n");
-  sub->add_option("JOB", best->job, "the job's id, or a root it saved under")
+  sub->add_option(
+         "JOB", best->job,
+         "the job's id, or a root (its checkpoints under that root alone)")
       ->required();
   sub->add_option("--metric", best->metric, "the metric to rank by")
       ->required();

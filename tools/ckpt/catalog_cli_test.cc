@@ -509,6 +509,32 @@ TEST_P(CatalogCliTest, AJobWithItsOwnIdIsFoundByItsRoot) {
   }
   fs::current_path(cwd);
 
+  // The same job id saves under another root too (the job moved, or a copy
+  // of the root runs): asked by its id, the job's newest is there; asked by
+  // the first root, the answer stays in that root.
+  mgr = Open(Root("moved"), "run42");
+  ASSERT_NE(mgr, nullptr);
+  Save(*mgr, 9, 0.1);
+  mgr.reset();
+  RunResult r = Catalog({"latest", "run42"});
+  EXPECT_EQ(r.out, Root("moved") + "\t9\n") << r.err;
+  for (const std::vector<std::string>& no_check :
+       {std::vector<std::string>{}, std::vector<std::string>{"--no-check"}}) {
+    std::vector<std::string> args = {"latest", Root("own")};
+    args.insert(args.end(), no_check.begin(), no_check.end());
+    r = Catalog(args);
+    EXPECT_EQ(r.out, Root("own") + "\t6\n") << r.err;
+    args = {"best", Root("own"), "--metric", "loss"};
+    args.insert(args.end(), no_check.begin(), no_check.end());
+    r = Catalog(args);
+    EXPECT_EQ(r.out, Root("own") + "\t6\t0.2\n") << r.err;
+  }
+  r = Catalog({"list", Root("own"), "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out).size(), 2u) << r.out;
+  r = Catalog({"list", "run42", "--json"});
+  EXPECT_EQ(json::parse(r.out).size(), 3u) << r.out;
+
   // A second job saves into the same root under another id.
   mgr = Open(Root("own"), "run43");
   ASSERT_NE(mgr, nullptr);
@@ -521,7 +547,7 @@ TEST_P(CatalogCliTest, AJobWithItsOwnIdIsFoundByItsRoot) {
         << sub << ": " << r.err;
     EXPECT_TRUE(Contains(r.err, "name the job by its id")) << r.err;
   }
-  RunResult r = Catalog({"latest", "run43"});
+  r = Catalog({"latest", "run43"});
   EXPECT_EQ(r.out, Root("own") + "\t7\n") << r.err;
 }
 
