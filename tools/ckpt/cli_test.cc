@@ -731,6 +731,16 @@ TEST_F(CliTest, VerifySaysAResumeLoadsAStepWhoseHeaderAloneIsDamaged) {
   EXPECT_EQ(j[0]["step"], 4);
   EXPECT_EQ(j[0]["header_only"], true);
   EXPECT_EQ(j[0]["unreadable"], false);
+  for (const char* which : {"--all", "--step"}) {
+    std::vector<std::string> args = {"verify", root_, which};
+    if (std::string(which) == "--step") args.push_back("4");
+    r = Ckpt(args);
+    EXPECT_EQ(r.exit_code, 1) << which;
+    EXPECT_TRUE(Contains(r.err,
+                         "step 4: every problem lies in data files' "
+                         "safetensors headers"))
+        << which << ": " << r.err;
+  }
 
   // What verify says holds: a resume loads step 4, bit for bit.
   auto loaded = OpenManager(root_)->LoadAll(std::nullopt);

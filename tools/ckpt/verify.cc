@@ -247,6 +247,14 @@ Status RunVerify(const VerifyArgs& args) {
       for (const std::string& p : r.problems) {
         fmt::print(stderr, "ckpt verify: step {}: {}\n", r.step, p);
       }
+      // Without --step or --all the problem says so already.
+      if (r.header_only && (args.all || args.step)) {
+        fmt::print(stderr,
+                   "ckpt verify: step {}: every problem lies in data files' "
+                   "safetensors headers, which a load does not read: the "
+                   "step still loads bit for bit\n",
+                   r.step);
+      }
     }
   }
   if (args.json) PrintJson(out);
