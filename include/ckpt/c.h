@@ -363,7 +363,11 @@ CKPT_EXPORT void ckpt_options_set_catalog(ckpt_options_t* options,
  * tier ("durable", or "local": a step of a tiered manager's local tier, in
  * node memory). A job is an object with job_id, root, first_seen_unix_ms,
  * last_seen_unix_ms, committed, latest_step (of its durable checkpoints). */
-/* Every job: an array of jobs. */
+/* Every job: an array of jobs. A `job` the queries below take is a job's
+ * id, or a root given as a path ("/...", "./...", "../...", "file://..."):
+ * the job that saved under that root, whatever its id, and that root's rows
+ * alone (not the same job id's under another root); a root several jobs
+ * saved into is CKPT_FAILED_PRECONDITION naming them. */
 CKPT_EXPORT int ckpt_catalog_jobs(ckpt_catalog_t* catalog, char** json,
                                   char** errptr);
 /* The job's newest committed durable checkpoint: a row, or null. */
@@ -389,8 +393,9 @@ CKPT_EXPORT int ckpt_catalog_ranked(ckpt_catalog_t* catalog, const char* job,
 CKPT_EXPORT int ckpt_catalog_check(const char* job, const char* root,
                                    int64_t step, const char* manifest_checksum,
                                    char** errptr);
-/* Rows oldest step first, of `job` and/or `root` ("" or NULL: every one),
- * committed only unless include_deleted, the newest `limit` (0: all). */
+/* Rows oldest step first, of `job` and/or `root` ("" or NULL: every one;
+ * a root as a path or URL, however spelled), committed only unless
+ * include_deleted, the newest `limit` (0: all). */
 CKPT_EXPORT int ckpt_catalog_list(ckpt_catalog_t* catalog, const char* job,
                                   const char* root, int include_deleted,
                                   int64_t limit, char** json, char** errptr);

@@ -54,4 +54,22 @@ std::string CatalogJobId(std::string_view job_id);
 // Whether CatalogJobId takes `job_id` for a path (and so a root).
 bool JobIdIsPath(std::string_view job_id);
 
+// A job as a caller names it in a query (`ckpt catalog latest JOB`,
+// Python's Catalog.latest(job), the C API's catalog queries).
+struct CatalogJobRef {
+  std::string job_id;
+  // Where the job was named by a root given as a path: that root's URL
+  // (CatalogRootUrl), and the query answers from that root alone, not from
+  // another root the same job id saved under (a copy of the root, a job
+  // moved with its own id). Empty for a job named by its id.
+  std::string root;
+};
+
+// An id is the job as given. A path (JobIdIsPath) is the job whose
+// checkpoints the catalog records under that root, whatever its id: the
+// root's URL where it kept the default id, its own (Options::job_id) where
+// it set one; a root the catalog has no row of names its default job. A
+// root that several jobs saved into is FailedPrecondition naming their ids.
+Result<CatalogJobRef> ResolveCatalogJob(Catalog& catalog, std::string_view job);
+
 }  // namespace ckpt

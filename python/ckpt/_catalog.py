@@ -10,6 +10,14 @@ from ckpt._lib import _Owned, _call, _encode, _lib, _make
 from ckpt._records import CatalogCheckpoint, CatalogJob, row as _row
 
 
+def _job(job):
+    """A job as the library takes it: a path object is a root (made
+    absolute: a relative str without "./" is a job id)."""
+    if isinstance(job, os.PathLike):
+        return os.path.abspath(os.fspath(job))
+    return job
+
+
 class Catalog(_Owned):
     """The catalog of committed checkpoints: a SQLite file (sqlite:///path
     or a plain path) or a postgresql:// URL; "" or "default":
@@ -43,6 +51,12 @@ class Catalog(_Owned):
         """The job's newest committed durable checkpoint
         (CatalogCheckpoint), or None.
 
+        `job` (here and in best() and list()) is a job's id, or its root
+        given as a path ("/...", "./...", "../...", "file://...", a
+        pathlib.Path): the job that saved under that root, whatever its id,
+        answered from that root alone. A root several jobs saved into
+        raises ckpt.FailedPrecondition naming them.
+
         Storage is the truth: each row, newest first, is checked against
         it (its manifest is there and is the commit the row names), and one
         that is not (deleted or replaced since, without the catalog being
@@ -52,7 +66,7 @@ class Catalog(_Owned):
         answers from the catalog alone."""
         if not check:
             return _row(_call(_lib.ckpt_catalog_latest, self._handle(),
-                              _encode(job, "job"), out=True))
+                              _encode(_job(job), "job"), out=True))
         rows = self.list(job, tier="durable")
         return _first_on_storage(reversed(rows), "latest")
 
@@ -63,10 +77,10 @@ class Catalog(_Owned):
         it, a stale one skipped for the next best."""
         if not check:
             return _row(_call(_lib.ckpt_catalog_best, self._handle(),
-                              _encode(job, "job"), _encode(metric, "metric"),
+                              _encode(_job(job), "job"), _encode(metric, "metric"),
                               1 if higher_is_better else 0, out=True))
         rows = _call(_lib.ckpt_catalog_ranked, self._handle(),
-                     _encode(job, "job"), _encode(metric, "metric"),
+                     _encode(_job(job), "job"), _encode(metric, "metric"),
                      1 if higher_is_better else 0, out=True)
         return _first_on_storage((CatalogCheckpoint(r) for r in rows), "best")
 
@@ -80,7 +94,7 @@ class Catalog(_Owned):
             raise InvalidArgument(f"no tier {tier!r}: a tier is 'durable' or "
                                   "'local'")
         rows = _call(_lib.ckpt_catalog_list, self._handle(),
-                     _encode(job, "job"), _encode(os.fspath(root), "root"),
+                     _encode(_job(job), "job"), _encode(os.fspath(root), "root"),
                      1 if include_deleted else 0,
                      int(limit) if tier is None else 0, out=True)
         rows = [CatalogCheckpoint(r) for r in rows

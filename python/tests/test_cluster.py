@@ -35,6 +35,35 @@ def test_saves_are_recorded_in_the_catalog(root, tmp_path):
             ] == [("run-a", 2, 3)]
 
 
+def test_a_job_is_found_by_its_root_as_the_command_line_finds_it(
+        tmp_path, monkeypatch):
+    # A root given as a path names the job that saved under it, whatever
+    # its id, and answers from that root alone: a copy of the root that
+    # runs on under the same job id is not where the first root resumes.
+    url = str(tmp_path / "catalog.sqlite")
+    first, copy = tmp_path / "first", tmp_path / "copy"
+    with ckpt.open(first, catalog=url, job_id="run-p") as mgr:
+        mgr.save(3, {"x": np.arange(3)}, metrics={"loss": 0.5})
+    with ckpt.open(copy, catalog=url, job_id="run-p") as mgr:
+        mgr.save(5, {"x": np.arange(3)}, metrics={"loss": 0.1})
+    cat = ckpt.Catalog(url)
+    assert cat.latest("run-p").step == 5
+    monkeypatch.chdir(tmp_path)
+    for job in (str(first), first, "./first", "file://" + str(first)):
+        for check in (True, False):
+            assert cat.latest(job, check=check).step == 3, (job, check)
+            assert cat.best(job, "loss", check=check).step == 3, (job, check)
+        assert [c.step for c in cat.list(job)] == [3], job
+    assert cat.latest(copy).step == 5
+    assert [c.step for c in cat.list(root="first")] == [3]
+    # Two jobs under one root: which one is meant is not guessed.
+    with ckpt.open(first, catalog=url, job_id="run-q") as mgr:
+        mgr.save(4, {"x": np.arange(3)})
+    with pytest.raises(ckpt.FailedPrecondition, match=r"run-p.*run-q"):
+        cat.latest(first)
+    assert cat.latest("run-q").step == 4
+
+
 def test_a_catalog_that_is_not_there_is_not_found_unless_created(tmp_path):
     path = tmp_path / "nope" / "cat.sqlite"
     with pytest.raises(ckpt.NotFound, match=r"nope/cat.sqlite.*not there"):

@@ -259,15 +259,45 @@ int ckpt_catalog_jobs(ckpt_catalog_t* catalog, char** json, char** errptr) {
   });
 }
 
+namespace {
+
+// The job's rows with `metric`, best first; of its root alone where it was
+// named by one.
+ckpt::Result<std::vector<ckpt::CatalogCheckpoint>> RankedUnder(
+    ckpt::Catalog& catalog, const ckpt::CatalogJobRef& ref,
+    const std::string& metric, ckpt::MetricGoal goal) {
+  auto r = catalog.Ranked(ref.job_id, metric, goal);
+  if (!r.ok() || ref.root.empty()) return r;
+  std::erase_if(
+      *r, [&](const ckpt::CatalogCheckpoint& c) { return c.root != ref.root; });
+  return r;
+}
+
+}  // namespace
+
 int ckpt_catalog_latest(ckpt_catalog_t* catalog, const char* job, char** json,
                         char** errptr) {
   return Guard(errptr, [&]() -> ckpt::Status {
     if (catalog == nullptr || job == nullptr) {
       return NullArgument("ckpt_catalog_latest", "the catalog or job");
     }
-    auto r = catalog->catalog->Latest(job);
-    if (!r.ok()) return r.status();
-    SetOut(json, Dump(RowOrNull(*r)));
+    auto ref = ckpt::ResolveCatalogJob(*catalog->catalog, job);
+    if (!ref.ok()) return ref.status();
+    if (ref->root.empty()) {
+      auto r = catalog->catalog->Latest(ref->job_id);
+      if (!r.ok()) return r.status();
+      SetOut(json, Dump(RowOrNull(*r)));
+      return ckpt::Status();
+    }
+    // Named by its root: the newest there, not under another root.
+    auto rows = catalog->catalog->List({.job_id = ref->job_id,
+                                        .root = ref->root,
+                                        .tier = ckpt::CatalogTier::kDurable,
+                                        .limit = 1});
+    if (!rows.ok()) return rows.status();
+    SetOut(json,
+           Dump(rows->empty() ? nlohmann::json(nullptr)
+                              : ckpt::records::CatalogRowJson(rows->back())));
     return ckpt::Status();
   });
 }
@@ -279,11 +309,20 @@ int ckpt_catalog_best(ckpt_catalog_t* catalog, const char* job,
     if (catalog == nullptr || job == nullptr || metric == nullptr) {
       return NullArgument("ckpt_catalog_best", "the catalog, job or metric");
     }
-    auto r = catalog->catalog->Best(
-        job, metric,
-        higher_is_better ? ckpt::MetricGoal::kMax : ckpt::MetricGoal::kMin);
+    auto ref = ckpt::ResolveCatalogJob(*catalog->catalog, job);
+    if (!ref.ok()) return ref.status();
+    const ckpt::MetricGoal goal =
+        higher_is_better ? ckpt::MetricGoal::kMax : ckpt::MetricGoal::kMin;
+    if (ref->root.empty()) {
+      auto r = catalog->catalog->Best(ref->job_id, metric, goal);
+      if (!r.ok()) return r.status();
+      SetOut(json, Dump(RowOrNull(*r)));
+      return ckpt::Status();
+    }
+    auto r = RankedUnder(*catalog->catalog, *ref, metric, goal);
     if (!r.ok()) return r.status();
-    SetOut(json, Dump(RowOrNull(*r)));
+    SetOut(json, Dump(r->empty() ? nlohmann::json(nullptr)
+                                 : ckpt::records::CatalogRowJson(r->front())));
     return ckpt::Status();
   });
 }
@@ -295,8 +334,10 @@ int ckpt_catalog_ranked(ckpt_catalog_t* catalog, const char* job,
     if (catalog == nullptr || job == nullptr || metric == nullptr) {
       return NullArgument("ckpt_catalog_ranked", "the catalog, job or metric");
     }
-    auto r = catalog->catalog->Ranked(
-        job, metric,
+    auto ref = ckpt::ResolveCatalogJob(*catalog->catalog, job);
+    if (!ref.ok()) return ref.status();
+    auto r = RankedUnder(
+        *catalog->catalog, *ref, metric,
         higher_is_better ? ckpt::MetricGoal::kMax : ckpt::MetricGoal::kMin);
     if (!r.ok()) return r.status();
     nlohmann::json out = nlohmann::json::array();
@@ -330,8 +371,16 @@ int ckpt_catalog_list(ckpt_catalog_t* catalog, const char* job,
       return NullArgument("ckpt_catalog_list", "the catalog");
     }
     ckpt::CatalogFilter filter;
-    filter.job_id = job == nullptr ? "" : job;
-    filter.root = root == nullptr ? "" : root;
+    if (job != nullptr && *job != '\0') {
+      auto ref = ckpt::ResolveCatalogJob(*catalog->catalog, job);
+      if (!ref.ok()) return ref.status();
+      filter.job_id = ref->job_id;
+      filter.root = ref->root;
+    }
+    // A root as the catalog writes it, however it is spelled.
+    if (root != nullptr && *root != '\0') {
+      filter.root = ckpt::CatalogRootUrl(root);
+    }
     if (include_deleted) filter.state.reset();
     filter.limit = limit;
     auto r = catalog->catalog->List(filter);

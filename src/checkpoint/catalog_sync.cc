@@ -13,6 +13,7 @@
 
 #include "ckpt/catalog_sync.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <string_view>
@@ -23,6 +24,7 @@
 #include "format/constants.h"
 #include "format/layout.h"
 #include "format/manifest.h"
+#include "util/names.h"
 
 namespace ckpt {
 
@@ -64,6 +66,31 @@ bool JobIdIsPath(std::string_view job_id) {
 
 std::string CatalogJobId(std::string_view job_id) {
   return JobIdIsPath(job_id) ? CatalogRootUrl(job_id) : std::string(job_id);
+}
+
+Result<CatalogJobRef> ResolveCatalogJob(Catalog& catalog,
+                                        std::string_view job) {
+  const std::string id = CatalogJobId(job);
+  if (!JobIdIsPath(job)) return CatalogJobRef{.job_id = id};
+  CKPT_ASSIGN_OR_RETURN(std::vector<CatalogCheckpoint> rows,
+                        catalog.List({.root = id, .state = std::nullopt}));
+  std::vector<std::string> jobs;
+  for (const CatalogCheckpoint& c : rows) {
+    if (std::find(jobs.begin(), jobs.end(), c.job_id) == jobs.end()) {
+      jobs.push_back(c.job_id);
+    }
+  }
+  if (jobs.size() > 1) {
+    std::string quoted;
+    for (const std::string& j : jobs) {
+      quoted += (quoted.empty() ? "" : ", ") + Quote(j);
+    }
+    return FailedPreconditionError("root " + id + " holds checkpoints of " +
+                                   std::to_string(jobs.size()) +
+                                   " jobs in catalog " + catalog.url() + " (" +
+                                   quoted + "): name the job by its id");
+  }
+  return CatalogJobRef{.job_id = jobs.empty() ? id : jobs[0], .root = id};
 }
 
 namespace {

@@ -95,47 +95,20 @@ std::optional<RowCheck> CheckRow(const CatalogCheckpoint& c) {
   return RowCheck{Unreachable(s) ? "unchecked" : "stale", s.ToString()};
 }
 
-// The job a command names: an id as given, or, for a JOB given as a path
-// (CatalogJobId), the job whose checkpoints the catalog records under that
-// root, and the root itself: asked by its root, a command answers from that
-// root alone, not from another root the same job id saved under (a copy of
-// the root, a job moved to a new root with its own id). A job that set its
-// own id (Options::job_id) saved under its root with that id, not the
-// root's URL: it is found by its root too. A root the catalog has no row
-// of names its default job; one that several jobs saved into is
-// ambiguous, and the error names them.
-struct JobRef {
-  std::string job_id;
-  std::string root;  // the root's URL where JOB is a path; empty otherwise
-};
+// The job a command names (ResolveCatalogJob): asked by its root, a
+// command answers from that root alone.
+using JobRef = CatalogJobRef;
 
 Result<JobRef> ResolveJob(Catalog& catalog, const std::string& arg) {
-  const std::string id = CatalogJobId(arg);
-  if (!JobIdIsPath(arg)) return JobRef{.job_id = id};
-  CKPT_ASSIGN_OR_RETURN(std::vector<CatalogCheckpoint> rows,
-                        catalog.List({.root = id, .state = std::nullopt}));
-  std::vector<std::string> jobs;
-  for (const CatalogCheckpoint& c : rows) {
-    if (std::find(jobs.begin(), jobs.end(), c.job_id) == jobs.end()) {
-      jobs.push_back(c.job_id);
-    }
-  }
-  if (jobs.empty()) return JobRef{.job_id = id, .root = id};
-  if (jobs.size() == 1) return JobRef{.job_id = jobs[0], .root = id};
-  std::vector<std::string> quoted;
-  for (const std::string& j : jobs) quoted.push_back(Quote(j));
-  return FailedPreconditionError(
-      "root " + id + " holds checkpoints of " + std::to_string(jobs.size()) +
-      " jobs in catalog " + catalog.url() + " (" + Join(quoted, ", ") +
-      "): name the job by its id");
+  return ResolveCatalogJob(catalog, arg);
 }
 
 // What a NotFound names: the job, and the root where JOB was one.
 std::string JobName(const JobRef& ref) {
-  return "job " + Quote(ref.job_id) +
-         (ref.root.empty() || ref.root == ref.job_id
-              ? ""
-              : " under root " + ref.root);
+  if (ref.root.empty()) return "job " + Quote(ref.job_id);
+  if (ref.root == ref.job_id)
+    return "job " + Quote(ref.job_id) + " under that root";
+  return "job " + Quote(ref.job_id) + " under root " + ref.root;
 }
 
 // --- jobs
