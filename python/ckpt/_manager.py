@@ -322,9 +322,12 @@ class CheckpointManager:
         says whether it has. One save is in flight at a time: every other
         call of this manager (save, save_async, load, list, ...) first
         waits for it. A background error is raised once: by wait(), or,
-        when nothing waited for it, by the next save or save_async, which
-        then saves nothing and says so, so that no failure goes unseen. A state larger than async_staging_bytes is
-        saved synchronously.
+        when nothing waited for it, by the next save, which then saves
+        nothing and says so, so that no failure goes unseen; the next
+        save_async then saves nothing either, its handle ending with that
+        error (naming the steps not saved), and so does every later one
+        until a wait() (of a handle, or mgr.wait()) or close() raises it.
+        A state larger than async_staging_bytes is saved synchronously.
 
         stage_in_background=True returns before the copy, which the
         library then makes on its own thread (CUDA tensors on its own

@@ -106,8 +106,10 @@ class CheckpointManager:
         deleted at once. An asynchronous save then returns, and the
         library stages and writes the host arrays on its own thread; one
         save is in flight at a time (the next call waits for it), and its
-        error is raised by wait_until_finished(), or else by the next
-        save. `metrics` (str ->
+        error is raised by wait_until_finished() or close(); until one of
+        them has raised it, every later asynchronous save saves nothing
+        and ends with that error, naming its step (no step is lost
+        unseen). `metrics` (str ->
         float: keep_best), `epoch` and `metadata` (str -> str) go into the
         manifest. A committed step that loads whole is ckpt.AlreadyExists.
         """

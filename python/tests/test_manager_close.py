@@ -131,6 +131,33 @@ def test_wait_raises_no_failure_already_raised(mgr):
     assert mgr.latest() == 2
 
 
+def test_a_job_that_never_waits_loses_no_step_unseen(mgr):
+    # Step 2 fails in the background (committed already); steps 3 and 4
+    # are started without anyone waiting: they save nothing, and wait()
+    # says so, naming both, rather than let step 4 commit as if nothing
+    # had been lost.
+    for step in (0, 1, 2):
+        mgr.save(step, state(step))
+    for step in (2, 3, 4):
+        mgr.save_async(step, state(step))
+    with pytest.raises(ckpt.AlreadyExists,
+                       match=r"step 2.*steps 3 and 4 were not saved"):
+        mgr.wait()
+    assert [i.step for i in mgr.list()] == [0, 1, 2]
+    mgr.save_async(3, state(3))
+    mgr.wait()
+    assert [i.step for i in mgr.list()] == [0, 1, 2, 3]
+
+
+def test_close_raises_what_a_job_that_never_waits_lost(root):
+    mgr = ckpt.open(root, create=True)
+    mgr.save(1, state(1))
+    mgr.save_async(1, state(1))
+    mgr.save_async(2, state(2))
+    with pytest.raises(ckpt.AlreadyExists, match="step 2 was not saved"):
+        mgr.close()
+
+
 def test_close_waits_for_a_pending_save_and_it_commits(root):
     mgr = ckpt.open(root, create=True)
     big = np.arange(1 << 22, dtype=np.float32)  # 16 MiB: still in flight

@@ -355,6 +355,26 @@ def test_an_async_save_lets_the_arrays_go_at_once(root):
     assert [bits(x) for x in arrays(restored)] == want
 
 
+def test_an_async_save_that_fails_loses_no_later_step_unseen(root):
+    # An Orbax-style loop saves and never waits until the end: a save that
+    # fails (its step committed already) makes the later ones save nothing,
+    # and wait_until_finished() says which, rather than let them commit
+    # around a hole nobody was told of.
+    with cj.CheckpointManager(root, async_save=False) as mgr:
+        for step in (0, 1, 2):
+            mgr.save(step, {"w": jnp.full(3, step)})
+    mgr = cj.CheckpointManager(root)
+    for step in (2, 3, 4):
+        assert mgr.save(step, {"w": jnp.full(3, step)}) is True
+    with pytest.raises(ckpt.AlreadyExists,
+                       match=r"step 2.*steps 3 and 4 were not saved"):
+        mgr.wait_until_finished()
+    assert mgr.all_steps() == [0, 1, 2]
+    mgr.save(3, {"w": jnp.full(3, 3)})
+    mgr.close()
+    assert cj.CheckpointManager(root).all_steps() == [0, 1, 2, 3]
+
+
 def test_restored_arrays_outlive_the_manager_and_each_other(root):
     # On the CPU a restored array uses the memory ckpt read into in place
     # (no second copy): it must stay whole after the manager, the host

@@ -100,17 +100,47 @@ void RootContext::WaitIdle() {
 Status TakeAsyncError(RootContext& root, int64_t next_step) {
   const Status error = std::exchange(root.async_error, Status());
   const auto failed = std::exchange(root.async_failed, nullptr);
+  std::vector<int64_t> not_saved = std::exchange(root.async_not_saved, {});
   if (error.ok()) return error;
   if (failed != nullptr) {
     MutexLock lock(&failed->mu);
     if (failed->collected) return Status();
   }
-  return Status(error.code(), error.message() +
-                                  "; no Wait() collected that error, so it is "
-                                  "reported here and step " +
-                                  std::to_string(next_step) +
-                                  " was not saved (save it again)");
+  not_saved.push_back(next_step);
+  std::string steps;
+  for (size_t i = 0; i < not_saved.size(); ++i) {
+    steps += (i == 0                      ? ""
+              : i + 1 == not_saved.size() ? " and "
+                                          : ", ") +
+             std::to_string(not_saved[i]);
+  }
+  const bool one = not_saved.size() == 1;
+  return Status(error.code(),
+                error.message() +
+                    "; no Wait() collected that error, so it is reported here "
+                    "and step" +
+                    (one ? " " : "s ") + steps + (one ? " was" : " were") +
+                    " not saved (save " + (one ? "it" : "them") + " again)");
 }
+
+namespace {
+
+// A SaveAsync that failed with the error TakeAsyncError handed it, at its
+// start: that error is still nobody's until its handle's Wait() collects
+// it, so the next save takes it again (naming this step too) rather than
+// go ahead, and a job that never waits loses no step unseen (the next
+// save, close(), or a wait() of the manager reports it).
+void KeepAsyncError(RootContext& root, Status error, int64_t step,
+                    std::vector<int64_t> not_saved,
+                    const std::shared_ptr<internal::SaveHandleState>& handle)
+    REQUIRES(root.mu) {
+  not_saved.push_back(step);
+  root.async_error = std::move(error);
+  root.async_failed = handle;
+  root.async_not_saved = std::move(not_saved);
+}
+
+}  // namespace
 
 Status Stage(RootContext& root, const State& state, uint64_t need,
              std::string_view op) {
@@ -147,12 +177,20 @@ void StartAsync(RootContext& root, int64_t step, const State& state,
   // The thread has reported its result and is ending; join it so that it
   // can be replaced.
   if (root.worker.joinable()) root.worker.join();
+  const Status carried = root.async_error;
+  const std::vector<int64_t> not_saved = root.async_not_saved;
   if (Status s = TakeAsyncError(root, step); !s.ok()) {
     if (root.comm().size() == 1) {
       handle->Finish(std::move(s));
+      KeepAsyncError(root, carried, step, not_saved, handle);
     } else {
-      handle->Finish(Guard(
-          "save", [&] { return Saver(root).Save(step, state, save, s); }));
+      // The other ranks fail this save with it too (the ranks that had
+      // collected it in their background); this one hands it on as well.
+      Result<SaveResult> r =
+          Guard("save", [&] { return Saver(root).Save(step, state, save, s); });
+      const bool failed = !r.ok();
+      handle->Finish(std::move(r));
+      if (failed) KeepAsyncError(root, carried, step, not_saved, handle);
     }
     return;
   }

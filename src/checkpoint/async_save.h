@@ -44,7 +44,8 @@ Status Stage(RootContext& root, const State& state, uint64_t need,
              std::string_view op);
 // The error of the last background save that no Wait() collected, once
 // (then it is cleared), as the error of the call that is to save
-// `next_step`, which saves nothing.
+// `next_step`, which saves nothing. A SaveAsync that fails with it hands
+// it on (KeepAsyncError) until a Wait() collects it.
 Status TakeAsyncError(RootContext& root, int64_t next_step) REQUIRES(root.mu);
 // SaveAsync, under mu (not yet waited for idle).
 void StartAsync(RootContext& root, int64_t step, const State& state,

@@ -246,6 +246,30 @@ TEST_F(AsyncSaveTest, BackgroundErrorSurfacesFromWaitAndFromTheNextSave) {
       << refused.status().ToString();
   ASSERT_TRUE(mgr->SaveAsync(6, state).Wait().ok());
   EXPECT_EQ(testing::ListedSteps(*mgr), (std::vector<int64_t>{2, 4, 6}));
+
+  // A job that never waits: the SaveAsync that took the error saved
+  // nothing, and nobody saw it, so the next one takes it again, naming
+  // both steps, rather than save as if nothing had been lost; until a
+  // Wait() collects it.
+  f->FailOnce(f->operations(), IOError("disk on fire at 7"));
+  SaveHandle h7 = mgr->SaveAsync(7, state);
+  SaveHandle h8 = mgr->SaveAsync(8, state);
+  SaveHandle h9 = mgr->SaveAsync(9, state);
+  Result<SaveResult> r9 = h9.Wait();
+  ASSERT_FALSE(r9.ok());
+  EXPECT_NE(r9.status().message().find("asynchronous save of step 7"),
+            std::string::npos)
+      << r9.status().ToString();
+  EXPECT_NE(r9.status().message().find("disk on fire at 7"), std::string::npos);
+  EXPECT_NE(r9.status().message().find("steps 8 and 9 were not saved"),
+            std::string::npos)
+      << r9.status().ToString();
+  EXPECT_EQ(testing::ListedSteps(*mgr), (std::vector<int64_t>{2, 4, 6}));
+  // Collected: the next save goes ahead.
+  ASSERT_TRUE(mgr->SaveAsync(8, state).Wait().ok());
+  EXPECT_FALSE(h7.Wait().ok());
+  EXPECT_FALSE(h8.Wait().ok());
+  EXPECT_EQ(testing::ListedSteps(*mgr), (std::vector<int64_t>{2, 4, 6, 8}));
 }
 
 TEST_F(AsyncSaveTest, ErrorsOfTheSaveItselfComeFromWait) {

@@ -150,10 +150,13 @@ struct RootContext {
   // are then made without the next call waiting for them.
   std::atomic<bool> in_background{false};
   bool busy GUARDED_BY(mu) = false;  // a background save is in flight
-  // Of the last background save, not reported yet, and its handle (whose
-  // Wait() may have reported it).
+  // Of the last background save, not reported yet, and the handle that
+  // holds it (whose Wait() may have reported it): the failed save's, or
+  // that of a SaveAsync it failed since (async_not_saved, its steps), for
+  // as long as no Wait() collects it.
   Status async_error GUARDED_BY(mu);
   std::shared_ptr<internal::SaveHandleState> async_failed GUARDED_BY(mu);
+  std::vector<int64_t> async_not_saved GUARDED_BY(mu);
   std::thread worker GUARDED_BY(mu);  // the last background save's thread
   StagingArena staging;
   // The page-locked blocks a full Save of device tensors reads through
