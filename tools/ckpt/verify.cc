@@ -144,7 +144,8 @@ Result<std::vector<VerifyReport>> VerifyResumePointOnce(
     }
     reports.push_back(
         {.step = step,
-         .problems = {why + (newer ? " (the newest step; " + resumed + ")"
+         .problems = {why + (newer ? " (newer than the step a resume loads; " +
+                                         resumed + ")"
                              : stops
                                  ? " (a resume fails at it with this error "
                                    "rather than skip it: not damage)"
