@@ -18,11 +18,13 @@
 #include <vector>
 
 #include "catalog/sql_catalog.h"
+#include "catalog/sqlite/sqlite_connection.h"
 #include "ckpt/catalog.h"
 #include "ckpt/checkpoint_manager.h"
 #include "ckpt/tiered.h"
 #include "gtest/gtest.h"
 #include "testing/catalog_databases.h"
+#include "testing/files.h"
 #include "testing/postgres_server.h"
 #include "testing/subprocess.h"
 #include "testing/temp_dir.h"
@@ -612,6 +614,36 @@ TEST(CatalogCliQueryTest, AMistypedSqlitePathIsNotFoundAndCreatesNothing) {
     EXPECT_TRUE(Contains(r.err, typo + " is not there")) << r.err;
   }
   EXPECT_FALSE(std::filesystem::exists(dir.path() / "typo"));
+}
+
+// A query names a file that is there but holds no catalog: an empty one (a
+// `touch`) or another program's SQLite database. It is NotFound, and the
+// file is left as it was: no schema written into it, no journal mode
+// changed.
+TEST(CatalogCliQueryTest, AFileThatHoldsNoCatalogIsNotFoundAndLeftAsItWas) {
+  const testing::TempDir dir("catalog-none");
+  const std::string empty = dir.path().string() + "/empty.sqlite";
+  ASSERT_TRUE(testing::WriteFile(empty, ""));
+  const std::string other = dir.path().string() + "/other.sqlite";
+  {
+    auto made = catalog::OpenSqlite(other, {});
+    ASSERT_TRUE(made.ok()) << made.status().ToString();
+    ASSERT_TRUE((*made)->Exec("CREATE TABLE notes (x TEXT)").ok());
+  }
+  const std::string before = testing::ReadFile(other);
+  for (const std::string& file : {empty, other}) {
+    for (const std::vector<std::string>& query :
+         std::vector<std::vector<std::string>>{
+             {"catalog", "jobs", "--catalog", file},
+             {"catalog", "latest", "somejob", "--catalog", file}}) {
+      RunResult r = testing::RunProgram(CKPT_CLI_PATH, query, dir.path());
+      EXPECT_EQ(r.exit_code, 1) << query[1] << ": " << r.out << r.err;
+      EXPECT_TRUE(Contains(r.err, "NotFound")) << r.err;
+      EXPECT_TRUE(Contains(r.err, "holds none")) << r.err;
+    }
+  }
+  EXPECT_EQ(std::filesystem::file_size(empty), 0u);
+  EXPECT_EQ(testing::ReadFile(other), before);
 }
 
 TEST(CatalogCliUsageTest, HelpAndUsageErrors) {

@@ -1098,6 +1098,23 @@ TEST_F(CliTest, GcKeepLast) {
   EXPECT_GT(j["bytes_freed"].get<uint64_t>(), 0u);
   EXPECT_EQ(CommittedSteps(root_), std::vector<int64_t>{3});
   EXPECT_EQ(Ckpt({"verify", root_, "--all"}).exit_code, 0);
+
+  // A rule that keeps 0 would turn itself off and delete nothing, which a
+  // user who asked to keep none did not mean: a usage error.
+  SaveSteps({4});
+  for (const std::vector<std::string>& rule :
+       {std::vector<std::string>{"--keep-last", "0"},
+        {"--keep-every-steps", "0"},
+        {"--keep-every-seconds", "0"},
+        {"--keep-best", "0", "--metric", "loss"}}) {
+    std::vector<std::string> args = {"gc", root_};
+    args.insert(args.end(), rule.begin(), rule.end());
+    r = Ckpt(args);
+    EXPECT_EQ(r.exit_code, 2) << rule[0] << ": " << r.out;
+    EXPECT_TRUE(Contains(r.err, "is not an integer from 1 to"))
+        << rule[0] << ": " << r.err;
+  }
+  EXPECT_EQ(CommittedSteps(root_), (std::vector<int64_t>{3, 4}));
 }
 
 // gc and delete on a folder that holds no checkpoint root (a mistyped

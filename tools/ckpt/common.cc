@@ -152,22 +152,30 @@ CLI::Option* AddCatalogOption(CLI::App& app, std::string& url) {
       "${XDG_STATE_HOME:-~/.local/state}/ckpt/catalog.sqlite)");
 }
 
-CLI::Validator NonNegativeInteger(int64_t max) {
+namespace {
+
+CLI::Validator IntegerFrom(int64_t min, int64_t max) {
   return CLI::Validator(
-      [max](std::string& text) -> std::string {
+      [min, max](std::string& text) -> std::string {
         int64_t value = 0;
         const char* end = text.data() + text.size();
         auto [ptr, ec] = std::from_chars(text.data(), end, value);
-        if (text.empty() || ec != std::errc() || ptr != end || value < 0 ||
+        if (text.empty() || ec != std::errc() || ptr != end || value < min ||
             value > max) {
-          return Quote(text) + " is not an integer from 0 to " +
-                 std::to_string(max);
+          return Quote(text) + " is not an integer from " +
+                 std::to_string(min) + " to " + std::to_string(max);
         }
         return "";
       },
       // No extra text in the help: it would print as "INT:<text>".
       "");
 }
+
+}  // namespace
+
+CLI::Validator NonNegativeInteger(int64_t max) { return IntegerFrom(0, max); }
+
+CLI::Validator PositiveInteger(int64_t max) { return IntegerFrom(1, max); }
 
 CLI::Option* AddRootArg(CLI::App& app, std::string& root) {
   return app

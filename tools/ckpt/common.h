@@ -44,6 +44,9 @@ void AddLeaseOptions(CLI::App& app, LeaseArgs& lease);
 // integer conversion silently clamps values that overflow, and a checkpoint
 // step must never be silently replaced by another one.
 CLI::Validator NonNegativeInteger(int64_t max);
+// From 1 to max: a count where 0 would mean nothing (a rule keeping no
+// checkpoint would turn itself off, silently).
+CLI::Validator PositiveInteger(int64_t max);
 
 // Makes `app`'s help list each subcommand by its summary alone; each
 // subcommand's own --help shows the summary, a paragraph and examples.

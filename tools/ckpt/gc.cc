@@ -227,16 +227,16 @@ void AddGcCommand(CLI::App& app, Command& selected) {
       "  ckpt gc /data/run42 --keep-best 3 --metric accuracy --max --json\n");
   AddRootArg(*sub, args->root);
   sub->add_option("--keep-last", r.keep_last, "keep the newest N checkpoints")
-      ->check(NonNegativeInteger(INT_MAX));
+      ->check(PositiveInteger(INT_MAX));
   sub->add_option("--keep-every-steps", r.keep_every_n_steps,
                   "keep every checkpoint whose step is a multiple of K")
-      ->check(NonNegativeInteger(INT64_MAX));
+      ->check(PositiveInteger(INT64_MAX));
   sub->add_option("--keep-every-seconds", r.keep_every_seconds,
                   "keep the first checkpoint of every window of S seconds")
-      ->check(NonNegativeInteger(INT64_MAX));
+      ->check(PositiveInteger(INT64_MAX));
   CLI::Option* best = sub->add_option("--keep-best", r.keep_best,
                                       "keep the M best checkpoints by --metric")
-                          ->check(NonNegativeInteger(INT_MAX));
+                          ->check(PositiveInteger(INT_MAX));
   CLI::Option* metric =
       sub->add_option("--metric", r.best_metric,
                       "the metric --keep-best ranks by (lower is better)");

@@ -223,6 +223,30 @@ Result<std::unique_ptr<SqlConnection>> OpenSqlite(
   }
   sqlite3_extended_result_codes(db, 1);
   auto conn = std::make_unique<SqliteConnection>(db, name);
+  // A query's catalog (must_exist) that holds no ckpt catalog (an empty
+  // file made by `touch`, another program's database) is refused before
+  // anything is written to it: switching it to WAL, or writing ckpt's
+  // schema, would change a file that is not ckpt's and turn a mistyped
+  // path into an empty catalog.
+  if (options.must_exist) {
+    conn->SetDeadline(std::chrono::steady_clock::now() +
+                      std::chrono::milliseconds(options.timeout_ms));
+    Result<std::vector<SqlRow>> tables = conn->Query(
+        "SELECT count(*) FROM sqlite_master WHERE type = "
+        "'table' AND name = 'ckpt_schema'",
+        {});
+    if (!tables.ok()) return tables.status().WithContext(what);
+    CKPT_ASSIGN_OR_RETURN(
+        const int64_t found,
+        SqlInt(tables->at(0).at(0), "the count of sqlite_master"));
+    if (found == 0) {
+      return NotFoundError(
+          what +
+          ": no such catalog (the file holds none: it is empty, or another "
+          "program's database; saves that record in a catalog, or `ckpt "
+          "catalog sync ROOT`, create one)");
+    }
+  }
   // WAL lets readers run beside the one writer. Switching needs a moment
   // alone with the file, which another process opening it may hold: retry
   // until the timeout.
