@@ -145,15 +145,24 @@ def _read(mgr, desc, stored, wanted, where):
 
 
 def _as_target_scalar(value, leaf, name, where):
-    """A Python scalar saved where the target has a 0-d array (as
-    jax.eval_shape makes of a state's `"step": 0`): that array, if the
-    value fits its dtype exactly; anything else as it is."""
+    """A Python scalar saved where the target has a 0-d array: the scalar
+    itself when the leaf is weak-typed (what jax.eval_shape makes of a
+    state's `"step": 0` or `"lr": 0.001`); for any other 0-d leaf, that
+    array, if the value fits its dtype exactly; anything else as it is."""
     dtype = getattr(leaf, "dtype", None)
     if dtype is None or not isinstance(value, (bool, int, float)) or \
             tuple(getattr(leaf, "shape", ())) != ():
         return value
+    if getattr(leaf, "weak_type", False):
+        # A weak type says only that a Python scalar stood here, not that
+        # the state wants an array of that dtype: the saved value is exact,
+        # and casting it (0.001 to float32) would change it.
+        return value
     try:
-        converted = np.asarray(value, dtype=np.dtype(dtype))
+        # A float beyond the dtype's range becomes inf, which the check
+        # below refuses; NumPy's own overflow warning would only repeat it.
+        with np.errstate(over="ignore", invalid="ignore"):
+            converted = np.asarray(value, dtype=np.dtype(dtype))
     except OverflowError:
         converted = None
     if converted is None or converted.item() != value or \

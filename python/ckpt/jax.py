@@ -139,10 +139,13 @@ class CheckpointManager:
         to make: a jax.ShapeDtypeStruct with a sharding, or a jax.Array
         (its sharding is reused), becomes a jax.Array on those devices; one
         without a sharding, on the default device; a NumPy array, a NumPy
-        array; any other leaf (a scalar) takes the stored value. A 0-d
-        leaf where a Python scalar was saved (jax.eval_shape's) gets it as
-        such an array; a 64-bit array that JAX would narrow
-        (jax_enable_x64 off) stays a NumPy array. Shapes
+        array; any other leaf (a scalar) takes the stored value. Where a
+        Python scalar was saved, a weak-typed 0-d leaf (what
+        jax.eval_shape makes of one) gets the scalar as saved (an int, a
+        float); another 0-d leaf gets it as an array of its dtype, if that
+        holds the value exactly (else ckpt.InvalidArgument). A 64-bit
+        array that JAX would narrow (jax_enable_x64 off) stays a NumPy
+        array. Shapes
         and dtypes must be the stored ones and the structures the same
         (else ckpt.InvalidArgument or ckpt.NotFound naming the entry; the
         target is never changed). Without a target, the saved structure

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import warnings
 from collections import namedtuple
 
 _FLAG = "--xla_force_host_platform_device_count=8"
@@ -263,19 +264,38 @@ def test_64_bit_leaves_stay_exact_with_a_shape_dtype_target(root):
 
 
 def test_a_python_scalar_restores_onto_eval_shapes_0d_leaf(root):
-    # jax.eval_shape makes a 0-d int32 leaf of a state's `"step": 0`.
+    # jax.eval_shape makes a weak-typed 0-d leaf of a state's Python scalar
+    # (`"step": 0` int32, `"lr": 0.001` float32): the scalar comes back as
+    # the state held it, even where the leaf's dtype could not hold it.
     def init():
-        return {"w": jnp.zeros(3), "step": 0, "lr": 0.5}
+        return {"w": jnp.zeros(3), "step": 0, "lr": 0.001}
     abstract = jax.eval_shape(init)
+    assert abstract["lr"].weak_type and abstract["step"].weak_type
     with cj.CheckpointManager(root, async_save=False) as mgr:
-        mgr.save(5, {"w": jnp.ones(3), "step": 5, "lr": 0.25})
+        mgr.save(5, {"w": jnp.ones(3), "step": 5, "lr": 0.001})
         restored = mgr.restore(5, target=abstract)
-        mgr.save(6, {"w": jnp.ones(3), "step": 2**40, "lr": 0.25})
+        mgr.save(6, {"w": jnp.ones(3), "step": 2**40, "lr": 1e300})
+        big = mgr.restore(6, target=abstract)
+        # A 0-d leaf that is not weak-typed asks for an array of its dtype:
+        # the value must fit it exactly, and the refusal says so alone.
+        strict = dict(abstract, step=jax.ShapeDtypeStruct((), jnp.int32),
+                      lr=jax.ShapeDtypeStruct((), jnp.float32))
+        exact = mgr.restore(5, target=dict(strict, lr=1.0))
         with pytest.raises(ckpt.InvalidArgument,
                            match=r"entry 'step'.*cannot hold exactly"):
-            mgr.restore(6, target=abstract)
-    assert restored["step"].dtype == jnp.int32 and int(restored["step"]) == 5
-    assert float(restored["lr"]) == 0.25
+            mgr.restore(6, target=dict(strict, lr=1.0))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no NumPy overflow warning
+            with pytest.raises(ckpt.InvalidArgument,
+                               match=r"entry 'lr'.*1e\+300.*float32 cannot"):
+                mgr.restore(6, target=dict(strict, step=0))
+            with pytest.raises(ckpt.InvalidArgument,
+                               match=r"entry 'lr'.*0.001.*float32 cannot"):
+                mgr.restore(5, target=dict(strict, step=0))
+    assert restored["step"] == 5 and type(restored["step"]) is int
+    assert restored["lr"] == 0.001 and type(restored["lr"]) is float
+    assert big["step"] == 2**40 and big["lr"] == 1e300
+    assert exact["step"].dtype == jnp.int32 and int(exact["step"]) == 5
 
 
 def test_typed_prng_keys_restore_as_keys_onto_a_target(root):
