@@ -537,11 +537,18 @@ class CheckpointManager:
         return out
 
     def latest(self):
-        """The newest committed step, or None."""
+        """The newest committed step whose data objects are all there at
+        their recorded sizes (one listing of the root; no data is read),
+        or None: the step load() without a step loads, unless reading it
+        finds damage (a checksum mismatch), when load() skips it for an
+        older one. While every step is whole, the newest in list()."""
         return self._reader.latest()
 
     def list(self):
-        """Every committed checkpoint (CheckpointInfo), oldest first."""
+        """Every committed checkpoint (CheckpointInfo), oldest first,
+        whole or not: `incomplete` names what a step lacks (a missing or
+        truncated data object); latest() passes it over, and load() skips
+        it with a RuntimeWarning."""
         return self._reader.list()
 
     def describe(self, step=None):

@@ -156,11 +156,21 @@ class CheckpointManager:
             lambda s: _jax_restore.restore_step(self._mgr, s, target))
 
     def latest_step(self):
-        """The newest committed step, or None."""
+        """The step restore() without a step loads, or None: the newest
+        committed step whose data objects are all there at their recorded
+        sizes (one listing of the root; no data is read). While every step
+        is whole, max(all_steps()). A newer step that lost a data object,
+        or whose object is truncated, is still in all_steps() but not
+        named here. Damage that only reading finds (a flipped byte) is not
+        seen: such a step is named, and restore() skips it, with a
+        RuntimeWarning, for the next older step that loads whole."""
         return self._mgr.latest()
 
     def all_steps(self):
-        """Every committed step, oldest first."""
+        """Every committed step, oldest first, whole or not: a step that
+        lost a data object is listed (manager.list()'s `incomplete` says
+        what it lacks) until deleted; latest_step() passes it over, and
+        restore() skips it with a RuntimeWarning."""
         return [info.step for info in self._mgr.list()]
 
     def wait_until_finished(self):

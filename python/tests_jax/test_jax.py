@@ -526,6 +526,41 @@ def test_restore_skips_a_damaged_newest_step(root):
             mgr.restore(2)
 
 
+def test_latest_step_is_the_step_restore_loads_and_all_steps_every_one(root):
+    with cj.CheckpointManager(root, async_save=False) as mgr:
+        for step in (1, 2, 3, 4):
+            mgr.save(step, {"w": jnp.full((64,), float(step))})
+        assert mgr.latest_step() == max(mgr.all_steps()) == 4
+
+    def data_of(step):
+        [path] = glob.glob(os.path.join(root, f"step-*{step}",
+                                        "*.safetensors"))
+        return path
+
+    # Step 4 lost its data object, step 3's is truncated: both are still
+    # committed steps, but latest_step() names the step restore() loads.
+    os.remove(data_of(4))
+    os.truncate(data_of(3), os.path.getsize(data_of(3)) - 1)
+    # Step 2 has a flipped byte, which only reading finds: it is the
+    # latest step, and restore() skips it for step 1.
+    with open(data_of(2), "r+b") as f:
+        f.seek(-1, os.SEEK_END)
+        byte = f.read(1)[0]
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([byte ^ 0x40]))
+    with cj.CheckpointManager(root, create=False) as mgr:
+        assert mgr.all_steps() == [1, 2, 3, 4]
+        assert mgr.latest_step() == 2
+        incomplete = {i.step for i in mgr.manager.list() if i.incomplete}
+        assert incomplete == {3, 4}
+        with pytest.warns(RuntimeWarning) as warned:
+            restored = mgr.restore()
+        assert float(restored["w"][0]) == 1.0
+        skipped = " ".join(str(w.message) for w in warned)
+        for step in (4, 3, 2):
+            assert f"skipped step {step}" in skipped
+
+
 def test_import_ckpt_needs_no_jax():
     code = ("import sys\n"
             "for m in ('jax', 'jaxlib', 'ml_dtypes'): sys.modules[m] = None\n"
