@@ -115,7 +115,12 @@ class CheckpointManager:
         """
         if not force and step % self._interval:
             return False
-        state = _jax_tree.plain(pytree, _jax_tree.saved_leaf(self._async))
+        try:
+            state = _jax_tree.plain(pytree,
+                                    _jax_tree.saved_leaf(self._async))
+        except _errors.Error as e:
+            _manager.name_the_save(e, step, self.url)
+            raise
         if not isinstance(state, dict):
             raise _errors.InvalidArgument(
                 f"save step {step} to {self.url}: the pytree is a "

@@ -352,7 +352,23 @@ def test_a_pytree_that_cannot_be_saved_is_an_error_naming_the_entry(root):
             mgr.save(1, [jnp.ones(2)])
         with pytest.raises(ckpt.InvalidArgument, match="'opt.1.x'"):
             mgr.save(1, {"opt": [1, {"x": object()}]})
+        # Each names the save and the root once, before what is wrong.
+        prefix = f"save step 1 to {mgr.url}: "
+        for bad in ({"params": {"w": gone}}, [jnp.ones(2)],
+                    {"opt": [1, {"x": object()}]}, {"a.b": 1, "a": {"b": 2}},
+                    {"d": {"a\nb": 1}}):
+            with pytest.raises(ckpt.InvalidArgument) as raised:
+                mgr.save(1, bad)
+            message = str(raised.value)
+            assert message.startswith(prefix) and \
+                message.count(mgr.url) == 1, message
         assert mgr.all_steps() == []
+    # An asynchronous save raises them at once, the same way.
+    with cj.CheckpointManager(root) as mgr:
+        with pytest.raises(ckpt.InvalidArgument,
+                           match=r"^save step 2 to .*: entry 'a': ckpt "
+                                 r"cannot save a value of type object"):
+            mgr.save(2, {"a": object()})
 
 
 def test_an_async_save_lets_the_arrays_go_at_once(root):
