@@ -523,6 +523,42 @@ def test_a_target_that_disagrees_is_an_error_naming_the_entry(root):
         assert good["params"]["kernel"].sharding == mine["kernel"].sharding
 
 
+def test_a_target_whose_containers_differ_is_an_error_though_names_agree(
+        root):
+    # {0: a, 1: b} and [a, b] both make the entries "d.0" and "d.1".
+    a, b = jnp.ones(2), jnp.zeros(2)
+    state = {"d": {0: a, 1: b}, "t": (a, None), "e": (),
+             "n": Moments(a, b), "x.y": a}
+    with cj.CheckpointManager(root, async_save=False) as mgr:
+        mgr.save(1, state)
+        # Dict keys in any order (jax.eval_shape sorts them); a namedtuple
+        # is a dict of its fields on both sides.
+        same = dict(state, d={1: b, 0: a})
+        for target in (same, jax.eval_shape(lambda: same)):
+            restored = mgr.restore(1, target=target)
+            assert isinstance(restored["n"], Moments)
+            assert bits(restored["d"][1]) == bits(b)
+        rest = {k: v for k, v in state.items() if k != "x.y"}
+        cases = [
+            (dict(state, d=[a, b]), r"entry 'd': the checkpoint holds a "
+                                    r"dict with the keys \[0, 1\], the "
+                                    r"target a list of 2"),
+            (dict(state, d={"0": a, "1": b}),
+             r"entry 'd': .*dict with the keys \[0, 1\], the target a "
+             r"dict with the keys \['0', '1'\]"),
+            (dict(state, t=[a, None]), r"entry 't': the checkpoint holds a "
+                                       r"tuple of 2, the target a list"),
+            (dict(state, e=[]), r"entry 'e': the checkpoint holds an empty "
+                                r"tuple, the target an empty list"),
+            (dict(rest, x={"y": a}), r"the top of the pytree: .*'x.y'\], "
+                                     r"the target .*'x'\]"),
+        ]
+        for bad, message in cases:
+            with pytest.raises(ckpt.InvalidArgument,
+                               match="restore step 1 of .*" + message):
+                mgr.restore(1, target=bad)
+
+
 def test_restore_skips_a_damaged_newest_step(root):
     with cj.CheckpointManager(root, async_save=False) as mgr:
         mgr.save(1, {"w": jnp.full((64,), 1.0)})
