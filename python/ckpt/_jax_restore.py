@@ -5,7 +5,9 @@ placed on devices as the target's shardings say.
    is read: every entry the target names must be in the checkpoint (else
    ckpt.NotFound), the checkpoint must hold nothing the target lacks, and
    each array's shape and dtype must be the stored ones (else
-   ckpt.InvalidArgument), each error naming the entry.
+   ckpt.InvalidArgument), each error naming the entry; where the names
+   agree, the containers must be the saved ones too (a dict, a list, a
+   tuple, each dict's keys), as the step's tree entry records them.
 2. Every tensor is read, in one load of the library, into new host
    memory of its own (bfloat16 and float8 as unsigned integers as wide,
    then viewed as JAX's dtypes): each stored chunk is read and checked
@@ -41,6 +43,8 @@ def restore_step(mgr, step, target):
         leaves, treedef = _jax_tree.named_leaves(target)
         wanted = dict(leaves)
         _check(where, stored, wanted)
+        if tree is not None and tree.kind == "metadata":
+            _check_structure(where, tree, stored, omitted, target)
     values = _read(mgr, desc, stored, wanted, where)
     if target is not None:
         return treedef.unflatten(
@@ -120,6 +124,63 @@ def _check(where, stored, wanted):
                     from None
 
 
+class _Leaf:
+    """A leaf of the saved structure or the target's, as compared."""
+
+
+_LEAF = _Leaf()
+
+
+def _check_structure(where, tree, stored, omitted, target):
+    """Refuses a target whose containers are not the saved ones, though
+    its entry names are: {"d": {0: a, 1: b}} saved and {"d": [a, b]} asked
+    for both name "d.0" and "d.1". Both sides as a save records them (a
+    namedtuple or other node as a dict of its children); dict keys in any
+    order, as jax.eval_shape sorts them."""
+    saved = _tree.unflatten(tree.json, dict.fromkeys(stored, _LEAF),
+                            omitted, where)
+    mine = _jax_tree.plain(target, lambda name, value: _LEAF)
+    _same_containers(where, saved, mine, ())
+
+
+def _container(value):
+    kind = type(value)
+    return kind.__name__ if kind in (dict, list, tuple) else None
+
+
+def _shown(value):
+    kind = _container(value)
+    if kind is None:
+        return "a leaf"
+    if kind == "dict":
+        keys = sorted(value, key=repr)
+        return f"a dict with the keys {keys!r}" if keys else "an empty dict"
+    return f"a {kind} of {len(value)}" if value else f"an empty {kind}"
+
+
+def _same_containers(where, saved, mine, path):
+    kind = _container(saved)
+    same = kind == _container(mine)
+    if same and kind == "dict":
+        # By type too: {0: a} and {"0": a} both name "d.0".
+        same = {(type(k), k) for k in saved} == {(type(k), k) for k in mine}
+    elif same and kind is not None:
+        same = len(saved) == len(mine)
+    if not same:
+        at = (f"entry {'.'.join(map(str, path))!r}" if path
+              else "the top of the pytree")
+        raise _errors.InvalidArgument(
+            f"{where}: {at}: the checkpoint holds {_shown(saved)}, the "
+            f"target {_shown(mine)}, though their entry names agree; "
+            f"nothing was restored")
+    if kind == "dict":
+        for k in saved:
+            _same_containers(where, saved[k], mine[k], path + (k,))
+    elif kind is not None:
+        for i, (a, b) in enumerate(zip(saved, mine)):
+            _same_containers(where, a, b, path + (i,))
+
+
 def _read(mgr, desc, stored, wanted, where):
     """{name: host value} of the entries in `wanted`: tensors as NumPy
     arrays of their JAX dtype, blobs as bytes, metadata decoded."""
@@ -145,15 +206,24 @@ def _read(mgr, desc, stored, wanted, where):
 
 
 def _as_target_scalar(value, leaf, name, where):
-    """A Python scalar saved where the target has a 0-d array (as
-    jax.eval_shape makes of a state's `"step": 0`): that array, if the
-    value fits its dtype exactly; anything else as it is."""
+    """A Python scalar saved where the target has a 0-d array: the scalar
+    itself when the leaf is weak-typed (what jax.eval_shape makes of a
+    state's `"step": 0` or `"lr": 0.001`); for any other 0-d leaf, that
+    array, if the value fits its dtype exactly; anything else as it is."""
     dtype = getattr(leaf, "dtype", None)
     if dtype is None or not isinstance(value, (bool, int, float)) or \
             tuple(getattr(leaf, "shape", ())) != ():
         return value
+    if getattr(leaf, "weak_type", False):
+        # A weak type says only that a Python scalar stood here, not that
+        # the state wants an array of that dtype: the saved value is exact,
+        # and casting it (0.001 to float32) would change it.
+        return value
     try:
-        converted = np.asarray(value, dtype=np.dtype(dtype))
+        # A float beyond the dtype's range becomes inf, which the check
+        # below refuses; NumPy's own overflow warning would only repeat it.
+        with np.errstate(over="ignore", invalid="ignore"):
+            converted = np.asarray(value, dtype=np.dtype(dtype))
     except OverflowError:
         converted = None
     if converted is None or converted.item() != value or \

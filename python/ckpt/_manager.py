@@ -301,11 +301,15 @@ class CheckpointManager:
         this save's, instead of the manager's.
         """
         library = self._m  # FailedPrecondition once closed
-        with _state.gc_paused():
-            arguments = self._save_arguments(state, metadata, epoch, metrics,
-                                             incremental, dirty_rows)
-        result = library.save(step, *arguments,
-                              compression=save_compression(compression))
+        try:
+            with _state.gc_paused():
+                arguments = self._save_arguments(
+                    state, metadata, epoch, metrics, incremental, dirty_rows)
+            result = library.save(step, *arguments,
+                                  compression=save_compression(compression))
+        except _errors.Error as e:
+            name_the_save(e, step, self.url)
+            raise
         self._pending.settled()
         return result
 
@@ -339,12 +343,16 @@ class CheckpointManager:
         and close() for those in flight.
         """
         library = self._m  # FailedPrecondition once closed
-        with _state.gc_paused():
-            arguments = self._save_arguments(state, metadata, epoch, metrics,
-                                             incremental, dirty_rows)
-        handle = library.save_async(step, *arguments,
-                                    stage_in_background=stage_in_background,
-                                    compression=save_compression(compression))
+        try:
+            with _state.gc_paused():
+                arguments = self._save_arguments(
+                    state, metadata, epoch, metrics, incremental, dirty_rows)
+            handle = library.save_async(
+                step, *arguments, stage_in_background=stage_in_background,
+                compression=save_compression(compression))
+        except _errors.Error as e:
+            name_the_save(e, step, self.url)
+            raise
         self._pending.started(handle)
         return handle
 
@@ -537,11 +545,18 @@ class CheckpointManager:
         return out
 
     def latest(self):
-        """The newest committed step, or None."""
+        """The newest committed step whose data objects are all there at
+        their recorded sizes (one listing of the root; no data is read),
+        or None: the step load() without a step loads, unless reading it
+        finds damage (a checksum mismatch), when load() skips it for an
+        older one. While every step is whole, the newest in list()."""
         return self._reader.latest()
 
     def list(self):
-        """Every committed checkpoint (CheckpointInfo), oldest first."""
+        """Every committed checkpoint (CheckpointInfo), oldest first,
+        whole or not: `incomplete` names what a step lacks (a missing or
+        truncated data object); latest() passes it over, and load() skips
+        it with a RuntimeWarning."""
         return self._reader.list()
 
     def describe(self, step=None):
@@ -633,6 +648,19 @@ class CheckpointManager:
             if problem is not None:
                 raise _errors.InvalidArgument(f"{what}: {problem}")
         return (-1 if epoch is None else epoch, dict(metrics), dict(metadata))
+
+
+def name_the_save(error, step, url):
+    """Prefixes the message of `error`, a ckpt.Error that a save of `step`
+    to the root `url` raised, with "save step N to ROOT: ", unless it names
+    the root already (the library's errors of a save mostly do: "save step
+    N in ROOT: ..."). The checks of the state, the metadata and the
+    entries' names know the entry, not the call they were made for."""
+    text = str(error)
+    if text.startswith(f"save step {step} ") or url in text:
+        return
+    # The same exception, its class and traceback kept: only the words.
+    error.args = (f"save step {step} to {url}: {text}",) + error.args[1:]
 
 
 def _metric_name(key):

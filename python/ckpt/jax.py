@@ -115,7 +115,12 @@ class CheckpointManager:
         """
         if not force and step % self._interval:
             return False
-        state = _jax_tree.plain(pytree, _jax_tree.saved_leaf(self._async))
+        try:
+            state = _jax_tree.plain(pytree,
+                                    _jax_tree.saved_leaf(self._async))
+        except _errors.Error as e:
+            _manager.name_the_save(e, step, self.url)
+            raise
         if not isinstance(state, dict):
             raise _errors.InvalidArgument(
                 f"save step {step} to {self.url}: the pytree is a "
@@ -139,10 +144,13 @@ class CheckpointManager:
         to make: a jax.ShapeDtypeStruct with a sharding, or a jax.Array
         (its sharding is reused), becomes a jax.Array on those devices; one
         without a sharding, on the default device; a NumPy array, a NumPy
-        array; any other leaf (a scalar) takes the stored value. A 0-d
-        leaf where a Python scalar was saved (jax.eval_shape's) gets it as
-        such an array; a 64-bit array that JAX would narrow
-        (jax_enable_x64 off) stays a NumPy array. Shapes
+        array; any other leaf (a scalar) takes the stored value. Where a
+        Python scalar was saved, a weak-typed 0-d leaf (what
+        jax.eval_shape makes of one) gets the scalar as saved (an int, a
+        float); another 0-d leaf gets it as an array of its dtype, if that
+        holds the value exactly (else ckpt.InvalidArgument). A 64-bit
+        array that JAX would narrow (jax_enable_x64 off) stays a NumPy
+        array. Shapes
         and dtypes must be the stored ones and the structures the same
         (else ckpt.InvalidArgument or ckpt.NotFound naming the entry; the
         target is never changed). Without a target, the saved structure
@@ -153,11 +161,21 @@ class CheckpointManager:
             lambda s: _jax_restore.restore_step(self._mgr, s, target))
 
     def latest_step(self):
-        """The newest committed step, or None."""
+        """The step restore() without a step loads, or None: the newest
+        committed step whose data objects are all there at their recorded
+        sizes (one listing of the root; no data is read). While every step
+        is whole, max(all_steps()). A newer step that lost a data object,
+        or whose object is truncated, is still in all_steps() but not
+        named here. Damage that only reading finds (a flipped byte) is not
+        seen: such a step is named, and restore() skips it, with a
+        RuntimeWarning, for the next older step that loads whole."""
         return self._mgr.latest()
 
     def all_steps(self):
-        """Every committed step, oldest first."""
+        """Every committed step, oldest first, whole or not: a step that
+        lost a data object is listed (manager.list()'s `incomplete` says
+        what it lacks) until deleted; latest_step() passes it over, and
+        restore() skips it with a RuntimeWarning."""
         return [info.step for info in self._mgr.list()]
 
     def wait_until_finished(self):

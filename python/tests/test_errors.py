@@ -113,6 +113,37 @@ def test_bad_entry_name_is_invalid_argument(mgr):
         mgr.save(1, {"a/../b": np.zeros(1)})
 
 
+def test_a_state_a_save_refuses_is_named_with_the_save_and_root(mgr):
+    # The checks of the state know the entry; the error also names the
+    # call it came from, once, in its own class.
+    prefix = f"save step 3 to {mgr.url}: "
+    cases = [
+        ({"a.b": 1, "a": {"b": 2}}, "state['a.b'] and state['a']['b'] both "
+                                    "make the entry name 'a.b'"),
+        ({"a": object()}, "entry 'a': ckpt cannot save a value of type "
+                          "object"),
+        ({"a": {("a", 1): 2}}, "key ('a', 1) at state['a']: keys must be "
+                               "str or int"),
+        ({"d": {"a\nb": 1}}, 'entry name "d.a\\x0ab" contains a control '
+                             'character'),
+    ]
+    for state, why in cases:
+        for save in (mgr.save, lambda s, st: mgr.save_async(s, st).wait()):
+            with pytest.raises(ckpt.InvalidArgument) as raised:
+                save(3, state)
+            assert str(raised.value).startswith(prefix + why), \
+                str(raised.value)
+    with pytest.raises(ckpt.InvalidArgument) as raised:
+        mgr.save(3, {"x": 1}, metadata={"k": 1})
+    assert str(raised.value) == prefix + "metadata must map str to str"
+    mgr.save(3, {"x": 1})
+    # The library's own error names the step and the root already.
+    with pytest.raises(ckpt.AlreadyExists) as raised:
+        mgr.save(3, {"x": 1})
+    assert str(raised.value).count(mgr.url) == 1
+    assert [i.step for i in mgr.list()] == [3]
+
+
 def test_a_rank_local_number_is_refused_saying_how_to_save_it(mgr):
     with pytest.raises(ckpt.InvalidArgument,
                        match=r"rank-local value must be a tensor, an array or "

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import warnings
 from collections import namedtuple
 
 _FLAG = "--xla_force_host_platform_device_count=8"
@@ -263,19 +264,38 @@ def test_64_bit_leaves_stay_exact_with_a_shape_dtype_target(root):
 
 
 def test_a_python_scalar_restores_onto_eval_shapes_0d_leaf(root):
-    # jax.eval_shape makes a 0-d int32 leaf of a state's `"step": 0`.
+    # jax.eval_shape makes a weak-typed 0-d leaf of a state's Python scalar
+    # (`"step": 0` int32, `"lr": 0.001` float32): the scalar comes back as
+    # the state held it, even where the leaf's dtype could not hold it.
     def init():
-        return {"w": jnp.zeros(3), "step": 0, "lr": 0.5}
+        return {"w": jnp.zeros(3), "step": 0, "lr": 0.001}
     abstract = jax.eval_shape(init)
+    assert abstract["lr"].weak_type and abstract["step"].weak_type
     with cj.CheckpointManager(root, async_save=False) as mgr:
-        mgr.save(5, {"w": jnp.ones(3), "step": 5, "lr": 0.25})
+        mgr.save(5, {"w": jnp.ones(3), "step": 5, "lr": 0.001})
         restored = mgr.restore(5, target=abstract)
-        mgr.save(6, {"w": jnp.ones(3), "step": 2**40, "lr": 0.25})
+        mgr.save(6, {"w": jnp.ones(3), "step": 2**40, "lr": 1e300})
+        big = mgr.restore(6, target=abstract)
+        # A 0-d leaf that is not weak-typed asks for an array of its dtype:
+        # the value must fit it exactly, and the refusal says so alone.
+        strict = dict(abstract, step=jax.ShapeDtypeStruct((), jnp.int32),
+                      lr=jax.ShapeDtypeStruct((), jnp.float32))
+        exact = mgr.restore(5, target=dict(strict, lr=1.0))
         with pytest.raises(ckpt.InvalidArgument,
                            match=r"entry 'step'.*cannot hold exactly"):
-            mgr.restore(6, target=abstract)
-    assert restored["step"].dtype == jnp.int32 and int(restored["step"]) == 5
-    assert float(restored["lr"]) == 0.25
+            mgr.restore(6, target=dict(strict, lr=1.0))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no NumPy overflow warning
+            with pytest.raises(ckpt.InvalidArgument,
+                               match=r"entry 'lr'.*1e\+300.*float32 cannot"):
+                mgr.restore(6, target=dict(strict, step=0))
+            with pytest.raises(ckpt.InvalidArgument,
+                               match=r"entry 'lr'.*0.001.*float32 cannot"):
+                mgr.restore(5, target=dict(strict, step=0))
+    assert restored["step"] == 5 and type(restored["step"]) is int
+    assert restored["lr"] == 0.001 and type(restored["lr"]) is float
+    assert big["step"] == 2**40 and big["lr"] == 1e300
+    assert exact["step"].dtype == jnp.int32 and int(exact["step"]) == 5
 
 
 def test_typed_prng_keys_restore_as_keys_onto_a_target(root):
@@ -332,7 +352,23 @@ def test_a_pytree_that_cannot_be_saved_is_an_error_naming_the_entry(root):
             mgr.save(1, [jnp.ones(2)])
         with pytest.raises(ckpt.InvalidArgument, match="'opt.1.x'"):
             mgr.save(1, {"opt": [1, {"x": object()}]})
+        # Each names the save and the root once, before what is wrong.
+        prefix = f"save step 1 to {mgr.url}: "
+        for bad in ({"params": {"w": gone}}, [jnp.ones(2)],
+                    {"opt": [1, {"x": object()}]}, {"a.b": 1, "a": {"b": 2}},
+                    {"d": {"a\nb": 1}}):
+            with pytest.raises(ckpt.InvalidArgument) as raised:
+                mgr.save(1, bad)
+            message = str(raised.value)
+            assert message.startswith(prefix) and \
+                message.count(mgr.url) == 1, message
         assert mgr.all_steps() == []
+    # An asynchronous save raises them at once, the same way.
+    with cj.CheckpointManager(root) as mgr:
+        with pytest.raises(ckpt.InvalidArgument,
+                           match=r"^save step 2 to .*: entry 'a': ckpt "
+                                 r"cannot save a value of type object"):
+            mgr.save(2, {"a": object()})
 
 
 def test_an_async_save_lets_the_arrays_go_at_once(root):
@@ -487,6 +523,42 @@ def test_a_target_that_disagrees_is_an_error_naming_the_entry(root):
         assert good["params"]["kernel"].sharding == mine["kernel"].sharding
 
 
+def test_a_target_whose_containers_differ_is_an_error_though_names_agree(
+        root):
+    # {0: a, 1: b} and [a, b] both make the entries "d.0" and "d.1".
+    a, b = jnp.ones(2), jnp.zeros(2)
+    state = {"d": {0: a, 1: b}, "t": (a, None), "e": (),
+             "n": Moments(a, b), "x.y": a}
+    with cj.CheckpointManager(root, async_save=False) as mgr:
+        mgr.save(1, state)
+        # Dict keys in any order (jax.eval_shape sorts them); a namedtuple
+        # is a dict of its fields on both sides.
+        same = dict(state, d={1: b, 0: a})
+        for target in (same, jax.eval_shape(lambda: same)):
+            restored = mgr.restore(1, target=target)
+            assert isinstance(restored["n"], Moments)
+            assert bits(restored["d"][1]) == bits(b)
+        rest = {k: v for k, v in state.items() if k != "x.y"}
+        cases = [
+            (dict(state, d=[a, b]), r"entry 'd': the checkpoint holds a "
+                                    r"dict with the keys \[0, 1\], the "
+                                    r"target a list of 2"),
+            (dict(state, d={"0": a, "1": b}),
+             r"entry 'd': .*dict with the keys \[0, 1\], the target a "
+             r"dict with the keys \['0', '1'\]"),
+            (dict(state, t=[a, None]), r"entry 't': the checkpoint holds a "
+                                       r"tuple of 2, the target a list"),
+            (dict(state, e=[]), r"entry 'e': the checkpoint holds an empty "
+                                r"tuple, the target an empty list"),
+            (dict(rest, x={"y": a}), r"the top of the pytree: .*'x.y'\], "
+                                     r"the target .*'x'\]"),
+        ]
+        for bad, message in cases:
+            with pytest.raises(ckpt.InvalidArgument,
+                               match="restore step 1 of .*" + message):
+                mgr.restore(1, target=bad)
+
+
 def test_restore_skips_a_damaged_newest_step(root):
     with cj.CheckpointManager(root, async_save=False) as mgr:
         mgr.save(1, {"w": jnp.full((64,), 1.0)})
@@ -504,6 +576,41 @@ def test_restore_skips_a_damaged_newest_step(root):
         assert float(restored["w"][0]) == 1.0
         with pytest.raises(ckpt.DataLoss):
             mgr.restore(2)
+
+
+def test_latest_step_is_the_step_restore_loads_and_all_steps_every_one(root):
+    with cj.CheckpointManager(root, async_save=False) as mgr:
+        for step in (1, 2, 3, 4):
+            mgr.save(step, {"w": jnp.full((64,), float(step))})
+        assert mgr.latest_step() == max(mgr.all_steps()) == 4
+
+    def data_of(step):
+        [path] = glob.glob(os.path.join(root, f"step-*{step}",
+                                        "*.safetensors"))
+        return path
+
+    # Step 4 lost its data object, step 3's is truncated: both are still
+    # committed steps, but latest_step() names the step restore() loads.
+    os.remove(data_of(4))
+    os.truncate(data_of(3), os.path.getsize(data_of(3)) - 1)
+    # Step 2 has a flipped byte, which only reading finds: it is the
+    # latest step, and restore() skips it for step 1.
+    with open(data_of(2), "r+b") as f:
+        f.seek(-1, os.SEEK_END)
+        byte = f.read(1)[0]
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([byte ^ 0x40]))
+    with cj.CheckpointManager(root, create=False) as mgr:
+        assert mgr.all_steps() == [1, 2, 3, 4]
+        assert mgr.latest_step() == 2
+        incomplete = {i.step for i in mgr.manager.list() if i.incomplete}
+        assert incomplete == {3, 4}
+        with pytest.warns(RuntimeWarning) as warned:
+            restored = mgr.restore()
+        assert float(restored["w"][0]) == 1.0
+        skipped = " ".join(str(w.message) for w in warned)
+        for step in (4, 3, 2):
+            assert f"skipped step {step}" in skipped
 
 
 def test_import_ckpt_needs_no_jax():
