@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "checkpoint/catalog_record.h"
+#include "checkpoint/manifests.h"
 #include "ckpt/storage.h"
 #include "format/constants.h"
 #include "format/layout.h"
@@ -199,6 +200,27 @@ Status CheckAgainstStorage(const CatalogCheckpoint& row) {
         "checksum " +
         ManifestChecksum(*bytes) + ", catalog " + row.manifest_checksum + ")" +
         hint);
+  }
+  // The check a resume makes before it picks a step (ManifestStore::
+  // NewestComplete), from one listing of the step's folder: every object
+  // there at its recorded size. A step that fails it is one a resume skips,
+  // and a scheduler told to resume from it would fail.
+  ManifestStore store(**storage);
+  Result<std::shared_ptr<const format::Manifest>> summary =
+      store.Summary(row.step);
+  if (!summary.ok()) {
+    return Status(summary.status().code(), summary.status().message() + hint);
+  }
+  Result<std::vector<ObjectInfo>> listed =
+      (*storage)->List(format::StepDirName(row.step) + "/");
+  if (!listed.ok()) return listed.status().WithContext("check " + what);
+  std::map<std::string, uint64_t> sizes;
+  for (ObjectInfo& o : *listed) sizes.emplace(std::move(o.key), o.size);
+  if (std::string missing =
+          ManifestStore::MissingObject(**summary, sizes, storage->get());
+      !missing.empty()) {
+    return DataLossError(what + " is incomplete on storage: " + missing +
+                         " (a resume skips it)");
   }
   return Status();
 }

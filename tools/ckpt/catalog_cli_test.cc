@@ -429,6 +429,41 @@ TEST_P(CatalogCliTest, BestAndListSkipOrMarkAStaleRow) {
   EXPECT_TRUE(Contains(r.err, "3 rows did not check out")) << r.err;
 }
 
+// A step whose data object was truncated or grown (its manifest intact) is
+// one a resume skips (`ckpt ls` marks it incomplete): latest and best skip
+// it too, saying why, rather than name a step that cannot be loaded.
+TEST_P(CatalogCliTest, LatestAndBestSkipAStepAResumeSkips) {
+  auto mgr = Open(Root("inc"), "incjob");
+  ASSERT_NE(mgr, nullptr);
+  Save(*mgr, 1, 0.9);
+  Save(*mgr, 2, 0.2);
+  mgr.reset();
+  bool grown = false;
+  for (const auto& e :
+       fs::directory_iterator(dir_ + "/inc/step-000000000002")) {
+    if (e.path().extension() == ".safetensors") {
+      std::ofstream(e.path(), std::ios::app) << "XXXX";
+      grown = true;
+    }
+  }
+  ASSERT_TRUE(grown);
+  RunResult r = Catalog({"latest", "incjob"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, Root("inc") + "\t1\n");
+  EXPECT_TRUE(Contains(r.err, "skipping step 2")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "incomplete")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "bytes but the manifest records")) << r.err;
+  r = Catalog({"best", "incjob", "--metric", "loss"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, Root("inc") + "\t1\t0.9\n");
+  // What a resume of the root loads is the step latest names.
+  auto reopened = Open(Root("inc"), "incjob");
+  ASSERT_NE(reopened, nullptr);
+  auto latest = reopened->Latest();
+  ASSERT_TRUE(latest.ok()) << latest.status().ToString();
+  EXPECT_EQ(*latest, std::optional<int64_t>(1));
+}
+
 // A root deleted altogether: sync marks its rows deleted, as its help says.
 TEST_P(CatalogCliTest, SyncOfADeletedRootMarksItsRowsDeleted) {
   const std::string root = Root("doomed");
