@@ -14,19 +14,26 @@ def is_store(url):
     return url.lower().startswith("s3://")
 
 
+def _local_path(url):
+    """The folder of a local root (a path, or a file:// URL, whose escapes
+    the library decodes), else None."""
+    if "://" not in url:
+        return os.path.abspath(url)
+    if url.lower().startswith("file://"):
+        path = urllib.parse.unquote(url[len("file://"):])
+        if path.startswith("/"):  # file://host/path: the library's
+            return path
+    return None
+
+
 def missing(url, probe=True):
     """The path or URL of a root that does not exist, else None (it exists,
-    or is mem://). A local root (a path, or a file:// URL, whose escapes the
-    library decodes) by its folder; an s3:// root, whose prefix holds no
-    object (a mistyped one), by the library opening it without creating it,
-    when `probe` (else it is taken as missing until a read looks)."""
-    if "://" not in url:
-        path = os.path.abspath(url)
-    elif url.lower().startswith("file://"):
-        path = urllib.parse.unquote(url[len("file://"):])
-        if not path.startswith("/"):  # file://host/path: the library's
-            return None
-    elif is_store(url):
+    or is mem://). A local root by its folder; an s3:// root, whose prefix
+    holds no object (a mistyped one), by the library opening it without
+    creating it, when `probe` (else it is taken as missing until a read
+    looks)."""
+    path = _local_path(url)
+    if path is None and is_store(url):
         if not probe:
             return url
         try:
@@ -34,6 +41,34 @@ def missing(url, probe=True):
         except _errors.NotFound:
             return url
         return None
-    else:
+    if path is None:
         return None
     return None if os.path.exists(path) else path
+
+
+def not_a_ckpt_root(error, url, operation):
+    """`error` (ckpt.NotFound: no committed checkpoint, or no such step, in
+    `url`) of `operation`, or, where `url` is a local folder that DCP's own
+    FileSystemWriter wrote (its .metadata and *.distcp files; ckpt._dcp_files
+    reads that format), a NotFound saying so and how to convert it: without
+    that, "no committed checkpoint" reads as if the folder were empty."""
+    path = _local_path(url)
+    try:
+        names = os.listdir(path) if path is not None else []
+    except OSError:
+        return error
+    if ".metadata" not in names or not any(n.endswith(".distcp")
+                                           for n in names):
+        return error
+    if any(n == "LATEST" or n.startswith("step-") for n in names):
+        return error  # a ckpt root too (DCP files exported into it)
+    hint = _errors.NotFound(
+        f"{operation}: {path} holds a checkpoint written by "
+        f"torch.distributed.checkpoint's own writer (FileSystemWriter: "
+        f".metadata and .distcp files), not a ckpt root, so it has no "
+        f"committed ckpt checkpoint; convert it into a ckpt root with "
+        f"`ckpt import-dcp {path} NEW_ROOT --step N` (from Python: "
+        f"ckpt.torch.import_dcp({path!r}, NEW_ROOT, N)) and load NEW_ROOT, "
+        f"or read it with dcp.FileSystemReader")
+    hint.__cause__ = error
+    return hint

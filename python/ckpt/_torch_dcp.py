@@ -61,8 +61,8 @@ import threading
 import torch
 import torch.distributed as dist
 
-from ckpt import (_dtypes, _errors, _manager, _options, _torch_dist, _tree,
-                  _values)
+from ckpt import (_dtypes, _errors, _manager, _options, _roots, _torch_dist,
+                  _tree, _values)
 
 try:
     from torch.distributed.checkpoint import metadata as _md
@@ -411,13 +411,20 @@ class StorageReader(_Storage, _ReaderBase):
         blob a bytes item."""
         url, step = self._take()
         mgr = self._open(url, reading=True)
-        if step is None:
-            step = mgr.latest()
+        what = (f"dcp.load from {mgr.url}" if step is None else
+                f"dcp.load of step {step} from {mgr.url}")
+        try:
             if step is None:
-                raise _errors.NotFound(
-                    f"dcp.load from {mgr.url}: the root has no committed "
-                    f"checkpoint")
-        desc = mgr.describe(step)
+                step = mgr.latest()
+                if step is None:
+                    raise _errors.NotFound(
+                        f"{what}: the root has no committed checkpoint")
+            desc = mgr.describe(step)
+        except _errors.NotFound as e:
+            error = _roots.not_a_ckpt_root(e, mgr.url, what)
+            if error is e:
+                raise
+            raise error from e
         self._mgr, self._desc, self.step = mgr, desc, desc.info.step
         return _metadata(desc, _show_id(url, self.step))
 
@@ -540,7 +547,9 @@ class _Reads:
             e = stored.get(name)
             want = "blob" if item.type == LoadItemType.BYTE_IO else "tensor"
             if e is None or e.kind != want:
-                raise _errors.NotFound(
+                # Not NotFound, which reads as "no checkpoint yet": the
+                # state does not match the checkpoint.
+                raise _errors.InvalidArgument(
                     f"{where}: the checkpoint has no {want} entry {name!r}")
             if want == "blob":
                 self.state[name] = b""

@@ -69,8 +69,8 @@ from collections.abc import Mapping
 
 import torch
 
-from ckpt import (_dtypes, _errors, _manager, _resume, _torch_dist, _tree,
-                  _values)
+from ckpt import (_dtypes, _errors, _manager, _resume, _roots, _torch_dist,
+                  _tree, _values)
 from ckpt._consolidate import consolidate
 from ckpt._dcp_files import export_dcp, import_dcp
 from ckpt._torch_dcp import StorageReader, StorageWriter
@@ -141,13 +141,19 @@ def load(state_dict, root, step=None, *, communicator=None, strict=False,
 
     Tensors (and DTensors' and ShardedTensors' local shards) receive their
     bytes in place, at any world size and split; scalars, strings and bytes
-    are replaced in their dicts and lists; Stateful objects are filled and
-    then given load_state_dict(). Every tensor of `state_dict` must be in
-    the checkpoint with its dtype and global shape, and an nn.Module's
-    state_dict() must hold every entry the checkpoint has for it; with
-    strict=True the checkpoint may hold nothing else either. Raises
-    ckpt.NotFound when `root` has no committed checkpoint, or does not
-    exist.
+    are replaced in their dicts and lists, and so is a list or tuple of
+    plain values whose saved length differs (one holding tensors must have
+    the saved length); Stateful objects are filled and then given
+    load_state_dict(). Every entry of `state_dict` must be in the
+    checkpoint, tensors with their dtype and global shape, and an
+    nn.Module's state_dict() must hold every entry the checkpoint has for
+    it; with strict=True the checkpoint may hold nothing else either, nor
+    a list or tuple of another length. A state that does not fit raises
+    ckpt.InvalidArgument naming the root, the step and the entry. Raises
+    ckpt.NotFound only when there is nothing to load: `root` does not
+    exist, has no committed checkpoint (a folder of DCP's own
+    FileSystemWriter is named as such, with how to import it) or no step
+    `step`.
 
     A load either completes at one step or changes nothing: with
     transactional=True (the default) every entry is checked, then read
@@ -195,8 +201,9 @@ def load(state_dict, root, step=None, *, communicator=None, strict=False,
         outcome, error, staged = _OK, None, None
         try:
             desc = mgr.describe(s)
-            plan = _LoadPlan(desc)
+            plan = _LoadPlan(desc, mgr.url, strict)
             target = plan.target(state_dict, ())
+            plan.check_entries(target)
             staged = mgr._stage_into(target, desc, strict, transactional,
                                      plan.new_leaves)
         except _errors.DataLoss as e:
@@ -205,6 +212,10 @@ def load(state_dict, root, step=None, *, communicator=None, strict=False,
             # Deleted since the listing? (_resume.first_whole)
             outcome, error = (_GONE if resume and s is not None
                               else _FAILED), e
+            if outcome == _FAILED:
+                error = _roots.not_a_ckpt_root(
+                    e, mgr.url, where if s is None else
+                    f"load step {s} from {mgr.url}")
         except Exception as e:  # noqa: BLE001 - every rank learns of it
             outcome, error = _FAILED, e
         if group is not None:
@@ -352,13 +363,14 @@ class _LoadPlan:
     load_state_dict(), and values that load_into replaced in the copies of
     the caller's containers go back into the caller's own."""
 
-    def __init__(self, desc):
+    def __init__(self, desc, url, strict=False):
         self.stored = {e.name: e for e in desc.entries}
         tree = self.stored.get(_tree.TREE_ENTRY)
         self.tree = None
         if tree is not None and tree.kind == "metadata":
             self.tree = _tree_root(tree.json)
-        self.where = f"load step {desc.info.step}"
+        self.where = f"load step {desc.info.step} from {url}"
+        self.strict = strict
         # Run in order once the bytes are in, each given a list to which it
         # adds how to undo what it did.
         self.after = []
@@ -376,6 +388,10 @@ class _LoadPlan:
             out = {k: self.target(v, path + (k,)) for k, v in value.items()}
             self.after.append(lambda undo: _put_back(value, out, undo))
             return out
+        if isinstance(value, (list, tuple)):
+            resized = self._resized(value, path)
+            if resized is not None:
+                return resized
         if isinstance(value, list):
             out = [self.target(v, path + (i,)) for i, v in enumerate(value)]
             self.after.append(lambda undo: _put_back(value, out, undo))
@@ -415,10 +431,14 @@ class _LoadPlan:
                 _shard_new_moments(obj, state, self.new_leaves)
             missing = sorted(set(mine) - stored)
             if missing:
-                raise _errors.NotFound(
+                # InvalidArgument, not NotFound: a caller that starts afresh
+                # on NotFound (no checkpoint yet) must not do so when its
+                # model changed.
+                raise _errors.InvalidArgument(
                     f"{self.where}: the checkpoint has no entry "
                     f"{missing[0]!r} of {_show(path)}'s state_dict() "
-                    f"({len(missing)} missing)")
+                    f"({len(missing)} missing: a different model?); "
+                    f"nothing was changed")
         # Else (no tree: a checkpoint from C++) what the object has.
         target = self.target(state, path)
 
@@ -432,6 +452,54 @@ class _LoadPlan:
 
         self.after.append(load_state)
         return target
+
+    def _resized(self, value, path):
+        """The saved list or tuple at `path` built anew, where its length
+        differs from the caller's `value` and it holds plain values only
+        (as a scalar, it is then replaced); None where the lengths agree
+        (or the checkpoint describes no list or tuple there: the entries
+        then say what is missing). Tensors load into the state's own, so
+        a container of them must have the saved length."""
+        node = _subtree(self.tree, path)
+        if not isinstance(node, dict) or len(node) != 1:
+            return None
+        [(kind, children)] = node.items()
+        if kind not in ("list", "tuple") or len(children) == len(value):
+            return None
+        what = (f"{self.where}: entry {_show(path)} is a {kind} of "
+                f"{len(children)} items in the checkpoint, the state's has "
+                f"{len(value)}")
+        if self.strict:
+            raise _errors.InvalidArgument(
+                f"{what} (a strict load takes the state as it was saved); "
+                f"nothing was changed")
+        tensors = [n for n in _leaf_names(node, path)
+                   if n in self.stored and self.stored[n].kind == "tensor"]
+        if tensors or _loads_in_place(value):
+            raise _errors.InvalidArgument(
+                f"{what}, and it holds tensors or arrays, which load in "
+                f"place into the state's own: give the state one of "
+                f"{len(children)} items; nothing was changed")
+        return _build(node, self, {}, set())
+
+    def check_entries(self, target):
+        """Raises before anything is read where `target` holds an entry the
+        checkpoint lacks, or (strict) the checkpoint one that it lacks:
+        ckpt.InvalidArgument naming the root, not the library's NotFound,
+        which a caller takes for "no checkpoint yet"."""
+        names = {name for name, _, _ in _tree.flatten(target)[0]}
+        missing = sorted(names - set(self.stored))
+        if missing:
+            raise _errors.InvalidArgument(
+                f"{self.where}: the checkpoint has no entry {missing[0]!r} "
+                f"of the state ({len(missing)} missing: a different model "
+                f"or state?); nothing was changed")
+        extra = sorted(set(self.stored) - names - {_tree.TREE_ENTRY})
+        if self.strict and extra:
+            raise _errors.InvalidArgument(
+                f"{self.where}: strict load: the state has no entry "
+                f"{extra[0]!r} of the checkpoint ({len(extra)} such); "
+                f"nothing was changed")
 
     def new_leaf(self, name):
         """An empty value for entry `name`, which load_into fills."""
@@ -533,7 +601,10 @@ def _leaf_names(node, path):
 def _restored(mine, loaded):
     """The caller's value `mine` after the load: itself where its memory
     was filled (tensors, sharded tensors, containers put back on their
-    own), else the loaded value; a tuple is rebuilt."""
+    own), else the loaded value; a tuple is rebuilt, and a list or tuple
+    of another length than the saved one replaced (_LoadPlan._resized)."""
+    if isinstance(mine, (list, tuple)) and len(mine) != len(loaded):
+        return loaded
     if isinstance(mine, tuple):
         items = [_restored(m, v) for m, v in zip(mine, loaded)]
         if hasattr(mine, "_fields"):  # a namedtuple
@@ -548,6 +619,21 @@ def _restored(mine, loaded):
             and not _values.is_numpy_scalar(mine)):
         return mine
     return loaded
+
+
+def _loads_in_place(value):
+    """Whether `value` holds anything a load fills in place rather than
+    replaces: a tensor, an array, a Stateful object, a RankLocal value."""
+    if isinstance(value, Mapping) and not isinstance(value, _tree.Metadata):
+        return any(_loads_in_place(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_loads_in_place(v) for v in value)
+    return (isinstance(value, (torch.Tensor, _values.RankLocal))
+            or _is_stateful(value) or _is_dtensor(value)
+            or _is_sharded_tensor(value)
+            or _values._buffer.has_buffer(value)
+            and not isinstance(value, (bytes, bytearray))
+            and not _values.is_numpy_scalar(value))
 
 
 def _tree_root(text):

@@ -251,6 +251,47 @@ def test_manager_options_pass_through(tmp_path):
         ct.StorageWriter(root, keep_lats=2)
 
 
+@one_process
+def test_a_folder_of_dcps_own_writer_is_named_with_how_to_import_it(
+        tmp_path):
+    # "no committed checkpoint" alone reads as an empty root: the message
+    # says what the folder is and how to make a ckpt root of it.
+    written = str(tmp_path / "dcp-run")
+    dcp.save(small_state(1), storage_writer=dcp.FileSystemWriter(written))
+    assert sorted(os.listdir(written)) == [".metadata", "__0_0.distcp"]
+    hint = (rf"{written} holds a checkpoint written by "
+            rf"torch\.distributed\.checkpoint's own writer .*not a ckpt "
+            rf"root.*ckpt import-dcp {written} NEW_ROOT --step N.*"
+            rf"ckpt\.torch\.import_dcp\(")
+    state = small_state(0)
+    with pytest.raises(ckpt.NotFound,
+                       match=rf"load of the newest step of {written}: {hint}"):
+        ct.load(state, written)
+    with pytest.raises(ckpt.NotFound, match=rf"load step 1 from .*{hint}"):
+        ct.load(state, written, 1)
+    same(state, small_state(0))
+    for checkpoint_id in (None, 1):
+        with pytest.raises(BaseException, match=f"dcp.load .*{hint}"):
+            loaded(ct.StorageReader(written), checkpoint_id)
+    # The route the message gives works.
+    ct.import_dcp(written, str(tmp_path / "root"), 1)
+    same(loaded(ct.StorageReader(str(tmp_path / "root"))), small_state(1))
+
+
+@one_process
+def test_a_state_that_does_not_fit_a_dcp_step_is_no_missing_checkpoint(
+        tmp_path):
+    root = str(tmp_path / "run")
+    dcp.save(small_state(1), storage_writer=ct.StorageWriter(root))
+    state = small_state(0)
+    state["extra"] = torch.zeros(2)
+    with pytest.raises(ckpt.InvalidArgument,
+                       match=rf"load step 1 from {root}: the checkpoint has "
+                             rf"no entry 'extra'.*nothing was changed"):
+        ct.load(state, root)
+    same({k: v for k, v in state.items() if k != "extra"}, small_state(0))
+
+
 @pytest.fixture
 def s3_bucket(tmp_path, monkeypatch):
     """An emulated S3 server (moto's, src/testing/moto_s3.py) with an empty

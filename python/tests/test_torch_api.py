@@ -156,8 +156,82 @@ def test_what_load_cannot_match_is_refused(root):
     ct.save({"model": model}, root, 2)
     bigger = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(),
                                  torch.nn.Linear(8, 3), torch.nn.Linear(3, 1))
-    with pytest.raises(ckpt.NotFound, match=r"model\.3\.bias|model\.3\."):
+    with pytest.raises(ckpt.InvalidArgument,
+                       match=r"model\.3\.bias|model\.3\."):
         ct.load({"model": bigger}, root)
+
+
+def test_a_state_the_checkpoint_does_not_fit_is_no_missing_checkpoint(root):
+    # `except ckpt.NotFound: start afresh` must not catch a changed model:
+    # a mismatch is InvalidArgument naming the root, the step and the entry.
+    model, _ = model_and_adam(0)
+    ct.save({"model": model, "w": torch.ones(2)}, root, 1)
+    bigger = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(),
+                                 torch.nn.Linear(8, 3), torch.nn.Linear(3, 1))
+    before = {k: v.clone() for k, v in bigger.state_dict().items()}
+    w = torch.zeros(2)
+    for state, strict, entry in (
+            ({"model": bigger, "w": w}, False, "model.3.bias"),
+            ({"model": model, "w": w, "new": torch.zeros(1)}, False, "new"),
+            ({"model": model, "w": w, "new": torch.zeros(1)}, True, "new"),
+            ({"model": model}, True, "w")):
+        with pytest.raises(ckpt.InvalidArgument) as e:
+            ct.load(state, root, strict=strict)
+        assert not isinstance(e.value, ckpt.NotFound)
+        assert f"load step 1 from {root}: " in str(e.value)
+        assert repr(entry) in str(e.value), str(e.value)
+        assert "nothing was changed" in str(e.value)
+    assert torch.equal(w, torch.zeros(2))
+    for k, v in bigger.state_dict().items():
+        assert same_bits(v, before[k]), k
+    # NotFound stays for what is not there: a step, a root.
+    with pytest.raises(ckpt.NotFound, match="step 9"):
+        ct.load({"w": w}, root, 9)
+    with pytest.raises(ckpt.NotFound, match="does not exist"):
+        ct.load({"w": w}, root + "-typo")
+
+
+def test_a_list_or_tuple_of_another_length_is_replaced_as_a_scalar_is(root):
+    saved = {"t": (1, 2), "hist": [0.5, 0.25, 0.125],
+             "nested": {"seen": [[1, 2], ("a", b"b", None)]}}
+    ct.save(saved, root, 1)
+    for mine in ({"t": (), "hist": [], "nested": {"seen": []}},
+                 {"t": (0,), "hist": [0.0], "nested": {"seen": [[0], ()]}},
+                 {"t": (0, 0, 0), "hist": [0.0] * 5,
+                  "nested": {"seen": [[0, 0, 0], ("", b"", None, 4)]}}):
+        ct.load(mine, root)
+        assert mine == saved
+        assert type(mine["t"]) is tuple and type(mine["hist"]) is list
+    # strict=True takes the state as saved: another length is refused.
+    state = {"t": (), "hist": [0.5, 0.25, 0.125],
+             "nested": {"seen": [[1, 2], ("a", b"b", None)]}}
+    with pytest.raises(ckpt.InvalidArgument, match="entry t is a tuple of 2"):
+        ct.load(state, root, strict=True)
+    assert state["t"] == ()
+
+
+def test_tensors_in_a_list_of_another_length_refuse_and_change_nothing(root):
+    ct.save({"n": 3, "params": [torch.ones(2), torch.full((3,), 2.0)],
+             "pair": (torch.ones(1), 1)}, root, 1)
+    first = torch.zeros(2)
+    for name, state in (
+            ("params", {"n": 0, "params": [first],
+                        "pair": (torch.ones(1), 1)}),
+            ("params", {"n": 0, "params": [], "pair": (torch.ones(1), 1)}),
+            ("pair", {"n": 0, "params": [first, torch.zeros(3)],
+                      "pair": (torch.zeros(1), 1, 2)})):
+        params, pair = state["params"], state["pair"]
+        with pytest.raises(ckpt.InvalidArgument) as e:
+            ct.load(state, root)
+        message = str(e.value)
+        assert message.startswith(
+            f"load step 1 from {root}: entry {name} is a")
+        assert "nothing was changed" in message
+        # All or nothing: not even the scalar beside it was loaded.
+        assert state["n"] == 0 and state["params"] is params
+        assert state["pair"] is pair and len(params) in (0, 1, 2)
+        assert torch.equal(first, torch.zeros(2))
+        assert all(not p.any() for p in params[1:])
 
 
 def test_a_manager_passed_in_is_used_with_its_options(root):

@@ -210,10 +210,13 @@ def sharded_state(rank, size, model, opt, save_layout):
                                                          dtype=torch.float64)
     rows = rows_whole() if save_layout else torch.zeros(3, 3,
                                                         dtype=torch.int32)
+    # Plain lists and tuples of another length than saved are replaced.
     return {"model": model, "optim": opt,
             "sharded": {"w2": sd.distribute(w2, mesh, placements),
                         "rows": sd.chunk_rows(rows, rank, size)},
-            "step": 5 if save_layout else 0}
+            "step": 5 if save_layout else 0,
+            "hist": [0.5, 0.25, 0.125] if save_layout else [],
+            "pair": (1, "two") if save_layout else (0,)}
 
 
 def tsave(root, rank, size):
@@ -233,6 +236,8 @@ def tload(root, rank, size):
     info = ct.load(state, root)
     if info.step != 6 or state["step"] != 5:
         fail(rank, f"loaded step {info.step}, step entry {state['step']}")
+    if state["hist"] != [0.5, 0.25, 0.125] or state["pair"] != (1, "two"):
+        fail(rank, f"loaded hist {state['hist']}, pair {state['pair']}")
     ref_model, ref_opt = trained_model(3)
     for (name, got), want in zip(model.state_dict().items(),
                                  ref_model.state_dict().values()):
@@ -281,6 +286,8 @@ def trefused(root, rank, size):
     if state["step"] != 0 or not same_bits(state["sharded"]["w2"].to_local(),
                                            w2):
         fail(rank, "the state changed")
+    if state["hist"] != [] or state["pair"] != (0,):
+        fail(rank, "the lists and tuples changed")
 
 
 def real(root, rank, size):
