@@ -1,7 +1,6 @@
 """CheckpointManager: the Python face of ckpt::CheckpointManager."""
 
 import json
-import numbers
 import os
 import warnings
 import weakref
@@ -12,7 +11,9 @@ from ckpt import (_device, _errors, _manager_handle, _resume, _roots, _state,
 from ckpt._fill import stage_into
 from ckpt._load_memory import LoadMemory
 from ckpt._pending_saves import PendingSaves, report_unclosed
-from ckpt._save_options import compression_arguments, save_compression
+from ckpt._save_options import (compression_arguments, metric_name,
+                                 metric_value, name_the_save,
+                                 save_compression)
 from ckpt._tiers import Tiers
 
 
@@ -638,7 +639,7 @@ class CheckpointManager:
             raise _errors.InvalidArgument(
                 f"metrics must map str to numbers, not be a "
                 f"{type(metrics).__name__}")
-        metrics = {_metric_name(k): _metric_value(k, v)
+        metrics = {metric_name(k): metric_value(k, v)
                    for k, v in metrics.items()}
         texts = [(f"metadata key {k!r}", k) for k in metadata]
         texts += [(f"metadata[{k!r}]", v) for k, v in metadata.items()]
@@ -648,44 +649,6 @@ class CheckpointManager:
             if problem is not None:
                 raise _errors.InvalidArgument(f"{what}: {problem}")
         return (-1 if epoch is None else epoch, dict(metrics), dict(metadata))
-
-
-def name_the_save(error, step, url):
-    """Prefixes the message of `error`, a ckpt.Error that a save of `step`
-    to the root `url` raised, with "save step N to ROOT: ", unless it names
-    the root already (the library's errors of a save mostly do: "save step
-    N in ROOT: ..."). The checks of the state, the metadata and the
-    entries' names know the entry, not the call they were made for."""
-    text = str(error)
-    if text.startswith(f"save step {step} ") or url in text:
-        return
-    # The same exception, its class and traceback kept: only the words.
-    error.args = (f"save step {step} to {url}: {text}",) + error.args[1:]
-
-
-def _metric_name(key):
-    if not isinstance(key, str):
-        raise _errors.InvalidArgument(
-            f"metrics must map str to numbers: the key {key!r} is a "
-            f"{type(key).__name__}")
-    return key
-
-
-def _metric_value(key, value):
-    """A metric as a float: a Python, NumPy or 0-d tensor number."""
-    if isinstance(value, numbers.Real):  # bool, int, float, NumPy's
-        return float(value)
-    if getattr(value, "ndim", None) == 0 and callable(
-            getattr(value, "item", None)):  # a 0-d tensor or array
-        item = value.item()
-        if isinstance(item, numbers.Real):
-            return float(item)
-    shape = getattr(value, "shape", None)
-    told = f" of shape {list(shape)}" if shape is not None else ""
-    raise _errors.InvalidArgument(
-        f"metrics[{key!r}] is a {type(value).__module__}."
-        f"{type(value).__qualname__}{told}, not a number (metrics take "
-        f"int, float, NumPy scalars and 0-d tensors)")
 
 
 def _require_torch(call):

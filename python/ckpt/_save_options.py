@@ -1,7 +1,9 @@
-"""The options of one save (ckpt_save_options_t) and the check of a step
-number, shared by the manager's saves and the tiers'.
+"""The options of one save (ckpt_save_options_t), the check of a step
+number and of the metrics, shared by the manager's saves and the tiers';
+and how a save's error names the save.
 """
 
+import numbers
 import operator
 
 from ckpt._errors import InvalidArgument
@@ -82,3 +84,41 @@ class _SaveOptions(_Owned):
             _call(_lib.ckpt_save_options_set_dirty_rows, h,
                   _encode(name, "dirty_rows name"), _int64s(flat),
                   len(flat) // 2)
+
+
+def name_the_save(error, step, url):
+    """Prefixes the message of `error`, a ckpt.Error that a save of `step`
+    to the root `url` raised, with "save step N to ROOT: ", unless it names
+    the root already (the library's errors of a save mostly do: "save step
+    N in ROOT: ..."). The checks of the state, the metadata and the
+    entries' names know the entry, not the call they were made for."""
+    text = str(error)
+    if text.startswith(f"save step {step} ") or url in text:
+        return
+    # The same exception, its class and traceback kept: only the words.
+    error.args = (f"save step {step} to {url}: {text}",) + error.args[1:]
+
+
+def metric_name(key):
+    if not isinstance(key, str):
+        raise InvalidArgument(
+            f"metrics must map str to numbers: the key {key!r} is a "
+            f"{type(key).__name__}")
+    return key
+
+
+def metric_value(key, value):
+    """A metric as a float: a Python, NumPy or 0-d tensor number."""
+    if isinstance(value, numbers.Real):  # bool, int, float, NumPy's
+        return float(value)
+    if getattr(value, "ndim", None) == 0 and callable(
+            getattr(value, "item", None)):  # a 0-d tensor or array
+        item = value.item()
+        if isinstance(item, numbers.Real):
+            return float(item)
+    shape = getattr(value, "shape", None)
+    told = f" of shape {list(shape)}" if shape is not None else ""
+    raise InvalidArgument(
+        f"metrics[{key!r}] is a {type(value).__module__}."
+        f"{type(value).__qualname__}{told}, not a number (metrics take "
+        f"int, float, NumPy scalars and 0-d tensors)")

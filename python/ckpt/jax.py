@@ -36,7 +36,8 @@ core ckpt.CheckpointManager under mpirun is the way for many.
 
 import jax  # noqa: F401 - without JAX, `import ckpt.jax` fails at once
 
-from ckpt import _errors, _jax_restore, _jax_tree, _manager
+from ckpt import (_errors, _jax_restore, _jax_tree, _manager,
+                  _save_options)
 
 __all__ = ["CheckpointManager"]
 
@@ -119,7 +120,7 @@ class CheckpointManager:
             state = _jax_tree.plain(pytree,
                                     _jax_tree.saved_leaf(self._async))
         except _errors.Error as e:
-            _manager.name_the_save(e, step, self.url)
+            _save_options.name_the_save(e, step, self.url)
             raise
         if not isinstance(state, dict):
             raise _errors.InvalidArgument(
