@@ -289,7 +289,9 @@ class CheckpointManager:
         committed step that does not (damaged: load() skipped it) is
         replaced in one atomic commit, with a warning on stderr, and the
         result's `replaced` says so (only the holder of the root's lease
-        replaces: with lease_seconds=0 it is AlreadyExists).
+        replaces: with lease_seconds=0 it is AlreadyExists); so is one
+        whose data files' safetensors headers alone are damaged, which
+        load() does not read but other safetensors readers do.
 
         incremental=True writes only the chunks that differ from the newest
         committed checkpoint and references the others (the new checkpoint

@@ -48,8 +48,9 @@ class SaveResult(_Record):
     """What a save did: skipped (True when min_seconds_between_saves
     skipped it), info (the committed checkpoint), deleted_steps (removed by
     retention after the save), replaced (True when the step was committed
-    but did not load whole, and this save replaced it) and
-    replaced_because (why it did not; "" otherwise)."""
+    but damaged, and this save replaced it: it did not load whole, or its
+    data files' safetensors headers alone were damaged) and
+    replaced_because (what was damaged; "" otherwise)."""
 
     _fields = ("skipped", "info", "deleted_steps", "replaced",
                "replaced_because")

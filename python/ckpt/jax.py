@@ -112,7 +112,10 @@ class CheckpointManager:
         and ends with that error, naming its step (no step is lost
         unseen). `metrics` (str ->
         float: keep_best), `epoch` and `metadata` (str -> str) go into the
-        manifest. A committed step that loads whole is ckpt.AlreadyExists.
+        manifest. A committed step that loads whole is ckpt.AlreadyExists
+        (one whose data files' safetensors headers alone are damaged is
+        replaced, with a warning: restore() reads no header, other
+        safetensors readers do).
         """
         if not force and step % self._interval:
             return False

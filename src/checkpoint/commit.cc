@@ -440,7 +440,7 @@ SaveOutcome Committer::Commit(int64_t step, const SaveOptions& save,
     return failed(s.WithContext(op), true);
   }
   if (decision.replace) {
-    LogWarning(op + ": step " + std::to_string(step) + " did not load whole (" +
+    LogWarning(op + ": step " + std::to_string(step) + " was damaged (" +
                decision.replace_because + "); this save replaced it");
   }
   SaveOutcome outcome;

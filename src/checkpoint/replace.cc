@@ -83,6 +83,16 @@ Result<std::string> StepJudge::Damage(int64_t step,
         damage += " (and " + std::to_string(report->problems.size() - 1) +
                   " more problems)";
       }
+      // It loads whole (a load reads no header), but other safetensors
+      // readers of its files would fail: replaced all the same, and said
+      // so, so that nobody reads "did not load" of a step that loads.
+      if (report->header_only) {
+        damage =
+            "its data files' safetensors headers alone are damaged, "
+            "which a load does not read but other safetensors readers "
+            "do: " +
+            damage;
+      }
     }
   } else if (NewerVersion(report.status())) {
     // Most likely a newer ckpt's step, not a damaged one: never replaced by

@@ -111,7 +111,7 @@ void ReplaceTest::ExpectReplaced(bool loaded_first) {
   EXPECT_TRUE(saved->replaced);
   EXPECT_TRUE(Contains(saved->replaced_because, "checksum"))
       << saved->replaced_because;
-  EXPECT_TRUE(Contains(err, "step 3 did not load whole")) << err;
+  EXPECT_TRUE(Contains(err, "step 3 was damaged")) << err;
   EXPECT_TRUE(Contains(err, "this save replaced it")) << err;
 
   // Whole now, with the new bytes, and nothing of the old attempt left.
@@ -125,6 +125,51 @@ void ReplaceTest::ExpectReplaced(bool loaded_first) {
   Result<GcReport> garbage = other->GarbageCollect({.dry_run = true});
   ASSERT_TRUE(garbage.ok()) << garbage.status().ToString();
   EXPECT_EQ(garbage->deleted_objects, std::vector<std::string>());
+}
+
+// A step whose data files' safetensors headers alone are damaged loads
+// whole (a load reads no header), but other readers of its files fail: a
+// save of it replaces it, and says what was damaged rather than that it
+// did not load.
+TEST_P(ReplaceTest, AStepWhoseHeadersAloneAreDamagedIsReplacedSayingSo) {
+  {
+    auto mgr = Open();
+    for (int s = 1; s <= 3; ++s) {
+      ASSERT_TRUE(mgr->Save(s, SeededModel(s).ToState()).ok());
+    }
+  }
+  {
+    auto storage = root_.Open();
+    ASSERT_TRUE(storage.ok());
+    Result<std::vector<ObjectInfo>> listed = (*storage)->List(
+        format::ManifestKey(3).substr(0, format::ManifestKey(3).find('/') + 1));
+    ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+    int damaged = 0;
+    for (const ObjectInfo& o : *listed) {
+      if (!o.key.ends_with(".safetensors")) continue;
+      Result<std::string> bytes = (*storage)->ReadAll(o.key);
+      ASSERT_TRUE(bytes.ok() && bytes->size() > 8 && (*bytes)[8] == '{');
+      (*bytes)[8] = 'z';  // the header's JSON no longer parses
+      ASSERT_TRUE((*storage)->PutString(o.key, *bytes).ok());
+      ++damaged;
+    }
+    ASSERT_GT(damaged, 0);
+  }
+  auto mgr = Open();
+  ExpectResumesFrom(*mgr, 3);
+  ::testing::internal::CaptureStderr();
+  Result<SaveResult> saved = mgr->Save(3, SeededModel(33).ToState());
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+  EXPECT_TRUE(saved->replaced);
+  EXPECT_TRUE(Contains(saved->replaced_because, "safetensors headers alone"))
+      << saved->replaced_because;
+  EXPECT_TRUE(Contains(err, "step 3 was damaged")) << err;
+  EXPECT_FALSE(Contains(err, "did not load")) << err;
+  ExpectLoads(*mgr, 3, SeededModel(33));
+  Result<VerifyReport> report = mgr->Verify(3);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_TRUE(report->ok()) << report->problems.front();
 }
 
 TEST_P(ReplaceTest, ASaveReplacesADamagedStepItsLoadSkipped) {

@@ -280,8 +280,8 @@ Status JobRunner::Impl::SaveNow(bool in_epoch, bool finished) {
     CKPT_ASSIGN_OR_RETURN(SaveResult saved,
                           manager_.Save(ctx_.step_, state, so));
     if (saved.replaced) {
-      Log("replacing step " + std::to_string(ctx_.step_) +
-          ", which does not load whole");
+      Log("replaced step " + std::to_string(ctx_.step_) +
+          ", which was damaged: " + saved.replaced_because);
     }
     skipped = saved.skipped;
   }
