@@ -1117,6 +1117,30 @@ TEST_F(CliTest, GcKeepLast) {
   EXPECT_EQ(CommittedSteps(root_), (std::vector<int64_t>{3, 4}));
 }
 
+// gc and delete only mark rows of a catalog: where the default catalog
+// does not exist yet they make none, and neither does a dry run, nor a
+// command that fails before it deletes (a folder that holds no root, a
+// step that is not there).
+TEST_F(CliTest, GcAndDeleteMakeNoDefaultCatalog) {
+  SaveSteps({1, 2, 3});
+  const std::string catalog = Path("state/ckpt/catalog.sqlite");
+  fs::create_directories(Path("notes"));
+  setenv("CKPT_CATALOG", catalog.c_str(), 1);
+  const RunResult dry = Ckpt({"gc", root_, "--keep-last", "1", "--dry-run"});
+  const RunResult no_root = Ckpt({"gc", Path("notes")});
+  const RunResult no_step = Ckpt({"delete", root_, "--step", "99"});
+  const RunResult real = Ckpt({"gc", root_, "--keep-last", "2"});
+  setenv("CKPT_CATALOG", "none", 1);
+  EXPECT_EQ(dry.exit_code, 0) << dry.err;
+  EXPECT_TRUE(Contains(dry.out, "would delete step 1")) << dry.out;
+  EXPECT_EQ(no_root.exit_code, 1);
+  EXPECT_EQ(no_step.exit_code, 1);
+  EXPECT_EQ(real.exit_code, 0) << real.err;
+  EXPECT_FALSE(Contains(real.err, "warning")) << real.err;
+  EXPECT_EQ(CommittedSteps(root_), (std::vector<int64_t>{2, 3}));
+  EXPECT_FALSE(fs::exists(Path("state"))) << "a catalog was made";
+}
+
 // gc and delete on a folder that holds no checkpoint root (a mistyped
 // path) refuse, naming it, and write nothing there (no lease file); a
 // root whose steps are all gone is still one.

@@ -112,24 +112,31 @@ Result<std::unique_ptr<CheckpointManager>> OpenRoot(const std::string& root,
 
 Result<std::unique_ptr<CheckpointManager>> OpenRootWithCatalog(
     const std::string& root, bool create, const std::string& catalog_url,
-    const LeaseArgs& lease, ByteProgressFn progress) {
+    const LeaseArgs& lease, ByteProgressFn progress, bool dry_run) {
   Options options;
   options.create = create;
   options.lease_wait_seconds = lease.wait_seconds;
   options.break_lease = lease.break_lease;
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Storage> storage,
+                        OpenStorageFor(root, create, std::move(progress)));
+  if (!create) CKPT_RETURN_IF_ERROR(RefuseFolderWithoutRoot(*storage, root));
+  if (dry_run) {
+    return CheckpointManager::Open(std::move(storage), std::move(options));
+  }
   Result<std::unique_ptr<Catalog>> catalog =
-      OpenCatalog(catalog_url.empty() ? DefaultCatalogUrl() : catalog_url);
+      OpenCatalog(catalog_url.empty() ? DefaultCatalogUrl() : catalog_url,
+                  {.must_exist = catalog_url.empty() && !create});
   if (catalog.ok()) {
     options.catalog = std::move(catalog).value();
+  } else if (catalog_url.empty() && !create &&
+             catalog.status().code() == ErrorCode::kNotFound) {
+    // No default catalog yet: no row of this root to mark deleted.
   } else if (catalog_url.empty()) {
     fmt::print(stderr, "ckpt: warning: not recording in the catalog: {}\n",
                catalog.status().ToString());
   } else {
     return catalog.status();
   }
-  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Storage> storage,
-                        OpenStorageFor(root, create, std::move(progress)));
-  if (!create) CKPT_RETURN_IF_ERROR(RefuseFolderWithoutRoot(*storage, root));
   return CheckpointManager::Open(std::move(storage), std::move(options));
 }
 

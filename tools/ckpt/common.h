@@ -26,7 +26,11 @@ Result<std::unique_ptr<CheckpointManager>> OpenRoot(
 // `catalog_url` (empty: DefaultCatalogUrl()) records what they do. A default
 // catalog that cannot be opened is only a warning (storage holds the work;
 // `ckpt catalog sync` catches the catalog up); one the user named is an
-// error.
+// error. The root is opened (and a folder without one refused) before the
+// catalog, so a command that fails there creates no catalog. A command
+// that only deletes (`create` false) uses the default catalog only where
+// it exists already (a catalog made now would hold no row to mark
+// deleted), and a `dry_run` none at all (it records nothing).
 // How a command that writes takes the root's lease (docs/concurrency.md).
 struct LeaseArgs {
   double wait_seconds = 0;   // --lease-wait: 0 refuses at once
@@ -34,7 +38,7 @@ struct LeaseArgs {
 };
 Result<std::unique_ptr<CheckpointManager>> OpenRootWithCatalog(
     const std::string& root, bool create, const std::string& catalog_url,
-    const LeaseArgs& lease, ByteProgressFn progress = {});
+    const LeaseArgs& lease, ByteProgressFn progress = {}, bool dry_run = false);
 // Adds --catalog URL (empty: the default catalog).
 CLI::Option* AddCatalogOption(CLI::App& app, std::string& url);
 // Adds --lease-wait SECONDS and --break-lease.

@@ -62,7 +62,7 @@ Status RunGc(const GcArgs& args) {
   CKPT_ASSIGN_OR_RETURN(
       auto manager,
       OpenRootWithCatalog(args.root, /*create=*/false, args.catalog, args.lease,
-                          std::move(progress)));
+                          std::move(progress), args.dry_run));
   // Always pass the policy: with no retention flag it is all-off, and GC
   // removes only dead attempts, whatever the manager's default would be.
   if (draw) {
@@ -144,7 +144,7 @@ Status RunDelete(const DeleteArgs& args) {
   CKPT_ASSIGN_OR_RETURN(
       auto manager,
       OpenRootWithCatalog(args.root, /*create=*/false, args.catalog, args.lease,
-                          std::move(progress)));
+                          std::move(progress), args.dry_run));
   if (draw) {
     // Only for the bar: should it fail, the delete says why.
     Result<DeleteReport> planned = manager->Delete(
