@@ -866,6 +866,37 @@ TEST_F(CliTest, ImportThenExportRoundTrips) {
                                    "original.safetensors", "root"}));
 }
 
+// An export killed while it writes (Ctrl-C in the middle of a large one,
+// here the file-size limit's SIGXFSZ) leaves nothing in the folder: it
+// writes an unnamed file and names it only once whole.
+TEST_F(CliTest, AnExportKilledWhileItWritesLeavesNothingBehind) {
+  {
+    auto manager = OpenManager(root_);
+    ASSERT_NE(manager, nullptr);
+    std::vector<float> big(1 << 20, 0.5f);  // 4 MiB
+    State state;
+    state.AddTensor(
+        "big", View(std::span<float>(big), {static_cast<int64_t>(big.size())}));
+    ASSERT_TRUE(manager->Save(1, state).ok());
+  }
+  const fs::path out = dir_ / "out";
+  fs::create_directories(out);
+  // 256 blocks of 512 bytes (sh's unit): the first MiB at most.
+  RunResult r = RunProgram(
+      "/bin/sh", {"-c", "ulimit -f 256 && exec \"$0\" export \"$1\" \"$2\"",
+                  CKPT_CLI_PATH, root_, (out / "model.safetensors").string()});
+  EXPECT_NE(r.exit_code, 0) << r.out << r.err;
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(out)) {
+    left.push_back(e.path().filename().string());
+  }
+  EXPECT_EQ(left, std::vector<std::string>()) << r.err;
+  // Unlimited, the same export is whole.
+  r = Ckpt({"export", root_, (out / "model.safetensors").string()});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_GT(fs::file_size(out / "model.safetensors"), uint64_t{4} << 20);
+}
+
 TEST_F(CliTest, ExportThenImportKeepsBlobsAndMetadata) {
   SaveSteps({3});
   const std::string file = Path("out.safetensors");

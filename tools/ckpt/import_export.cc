@@ -267,17 +267,30 @@ Status SyncDirectoryOf(const std::string& path) {
 }
 
 // Writes `parts` to `path` so that a reader sees either no file or the whole
-// one: into a temporary file beside it, fsynced, then moved into place.
-// Without `force` the move is link(2), which fails if `path` appeared in the
-// meantime rather than replacing it. `bar` follows the bytes written.
+// one: into a file with no name in `path`'s folder (O_TMPFILE), fsynced,
+// then given its name, so that an export killed or interrupted on the way
+// (Ctrl-C in the middle of a large one) leaves nothing behind. Without
+// `force` the naming is linkat(2), which fails if `path` appeared in the
+// meantime rather than replacing it; with `force` the file is named
+// beside it first and renamed over it. A file system without O_TMPFILE
+// gets a named temporary beside `path` instead (removed on failure, not on
+// a kill). `bar` follows the bytes written.
 Status WriteFileAtomically(const std::string& path,
                            const std::vector<std::string_view>& parts,
                            bool force, ProgressBar* bar) {
   const std::string tmp = path + ".tmp-" + std::to_string(getpid());
-  const std::string what = Quote(tmp);
-  const int fd =
-      open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError(errno, "create " + what);
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  int fd = open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+  const bool unnamed = fd >= 0;
+  const std::string what =
+      unnamed
+          ? "an unnamed file in " + Quote(dir.string()) + " for " + Quote(path)
+          : Quote(tmp);
+  if (!unnamed) {
+    fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) return ErrnoError(errno, "create " + what);
+  }
   Status status;
   uint64_t done = 0;
   auto written = [&](uint64_t n) {
@@ -290,12 +303,30 @@ Status WriteFileAtomically(const std::string& path,
   }
   if (status.ok() && fsync(fd) != 0)
     status = ErrnoError(errno, "fsync " + what);
+  // The unnamed file gets its name (the temporary's, with force) while
+  // still open: through /proc, which needs no privilege (AT_EMPTY_PATH
+  // would).
+  bool named = !unnamed;
+  if (status.ok() && unnamed) {
+    const std::string self = "/proc/self/fd/" + std::to_string(fd);
+    const std::string& name = force ? tmp : path;
+    if (linkat(AT_FDCWD, self.c_str(), AT_FDCWD, name.c_str(),
+               AT_SYMLINK_FOLLOW) == 0) {
+      named = true;
+    } else {
+      status = errno == EEXIST && !force
+                   ? AlreadyExistsError(Quote(path) +
+                                        " exists (use --force to overwrite)")
+                   : ErrnoError(errno, "link " + what + " to " + Quote(name));
+    }
+  }
   if (close(fd) != 0 && status.ok())
     status = ErrnoError(errno, "close " + what);
-  if (status.ok()) {
+  if (status.ok() && (force || !unnamed)) {
     if (force) {
       if (rename(tmp.c_str(), path.c_str()) != 0) {
-        status = ErrnoError(errno, "rename " + what + " to " + Quote(path));
+        status =
+            ErrnoError(errno, "rename " + Quote(tmp) + " to " + Quote(path));
       }
     } else if (link(tmp.c_str(), path.c_str()) != 0) {
       status = errno == EEXIST
@@ -304,9 +335,11 @@ Status WriteFileAtomically(const std::string& path,
                    : ErrnoError(errno, "link " + what + " to " + Quote(path));
     }
   }
-  // After a rename there is nothing left to remove; after a link (or a
-  // failure) the temporary name goes.
-  if (!(status.ok() && force)) unlink(tmp.c_str());
+  // What is left of the temporary name (after a link, or a failure) goes;
+  // after a rename there is none. An unnamed file never had one.
+  if (named && (force || !unnamed) && !(status.ok() && force)) {
+    unlink(tmp.c_str());
+  }
   CKPT_RETURN_IF_ERROR(status);
   return SyncDirectoryOf(path);
 }
