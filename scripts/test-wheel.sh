@@ -134,8 +134,9 @@ sys.exit(not all(m.__file__.startswith(sys.prefix + "/") for m in
     env+=(CKPT_MPIEXEC="$mpiexec")
   fi
   # The suites of many-rank jobs (torchrun, mpiexec, Lightning fits) test
-  # the jobs, not the installation, and ran in ctest's python_test on the
-  # same package files and library: here test_torchrun.py and
+  # the jobs, not the installation, and ran in ctest (python_test and
+  # python_multirank_test) on the same package files and library: here
+  # test_torchrun.py and
   # test_torch_api.py stand for them (jobs importing the installed
   # package), which keeps this phase from paying for them twice.
   jobs_only=(test_cluster.py test_dcp_files.py test_dcp_storage.py
