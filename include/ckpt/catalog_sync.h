@@ -72,4 +72,11 @@ struct CatalogJobRef {
 // root that several jobs saved into is FailedPrecondition naming their ids.
 Result<CatalogJobRef> ResolveCatalogJob(Catalog& catalog, std::string_view job);
 
+// Catalog::Ranked for `ref`: the job's committed durable rows with
+// `metric`, best first; of its root alone where it was named by one.
+Result<std::vector<CatalogCheckpoint>> RankedRows(Catalog& catalog,
+                                                  const CatalogJobRef& ref,
+                                                  std::string_view metric,
+                                                  MetricGoal goal);
+
 }  // namespace ckpt

@@ -259,22 +259,6 @@ int ckpt_catalog_jobs(ckpt_catalog_t* catalog, char** json, char** errptr) {
   });
 }
 
-namespace {
-
-// The job's rows with `metric`, best first; of its root alone where it was
-// named by one.
-ckpt::Result<std::vector<ckpt::CatalogCheckpoint>> RankedUnder(
-    ckpt::Catalog& catalog, const ckpt::CatalogJobRef& ref,
-    const std::string& metric, ckpt::MetricGoal goal) {
-  auto r = catalog.Ranked(ref.job_id, metric, goal);
-  if (!r.ok() || ref.root.empty()) return r;
-  std::erase_if(
-      *r, [&](const ckpt::CatalogCheckpoint& c) { return c.root != ref.root; });
-  return r;
-}
-
-}  // namespace
-
 int ckpt_catalog_latest(ckpt_catalog_t* catalog, const char* job, char** json,
                         char** errptr) {
   return Guard(errptr, [&]() -> ckpt::Status {
@@ -319,7 +303,7 @@ int ckpt_catalog_best(ckpt_catalog_t* catalog, const char* job,
       SetOut(json, Dump(RowOrNull(*r)));
       return ckpt::Status();
     }
-    auto r = RankedUnder(*catalog->catalog, *ref, metric, goal);
+    auto r = ckpt::RankedRows(*catalog->catalog, *ref, metric, goal);
     if (!r.ok()) return r.status();
     SetOut(json, Dump(r->empty() ? nlohmann::json(nullptr)
                                  : ckpt::records::CatalogRowJson(r->front())));
@@ -336,7 +320,7 @@ int ckpt_catalog_ranked(ckpt_catalog_t* catalog, const char* job,
     }
     auto ref = ckpt::ResolveCatalogJob(*catalog->catalog, job);
     if (!ref.ok()) return ref.status();
-    auto r = RankedUnder(
+    auto r = ckpt::RankedRows(
         *catalog->catalog, *ref, metric,
         higher_is_better ? ckpt::MetricGoal::kMax : ckpt::MetricGoal::kMin);
     if (!r.ok()) return r.status();

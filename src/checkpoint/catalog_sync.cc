@@ -94,6 +94,18 @@ Result<CatalogJobRef> ResolveCatalogJob(Catalog& catalog,
   return CatalogJobRef{.job_id = jobs.empty() ? id : jobs[0], .root = id};
 }
 
+Result<std::vector<CatalogCheckpoint>> RankedRows(Catalog& catalog,
+                                                  const CatalogJobRef& ref,
+                                                  std::string_view metric,
+                                                  MetricGoal goal) {
+  Result<std::vector<CatalogCheckpoint>> rows =
+      catalog.Ranked(ref.job_id, metric, goal);
+  if (!rows.ok() || ref.root.empty()) return rows;
+  std::erase_if(*rows,
+                [&](const CatalogCheckpoint& c) { return c.root != ref.root; });
+  return rows;
+}
+
 namespace {
 
 std::string SyncOp(const Catalog& catalog, std::string_view root) {

@@ -95,13 +95,9 @@ std::optional<RowCheck> CheckRow(const CatalogCheckpoint& c) {
   return RowCheck{Unreachable(s) ? "unchecked" : "stale", s.ToString()};
 }
 
-// The job a command names (ResolveCatalogJob): asked by its root, a
-// command answers from that root alone.
+// Asked by its root (ResolveCatalogJob), a command answers from that root
+// alone.
 using JobRef = CatalogJobRef;
-
-Result<JobRef> ResolveJob(Catalog& catalog, const std::string& arg) {
-  return ResolveCatalogJob(catalog, arg);
-}
 
 // What a NotFound names: the job, and the root where JOB was one.
 std::string JobName(const JobRef& ref) {
@@ -171,7 +167,8 @@ Status RunList(const ListArgs& args) {
   CKPT_ASSIGN_OR_RETURN(auto catalog, OpenNamedCatalog(args.catalog));
   CatalogFilter filter;
   if (!args.job.empty()) {
-    CKPT_ASSIGN_OR_RETURN(const JobRef ref, ResolveJob(*catalog, args.job));
+    CKPT_ASSIGN_OR_RETURN(const JobRef ref,
+                          ResolveCatalogJob(*catalog, args.job));
     filter.job_id = ref.job_id;
     filter.root = ref.root;
     // A job the catalog has no row of (a typo) is an error, as for latest;
@@ -265,7 +262,8 @@ struct LatestArgs {
 
 Status RunLatest(const LatestArgs& args) {
   CKPT_ASSIGN_OR_RETURN(auto catalog, OpenNamedCatalog(args.catalog));
-  CKPT_ASSIGN_OR_RETURN(const JobRef job, ResolveJob(*catalog, args.job));
+  CKPT_ASSIGN_OR_RETURN(const JobRef job,
+                        ResolveCatalogJob(*catalog, args.job));
   // Newest first. Each row is checked against storage (the truth); one
   // that does not check out is skipped for the next older. A local tier's
   // steps are in node memory: only the job's tiered manager resumes them.
@@ -314,20 +312,19 @@ struct BestArgs {
 Status RunBest(const BestArgs& args) {
   CKPT_ASSIGN_OR_RETURN(auto catalog, OpenNamedCatalog(args.catalog));
   const MetricGoal goal = args.max ? MetricGoal::kMax : MetricGoal::kMin;
-  CKPT_ASSIGN_OR_RETURN(const JobRef job, ResolveJob(*catalog, args.job));
+  CKPT_ASSIGN_OR_RETURN(const JobRef job,
+                        ResolveCatalogJob(*catalog, args.job));
   std::optional<CatalogCheckpoint> best;
   size_t stale = 0;
   if (args.no_check && job.root.empty()) {
     CKPT_ASSIGN_OR_RETURN(best, catalog->Best(job.job_id, args.metric, goal));
   } else {
-    // Best first; a row that does not check out against storage is
-    // skipped for the next best, as latest skips it for the next older.
-    // Asked by its root, the job's rows under other roots are not
-    // candidates.
+    // Best first (of the root alone where the job was named by it); a
+    // row that does not check out against storage is skipped for the next
+    // best, as latest skips it for the next older.
     CKPT_ASSIGN_OR_RETURN(std::vector<CatalogCheckpoint> rows,
-                          catalog->Ranked(job.job_id, args.metric, goal));
+                          RankedRows(*catalog, job, args.metric, goal));
     for (CatalogCheckpoint& c : rows) {
-      if (!job.root.empty() && c.root != job.root) continue;
       if (args.no_check) {
         best = std::move(c);
         break;
