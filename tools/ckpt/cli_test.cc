@@ -898,7 +898,7 @@ TEST_F(CliTest, AnExportKilledWhileItWritesLeavesNothingBehind) {
 }
 
 TEST_F(CliTest, ExportThenImportKeepsBlobsAndMetadata) {
-  SaveSteps({3});
+  SaveSteps({23});  // epoch 2, loss 1/24 (no short decimal)
   const std::string file = Path("out.safetensors");
   // A URL is no OUT: said so, rather than taken for a folder "s3:".
   RunResult r = Ckpt({"export", root_, "s3://bucket/out.safetensors"});
@@ -906,18 +906,30 @@ TEST_F(CliTest, ExportThenImportKeepsBlobsAndMetadata) {
   EXPECT_TRUE(Contains(r.err, "OUT is a local path")) << r.err;
   r = Ckpt({"export", root_, file, "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(ParseJson(r.out)["step"], 3);
+  EXPECT_EQ(ParseJson(r.out)["step"], 23);
   EXPECT_EQ(PyRead(file).exit_code, 0);
 
   const std::string copy = Path("copy");
   r = Ckpt({"import", file, copy, "--step", "3"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
+  // --epoch gives the import another epoch; the metrics stay the file's.
+  r = Ckpt({"import", file, copy, "--step", "4", "--epoch", "7"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
 
-  auto a = OpenManager(root_)->LoadAll(3);
+  auto a = OpenManager(root_)->LoadAll(23);
   auto b = OpenManager(copy)->LoadAll(3);
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   EXPECT_EQ(b->info.metadata, a->info.metadata);
+  // The step's epoch and metrics came through the file, the metric to the
+  // bit (`ckpt catalog best` ranks by it).
+  EXPECT_EQ(b->info.epoch, 2);
+  EXPECT_EQ(b->info.metrics, a->info.metrics);
+  EXPECT_EQ(b->info.metrics.at("loss"), 1.0 / 24);
+  auto c = OpenManager(copy)->LoadAll(4);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->info.epoch, 7);
+  EXPECT_EQ(c->info.metrics, a->info.metrics);
   ASSERT_EQ(b->state.size(), a->state.size());
   for (const Entry& ea : a->state.entries()) {
     const Entry* eb = b->state.Find(ea.name);
@@ -971,6 +983,11 @@ TEST_F(CliTest, BadImportFilesAreRefused) {
       {"empty", ""},
       {"bad_blobs", BuildSafetensors({{"a", "F32", {1}, Bytes(4, 1)}},
                                      {{"ckpt.blobs", R"(["a"])"}})},
+      {"bad_epoch", BuildSafetensors({{"a", "F32", {1}, Bytes(4, 1)}},
+                                     {{"ckpt.epoch", "-3"}})},
+      {"bad_metrics",
+       BuildSafetensors({{"a", "F32", {1}, Bytes(4, 1)}},
+                        {{"ckpt.metrics", R"({"loss":"low"})"}})},
   };
   for (const auto& [name, bytes] : cases) {
     const std::string file = Path(name + ".safetensors");
@@ -982,7 +999,7 @@ TEST_F(CliTest, BadImportFilesAreRefused) {
     EXPECT_TRUE(CommittedSteps(root_).empty()) << name;
     // The independent reader agrees these files are bad (except the ones
     // whose problem is a name ckpt refuses or ckpt's own metadata).
-    if (name != "dotdot" && name != "absolute" && name != "bad_blobs") {
+    if (name != "dotdot" && name != "absolute" && !name.starts_with("bad_")) {
       EXPECT_EQ(PyRead(file).exit_code, 1) << name;
     }
   }

@@ -6,7 +6,12 @@
 //   "ckpt.blobs"            a JSON array naming the U8 1-d tensors that are
 //                           blobs;
 //   "ckpt.metadata.NAME"    the JSON text of metadata entry NAME;
-// every other key is the checkpoint's user metadata.
+//   "ckpt.epoch"            the step's epoch, where it has one;
+//   "ckpt.metrics"          a JSON object of the step's metrics, where it
+//                           has any (`ckpt catalog best` ranks by them);
+// every other key is the checkpoint's user metadata. Import takes the epoch
+// and metrics back unless told otherwise, so that a step moved through a
+// file keeps what it was saved with.
 
 #include <fcntl.h>
 #include <fmt/core.h>
@@ -35,6 +40,46 @@ namespace {
 
 constexpr std::string_view kBlobsKey = "ckpt.blobs";
 constexpr std::string_view kMetadataKeyPrefix = "ckpt.metadata.";
+constexpr std::string_view kEpochKey = "ckpt.epoch";
+constexpr std::string_view kMetricsKey = "ckpt.metrics";
+
+// Keys of __metadata__ that ckpt writes for itself, not user metadata.
+bool ReservedKey(std::string_view key) {
+  return key == kBlobsKey || key == kEpochKey || key == kMetricsKey ||
+         key.starts_with(kMetadataKeyPrefix);
+}
+
+// The epoch an exported file records: a decimal number of at most 18 digits.
+Result<int64_t> ParseEpoch(const std::string& text, const std::string& what) {
+  const bool digits = !text.empty() && text.size() <= 18 &&
+                      std::all_of(text.begin(), text.end(),
+                                  [](char c) { return c >= '0' && c <= '9'; });
+  if (!digits) {
+    return DataLossError(what + ": __metadata__ " + Quote(kEpochKey) + " is " +
+                         Quote(text.substr(0, 40)) + ", not an epoch");
+  }
+  return static_cast<int64_t>(std::stoll(text));
+}
+
+// The metrics an exported file records: a JSON object of finite numbers.
+Result<std::map<std::string, double>> ParseMetrics(const std::string& text,
+                                                   const std::string& what) {
+  CKPT_ASSIGN_OR_RETURN(nlohmann::json object,
+                        format::ParseJsonStrict(text, what));
+  auto bad = [&](std::string why) {
+    return DataLossError(what + ": __metadata__ " + Quote(kMetricsKey) + " " +
+                         why);
+  };
+  if (!object.is_object()) return bad("is not a JSON object");
+  std::map<std::string, double> metrics;
+  for (const auto& [name, value] : object.items()) {
+    if (!value.is_number()) {
+      return bad("gives metric " + Quote(name) + " a value that is no number");
+    }
+    metrics[name] = value.get<double>();
+  }
+  return metrics;
+}
 
 // A whole file mapped read-only. The mapping is private, so the State's views
 // into it never see another process's later writes to the pages we read.
@@ -116,7 +161,7 @@ struct ImportArgs {
   std::string file;
   std::string root;
   int64_t step = 0;
-  int64_t epoch = -1;
+  std::optional<int64_t> epoch;  // else the file's, if it has one
   std::string catalog;
   LeaseArgs lease;
   std::string compression = "off";
@@ -181,7 +226,6 @@ Status RunImport(const ImportArgs& args) {
     }
   }
   SaveOptions options;
-  options.epoch = args.epoch;
   options.compression =
       Compression{args.compression == "zstd"   ? Compression::Mode::kZstd
                   : args.compression == "auto" ? Compression::Mode::kAuto
@@ -189,12 +233,17 @@ Status RunImport(const ImportArgs& args) {
                   args.compression_level};
   for (const auto& [key, value] : header.metadata) {
     if (key == kBlobsKey) continue;
-    if (key.starts_with(kMetadataKeyPrefix)) {
+    if (key == kEpochKey) {
+      CKPT_ASSIGN_OR_RETURN(options.epoch, ParseEpoch(value, what));
+    } else if (key == kMetricsKey) {
+      CKPT_ASSIGN_OR_RETURN(options.metrics, ParseMetrics(value, what));
+    } else if (key.starts_with(kMetadataKeyPrefix)) {
       state.AddMetadataJson(key.substr(kMetadataKeyPrefix.size()), value);
     } else {
       options.metadata[key] = value;
     }
   }
+  if (args.epoch) options.epoch = *args.epoch;
   CKPT_RETURN_IF_ERROR_CTX(state.status(), "import " + what);
 
   // The bar follows the bytes the save writes (the data objects' headers
@@ -398,7 +447,7 @@ Status RunExport(const ExportArgs& args) {
 
   std::map<std::string, std::string> metadata;
   for (const auto& [key, value] : loaded.info.metadata) {
-    if (key == kBlobsKey || key.starts_with(kMetadataKeyPrefix)) {
+    if (ReservedKey(key)) {
       return InvalidArgumentError(
           "user metadata key " + Quote(key) +
           " is reserved in exported files for ckpt's own entries");
@@ -426,6 +475,14 @@ Status RunExport(const ExportArgs& args) {
     parts.emplace_back(reinterpret_cast<const char*>(e.tensor.data), size);
   }
   if (!blob_names.empty()) metadata[std::string(kBlobsKey)] = blob_names.dump();
+  if (loaded.info.epoch >= 0) {
+    metadata[std::string(kEpochKey)] = std::to_string(loaded.info.epoch);
+  }
+  if (!loaded.info.metrics.empty()) {
+    nlohmann::json metrics = nlohmann::json::object();
+    for (const auto& [name, value] : loaded.info.metrics) metrics[name] = value;
+    metadata[std::string(kMetricsKey)] = metrics.dump();
+  }
   CKPT_ASSIGN_OR_RETURN(std::string header,
                         format::EncodeSafetensorsHeader(layouts, metadata));
   parts[0] = header;
@@ -460,9 +517,10 @@ void AddImportCommand(CLI::App& app, Command& selected) {
       "s3://BUCKET/models/model.safetensors; every offset, shape and name is "
       "checked before anything is written) and save its tensors as "
       "checkpoint --step N under ROOT, creating ROOT if needed. The file's "
-      "__metadata__ becomes the checkpoint's user metadata; the blobs and "
-      "metadata entries of a file written by `ckpt export` are restored as "
-      "such. A bad file leaves ROOT as it was.",
+      "__metadata__ becomes the checkpoint's user metadata; the blobs, "
+      "metadata entries, epoch and metrics of a file written by `ckpt "
+      "export` are restored as such (--epoch gives another epoch). A bad "
+      "file leaves ROOT as it was.",
       "  ckpt import model.safetensors /data/run42 --step 0\n"
       "  ckpt import model.safetensors file:///data/run42 --step 100 "
       "--epoch 3\n"
@@ -475,7 +533,9 @@ void AddImportCommand(CLI::App& app, Command& selected) {
   sub->add_option("--step", args->step, "the step to save it as")
       ->required()
       ->check(NonNegativeInteger(INT64_MAX));
-  sub->add_option("--epoch", args->epoch, "the epoch to record")
+  sub->add_option("--epoch", args->epoch,
+                  "the epoch to record (default: the file's, where `ckpt "
+                  "export` wrote one)")
       ->check(NonNegativeInteger(INT64_MAX));
   sub->add_option("--compression", args->compression,
                   "off (the default), zstd (each chunk in byte planes of its "
@@ -501,7 +561,8 @@ void AddExportCommand(CLI::App& app, Command& selected) {
       "Load a checkpoint (the newest, or --step N), whatever world size "
       "saved it, and write it as one safetensors file that any safetensors "
       "reader opens: tensors as they are, blobs as 1-d U8 tensors, and "
-      "metadata entries and the user metadata in __metadata__. The file "
+      "metadata entries, the step's epoch and metrics and the user "
+      "metadata in __metadata__ (`ckpt import` restores them). The file "
       "appears whole or not at all; an existing OUT is kept unless --force "
       "is given.\n\n"
       "With --format dcp, OUT is a directory that PyTorch's DCP "
