@@ -317,6 +317,26 @@ TEST_F(CliTest, UsageErrorsExitTwo) {
     EXPECT_EQ(r.exit_code, 2) << option;
     EXPECT_TRUE(Contains(r.err, "unknown option \"" + option + "\"")) << r.err;
   }
+  // A usage error of a command in a group names the command and its own
+  // --help; a group given no command, or one it lacks, names its commands.
+  const std::vector<std::pair<std::vector<std::string>, std::string>> named = {
+      {{"catalog", "best", "run42"},
+       "ckpt catalog best: --metric is required\n"
+       "Run 'ckpt catalog best --help' for usage."},
+      {{"catalog", "latest"}, "Run 'ckpt catalog latest --help'"},
+      {{"catalog", "list", "--bogus"},
+       "ckpt catalog list: unknown option \"--bogus\""},
+      {{"catalog"},
+       "ckpt catalog: which command? (its commands: jobs, list, latest, "
+       "best, sync)"},
+      {{"catalog", "lastest", "run42"},
+       "ckpt catalog: unknown command \"lastest\" (its commands: jobs,"},
+  };
+  for (const auto& [args, said] : named) {
+    const RunResult r = Ckpt(args);
+    EXPECT_EQ(r.exit_code, 2) << said;
+    EXPECT_TRUE(Contains(r.err, said)) << r.err;
+  }
   // A negative value is the value's error, not an unknown option.
   const RunResult negative = Ckpt({"show", root_, "--step", "-1"});
   EXPECT_FALSE(Contains(negative.err, "unknown option")) << negative.err;

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <string_view>
 
 #include "commands.h"
 #include "common.h"
@@ -49,11 +50,23 @@ std::string UnknownOption(CLI::App& app, int argc, char** argv) {
   return "";
 }
 
+// The command as typed, down to the deepest subcommand selected ("catalog
+// best"), so that a usage error and its hint name the one that was wrong,
+// not its group.
+std::string CommandName(CLI::App* command) {
+  std::string name = command->get_name();
+  while (!command->get_subcommands().empty()) {
+    command = command->get_subcommands().front();
+    name += " " + command->get_name();
+  }
+  return name;
+}
+
 int UsageError(CLI::App& app, const CLI::ParseError& e, int argc, char** argv) {
   const std::vector<CLI::App*> selected = app.get_subcommands();
   if (const std::string unknown = UnknownOption(app, argc, argv);
       !selected.empty() && !unknown.empty()) {
-    const std::string name = selected.front()->get_name();
+    const std::string name = CommandName(selected.front());
     fmt::print(stderr, "ckpt {}: unknown option {}\n", name,
                ckpt::Quote(unknown));
     fmt::print(stderr, "Run 'ckpt {} --help' for usage.\n", name);
@@ -69,7 +82,34 @@ int UsageError(CLI::App& app, const CLI::ParseError& e, int argc, char** argv) {
     }
     fmt::print(stderr, "Run 'ckpt --help' for the commands.\n");
   } else {
-    const std::string name = selected.front()->get_name();
+    const std::string name = CommandName(selected.front());
+    CLI::App* deepest = selected.front();
+    while (!deepest->get_subcommands().empty()) {
+      deepest = deepest->get_subcommands().front();
+    }
+    // A group (`ckpt catalog`) given no command of its own, or one it
+    // does not have: CLI11 says "A subcommand is required" to both; name
+    // what was typed and the group's commands.
+    const std::vector<CLI::App*> group =
+        deepest->get_subcommands([](CLI::App*) { return true; });
+    if (!group.empty() &&
+        std::string_view(e.what()).find("subcommand") != std::string::npos) {
+      std::string typed, names;
+      for (int i = 1; i + 1 < argc; ++i) {
+        if (argv[i] == deepest->get_name() && argv[i + 1][0] != '-') {
+          typed = argv[i + 1];
+        }
+      }
+      for (CLI::App* c : group) {
+        names += (names.empty() ? "" : ", ") + c->get_name();
+      }
+      fmt::print(stderr, "ckpt {}: {} (its commands: {})\n", name,
+                 typed.empty() ? "which command?"
+                               : "unknown command " + ckpt::Quote(typed),
+                 names);
+      fmt::print(stderr, "Run 'ckpt {} --help' for usage.\n", name);
+      return kExitUsage;
+    }
     fmt::print(stderr, "ckpt {}: {}\n", name, e.what());
     fmt::print(stderr, "Run 'ckpt {} --help' for usage.\n", name);
   }
