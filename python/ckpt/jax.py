@@ -34,6 +34,8 @@ This module saves from one process (every array fully addressable); the
 core ckpt.CheckpointManager under mpirun is the way for many.
 """
 
+import operator
+
 import jax  # noqa: F401 - without JAX, `import ckpt.jax` fails at once
 
 from ckpt import (_errors, _jax_restore, _jax_tree, _manager,
@@ -139,6 +141,22 @@ class CheckpointManager:
             return True
         result = self._mgr.save(step, state, metadata, epoch, metrics)
         return not result.skipped
+
+    def should_save(self, step):
+        """Orbax's should_save: whether `step` is due, a multiple of
+        save_interval_steps and newer than latest_step() (False for a step
+        saved already, or older than the newest). save(step, ...) saves a
+        due step (unless min_seconds_between_saves skips it)."""
+        try:
+            step = operator.index(step)
+        except TypeError:
+            raise TypeError(f"should_save({step!r}) of {self.url}: a step "
+                            f"must be an int, not {type(step).__name__}") \
+                from None
+        if step % self._interval:
+            return False
+        latest = self.latest_step()
+        return latest is None or step > latest
 
     def restore(self, step=None, target=None):
         """The pytree of checkpoint `step` (None: the newest that loads

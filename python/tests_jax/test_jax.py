@@ -460,6 +460,22 @@ def test_keep_last_interval_and_steps(root):
         mgr.latest_step()
 
 
+def test_should_save_as_orbax_has_it(root):
+    """Orbax's `if mngr.should_save(step): mngr.save(step, ...)` was an
+    AttributeError."""
+    with cj.CheckpointManager(root, save_interval_steps=3,
+                              async_save=False) as mgr:
+        due = [s for s in range(10) if mgr.should_save(s)]
+        assert due == [0, 3, 6, 9]
+        for step in due[:3]:
+            assert mgr.save(step, {"w": step}) is True
+        assert not mgr.should_save(6)       # saved already
+        assert not mgr.should_save(3)       # older than the newest
+        assert mgr.should_save(np.int64(9)) and mgr.should_save(jnp.int32(9))
+        with pytest.raises(TypeError, match="should_save.*float"):
+            mgr.should_save(9.0)
+
+
 def test_a_target_that_disagrees_is_an_error_naming_the_entry(root):
     state = training_state()
     with cj.CheckpointManager(root, async_save=False) as mgr:
