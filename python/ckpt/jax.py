@@ -38,10 +38,28 @@ import operator
 
 import jax  # noqa: F401 - without JAX, `import ckpt.jax` fails at once
 
-from ckpt import (_errors, _jax_restore, _jax_tree, _manager,
+from ckpt import (_errors, _jax_restore, _jax_tree, _manager, _options,
                   _save_options)
 
 __all__ = ["CheckpointManager"]
+
+# Orbax's CheckpointManager arguments and CheckpointManagerOptions fields
+# -> what ckpt.jax takes instead.
+_ORBAX_OPTIONS = {
+    "options": "its options as keywords: keep_last=, save_interval_steps=, "
+               "async_save=, keep_best= and best_metric=",
+    "max_to_keep": "keep_last=N",
+    "enable_async_checkpointing": "async_save=",
+    "best_fn": "keep_best=N with best_metric='NAME' (a key of save()'s "
+               "metrics)",
+    "best_mode": "best_higher_is_better=True for best_mode='max'",
+    "keep_period": "keep_every_n_steps=",
+    "keep_time_interval": "keep_every_seconds=",
+    "create_options": "create=",
+    "item_names": "one pytree per step (put several in a dict)",
+    "item_handlers": "one pytree per step (put several in a dict)",
+    "handler_registry": "one pytree per step (put several in a dict)",
+}
 
 
 class CheckpointManager:
@@ -66,6 +84,15 @@ class CheckpointManager:
 
     def __init__(self, url, keep_last=None, *, create=True, async_save=True,
                  save_interval_steps=1, **options):
+        for name in options:
+            if name in _ORBAX_OPTIONS:
+                raise TypeError(
+                    f"ckpt.jax.CheckpointManager({url!r}): {name}= is "
+                    f"Orbax's; ckpt.jax takes {_ORBAX_OPTIONS[name]} "
+                    f"(docs/jax.md)")
+        _options.check_names("ckpt.jax.CheckpointManager()", options,
+                             ("keep_last", "create", "async_save",
+                              "save_interval_steps"))
         if keep_last is not None and (isinstance(keep_last, bool) or
                                       not isinstance(keep_last, int) or
                                       keep_last < 1):

@@ -476,6 +476,19 @@ def test_should_save_as_orbax_has_it(root):
             mgr.should_save(9.0)
 
 
+def test_orbax_options_name_what_ckpt_jax_takes(root):
+    """Orbax's max_to_keep=, options=CheckpointManagerOptions(...) and
+    best_fn= were a bare "unexpected keyword argument"."""
+    for name, hint in (("max_to_keep", "keep_last=N"),
+                       ("options", "its options as keywords: keep_last="),
+                       ("best_fn", "keep_best=N with best_metric=")):
+        with pytest.raises(TypeError, match=f"{name}= is Orbax's; ckpt.jax "
+                           f"takes {hint}"):
+            cj.CheckpointManager(root, **{name: 3})
+    with pytest.raises(TypeError, match="did you mean 'keep_last'"):
+        cj.CheckpointManager(root, keep_lst=3)
+
+
 def test_a_target_that_disagrees_is_an_error_naming_the_entry(root):
     state = training_state()
     with cj.CheckpointManager(root, async_save=False) as mgr:
