@@ -199,7 +199,8 @@ class CheckpointManager:
         float); another 0-d leaf gets it as an array of its dtype, if that
         holds the value exactly (else ckpt.InvalidArgument). A 64-bit
         array that JAX would narrow (jax_enable_x64 off) stays a NumPy
-        array. Shapes
+        array, its target leaf's dtype 64-bit or the 32-bit one that
+        jax.eval_shape narrowed it to. Shapes
         and dtypes must be the stored ones and the structures the same
         (else ckpt.InvalidArgument or ckpt.NotFound naming the entry; the
         target is never changed). Without a target, the saved structure
