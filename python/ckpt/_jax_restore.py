@@ -5,7 +5,9 @@ placed on devices as the target's shardings say.
    is read: every entry the target names must be in the checkpoint (else
    ckpt.NotFound), the checkpoint must hold nothing the target lacks, and
    each array's shape and dtype must be the stored ones (else
-   ckpt.InvalidArgument), each error naming the entry; where the names
+   ckpt.InvalidArgument), each error naming the entry (with
+   jax_enable_x64 off, a 64-bit entry matches the 32-bit dtype that JAX,
+   jax.eval_shape, narrows it to: it is restored as saved); where the names
    agree, the containers must be the saved ones too (a dict, a list, a
    tuple, each dict's keys), as the step's tree entry records them.
 2. Every tensor is read, in one load of the library, into new host
@@ -87,6 +89,9 @@ def _check(where, stored, wanted):
             data = _jax_tree.key_data_of(leaf)
             shape, dtype = data.shape, data.dtype
         mine = _jax_tree.stored_dtype(dtype)
+        if e.kind == "tensor" and mine != e.dtype and \
+                _narrowed_target(e.dtype, dtype, leaf):
+            mine = e.dtype  # restored as the NumPy array saved (_placed)
         if mine is None:
             raise _errors.InvalidArgument(
                 f"{where}: entry {name!r}: the target's dtype {dtype} has no "
@@ -233,6 +238,20 @@ def _as_target_scalar(value, leaf, name, where):
             f"value {value!r}, which the target's {np.dtype(dtype)} cannot "
             f"hold exactly; nothing was restored")
     return converted
+
+
+def _narrowed_target(stored, dtype, leaf):
+    """Whether a target leaf of `dtype` stands for a 64-bit entry of
+    checkpoint dtype `stored` that JAX narrowed (jax_enable_x64 off):
+    jax.eval_shape makes an int32 leaf of a state's np.int64 array, a
+    float32 leaf of its np.float64. A NumPy target asks for its own dtype."""
+    if jax.config.jax_enable_x64 or isinstance(leaf, (np.ndarray,
+                                                      np.generic)):
+        return False
+    wide = _jax_tree._NUMPY_OF.get(stored)
+    return wide is not None and wide.itemsize == 8 and \
+        wide.kind in "iuf" and \
+        jax.dtypes.canonicalize_dtype(wide) == np.dtype(dtype)
 
 
 def _narrowed(value):

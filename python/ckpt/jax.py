@@ -34,12 +34,32 @@ This module saves from one process (every array fully addressable); the
 core ckpt.CheckpointManager under mpirun is the way for many.
 """
 
+import operator
+
 import jax  # noqa: F401 - without JAX, `import ckpt.jax` fails at once
 
-from ckpt import (_errors, _jax_restore, _jax_tree, _manager,
+from ckpt import (_errors, _jax_restore, _jax_tree, _manager, _options,
                   _save_options)
 
 __all__ = ["CheckpointManager"]
+
+# Orbax's CheckpointManager arguments and CheckpointManagerOptions fields
+# -> what ckpt.jax takes instead.
+_ORBAX_OPTIONS = {
+    "options": "its options as keywords: keep_last=, save_interval_steps=, "
+               "async_save=, keep_best= and best_metric=",
+    "max_to_keep": "keep_last=N",
+    "enable_async_checkpointing": "async_save=",
+    "best_fn": "keep_best=N with best_metric='NAME' (a key of save()'s "
+               "metrics)",
+    "best_mode": "best_higher_is_better=True for best_mode='max'",
+    "keep_period": "keep_every_n_steps=",
+    "keep_time_interval": "keep_every_seconds=",
+    "create_options": "create=",
+    "item_names": "one pytree per step (put several in a dict)",
+    "item_handlers": "one pytree per step (put several in a dict)",
+    "handler_registry": "one pytree per step (put several in a dict)",
+}
 
 
 class CheckpointManager:
@@ -64,6 +84,15 @@ class CheckpointManager:
 
     def __init__(self, url, keep_last=None, *, create=True, async_save=True,
                  save_interval_steps=1, **options):
+        for name in options:
+            if name in _ORBAX_OPTIONS:
+                raise TypeError(
+                    f"ckpt.jax.CheckpointManager({url!r}): {name}= is "
+                    f"Orbax's; ckpt.jax takes {_ORBAX_OPTIONS[name]} "
+                    f"(docs/jax.md)")
+        _options.check_names("ckpt.jax.CheckpointManager()", options,
+                             ("keep_last", "create", "async_save",
+                              "save_interval_steps"))
         if keep_last is not None and (isinstance(keep_last, bool) or
                                       not isinstance(keep_last, int) or
                                       keep_last < 1):
@@ -140,6 +169,22 @@ class CheckpointManager:
         result = self._mgr.save(step, state, metadata, epoch, metrics)
         return not result.skipped
 
+    def should_save(self, step):
+        """Orbax's should_save: whether `step` is due, a multiple of
+        save_interval_steps and newer than latest_step() (False for a step
+        saved already, or older than the newest). save(step, ...) saves a
+        due step (unless min_seconds_between_saves skips it)."""
+        try:
+            step = operator.index(step)
+        except TypeError:
+            raise TypeError(f"should_save({step!r}) of {self.url}: a step "
+                            f"must be an int, not {type(step).__name__}") \
+                from None
+        if step % self._interval:
+            return False
+        latest = self.latest_step()
+        return latest is None or step > latest
+
     def restore(self, step=None, target=None):
         """The pytree of checkpoint `step` (None: the newest that loads
         whole; a newer damaged one is skipped with a RuntimeWarning).
@@ -154,7 +199,8 @@ class CheckpointManager:
         float); another 0-d leaf gets it as an array of its dtype, if that
         holds the value exactly (else ckpt.InvalidArgument). A 64-bit
         array that JAX would narrow (jax_enable_x64 off) stays a NumPy
-        array. Shapes
+        array, its target leaf's dtype 64-bit or the 32-bit one that
+        jax.eval_shape narrowed it to. Shapes
         and dtypes must be the stored ones and the structures the same
         (else ckpt.InvalidArgument or ckpt.NotFound naming the entry; the
         target is never changed). Without a target, the saved structure

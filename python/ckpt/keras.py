@@ -332,12 +332,33 @@ def _arrays(model):
         named = _named(model, group)
         order[group] = list(named)
         for path, v in named.items():
-            array = np.asarray(keras.ops.convert_to_numpy(v.value))
+            array = _host(v)
             if array.dtype.kind == "V" and array.dtype.name not in _NATIVE:
                 array = array.view(f"u{array.dtype.itemsize}")
             arrays[path] = array
             dtypes[f"{group}/{path}"] = v.dtype
     return state, dtypes, order
+
+
+def _torch_float8(variable):
+    """The torch dtype of `variable` where it is a torch tensor of a
+    float8 dtype (Keras's torch backend), which torch cannot hand to NumPy
+    or take from it; else None."""
+    torch = sys.modules.get("torch")
+    if torch is None or variable.dtype not in _NATIVE[1:] or \
+            not isinstance(variable.value, torch.Tensor):
+        return None
+    return getattr(torch, variable.dtype, None)
+
+
+def _host(variable):
+    """The variable's value as a NumPy array of its dtype: a torch float8
+    tensor through its bits (keras.ops.convert_to_numpy raises on one)."""
+    if _torch_float8(variable) is not None:
+        import torch
+        bits = variable.value.detach().cpu().contiguous().view(torch.uint8)
+        return bits.numpy().copy().view(getattr(ml_dtypes, variable.dtype))
+    return np.asarray(keras.ops.convert_to_numpy(variable.value))
 
 
 def _plain(path):
@@ -462,8 +483,15 @@ def _value(array, dtype, entry, where):
 def _assign(targets, values, groups):
     for group in groups:
         for path, v in targets.get(group, {}).items():
-            v.assign(_value(values[group][path], v.dtype, f"{group}/{path}",
-                            "restore"))
+            value = _value(values[group][path], v.dtype, f"{group}/{path}",
+                           "restore")
+            float8 = _torch_float8(v)
+            if float8 is not None:
+                # torch takes no NumPy float8 array: its bits, as a tensor.
+                import torch
+                bits = np.array(value, order="C").view(np.uint8)
+                value = torch.from_numpy(bits).view(float8)
+            v.assign(value)
 
 
 def _some(named, count=3):

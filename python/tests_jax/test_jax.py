@@ -255,12 +255,23 @@ def test_64_bit_leaves_stay_exact_with_a_shape_dtype_target(root):
              "u": np.array([2**64 - 1], np.uint64)}
     target = {k: jax.ShapeDtypeStruct(v.shape, v.dtype)
               for k, v in state.items()}
+    # jax.eval_shape narrows them: int32, float32, uint32 leaves (a resume's
+    # usual target was refused, "the target is a I32 array").
+    with warnings.catch_warnings():  # JAX casts 2**64 - 1 to see its shape
+        warnings.simplefilter("ignore", RuntimeWarning)
+        narrowed = jax.eval_shape(lambda: state)
+    assert narrowed["pos"].dtype == jnp.int32
     with cj.CheckpointManager(root, async_save=False) as mgr:
         mgr.save(1, state)
         restored = mgr.restore(1, target=target)
+        from_eval_shape = mgr.restore(1, target=narrowed)
+        # A NumPy target asks for its own dtype.
+        with pytest.raises(ckpt.InvalidArgument, match="entry 'pos'"):
+            mgr.restore(1, target=dict(state, pos=np.zeros(1, np.int32)))
     for k, v in state.items():
-        assert isinstance(restored[k], np.ndarray), k
-        assert restored[k].dtype == v.dtype and bits(restored[k]) == bits(v)
+        for got in (restored[k], from_eval_shape[k]):
+            assert isinstance(got, np.ndarray), k
+            assert got.dtype == v.dtype and bits(got) == bits(v)
 
 
 def test_a_python_scalar_restores_onto_eval_shapes_0d_leaf(root):
@@ -458,6 +469,35 @@ def test_keep_last_interval_and_steps(root):
             mgr.wait_until_finished()
     with pytest.raises(ckpt.FailedPrecondition):
         mgr.latest_step()
+
+
+def test_should_save_as_orbax_has_it(root):
+    """Orbax's `if mngr.should_save(step): mngr.save(step, ...)` was an
+    AttributeError."""
+    with cj.CheckpointManager(root, save_interval_steps=3,
+                              async_save=False) as mgr:
+        due = [s for s in range(10) if mgr.should_save(s)]
+        assert due == [0, 3, 6, 9]
+        for step in due[:3]:
+            assert mgr.save(step, {"w": step}) is True
+        assert not mgr.should_save(6)       # saved already
+        assert not mgr.should_save(3)       # older than the newest
+        assert mgr.should_save(np.int64(9)) and mgr.should_save(jnp.int32(9))
+        with pytest.raises(TypeError, match="should_save.*float"):
+            mgr.should_save(9.0)
+
+
+def test_orbax_options_name_what_ckpt_jax_takes(root):
+    """Orbax's max_to_keep=, options=CheckpointManagerOptions(...) and
+    best_fn= were a bare "unexpected keyword argument"."""
+    for name, hint in (("max_to_keep", "keep_last=N"),
+                       ("options", "its options as keywords: keep_last="),
+                       ("best_fn", "keep_best=N with best_metric=")):
+        with pytest.raises(TypeError, match=f"{name}= is Orbax's; ckpt.jax "
+                           f"takes {hint}"):
+            cj.CheckpointManager(root, **{name: 3})
+    with pytest.raises(TypeError, match="did you mean 'keep_last'"):
+        cj.CheckpointManager(root, keep_lst=3)
 
 
 def test_a_target_that_disagrees_is_an_error_naming_the_entry(root):
