@@ -62,6 +62,26 @@ _ORBAX_OPTIONS = {
 }
 
 
+def _orbax_item(args, call):
+    """The pytree that Orbax's save or restore args carry (StandardSave,
+    PyTreeSave, StandardRestore, ...: their `item`)."""
+    # A Composite answers every attribute as a key (a KeyError, not an
+    # AttributeError): known by its class's keys().
+    if callable(getattr(type(args), "keys", None)):
+        raise TypeError(
+            f"{call}: args= is Orbax's Composite of {sorted(args.keys())}; "
+            f"ckpt.jax saves one pytree a step: put the items in a dict "
+            f"(save(step, {{'state': ..., ...}}), restore(step, target="
+            f"{{'state': ..., ...}})) (docs/jax.md)")
+    try:
+        return args.item
+    except AttributeError:
+        raise TypeError(
+            f"{call}: args= takes Orbax's StandardSave/StandardRestore (or "
+            f"PyTreeSave/PyTreeRestore), not {type(args).__name__}; or "
+            f"give the pytree itself (docs/jax.md)") from None
+
+
 class CheckpointManager:
     """Saves and restores JAX pytrees as the steps of one ckpt root.
 
@@ -72,7 +92,9 @@ class CheckpointManager:
     async_save=True (the default, as Orbax's) returns from save() once the
     arrays are on the host; the step is written and committed in the
     background (wait_until_finished()). save_interval_steps: save()
-    saves only the steps that are a multiple of it (others return False).
+    saves only the steps that are a multiple of it (others return False),
+    and, as Orbax's does, any step while the root has none yet (a job's
+    first save is not put off).
     Other keyword options go to ckpt.CheckpointManager: keep_best and
     best_metric (with save(metrics=...)), keep_every_n_steps, catalog,
     chunk_size, lease_seconds, ...
@@ -107,6 +129,7 @@ class CheckpointManager:
                 f"{save_interval_steps!r}; a number of steps >= 1")
         self._async = bool(async_save)
         self._interval = save_interval_steps
+        self._has_steps = None  # known once asked: a listing, not each save
         self._mgr = _manager.CheckpointManager(
             url, keep_last=keep_last or 0, create=create, **options)
 
@@ -123,11 +146,31 @@ class CheckpointManager:
     def __repr__(self):
         return f"ckpt.jax.CheckpointManager({self.url!r})"
 
-    def save(self, step, pytree, *, metrics=None, epoch=None, metadata=None,
-             force=False):
+    def _step_of(self, step, call):
+        try:
+            return operator.index(step)
+        except TypeError:
+            raise TypeError(f"{call}({step!r}) of {self.url}: a step must "
+                            f"be an int, not {type(step).__name__}") \
+                from None
+
+    def _due(self, step, listed):
+        """save_interval_steps' rule, and Orbax's first save: a step is due
+        where the root has no step yet. `listed`: list the root now, else
+        once for the manager's life (a save then knows it has one)."""
+        if step % self._interval == 0:
+            return True
+        if listed or self._has_steps is None:
+            self._has_steps = bool(self._mgr.list())
+        return not self._has_steps
+
+    def save(self, step, pytree=None, *, args=None, metrics=None,
+             epoch=None, metadata=None, force=False):
         """Saves `pytree` as checkpoint `step`; True when it was saved (or,
         asynchronous, started), False when save_interval_steps (unless
-        force=True) or min_seconds_between_saves skipped it.
+        force=True, or the root has no step yet) or
+        min_seconds_between_saves skipped it. Orbax's spelling,
+        save(step, args=ocp.args.StandardSave(pytree)), saves its item.
 
         Every jax.Array is first brought to the host (each distinct shard
         copied once; an array in host memory, on the CPU backend, read in
@@ -146,7 +189,13 @@ class CheckpointManager:
         replaced, with a warning: restore() reads no header, other
         safetensors readers do).
         """
-        if not force and step % self._interval:
+        step = self._step_of(step, "save")
+        if args is not None:
+            if pytree is not None:
+                raise TypeError(f"save step {step} to {self.url}: give the "
+                                f"pytree or Orbax's args=, not both")
+            pytree = _orbax_item(args, f"save step {step} to {self.url}")
+        if not force and not self._due(step, listed=False):
             return False
         try:
             state = _jax_tree.plain(pytree,
@@ -165,27 +214,26 @@ class CheckpointManager:
             # them on its thread while the caller goes on.
             self._mgr.save_async(step, state, metadata, epoch, metrics,
                                  stage_in_background=True)
+            self._has_steps = True
             return True
         result = self._mgr.save(step, state, metadata, epoch, metrics)
+        if not result.skipped:
+            self._has_steps = True
         return not result.skipped
 
     def should_save(self, step):
         """Orbax's should_save: whether `step` is due, a multiple of
-        save_interval_steps and newer than latest_step() (False for a step
-        saved already, or older than the newest). save(step, ...) saves a
-        due step (unless min_seconds_between_saves skips it)."""
-        try:
-            step = operator.index(step)
-        except TypeError:
-            raise TypeError(f"should_save({step!r}) of {self.url}: a step "
-                            f"must be an int, not {type(step).__name__}") \
-                from None
-        if step % self._interval:
+        save_interval_steps (or any step of a root with none yet) and newer
+        than latest_step() (False for a step saved already, or older than
+        the newest). save(step, ...) saves a due step (unless
+        min_seconds_between_saves skips it)."""
+        step = self._step_of(step, "should_save")
+        if not self._due(step, listed=True):
             return False
         latest = self.latest_step()
         return latest is None or step > latest
 
-    def restore(self, step=None, target=None):
+    def restore(self, step=None, target=None, *, args=None):
         """The pytree of checkpoint `step` (None: the newest that loads
         whole; a newer damaged one is skipped with a RuntimeWarning).
 
@@ -205,7 +253,14 @@ class CheckpointManager:
         (else ckpt.InvalidArgument or ckpt.NotFound naming the entry; the
         target is never changed). Without a target, the saved structure
         (other nodes as dicts) with jax.Arrays on the default device.
+        Orbax's spelling, restore(step, args=ocp.args.StandardRestore(t)),
+        takes its item as the target.
         """
+        if args is not None:
+            if target is not None:
+                raise TypeError(f"restore from {self.url}: give target= or "
+                                f"Orbax's args=, not both")
+            target = _orbax_item(args, f"restore from {self.url}")
         return self._mgr._newest_whole(
             step, "restore",
             lambda s: _jax_restore.restore_step(self._mgr, s, target))
