@@ -7,6 +7,7 @@ import warnings
 
 from ckpt import _errors, _state, _tiered_handle, _tree
 from ckpt._fill import _fill_targets, _finish_fill
+from ckpt._save_options import name_the_save
 
 
 class Tiers:
@@ -49,8 +50,12 @@ class Tiers:
         is skipped. The local tier is a cache: its failure is
         result.local_error, not an exception; a durable tier's failure
         raises."""
-        arguments = self._arguments(state, metadata, epoch, metrics)
-        return self._t.save(step, *arguments, self._durable(durable))
+        try:
+            arguments = self._arguments(state, metadata, epoch, metrics)
+            return self._t.save(step, *arguments, self._durable(durable))
+        except _errors.Error as e:
+            name_the_save(e, step, self._manager.url)
+            raise
 
     def save_async(self, step, state, metadata=None, epoch=None,
                    metrics=None, *, durable=None):
@@ -58,8 +63,13 @@ class Tiers:
         (its arrays may change at once), with a handle whose wait() returns
         the TierSaveResult. One save is in flight at a time: the next call
         waits for it."""
-        arguments = self._arguments(state, metadata, epoch, metrics)
-        return self._t.save_async(step, *arguments, self._durable(durable))
+        try:
+            arguments = self._arguments(state, metadata, epoch, metrics)
+            return self._t.save_async(step, *arguments,
+                                      self._durable(durable))
+        except _errors.Error as e:
+            name_the_save(e, step, self._manager.url)
+            raise
 
     def restore(self, state, *, strict=False):
         """Fills `state` in place (as load_into does) from the newest step

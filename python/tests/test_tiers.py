@@ -87,6 +87,20 @@ def test_durable_true_and_false_override_the_interval(root, local):
     assert [i.step for i in ckpt.open(root).list()] == [1]
 
 
+def test_a_refused_state_names_the_save_and_the_root(root, local):
+    """A state the tiers refuse (a value that cannot be saved, a bad entry
+    name) said what was wrong, not which save of which root."""
+    with ckpt.open(root).tiers(local, local_every=1, durable_every=2,
+                               replicas=0) as t:
+        for save in (t.save, lambda s, st: t.save_async(s, st).wait()):
+            with pytest.raises(ckpt.InvalidArgument,
+                               match=f"^save step 4 to .*{root}.*: .*object"):
+                save(4, {"w": object()})
+            with pytest.raises(ckpt.Error, match="^save step 4 to "):
+                save(4, {"a/../b": np.zeros(2, np.float32)})
+        assert t.save(4, state_at(4)).durable
+
+
 def test_restore_takes_the_newest_step_of_either_tier(root, local, tmp_path):
     mgr = ckpt.open(root)
     with mgr.tiers(local, local_every=1, durable_every=3, replicas=0) as t:
