@@ -84,9 +84,10 @@ PLANNER_DATA_ENTRY = "__dcp_planner_data__"
 # "ROOT@STEP": the step is the decimal digits after the last "@".
 _ROOT_AT_STEP = re.compile(r"(.*)@([0-9]+)", re.S)
 
-# url -> (manager, key): one manager per root and communicator in this
-# process, as ckpt.torch keeps them, since a manager holds its root's
-# lease between saves and a second one would wait for it.
+# _roots.key(url) -> (manager, key): one manager per root (however it is
+# spelled) and communicator in this process, as ckpt.torch keeps them,
+# since a manager holds its root's lease between saves and a second one
+# would wait for it.
 _managers = {}
 _lock = threading.Lock()
 
@@ -138,19 +139,19 @@ def _manager_for(url, options, communicator, reading=False):
     key = (communicator if communicator is not None else _default_group(),
            repr(sorted(options.items())))
     with _lock:
-        held = _managers.get(url)
+        held = _managers.get(_roots.key(url))
         if held is not None and held[1][0] is key[0] and (
                 reading or held[1][1] == key[1]):
             return held[0]
         if held is not None:
-            del _managers[url]
+            del _managers[_roots.key(url)]
             del held
             gc.collect()
         comm = communicator
         if comm is None and key[0] is not None:
             comm = _torch_dist.torch_communicator()
         mgr = _manager.CheckpointManager(url, communicator=comm, **options)
-        _managers[url] = (mgr, key)
+        _managers[_roots.key(url)] = (mgr, key)
         return mgr
 
 
@@ -239,7 +240,7 @@ class _Storage:
         self._mgr = None
         with _lock:
             for url in {self.url, self._call[0]}:
-                _managers.pop(url, None)
+                _managers.pop(_roots.key(url), None)
         gc.collect()
 
 

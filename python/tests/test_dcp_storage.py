@@ -252,6 +252,24 @@ def test_manager_options_pass_through(tmp_path):
 
 
 @one_process
+def test_one_root_spelled_two_ways_is_one_manager(tmp_path, monkeypatch):
+    # A second manager of the same folder would wait for the first one's
+    # lease (70 s by default; here it would fail at once) and fail naming
+    # this very process as "another party".
+    monkeypatch.chdir(tmp_path)
+    writer = ct.StorageWriter("run", lease_wait_seconds=0)
+    steps = []
+    for checkpoint_id in (None, f"{tmp_path}/run@5", f"file://{tmp_path}/run/",
+                          "./run"):
+        dcp.save(small_state(len(steps) + 1), storage_writer=writer,
+                 checkpoint_id=checkpoint_id)
+        steps.append(writer.last_step)
+    assert steps == [1, 5, 6, 7]
+    same(loaded(ct.StorageReader(f"{tmp_path}/run/")), small_state(4))
+    writer.close()
+
+
+@one_process
 def test_a_folder_of_dcps_own_writer_is_named_with_how_to_import_it(
         tmp_path):
     # "no committed checkpoint" alone reads as an empty root: the message
