@@ -58,6 +58,7 @@ import os
 import re
 import sys
 import threading
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -282,9 +283,8 @@ _DCP_CALLS = {("torch.distributed.checkpoint.state_dict_saver", "save"),
 
 def _dcp_call_named_an_id():
     """Whether the dcp.save or dcp.load on this thread's stack was given a
-    checkpoint_id (True or False), or None where the storage's methods are
-    called otherwise. DCP calls reset() only for a checkpoint_id that is
-    not None, so a reset() of a call that failed before it set up its
+    checkpoint_id, or None where none is. DCP calls reset() only for a
+    checkpoint_id, so that of a call that failed before it set up its
     storage would otherwise pass to the next call, which names none."""
     frame = sys._getframe(1)
     while frame is not None:
@@ -412,6 +412,7 @@ def _entries(plan, planner):
             value = bytes(data.getvalue() if hasattr(data, "getvalue")
                           else data.read())
             size = len(value)
+            _check_loadable(name, value)
         else:
             value, size = _tensor_value(name, item, data)
         results.append((item.index, size))
@@ -420,6 +421,23 @@ def _entries(plan, planner):
         inner, place = _values.placement(name, value)
         entries.append((name, *_values.encode(name, inner), place))
     return entries, results
+
+
+def _check_loadable(name, value):
+    """Warns at the save of a bytes item that _Reads.check_bytes will
+    refuse unless its classes are allowlisted: not first at the resume."""
+    try:
+        torch.load(io.BytesIO(value), map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any refusal
+        warnings.warn(
+            f"ckpt.torch.StorageWriter: entry {name!r}: torch.load("
+            f"weights_only=True) does not read it back ({_why_refused(e)}), "
+            f"so dcp.load through ckpt.torch.StorageReader will refuse it "
+            f"(DCP's load planner unpickles with weights_only=False, and a "
+            f"pickle could run code) unless the process that loads it "
+            f"allowlists its classes with torch.serialization."
+            f"add_safe_globals; a tensor, number, str, bytes, None, dict, "
+            f"list or tuple needs none", RuntimeWarning, stacklevel=2)
 
 
 def _tensor_value(name, item, tensor):
