@@ -26,6 +26,15 @@ def _local_path(url):
     return None
 
 
+def key(url):
+    """One spelling per root, for the managers a process keeps by root: a
+    local root by its folder's real path (`run`, `./run`, `/abs/run/` and
+    `file:///abs/run` are one folder, whose lease one manager holds; a
+    second would wait for it), any other URL as it is."""
+    path = _local_path(url)
+    return url if path is None else os.path.realpath(path)
+
+
 def missing(url, probe=True):
     """The path or URL of a root that does not exist, else None (it exists,
     or is mem://). A local root by its folder; an s3:// root, whose prefix

@@ -56,7 +56,9 @@ import io
 import math
 import os
 import re
+import sys
 import threading
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -84,9 +86,10 @@ PLANNER_DATA_ENTRY = "__dcp_planner_data__"
 # "ROOT@STEP": the step is the decimal digits after the last "@".
 _ROOT_AT_STEP = re.compile(r"(.*)@([0-9]+)", re.S)
 
-# url -> (manager, key): one manager per root and communicator in this
-# process, as ckpt.torch keeps them, since a manager holds its root's
-# lease between saves and a second one would wait for it.
+# _roots.key(url) -> (manager, key): one manager per root (however it is
+# spelled) and communicator in this process, as ckpt.torch keeps them,
+# since a manager holds its root's lease between saves and a second one
+# would wait for it.
 _managers = {}
 _lock = threading.Lock()
 
@@ -138,19 +141,19 @@ def _manager_for(url, options, communicator, reading=False):
     key = (communicator if communicator is not None else _default_group(),
            repr(sorted(options.items())))
     with _lock:
-        held = _managers.get(url)
+        held = _managers.get(_roots.key(url))
         if held is not None and held[1][0] is key[0] and (
                 reading or held[1][1] == key[1]):
             return held[0]
         if held is not None:
-            del _managers[url]
+            del _managers[_roots.key(url)]
             del held
             gc.collect()
         comm = communicator
         if comm is None and key[0] is not None:
             comm = _torch_dist.torch_communicator()
         mgr = _manager.CheckpointManager(url, communicator=comm, **options)
-        _managers[url] = (mgr, key)
+        _managers[_roots.key(url)] = (mgr, key)
         return mgr
 
 
@@ -196,21 +199,34 @@ class _Storage:
             self._given, self.url = None, url
             _options.check_names(f"{what}()", options, ("communicator",))
         self._communicator, self._options = communicator, dict(options)
-        # reset(checkpoint_id) sets what the next call names; the call
-        # takes it (_take), so that a later call without one has none.
-        self._pending = (None, None)
-        self._call = (self.url, None)
+        # The call in progress, on its own thread: DCP makes one save's or
+        # load's calls on one thread, and each dcp.async_save runs on a
+        # thread of its own, several at a time on one writer.
+        self._here = _Call()
+        self._last_call, self._roots_used = (self.url, None), {self.url}
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        del state["_here"]  # a thread's call in progress stays there
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._here = _Call()
 
     @property
     def checkpoint_id(self):
         """The root (and "@STEP") of the call set up or about to be."""
-        root, step = self._pending
-        if root is None and step is None:
-            root, step = self._call
+        root, step = self._here.pending
+        if (root is None and step is None) or \
+                _dcp_call_named_an_id() is False:
+            root, step = self._here.call or self._last_call
         return _show_id(root or self.url, step)
 
     def reset(self, checkpoint_id=None):
-        self._pending = _parse_id(checkpoint_id)
+        # What the next call names; that call takes it (_take), so that a
+        # later call without one has none.
+        self._here.pending = _parse_id(checkpoint_id)
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id):
@@ -222,10 +238,16 @@ class _Storage:
 
     def _take(self):
         """(root URL, step or None) of the call starting now."""
-        root, step = self._pending
-        self._pending = (None, None)
-        self._call = (root or self.url, step)
-        return self._call
+        here = self._here
+        root, step = here.pending
+        here.pending = (None, None)
+        if _dcp_call_named_an_id() is False:
+            # Left by a call that failed before it took it (a Stateful's
+            # state_dict() that raised): not this call's.
+            root, step = None, None
+        here.call = self._last_call = (root or self.url, step)
+        self._roots_used.add(here.call[0])
+        return here.call
 
     def _open(self, url, reading=False):
         if self._given is not None and url == self.url:
@@ -236,11 +258,42 @@ class _Storage:
     def close(self):
         """Lets go of the managers of this object's roots (a URL's manager
         gives the root's lease back once nothing else holds it)."""
-        self._mgr = None
+        self._here.mgr = self._here.desc = None
         with _lock:
-            for url in {self.url, self._call[0]}:
-                _managers.pop(url, None)
+            for url in set(self._roots_used):
+                _managers.pop(_roots.key(url), None)
         gc.collect()
+
+
+class _Call(threading.local):
+    """A thread's dcp.save or dcp.load in progress: the checkpoint_id that
+    reset() set, the (root, step) it took, and the manager (and, loading,
+    the step's description) between DCP's calls."""
+    pending = (None, None)
+    call = None
+    mgr = desc = None
+
+
+# The calls that pass a checkpoint_id to a storage's reset(): (module,
+# function) of dcp.save (dcp.async_save calls it on its thread) and
+# dcp.load.
+_DCP_CALLS = {("torch.distributed.checkpoint.state_dict_saver", "save"),
+              ("torch.distributed.checkpoint.state_dict_loader", "load")}
+
+
+def _dcp_call_named_an_id():
+    """Whether the dcp.save or dcp.load on this thread's stack was given a
+    checkpoint_id, or None where none is. DCP calls reset() only for a
+    checkpoint_id, so that of a call that failed before it set up its
+    storage would otherwise pass to the next call, which names none."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if (frame.f_globals.get("__name__"), code.co_name) in _DCP_CALLS \
+                and "checkpoint_id" in code.co_varnames:
+            return frame.f_locals.get("checkpoint_id") is not None
+        frame = frame.f_back
+    return None
 
 
 class StorageWriter(_Storage, _WriterBase):
@@ -261,7 +314,6 @@ class StorageWriter(_Storage, _WriterBase):
         super().__init__(root, communicator, options,
                          "ckpt.torch.StorageWriter")
         self.last_step = None
-        self._mgr = None
 
     def storage_meta(self):
         return _md.StorageMeta(checkpoint_id=self.checkpoint_id)
@@ -270,7 +322,7 @@ class StorageWriter(_Storage, _WriterBase):
         # Opening here, inside DCP's planning step, lets DCP report a root
         # that cannot be opened on every rank before any rank writes.
         url, _ = self._take()
-        self._mgr = self._open(url)
+        self._here.mgr = self._open(url)
 
     def prepare_local_plan(self, plan):
         return plan
@@ -279,15 +331,16 @@ class StorageWriter(_Storage, _WriterBase):
         return plans
 
     def write_data(self, plan, planner):
-        mgr = self._mgr
+        here = self._here
+        mgr = here.mgr
         if mgr is None:
             raise _errors.FailedPrecondition(
                 "ckpt.torch.StorageWriter.write_data: set_up_storage_writer "
                 "was not called (save through torch.distributed.checkpoint)")
         # The manager stays in the module's cache, not in this object,
         # once the call is over: close() lets go of it.
-        self._mgr = None
-        step = _agreed_step(mgr, self._call[1])
+        here.mgr = None
+        step = _agreed_step(mgr, here.call[1])
         # What is wrong with this rank's items goes to the library as the
         # save's error, so that every rank fails with it together.
         try:
@@ -359,6 +412,7 @@ def _entries(plan, planner):
             value = bytes(data.getvalue() if hasattr(data, "getvalue")
                           else data.read())
             size = len(value)
+            _check_loadable(name, value)
         else:
             value, size = _tensor_value(name, item, data)
         results.append((item.index, size))
@@ -367,6 +421,23 @@ def _entries(plan, planner):
         inner, place = _values.placement(name, value)
         entries.append((name, *_values.encode(name, inner), place))
     return entries, results
+
+
+def _check_loadable(name, value):
+    """Warns at the save of a bytes item that _Reads.check_bytes will
+    refuse unless its classes are allowlisted: not first at the resume."""
+    try:
+        torch.load(io.BytesIO(value), map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any refusal
+        warnings.warn(
+            f"ckpt.torch.StorageWriter: entry {name!r}: torch.load("
+            f"weights_only=True) does not read it back ({_why_refused(e)}), "
+            f"so dcp.load through ckpt.torch.StorageReader will refuse it "
+            f"(DCP's load planner unpickles with weights_only=False, and a "
+            f"pickle could run code) unless the process that loads it "
+            f"allowlists its classes with torch.serialization."
+            f"add_safe_globals; a tensor, number, str, bytes, None, dict, "
+            f"list or tuple needs none", RuntimeWarning, stacklevel=2)
 
 
 def _tensor_value(name, item, tensor):
@@ -403,7 +474,6 @@ class StorageReader(_Storage, _ReaderBase):
     def __init__(self, root, *, communicator=None):
         super().__init__(root, communicator, {}, "ckpt.torch.StorageReader")
         self.step = None
-        self._mgr = self._desc = None
 
     def read_metadata(self):
         """The DCP Metadata of the step this load reads, from ckpt's
@@ -425,8 +495,9 @@ class StorageReader(_Storage, _ReaderBase):
             if error is e:
                 raise
             raise error from e
-        self._mgr, self._desc, self.step = mgr, desc, desc.info.step
-        return _metadata(desc, _show_id(url, self.step))
+        self._here.mgr, self._here.desc = mgr, desc
+        self.step = desc.info.step
+        return _metadata(desc, _show_id(url, desc.info.step))
 
     def set_up_storage_reader(self, metadata, is_coordinator, *args,
                               **kwargs):
@@ -439,19 +510,21 @@ class StorageReader(_Storage, _ReaderBase):
         return plans
 
     def read_data(self, plan, planner):
-        mgr, desc = self._mgr, self._desc
+        here = self._here
+        mgr, desc = here.mgr, here.desc
         if mgr is None:
             raise _errors.FailedPrecondition(
                 "ckpt.torch.StorageReader.read_data: read_metadata was not "
                 "called (load through torch.distributed.checkpoint)")
-        self._mgr = self._desc = None  # as StorageWriter.write_data
-        where = f"dcp.load of step {self.step} from {mgr.url}"
+        here.mgr = here.desc = None  # as StorageWriter.write_data
+        step = desc.info.step
+        where = f"dcp.load of step {step} from {mgr.url}"
         reads, error = None, None
         try:
             reads = _Reads(plan, planner, desc, where)
         except Exception as e:  # noqa: BLE001 - every rank learns of it
             error = e
-        _agree(mgr, self.step, error, where)
+        _agree(mgr, step, error, where)
         # Every rank reads its boxes into new memory; the library checks
         # every chunk and fails every rank if one fails.
         staged = mgr._stage_into(reads.state, desc, False, True, reads.own)
@@ -460,7 +533,7 @@ class StorageReader(_Storage, _ReaderBase):
             reads.check_bytes()
         except Exception as e:  # noqa: BLE001 - every rank learns of it
             error = e
-        _agree(mgr, self.step, error, where)
+        _agree(mgr, step, error, where)
         reads.apply()
         done = Future()
         done.set_result(None)

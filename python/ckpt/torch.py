@@ -88,8 +88,9 @@ __all__ = ["HAS_DTENSOR", "Sampler", "StorageReader", "StorageWriter",
            "async_save", "close", "consolidate", "export_dcp", "import_dcp",
            "latest", "load", "manager", "save"]
 
-# url -> (manager, the communicator it was opened with, or a key naming the
-# default process group). A manager holds its root's lease between saves.
+# _roots.key(url) -> (manager, the communicator it was opened with, or a
+# key naming the default process group). A manager holds its root's lease
+# between saves: one per root, however it is spelled.
 _managers = {}
 _lock = threading.Lock()
 
@@ -281,20 +282,20 @@ def _managed(root, communicator):
     url = os.fspath(root)
     key = communicator if communicator is not None else _default_group_key()
     with _lock:
-        held = _managers.get(url)
+        held = _managers.get(_roots.key(url))
         if held is not None and held[1] is key and not held[0].closed:
             return held[0]
         if held is not None:
             # Another communicator: the old manager gives the lease back
             # first, so that the new one does not wait for it.
-            del _managers[url]
+            del _managers[_roots.key(url)]
             del held
             gc.collect()
         comm = communicator
         if comm is None and key is not None:
             comm = _torch_dist.torch_communicator()
         mgr = _manager.CheckpointManager(url, communicator=comm)
-        _managers[url] = (mgr, key)
+        _managers[_roots.key(url)] = (mgr, key)
         return mgr
 
 
@@ -309,7 +310,8 @@ def close(root=None):
             held = list(_managers.values())
             _managers.clear()
         else:
-            held = [h for h in [_managers.pop(os.fspath(root), None)] if h]
+            held = [h for h in [_managers.pop(_roots.key(os.fspath(root)),
+                                              None)] if h]
     first = None
     for mgr, _ in held:
         try:

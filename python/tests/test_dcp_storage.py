@@ -14,6 +14,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import warnings
 
 import pytest
@@ -217,9 +218,14 @@ def test_a_pickle_that_would_run_code_is_not_handed_to_dcps_planner(
     assert not os.path.exists(marker), "the pickle ran"
     assert state["cfg"] == 0.5 and torch.equal(state["w"], torch.zeros(3))
     # A job's own class, allowed as PyTorch allows it, loads.
+    # The save says so at once, naming the entry, not first at the resume.
     other = str(tmp_path / "own")
-    dcp.save({"w": torch.ones(3), "obj": Trusted(7)},
-             storage_writer=ct.StorageWriter(other))
+    with pytest.warns(RuntimeWarning,
+                      match=r"entry 'obj': torch.load\(weights_only=True\) "
+                            r"does not read it back \(.*Trusted.*\), so "
+                            r"dcp.load .* will refuse it .*add_safe_globals"):
+        dcp.save({"w": torch.ones(3), "obj": Trusted(7)},
+                 storage_writer=ct.StorageWriter(other))
     state = {"w": torch.zeros(3), "obj": None}
     with pytest.raises(BaseException, match="entry 'obj'.*Trusted"):
         dcp.load(state, storage_reader=ct.StorageReader(other))
@@ -249,6 +255,84 @@ def test_manager_options_pass_through(tmp_path):
     # DCP's CheckpointException at the first dcp.save.
     with pytest.raises(TypeError, match="'keep_lats'.*'keep_last'"):
         ct.StorageWriter(root, keep_lats=2)
+
+
+class _FailsToSave:
+    """A Stateful object whose state_dict() raises: dcp.save and dcp.load
+    fail after reset(checkpoint_id), before the storage is set up."""
+
+    def state_dict(self):
+        raise RuntimeError("no state today")
+
+    def load_state_dict(self, state):
+        pass
+
+
+@one_process
+def test_a_failed_call_leaves_its_checkpoint_id_to_no_later_call(tmp_path):
+    root, other = str(tmp_path / "run"), str(tmp_path / "other")
+    writer = ct.StorageWriter(root)
+    dcp.save(small_state(1), storage_writer=writer)
+    with pytest.raises(RuntimeError, match="no state today"):
+        dcp.save({"bad": _FailsToSave()}, storage_writer=writer,
+                 checkpoint_id=f"{other}@7")
+    dcp.save(small_state(2), storage_writer=writer)  # the next step of root
+    assert writer.last_step == 2 and not os.path.exists(other)
+    reader = ct.StorageReader(root)
+    with pytest.raises(RuntimeError, match="no state today"):
+        dcp.load({"bad": _FailsToSave()}, storage_reader=reader,
+                 checkpoint_id=1)
+    same(loaded(reader), small_state(2))  # the newest, not step 1
+    assert reader.step == 2
+    writer.close()
+
+
+class _Meet(dcp.DefaultSavePlanner):
+    """A planner that holds its save until the other one's has started:
+    both reset() the writer before either sets it up."""
+
+    def __init__(self, barrier):
+        super().__init__()
+        self.barrier = barrier
+
+    def set_up_planner(self, *args, **kwargs):
+        self.barrier.wait(timeout=60)
+        return super().set_up_planner(*args, **kwargs)
+
+
+@one_process
+def test_async_saves_in_flight_together_on_one_writer(tmp_path):
+    root = str(tmp_path / "run")
+    writer = ct.StorageWriter(root)
+    barrier = threading.Barrier(2)
+    futures = [dcp.async_save(small_state(v), storage_writer=writer,
+                              checkpoint_id=10 + v, planner=_Meet(barrier))
+               for v in (1, 2)]
+    for future in futures:
+        future.result()
+    assert [i.step for i in ckpt.open(root).list()] == [11, 12]
+    reader = ct.StorageReader(root)
+    for v in (1, 2):
+        same(loaded(reader, 10 + v), small_state(v))
+    writer.close()
+
+
+@one_process
+def test_one_root_spelled_two_ways_is_one_manager(tmp_path, monkeypatch):
+    # A second manager of the same folder would wait for the first one's
+    # lease (70 s by default; here it would fail at once) and fail naming
+    # this very process as "another party".
+    monkeypatch.chdir(tmp_path)
+    writer = ct.StorageWriter("run", lease_wait_seconds=0)
+    steps = []
+    for checkpoint_id in (None, f"{tmp_path}/run@5", f"file://{tmp_path}/run/",
+                          "./run"):
+        dcp.save(small_state(len(steps) + 1), storage_writer=writer,
+                 checkpoint_id=checkpoint_id)
+        steps.append(writer.last_step)
+    assert steps == [1, 5, 6, 7]
+    same(loaded(ct.StorageReader(f"{tmp_path}/run/")), small_state(4))
+    writer.close()
 
 
 @one_process

@@ -338,3 +338,16 @@ def test_close_gives_the_lease_back_at_once(tmp_path):
     assert same_bits(state["x"], torch.zeros(3))
     with pytest.raises(ckpt.FailedPrecondition, match="is closed"):
         kept.latest()
+
+
+def test_one_root_spelled_two_ways_is_one_manager(tmp_path, monkeypatch):
+    # A second manager would wait for the first one's lease (70 s by
+    # default) and fail naming this very process as "another party".
+    monkeypatch.chdir(tmp_path)
+    ct.save({"x": torch.ones(3)}, "run", 1)
+    mgr = ct.manager("run")
+    for spelling in ("./run", f"{tmp_path}/run/", f"file://{tmp_path}/run"):
+        assert ct.manager(spelling) is mgr, spelling
+    ct.save({"x": torch.zeros(3)}, f"{tmp_path}/run", 2)
+    ct.close(f"{tmp_path}//run")
+    assert mgr.closed
