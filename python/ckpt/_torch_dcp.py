@@ -142,8 +142,8 @@ def _manager_for(url, options, communicator, reading=False):
            repr(sorted(options.items())))
     with _lock:
         held = _managers.get(_roots.key(url))
-        if held is not None and held[1][0] is key[0] and (
-                reading or held[1][1] == key[1]):
+        if held is not None and not held[0].closed and \
+                held[1][0] is key[0] and (reading or held[1][1] == key[1]):
             return held[0]
         if held is not None:
             del _managers[_roots.key(url)]

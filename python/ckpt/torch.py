@@ -64,7 +64,6 @@ ckpt._dcp_files says more).
 import gc
 import json
 import os
-import threading
 from collections.abc import Mapping
 
 import torch
@@ -73,6 +72,7 @@ from ckpt import (_dtypes, _errors, _manager, _resume, _roots, _torch_dist,
                   _tree, _values)
 from ckpt._consolidate import consolidate
 from ckpt._dcp_files import export_dcp, import_dcp
+from ckpt import _torch_dcp
 from ckpt._torch_dcp import StorageReader, StorageWriter
 from ckpt._torch_sampler import Sampler
 from ckpt._torch_shards import HAS_DTENSOR
@@ -88,11 +88,11 @@ __all__ = ["HAS_DTENSOR", "Sampler", "StorageReader", "StorageWriter",
            "async_save", "close", "consolidate", "export_dcp", "import_dcp",
            "latest", "load", "manager", "save"]
 
-# _roots.key(url) -> (manager, the communicator it was opened with, or a
-# key naming the default process group). A manager holds its root's lease
-# between saves: one per root, however it is spelled.
-_managers = {}
-_lock = threading.Lock()
+# _roots.key(url) -> (manager, its key): StorageWriter and StorageReader's
+# cache (ckpt._torch_dcp), shared, so that save() and a dcp.save through
+# ckpt's writer on one root in one process are one manager. A manager
+# holds its root's lease between saves: two would wait for each other.
+_managers, _lock = _torch_dcp._managers, _torch_dcp._lock
 
 
 def save(state_dict, root, step, *, communicator=None, epoch=None,
@@ -279,24 +279,7 @@ def manager(root, *, communicator=None, create=False):
 
 
 def _managed(root, communicator):
-    url = os.fspath(root)
-    key = communicator if communicator is not None else _default_group_key()
-    with _lock:
-        held = _managers.get(_roots.key(url))
-        if held is not None and held[1] is key and not held[0].closed:
-            return held[0]
-        if held is not None:
-            # Another communicator: the old manager gives the lease back
-            # first, so that the new one does not wait for it.
-            del _managers[_roots.key(url)]
-            del held
-            gc.collect()
-        comm = communicator
-        if comm is None and key is not None:
-            comm = _torch_dist.torch_communicator()
-        mgr = _manager.CheckpointManager(url, communicator=comm)
-        _managers[_roots.key(url)] = (mgr, key)
-        return mgr
+    return _torch_dcp._manager_for(os.fspath(root), {}, communicator)
 
 
 def close(root=None):
@@ -326,15 +309,6 @@ def close(root=None):
 
 # At exit, before ckpt's gloo groups go: the managers this module keeps.
 _torch_dist.on_exit(close)
-
-
-def _default_group_key():
-    """The default process group when torch.distributed is initialized
-    (the key of its managers), else None."""
-    dist = torch.distributed
-    if not (dist.is_available() and dist.is_initialized()):
-        return None
-    return dist.distributed_c10d._get_default_group()
 
 
 def _is_stateful(value):

@@ -351,3 +351,21 @@ def test_one_root_spelled_two_ways_is_one_manager(tmp_path, monkeypatch):
     ct.save({"x": torch.zeros(3)}, f"{tmp_path}/run", 2)
     ct.close(f"{tmp_path}//run")
     assert mgr.closed
+
+
+def test_save_and_dcp_save_through_the_writer_share_one_manager(tmp_path):
+    # Each kept a manager of its own: the second waited for the first's
+    # lease (70 s by default) and failed naming this very process.
+    import torch.distributed.checkpoint as dcp
+    root = str(tmp_path / "run")
+    ct.save({"x": torch.ones(3)}, root, 1)
+    dcp.save({"x": torch.full((3,), 2.0)},
+             storage_writer=ct.StorageWriter(root), checkpoint_id=2)
+    ct.save({"x": torch.full((3,), 3.0)}, root, 3)
+    state = {"x": torch.empty(3)}
+    dcp.load(state, storage_reader=ct.StorageReader(root), checkpoint_id=2)
+    assert same_bits(state["x"], torch.full((3,), 2.0))
+    assert ct.load(state, root).step == 3
+    assert same_bits(state["x"], torch.full((3,), 3.0))
+    ct.close(root)
+    assert ct.manager(root) is not None and not ct.manager(root).closed
