@@ -140,8 +140,11 @@ Status Deleter::Delete(int64_t step, const DeleteRun* run, DeleteReport* report,
   // 3. Refuse, or rewrite the dependants first (oldest first; each rewrite
   // is complete, new object durable then manifest replaced, before the next).
   if (!dependants.empty() && !rewrite_dependants) {
-    return FailedPreconditionError(op + ": steps " + ListSteps(dependants) +
-                                   " depend on it; delete them first");
+    const bool one = dependants.size() == 1;
+    return FailedPreconditionError(op + (one ? ": step " : ": steps ") +
+                                   ListSteps(dependants) +
+                                   (one ? " depends on it; delete it first"
+                                        : " depend on it; delete them first"));
   }
   if (!dependants.empty() && !dry_run) {
     CKPT_RETURN_IF_ERROR(root_.CheckLeaseBeforeDeleting(op));

@@ -192,7 +192,10 @@ inline std::string ErrorKind(const std::string& error) {
     return has("pid ") && has("host ") ? "root owned by the other party" : "";
   }
   if (has("FailedPrecondition") && has("taken over")) return "taken over";
-  if (has("FailedPrecondition") && has("depend on it")) return "dependants";
+  if (has("FailedPrecondition") &&
+      (has("depend on it") || has("depends on it"))) {
+    return "dependants";
+  }
   if (has("AlreadyExists")) return "step already committed";
   if (has("NotFound") && has("not a committed checkpoint")) {
     return "step already deleted";

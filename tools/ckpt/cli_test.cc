@@ -1682,6 +1682,29 @@ TEST_F(CliTest, IncrementalChainLsVerifyAndDelete) {
   EXPECT_EQ(r.exit_code, 2) << "--step is required";
 }
 
+// A refused delete names the way out (--force) as well as the dependants,
+// in the number they come in; it changes nothing.
+TEST_F(CliTest, DeleteRefusedForDependantsNamesForce) {
+  ASSERT_NO_FATAL_FAILURE(SaveChain(root_));
+  RunResult r = Ckpt({"delete", root_, "--step", "1"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(Contains(r.err,
+                       "steps 2, 3 depend on it; delete them first, or give "
+                       "--force to copy what they reference into them"))
+      << r.err;
+  r = Ckpt({"delete", root_, "--step", "2"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(Contains(r.err,
+                       "step 3 depends on it; delete it first, or give "
+                       "--force to copy what it references into it"))
+      << r.err;
+  EXPECT_EQ(CommittedSteps(root_), (std::vector<int64_t>{1, 2, 3}));
+  // Not depended on: refused for another reason, with no word of --force.
+  r = Ckpt({"delete", root_, "--step", "7"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_FALSE(Contains(r.err, "--force")) << r.err;
+}
+
 // --- delete --json
 
 // The objects of `root`'s step directory `step`: keys relative to the root,

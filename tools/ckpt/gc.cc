@@ -164,10 +164,25 @@ Status RunDelete(const DeleteArgs& args) {
           bytes);
     }
   }
-  CKPT_ASSIGN_OR_RETURN(
-      DeleteReport report,
-      manager->Delete(args.step, {.rewrite_dependants = args.force,
-                                  .dry_run = args.dry_run}));
+  Result<DeleteReport> deleted = manager->Delete(
+      args.step, {.rewrite_dependants = args.force, .dry_run = args.dry_run});
+  if (!deleted.ok() && !args.force &&
+      deleted.status().code() == ErrorCode::kFailedPrecondition) {
+    // Refused for the checkpoints that depend on it (the library names
+    // them): the tool names its way out.
+    Result<DeleteReport> forced = manager->Delete(
+        args.step, {.rewrite_dependants = true, .dry_run = true});
+    if (forced.ok() && !forced->rewritten.empty()) {
+      const bool one = forced->rewritten.size() == 1;
+      return Status(ErrorCode::kFailedPrecondition,
+                    deleted.status().message() +
+                        (one ? ", or give --force to copy what it references "
+                               "into it"
+                             : ", or give --force to copy what they "
+                               "reference into them"));
+    }
+  }
+  CKPT_ASSIGN_OR_RETURN(DeleteReport report, std::move(deleted));
   if (bar) bar->Finish();
   if (args.json) {
     PrintJson(records::DeleteJson(report));
