@@ -1682,6 +1682,26 @@ TEST_F(CliTest, IncrementalChainLsVerifyAndDelete) {
   EXPECT_EQ(r.exit_code, 2) << "--step is required";
 }
 
+// show's "bytes" line counts the objects that hold those bytes: the step's
+// own, not the earlier steps' an incremental step references (the
+// "references" line has those).
+TEST_F(CliTest, ShowOfAnIncrementalStepCountsItsOwnObjects) {
+  ASSERT_NO_FATAL_FAILURE(SaveChain(root_));
+  RunResult r = Ckpt({"show", root_, "--step", "3"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<std::string> lines = Lines(r.out);
+  std::string bytes;
+  for (const std::string& l : lines) {
+    if (l.rfind("bytes ", 0) == 0) bytes = l;
+  }
+  EXPECT_TRUE(bytes.ends_with(" in 1 object")) << r.out;
+  EXPECT_TRUE(Contains(r.out, "references ")) << r.out;
+  // --json lists every object the step reads, its own and the referenced.
+  r = Ckpt({"show", root_, "--step", "3", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(ParseJson(r.out)["objects"].size(), 3u) << r.out;
+}
+
 // A refused delete names the way out (--force) as well as the dependants,
 // in the number they come in; it changes nothing.
 TEST_F(CliTest, DeleteRefusedForDependantsNamesForce) {

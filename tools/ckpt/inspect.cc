@@ -10,6 +10,7 @@
 #include "ckpt/tiered.h"
 #include "commands.h"
 #include "common.h"
+#include "format/layout.h"
 #include "util/names.h"
 #include "util/progress.h"
 
@@ -205,8 +206,15 @@ void PrintDescription(const CheckpointDescription& d, size_t hidden) {
   fmt::print("job         {}\n", Printable(info.job_id));
   fmt::print("world size  {} ({})\n", info.world_size,
              Printable(HostsText(info.hosts)));
+  // info.bytes are what this step wrote: count its own objects, not those
+  // of the earlier steps it references (the next line's).
+  const size_t own = std::count_if(
+      d.objects.begin(), d.objects.end(), [&](const ObjectInfo& o) {
+        int64_t step = -1;
+        return format::SplitStepKey(o.key, &step, nullptr) && step == info.step;
+      });
   fmt::print("bytes       {} in {}\n", FormatBytes(info.bytes),
-             Count(d.objects.size(), "object"));
+             Count(own, "object"));
   fmt::print("depends on  {}\n", StepsText(info.depends_on));
   if (!info.depends_on.empty()) {
     fmt::print(
