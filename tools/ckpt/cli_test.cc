@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -530,6 +531,42 @@ TEST_F(CliTest, ShowDescribesEntries) {
   EXPECT_EQ(entries["rng"]["kind"], "blob");
   EXPECT_EQ(entries["config"]["kind"], "metadata");
   EXPECT_EQ(entries["config"]["value"]["lr"], "0.1");
+}
+
+// A table's columns line up on a terminal where a cell holds characters of
+// more than one byte (an entry named in German): padding counts characters.
+TEST_F(CliTest, TablesAlignNamesOfManyByteCharacters) {
+  auto manager = OpenManager(root_);
+  ASSERT_NE(manager, nullptr);
+  std::vector<float> w(2, 1.0f);
+  State state;
+  state
+      .AddTensor(
+          "gr\xc3\xb6\xc3\x9f"
+          "e",
+          View(w))
+      .AddTensor("weights", View(w));
+  ASSERT_TRUE(manager->Save(1, state).ok());
+  RunResult r = Ckpt({"show", root_});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // The column where KIND (and each row's kind) starts, in characters.
+  auto column_of = [](const std::string& line, std::string_view word) {
+    const size_t at = line.find(word);
+    if (at == std::string::npos) return std::string::npos;
+    return static_cast<size_t>(std::count_if(
+        line.begin(), line.begin() + at,
+        [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
+  };
+  std::vector<size_t> columns;
+  for (const std::string& l : Lines(r.out)) {
+    if (l.starts_with("NAME")) columns.push_back(column_of(l, "KIND"));
+    if (l.starts_with("gr") || l.starts_with("weights")) {
+      columns.push_back(column_of(l, "tensor"));
+    }
+  }
+  ASSERT_EQ(columns.size(), 3u) << r.out;
+  EXPECT_EQ(columns[0], columns[1]) << r.out;
+  EXPECT_EQ(columns[0], columns[2]) << r.out;
 }
 
 TEST_F(CliTest, VerifyGoodRoot) {

@@ -255,6 +255,19 @@ void PrintJson(const nlohmann::json& j) {
              j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 
+namespace {
+
+// The columns `cell` takes on a terminal: one per character of its UTF-8
+// (a continuation byte adds none), so that a name such as "ü" or a root
+// with "é" in it does not shift the columns after it.
+size_t Columns(std::string_view cell) {
+  return std::count_if(cell.begin(), cell.end(), [](char c) {
+    return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  });
+}
+
+}  // namespace
+
 void PrintTable(const std::vector<std::vector<std::string>>& given) {
   // Cells hold what files and catalogs say (job ids, metric names): never
   // a terminal's control sequence.
@@ -266,7 +279,7 @@ void PrintTable(const std::vector<std::vector<std::string>>& given) {
   for (const auto& row : rows) {
     widths.resize(std::max(widths.size(), row.size()));
     for (size_t i = 0; i < row.size(); ++i) {
-      widths[i] = std::max(widths[i], row[i].size());
+      widths[i] = std::max(widths[i], Columns(row[i]));
     }
   }
   for (const auto& row : rows) {
@@ -274,7 +287,9 @@ void PrintTable(const std::vector<std::vector<std::string>>& given) {
     for (size_t i = 0; i < row.size(); ++i) {
       line += row[i];
       // No padding after the last column: no trailing blanks.
-      if (i + 1 < row.size()) line.append(widths[i] - row[i].size() + 2, ' ');
+      if (i + 1 < row.size()) {
+        line.append(widths[i] - Columns(row[i]) + 2, ' ');
+      }
     }
     fmt::print("{}\n", line);
   }
