@@ -869,6 +869,16 @@ TEST_F(CliTest, ImportThenExportRoundTrips) {
   EXPECT_EQ(listed[0]["epoch"], 2);
   EXPECT_EQ(listed[0]["metadata"]["source"], "hand");
   EXPECT_EQ(Ckpt({"verify", root_}).exit_code, 0);
+  // --json says what the human line says: the file and its data's bytes.
+  r = Ckpt({"import", original, root_, "--step", "8", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json imported = ParseJson(r.out);
+  EXPECT_EQ(imported["step"], 8);
+  EXPECT_EQ(imported["file"], original);
+  uint64_t data_bytes = 0;
+  for (const RawTensor& t : tensors) data_bytes += t.bytes.size();
+  EXPECT_EQ(imported["data_bytes"].get<uint64_t>(), data_bytes);
+  ASSERT_EQ(Ckpt({"delete", root_, "--step", "8"}).exit_code, 0);
 
   const std::string exported = Path("exported.safetensors");
   r = Ckpt({"export", root_, exported});

@@ -267,7 +267,12 @@ Status RunImport(const ImportArgs& args) {
                         manager->Save(args.step, state, options));
   if (bar) bar->Finish();
   if (args.json) {
-    PrintJson(InfoToJson(saved.info));
+    // The checkpoint made, and what the human line says besides: the file
+    // it came from and its tensors' bytes (before any compression).
+    nlohmann::json j = InfoToJson(saved.info);
+    j["file"] = args.file;
+    j["data_bytes"] = header.data_size;
+    PrintJson(j);
   } else {
     fmt::print("imported {} ({}) from {} as step {}\n",
                Count(state.size(), "entry"), FormatBytes(header.data_size),
