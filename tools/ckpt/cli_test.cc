@@ -1146,6 +1146,8 @@ TEST_F(CliTest, DiffReportsAddedRemovedChanged) {
   ASSERT_EQ(j["changed"].size(), 2u);
   EXPECT_EQ(j["changed"][0]["name"], "a");
   EXPECT_EQ(j["changed"][0]["why"], "contents");
+  // One shape whatever differs: the count of internal entries too.
+  EXPECT_EQ(j["internal_entries_differing"], 0) << r.out;
 
   r = Ckpt({"diff", root_, "--step", "2", "--step", "2"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -1171,7 +1173,8 @@ TEST_F(CliTest, DiffIgnoresAChunkSizeChange) {
   EXPECT_EQ(ParseJson(r.out),
             nlohmann::json({{"added", nlohmann::json::array()},
                             {"removed", nlohmann::json::array()},
-                            {"changed", nlohmann::json::array()}}));
+                            {"changed", nlohmann::json::array()},
+                            {"internal_entries_differing", 0}}));
 }
 
 // The objects of `root`'s step directory `dir`: key relative to the root

@@ -136,7 +136,8 @@ Status RunDiff(const DiffArgs& args) {
     for (const Change& c : changed) {
       out["changed"].push_back({{"name", c.name}, {"why", c.why}});
     }
-    if (internal > 0) out["internal_entries_differing"] = internal;
+    // Always there, so that a script reads one shape: 0 when none differ.
+    out["internal_entries_differing"] = internal;
     PrintJson(out);
     return Status();
   }
@@ -170,7 +171,8 @@ void AddDiffCommand(CLI::App& app, Command& selected) {
       "(for metadata) value differs. Contents are compared by checksums and, "
       "where those differ, by the bytes themselves. Checkpoints that do not "
       "differ print \"no differences: ...\" (with --json, three empty "
-      "lists). Entries a binding keeps for itself (named __NAME__, such as "
+      "lists and internal_entries_differing 0). Entries a binding keeps for "
+      "itself (named __NAME__, such as "
       "the Python package's __python_tree__) are only said to differ, "
       "unless --all. Exits with status 0 whether or not the checkpoints "
       "differ.",
