@@ -399,15 +399,24 @@ Result<CatalogSyncReport> SyncGoneRoot(const std::string& root,
 }
 
 Status RunSync(const SyncArgs& args) {
-  CKPT_ASSIGN_OR_RETURN(auto catalog,
-                        OpenNamedCatalog(args.catalog, /*query=*/false));
   Result<std::unique_ptr<CheckpointManager>> manager =
       OpenRoot(args.root, /*create=*/false);
+  const bool gone =
+      !manager.ok() && manager.status().code() == ErrorCode::kNotFound;
+  if (!manager.ok() && !gone) return manager.status();
+  // A root that is not there has nothing to record: only the rows of a
+  // catalog that exists may be marked, and a mistyped ROOT creates none.
+  Result<std::unique_ptr<Catalog>> opened =
+      OpenNamedCatalog(args.catalog, /*query=*/gone);
+  if (gone && !opened.ok() && opened.status().code() == ErrorCode::kNotFound) {
+    return manager.status().WithContext(
+        "sync the catalog with " + CatalogRootUrl(args.root) +
+        ": the root is not there, and neither is the catalog (none created)");
+  }
+  CKPT_ASSIGN_OR_RETURN(auto catalog, std::move(opened));
   Result<CatalogSyncReport> synced =
-      manager.ok() ? SyncCatalog(**manager, *catalog)
-      : manager.status().code() == ErrorCode::kNotFound
-          ? SyncGoneRoot(args.root, *catalog, manager.status())
-          : Result<CatalogSyncReport>(manager.status());
+      gone ? SyncGoneRoot(args.root, *catalog, manager.status())
+           : SyncCatalog(**manager, *catalog);
   CKPT_ASSIGN_OR_RETURN(CatalogSyncReport report, std::move(synced));
   if (args.json) {
     PrintJson({{"catalog", catalog->url()},

@@ -651,6 +651,23 @@ TEST(CatalogCliQueryTest, AMistypedSqlitePathIsNotFoundAndCreatesNothing) {
   EXPECT_FALSE(std::filesystem::exists(dir.path() / "typo"));
 }
 
+// `catalog sync` of a ROOT that is not there (a typo) into a catalog that
+// is not there yet is an error naming the root, and creates no catalog:
+// with no root there is nothing to record, and no row to mark deleted.
+TEST(CatalogCliQueryTest, SyncOfAMissingRootCreatesNoCatalog) {
+  const testing::TempDir dir("catalog-sync-typo");
+  const std::string catalog = dir.path().string() + "/state/catalog.sqlite";
+  const std::string typo = dir.path().string() + "/no-such-root";
+  RunResult r = testing::RunProgram(
+      CKPT_CLI_PATH, {"catalog", "sync", typo, "--catalog", catalog},
+      dir.path());
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_TRUE(Contains(r.err, "NotFound")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "no-such-root")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "neither is the catalog")) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "state"));
+}
+
 // A query names a file that is there but holds no catalog: an empty one (a
 // `touch`) or another program's SQLite database. It is NotFound, and the
 // file is left as it was: no schema written into it, no journal mode
