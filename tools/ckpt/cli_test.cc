@@ -964,6 +964,30 @@ TEST_F(CliTest, AnExportKilledWhileItWritesLeavesNothingBehind) {
   EXPECT_GT(fs::file_size(out / "model.safetensors"), uint64_t{4} << 20);
 }
 
+// OUT a folder: refused before anything is loaded or written, and without
+// the advice of --force, which cannot replace a folder by a file.
+TEST_F(CliTest, ExportToAFolderIsRefusedAtOnce) {
+  SaveSteps({1});
+  const std::string folder = Path("out");
+  fs::create_directories(fs::path(folder) / "kept");
+  for (bool force : {false, true}) {
+    std::vector<std::string> args = {"export", root_, folder};
+    if (force) args.push_back("--force");
+    RunResult r = Ckpt(args);
+    EXPECT_EQ(r.exit_code, 1) << r.out;
+    EXPECT_TRUE(Contains(r.err, "is a directory")) << r.err;
+    EXPECT_FALSE(Contains(r.err, "use --force")) << r.err;
+    EXPECT_TRUE(Contains(r.err, "out/model.safetensors")) << r.err;
+  }
+  EXPECT_TRUE(fs::is_directory(fs::path(folder) / "kept"));
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir_)) {
+    names.insert(e.path().filename().string());
+  }
+  EXPECT_EQ(names,
+            (std::set<std::string>{".stderr", ".stdout", "out", "root"}));
+}
+
 TEST_F(CliTest, ExportThenImportKeepsBlobsAndMetadata) {
   SaveSteps({23});  // epoch 2, loss 1/24 (no short decimal)
   const std::string file = Path("out.safetensors");

@@ -418,6 +418,14 @@ Status RunExport(const ExportArgs& args) {
   }
   // Fail before loading what may be many gigabytes.
   struct stat st;
+  if (lstat(args.out.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    // No --force replaces a folder by a file: said before the export, not
+    // after it has written every byte.
+    return InvalidArgumentError(
+        "export to " + Quote(args.out) +
+        ": it is a directory; OUT names the file to write (such as " +
+        (std::filesystem::path(args.out) / "model.safetensors").string() + ")");
+  }
   if (!args.force && lstat(args.out.c_str(), &st) == 0) {
     return AlreadyExistsError(Quote(args.out) +
                               " exists (use --force to overwrite)");
