@@ -505,8 +505,9 @@ void AddCatalogCommand(CLI::App& app, Command& selected) {
       ->check(NonNegativeInteger(INT64_MAX));
   sub->add_option("--max-step", list->max_step, "only steps up to N")
       ->check(NonNegativeInteger(INT64_MAX));
+  // At least 1: a limit of 0 would be no limit, and list everything.
   sub->add_option("--limit", list->limit, "only the newest N")
-      ->check(NonNegativeInteger(INT64_MAX));
+      ->check(PositiveInteger(INT64_MAX));
   sub->add_option("--tier", list->tier, "only this tier")
       ->check(CLI::IsMember({"durable", "local"}));
   AddCatalogOption(*sub, list->catalog);

@@ -728,6 +728,8 @@ TEST(CatalogCliUsageTest, HelpAndUsageErrors) {
       {"catalog", "best", "job"},
       {"catalog", "best", "job", "--metric", "x", "--min", "--max"},
       {"catalog", "list", "--all", "--deleted"},
+      // A limit of 0 would list everything: a usage error, as gc's 0s are.
+      {"catalog", "list", "--limit", "0"},
       {"catalog", "sync"},
   };
   for (const auto& args : usage) {
