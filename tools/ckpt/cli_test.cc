@@ -347,6 +347,27 @@ TEST_F(CliTest, UsageErrorsExitTwo) {
 
 // --- ls, show, verify on a good root ---------------------------------------
 
+// Output that does not fit (standard output a full disk) is a failure
+// saying so, whether it shows while printing (a long listing) or at the
+// end (a short one): never "internal error".
+TEST_F(CliTest, AFullStandardOutputIsAnIOError) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  std::vector<int64_t> steps;
+  for (int64_t s = 1; s <= 24; ++s) steps.push_back(s);
+  SaveSteps(steps);
+  for (const char* args : {"ls ROOT --json", "ls ROOT", "show ROOT"}) {
+    std::string command = std::string(CKPT_CLI_PATH) + " " + args;
+    command.replace(command.find("ROOT"), 4, "'" + root_ + "'");
+    command += " > /dev/full 2> '" + Path("err") + "'";
+    const int status = std::system(command.c_str());
+    EXPECT_EQ(WEXITSTATUS(status), 1) << args;
+    const std::string err = ReadFile(Path("err"));
+    EXPECT_TRUE(Contains(err, "IOError: write standard output failed"))
+        << args << ": " << err;
+    EXPECT_FALSE(Contains(err, "internal error")) << args << ": " << err;
+  }
+}
+
 TEST_F(CliTest, LsListsCommittedSteps) {
   SaveSteps({10, 20});
   RunResult r = Ckpt({"ls", root_});

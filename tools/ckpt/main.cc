@@ -171,10 +171,15 @@ int main(int argc, char** argv) {
   try {
     status = command.run();
   } catch (const std::exception& e) {
-    // The library returns errors as values; this is a bug or out of memory,
-    // and still deserves a message rather than an abort.
-    status = ckpt::Status(ckpt::ErrorCode::kAborted,
-                          std::string("internal error: ") + e.what());
+    // Printing throws where standard output takes no more (a full disk): a
+    // failure of the output, said as such, as when it shows at the flush.
+    // Anything else is a bug or out of memory, and still deserves a
+    // message rather than an abort.
+    status = std::ferror(stdout)
+                 ? ckpt::IOError(std::string("write standard output failed: ") +
+                                 e.what())
+                 : ckpt::Status(ckpt::ErrorCode::kAborted,
+                                std::string("internal error: ") + e.what());
   }
   // Output that did not reach its file (a full disk, a closed pipe) is a
   // failure too.
