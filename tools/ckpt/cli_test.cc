@@ -1001,6 +1001,11 @@ TEST_F(CliTest, ExportToAFolderIsRefusedAtOnce) {
     EXPECT_TRUE(Contains(r.err, "out/model.safetensors")) << r.err;
   }
   EXPECT_TRUE(fs::is_directory(fs::path(folder) / "kept"));
+  // A file in a folder that is not there: refused as early, naming it.
+  RunResult r = Ckpt({"export", root_, Path("no-such/model.safetensors")});
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_TRUE(Contains(r.err, "NotFound: export to ")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "no-such\" does not exist")) << r.err;
   std::set<std::string> names;
   for (const auto& e : fs::directory_iterator(dir_)) {
     names.insert(e.path().filename().string());

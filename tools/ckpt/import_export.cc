@@ -426,6 +426,19 @@ Status RunExport(const ExportArgs& args) {
         ": it is a directory; OUT names the file to write (such as " +
         (std::filesystem::path(args.out) / "model.safetensors").string() + ")");
   }
+  // Nor can a file be written into a folder that is not there.
+  const std::filesystem::path folder =
+      std::filesystem::path(args.out).parent_path();
+  if (!folder.empty()) {
+    const bool there = stat(folder.c_str(), &st) == 0;
+    if (!there || !S_ISDIR(st.st_mode)) {
+      return NotFoundError("export to " + Quote(args.out) + ": " +
+                           Quote(folder.string()) +
+                           (there ? " is not a folder"
+                                  : " does not exist (export creates no "
+                                    "folders)"));
+    }
+  }
   if (!args.force && lstat(args.out.c_str(), &st) == 0) {
     return AlreadyExistsError(Quote(args.out) +
                               " exists (use --force to overwrite)");
@@ -505,8 +518,9 @@ Status RunExport(const ExportArgs& args) {
     bar = std::make_unique<ProgressBar>(
         "export step " + std::to_string(step) + ": write " + args.out, bytes);
   }
-  CKPT_RETURN_IF_ERROR(
-      WriteFileAtomically(args.out, parts, args.force, bar.get()));
+  CKPT_RETURN_IF_ERROR_CTX(
+      WriteFileAtomically(args.out, parts, args.force, bar.get()),
+      "export step " + std::to_string(step) + " to " + Quote(args.out));
   if (bar) bar->Finish();
   if (args.json) {
     PrintJson({{"step", loaded.info.step},
