@@ -368,6 +368,24 @@ TEST_F(CliTest, AFullStandardOutputIsAnIOError) {
   }
 }
 
+// report writes its page through a temporary of its own: a file of the
+// user's named like the old fixed temporary (OUT.tmp) is left as it was,
+// and no temporary is left behind.
+TEST_F(CliTest, ReportLeavesAUsersTmpFileAlone) {
+  SaveSteps({1});
+  ASSERT_TRUE(WriteFile(Path("r.html.tmp"), "mine"));
+  RunResult r = Ckpt({"report", root_, "-o", Path("r.html")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(ReadFile(Path("r.html.tmp")), "mine");
+  EXPECT_TRUE(Contains(ReadFile(Path("r.html")), "<html")) << r.out;
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir_)) {
+    names.insert(e.path().filename().string());
+  }
+  EXPECT_EQ(names, (std::set<std::string>{".stderr", ".stdout", "r.html",
+                                          "r.html.tmp", "root"}));
+}
+
 TEST_F(CliTest, LsListsCommittedSteps) {
   SaveSteps({10, 20});
   RunResult r = Ckpt({"ls", root_});
