@@ -608,6 +608,29 @@ TEST_F(CliTest, TablesAlignNamesOfManyByteCharacters) {
   EXPECT_EQ(columns[0], columns[2]) << r.out;
 }
 
+// show --json says what the text's "(N internal entries hidden)" says.
+TEST_F(CliTest, ShowJsonCountsTheInternalEntriesItHides) {
+  auto manager = OpenManager(root_);
+  ASSERT_NE(manager, nullptr);
+  std::vector<float> w(2, 1.0f);
+  State state;
+  state.AddTensor("w", View(w)).AddMetadata("__binding_tree__", {{"a", "b"}});
+  ASSERT_TRUE(manager->Save(1, state).ok());
+  RunResult r = Ckpt({"show", root_});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.out, "1 internal entry")) << r.out;
+  r = Ckpt({"show", root_, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = ParseJson(r.out);
+  EXPECT_EQ(j["entries"].size(), 1u) << r.out;
+  EXPECT_EQ(j["hidden_internal_entries"], 1) << r.out;
+  r = Ckpt({"show", root_, "--json", "--all"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  j = ParseJson(r.out);
+  EXPECT_EQ(j["entries"].size(), 2u) << r.out;
+  EXPECT_EQ(j["hidden_internal_entries"], 0) << r.out;
+}
+
 TEST_F(CliTest, VerifyGoodRoot) {
   SaveSteps({1, 2});
   RunResult r = Ckpt({"verify", root_});

@@ -259,7 +259,10 @@ Status RunShow(const ShowArgs& args) {
   CKPT_ASSIGN_OR_RETURN(CheckpointDescription d, manager->Describe(args.step));
   const size_t hidden = args.all ? 0 : HideInternalEntries(d);
   if (args.json) {
-    PrintJson(DescriptionToJson(d));
+    // What the text's "(N internal entries hidden)" line says.
+    nlohmann::json j = DescriptionToJson(d);
+    j["hidden_internal_entries"] = hidden;
+    PrintJson(j);
   } else {
     PrintDescription(d, hidden);
   }
