@@ -268,6 +268,16 @@ TEST_F(CliTest, HelpExitsZeroEverywhere) {
     EXPECT_TRUE(Contains(r.out, "Examples:")) << command;
     EXPECT_TRUE(Contains(r.out, std::string("ckpt ") + command)) << command;
   }
+  // "Every command prints JSON with --json" holds, but for the one named.
+  for (const char* command :
+       {"ls", "show", "verify", "import", "export", "import-dcp", "diff", "gc",
+        "delete", "bench", "report"}) {
+    RunResult r = Ckpt({command, "--help"});
+    const bool json = Contains(r.out, "  --json ");
+    EXPECT_EQ(json,
+              !Contains(top.out, std::string("(") + command + ", whose output"))
+        << command << ": " << top.out;
+  }
 }
 
 TEST_F(CliTest, VersionPrintsTheProjectVersion) {

@@ -125,7 +125,8 @@ int main(int argc, char** argv) {
       "ckpt - inspect, verify, convert and clean up checkpoints.\n\n"
       "A checkpoint is named by its ROOT (a URL such as file:///data/run42 or\n"
       "s3://bucket/run42, or a plain path) and --step N (default: the newest\n"
-      "committed step). Every command prints for people, or JSON with --json.\n"
+      "committed step). Every command prints for people, or JSON with --json\n"
+      "(report, whose output is an HTML page, has no --json).\n"
       "Exit status: 0 success, 1 failure, 2 usage error.\n");
   app.footer(
       "Examples:\n"
