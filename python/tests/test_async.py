@@ -133,3 +133,13 @@ def test_staging_prepared_at_open_serves_save_async(root):
     mgr.close()
     with pytest.raises(ckpt.InvalidArgument, match="async_staging_prepare"):
         ckpt.open(root, async_staging_prepare_bytes=-1)
+
+
+def test_a_handle_shows_its_step_root_and_whether_it_is_done(mgr, root):
+    handle = mgr.save_async(3, {"w": np.zeros(4, np.float32)})
+    shown = repr(handle)
+    assert shown.startswith("ckpt.AsyncSave(step=3, root=")
+    assert shown.endswith(("running)", "done)"))
+    handle.wait()
+    mgr.close()
+    assert repr(handle) == f"ckpt.AsyncSave(step=3, root={mgr.url!r}, done)"
