@@ -669,5 +669,8 @@ def open(url, **options):  # noqa: A001 - ckpt.open, like io.open
     the first save, and reading it before (latest(), load(), list())
     raises ckpt.NotFound naming the path. A job's first run, which may
     find the root absent, opens with create=True; then latest() is None.
+    A misspelt option is a TypeError naming the nearest one.
     """
+    from ckpt._options import check_names  # which imports this module
+    check_names("ckpt.open()", options)
     return CheckpointManager(url, **options)

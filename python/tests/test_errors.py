@@ -55,6 +55,15 @@ def test_a_bad_option_creates_no_root(tmp_path):
     assert not path.exists()
 
 
+def test_a_misspelt_option_of_open_names_the_nearest_one(tmp_path):
+    path = tmp_path / "new-root"
+    with pytest.raises(TypeError, match=r"ckpt.open\(\) got an unexpected "
+                       r"keyword argument 'keep_lats'.*did you mean "
+                       r"'keep_last'\?"):
+        ckpt.open(str(path), create=True, keep_lats=3)
+    assert not path.exists()
+
+
 def test_ckpt_log_levels_in_any_case_and_a_wrong_one_is_said(tmp_path):
     def run(level, path):
         code = f"import ckpt; ckpt.open({str(path)!r}, create=True)"
