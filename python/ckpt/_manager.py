@@ -7,7 +7,7 @@ import weakref
 from collections.abc import Mapping
 
 from ckpt import (_device, _errors, _manager_handle, _resume, _roots, _state,
-                  _tree, _values)
+                  _tree, _values, _writers)
 from ckpt._fill import stage_into
 from ckpt._load_memory import LoadMemory
 from ckpt._pending_saves import PendingSaves, report_unclosed
@@ -304,6 +304,7 @@ class CheckpointManager:
         this save's, instead of the manager's.
         """
         library = self._m  # FailedPrecondition once closed
+        _writers.warn_before_save(self, step)
         try:
             with _state.gc_paused():
                 arguments = self._save_arguments(
@@ -312,7 +313,9 @@ class CheckpointManager:
                                   compression=save_compression(compression))
         except _errors.Error as e:
             name_the_save(e, step, self.url)
+            _writers.explain(e, self)
             raise
+        _writers.wrote(self)
         self._pending.settled()
         return result
 
@@ -346,6 +349,7 @@ class CheckpointManager:
         and close() for those in flight.
         """
         library = self._m  # FailedPrecondition once closed
+        _writers.warn_before_save(self, step)
         try:
             with _state.gc_paused():
                 arguments = self._save_arguments(
@@ -355,7 +359,9 @@ class CheckpointManager:
                 compression=save_compression(compression))
         except _errors.Error as e:
             name_the_save(e, step, self.url)
+            _writers.explain(e, self)
             raise
+        _writers.wrote(self)
         self._pending.started(handle)
         return handle
 

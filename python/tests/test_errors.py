@@ -202,8 +202,18 @@ def test_a_second_writer_on_one_root_is_refused_naming_the_first(root):
     first = ckpt.open(root)
     first.save(1, {"w": np.zeros(3)})
     second = ckpt.open(root, lease_wait_seconds=0)
-    with pytest.raises(ckpt.FailedPrecondition, match="another party owns"):
+    # Both in this process (a notebook's cell run again): said up front and
+    # in the error, which names this process's pid.
+    here = "another ckpt.CheckpointManager of this process"
+    with pytest.warns(RuntimeWarning, match=f"waits for the lease.*{here}"), \
+            pytest.raises(ckpt.FailedPrecondition,
+                          match=f"another party owns.*pid {os.getpid()}.*"
+                                f"here the holder is {here}.*close"):
         second.save(2, {"w": np.ones(3)})
+    with pytest.warns(RuntimeWarning, match=here):
+        handle = second.save_async(2, {"w": np.ones(3)})
+    with pytest.raises(ckpt.FailedPrecondition, match="another party owns"):
+        handle.wait()
     del first  # the first job ends and gives the root back
     second.save(2, {"w": np.ones(3)})
     assert [i.step for i in second.list()] == [1, 2]
