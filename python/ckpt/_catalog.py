@@ -42,6 +42,11 @@ class Catalog(_Owned):
     def url(self):
         return _lib.ckpt_catalog_url(self._handle()).decode()
 
+    def __repr__(self):
+        if not self._h:
+            return "ckpt.Catalog(closed)"
+        return f"ckpt.Catalog({self.url!r})"
+
     def jobs(self):
         """Every job, by id (CatalogJob)."""
         rows = _call(_lib.ckpt_catalog_jobs, self._handle(), out=True)

@@ -20,6 +20,7 @@ def test_saves_are_recorded_in_the_catalog(root, tmp_path):
     for step, loss in [(1, 0.9), (2, 0.4), (3, 0.6)]:
         mgr.save(step, {"x": np.full(3, step)}, epoch=step, metrics={"loss": loss})
     cat = ckpt.Catalog(url)
+    assert repr(cat) == f"ckpt.Catalog({cat.url!r})" and url in cat.url
     latest = cat.latest("run-a")
     assert (latest.step, latest.epoch, latest.state) == (3, 3, "committed")
     assert latest.root.endswith("/root") and latest.world_size == 1
