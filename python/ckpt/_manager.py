@@ -11,8 +11,8 @@ from ckpt import (_device, _errors, _manager_handle, _resume, _roots, _state,
 from ckpt._fill import stage_into
 from ckpt._load_memory import LoadMemory
 from ckpt._pending_saves import PendingSaves, report_unclosed
-from ckpt._save_options import (compression_arguments, metric_name,
-                                 metric_value, name_the_save,
+from ckpt._save_options import (carried, compression_arguments,
+                                 metric_name, metric_value, name_the_save,
                                  save_compression)
 from ckpt._tiers import Tiers
 
@@ -312,6 +312,8 @@ class CheckpointManager:
             result = library.save(step, *arguments,
                                   compression=save_compression(compression))
         except _errors.Error as e:
+            if carried(e):  # raised now: close() and wait() must not again
+                self._pending.settled()
             name_the_save(e, step, self.url)
             _writers.explain(e, self)
             raise
