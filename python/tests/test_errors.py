@@ -117,6 +117,32 @@ def test_a_step_past_64_bits_is_refused_not_wrapped(mgr):
     assert mgr.latest() == 21
 
 
+def test_an_object_with_a_state_is_refused_saying_what_to_save(mgr):
+    # A model or optimizer put in the state as it is, not its
+    # state_dict() (as ckpt.torch.save takes it), and a torch.Generator:
+    # the error says what of it can be saved.
+    class Model:
+        def state_dict(self):
+            return {"w": np.zeros(2)}
+
+        def load_state_dict(self, state):
+            pass
+
+    class Generator:
+        def get_state(self):
+            return b"state"
+
+    with pytest.raises(ckpt.InvalidArgument,
+                       match=r"entry 'model': .* type Model .*: save its "
+                             r"state_dict\(\), or .* ckpt.torch.save"):
+        mgr.save(1, {"model": Model()})
+    with pytest.raises(ckpt.InvalidArgument,
+                       match=r"type Generator .*: save its get_state\(\)$"):
+        mgr.save(1, {"rng": Generator()})
+    with pytest.raises(ckpt.InvalidArgument, match=r"of them\)$"):
+        mgr.save(1, {"a": object()})
+
+
 def test_bad_entry_name_is_invalid_argument(mgr):
     with pytest.raises(ckpt.InvalidArgument, match="entry name"):
         mgr.save(1, {"a/../b": np.zeros(1)})
