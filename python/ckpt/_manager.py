@@ -6,8 +6,8 @@ import warnings
 import weakref
 from collections.abc import Mapping
 
-from ckpt import (_device, _errors, _manager_handle, _resume, _roots, _state,
-                  _tree, _values, _writers)
+from ckpt import (_device, _errors, _manager_handle, _option_names, _resume,
+                  _roots, _state, _tree, _values, _writers)
 from ckpt._fill import stage_into
 from ckpt._load_memory import LoadMemory
 from ckpt._pending_saves import PendingSaves, report_unclosed
@@ -679,6 +679,5 @@ def open(url, **options):  # noqa: A001 - ckpt.open, like io.open
     find the root absent, opens with create=True; then latest() is None.
     A misspelt option is a TypeError naming the nearest one.
     """
-    from ckpt._options import check_names  # which imports this module
-    check_names("ckpt.open()", options)
+    _option_names.check("ckpt.open()", options, CheckpointManager)
     return CheckpointManager(url, **options)
