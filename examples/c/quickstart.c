@@ -1,6 +1,7 @@
 /* ckpt from C (C11), through include/ckpt/c.h alone: save a state, load it
  * back and compare bit for bit, list the checkpoints, and show the error a
- * missing step gives. Run: quickstart_c ROOT (a path or URL). It exits 0
+ * missing step gives. Run: quickstart_c ROOT (a path or URL of a new root:
+ * a second run into the same one finds step 3 saved and fails). It exits 0
  * only if everything behaved as documented, so `make test` runs it. */
 #include <inttypes.h>
 #include <stdio.h>

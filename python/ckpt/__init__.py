@@ -10,7 +10,8 @@
 A state is a dict; its values may be NumPy arrays (bool, int8..int64,
 uint8..uint64, float16, float32, float64), torch tensors (those dtypes
 and bfloat16; CUDA ones too, and any __cuda_array_interface__ object), memoryviews, array.arrays and other objects with the buffer
-protocol (tensors too; NumPy is optional), bytes (blobs), int, float, str, bool and None (metadata
+protocol (tensors too; NumPy is optional), NumPy scalars (0-d tensors:
+load() gives 0-d arrays, load_into() scalars again), bytes (blobs), int, float, str, bool and None (metadata
 entries that load as the same Python type), ckpt.Metadata (a JSON object
 kept as one entry), and dicts, lists and tuples of these. Nested containers
 become dotted entry names ("model.fc.weight") and are rebuilt on load.

@@ -15,6 +15,7 @@ class AsyncSave(_Owned):
     def __init__(self, handle, manager, state=None):
         super().__init__(handle)
         self._manager = manager  # the manager outlives its saves' handles
+        self._root = manager.url  # for repr() after the manager's close()
         # Staged in the background: the state (and the arrays it borrows)
         # must live until the copy is done.
         self._state = state
@@ -55,3 +56,10 @@ class AsyncSave(_Owned):
     @property
     def step(self):
         return _lib.ckpt_save_step(self._handle())
+
+    def __repr__(self):
+        if not self._h:
+            return f"ckpt.AsyncSave(root={self._root!r}, closed)"
+        state = "done" if self.done() else "running"
+        return (f"ckpt.AsyncSave(step={self.step}, root={self._root!r}, "
+                f"{state})")

@@ -42,6 +42,11 @@ class Catalog(_Owned):
     def url(self):
         return _lib.ckpt_catalog_url(self._handle()).decode()
 
+    def __repr__(self):
+        if not self._h:
+            return "ckpt.Catalog(closed)"
+        return f"ckpt.Catalog({self.url!r})"
+
     def jobs(self):
         """Every job, by id (CatalogJob)."""
         rows = _call(_lib.ckpt_catalog_jobs, self._handle(), out=True)
@@ -65,10 +70,12 @@ class Catalog(_Owned):
         (ckpt.Unavailable): nothing is known to be stale. check=False
         answers from the catalog alone."""
         if not check:
-            return _row(_call(_lib.ckpt_catalog_latest, self._handle(),
-                              _encode(_job(job), "job"), out=True))
-        rows = self.list(job, tier="durable")
-        return _first_on_storage(reversed(rows), "latest")
+            found = _row(_call(_lib.ckpt_catalog_latest, self._handle(),
+                               _encode(_job(job), "job"), out=True))
+        else:
+            rows = self.list(job, tier="durable")
+            found = _first_on_storage(reversed(rows), "latest")
+        return found if found is not None else self._none(job, "latest")
 
     def best(self, job, metric, higher_is_better=False, *, check=True):
         """The job's committed durable checkpoint with the lowest (or, with
@@ -82,7 +89,24 @@ class Catalog(_Owned):
         rows = _call(_lib.ckpt_catalog_ranked, self._handle(),
                      _encode(_job(job), "job"), _encode(metric, "metric"),
                      1 if higher_is_better else 0, out=True)
-        return _first_on_storage((CatalogCheckpoint(r) for r in rows), "best")
+        found = _first_on_storage((CatalogCheckpoint(r) for r in rows),
+                                  "best")
+        return found if found is not None else self._none(job, "best")
+
+    def _none(self, job, what):
+        """None, for latest() or best() that found nothing; when `job` is
+        a job id the catalog has no row of and also a folder here (a root
+        given as a relative path without "./" is read as a job id, as
+        mgr.url is for ckpt.open("run")), warns how to name the root."""
+        if isinstance(job, str) and "://" not in job and \
+                not job.startswith(("/", "./", "../")) and \
+                os.path.isdir(job) and not self.list(job):
+            warnings.warn(
+                f"Catalog.{what}({job!r}): the catalog has no job of that "
+                f"id; a folder {job!r} is here, but a relative path without "
+                f"'./' is read as a job id: name the root as './{job}' or "
+                f"pathlib.Path({job!r})", RuntimeWarning, stacklevel=3)
+        return None
 
     def list(self, job="", *, root="", include_deleted=False, limit=0,
              tier=None):

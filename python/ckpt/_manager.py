@@ -6,13 +6,13 @@ import warnings
 import weakref
 from collections.abc import Mapping
 
-from ckpt import (_device, _errors, _manager_handle, _resume, _roots, _state,
-                  _tree, _values)
+from ckpt import (_device, _errors, _manager_handle, _option_names, _resume,
+                  _roots, _state, _tree, _values, _writers)
 from ckpt._fill import stage_into
 from ckpt._load_memory import LoadMemory
 from ckpt._pending_saves import PendingSaves, report_unclosed
-from ckpt._save_options import (compression_arguments, metric_name,
-                                 metric_value, name_the_save,
+from ckpt._save_options import (carried, compression_arguments,
+                                 metric_name, metric_value, name_the_save,
                                  save_compression)
 from ckpt._tiers import Tiers
 
@@ -304,6 +304,7 @@ class CheckpointManager:
         this save's, instead of the manager's.
         """
         library = self._m  # FailedPrecondition once closed
+        _writers.warn_before_save(self, step)
         try:
             with _state.gc_paused():
                 arguments = self._save_arguments(
@@ -311,8 +312,12 @@ class CheckpointManager:
             result = library.save(step, *arguments,
                                   compression=save_compression(compression))
         except _errors.Error as e:
+            if carried(e):  # raised now: close() and wait() must not again
+                self._pending.settled()
             name_the_save(e, step, self.url)
+            _writers.explain(e, self)
             raise
+        _writers.wrote(self)
         self._pending.settled()
         return result
 
@@ -346,6 +351,7 @@ class CheckpointManager:
         and close() for those in flight.
         """
         library = self._m  # FailedPrecondition once closed
+        _writers.warn_before_save(self, step)
         try:
             with _state.gc_paused():
                 arguments = self._save_arguments(
@@ -355,7 +361,9 @@ class CheckpointManager:
                 compression=save_compression(compression))
         except _errors.Error as e:
             name_the_save(e, step, self.url)
+            _writers.explain(e, self)
             raise
+        _writers.wrote(self)
         self._pending.started(handle)
         return handle
 
@@ -669,5 +677,7 @@ def open(url, **options):  # noqa: A001 - ckpt.open, like io.open
     the first save, and reading it before (latest(), load(), list())
     raises ckpt.NotFound naming the path. A job's first run, which may
     find the root absent, opens with create=True; then latest() is None.
+    A misspelt option is a TypeError naming the nearest one.
     """
+    _option_names.check("ckpt.open()", options, CheckpointManager)
     return CheckpointManager(url, **options)

@@ -21,8 +21,10 @@ def report(root, path, *, catalog=None, goal="min", bench=None):
     checkpoints (best: the lowest value of its first metric, or the highest
     with goal="max") and the metric curves across jobs.
 
-    Runs the bundled `ckpt report`; its error raises ckpt.Error (an
-    InvalidArgument when neither root nor catalog is given)."""
+    Runs the bundled `ckpt report`; its error raises the ckpt.Error
+    subclass of its code (ckpt.NotFound for a root, catalog or bench file
+    that is not there; ckpt.InvalidArgument when neither root nor catalog
+    is given, or for a goal other than "min" or "max")."""
     if root is None and catalog is None:
         raise _errors.InvalidArgument("ckpt.report: name a root or a catalog")
     args = [cli_path(), "report"]
@@ -40,6 +42,22 @@ def report(root, path, *, catalog=None, goal="min", bench=None):
     done = subprocess.run(args, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True, check=False)
     if done.returncode != 0:
-        raise _errors.Error(done.stderr.strip() or
-                          f"ckpt report exited with {done.returncode}")
+        raise _cli_error(done.returncode, done.stderr)
     return path
+
+
+def _cli_error(returncode, stderr):
+    """The ckpt.Error subclass of a failed `ckpt report`: its first line
+    is "ckpt report: CODE: message" (NotFound, ...), and exit status 2 a
+    usage error (InvalidArgument), so that `except ckpt.NotFound` catches
+    a missing root as it does from every other call."""
+    text = stderr.strip() or f"ckpt report exited with {returncode}"
+    prefix = "ckpt report: "
+    if text.startswith(prefix):
+        code, sep, rest = text[len(prefix):].partition(": ")
+        cls = getattr(_errors, code, None) if sep else None
+        if isinstance(cls, type) and issubclass(cls, _errors.Error):
+            return cls(prefix + rest)
+    if returncode == 2:
+        return _errors.InvalidArgument(text)
+    return _errors.Error(text)

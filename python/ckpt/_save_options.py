@@ -86,6 +86,19 @@ class _SaveOptions(_Owned):
                   len(flat) // 2)
 
 
+_CXX_CARRIED = "no Wait() collected that error"
+_CARRIED = ("no wait() (of its handle, or the manager's) collected that "
+            "error")
+
+
+def carried(error):
+    """Whether `error`, a save's, is the error of an earlier save_async
+    that nothing waited for, which the library reported in this save's
+    place: that failure has then been raised, and close() or the
+    manager's wait() must not raise it again."""
+    return _CXX_CARRIED in str(error) or _CARRIED in str(error)
+
+
 def name_the_save(error, step, url):
     """Prefixes the message of `error`, a ckpt.Error that a save of `step`
     to the root `url` raised, with "save step N to ROOT: ", unless it names
@@ -93,6 +106,11 @@ def name_the_save(error, step, url):
     N in ROOT: ..."). The checks of the state, the metadata and the
     entries' names know the entry, not the call they were made for."""
     text = str(error)
+    # The library's words for an earlier save_async's error carried here
+    # name its C++ call; Python's is wait().
+    if _CXX_CARRIED in text:
+        text = text.replace(_CXX_CARRIED, _CARRIED)
+        error.args = (text,) + error.args[1:]
     if text.startswith(f"save step {step} ") or url in text:
         return
     # The same exception, its class and traceback kept: only the words.

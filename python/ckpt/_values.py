@@ -278,8 +278,20 @@ def encode(name, value):
             f"entry {name!r}: ckpt cannot save a value of type "
             f"{type(value).__name__} (it "
             f"saves NumPy arrays, torch tensors, bytes, int, float, str, bool, "
-            f"None, ckpt.Metadata, and dicts, lists and tuples of them)")
+            f"None, ckpt.Metadata, and dicts, lists and tuples of them)"
+            f"{_what_to_save(value)}")
     return "metadata", _metadata_json(name, scalar), None
+
+
+def _what_to_save(value):
+    """For a value ckpt cannot save, what of it can be saved, if it says."""
+    if callable(getattr(value, "state_dict", None)):  # a module, optimizer
+        return (": save its state_dict(), or save the object itself with "
+                "ckpt.torch.save, which takes objects with state_dict() and "
+                "load_state_dict()")
+    if callable(getattr(value, "get_state", None)):  # a torch.Generator
+        return ": save its get_state()"
+    return ""
 
 
 def _looks_typed(obj):

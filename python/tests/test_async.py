@@ -49,8 +49,12 @@ def test_arrays_may_change_as_soon_as_save_async_returns(mgr):
 def test_async_error_is_also_raised_by_the_next_save(mgr):
     mgr.save(1, {"x": np.zeros(1)})
     mgr.save_async(1, {"x": np.zeros(1)})  # handle dropped: error unseen
-    with pytest.raises(ckpt.AlreadyExists):
+    with pytest.raises(ckpt.AlreadyExists) as raised:
         mgr.save(2, {"x": np.zeros(1)})
+    # In Python's words: wait(), not the C++ Wait().
+    assert "no wait() (of its handle, or the manager's) collected" in \
+        str(raised.value) and "Wait()" not in str(raised.value)
+    mgr.wait()  # raised once, by that save: not again
     mgr.save(2, {"x": np.ones(1)})  # reported once, then saves again
     assert [i.step for i in mgr.list()] == [1, 2]
 
@@ -133,3 +137,26 @@ def test_staging_prepared_at_open_serves_save_async(root):
     mgr.close()
     with pytest.raises(ckpt.InvalidArgument, match="async_staging_prepare"):
         ckpt.open(root, async_staging_prepare_bytes=-1)
+
+
+def test_a_handle_shows_its_step_root_and_whether_it_is_done(mgr, root):
+    handle = mgr.save_async(3, {"w": np.zeros(4, np.float32)})
+    shown = repr(handle)
+    assert shown.startswith("ckpt.AsyncSave(step=3, root=")
+    assert shown.endswith(("running)", "done)"))
+    handle.wait()
+    mgr.close()
+    assert repr(handle) == f"ckpt.AsyncSave(step=3, root={mgr.url!r}, done)"
+
+
+def test_a_failure_the_next_save_raised_is_not_raised_again_by_close(root):
+    # A job that saved asynchronously without waiting, met the failure at
+    # its next save and stopped there: close() (or the end of a with
+    # block) does not raise it a second time.
+    mgr = ckpt.open(root, create=True)
+    mgr.save(1, {"x": np.zeros(1)})
+    mgr.save_async(1, {"x": np.zeros(1)})  # fails: step 1 is committed
+    with pytest.raises(ckpt.AlreadyExists, match="step 2 was not saved"):
+        mgr.save(2, {"x": np.zeros(1)})
+    mgr.close()
+    assert [i.step for i in ckpt.open(root).list()] == [1]

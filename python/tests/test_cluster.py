@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -20,6 +21,7 @@ def test_saves_are_recorded_in_the_catalog(root, tmp_path):
     for step, loss in [(1, 0.9), (2, 0.4), (3, 0.6)]:
         mgr.save(step, {"x": np.full(3, step)}, epoch=step, metrics={"loss": loss})
     cat = ckpt.Catalog(url)
+    assert repr(cat) == f"ckpt.Catalog({cat.url!r})" and url in cat.url
     latest = cat.latest("run-a")
     assert (latest.step, latest.epoch, latest.state) == (3, 3, "committed")
     assert latest.root.endswith("/root") and latest.world_size == 1
@@ -62,6 +64,28 @@ def test_a_job_is_found_by_its_root_as_the_command_line_finds_it(
     with pytest.raises(ckpt.FailedPrecondition, match=r"run-p.*run-q"):
         cat.latest(first)
     assert cat.latest("run-q").step == 4
+
+
+def test_a_bare_folder_name_that_is_no_job_says_how_to_name_the_root(
+        tmp_path, monkeypatch):
+    # ckpt.open("run") records the job "file:///.../run", and its mgr.url
+    # is "run", which the catalog reads as a job id: None, with a warning
+    # that says how to name the root.
+    monkeypatch.chdir(tmp_path)
+    url = str(tmp_path / "catalog.sqlite")
+    with ckpt.open("run", catalog=url, create=True) as mgr:
+        mgr.save(1, {"x": np.arange(3)}, metrics={"loss": 0.5})
+        assert mgr.url == "run"
+    cat = ckpt.Catalog(url)
+    for call in (lambda j: cat.latest(j), lambda j: cat.latest(j, check=False),
+                 lambda j: cat.best(j, "loss")):
+        with pytest.warns(RuntimeWarning, match=r"no job of that id; a "
+                          r"folder 'run' is here.*'\./run'"):
+            assert call("run") is None
+        assert call("./run").step == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert cat.latest("no-such-job") is None  # no such folder: silent
 
 
 def test_a_catalog_that_is_not_there_is_not_found_unless_created(tmp_path):

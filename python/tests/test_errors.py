@@ -55,6 +55,15 @@ def test_a_bad_option_creates_no_root(tmp_path):
     assert not path.exists()
 
 
+def test_a_misspelt_option_of_open_names_the_nearest_one(tmp_path):
+    path = tmp_path / "new-root"
+    with pytest.raises(TypeError, match=r"ckpt.open\(\) got an unexpected "
+                       r"keyword argument 'keep_lats'.*did you mean "
+                       r"'keep_last'\?"):
+        ckpt.open(str(path), create=True, keep_lats=3)
+    assert not path.exists()
+
+
 def test_ckpt_log_levels_in_any_case_and_a_wrong_one_is_said(tmp_path):
     def run(level, path):
         code = f"import ckpt; ckpt.open({str(path)!r}, create=True)"
@@ -106,6 +115,32 @@ def test_a_step_past_64_bits_is_refused_not_wrapped(mgr):
     with pytest.raises(TypeError, match="epoch must be an int, not float"):
         mgr.save(22, {"x": np.zeros(1)}, epoch=1.5)
     assert mgr.latest() == 21
+
+
+def test_an_object_with_a_state_is_refused_saying_what_to_save(mgr):
+    # A model or optimizer put in the state as it is, not its
+    # state_dict() (as ckpt.torch.save takes it), and a torch.Generator:
+    # the error says what of it can be saved.
+    class Model:
+        def state_dict(self):
+            return {"w": np.zeros(2)}
+
+        def load_state_dict(self, state):
+            pass
+
+    class Generator:
+        def get_state(self):
+            return b"state"
+
+    with pytest.raises(ckpt.InvalidArgument,
+                       match=r"entry 'model': .* type Model .*: save its "
+                             r"state_dict\(\), or .* ckpt.torch.save"):
+        mgr.save(1, {"model": Model()})
+    with pytest.raises(ckpt.InvalidArgument,
+                       match=r"type Generator .*: save its get_state\(\)$"):
+        mgr.save(1, {"rng": Generator()})
+    with pytest.raises(ckpt.InvalidArgument, match=r"of them\)$"):
+        mgr.save(1, {"a": object()})
 
 
 def test_bad_entry_name_is_invalid_argument(mgr):
@@ -193,8 +228,18 @@ def test_a_second_writer_on_one_root_is_refused_naming_the_first(root):
     first = ckpt.open(root)
     first.save(1, {"w": np.zeros(3)})
     second = ckpt.open(root, lease_wait_seconds=0)
-    with pytest.raises(ckpt.FailedPrecondition, match="another party owns"):
+    # Both in this process (a notebook's cell run again): said up front and
+    # in the error, which names this process's pid.
+    here = "another ckpt.CheckpointManager of this process"
+    with pytest.warns(RuntimeWarning, match=f"waits for the lease.*{here}"), \
+            pytest.raises(ckpt.FailedPrecondition,
+                          match=f"another party owns.*pid {os.getpid()}.*"
+                                f"here the holder is {here}.*close"):
         second.save(2, {"w": np.ones(3)})
+    with pytest.warns(RuntimeWarning, match=here):
+        handle = second.save_async(2, {"w": np.ones(3)})
+    with pytest.raises(ckpt.FailedPrecondition, match="another party owns"):
+        handle.wait()
     del first  # the first job ends and gives the root back
     second.save(2, {"w": np.ones(3)})
     assert [i.step for i in second.list()] == [1, 2]

@@ -22,7 +22,8 @@ def test_close_gives_the_lease_back_at_once(root):
     first = ckpt.open(root, create=True)
     first.save(1, state(1))
     second = ckpt.open(root, lease_wait_seconds=0)
-    with pytest.raises(ckpt.FailedPrecondition, match="another party"):
+    with pytest.warns(RuntimeWarning, match="close\\(\\) it first"), \
+            pytest.raises(ckpt.FailedPrecondition, match="another party"):
         second.save(2, state(2))  # the lease is the first manager's
     first.close()
     # `first` is still referenced: the lease went with close(), not with

@@ -49,6 +49,15 @@ def test_report_errors(tmp_path):
     with pytest.raises(ckpt.InvalidArgument, match="root or a catalog"):
         ckpt.report(None, str(tmp_path / "x.html"))
     missing = str(tmp_path / "missing")
-    with pytest.raises(ckpt.Error, match="missing"):
+    with pytest.raises(ckpt.NotFound, match="missing") as raised:
         ckpt.report(missing, str(tmp_path / "x.html"))
+    assert str(raised.value).startswith("ckpt report: open ")
+    assert not (tmp_path / "x.html").exists()
+    mgr = ckpt.CheckpointManager(str(tmp_path / "run"), create=True)
+    mgr.save(1, {"w": array.array("f", [0.0])})
+    with pytest.raises(ckpt.NotFound, match="no such catalog"):
+        ckpt.report(mgr.url, str(tmp_path / "x.html"),
+                    catalog=str(tmp_path / "nowhere.sqlite"))
+    with pytest.raises(ckpt.InvalidArgument, match="--goal"):
+        ckpt.report(mgr.url, str(tmp_path / "x.html"), goal="avg")
     assert not (tmp_path / "x.html").exists()
