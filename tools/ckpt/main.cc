@@ -21,15 +21,22 @@ namespace {
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
 
+// `app` and the commands selected under it, down to the deepest ("ckpt",
+// "catalog", "best").
+std::vector<CLI::App*> Chain(CLI::App& app) {
+  std::vector<CLI::App*> chain = {&app};
+  while (!chain.back()->get_subcommands().empty()) {
+    chain.push_back(chain.back()->get_subcommands().front());
+  }
+  return chain;
+}
+
 // The first option on the command line that neither the command nor the
 // commands above it know, or "". CLI11 checks that required arguments are
 // there before it looks at what is left over, so `ckpt catalog latest
 // --jobb x` would be reported as a missing JOB, hiding the typo.
 std::string UnknownOption(CLI::App& app, int argc, char** argv) {
-  std::vector<CLI::App*> chain = {&app};
-  while (!chain.back()->get_subcommands().empty()) {
-    chain.push_back(chain.back()->get_subcommands().front());
-  }
+  const std::vector<CLI::App*> chain = Chain(app);
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--") break;  // the rest are positional
@@ -53,26 +60,26 @@ std::string UnknownOption(CLI::App& app, int argc, char** argv) {
 // The command as typed, down to the deepest subcommand selected ("catalog
 // best"), so that a usage error and its hint name the one that was wrong,
 // not its group.
-std::string CommandName(CLI::App* command) {
-  std::string name = command->get_name();
-  while (!command->get_subcommands().empty()) {
-    command = command->get_subcommands().front();
-    name += " " + command->get_name();
+std::string CommandName(const std::vector<CLI::App*>& chain) {
+  std::string name;
+  for (size_t i = 1; i < chain.size(); ++i) {
+    name += (i > 1 ? " " : "") + chain[i]->get_name();
   }
   return name;
 }
 
 int UsageError(CLI::App& app, const CLI::ParseError& e, int argc, char** argv) {
-  const std::vector<CLI::App*> selected = app.get_subcommands();
+  const std::vector<CLI::App*> chain = Chain(app);
+  const bool selected = chain.size() > 1;
   if (const std::string unknown = UnknownOption(app, argc, argv);
-      !selected.empty() && !unknown.empty()) {
-    const std::string name = CommandName(selected.front());
+      selected && !unknown.empty()) {
+    const std::string name = CommandName(chain);
     fmt::print(stderr, "ckpt {}: unknown option {}\n", name,
                ckpt::Quote(unknown));
     fmt::print(stderr, "Run 'ckpt {} --help' for usage.\n", name);
     return kExitUsage;
   }
-  if (selected.empty()) {
+  if (!selected) {
     // CLI11 reports an unknown command as "A subcommand is required"; name
     // what was typed instead.
     if (argc > 1 && argv[1][0] != '-') {
@@ -82,11 +89,8 @@ int UsageError(CLI::App& app, const CLI::ParseError& e, int argc, char** argv) {
     }
     fmt::print(stderr, "Run 'ckpt --help' for the commands.\n");
   } else {
-    const std::string name = CommandName(selected.front());
-    CLI::App* deepest = selected.front();
-    while (!deepest->get_subcommands().empty()) {
-      deepest = deepest->get_subcommands().front();
-    }
+    const std::string name = CommandName(chain);
+    CLI::App* deepest = chain.back();
     // A group (`ckpt catalog`) given no command of its own, or one it
     // does not have: CLI11 says "A subcommand is required" to both; name
     // what was typed and the group's commands.
