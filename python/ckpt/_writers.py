@@ -45,9 +45,13 @@ def _why(other):
 
 
 def warn_before_save(mgr, step):
-    """Warns when a save of `mgr` will wait for a manager of this process."""
+    """Warns when a save of `mgr` will wait for a manager of this process.
+    A manager that has saved holds its lease: only its first save looks
+    (the others' roots resolved), not every save."""
+    if mgr in _writers:
+        return
     other = _holder(mgr)
-    if other is not None and mgr not in _writers:
+    if other is not None:
         warnings.warn(f"save step {step} to {mgr.url}: waits for the lease, "
                       f"which {_why(other)}", RuntimeWarning, stacklevel=3)
 
