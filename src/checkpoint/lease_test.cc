@@ -611,6 +611,14 @@ TEST_P(LeaseTest, ByDefaultASecondWriterIsRefused) {
   Status s = Save(*b, 2);
   EXPECT_EQ(s.code(), ErrorCode::kFailedPrecondition) << s.ToString();
   EXPECT_TRUE(Mentions(s, "another party owns the root")) << s.ToString();
+  // Both managers are this process's: said so, with advice that applies
+  // (stopping "that process" would stop this one).
+  EXPECT_TRUE(Mentions(s, "pid " + std::to_string(getpid()) + ")"))
+      << s.ToString();
+  EXPECT_TRUE(Mentions(s, "that pid is this process: another manager of it"))
+      << s.ToString();
+  EXPECT_TRUE(Mentions(s, "Close that manager first")) << s.ToString();
+  EXPECT_FALSE(Mentions(s, "Stop that process")) << s.ToString();
   ExpectLoads(*b, 1, Model(1));
 }
 

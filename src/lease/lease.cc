@@ -164,6 +164,22 @@ bool RootLease::NothingNewer() {
   return record.ok() && record->owner == owner_ && !record->released;
 }
 
+namespace {
+
+// Whether `r` is held by a live manager of this very process (another
+// one than the caller: a manager that holds its own lease never asks).
+bool HeldHere(const LeaseRecord& r) {
+  const std::string boot = LeaseBootId();
+  if (r.pid != getpid() || r.host != LeaseHostName() || boot.empty() ||
+      r.boot_id != boot) {
+    return false;
+  }
+  MutexLock lock(&live_mu);
+  return LiveOwners().count(r.owner) > 0;
+}
+
+}  // namespace
+
 std::optional<std::string> RootLease::FreeBecause(const Current& current) {
   if (!current.record) {
     if (settings_.break_lease) return "broken on request";
@@ -284,6 +300,12 @@ std::string RootLease::Describe(const Current& current) const {
   s += " (" + r.purpose + ", host " + r.host + ", pid " +
        std::to_string(r.pid) + ") since " + When(r.started_unix_ms) +
        ", renewed until " + When(r.expires_unix_ms);
+  // Two managers of one root in one program wait for each other: said, as
+  // the pid alone reads like another program's.
+  if (HeldHere(r)) {
+    s += "; that pid is this process: another manager of it holds the lease "
+         "until it is closed";
+  }
   return s;
 }
 
@@ -371,8 +393,11 @@ Status RootLease::Acquire(std::string_view purpose, bool* taken, bool wait) {
           wait_ms > 0 ? " after waiting " + Seconds(wait_ms) : "";
       // An unreadable lease names no holder and no expiry, so it never
       // frees itself: the advice says so rather than to wait.
+      const bool here = current->record && HeldHere(*current->record);
       const std::string advice =
-          current->record
+          here ? "Close that manager first (its lease goes with it), or save "
+                 "through it"
+          : current->record
               ? "Stop that process (a lease whose holder is gone frees "
                 "itself once it expires), or take the lease by force "
                 "(--break-lease, break_lease=True) if it is known dead: its "
@@ -382,9 +407,9 @@ Status RootLease::Acquire(std::string_view purpose, bool* taken, bool wait) {
                 "break_lease=True); a live holder's next commit then fails";
       return FailedPreconditionError(
           op + wait + ": another party owns the root: " + Describe(*current) +
-          ". Only one process may write a root at a time; loads are always "
-          "allowed. " +
-          advice);
+          (here ? ". Only one manager may write a root at a time"
+                : ". Only one process may write a root at a time") +
+          "; loads are always allowed. " + advice);
     }
     if (!told) {
       LogWarning(op + ": waiting up to " + Seconds(left) + ": " +
