@@ -570,6 +570,34 @@ TEST_F(DamagedTest, StepThatDoesNotExist) {
   // A step directory without a manifest is not a checkpoint either.
   Overwrite(storage(), format::DataObjectKey(43, 0, "0123456789abcdef"), "x");
   EXPECT_ERROR(mgr_->LoadAll(43).status(), ErrorCode::kNotFound, "step 43");
+  // What the root holds, so that a typo or an off-by-one is seen at once;
+  // retention is named only for a step older than the newest.
+  Status newer = mgr_->LoadAll(42).status();
+  EXPECT_ERROR(newer, ErrorCode::kNotFound, "(2 committed: the newest 2)");
+  EXPECT_EQ(newer.message().find("retention"), std::string::npos)
+      << newer.ToString();
+  ASSERT_TRUE(mgr_->Delete(1).ok());
+  EXPECT_ERROR(mgr_->LoadAll(1).status(), ErrorCode::kNotFound,
+               "(its only committed step is 2; an older step may have been "
+               "removed by retention or deleted)");
+  EXPECT_ERROR(mgr_->Load(0, s).status(), ErrorCode::kNotFound,
+               "step 0 is not a committed checkpoint");
+}
+
+TEST(MissingStepTest, NamesTheNearestCommittedSteps) {
+  const testing::TestRoot root{testing::Backend::kMemory, "missing-step"};
+  auto mgr = CheckpointManager::Open(root.url());
+  ASSERT_TRUE(mgr.ok()) << mgr.status().ToString();
+  EXPECT_ERROR((*mgr)->LoadAll(3).status(), ErrorCode::kNotFound,
+               "(it holds no committed checkpoint)");
+  for (int64_t step : {10, 20, 30}) {
+    ASSERT_TRUE((*mgr)->Save(step, Model(step).ToState()).ok());
+  }
+  EXPECT_ERROR((*mgr)->LoadAll(25).status(), ErrorCode::kNotFound,
+               "(3 committed: the nearest 20 and 30, the newest 30; an older "
+               "step may have been removed by retention or deleted)");
+  EXPECT_ERROR((*mgr)->LoadAll(5).status(), ErrorCode::kNotFound,
+               "(3 committed: the oldest 10, the newest 30;");
 }
 
 TEST_F(DamagedTest, SaveOfACommittedStep) {

@@ -214,6 +214,42 @@ Result<std::shared_ptr<const Manifest>> ManifestStore::ReadFor(
   return Assembled(s, std::move(ranks), false);
 }
 
+std::string ManifestStore::NearestSteps(int64_t step) {
+  // Only on the way to an error: a typo, an off-by-one step, or one that
+  // retention removed is told apart by what the root holds.
+  Result<std::vector<std::pair<int64_t, ObjectInfo>>> listed = List();
+  if (!listed.ok()) return "";
+  if (listed->empty()) return " (it holds no committed checkpoint)";
+  // Newest first: the neighbours are the last above `step` and the first
+  // below it.
+  std::optional<int64_t> above, below;
+  for (const auto& [s, info] : *listed) {
+    if (s > step) above = s;
+    if (s < step && !below) below = s;
+  }
+  const int64_t newest = listed->front().first;
+  const std::string n = std::to_string(listed->size());
+  std::string out;
+  if (listed->size() == 1) {
+    out = " (its only committed step is " + std::to_string(newest);
+  } else if (below && above) {
+    out = " (" + n + " committed: the nearest " + std::to_string(*below) +
+          " and " + std::to_string(*above) + ", the newest " +
+          std::to_string(newest);
+  } else if (above) {
+    out = " (" + n + " committed: the oldest " + std::to_string(*above) +
+          ", the newest " + std::to_string(newest);
+  } else {
+    out = " (" + n + " committed: the newest " + std::to_string(newest);
+  }
+  // A step older than the newest may have been committed and then removed
+  // by retention (keep_last, keep_every, gc) or deleted.
+  if (step < newest) {
+    out += "; an older step may have been removed by retention or deleted";
+  }
+  return out + ")";
+}
+
 Result<ObjectInfo> ManifestStore::StatManifest(int64_t step) {
   if (step < 0) {
     return InvalidArgumentError("step " + std::to_string(step) + " in " +
@@ -226,7 +262,7 @@ Result<ObjectInfo> ManifestStore::StatManifest(int64_t step) {
     if (info.status().code() == ErrorCode::kNotFound) {
       return NotFoundError("step " + std::to_string(step) +
                            " is not a committed checkpoint in " +
-                           storage_.url());
+                           storage_.url() + NearestSteps(step));
     }
     return info.status();
   }

@@ -163,6 +163,9 @@ class ManifestStore {
     std::shared_ptr<const format::Directory> directory;
   };
   Result<ObjectInfo> StatManifest(int64_t step);
+  // For the error of a step that is not committed: " (N committed, the
+  // nearest A and B, the newest C; ...)", or "" if the root cannot be listed.
+  std::string NearestSteps(int64_t step);
   // Step `step` with every piece, if read since its object was `info`.
   std::shared_ptr<const format::Manifest> Cached(int64_t step,
                                                  const ObjectInfo& info);
