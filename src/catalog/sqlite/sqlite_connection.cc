@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -191,6 +192,30 @@ class SqliteConnection : public SqlConnection {
   std::map<std::string, sqlite3_stmt*, std::less<>> statements_;
 };
 
+// Whether this process may write `path` and make files in `parent` (a
+// read-only mount says no even to root).
+bool Writable(const std::string& path, const std::filesystem::path& parent) {
+  const std::string dir = parent.empty() ? "." : parent.string();
+  return ::access(path.c_str(), W_OK) == 0 && ::access(dir.c_str(), W_OK) == 0;
+}
+
+// `path` as the path of a file: URI (RFC 3986 reserved characters that a
+// path may hold, percent-encoded).
+std::string UriPath(const std::string& path) {
+  static const char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (const unsigned char c : path) {
+    if (c == '%' || c == '?' || c == '#' || c < 0x20 || c == 0x7f) {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<SqlConnection>> OpenSqlite(
@@ -209,12 +234,36 @@ Result<std::unique_ptr<SqlConnection>> OpenSqlite(
   } else if (!parent.empty()) {
     CKPT_RETURN_IF_ERROR(MakeDirs(parent, what));
   }
+  // A query's catalog on a file system this process cannot write (a
+  // read-only mount, a snapshot): SQLite in WAL mode makes its side files
+  // beside the catalog even to read, and fails with "unable to open
+  // database file". Opened immutable instead, which reads the file alone:
+  // right only while no write-ahead log holds records not yet in it.
+  const bool read_only = options.must_exist && !Writable(path, parent);
+  if (read_only) {
+    std::error_code error;
+    const std::string wal = path + "-wal";
+    if (std::filesystem::exists(wal, error) &&
+        std::filesystem::file_size(wal, error) > 0 && !error) {
+      return FailedPreconditionError(
+          what + ": the catalog's write-ahead log " + wal +
+          " holds records not yet in " + path +
+          ", and this file system is read-only, so SQLite cannot read them: "
+          "copy the catalog with its -wal file somewhere writable");
+    }
+  }
   sqlite3* db = nullptr;
-  const int rc = sqlite3_open_v2(
-      path.c_str(), &db,
-      SQLITE_OPEN_READWRITE | (options.must_exist ? 0 : SQLITE_OPEN_CREATE) |
-          SQLITE_OPEN_NOMUTEX,
-      nullptr);
+  const int rc =
+      read_only
+          ? sqlite3_open_v2(
+                ("file:" + UriPath(path) + "?immutable=1").c_str(), &db,
+                SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX,
+                nullptr)
+          : sqlite3_open_v2(path.c_str(), &db,
+                            SQLITE_OPEN_READWRITE |
+                                (options.must_exist ? 0 : SQLITE_OPEN_CREATE) |
+                                SQLITE_OPEN_NOMUTEX,
+                            nullptr);
   if (rc != SQLITE_OK) {
     Status s =
         SqliteError(rc, what, db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
@@ -247,6 +296,8 @@ Result<std::unique_ptr<SqlConnection>> OpenSqlite(
           "catalog sync ROOT`, create one)");
     }
   }
+  // Read only: nothing to switch, and no writer to run beside.
+  if (read_only) return std::unique_ptr<SqlConnection>(std::move(conn));
   // WAL lets readers run beside the one writer. Switching needs a moment
   // alone with the file, which another process opening it may hold: retry
   // until the timeout.
