@@ -462,8 +462,12 @@ Result<SharedReads> ShareReads(Communicator& comm, Storage& storage,
     }
   }
   if (by_node) reading.wait();
+  // Beside the reads, two rounds (the faster counts): the second costs
+  // the load nothing there. After them (by node), one: it holds up the
+  // exchange, and nothing else runs to slow it.
   const Status probed =
-      measure ? ProbeRanks(comm, rest, probing, measured) : Status();
+      measure ? ProbeRanks(comm, rest, probing, by_node ? 1 : 2, measured)
+              : Status();
   if (!measure) reading.wait();
   first_ready.wait();
   CKPT_RETURN_IF_ERROR(probed);

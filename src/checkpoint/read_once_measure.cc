@@ -26,7 +26,8 @@ constexpr double kProbeMargin = 2.0;
 }  // namespace
 
 Status ProbeRanks(Communicator& comm, const std::vector<uint64_t>& rest,
-                  const std::vector<int>& probing, ReadOnceRates& mine) {
+                  const std::vector<int>& probing, int rounds,
+                  ReadOnceRates& mine) {
   const int me = comm.rank();
   const auto at = std::find(probing.begin(), probing.end(), me);
   if (at == probing.end() || probing.size() < 2) return Status();
@@ -44,17 +45,26 @@ Status ProbeRanks(Communicator& comm, const std::vector<uint64_t>& rest,
   if (!got.ok()) return got.status().WithContext("read once: the probe");
   const std::string message =
       EncodeReadOnceBatch({true}, {std::string(probe, '\0')});
-  const auto t0 = std::chrono::steady_clock::now();
-  got = comm.SendRecv(message, to, from);
-  if (!got.ok()) return got.status().WithContext("read once: the probe");
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
-          .count();
+  // The fastest of `rounds`: a rank descheduled for part of one (on the
+  // node bed, 6 ranks on 2 processors) measured the way at a third of its
+  // rate and sent the load to storage where the ranks were faster.
+  double fastest = 0;
+  std::string each;
+  for (int round = 0; round < std::max(1, rounds); ++round) {
+    const auto t0 = std::chrono::steady_clock::now();
+    got = comm.SendRecv(message, to, from);
+    if (!got.ok()) return got.status().WithContext("read once: the probe");
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+            .count();
+    if (round == 0 || seconds < fastest) fastest = seconds;
+    each += (round == 0 ? "" : ", ") + std::to_string(seconds);
+  }
   mine.probe_bytes = probe;
-  mine.probe_ns = static_cast<uint64_t>(seconds * 1e9);
+  mine.probe_ns = static_cast<uint64_t>(fastest * 1e9);
   LogInfo("read once: rank " + std::to_string(me) + "'s probe to rank " +
           std::to_string(to) + ": " + std::to_string(probe) + " bytes in " +
-          std::to_string(seconds) + " s");
+          each + " s");
   return Status();
 }
 

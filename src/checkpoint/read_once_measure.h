@@ -19,12 +19,14 @@ namespace ckpt::read_once {
 // than the most any rank gets of the shared chunks, `rest`) to the one
 // half-way along the list from it (on another node where the ranks fill
 // the nodes in order) while it receives one from the one half-way back;
-// `mine` gets its size and time (ranks not in `probing` send nothing).
+// `mine` gets its size and time, the fastest of `rounds` messages (ranks
+// not in `probing` send nothing).
 // Called by every rank just after the plans' all-gather, so that the ranks
 // start it together and it times the way, not a wait for a partner still
 // busy; the first reads of the share run beside it.
 Status ProbeRanks(Communicator& comm, const std::vector<uint64_t>& rest,
-                  const std::vector<int>& probing, ReadOnceRates& mine);
+                  const std::vector<int>& probing, int rounds,
+                  ReadOnceRates& mine);
 
 // Whether the rest of the shared chunks, `rest[r]` bytes for rank r, comes
 // sooner from the ranks that read them than `read_rest[r]` bytes from
