@@ -570,10 +570,12 @@ class CheckpointManager:
         it with a RuntimeWarning."""
         return self._reader.list()
 
-    def describe(self, step=None):
+    def describe(self, step=None, *, internal=False):
         """The entries of `step` (default: the newest): name, kind, dtype,
-        shape, bytes."""
-        return self._reader.describe(step)
+        shape, bytes; as `ckpt show` lists them, without the entries the
+        package keeps for itself (its __python_tree__), unless
+        internal=True (`ckpt show --all`)."""
+        return self._reader.describe(step, internal)
 
     def delete(self, step, *, dry_run=False):
         """Deletes the committed checkpoint `step` and returns what it did,

@@ -489,7 +489,7 @@ class StorageReader(_Storage, _ReaderBase):
                 if step is None:
                     raise _errors.NotFound(
                         f"{what}: the root has no committed checkpoint")
-            desc = mgr.describe(step)
+            desc = mgr.describe(step, internal=True)
         except _errors.NotFound as e:
             error = _roots.not_a_ckpt_root(e, mgr.url, what)
             if error is e:

@@ -201,7 +201,7 @@ def load(state_dict, root, step=None, *, communicator=None, strict=False,
         s = steps.pop(0)
         outcome, error, staged = _OK, None, None
         try:
-            desc = mgr.describe(s)
+            desc = mgr.describe(s, internal=True)
             plan = _LoadPlan(desc, mgr.url, strict)
             target = plan.target(state_dict, ())
             plan.check_entries(target)
