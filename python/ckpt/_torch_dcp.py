@@ -494,7 +494,7 @@ class StorageReader(_Storage, _ReaderBase):
             error = _roots.not_a_ckpt_root(e, mgr.url, what)
             if error is e:
                 raise
-            raise error from e
+            raise error from error.__cause__
         self._here.mgr, self._here.desc = mgr, desc
         self.step = desc.info.step
         return _metadata(desc, _show_id(url, desc.info.step))
