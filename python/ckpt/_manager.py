@@ -593,10 +593,12 @@ class CheckpointManager:
         """Applies the retention policy and removes what dead attempts
         left (objects of saves that never committed, past
         gc_grace_seconds), as each save does with gc_after_save=True and
-        `ckpt gc ROOT` does from a shell; returns {"deleted_steps",
-        "deleted_objects", "bytes_freed"}. dry_run=True deletes nothing
-        and reports what it would."""
-        return self._reader.gc(dry_run=dry_run)
+        `ckpt gc ROOT` does from a shell; returns what `ckpt gc --json`
+        prints: {"deleted_steps", "deleted_objects", "bytes_freed",
+        "dry_run", "step_reports"} (for each deleted step, newest first,
+        what delete() returns of it). dry_run=True deletes nothing and
+        reports what it would."""
+        return dict(self._reader.gc(dry_run=dry_run), dry_run=dry_run)
 
     def _save_arguments(self, state, metadata, epoch, metrics, incremental,
                         dirty_rows):
