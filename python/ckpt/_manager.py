@@ -135,6 +135,11 @@ class CheckpointManager:
         elif isinstance(catalog, os.PathLike):
             catalog = os.fspath(catalog)
         url = os.fspath(url)
+        try:
+            compression = compression_arguments(compression,
+                                                compression_level)[0]
+        except (TypeError, _errors.InvalidArgument) as e:
+            raise _option_names.refused(url, e) from None
         options = dict(
             keep_last=keep_last, keep_every_n_steps=keep_every_n_steps,
             keep_every_seconds=keep_every_seconds, keep_best=keep_best,
@@ -151,9 +156,12 @@ class CheckpointManager:
             lease_seconds=lease_seconds,
             lease_wait_seconds=lease_wait_seconds, break_lease=break_lease,
             metadata_layout=metadata_layout,
-            compression=compression_arguments(compression,
-                                              compression_level)[0],
-            compression_level=compression_level, communicator=communicator)
+            compression=compression, compression_level=compression_level,
+            communicator=communicator)
+        try:  # each value, before the library opens the root
+            _manager_handle.Manager.check_options(**options)
+        except (TypeError, _errors.InvalidArgument) as e:
+            raise _option_names.refused(url, e) from None
         self._url = url
         # The library creates nothing at open: a local root that does not
         # exist, opened with the default create=None, is made by the first
@@ -683,5 +691,6 @@ def open(url, **options):  # noqa: A001 - ckpt.open, like io.open
     find the root absent, opens with create=True; then latest() is None.
     A misspelt option is a TypeError naming the nearest one.
     """
-    _option_names.check("ckpt.open()", options, CheckpointManager)
+    _option_names.check(_option_names.opening(os.fspath(url)), options,
+                        CheckpointManager)
     return CheckpointManager(url, **options)
