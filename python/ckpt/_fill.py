@@ -90,7 +90,7 @@ def stage_into(m, url, state, desc, strict, transactional,
                 _values.decode_metadata(e.json, name, where)
     try:
         info, values = m.load_into(step, entries, False, in_library,
-                                   names=stored)
+                                   stored)
         values = _decoded(values, where)
     except _errors.Error as e:
         if transactional:

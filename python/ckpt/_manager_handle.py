@@ -7,7 +7,8 @@ import ctypes
 from ckpt._catalog import Catalog
 from ckpt._communicator import Communicator
 from ckpt._dtypes import _NUMPY_TYPES, _np
-from ckpt._errors import _CODES, Aborted, Error, InvalidArgument
+from ckpt._errors import (_CODES, Aborted, Error, InvalidArgument,
+                          NotFound)
 from ckpt._lib import _Owned, _call, _encode, _lib, _make, _streamed
 from ckpt._pending_saves import TrackedSave
 from ckpt._records import (CheckpointDescription, CheckpointInfo,
@@ -301,9 +302,14 @@ class Manager(_Owned):
     def list(self):
         # The library counts every entry; what the package keeps for itself
         # is left out of num_entries, which takes each step's names.
-        return [CheckpointInfo(with_internal(i, self.entry_names(i["step"])))
-                for i in _call(_lib.ckpt_manager_list, self._handle(),
-                               out=True)]
+        out = []
+        for i in _call(_lib.ckpt_manager_list, self._handle(), out=True):
+            try:
+                names = self.entry_names(i["step"])
+            except NotFound:
+                continue  # deleted since the listing (another's retention)
+            out.append(CheckpointInfo(with_internal(i, names)))
+        return out
 
     def delete(self, step, rewrite_dependants=False, dry_run=False):
         return _call(_lib.ckpt_manager_delete_report, self._handle(),
