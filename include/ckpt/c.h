@@ -587,8 +587,10 @@ CKPT_EXPORT int ckpt_manager_delete_report(ckpt_manager_t* manager,
                                            char** errptr);
 
 /* Applies the retention policy and removes dead attempts' objects:
- * {deleted_steps, deleted_objects, bytes_freed}. With dry_run, deletes nothing
- * and reports what it would. */
+ * {deleted_steps, deleted_objects, bytes_freed, step_reports (one report of
+ * ckpt_manager_delete_report per deleted step, in the order deleted: newest
+ * first)}, as `ckpt gc --json` prints (which adds dry_run). With dry_run,
+ * deletes nothing and reports what it would. */
 CKPT_EXPORT int ckpt_manager_gc(ckpt_manager_t* manager, int dry_run,
                                 char** json, char** errptr);
 

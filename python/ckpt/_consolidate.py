@@ -109,7 +109,7 @@ def consolidate(root, out_path, step=None, *, prefix=None,
             f"{what}: the manager has {mgr.world_size} ranks; consolidate "
             f"runs in one process (open the root without a communicator)")
     try:
-        desc = mgr.describe(step)
+        desc = mgr.describe(step, internal=True)
     except _errors.Error as e:
         raise type(e)(f"{what}: {e}") from e
     step = desc.info.step

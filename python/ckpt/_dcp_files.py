@@ -508,7 +508,7 @@ def export_dcp(root, step, directory, *, force=False):
             f"give --force (force=True) to replace it")
     mgr = _manager.CheckpointManager(root, create=False)
     try:
-        desc = mgr.describe(step)
+        desc = mgr.describe(step, internal=True)
         step = desc.info.step
         where = f"export of step {step} of {mgr.url}"
         wanted, left_out, planner = [], [], None

@@ -33,7 +33,7 @@ from ckpt import _errors, _jax_tree, _tree, _values
 def restore_step(mgr, step, target):
     """The pytree of checkpoint `step` (a committed step number) of the
     ckpt.CheckpointManager `mgr`, shaped as `target` (None: as saved)."""
-    desc = mgr.describe(step)
+    desc = mgr.describe(step, internal=True)
     where = f"restore step {desc.info.step} of {mgr.url}"
     stored = {e.name: e for e in desc.entries if e.owner == -1}
     # Rank-local entries (another job's ckpt.RankLocal values): left out.

@@ -135,6 +135,11 @@ class CheckpointManager:
         elif isinstance(catalog, os.PathLike):
             catalog = os.fspath(catalog)
         url = os.fspath(url)
+        try:
+            compression = compression_arguments(compression,
+                                                compression_level)[0]
+        except (TypeError, _errors.InvalidArgument) as e:
+            raise _option_names.refused(url, e) from None
         options = dict(
             keep_last=keep_last, keep_every_n_steps=keep_every_n_steps,
             keep_every_seconds=keep_every_seconds, keep_best=keep_best,
@@ -151,9 +156,12 @@ class CheckpointManager:
             lease_seconds=lease_seconds,
             lease_wait_seconds=lease_wait_seconds, break_lease=break_lease,
             metadata_layout=metadata_layout,
-            compression=compression_arguments(compression,
-                                              compression_level)[0],
-            compression_level=compression_level, communicator=communicator)
+            compression=compression, compression_level=compression_level,
+            communicator=communicator)
+        try:  # each value, before the library opens the root
+            _manager_handle.Manager.check_options(**options)
+        except (TypeError, _errors.InvalidArgument) as e:
+            raise _option_names.refused(url, e) from None
         self._url = url
         # The library creates nothing at open: a local root that does not
         # exist, opened with the default create=None, is made by the first
@@ -570,10 +578,12 @@ class CheckpointManager:
         it with a RuntimeWarning."""
         return self._reader.list()
 
-    def describe(self, step=None):
+    def describe(self, step=None, *, internal=False):
         """The entries of `step` (default: the newest): name, kind, dtype,
-        shape, bytes."""
-        return self._reader.describe(step)
+        shape, bytes; as `ckpt show` lists them, without the entries the
+        package keeps for itself (its __python_tree__), unless
+        internal=True (`ckpt show --all`)."""
+        return self._reader.describe(step, internal)
 
     def delete(self, step, *, dry_run=False):
         """Deletes the committed checkpoint `step` and returns what it did,
@@ -591,10 +601,12 @@ class CheckpointManager:
         """Applies the retention policy and removes what dead attempts
         left (objects of saves that never committed, past
         gc_grace_seconds), as each save does with gc_after_save=True and
-        `ckpt gc ROOT` does from a shell; returns {"deleted_steps",
-        "deleted_objects", "bytes_freed"}. dry_run=True deletes nothing
-        and reports what it would."""
-        return self._reader.gc(dry_run=dry_run)
+        `ckpt gc ROOT` does from a shell; returns what `ckpt gc --json`
+        prints: {"deleted_steps", "deleted_objects", "bytes_freed",
+        "dry_run", "step_reports"} (for each deleted step, newest first,
+        what delete() returns of it). dry_run=True deletes nothing and
+        reports what it would."""
+        return dict(self._reader.gc(dry_run=dry_run), dry_run=dry_run)
 
     def _save_arguments(self, state, metadata, epoch, metrics, incremental,
                         dirty_rows):
@@ -679,5 +691,6 @@ def open(url, **options):  # noqa: A001 - ckpt.open, like io.open
     find the root absent, opens with create=True; then latest() is None.
     A misspelt option is a TypeError naming the nearest one.
     """
-    _option_names.check("ckpt.open()", options, CheckpointManager)
+    _option_names.check(_option_names.opening(os.fspath(url)), options,
+                        CheckpointManager)
     return CheckpointManager(url, **options)

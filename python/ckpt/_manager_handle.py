@@ -7,11 +7,12 @@ import ctypes
 from ckpt._catalog import Catalog
 from ckpt._communicator import Communicator
 from ckpt._dtypes import _NUMPY_TYPES, _np
-from ckpt._errors import _CODES, Aborted, Error, InvalidArgument
+from ckpt._errors import (_CODES, Aborted, Error, InvalidArgument,
+                          NotFound)
 from ckpt._lib import _Owned, _call, _encode, _lib, _make, _streamed
 from ckpt._pending_saves import TrackedSave
 from ckpt._records import (CheckpointDescription, CheckpointInfo,
-                           SaveResult)
+                           SaveResult, saved_names, with_internal)
 from ckpt._save_options import _SaveOptions, _step
 from ckpt._state import (_KIND_NAMES, _KINDS, _State, _target, gc_paused,
                          new_tensor)
@@ -99,7 +100,8 @@ class Manager(_Owned):
         options = _SaveOptions(epoch, metrics, metadata, incremental,
                                dirty_rows, compression)
         return SaveResult(_call(_lib.ckpt_manager_save, self._handle(),
-                                _step(step), state._h, options._h, out=True))
+                                _step(step), state._h, options._h, out=True),
+                          saved_names(entries))
 
     def save_async(self, step, entries, epoch, metrics, metadata, incremental,
                    dirty_rows, stage_in_background=False, compression=None):
@@ -117,7 +119,8 @@ class Manager(_Owned):
         if not h:
             raise MemoryError("ckpt: cannot start an asynchronous save")
         return TrackedSave(h, self,
-                           state if stage_in_background else None)
+                           state if stage_in_background else None,
+                           saved_names(entries))
 
     def _state_to_save(self, entries):
         """The state of `entries`, or, when they are an exception (what
@@ -143,10 +146,17 @@ class Manager(_Owned):
               message.encode("utf-8", "replace").replace(b"\0", b" "))
         return state
 
-    def describe(self, step):
+    def describe(self, step, internal=True):
+        """internal=False leaves out the entries the package keeps for
+        itself, as `ckpt show` does."""
         return CheckpointDescription(_call(
             _lib.ckpt_manager_describe, self._handle(), _step(step),
-            out=True))
+            out=True), internal)
+
+    def entry_names(self, step):
+        """The names of every entry of `step`."""
+        return _call(_lib.ckpt_manager_describe_columns, self._handle(),
+                     _step(step), out=True)["names"]
 
     def load(self, step, new_device_tensor=None):
         """(info, [(name, kind, dtype, value)], {names left out}).
@@ -238,17 +248,20 @@ class Manager(_Owned):
         flush()
         return desc["info"]["step"], kept, omitted, arrays, state
 
-    def load_into(self, step, entries, strict, transactional=False):
+    def load_into(self, step, entries, strict, transactional=False,
+                  names=()):
         """Fills the arrays of `entries` in place; (info, [(name, kind,
-        value)]) for its blobs and metadata. transactional=False streams:
+        value)]) for its blobs and metadata; `names`: the step's entry
+        names, for the info's count of them. transactional=False streams:
         where the package makes a load all-or-nothing itself (it reads into
         new memory, _manager.py), staging it in the library as well would
         hold a third copy; True: the library's all-or-nothing load."""
         state = _State(entries, for_load=True)
         args = (_lib.ckpt_manager_load_ex, self._handle(), _step(step),
                 state._h, 1 if strict else 0)
-        info = CheckpointInfo(_call(*args, 1, out=True) if transactional
-                              else _streamed(*args))
+        info = CheckpointInfo(with_internal(
+            _call(*args, 1, out=True) if transactional else _streamed(*args),
+            names))
         out = []
         for i, item in enumerate(entries):
             if item[1] != "tensor":
@@ -287,8 +300,16 @@ class Manager(_Owned):
         return None if step.value < 0 else step.value
 
     def list(self):
-        return [CheckpointInfo(i) for i in _call(
-            _lib.ckpt_manager_list, self._handle(), out=True)]
+        # The library counts every entry; what the package keeps for itself
+        # is left out of num_entries, which takes each step's names.
+        out = []
+        for i in _call(_lib.ckpt_manager_list, self._handle(), out=True):
+            try:
+                names = self.entry_names(i["step"])
+            except NotFound:
+                continue  # deleted since the listing (another's retention)
+            out.append(CheckpointInfo(with_internal(i, names)))
+        return out
 
     def delete(self, step, rewrite_dependants=False, dry_run=False):
         return _call(_lib.ckpt_manager_delete_report, self._handle(),

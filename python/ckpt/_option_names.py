@@ -20,3 +20,15 @@ def check(what, options, cls, own=()):
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise TypeError(f"{what} got an unexpected keyword argument "
                             f"{name!r} (not a CheckpointManager option{hint})")
+
+
+def opening(url):
+    """The call an option error of root `url` refuses: a job that opens
+    several roots learns which."""
+    return f"ckpt.open({url})"
+
+
+def refused(url, error):
+    """`error` (a TypeError or ckpt.InvalidArgument of an option's value)
+    again, its message led by the open call of `url` it refuses."""
+    return type(error)(f"{opening(url)}: {error}")

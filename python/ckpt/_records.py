@@ -26,22 +26,61 @@ class _Record:
         return f"{type(self).__name__}({shown})"
 
 
+def is_internal_entry(name):
+    """Whether entry `name` is one a binding keeps for itself, named
+    __NAME__ (this package's __python_tree__, which rebuilds the state's
+    containers): not the user's state, so `ckpt show` lists it only with
+    --all, and describe() and CheckpointInfo.num_entries leave it out."""
+    return len(name) > 4 and name.startswith("__") and name.endswith("__")
+
+
+def count_internal(names):
+    """How many of the entry names `names` are internal entries."""
+    return sum(1 for name in names if is_internal_entry(name))
+
+
+def with_internal(info, names):
+    """The library's info JSON `info` with the count of the internal
+    entries among `names` (the step's entries), which CheckpointInfo
+    leaves out of num_entries."""
+    return dict(info, internal_entries=count_internal(names))
+
+
+def saved_names(entries):
+    """The names of a save's entries (none when they are an error, which
+    fails the save)."""
+    return () if isinstance(entries, BaseException) else {
+        e[0] for e in entries}
+
+
 class CheckpointInfo(_Record):
     """A committed checkpoint, as `ckpt ls` shows it: step, epoch (-1 when
     not given), created_unix_ms, job_id, world_size, hosts, bytes (of the
     data objects it wrote), depends_on, referenced_bytes (of earlier
     checkpoints' objects it references), parent (-1 for a full save), chain
     (incremental saves in a row that led to it), metrics, metadata,
-    num_entries, incomplete (empty when every data object is present; else
-    what is missing: loads and resumes skip the step), timing (None when the
-    save recorded none; else a dict: save_ms, commit_ms, stall_ms, async and
-    ranks, a list of {rank, write_ms, wait_ms})."""
+    num_entries (the entries saved: what `ckpt show` lists),
+    internal_entries (those the package keeps for itself beside them, such
+    as its __python_tree__: `ckpt show --all` lists them too), incomplete
+    (empty when every data object is present; else what is missing: loads
+    and resumes skip the step), timing (None when the save recorded none;
+    else a dict: save_ms, commit_ms, stall_ms, async and ranks, a list of
+    {rank, write_ms, wait_ms})."""
 
     _fields = ("step", "epoch", "created_unix_ms", "job_id", "world_size",
                "hosts", "bytes", "depends_on", "referenced_bytes", "parent",
-               "chain", "metrics", "metadata", "num_entries", "incomplete",
-               "timing")
+               "chain", "metrics", "metadata", "num_entries",
+               "internal_entries", "incomplete", "timing")
     _repr_fields = ("step", "epoch", "bytes", "num_entries")
+
+    def __init__(self, fields):
+        # The library counts every entry of the manifest; the caller that
+        # knows the step's entry names adds how many are internal.
+        internal = fields.get("internal_entries") or 0
+        fields = dict(fields, internal_entries=internal)
+        if fields.get("num_entries") is not None:
+            fields["num_entries"] -= internal
+        super().__init__(fields)
 
 
 class SaveResult(_Record):
@@ -56,9 +95,14 @@ class SaveResult(_Record):
                "replaced_because")
     _repr_fields = ("skipped", "info")
 
-    def __init__(self, fields):
+    def __init__(self, fields, entry_names=()):
+        """entry_names: those this save gave the library (its internal
+        entries are the step's)."""
         super().__init__(fields)
-        object.__setattr__(self, "info", CheckpointInfo(fields["info"]))
+        info = fields["info"]
+        if not self.skipped:
+            info = with_internal(info, set(entry_names))
+        object.__setattr__(self, "info", CheckpointInfo(info))
 
 
 class TierSaveResult(_Record):
@@ -74,11 +118,11 @@ class TierSaveResult(_Record):
                "local_seconds", "durable_seconds")
     _repr_fields = ("step", "local", "durable")
 
-    def __init__(self, fields):
+    def __init__(self, fields, entry_names=()):
         super().__init__(fields)
         d = fields.get("durable_result")
         object.__setattr__(self, "durable_result",
-                           None if d is None else SaveResult(d))
+                           None if d is None else SaveResult(d, entry_names))
 
 
 class TierRestoreResult(_Record):
@@ -117,15 +161,24 @@ class EntryInfo(_Record):
 
 
 class CheckpointDescription(_Record):
-    """A checkpoint's info and its entries (EntryInfo)."""
+    """A checkpoint's info and its entries (EntryInfo), as `ckpt show
+    --json` lists them: without the internal entries (see CheckpointInfo)
+    unless internal=True (`ckpt show --all`), and hidden_internal_entries
+    (how many were left out)."""
 
-    _fields = ("info", "entries")
+    _fields = ("info", "entries", "hidden_internal_entries")
     _repr_fields = ("info",)
 
-    def __init__(self, fields):
-        object.__setattr__(self, "info", CheckpointInfo(fields["info"]))
-        object.__setattr__(self, "entries",
-                           [EntryInfo(e) for e in fields["entries"]])
+    def __init__(self, fields, internal=False):
+        names = [e["name"] for e in fields["entries"]]
+        object.__setattr__(self, "info", CheckpointInfo(
+            with_internal(fields["info"], names)))
+        entries = [EntryInfo(e) for e in fields["entries"]]
+        shown = entries if internal else [
+            e for e in entries if not is_internal_entry(e.name)]
+        object.__setattr__(self, "entries", shown)
+        object.__setattr__(self, "hidden_internal_entries",
+                           len(entries) - len(shown))
 
 
 class CatalogCheckpoint(_Record):

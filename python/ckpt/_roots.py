@@ -57,10 +57,20 @@ def missing(url, probe=True):
 
 def not_a_ckpt_root(error, url, operation):
     """`error` (ckpt.NotFound: no committed checkpoint, or no such step, in
-    `url`) of `operation`, or, where `url` is a local folder that DCP's own
-    FileSystemWriter wrote (its .metadata and *.distcp files; ckpt._dcp_files
-    reads that format), a NotFound saying so and how to convert it: without
-    that, "no committed checkpoint" reads as if the folder were empty."""
+    `url`) of `operation`, a load, or, where `url` is a local folder that
+    DCP's own FileSystemWriter wrote (its .metadata and *.distcp files;
+    ckpt._dcp_files reads that format), a NotFound saying so and how to
+    convert it: without that, "no committed checkpoint" reads as if the
+    folder were empty. Where the root does not exist, a NotFound that says
+    so, without the manager's advice to open it with create=True (no load
+    takes that: an empty root has nothing to load either). The caller
+    raises it from its __cause__."""
+    gone = missing(url)
+    if gone is not None:
+        return _errors.NotFound(
+            f"{operation}: root {gone} does not exist, so it holds no "
+            f"checkpoint to load (check the path: `ckpt ls {gone}` lists "
+            f"the checkpoints of a root)")
     path = _local_path(url)
     try:
         names = os.listdir(path) if path is not None else []

@@ -3,6 +3,7 @@ number and of the metrics, shared by the manager's saves and the tiers';
 and how a save's error names the save.
 """
 
+import difflib
 import numbers
 import operator
 
@@ -38,9 +39,11 @@ _COMPRESSION_MODES = ("off", "zstd", "auto")
 def compression_arguments(mode, level):
     """(mode, level) checked: a mode name and an int level."""
     if mode not in _COMPRESSION_MODES:
+        close = difflib.get_close_matches(str(mode), _COMPRESSION_MODES, n=1)
         raise InvalidArgument(
             f"compression must be one of {', '.join(_COMPRESSION_MODES)}, "
-            f"not {mode!r}")
+            f"not {mode!r}" + (f"; did you mean {close[0]!r}?" if close
+                               else ""))
     if isinstance(level, bool) or not isinstance(level, int):
         raise TypeError(
             f"compression_level must be an int, not {type(level).__name__}")

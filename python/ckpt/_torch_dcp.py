@@ -489,12 +489,12 @@ class StorageReader(_Storage, _ReaderBase):
                 if step is None:
                     raise _errors.NotFound(
                         f"{what}: the root has no committed checkpoint")
-            desc = mgr.describe(step)
+            desc = mgr.describe(step, internal=True)
         except _errors.NotFound as e:
             error = _roots.not_a_ckpt_root(e, mgr.url, what)
             if error is e:
                 raise
-            raise error from e
+            raise error from error.__cause__
         self._here.mgr, self._here.desc = mgr, desc
         self.step = desc.info.step
         return _metadata(desc, _show_id(url, desc.info.step))

@@ -192,16 +192,20 @@ def load(state_dict, root, step=None, *, communicator=None, strict=False,
 
     steps = [step]
     resume = step is None and (mgr.world_size == 1 or group is not None)
-    if resume:
-        steps = newest_first()
     where = f"load of the newest step of {mgr.url}"
+    if resume:
+        try:
+            steps = newest_first()
+        except _errors.NotFound as e:
+            error = _roots.not_a_ckpt_root(e, mgr.url, where)
+            raise error from error.__cause__
     skipped = []
     relisted = 0
     while steps:
         s = steps.pop(0)
         outcome, error, staged = _OK, None, None
         try:
-            desc = mgr.describe(s)
+            desc = mgr.describe(s, internal=True)
             plan = _LoadPlan(desc, mgr.url, strict)
             target = plan.target(state_dict, ())
             plan.check_entries(target)

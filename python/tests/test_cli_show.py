@@ -48,3 +48,26 @@ def test_diff_lists_the_users_entries_and_says_the_tree_differs(tmp_path):
     assert out["added"] == ["model.b"]
     assert out["internal_entries_differing"] == 1
 
+
+
+def test_python_counts_and_lists_the_entries_show_lists(tmp_path):
+    root = str(tmp_path / "run")
+    mgr = ckpt.open(root, create=True)
+    state = {"a": b"\x01", "b": b"\x02", "c": {"d": b"\x03"}}
+    saved = mgr.save(1, state)
+    shown = json.loads(show(root, "--json"))
+    users = [e["name"] for e in shown["entries"]]
+    assert sorted(users) == ["a", "b", "c.d"]
+    assert shown["hidden_internal_entries"] == 1
+    described = mgr.describe()
+    assert [e.name for e in described.entries] == users
+    assert described.hidden_internal_entries == 1
+    infos = [saved.info, mgr.list()[0], described.info,
+             mgr.save_async(2, state).wait().info,
+             mgr.load_into(state, 1)]
+    for info in infos:
+        assert (info.num_entries, info.internal_entries) == (3, 1), info
+    everything = mgr.describe(internal=True)
+    assert "__python_tree__" in [e.name for e in everything.entries]
+    assert everything.hidden_internal_entries == 0
+    assert everything.info.num_entries == 3

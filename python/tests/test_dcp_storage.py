@@ -177,6 +177,27 @@ def test_checkpoint_id_names_a_root_and_a_step(tmp_path):
     writer.close()
 
 
+@one_process
+def test_a_root_that_does_not_exist_is_named_with_advice_a_load_takes(
+        tmp_path):
+    # Not the manager's "open with create=True", which neither the reader
+    # nor ct.load takes (and an empty root has nothing to load either).
+    missing = str(tmp_path / "nothere")
+    with pytest.raises(BaseException) as caught:
+        loaded(ct.StorageReader(missing))
+    text = str(caught.value)
+    assert f"root {missing} does not exist" in text, text
+    assert f"ckpt ls {missing}" in text and "create=True" not in text, text
+    for step in (None, 3):
+        with pytest.raises(ckpt.NotFound) as caught:
+            ct.load(small_state(0), missing, step)
+        text = str(caught.value)
+        assert f"root {missing} does not exist" in text, text
+        assert f"ckpt ls {missing}" in text, text
+        assert "create=True" not in text, text
+    assert not os.path.exists(missing)
+
+
 class _RunsCode:
     """A pickle that, unpickled, calls os.system: what a hostile root holds."""
 

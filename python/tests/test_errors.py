@@ -57,11 +57,27 @@ def test_a_bad_option_creates_no_root(tmp_path):
 
 def test_a_misspelt_option_of_open_names_the_nearest_one(tmp_path):
     path = tmp_path / "new-root"
-    with pytest.raises(TypeError, match=r"ckpt.open\(\) got an unexpected "
-                       r"keyword argument 'keep_lats'.*did you mean "
-                       r"'keep_last'\?"):
+    with pytest.raises(TypeError, match=r"ckpt.open\(.*new-root\) got an "
+                       r"unexpected keyword argument 'keep_lats'.*did you "
+                       r"mean 'keep_last'\?"):
         ckpt.open(str(path), create=True, keep_lats=3)
     assert not path.exists()
+
+
+def test_an_options_error_names_the_root_it_refuses(tmp_path):
+    path = str(tmp_path / "new-root")
+    opened = f"ckpt.open({path}): "
+    for bad, error, says in [
+            ({"keep_last": -1}, ckpt.InvalidArgument, "keep_last"),
+            ({"compression": "zst"}, ckpt.InvalidArgument,
+             "'zst'; did you mean 'zstd'?"),
+            ({"compression_level": 1.5}, TypeError, "compression_level"),
+            ({"keep_last": "2"}, TypeError, "keep_last must be a number")]:
+        with pytest.raises(error) as caught:
+            ckpt.open(path, create=True, **bad)
+        assert str(caught.value).startswith(opened), caught.value
+        assert says in str(caught.value), caught.value
+        assert not os.path.exists(path)
 
 
 def test_ckpt_log_levels_in_any_case_and_a_wrong_one_is_said(tmp_path):

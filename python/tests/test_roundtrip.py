@@ -1,7 +1,9 @@
 """Round trips of NumPy arrays, scalars, blobs and containers."""
 
+import json
 import math
 import os
+import subprocess
 
 import numpy as np
 import pytest
@@ -255,6 +257,26 @@ def test_gc_applies_retention_on_demand(root):
     done = mgr.gc()
     assert done["deleted_steps"] == [1, 2] and done["bytes_freed"] > 0
     assert [i.step for i in mgr.list()] == [3, 4]
+
+
+def test_gc_reports_what_ckpt_gc_json_prints(root, ckpt_cli):
+    mgr = ckpt.open(root, create=True)
+    for step in range(1, 5):
+        mgr.save(step, {"x": np.zeros(1)})
+    mgr.close()
+    run = subprocess.run(
+        [ckpt_cli, "gc", root, "--keep-last", "2", "--dry-run", "--json"],
+        capture_output=True, text=True, check=True, timeout=60)
+    printed = json.loads(run.stdout)
+    mgr = ckpt.open(root, keep_last=2)
+    planned = mgr.gc(dry_run=True)
+    assert planned == printed
+    assert [r["step"] for r in planned["step_reports"]] == [2, 1]
+    done = mgr.gc()
+    assert set(done) == set(printed) and done["dry_run"] is False
+    assert [r["step"] for r in done["step_reports"]] == [2, 1]
+    assert sum(r["bytes_freed"] for r in done["step_reports"]) \
+        == done["bytes_freed"]
 
 
 def test_keep_best(root):

@@ -141,9 +141,12 @@ json VerifyJson(const VerifyReport& r) {
 }
 
 json GcJson(const GcReport& r) {
+  json steps = json::array();
+  for (const DeleteReport& d : r.step_reports) steps.push_back(DeleteJson(d));
   return {{"deleted_steps", r.deleted_steps},
           {"deleted_objects", r.deleted_objects},
-          {"bytes_freed", r.bytes_freed}};
+          {"bytes_freed", r.bytes_freed},
+          {"step_reports", std::move(steps)}};
 }
 
 namespace {

@@ -24,6 +24,8 @@ std::string DescriptionText(const CheckpointDescription& desc);
 // entry, which a binding parses several times faster.
 std::string DescriptionColumnsText(const CheckpointDescription& desc);
 nlohmann::json VerifyJson(const VerifyReport& report);
+// With step_reports: DeleteJson of each deleted step, newest first (the
+// order deleted), as `ckpt gc --json` prints them.
 nlohmann::json GcJson(const GcReport& report);
 // Also the keys `ckpt gc --json` prints (deleted_steps, deleted_objects,
 // bytes_freed), for the one step.
