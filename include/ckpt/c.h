@@ -467,7 +467,10 @@ CKPT_EXPORT int ckpt_save_options_set_dirty_rows(ckpt_save_options_t* options,
  * A checkpoint's info: an object with step, epoch (-1: none),
  * created_unix_ms, job_id, world_size, hosts, bytes, depends_on,
  * referenced_bytes, parent (-1: a full save), chain, metrics, metadata,
- * num_entries, incomplete ("" when every data object is present), timing
+ * num_entries (the entries saved, as `ckpt show` lists them),
+ * internal_entries (a binding's own beside them, named __NAME__: the Python
+ * package's __python_tree__), incomplete ("" when every data object is
+ * present), timing
  * (null when the save recorded none; else save_ms, commit_ms, stall_ms,
  * async and ranks, an array of {rank, write_ms, wait_ms}: docs/format.md). */
 

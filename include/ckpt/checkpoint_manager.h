@@ -368,6 +368,12 @@ struct SaveTiming {
   std::vector<RankSaveTiming> ranks;
 };
 
+// Whether an entry named `name` is one a binding keeps for itself beside
+// the user's state, named __NAME__ (the Python package's __python_tree__,
+// which rebuilds the state's containers): `ckpt show` lists such entries
+// only with --all, and CheckpointInfo counts them apart.
+bool IsInternalEntryName(std::string_view name);
+
 struct CheckpointInfo {
   int64_t step = 0;
   int64_t epoch = -1;
@@ -384,7 +390,11 @@ struct CheckpointInfo {
   int64_t chain = 0;
   std::map<std::string, double> metrics;
   std::map<std::string, std::string> metadata;
+  // The entries saved, as `ckpt show` lists them; and beside them those a
+  // binding keeps for itself (IsInternalEntryName: the Python package's
+  // __python_tree__), which `ckpt show --all` lists too.
   size_t num_entries = 0;
+  size_t internal_entries = 0;
   // Empty when every data object the manifest names is present with its
   // recorded size (one listing of the root, no data read); otherwise what
   // is missing, e.g. "data object step-... is missing". Latest() and

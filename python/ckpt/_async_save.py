@@ -12,9 +12,8 @@ class AsyncSave(_Owned):
 
     _free = "ckpt_save_destroy"
 
-    def __init__(self, handle, manager, state=None, entry_names=()):
+    def __init__(self, handle, manager, state=None):
         super().__init__(handle)
-        self._entry_names = entry_names  # of the saved state
         self._manager = manager  # the manager outlives its saves' handles
         self._root = manager.url  # for repr() after the manager's close()
         # Staged in the background: the state (and the arrays it borrows)
@@ -36,7 +35,7 @@ class AsyncSave(_Owned):
         or raises its error (every call gives the same outcome)."""
         try:
             return SaveResult(_call(_lib.ckpt_save_wait, self._handle(),
-                                    out=True), self._entry_names)
+                                    out=True))
         finally:
             self._state = None
 

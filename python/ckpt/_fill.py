@@ -89,8 +89,7 @@ def stage_into(m, url, state, desc, strict, transactional,
             if kind == "metadata" and e is not None and e.kind == kind:
                 _values.decode_metadata(e.json, name, where)
     try:
-        info, values = m.load_into(step, entries, False, in_library,
-                                   stored)
+        info, values = m.load_into(step, entries, False, in_library)
         values = _decoded(values, where)
     except _errors.Error as e:
         if transactional:

@@ -7,12 +7,11 @@ import ctypes
 from ckpt._catalog import Catalog
 from ckpt._communicator import Communicator
 from ckpt._dtypes import _NUMPY_TYPES, _np
-from ckpt._errors import (_CODES, Aborted, Error, InvalidArgument,
-                          NotFound)
+from ckpt._errors import _CODES, Aborted, Error, InvalidArgument
 from ckpt._lib import _Owned, _call, _encode, _lib, _make, _streamed
 from ckpt._pending_saves import TrackedSave
 from ckpt._records import (CheckpointDescription, CheckpointInfo,
-                           SaveResult, saved_names, with_internal)
+                           SaveResult)
 from ckpt._save_options import _SaveOptions, _step
 from ckpt._state import (_KIND_NAMES, _KINDS, _State, _target, gc_paused,
                          new_tensor)
@@ -100,8 +99,7 @@ class Manager(_Owned):
         options = _SaveOptions(epoch, metrics, metadata, incremental,
                                dirty_rows, compression)
         return SaveResult(_call(_lib.ckpt_manager_save, self._handle(),
-                                _step(step), state._h, options._h, out=True),
-                          saved_names(entries))
+                                _step(step), state._h, options._h, out=True))
 
     def save_async(self, step, entries, epoch, metrics, metadata, incremental,
                    dirty_rows, stage_in_background=False, compression=None):
@@ -119,8 +117,7 @@ class Manager(_Owned):
         if not h:
             raise MemoryError("ckpt: cannot start an asynchronous save")
         return TrackedSave(h, self,
-                           state if stage_in_background else None,
-                           saved_names(entries))
+                           state if stage_in_background else None)
 
     def _state_to_save(self, entries):
         """The state of `entries`, or, when they are an exception (what
@@ -152,11 +149,6 @@ class Manager(_Owned):
         return CheckpointDescription(_call(
             _lib.ckpt_manager_describe, self._handle(), _step(step),
             out=True), internal)
-
-    def entry_names(self, step):
-        """The names of every entry of `step`."""
-        return _call(_lib.ckpt_manager_describe_columns, self._handle(),
-                     _step(step), out=True)["names"]
 
     def load(self, step, new_device_tensor=None):
         """(info, [(name, kind, dtype, value)], {names left out}).
@@ -248,20 +240,17 @@ class Manager(_Owned):
         flush()
         return desc["info"]["step"], kept, omitted, arrays, state
 
-    def load_into(self, step, entries, strict, transactional=False,
-                  names=()):
+    def load_into(self, step, entries, strict, transactional=False):
         """Fills the arrays of `entries` in place; (info, [(name, kind,
-        value)]) for its blobs and metadata; `names`: the step's entry
-        names, for the info's count of them. transactional=False streams:
+        value)]) for its blobs and metadata. transactional=False streams:
         where the package makes a load all-or-nothing itself (it reads into
         new memory, _manager.py), staging it in the library as well would
         hold a third copy; True: the library's all-or-nothing load."""
         state = _State(entries, for_load=True)
         args = (_lib.ckpt_manager_load_ex, self._handle(), _step(step),
                 state._h, 1 if strict else 0)
-        info = CheckpointInfo(with_internal(
-            _call(*args, 1, out=True) if transactional else _streamed(*args),
-            names))
+        info = CheckpointInfo(_call(*args, 1, out=True) if transactional
+                              else _streamed(*args))
         out = []
         for i, item in enumerate(entries):
             if item[1] != "tensor":
@@ -300,16 +289,8 @@ class Manager(_Owned):
         return None if step.value < 0 else step.value
 
     def list(self):
-        # The library counts every entry; what the package keeps for itself
-        # is left out of num_entries, which takes each step's names.
-        out = []
-        for i in _call(_lib.ckpt_manager_list, self._handle(), out=True):
-            try:
-                names = self.entry_names(i["step"])
-            except NotFound:
-                continue  # deleted since the listing (another's retention)
-            out.append(CheckpointInfo(with_internal(i, names)))
-        return out
+        return [CheckpointInfo(i) for i in _call(
+            _lib.ckpt_manager_list, self._handle(), out=True)]
 
     def delete(self, step, rewrite_dependants=False, dry_run=False):
         return _call(_lib.ckpt_manager_delete_report, self._handle(),

@@ -34,25 +34,6 @@ def is_internal_entry(name):
     return len(name) > 4 and name.startswith("__") and name.endswith("__")
 
 
-def count_internal(names):
-    """How many of the entry names `names` are internal entries."""
-    return sum(1 for name in names if is_internal_entry(name))
-
-
-def with_internal(info, names):
-    """The library's info JSON `info` with the count of the internal
-    entries among `names` (the step's entries), which CheckpointInfo
-    leaves out of num_entries."""
-    return dict(info, internal_entries=count_internal(names))
-
-
-def saved_names(entries):
-    """The names of a save's entries (none when they are an error, which
-    fails the save)."""
-    return () if isinstance(entries, BaseException) else {
-        e[0] for e in entries}
-
-
 class CheckpointInfo(_Record):
     """A committed checkpoint, as `ckpt ls` shows it: step, epoch (-1 when
     not given), created_unix_ms, job_id, world_size, hosts, bytes (of the
@@ -73,15 +54,6 @@ class CheckpointInfo(_Record):
                "internal_entries", "incomplete", "timing")
     _repr_fields = ("step", "epoch", "bytes", "num_entries")
 
-    def __init__(self, fields):
-        # The library counts every entry of the manifest; the caller that
-        # knows the step's entry names adds how many are internal.
-        internal = fields.get("internal_entries") or 0
-        fields = dict(fields, internal_entries=internal)
-        if fields.get("num_entries") is not None:
-            fields["num_entries"] -= internal
-        super().__init__(fields)
-
 
 class SaveResult(_Record):
     """What a save did: skipped (True when min_seconds_between_saves
@@ -95,14 +67,9 @@ class SaveResult(_Record):
                "replaced_because")
     _repr_fields = ("skipped", "info")
 
-    def __init__(self, fields, entry_names=()):
-        """entry_names: those this save gave the library (its internal
-        entries are the step's)."""
+    def __init__(self, fields):
         super().__init__(fields)
-        info = fields["info"]
-        if not self.skipped:
-            info = with_internal(info, set(entry_names))
-        object.__setattr__(self, "info", CheckpointInfo(info))
+        object.__setattr__(self, "info", CheckpointInfo(fields["info"]))
 
 
 class TierSaveResult(_Record):
@@ -118,11 +85,11 @@ class TierSaveResult(_Record):
                "local_seconds", "durable_seconds")
     _repr_fields = ("step", "local", "durable")
 
-    def __init__(self, fields, entry_names=()):
+    def __init__(self, fields):
         super().__init__(fields)
         d = fields.get("durable_result")
         object.__setattr__(self, "durable_result",
-                           None if d is None else SaveResult(d, entry_names))
+                           None if d is None else SaveResult(d))
 
 
 class TierRestoreResult(_Record):
@@ -170,9 +137,7 @@ class CheckpointDescription(_Record):
     _repr_fields = ("info",)
 
     def __init__(self, fields, internal=False):
-        names = [e["name"] for e in fields["entries"]]
-        object.__setattr__(self, "info", CheckpointInfo(
-            with_internal(fields["info"], names)))
+        object.__setattr__(self, "info", CheckpointInfo(fields["info"]))
         entries = [EntryInfo(e) for e in fields["entries"]]
         shown = entries if internal else [
             e for e in entries if not is_internal_entry(e.name)]

@@ -5,8 +5,7 @@
 import ctypes
 
 from ckpt._lib import _Owned, _call, _encode, _lib, _make
-from ckpt._records import (TierRestoreResult, TierSaveResult, saved_names,
-                           with_internal)
+from ckpt._records import TierRestoreResult, TierSaveResult
 from ckpt._save_options import _SaveOptions, _step
 from ckpt._state import _State, gc_paused
 
@@ -19,17 +18,15 @@ class TierAsyncSave(_Owned):
 
     _free = "ckpt_tier_save_destroy"
 
-    def __init__(self, handle, tiers, entry_names=()):
+    def __init__(self, handle, tiers):
         super().__init__(handle)
-        self._entry_names = entry_names  # of the saved state
         self._tiers = tiers  # the tiers outlive their saves' handles
 
     def wait(self):
         """Blocks until the save is done and returns its TierSaveResult,
         or raises its error (every call gives the same outcome)."""
         return TierSaveResult(_call(_lib.ckpt_tier_save_wait,
-                                    self._handle(), out=True),
-                              self._entry_names)
+                                    self._handle(), out=True))
 
     def done(self):
         """True once wait() would not block."""
@@ -64,8 +61,7 @@ class Tiered(_Owned):
         options = _SaveOptions(epoch, metrics, metadata, False, {})
         return TierSaveResult(_call(_lib.ckpt_tiered_save, self._handle(),
                                     _step(step), state._h, options._h,
-                                    durable, out=True),
-                              saved_names(entries))
+                                    durable, out=True))
 
     def save_async(self, step, entries, epoch, metrics, metadata, durable):
         with gc_paused():
@@ -75,20 +71,15 @@ class Tiered(_Owned):
                                         options._h, durable)
         if not h:
             raise MemoryError("ckpt: cannot start a tiered save")
-        return TierAsyncSave(h, self, saved_names(entries))
+        return TierAsyncSave(h, self)
 
     def restore(self, entries, strict):
         """Fills the arrays of `entries`; (TierRestoreResult, [(name, kind,
         value)] for its blobs and metadata)."""
         state = _State(entries, for_load=True)
-        fields = _call(_lib.ckpt_tiered_restore, self._handle(), state._h,
-                       1 if strict else 0, out=True)
-        if fields.get("tier") == "durable" and fields.get("info"):
-            # The durable manager's step: its names count its internal
-            # entries, which the info's num_entries leaves out.
-            fields["info"] = with_internal(
-                fields["info"], self._manager.entry_names(fields["step"]))
-        result = TierRestoreResult(fields)
+        result = TierRestoreResult(_call(_lib.ckpt_tiered_restore,
+                                         self._handle(), state._h,
+                                         1 if strict else 0, out=True))
         out = []
         if result.tier != "none":
             for i, item in enumerate(entries):

@@ -49,7 +49,6 @@ def test_diff_lists_the_users_entries_and_says_the_tree_differs(tmp_path):
     assert out["internal_entries_differing"] == 1
 
 
-
 def test_python_counts_and_lists_the_entries_show_lists(tmp_path):
     root = str(tmp_path / "run")
     mgr = ckpt.open(root, create=True)
@@ -67,6 +66,12 @@ def test_python_counts_and_lists_the_entries_show_lists(tmp_path):
              mgr.load_into(state, 1)]
     for info in infos:
         assert (info.num_entries, info.internal_entries) == (3, 1), info
+    # The command line counts alike (the library's count).
+    listed = json.loads(show(root, "--json", command="ls"))
+    assert [(i["num_entries"], i["internal_entries"]) for i in listed] == \
+        [(3, 1), (3, 1)]
+    assert (shown["info"]["num_entries"],
+            shown["info"]["internal_entries"]) == (3, 1)
     everything = mgr.describe(internal=True)
     assert "__python_tree__" in [e.name for e in everything.entries]
     assert everything.hidden_internal_entries == 0

@@ -37,6 +37,7 @@ json InfoJson(const CheckpointInfo& info) {
           {"metrics", info.metrics},
           {"metadata", info.metadata},
           {"num_entries", info.num_entries},
+          {"internal_entries", info.internal_entries},
           {"incomplete", info.incomplete},
           {"timing", std::move(timing)}};
 }

@@ -19,6 +19,10 @@
 
 namespace ckpt {
 
+bool IsInternalEntryName(std::string_view name) {
+  return name.size() > 4 && name.starts_with("__") && name.ends_with("__");
+}
+
 CheckpointInfo InfoFromManifest(const format::Manifest& m) {
   CheckpointInfo info;
   info.step = m.step;
@@ -34,7 +38,9 @@ CheckpointInfo InfoFromManifest(const format::Manifest& m) {
   info.chain = m.chain;
   info.metrics = m.metrics;
   info.metadata = m.metadata;
-  info.num_entries = m.entries.size();
+  for (const format::EntryRecord& e : m.entries) {
+    ++(IsInternalEntryName(e.name) ? info.internal_entries : info.num_entries);
+  }
   if (m.timing) {
     info.timing.recorded = true;
     info.timing.save_ms = m.timing->save_ms;

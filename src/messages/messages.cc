@@ -163,6 +163,7 @@ void PutInfo(Writer& w, const CheckpointInfo& i) {
     w.Str(value);
   }
   w.U64(i.num_entries);
+  w.U64(i.internal_entries);
   w.Str(i.incomplete);
   const SaveTiming& t = i.timing;
   w.U8(t.recorded ? 1 : 0);
@@ -208,6 +209,7 @@ CheckpointInfo GetInfo(Reader& r) {
     i.metadata[std::move(key)] = r.Str();
   }
   i.num_entries = r.U64();
+  i.internal_entries = r.U64();
   i.incomplete = r.Str();
   SaveTiming& t = i.timing;
   t.recorded = r.Bool();

@@ -296,7 +296,7 @@ void PrintTable(const std::vector<std::vector<std::string>>& given) {
 }
 
 bool IsInternalEntry(const std::string& name) {
-  return name.size() > 4 && name.starts_with("__") && name.ends_with("__");
+  return IsInternalEntryName(name);
 }
 
 size_t HideInternalEntries(CheckpointDescription& d) {
