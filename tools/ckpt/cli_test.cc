@@ -396,6 +396,41 @@ TEST_F(CliTest, ReportLeavesAUsersTmpFileAlone) {
                                           "r.html.tmp", "root"}));
 }
 
+// A report killed while it writes its page (here the file-size limit's
+// SIGXFSZ, as a full disk would) leaves nothing beside it, as an export
+// does: the page is written unnamed and named only once whole. A page
+// that cannot be written at all (its folder is not there) is an error
+// naming the page, and leaves nothing either; the same report then writes
+// it whole.
+TEST_F(CliTest, AReportThatFailsOrIsKilledLeavesNoTemporary) {
+  SaveSteps({1, 2});
+  const fs::path out = dir_ / "out";
+  fs::create_directories(out);
+  const std::string page = (out / "r.html").string();
+  // 64 blocks of 512 bytes: less than Chart.js alone.
+  RunResult r = RunProgram(
+      "/bin/sh", {"-c", "ulimit -f 64 && exec \"$0\" report \"$1\" -o \"$2\"",
+                  CKPT_CLI_PATH, root_, page});
+  EXPECT_NE(r.exit_code, 0) << r.out << r.err;
+  const std::string missing = (out / "no-such" / "r.html").string();
+  r = Ckpt({"report", root_, "-o", missing});
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_TRUE(Contains(r.err, "write the page \"" + missing + "\"")) << r.err;
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(out)) {
+    left.push_back(e.path().filename().string());
+  }
+  EXPECT_EQ(left, std::vector<std::string>()) << r.err;
+  r = Ckpt({"report", root_, "-o", page});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(ReadFile(page), "</html>"));
+  left.clear();
+  for (const auto& e : fs::directory_iterator(out)) {
+    left.push_back(e.path().filename().string());
+  }
+  EXPECT_EQ(left, std::vector<std::string>{"r.html"});
+}
+
 TEST_F(CliTest, LsListsCommittedSteps) {
   SaveSteps({10, 20});
   RunResult r = Ckpt({"ls", root_});
