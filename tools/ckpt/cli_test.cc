@@ -342,6 +342,16 @@ TEST_F(CliTest, UsageErrorsExitTwo) {
        "best, sync)"},
       {{"catalog", "lastest", "run42"},
        "ckpt catalog: unknown command \"lastest\" (its commands: jobs,"},
+      // diff's steps are said as diff takes them, not as a missing --step.
+      {{"diff", root_},
+       "ckpt diff: two steps are required: ckpt diff ROOT --step A --step B\n"
+       "Run 'ckpt diff --help' for usage."},
+      {{"diff", root_, "--step", "1"},
+       "ckpt diff: two steps are required, one was given: ckpt diff ROOT "
+       "--step A --step B\n"},
+      {{"diff", root_, "--step", "1", "--step", "2", "--step", "3"},
+       "ckpt diff: two steps are required, 3 were given: ckpt diff ROOT "
+       "--step A --step B\n"},
   };
   for (const auto& [args, said] : named) {
     const RunResult r = Ckpt(args);
