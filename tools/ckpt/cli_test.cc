@@ -1405,6 +1405,28 @@ TEST_F(CliTest, GcAndDeleteMakeNoDefaultCatalog) {
   EXPECT_FALSE(fs::exists(Path("state"))) << "a catalog was made";
 }
 
+// gc and delete given a --catalog that is not there (a typo, or a new
+// name) refuse, naming it, before they change anything: they only mark
+// rows deleted, and a catalog made now would hold none. Nothing is made.
+TEST_F(CliTest, GcAndDeleteRefuseANamedCatalogThatIsNotThere) {
+  SaveSteps({1, 2, 3});
+  const std::string catalog = Path("state/new.sqlite");
+  for (const std::string& url : {catalog, "sqlite://" + catalog}) {
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{"gc", root_, "--keep-last", "1"},
+          {"delete", root_, "--step", "1"}}) {
+      std::vector<std::string> with = args;
+      with.insert(with.end(), {"--catalog", url});
+      RunResult r = Ckpt(with);
+      EXPECT_EQ(r.exit_code, 1) << args[0] << " " << url << ": " << r.out;
+      EXPECT_TRUE(Contains(r.err, "ckpt " + args[0] + ": NotFound: ")) << r.err;
+      EXPECT_TRUE(Contains(r.err, catalog + " is not there")) << r.err;
+    }
+  }
+  EXPECT_EQ(CommittedSteps(root_), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_FALSE(fs::exists(Path("state"))) << "a catalog was made";
+}
+
 // gc and delete on a folder that holds no checkpoint root (a mistyped
 // path) refuse, naming it, and write nothing there (no lease file); a
 // root whose steps are all gone is still one.

@@ -127,9 +127,12 @@ Result<std::unique_ptr<CheckpointManager>> OpenRootWithCatalog(
   if (dry_run) {
     return CheckpointManager::Open(std::move(storage), std::move(options));
   }
+  // A command that only deletes makes no catalog, default or named: one made
+  // now would hold no row to mark deleted, and a named one that is not
+  // there is a typo, said before anything is deleted.
   Result<std::unique_ptr<Catalog>> catalog =
       OpenCatalog(catalog_url.empty() ? DefaultCatalogUrl() : catalog_url,
-                  {.must_exist = catalog_url.empty() && !create});
+                  {.must_exist = !create});
   if (catalog.ok()) {
     options.catalog = std::move(catalog).value();
   } else if (catalog_url.empty() && !create &&

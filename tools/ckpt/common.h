@@ -29,9 +29,10 @@ Result<std::unique_ptr<CheckpointManager>> OpenRoot(
 // `ckpt catalog sync` catches the catalog up); one the user named is an
 // error. The root is opened (and a folder without one refused) before the
 // catalog, so a command that fails there creates no catalog. A command
-// that only deletes (`create` false) uses the default catalog only where
-// it exists already (a catalog made now would hold no row to mark
-// deleted), and a `dry_run` none at all (it records nothing).
+// that only deletes (`create` false) makes no catalog (one made now would
+// hold no row to mark deleted): it uses the default catalog only where it
+// exists already, and a named one that does not exist is an error naming
+// it; a `dry_run` opens none at all (it records nothing).
 // How a command that writes takes the root's lease (docs/concurrency.md).
 struct LeaseArgs {
   double wait_seconds = 0;   // --lease-wait: 0 refuses at once
