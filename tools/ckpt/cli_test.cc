@@ -365,6 +365,21 @@ TEST_F(CliTest, UsageErrorsExitTwo) {
   EXPECT_FALSE(fs::exists(root_));
 }
 
+// Every command names its root ROOT in its usage, report's (which it may
+// go without) too.
+TEST_F(CliTest, EveryCommandNamesItsRootRoot) {
+  for (const char* command : {"ls", "show", "verify", "diff", "gc", "delete",
+                              "export", "import", "import-dcp", "report"}) {
+    RunResult r = Ckpt({command, "--help"});
+    ASSERT_EQ(r.exit_code, 0) << command << ": " << r.err;
+    EXPECT_TRUE(Contains(r.out, "\n  ROOT TEXT")) << command << ": " << r.out;
+    EXPECT_FALSE(Contains(r.out, "root TEXT")) << command << ": " << r.out;
+  }
+  RunResult r = Ckpt({"report", "--help"});
+  EXPECT_TRUE(Contains(r.out, "Usage: ckpt report [OPTIONS] [ROOT]\n"))
+      << r.out;
+}
+
 // --- ls, show, verify on a good root ---------------------------------------
 
 // Output that does not fit (standard output a full disk) is a failure
