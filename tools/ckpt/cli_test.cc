@@ -365,6 +365,40 @@ TEST_F(CliTest, UsageErrorsExitTwo) {
   EXPECT_FALSE(fs::exists(root_));
 }
 
+// An empty ROOT ("" from a script's unset variable) is a usage error of
+// every command that takes one, said as such, and nothing is made.
+TEST_F(CliTest, AnEmptyRootIsAUsageErrorOfEveryCommand) {
+  const std::string file = Path("in.safetensors");
+  const std::vector<std::vector<std::string>> cases = {
+      {"ls", ""},
+      {"show", ""},
+      {"verify", ""},
+      {"diff", "", "--step", "1", "--step", "2"},
+      {"gc", "", "--keep-last", "1"},
+      {"delete", "", "--step", "1"},
+      {"export", "", Path("out.safetensors")},
+      {"import", file, "", "--step", "1"},
+      {"import-dcp", Path("dcp"), ""},
+      {"catalog", "sync", "", "--catalog", Path("c.sqlite")},
+      {"report", "", "-o", Path("r.html"), "--catalog", Path("c.sqlite")},
+  };
+  for (const auto& args : cases) {
+    const std::string name =
+        args[0] == "catalog" ? "catalog " + args[1] : args[0];
+    RunResult r = Ckpt(args);
+    EXPECT_EQ(r.exit_code, 2) << name << ": " << r.err;
+    EXPECT_EQ(r.err, "ckpt " + name +
+                         ": the root is empty\n"
+                         "Run 'ckpt " +
+                         name + " --help' for usage.\n");
+  }
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir_)) {
+    names.insert(e.path().filename().string());
+  }
+  EXPECT_EQ(names, (std::set<std::string>{".stderr", ".stdout"}));
+}
+
 // Every command names its root ROOT in its usage, report's (which it may
 // go without) too.
 TEST_F(CliTest, EveryCommandNamesItsRootRoot) {

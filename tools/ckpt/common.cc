@@ -192,11 +192,26 @@ CLI::Validator NonNegativeInteger(int64_t max) { return IntegerFrom(0, max); }
 CLI::Validator PositiveInteger(int64_t max) { return IntegerFrom(1, max); }
 
 CLI::Option* AddRootArg(CLI::App& app, std::string& root) {
+  // An empty root (a script's unset variable) is a usage error of every
+  // command, as a missing one is, rather than each command's failure to
+  // open the URL "". Thrown as a ParseError of its own: CLI11 prefixes a
+  // validator's message with the argument's name ("ROOT: the root is
+  // empty"), which says nothing more.
+  const CLI::Validator not_empty(
+      [](std::string& text) -> std::string {
+        if (text.empty()) {
+          throw CLI::ParseError("the root is empty",
+                                CLI::ExitCodes::ValidationError);
+        }
+        return "";
+      },
+      "");
   return app
       .add_option("ROOT", root,
                   "where the checkpoints live: a URL (file:///data/run42) or "
                   "a plain path")
-      ->required();
+      ->required()
+      ->check(not_empty);
 }
 
 CLI::Option* AddStepOption(CLI::App& app, std::optional<int64_t>& step) {
