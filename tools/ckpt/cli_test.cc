@@ -2130,6 +2130,33 @@ TEST_F(CliTest, DeletePrintsItsReport) {
   EXPECT_EQ(Ckpt({"verify", root_, "--all"}).exit_code, 0);
 }
 
+// A dry run of delete --force checks that the data it would copy into the
+// dependants is there: where the real run would fail (an object of the
+// step gone), the dry run fails as well, naming the object, and neither
+// changes anything.
+TEST_F(CliTest, DeleteForceDryRunFailsWhereTheDeleteWould) {
+  ASSERT_NO_FATAL_FAILURE(SaveChain(root_));
+  const std::string dir = "step-000000000001";
+  std::string gone;
+  for (const auto& [key, size] : StepObjectSizes(root_, dir)) {
+    if (key.ends_with(".safetensors")) gone = key;
+  }
+  ASSERT_FALSE(gone.empty());
+  ASSERT_TRUE(fs::remove(fs::path(root_) / gone));
+  const RunResult dry =
+      Ckpt({"delete", root_, "--step", "1", "--force", "--dry-run"});
+  const RunResult dry_json =
+      Ckpt({"delete", root_, "--step", "1", "--force", "--dry-run", "--json"});
+  const RunResult real = Ckpt({"delete", root_, "--step", "1", "--force"});
+  for (const RunResult* r : {&dry, &dry_json, &real}) {
+    EXPECT_EQ(r->exit_code, 1) << r->out;
+    EXPECT_TRUE(Contains(r->err, "rewrite step 2 without step 1")) << r->err;
+    EXPECT_TRUE(Contains(r->err, gone)) << r->err;
+    EXPECT_TRUE(r->out.empty()) << r->out;
+  }
+  EXPECT_EQ(CommittedSteps(root_), (std::vector<int64_t>{1, 2, 3}));
+}
+
 // The progress bars of import and export are for terminals: into a pipe
 // (and with --json) nothing is drawn.
 TEST_F(CliTest, ImportAndExportDrawNoBarIntoAPipe) {
