@@ -22,8 +22,10 @@
 //   The DeleteReport says what each step did: the dependants rewritten
 //   (bytes copied), the objects removed, those kept in the directory and
 //   why, those already gone. A dry run goes through 1 to 5 writing nothing:
-//   with rewrite_dependants it counts the bytes each rewrite would copy and
-//   judges the directory as the rewritten dependants would leave it.
+//   with rewrite_dependants it counts the bytes each rewrite would copy,
+//   fails where a rewrite would (an object to copy from gone or too
+//   short), and judges the directory as the rewritten dependants would
+//   leave it.
 #include "checkpoint/delete.h"
 
 #include <algorithm>
@@ -84,8 +86,35 @@ std::string RewriteOp(int64_t dependant, int64_t step) {
 }  // namespace
 
 Result<uint64_t> Deleter::BytesToRewrite(int64_t dependant, int64_t step) {
+  const std::string op = RewriteOp(dependant, step);
   Result<std::shared_ptr<const Manifest>> m = root_.manifests.Read(dependant);
-  if (!m.ok()) return m.status().WithContext(RewriteOp(dependant, step));
+  if (!m.ok()) return m.status().WithContext(op);
+  // The objects of `step` the rewrite would read, and how far into each:
+  // they must be there, and that long, or the rewrite fails on its first
+  // read, and a dry run that promised it would have said what is not so.
+  // (Their bytes are checked only by the rewrite, which reads them.)
+  std::map<uint32_t, uint64_t> read_up_to;
+  for (const auto& e : (*m)->entries) {
+    for (const auto& p : e.pieces) {
+      for (const auto& c : p.chunks) {
+        if (format::StepOfKey((*m)->objects[c.object].key) != step) continue;
+        const uint64_t end =
+            c.offset + (c.compressed() ? c.stored_length() : c.length);
+        read_up_to[c.object] = std::max(read_up_to[c.object], end);
+      }
+    }
+  }
+  for (const auto& [object, end] : read_up_to) {
+    const std::string& key = (*m)->objects[object].key;
+    Result<ObjectInfo> info = root_.storage->Stat(key);
+    if (!info.ok()) return info.status().WithContext(op + ": copy from " + key);
+    if (info->size < end) {
+      return DataLossError(op + ": copy from " + key + ": it holds " +
+                           std::to_string(info->size) +
+                           " bytes, and the chunks to copy reach byte " +
+                           std::to_string(end));
+    }
+  }
   return ChunkBytesIn(**m, step);
 }
 

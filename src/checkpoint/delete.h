@@ -41,7 +41,9 @@ class Deleter {
   // object of its own and rewrites its manifest, so `step` can go; returns
   // the bytes copied.
   Result<uint64_t> RewriteDependant(int64_t dependant, int64_t step);
-  // The bytes RewriteDependant would copy, read from the manifest alone.
+  // The bytes RewriteDependant would copy, read from the manifest; an
+  // error where an object it would copy from is gone or too short (the
+  // rewrite would fail).
   Result<uint64_t> BytesToRewrite(int64_t dependant, int64_t step);
 
   RootContext& root_;

@@ -291,8 +291,8 @@ Status RunLatest(const LatestArgs& args) {
   }
   return NotFoundError("no committed durable checkpoint of " + JobName(job) +
                        " in catalog " + catalog->url() +
-                       (stale ? " (" + std::to_string(stale) +
-                                    " rows did not check out against storage)"
+                       (stale ? " (" + Count(stale, "row") +
+                                    " did not check out against storage)"
                               : ""));
 }
 
@@ -344,8 +344,8 @@ Status RunBest(const BestArgs& args) {
     return NotFoundError("no committed checkpoint of " + JobName(job) +
                          " with metric " + Quote(args.metric) + " in catalog " +
                          catalog->url() +
-                         (stale ? " (" + std::to_string(stale) +
-                                      " rows did not check out against storage)"
+                         (stale ? " (" + Count(stale, "row") +
+                                      " did not check out against storage)"
                                 : ""));
   }
   if (args.json) {

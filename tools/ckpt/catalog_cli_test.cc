@@ -231,6 +231,22 @@ TEST_P(CatalogCliTest, LatestSkipsARowWhoseCheckpointIsGone) {
   EXPECT_TRUE(Contains(r.err, "2 rows did not check out"));
 }
 
+// One row that does not check out is said as one.
+TEST_P(CatalogCliTest, OneRowThatDidNotCheckOutIsSaidAsOne) {
+  auto mgr = Open(Root("one"), "one");
+  ASSERT_NE(mgr, nullptr);
+  Save(*mgr, 1, 0.5);
+  fs::remove_all(dir_ + "/one/step-000000000001");
+  for (const std::vector<std::string>& query :
+       {std::vector<std::string>{"latest", "one"},
+        {"best", "one", "--metric", "loss"}}) {
+    RunResult r = Catalog(query);
+    EXPECT_EQ(r.exit_code, 1) << query[0];
+    EXPECT_TRUE(Contains(r.err, "(1 row did not check out against storage)"))
+        << r.err;
+  }
+}
+
 TEST_P(CatalogCliTest, JobsListAndBest) {
   auto a = Open(Root("a"), "alpha");
   auto b = Open(Root("b"), "beta");

@@ -342,6 +342,16 @@ TEST_F(CliTest, UsageErrorsExitTwo) {
        "best, sync)"},
       {{"catalog", "lastest", "run42"},
        "ckpt catalog: unknown command \"lastest\" (its commands: jobs,"},
+      // diff's steps are said as diff takes them, not as a missing --step.
+      {{"diff", root_},
+       "ckpt diff: two steps are required: ckpt diff ROOT --step A --step B\n"
+       "Run 'ckpt diff --help' for usage."},
+      {{"diff", root_, "--step", "1"},
+       "ckpt diff: two steps are required, one was given: ckpt diff ROOT "
+       "--step A --step B\n"},
+      {{"diff", root_, "--step", "1", "--step", "2", "--step", "3"},
+       "ckpt diff: two steps are required, 3 were given: ckpt diff ROOT "
+       "--step A --step B\n"},
   };
   for (const auto& [args, said] : named) {
     const RunResult r = Ckpt(args);
@@ -353,6 +363,55 @@ TEST_F(CliTest, UsageErrorsExitTwo) {
   EXPECT_FALSE(Contains(negative.err, "unknown option")) << negative.err;
   // None of them may have created the root.
   EXPECT_FALSE(fs::exists(root_));
+}
+
+// An empty ROOT ("" from a script's unset variable) is a usage error of
+// every command that takes one, said as such, and nothing is made.
+TEST_F(CliTest, AnEmptyRootIsAUsageErrorOfEveryCommand) {
+  const std::string file = Path("in.safetensors");
+  const std::vector<std::vector<std::string>> cases = {
+      {"ls", ""},
+      {"show", ""},
+      {"verify", ""},
+      {"diff", "", "--step", "1", "--step", "2"},
+      {"gc", "", "--keep-last", "1"},
+      {"delete", "", "--step", "1"},
+      {"export", "", Path("out.safetensors")},
+      {"import", file, "", "--step", "1"},
+      {"import-dcp", Path("dcp"), ""},
+      {"catalog", "sync", "", "--catalog", Path("c.sqlite")},
+      {"report", "", "-o", Path("r.html"), "--catalog", Path("c.sqlite")},
+  };
+  for (const auto& args : cases) {
+    const std::string name =
+        args[0] == "catalog" ? "catalog " + args[1] : args[0];
+    RunResult r = Ckpt(args);
+    EXPECT_EQ(r.exit_code, 2) << name << ": " << r.err;
+    EXPECT_EQ(r.err, "ckpt " + name +
+                         ": the root is empty\n"
+                         "Run 'ckpt " +
+                         name + " --help' for usage.\n");
+  }
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir_)) {
+    names.insert(e.path().filename().string());
+  }
+  EXPECT_EQ(names, (std::set<std::string>{".stderr", ".stdout"}));
+}
+
+// Every command names its root ROOT in its usage, report's (which it may
+// go without) too.
+TEST_F(CliTest, EveryCommandNamesItsRootRoot) {
+  for (const char* command : {"ls", "show", "verify", "diff", "gc", "delete",
+                              "export", "import", "import-dcp", "report"}) {
+    RunResult r = Ckpt({command, "--help"});
+    ASSERT_EQ(r.exit_code, 0) << command << ": " << r.err;
+    EXPECT_TRUE(Contains(r.out, "\n  ROOT TEXT")) << command << ": " << r.out;
+    EXPECT_FALSE(Contains(r.out, "root TEXT")) << command << ": " << r.out;
+  }
+  RunResult r = Ckpt({"report", "--help"});
+  EXPECT_TRUE(Contains(r.out, "Usage: ckpt report [OPTIONS] [ROOT]\n"))
+      << r.out;
 }
 
 // --- ls, show, verify on a good root ---------------------------------------
@@ -394,6 +453,41 @@ TEST_F(CliTest, ReportLeavesAUsersTmpFileAlone) {
   }
   EXPECT_EQ(names, (std::set<std::string>{".stderr", ".stdout", "r.html",
                                           "r.html.tmp", "root"}));
+}
+
+// A report killed while it writes its page (here the file-size limit's
+// SIGXFSZ, as a full disk would) leaves nothing beside it, as an export
+// does: the page is written unnamed and named only once whole. A page
+// that cannot be written at all (its folder is not there) is an error
+// naming the page, and leaves nothing either; the same report then writes
+// it whole.
+TEST_F(CliTest, AReportThatFailsOrIsKilledLeavesNoTemporary) {
+  SaveSteps({1, 2});
+  const fs::path out = dir_ / "out";
+  fs::create_directories(out);
+  const std::string page = (out / "r.html").string();
+  // 64 blocks of 512 bytes: less than Chart.js alone.
+  RunResult r = RunProgram(
+      "/bin/sh", {"-c", "ulimit -f 64 && exec \"$0\" report \"$1\" -o \"$2\"",
+                  CKPT_CLI_PATH, root_, page});
+  EXPECT_NE(r.exit_code, 0) << r.out << r.err;
+  const std::string missing = (out / "no-such" / "r.html").string();
+  r = Ckpt({"report", root_, "-o", missing});
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_TRUE(Contains(r.err, "write the page \"" + missing + "\"")) << r.err;
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(out)) {
+    left.push_back(e.path().filename().string());
+  }
+  EXPECT_EQ(left, std::vector<std::string>()) << r.err;
+  r = Ckpt({"report", root_, "-o", page});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(ReadFile(page), "</html>"));
+  left.clear();
+  for (const auto& e : fs::directory_iterator(out)) {
+    left.push_back(e.path().filename().string());
+  }
+  EXPECT_EQ(left, std::vector<std::string>{"r.html"});
 }
 
 TEST_F(CliTest, LsListsCommittedSteps) {
@@ -1360,6 +1454,28 @@ TEST_F(CliTest, GcAndDeleteMakeNoDefaultCatalog) {
   EXPECT_FALSE(fs::exists(Path("state"))) << "a catalog was made";
 }
 
+// gc and delete given a --catalog that is not there (a typo, or a new
+// name) refuse, naming it, before they change anything: they only mark
+// rows deleted, and a catalog made now would hold none. Nothing is made.
+TEST_F(CliTest, GcAndDeleteRefuseANamedCatalogThatIsNotThere) {
+  SaveSteps({1, 2, 3});
+  const std::string catalog = Path("state/new.sqlite");
+  for (const std::string& url : {catalog, "sqlite://" + catalog}) {
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{"gc", root_, "--keep-last", "1"},
+          {"delete", root_, "--step", "1"}}) {
+      std::vector<std::string> with = args;
+      with.insert(with.end(), {"--catalog", url});
+      RunResult r = Ckpt(with);
+      EXPECT_EQ(r.exit_code, 1) << args[0] << " " << url << ": " << r.out;
+      EXPECT_TRUE(Contains(r.err, "ckpt " + args[0] + ": NotFound: ")) << r.err;
+      EXPECT_TRUE(Contains(r.err, catalog + " is not there")) << r.err;
+    }
+  }
+  EXPECT_EQ(CommittedSteps(root_), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_FALSE(fs::exists(Path("state"))) << "a catalog was made";
+}
+
 // gc and delete on a folder that holds no checkpoint root (a mistyped
 // path) refuse, naming it, and write nothing there (no lease file); a
 // root whose steps are all gone is still one.
@@ -2012,6 +2128,33 @@ TEST_F(CliTest, DeletePrintsItsReport) {
   EXPECT_EQ(StepObjectSizes(root_, dir),
             (std::map<std::string, uint64_t>{{dir + "/notes.txt", 10}}));
   EXPECT_EQ(Ckpt({"verify", root_, "--all"}).exit_code, 0);
+}
+
+// A dry run of delete --force checks that the data it would copy into the
+// dependants is there: where the real run would fail (an object of the
+// step gone), the dry run fails as well, naming the object, and neither
+// changes anything.
+TEST_F(CliTest, DeleteForceDryRunFailsWhereTheDeleteWould) {
+  ASSERT_NO_FATAL_FAILURE(SaveChain(root_));
+  const std::string dir = "step-000000000001";
+  std::string gone;
+  for (const auto& [key, size] : StepObjectSizes(root_, dir)) {
+    if (key.ends_with(".safetensors")) gone = key;
+  }
+  ASSERT_FALSE(gone.empty());
+  ASSERT_TRUE(fs::remove(fs::path(root_) / gone));
+  const RunResult dry =
+      Ckpt({"delete", root_, "--step", "1", "--force", "--dry-run"});
+  const RunResult dry_json =
+      Ckpt({"delete", root_, "--step", "1", "--force", "--dry-run", "--json"});
+  const RunResult real = Ckpt({"delete", root_, "--step", "1", "--force"});
+  for (const RunResult* r : {&dry, &dry_json, &real}) {
+    EXPECT_EQ(r->exit_code, 1) << r->out;
+    EXPECT_TRUE(Contains(r->err, "rewrite step 2 without step 1")) << r->err;
+    EXPECT_TRUE(Contains(r->err, gone)) << r->err;
+    EXPECT_TRUE(r->out.empty()) << r->out;
+  }
+  EXPECT_EQ(CommittedSteps(root_), (std::vector<int64_t>{1, 2, 3}));
 }
 
 // The progress bars of import and export are for terminals: into a pipe

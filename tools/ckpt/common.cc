@@ -1,10 +1,14 @@
 #include "common.h"
 
+#include <fcntl.h>
 #include <fmt/core.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <ctime>
+#include <filesystem>
 #include <sstream>
 
 #include "capi/records.h"
@@ -123,9 +127,12 @@ Result<std::unique_ptr<CheckpointManager>> OpenRootWithCatalog(
   if (dry_run) {
     return CheckpointManager::Open(std::move(storage), std::move(options));
   }
+  // A command that only deletes makes no catalog, default or named: one made
+  // now would hold no row to mark deleted, and a named one that is not
+  // there is a typo, said before anything is deleted.
   Result<std::unique_ptr<Catalog>> catalog =
       OpenCatalog(catalog_url.empty() ? DefaultCatalogUrl() : catalog_url,
-                  {.must_exist = catalog_url.empty() && !create});
+                  {.must_exist = !create});
   if (catalog.ok()) {
     options.catalog = std::move(catalog).value();
   } else if (catalog_url.empty() && !create &&
@@ -185,11 +192,26 @@ CLI::Validator NonNegativeInteger(int64_t max) { return IntegerFrom(0, max); }
 CLI::Validator PositiveInteger(int64_t max) { return IntegerFrom(1, max); }
 
 CLI::Option* AddRootArg(CLI::App& app, std::string& root) {
+  // An empty root (a script's unset variable) is a usage error of every
+  // command, as a missing one is, rather than each command's failure to
+  // open the URL "". Thrown as a ParseError of its own: CLI11 prefixes a
+  // validator's message with the argument's name ("ROOT: the root is
+  // empty"), which says nothing more.
+  const CLI::Validator not_empty(
+      [](std::string& text) -> std::string {
+        if (text.empty()) {
+          throw CLI::ParseError("the root is empty",
+                                CLI::ExitCodes::ValidationError);
+        }
+        return "";
+      },
+      "");
   return app
       .add_option("ROOT", root,
                   "where the checkpoints live: a URL (file:///data/run42) or "
                   "a plain path")
-      ->required();
+      ->required()
+      ->check(not_empty);
 }
 
 CLI::Option* AddStepOption(CLI::App& app, std::optional<int64_t>& step) {
@@ -241,6 +263,115 @@ std::string Join(const std::vector<std::string>& parts, std::string_view sep) {
     out += parts[i];
   }
   return out;
+}
+
+namespace {
+
+// Writes `data` in slices of at most kWriteSlice bytes, adding each to
+// `done` and telling `progress`, so a progress bar moves during a large
+// tensor.
+Status WriteAll(int fd, std::string_view data, const std::string& what,
+                uint64_t& done, const std::function<void(uint64_t)>& progress) {
+  constexpr size_t kWriteSlice = size_t{64} << 20;
+  while (!data.empty()) {
+    const ssize_t n =
+        write(fd, data.data(), std::min(data.size(), kWriteSlice));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError(errno, "write " + what);
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+    done += static_cast<uint64_t>(n);
+    if (progress) progress(done);
+  }
+  return Status();
+}
+
+Status SyncDirectoryOf(const std::string& path) {
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError(errno, "open directory " + Quote(dir.string()));
+  const int rc = fsync(fd);
+  const int err = errno;
+  close(fd);
+  if (rc != 0) return ErrnoError(err, "fsync directory " + Quote(dir.string()));
+  return Status();
+}
+
+}  // namespace
+
+Status WriteFileAtomically(const std::string& path,
+                           const std::vector<std::string_view>& parts,
+                           bool force,
+                           const std::function<void(uint64_t)>& progress) {
+  // The named temporary is this process's own, made afresh (O_EXCL): a file
+  // of the user's that happens to be named like it is never truncated, and
+  // two commands writing one file do not write into one temporary.
+  const std::string tmp = path + ".tmp-" + std::to_string(getpid());
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  int fd = open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+  const bool unnamed = fd >= 0;
+  const std::string what =
+      unnamed
+          ? "an unnamed file in " + Quote(dir.string()) + " for " + Quote(path)
+          : Quote(tmp);
+  if (!unnamed) {
+    fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      return ErrnoError(errno, "create the temporary " + Quote(tmp));
+    }
+  }
+  Status status;
+  uint64_t done = 0;
+  for (std::string_view part : parts) {
+    status = WriteAll(fd, part, what, done, progress);
+    if (!status.ok()) break;
+  }
+  if (status.ok() && fsync(fd) != 0) {
+    status = ErrnoError(errno, "fsync " + what);
+  }
+  // The unnamed file gets its name (the temporary's, with force) while
+  // still open: through /proc, which needs no privilege (AT_EMPTY_PATH
+  // would).
+  bool named = !unnamed;
+  if (status.ok() && unnamed) {
+    const std::string self = "/proc/self/fd/" + std::to_string(fd);
+    const std::string& name = force ? tmp : path;
+    if (linkat(AT_FDCWD, self.c_str(), AT_FDCWD, name.c_str(),
+               AT_SYMLINK_FOLLOW) == 0) {
+      named = true;
+    } else {
+      status = errno == EEXIST && !force
+                   ? AlreadyExistsError(Quote(path) +
+                                        " exists (use --force to overwrite)")
+                   : ErrnoError(errno, "link " + what + " to " + Quote(name));
+    }
+  }
+  if (close(fd) != 0 && status.ok()) {
+    status = ErrnoError(errno, "close " + what);
+  }
+  if (status.ok() && (force || !unnamed)) {
+    if (force) {
+      if (rename(tmp.c_str(), path.c_str()) != 0) {
+        status =
+            ErrnoError(errno, "rename " + Quote(tmp) + " to " + Quote(path));
+      }
+    } else if (link(tmp.c_str(), path.c_str()) != 0) {
+      status = errno == EEXIST
+                   ? AlreadyExistsError(Quote(path) +
+                                        " exists (use --force to overwrite)")
+                   : ErrnoError(errno, "link " + what + " to " + Quote(path));
+    }
+  }
+  // What is left of the temporary name (after a link, or a failure) goes;
+  // after a rename there is none. An unnamed file never had one.
+  if (named && (force || !unnamed) && !(status.ok() && force)) {
+    unlink(tmp.c_str());
+  }
+  CKPT_RETURN_IF_ERROR(status);
+  return SyncDirectoryOf(path);
 }
 
 nlohmann::json InfoToJson(const CheckpointInfo& info) {

@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -28,9 +29,10 @@ Result<std::unique_ptr<CheckpointManager>> OpenRoot(
 // `ckpt catalog sync` catches the catalog up); one the user named is an
 // error. The root is opened (and a folder without one refused) before the
 // catalog, so a command that fails there creates no catalog. A command
-// that only deletes (`create` false) uses the default catalog only where
-// it exists already (a catalog made now would hold no row to mark
-// deleted), and a `dry_run` none at all (it records nothing).
+// that only deletes (`create` false) makes no catalog (one made now would
+// hold no row to mark deleted): it uses the default catalog only where it
+// exists already, and a named one that does not exist is an error naming
+// it; a `dry_run` opens none at all (it records nothing).
 // How a command that writes takes the root's lease (docs/concurrency.md).
 struct LeaseArgs {
   double wait_seconds = 0;   // --lease-wait: 0 refuses at once
@@ -79,6 +81,20 @@ std::string FormatShape(const std::vector<int64_t>& shape);
 std::string Count(int64_t n, std::string_view noun);
 // "a, b, c".
 std::string Join(const std::vector<std::string>& parts, std::string_view sep);
+
+// Writes `parts` to the local file `path` so that a reader sees either no
+// file or the whole one, and a command killed on the way (Ctrl-C, a full
+// disk's SIGXFSZ) leaves nothing behind: into a file with no name in
+// `path`'s folder (O_TMPFILE), fsynced, then given its name. Without
+// `force` the naming is linkat(2), which fails if `path` appeared in the
+// meantime rather than replacing it (AlreadyExists, naming --force); with
+// `force` the file is named beside it first and renamed over it. A file
+// system without O_TMPFILE gets a named temporary beside `path` instead
+// (removed on failure, not on a kill). `progress`, if given, is told the
+// bytes written so far.
+Status WriteFileAtomically(
+    const std::string& path, const std::vector<std::string_view>& parts,
+    bool force, const std::function<void(uint64_t done)>& progress = {});
 
 // Every field of a CheckpointInfo, plus the creation time as text.
 nlohmann::json InfoToJson(const CheckpointInfo& info);

@@ -179,16 +179,29 @@ void AddDiffCommand(CLI::App& app, Command& selected) {
       "  ckpt diff /data/run42 --step 1000 --step 1200\n"
       "  ckpt diff /data/run42 --step 1000 1200 --json\n");
   AddRootArg(*sub, args->root);
+  // Any number of steps is taken, and the count checked below: CLI11's own
+  // words for a wrong count ("--step is required", "At least 2 required")
+  // do not say that diff compares two steps, nor how to give them. The
+  // help still says two are required.
   sub->add_option("--step", args->steps,
                   "the two steps: --step A --step B, or --step A B")
-      ->required()
-      ->expected(2)
+      ->expected(1, CLI::detail::expected_max_vector_size)
+      ->option_text("INT x 2 REQUIRED")
       ->check(NonNegativeInteger(INT64_MAX));
   AddJsonFlag(*sub, args->json);
   sub->add_flag("--all", args->all,
                 "list the bindings' internal entries (such as the Python "
                 "package's __python_tree__) too");
   sub->callback([args, &selected] {
+    // A usage error (exit 2), as a missing argument is.
+    if (const size_t n = args->steps.size(); n != 2) {
+      throw CLI::ValidationError(
+          std::string("two steps are required") +
+          (n == 0   ? ""
+           : n == 1 ? ", one was given"
+                    : ", " + std::to_string(n) + " were given") +
+          ": ckpt diff ROOT --step A --step B");
+    }
     selected = {"diff", [args] { return RunDiff(*args); }};
   });
 }

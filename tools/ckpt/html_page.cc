@@ -1,12 +1,8 @@
 #include "html_page.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdio>
 #include <string>
 
+#include "common.h"
 #include "util/names.h"
 
 namespace ckpt::cli {
@@ -390,36 +386,10 @@ Status WriteHtmlPage(const std::string& path, std::string_view title,
   page += "\n} catch (e) { ckptNoteError(e && e.stack ? e.stack : e); }\n";
   page += "ckptFinish();\n</script>\n</body></html>\n";
 
-  // A temporary of this process's own, made afresh (O_EXCL): a file of the
-  // user's that happens to be named OUT.tmp is never truncated, and two
-  // reports to one page do not write into one temporary.
-  const std::string tmp = path + ".tmp-" + std::to_string(getpid());
-  {
-    const int fd =
-        open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) return ErrnoError(errno, "write the page " + Quote(tmp));
-    int err = 0;
-    for (size_t done = 0; done < page.size() && err == 0;) {
-      const ssize_t n = write(fd, page.data() + done, page.size() - done);
-      if (n > 0) {
-        done += static_cast<size_t>(n);
-      } else if (n < 0 && errno != EINTR) {
-        err = errno;  // the system's reason: no room, an I/O error
-      }
-    }
-    if (err == 0 && fsync(fd) != 0) err = errno;
-    if (close(fd) != 0 && err == 0) err = errno;
-    if (err != 0) {
-      std::remove(tmp.c_str());
-      return ErrnoError(err, "write the page " + Quote(tmp));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    std::remove(tmp.c_str());
-    return ErrnoError(err, "rename " + Quote(tmp) + " to " + Quote(path));
-  }
-  return Status();
+  // Replaced whole (a report is written again and again to one page), or
+  // not at all.
+  return WriteFileAtomically(path, {page}, /*force=*/true)
+      .WithContext("write the page " + Quote(path));
 }
 
 }  // namespace ckpt::cli

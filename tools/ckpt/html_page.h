@@ -20,8 +20,9 @@ std::string_view RootReportScript();
 std::string_view CatalogReportScript();
 std::string_view BenchReportScript();
 
-// Writes the page titled `title` that runs `script` over `data` to `path`
-// (a temporary file renamed over it, so a reader never sees half a page).
+// Writes the page titled `title` that runs `script` over `data` to `path`,
+// replacing it (WriteFileAtomically: a reader never sees half a page, and a
+// write killed midway leaves no temporary behind).
 // The page exposes window.ckptReport = {data, charts, summary}; `summary`,
 // also written as JSON into the element #ckpt-summary once drawn, gives each
 // chart's datasets and their point counts, and #ckpt-errors holds any

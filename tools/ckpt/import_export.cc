@@ -22,7 +22,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <filesystem>
-#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -290,114 +289,6 @@ struct ExportArgs {
   bool json = false;
 };
 
-// Writes `data` in slices of at most kWriteSlice bytes, calling `written`
-// with each slice's size, so a progress bar moves during a large tensor.
-Status WriteAll(int fd, std::string_view data, const std::string& what,
-                const std::function<void(uint64_t)>& written) {
-  constexpr size_t kWriteSlice = size_t{64} << 20;
-  while (!data.empty()) {
-    const ssize_t n =
-        write(fd, data.data(), std::min(data.size(), kWriteSlice));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError(errno, "write " + what);
-    }
-    data.remove_prefix(static_cast<size_t>(n));
-    written(static_cast<uint64_t>(n));
-  }
-  return Status();
-}
-
-Status SyncDirectoryOf(const std::string& path) {
-  std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  if (dir.empty()) dir = ".";
-  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError(errno, "open directory " + Quote(dir.string()));
-  const int rc = fsync(fd);
-  const int err = errno;
-  close(fd);
-  if (rc != 0) return ErrnoError(err, "fsync directory " + Quote(dir.string()));
-  return Status();
-}
-
-// Writes `parts` to `path` so that a reader sees either no file or the whole
-// one: into a file with no name in `path`'s folder (O_TMPFILE), fsynced,
-// then given its name, so that an export killed or interrupted on the way
-// (Ctrl-C in the middle of a large one) leaves nothing behind. Without
-// `force` the naming is linkat(2), which fails if `path` appeared in the
-// meantime rather than replacing it; with `force` the file is named
-// beside it first and renamed over it. A file system without O_TMPFILE
-// gets a named temporary beside `path` instead (removed on failure, not on
-// a kill). `bar` follows the bytes written.
-Status WriteFileAtomically(const std::string& path,
-                           const std::vector<std::string_view>& parts,
-                           bool force, ProgressBar* bar) {
-  const std::string tmp = path + ".tmp-" + std::to_string(getpid());
-  std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  if (dir.empty()) dir = ".";
-  int fd = open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
-  const bool unnamed = fd >= 0;
-  const std::string what =
-      unnamed
-          ? "an unnamed file in " + Quote(dir.string()) + " for " + Quote(path)
-          : Quote(tmp);
-  if (!unnamed) {
-    fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) return ErrnoError(errno, "create " + what);
-  }
-  Status status;
-  uint64_t done = 0;
-  auto written = [&](uint64_t n) {
-    done += n;
-    if (bar) bar->Update(done);
-  };
-  for (std::string_view part : parts) {
-    status = WriteAll(fd, part, what, written);
-    if (!status.ok()) break;
-  }
-  if (status.ok() && fsync(fd) != 0)
-    status = ErrnoError(errno, "fsync " + what);
-  // The unnamed file gets its name (the temporary's, with force) while
-  // still open: through /proc, which needs no privilege (AT_EMPTY_PATH
-  // would).
-  bool named = !unnamed;
-  if (status.ok() && unnamed) {
-    const std::string self = "/proc/self/fd/" + std::to_string(fd);
-    const std::string& name = force ? tmp : path;
-    if (linkat(AT_FDCWD, self.c_str(), AT_FDCWD, name.c_str(),
-               AT_SYMLINK_FOLLOW) == 0) {
-      named = true;
-    } else {
-      status = errno == EEXIST && !force
-                   ? AlreadyExistsError(Quote(path) +
-                                        " exists (use --force to overwrite)")
-                   : ErrnoError(errno, "link " + what + " to " + Quote(name));
-    }
-  }
-  if (close(fd) != 0 && status.ok())
-    status = ErrnoError(errno, "close " + what);
-  if (status.ok() && (force || !unnamed)) {
-    if (force) {
-      if (rename(tmp.c_str(), path.c_str()) != 0) {
-        status =
-            ErrnoError(errno, "rename " + Quote(tmp) + " to " + Quote(path));
-      }
-    } else if (link(tmp.c_str(), path.c_str()) != 0) {
-      status = errno == EEXIST
-                   ? AlreadyExistsError(Quote(path) +
-                                        " exists (use --force to overwrite)")
-                   : ErrnoError(errno, "link " + what + " to " + Quote(path));
-    }
-  }
-  // What is left of the temporary name (after a link, or a failure) goes;
-  // after a rename there is none. An unnamed file never had one.
-  if (named && (force || !unnamed) && !(status.ok() && force)) {
-    unlink(tmp.c_str());
-  }
-  CKPT_RETURN_IF_ERROR(status);
-  return SyncDirectoryOf(path);
-}
-
 Status RunExport(const ExportArgs& args) {
   // A URL would be taken for a relative path ("s3:" a folder): said plainly.
   if (const size_t scheme = args.out.find("://"); scheme != std::string::npos &&
@@ -519,7 +410,10 @@ Status RunExport(const ExportArgs& args) {
         "export step " + std::to_string(step) + ": write " + args.out, bytes);
   }
   CKPT_RETURN_IF_ERROR_CTX(
-      WriteFileAtomically(args.out, parts, args.force, bar.get()),
+      WriteFileAtomically(args.out, parts, args.force,
+                          [&bar](uint64_t done) {
+                            if (bar) bar->Update(done);
+                          }),
       "export step " + std::to_string(step) + " to " + Quote(args.out));
   if (bar) bar->Finish();
   if (args.json) {

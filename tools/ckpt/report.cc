@@ -341,9 +341,12 @@ void AddReportCommand(CLI::App& app, Command& selected) {
       "  ckpt bench --dir /data --json > disk.json\n"
       "  ckpt report /data/run42 --bench disk.json -o run42.html\n"
       "  ckpt report --catalog ~/.ckpt/catalog.db -o jobs.html\n");
-  sub->add_option("root", args->root,
-                  "the root (URL or path); omit it with --catalog for a "
-                  "catalog report");
+  // ROOT, as every command names it, but one report can go without.
+  AddRootArg(*sub, args->root)
+      ->required(false)
+      ->description(
+          "where the checkpoints live: a URL (file:///data/run42) or a plain "
+          "path; omit it with --catalog for a catalog report");
   sub->add_option("--catalog", args->catalog, "the catalog's URL or path");
   sub->add_option("--bench", args->bench,
                   "a root report: the output of `ckpt bench --json` on the "
