@@ -76,12 +76,10 @@ Status RunGc(const GcArgs& args) {
                                                  .retention = args.retention}));
   if (bar) bar->Finish();
   if (args.json) {
+    // The C API's report (Python's mgr.gc() returns the same), and
+    // whether it was a dry run.
     nlohmann::json j = records::GcJson(report);
     j["dry_run"] = args.dry_run;
-    j["step_reports"] = nlohmann::json::array();
-    for (const DeleteReport& r : report.step_reports) {
-      j["step_reports"].push_back(records::DeleteJson(r));
-    }
     PrintJson(j);
     return Status();
   }
