@@ -158,10 +158,6 @@ class CheckpointManager:
             metadata_layout=metadata_layout,
             compression=compression, compression_level=compression_level,
             communicator=communicator)
-        try:  # each value, before the library opens the root
-            _manager_handle.Manager.check_options(**options)
-        except (TypeError, _errors.InvalidArgument) as e:
-            raise _option_names.refused(url, e) from None
         self._url = url
         # The library creates nothing at open: a local root that does not
         # exist, opened with the default create=None, is made by the first

@@ -8,6 +8,7 @@ from ckpt._catalog import Catalog
 from ckpt._communicator import Communicator
 from ckpt._dtypes import _NUMPY_TYPES, _np
 from ckpt._errors import _CODES, Aborted, Error, InvalidArgument
+from ckpt import _option_names
 from ckpt._lib import _Owned, _call, _encode, _lib, _make, _streamed
 from ckpt._pending_saves import TrackedSave
 from ckpt._records import (CheckpointDescription, CheckpointInfo,
@@ -61,22 +62,16 @@ class Manager(_Owned):
         super().__init__(None)
         opts = _lib.ckpt_options_create()
         try:
-            _set_options(opts, catalog, catalog_required, communicator,
-                         options)
+            # Each value is checked here, before the library opens the
+            # root; an error of one names the open call it refuses (a job
+            # that opens several roots learns which).
+            try:
+                _set_options(opts, catalog, catalog_required, communicator,
+                             options)
+            except (TypeError, InvalidArgument) as e:
+                raise _option_names.refused(url, e) from None
             self._h = _make(_lib.ckpt_manager_open,
                             _encode(url, "root URL"), opts)
-        finally:
-            _lib.ckpt_options_destroy(opts)
-
-    @staticmethod
-    def check_options(*, catalog=None, catalog_required=False,
-                      communicator=None, **options):
-        """Raises what Manager() would of each option's value, opening
-        nothing."""
-        opts = _lib.ckpt_options_create()
-        try:
-            _set_options(opts, catalog, catalog_required, communicator,
-                         options)
         finally:
             _lib.ckpt_options_destroy(opts)
 
