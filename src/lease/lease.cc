@@ -166,16 +166,23 @@ bool RootLease::NothingNewer() {
 
 namespace {
 
+// Whether `r` was written on this machine since its last boot: only then
+// do its pid and owner name a process (and a holder) here.
+bool ThisBoot(const LeaseRecord& r) {
+  const std::string boot = LeaseBootId();
+  return r.host == LeaseHostName() && !boot.empty() && r.boot_id == boot;
+}
+
+// Whether `owner` holds a lease in this process now.
+bool LiveHere(const std::string& owner) {
+  MutexLock lock(&live_mu);
+  return LiveOwners().count(owner) > 0;
+}
+
 // Whether `r` is held by a live manager of this very process (another
 // one than the caller: a manager that holds its own lease never asks).
 bool HeldHere(const LeaseRecord& r) {
-  const std::string boot = LeaseBootId();
-  if (r.pid != getpid() || r.host != LeaseHostName() || boot.empty() ||
-      r.boot_id != boot) {
-    return false;
-  }
-  MutexLock lock(&live_mu);
-  return LiveOwners().count(r.owner) > 0;
+  return r.pid == getpid() && ThisBoot(r) && LiveHere(r.owner);
 }
 
 }  // namespace
@@ -188,13 +195,9 @@ std::optional<std::string> RootLease::FreeBecause(const Current& current) {
   const LeaseRecord& r = *current.record;
   if (r.released) return "released";
   if (Now() > r.expires_unix_ms) return "expired at " + When(r.expires_unix_ms);
-  const std::string boot = LeaseBootId();
-  if (r.host == LeaseHostName() && !boot.empty() && r.boot_id == boot) {
+  if (ThisBoot(r)) {
     if (r.pid == getpid()) {
-      MutexLock lock(&live_mu);
-      if (!LiveOwners().count(r.owner)) {
-        return "its holder in this process is gone";
-      }
+      if (!LiveHere(r.owner)) return "its holder in this process is gone";
     } else if (!ProcessRuns(r.pid)) {
       return "its process " + std::to_string(r.pid) + " is gone";
     }
