@@ -19,16 +19,18 @@
 // time on: above 1, reading once is faster) and default_vs_best_worst (for
 // each case the default's time over the better of on and off; the worst
 // case's). Every loaded byte is compared with what was saved; a wrong one
-// fails the run. One load (the replicated one read once) runs before the
-// measured ones and is not counted. Beside them, the bed's own network without
-// ckpt: every rank sends its eighth of the state to every other in rounds of
-// MPI_Sendrecv (bed_exchange_s), and replicated_on_vs_bed_floor, the
-// replicated load read once over what it could take here at best (a node's
+// fails the run. Each measured load follows an uncounted twin of itself
+// (--no-twins: one uncounted load before all); twin_spread_worst is the
+// most the two differed (the machine's spread between identical jobs,
+// beside which the ratios are read). Beside them, the bed's own
+// network without ckpt: every rank sends its eighth of the state to every other
+// in rounds of MPI_Sendrecv (bed_exchange_s), and replicated_on_vs_bed_floor,
+// the replicated load read once over what it could take here at best (a node's
 // quarter through its link, then that exchange). The bed goes down at the end,
 // after a failure, and on SIGINT, SIGTERM or SIGHUP.
 //
 //   bench_nodes [--mib 512] [--tensors 32] [--dir /var/tmp] [--runs 1]
-//               [--storage-mbps 0] [--json] [--timeout 600]
+//               [--storage-mbps 0] [--json] [--timeout 600] [--no-twins]
 //
 // --runs N loads each case N times in each mode (the modes taking turns)
 // and reports the median load time (and every run's) and the most bytes
@@ -53,12 +55,14 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -86,6 +90,7 @@ struct Args {
   bool json = false;
   int timeout = 600;        // seconds, per mpirun job
   int runs = 1;             // loads of each case and mode
+  bool twins = true;        // an uncounted twin before each measured load
   double storage_mbps = 0;  // each node's link to storage; 0: no limit
 };
 
@@ -276,7 +281,7 @@ int Usage(const char* msg) {
   std::fprintf(stderr,
                "%s%susage: bench_nodes [--mib 512] [--tensors 32] "
                "[--dir /var/tmp] [--runs 1] [--storage-mbps 0] [--json] "
-               "[--timeout 600]\n",
+               "[--timeout 600] [--no-twins]\n",
                msg, *msg ? "\n" : "");
   return 2;
 }
@@ -286,6 +291,9 @@ struct Measured {
   json exchange;  // the bed's exchange without ckpt (the rank side's)
   // "<case>/<on|off|auto>": each run's line.
   std::map<std::string, std::vector<json>> load;
+  // "<case>/<on|off|auto>": each uncounted twin's load time (--no-twins:
+  // none).
+  std::map<std::string, std::vector<double>> twin;
 };
 
 // The jobs, on a bed that is up; 0, or 1 after saying what failed.
@@ -351,27 +359,35 @@ int Jobs(const Args& a, Bed& bed, Measured& m) {
   if (exchanged.size() != 1) return 1;
   m.exchange = exchanged[0];
   const uint64_t needed = ShapeFor(a.mib, a.tensors).Bytes();
-  // One load before the measured ones, not counted: on this project's VM
-  // the first load job after the save took 1.5-1.7 times as long as the
-  // same job later (the replicated load read once 4.4-4.9 s against
-  // 2.7-3.0 s), and with --runs 1 that first job was always the replicated
-  // load read once, which made reading once look slower than it is
-  // (docs/benchmarks.md).
   // A load job's rank arguments: case `c` in read-once `mode`.
   const auto load_args = [&](const Case& c, const std::string& mode) {
     std::vector<std::string> args = common("load");
     args.insert(args.end(), {"--layout", c.layout, "--read-once", mode});
     return args;
   };
-  {
-    const Case& c = Cases().front();
+  // A load that is not counted: its line, or none after saying it loaded
+  // a byte wrong or failed.
+  const auto uncounted = [&](const std::string& label, const Case& c,
+                             const std::string& mode) -> std::optional<json> {
     const std::vector<json> lines =
-        job("warm-up", c.ranks, c.mpirun_options, load_args(c, "on"));
+        job(label, c.ranks, c.mpirun_options, load_args(c, mode));
     if (lines.size() != 1 || lines[0].at("wrong_bytes") != 0) {
-      std::fprintf(stderr, "bench_nodes: the warm-up load failed\n");
-      return 1;
+      std::fprintf(stderr, "bench_nodes: the uncounted load %s failed\n",
+                   label.c_str());
+      return std::nullopt;
     }
-  }
+    return lines[0];
+  };
+  // Each measured load follows an uncounted twin (the same case and mode),
+  // so every mode meets the machine as a job like its own left it: on this
+  // VM a job's time depends on the one before (the first load after the
+  // save took 1.5-1.7 times as long as later; the host takes back memory
+  // a job frees, in passes that the next job pays for; docs/benchmarks.md),
+  // and in a fixed order the default always followed `off`, which frees
+  // the most. --no-twins: one uncounted load before all.
+  if (!a.twins && !uncounted("warm-up", Cases().front(), "on")) return 1;
+  // The time of the twin before each measured load, which says how far
+  // two identical jobs land apart on this machine.
   for (const Case& c : Cases()) {
     // The modes take turns, so that whatever else the machine does
     // weighs on both alike.
@@ -379,6 +395,12 @@ int Jobs(const Args& a, Bed& bed, Measured& m) {
       for (const std::string mode : kModes) {
         const std::string label = std::string(c.name) + "-" + mode +
                                   (a.runs > 1 ? "-" + std::to_string(run) : "");
+        if (a.twins) {
+          const std::optional<json> twin = uncounted(label + "-twin", c, mode);
+          if (!twin) return 1;
+          m.twin[std::string(c.name) + "/" + mode].push_back(
+              twin->at("load_s").get<double>());
+        }
         const std::vector<json> lines =
             job(label, c.ranks, c.mpirun_options, load_args(c, mode));
         if (lines.size() != 1) return 1;
@@ -441,6 +463,10 @@ void Report(const Args& a, const std::string& bed_name, const Measured& m) {
   const double needed = static_cast<double>(s.Bytes());
   json ratios = json::object(), load_s = json::object(), cases = json::object();
   double worst = 0;
+  // The most a measured load and its twin (the same job, run just before)
+  // differed, as a fraction of the twin's time: the machine's spread
+  // between identical jobs, beside which the ratios are read.
+  double twin_spread = 0;
   for (const Case& c : Cases()) {
     std::map<std::string, json> by_mode;
     for (const char* mode : kModes) {
@@ -476,6 +502,14 @@ void Report(const Args& a, const std::string& bed_name, const Measured& m) {
                      {"load_s_runs", l.at("load_s_runs")},
                      {"verified_bytes", l.at("verified_bytes")},
                      {"wrong_bytes", l.at("wrong_bytes")}};
+      const auto twins = m.twin.find(std::string(c.name) + "/" + mode);
+      if (twins == m.twin.end()) continue;
+      entry[mode]["twin_load_s"] = twins->second;
+      const std::vector<double> runs = l.at("load_s_runs");
+      for (size_t i = 0; i < runs.size() && i < twins->second.size(); ++i) {
+        twin_spread =
+            std::max(twin_spread, std::abs(runs[i] / twins->second[i] - 1.0));
+      }
     }
     cases[c.name] = entry;
   }
@@ -485,6 +519,7 @@ void Report(const Args& a, const std::string& bed_name, const Measured& m) {
         {"state_bytes", s.Bytes()},
         {"tensors", s.tensors},
         {"runs", a.runs},
+        {"twins", a.twins},
         {"tensor_shape", {s.rows, s.cols}},
         {"dtype", "U32"},
         {"nodes", kNodes},
@@ -498,6 +533,7 @@ void Report(const Args& a, const std::string& bed_name, const Measured& m) {
          {{"replicated", m.save.at("replicated_save_s")},
           {"sharded", m.save.at("sharded_save_s")}}},
         {"ratios", ratios},
+        {"twin_spread_worst", a.twins ? json(twin_spread) : json()},
         {"load_s", load_s},
         {"cases", cases},
         {"every_byte_right", true}};
@@ -538,6 +574,12 @@ void Report(const Args& a, const std::string& bed_name, const Measured& m) {
       a.runs, a.runs == 1 ? "" : "s",
       ratios["read_once_speedup_replicated"].get<double>(),
       ratios["default_vs_best_worst"].get<double>());
+  if (a.twins) {
+    std::printf(
+        "identical jobs: a measured load and its uncounted twin before it "
+        "differed by up to %.1f%%\n",
+        100 * twin_spread);
+  }
   std::printf(
       "the bed's network without ckpt: %.1f MiB to each rank (its share "
       "from each other, MPI_Sendrecv) in %.3f s; replicated read once at "
@@ -567,6 +609,8 @@ int Main(int argc, char** argv) {
       a.dir = value();
     } else if (f == "--runs") {
       a.runs = std::atoi(value().c_str());
+    } else if (f == "--no-twins") {
+      a.twins = false;
     } else if (f == "--timeout") {
       a.timeout = std::atoi(value().c_str());
     } else if (f == "--storage-mbps") {
