@@ -67,7 +67,8 @@ class CheckpointManager:
     catalog: where every committed checkpoint is recorded (the C++
     library's catalog, which `ckpt catalog` reads): a ckpt.Catalog, a URL
     (sqlite:///path, a plain path, postgresql://...), or True for the
-    default catalog ($CKPT_CATALOG, else ~/.local/state/ckpt/catalog.sqlite).
+    default catalog ($CKPT_CATALOG, else
+    ${XDG_STATE_HOME:-~/.local/state}/ckpt/catalog.sqlite).
     Default None: no catalog. A catalog failure never fails a save (the
     commit stands; the next save or `ckpt catalog sync` repairs the
     catalog), and a catalog URL that cannot be opened (unreachable, locked,
