@@ -387,8 +387,8 @@ class CheckpointManager:
 
         Tensors come back as NumPy arrays that own their memory (the bytes
         are read straight into them), or as torch tensors sharing that
-        memory with as_torch=True (uint16/32/64 stay NumPy arrays: torch
-        1.13 has no such dtypes). bfloat16 entries come back as
+        memory with as_torch=True (uint16/32/64 stay NumPy arrays, with a
+        warning, where this torch lacks those dtypes). bfloat16 entries come back as
         torch.bfloat16 tensors whenever torch is importable, else as uint16
         arrays of their bits, with a warning. Containers, scalars and bytes
         come back as they were saved. A checkpoint written from C++ comes
