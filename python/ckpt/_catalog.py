@@ -21,9 +21,9 @@ def _job(job):
 class Catalog(_Owned):
     """The catalog of committed checkpoints: a SQLite file (sqlite:///path
     or a plain path) or a postgresql:// URL; "" or "default":
-    $CKPT_CATALOG, else ~/.local/state/ckpt/catalog.sqlite. Ask it what to
-    resume from, or pass it to CheckpointManager(catalog=...) to record
-    saves.
+    $CKPT_CATALOG, else ${XDG_STATE_HOME:-~/.local/state}/ckpt/
+    catalog.sqlite. Ask it what to resume from, or pass it to
+    CheckpointManager(catalog=...) to record saves.
 
     A SQLite file that is not there is ckpt.NotFound naming it (a mistyped
     path is no empty catalog), unless create=True, which creates it (and

@@ -67,7 +67,8 @@ class CheckpointManager:
     catalog: where every committed checkpoint is recorded (the C++
     library's catalog, which `ckpt catalog` reads): a ckpt.Catalog, a URL
     (sqlite:///path, a plain path, postgresql://...), or True for the
-    default catalog ($CKPT_CATALOG, else ~/.local/state/ckpt/catalog.sqlite).
+    default catalog ($CKPT_CATALOG, else
+    ${XDG_STATE_HOME:-~/.local/state}/ckpt/catalog.sqlite).
     Default None: no catalog. A catalog failure never fails a save (the
     commit stands; the next save or `ckpt catalog sync` repairs the
     catalog), and a catalog URL that cannot be opened (unreachable, locked,
@@ -386,8 +387,8 @@ class CheckpointManager:
 
         Tensors come back as NumPy arrays that own their memory (the bytes
         are read straight into them), or as torch tensors sharing that
-        memory with as_torch=True (uint16/32/64 stay NumPy arrays: torch
-        1.13 has no such dtypes). bfloat16 entries come back as
+        memory with as_torch=True (uint16/32/64 stay NumPy arrays, with a
+        warning, where this torch lacks those dtypes). bfloat16 entries come back as
         torch.bfloat16 tensors whenever torch is importable, else as uint16
         arrays of their bits, with a warning. Containers, scalars and bytes
         come back as they were saved. A checkpoint written from C++ comes
