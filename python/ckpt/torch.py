@@ -26,9 +26,8 @@ saves (tensors, scalars, bytes, nested dicts, lists and tuples):
                      shard per rank)
 
 Tensors may be on the CPU or a CUDA device (read and filled in place, no
-.cpu() copy). Debian's PyTorch 1.13 has no DTensor
-(HAS_DTENSOR is False there) and, under Python 3.11, cannot import
-ShardedTensor; everything else works with it.
+.cpu() copy). DTensor needs PyTorch 2.4 or later (HAS_DTENSOR is False
+before); docs/pytorch.md says which releases are supported and tested.
 
 `root` is a URL or path, or a ckpt.CheckpointManager for retention, the
 catalog or other options (ckpt.open(url, keep_last=3,
