@@ -663,7 +663,7 @@ CKPT_EXPORT void ckpt_tier_save_destroy(ckpt_tier_save_t* save);
  * local tiers (with peers' replicas) or the durable tier holds whole;
  * every rank calls it. result: {tier ("none": nothing saved yet, "local",
  * "durable"), step, info (null for "none"), fetched_bytes, ranks_fetched,
- * local_skipped}. */
+ * local_skipped, durable_has_step}. */
 CKPT_EXPORT int ckpt_tiered_restore(ckpt_tiered_t* tiers, ckpt_state_t* state,
                                     int strict, char** result, char** errptr);
 /* ckpt_tiered_restore with transactional as ckpt_manager_load_ex's. */

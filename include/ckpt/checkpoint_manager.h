@@ -100,7 +100,8 @@ struct Compression {
     // compressed with zstd at `level`; a chunk that does not shrink is
     // stored raw. The rank's chunks are compressed on the I/O threads
     // (Options::io_threads) before its data object is written. Tensors on
-    // a device are written raw.
+    // a device are first copied into the staging memory and compressed
+    // from there, as host ones.
     kZstd,
     // kZstd where the storage is slower than compressing would make up
     // for, raw elsewhere: decided per save and per rank from this

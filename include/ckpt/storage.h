@@ -365,7 +365,9 @@ struct S3Options {
   // create-if-absent Put is one PUT up to 5 GiB (docs/s3.md says why).
   uint64_t multipart_threshold = uint64_t{16} << 20;
   // Bytes per part (S3's minimum is 5 MiB). A streamed write holds at most
-  // max_concurrency part buffers, reused.
+  // max_concurrency + 2 part buffers, reused (those in flight, the one
+  // being filled, a spare), and the first part too where the object's
+  // first bytes are rewritten at the end (KeepPrefix; docs/s3.md).
   uint64_t part_size = uint64_t{16} << 20;
   // Parts of one object uploaded at once; also the ranged GETs a large read
   // is split into.
