@@ -74,7 +74,7 @@ def stage_into(m, url, state, desc, strict, transactional,
     if strict:
         wanted = {name for name, _, _ in _tree.flatten(state)[0]}
         extra = [n for n in stored
-                 if n not in wanted and n != _tree.TREE_ENTRY]
+                 if n not in wanted and n not in _tree.PACKAGE_ENTRIES]
         if extra:
             raise _errors.InvalidArgument(
                 f"strict load of step {step}: the state has no "

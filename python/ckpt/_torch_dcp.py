@@ -46,9 +46,9 @@ every rank fail with its error, and nothing is committed.
 Limits: every rank of the communicator (by default the whole default
 process group) takes part in each call, so DCP's process_group is the
 default one; a rank writes at most one box of each tensor; the dtypes are
-ckpt's; dcp.async_save runs with its default thread executor. No tree of
-the state is stored (DCP's planner keeps its own structure), so
-ckpt.open(root).load() splits DCP's names at their dots.
+ckpt's; dcp.async_save runs with its default thread executor. DCP's
+planner_data is kept beside the entries (ckpt._dcp_planner), no tree of
+the state: ckpt.open(root).load() splits DCP's names at their dots.
 """
 
 import gc
@@ -63,8 +63,8 @@ import warnings
 import torch
 import torch.distributed as dist
 
-from ckpt import (_dtypes, _errors, _manager, _options, _roots, _torch_dist,
-                  _tree, _values)
+from ckpt import (_dcp_planner, _dtypes, _errors, _manager, _options,
+                  _roots, _torch_dist, _tree, _values)
 
 try:
     from torch.distributed.checkpoint import metadata as _md
@@ -79,9 +79,6 @@ except ImportError as _e:  # a PyTorch without DCP: the classes say so
     _MISSING = f"{type(_e).__name__}: {_e}"
 
 __all__ = ["StorageReader", "StorageWriter"]
-
-# Where `ckpt import-dcp` keeps DCP's planner_data (ckpt._dcp_files).
-PLANNER_DATA_ENTRY = "__dcp_planner_data__"
 
 # "ROOT@STEP": the step is the decimal digits after the last "@".
 _ROOT_AT_STEP = re.compile(r"(.*)@([0-9]+)", re.S)
@@ -345,6 +342,7 @@ class StorageWriter(_Storage, _WriterBase):
         # save's error, so that every rank fails with it together.
         try:
             entries, results = _entries(plan, planner)
+            entries += _dcp_planner.saved_entries(mgr.rank, plan, planner)
         except Exception as e:  # noqa: BLE001 - reported to every rank
             if mgr.world_size == 1:
                 raise
@@ -544,8 +542,7 @@ def _metadata(desc, checkpoint_id):
     """DCP's Metadata of a ckpt checkpoint description."""
     out = {}
     for e in desc.entries:
-        if e.owner != -1 or e.name in (_tree.TREE_ENTRY,
-                                        PLANNER_DATA_ENTRY):
+        if e.owner != -1 or e.name in _tree.PACKAGE_ENTRIES:
             continue  # rank-local values and ckpt's own entries are not DCP's
         dtype = _torch_dtype(e)
         if e.kind == "tensor" and dtype is not None:
@@ -558,6 +555,7 @@ def _metadata(desc, checkpoint_id):
         elif e.kind == "blob":
             out[e.name] = _md.BytesStorageMetadata()
     return _md.Metadata(state_dict_metadata=out,
+                        planner_data=_dcp_planner.planner_data(desc, out),
                         storage_meta=_md.StorageMeta(
                             checkpoint_id=checkpoint_id))
 

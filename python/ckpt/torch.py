@@ -474,7 +474,7 @@ class _LoadPlan:
                 f"{self.where}: the checkpoint has no entry {missing[0]!r} "
                 f"of the state ({len(missing)} missing: a different model "
                 f"or state?); nothing was changed")
-        extra = sorted(set(self.stored) - names - {_tree.TREE_ENTRY})
+        extra = sorted(set(self.stored) - names - _tree.PACKAGE_ENTRIES)
         if self.strict and extra:
             raise _errors.InvalidArgument(
                 f"{self.where}: strict load: the state has no entry "

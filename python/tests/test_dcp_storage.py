@@ -397,6 +397,60 @@ def test_a_state_that_does_not_fit_a_dcp_step_is_no_missing_checkpoint(
     same({k: v for k, v in state.items() if k != "extra"}, small_state(0))
 
 
+def _load_all(reader, keys=None):
+    """What DCP's planner for an empty state loads from `reader` (as its
+    format_utils.dcp_to_torch_save does), nested by DCP's planner_data."""
+    from torch.distributed.checkpoint.default_planner import \
+        _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.state_dict_loader import \
+        _load_state_dict
+    state = {}
+    _load_state_dict(state, storage_reader=reader, no_dist=True,
+                     planner=_EmptyStateDictLoadPlanner(keys=keys))
+    return state
+
+
+@one_process
+def test_dcps_planner_data_goes_along_for_its_planner_of_an_empty_state(
+        tmp_path):
+    # DCP's planners of an empty state rebuild the nesting from the
+    # Metadata's planner_data, and with keys= index it for every name: a
+    # root that gave none made them fail (AttributeError on None).
+    sd = {"model": {"layer.0": {"w": torch.arange(6.0).reshape(2, 3)},
+                    "blocks": [torch.ones(2), torch.zeros(1)]},
+          "optim": {"param_groups": [{"lr": 0.1, "params": [0]}]},
+          "epoch": 4}
+    dcp.save(sd, storage_writer=dcp.FileSystemWriter(str(tmp_path / "fs")))
+    root = str(tmp_path / "run")
+    dcp.save(sd, storage_writer=ct.StorageWriter(root))
+    ct.import_dcp(str(tmp_path / "fs"), str(tmp_path / "imported"), 1)
+    want = _load_all(dcp.FileSystemReader(str(tmp_path / "fs")))
+    assert want["model"]["blocks"][0].tolist() == [1.0, 1.0]
+    for where in (root, str(tmp_path / "imported")):
+        got = _load_all(ct.StorageReader(where))
+        assert repr(got) == repr(want), where
+        assert repr(_load_all(ct.StorageReader(where), keys={"model"})) == \
+            repr({"model": want["model"]}), where
+    # The mapping is the package's own entry: no value of the state, so
+    # ckpt's own loads neither return it nor ask a strict state for it.
+    assert "__dcp_planner_data__" not in ckpt.open(root).load()
+    dcp.save({"model": sd["model"]},  # tensors only
+             storage_writer=ct.StorageWriter(root))
+    state = {"model": {"layer.0": {"w": torch.zeros(2, 3)},
+                       "blocks": [torch.zeros(2), torch.ones(1)]}}
+    ct.load(state, root, strict=True)
+    ckpt.open(root).load_into(state, strict=True)
+    assert torch.equal(state["model"]["layer.0"]["w"],
+                       sd["model"]["layer.0"]["w"])
+    # A step without a recorded mapping (ckpt.torch.save's) is described
+    # by its names split at their dots, as ckpt.open(root).load() nests it.
+    ct.save({"model": {"w": torch.ones(2)}}, str(tmp_path / "ct"), 1)
+    got = _load_all(ct.StorageReader(str(tmp_path / "ct")), keys={"model"})
+    assert list(got) == ["model"] and torch.equal(got["model"]["w"],
+                                                  torch.ones(2))
+    ct.close()
+
+
 @pytest.fixture
 def s3_bucket(tmp_path, monkeypatch):
     """An emulated S3 server (moto's, src/testing/moto_s3.py) with an empty
