@@ -56,15 +56,14 @@ import io
 import math
 import os
 import re
-import sys
 import threading
 import warnings
 
 import torch
 import torch.distributed as dist
 
-from ckpt import (_dcp_planner, _dtypes, _errors, _manager, _options,
-                  _roots, _torch_dist, _tree, _values)
+from ckpt import (_dcp_calls, _dcp_planner, _dtypes, _errors, _manager,
+                  _options, _roots, _torch_dist, _tree, _values)
 
 try:
     from torch.distributed.checkpoint import metadata as _md
@@ -216,7 +215,7 @@ class _Storage:
         """The root (and "@STEP") of the call set up or about to be."""
         root, step = self._here.pending
         if (root is None and step is None) or \
-                _dcp_call_named_an_id() is False:
+                _dcp_calls.named_an_id() is False:
             root, step = self._here.call or self._last_call
         return _show_id(root or self.url, step)
 
@@ -238,7 +237,7 @@ class _Storage:
         here = self._here
         root, step = here.pending
         here.pending = (None, None)
-        if _dcp_call_named_an_id() is False:
+        if _dcp_calls.named_an_id() is False:
             # Left by a call that failed before it took it (a Stateful's
             # state_dict() that raised): not this call's.
             root, step = None, None
@@ -271,28 +270,6 @@ class _Call(threading.local):
     mgr = desc = None
 
 
-# The calls that pass a checkpoint_id to a storage's reset(): (module,
-# function) of dcp.save (dcp.async_save calls it on its thread) and
-# dcp.load.
-_DCP_CALLS = {("torch.distributed.checkpoint.state_dict_saver", "save"),
-              ("torch.distributed.checkpoint.state_dict_loader", "load")}
-
-
-def _dcp_call_named_an_id():
-    """Whether the dcp.save or dcp.load on this thread's stack was given a
-    checkpoint_id, or None where none is. DCP calls reset() only for a
-    checkpoint_id, so that of a call that failed before it set up its
-    storage would otherwise pass to the next call, which names none."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        code = frame.f_code
-        if (frame.f_globals.get("__name__"), code.co_name) in _DCP_CALLS \
-                and "checkpoint_id" in code.co_varnames:
-            return frame.f_locals.get("checkpoint_id") is not None
-        frame = frame.f_back
-    return None
-
-
 class StorageWriter(_Storage, _WriterBase):
     """A torch.distributed.checkpoint StorageWriter that saves each
     dcp.save (or dcp.async_save) as one ckpt checkpoint step of `root`.
@@ -318,6 +295,7 @@ class StorageWriter(_Storage, _WriterBase):
     def set_up_storage_writer(self, is_coordinator, *args, **kwargs):
         # Opening here, inside DCP's planning step, lets DCP report a root
         # that cannot be opened on every rank before any rank writes.
+        _dcp_calls.refuse_a_background_process(self.url)
         url, _ = self._take()
         self._here.mgr = self._open(url)
 

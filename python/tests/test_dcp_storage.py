@@ -113,6 +113,18 @@ def test_dcp_save_at_2_ranks_loads_at_3_and_a_flipped_byte_changes_nothing(
         assert rc == 1 and "checksum mismatch" in out, out
 
 
+def test_dcps_background_process_is_refused_at_once(tmp_path):
+    # dcp.async_save(async_checkpointer_type=PROCESS) saves a pickled copy
+    # of the writer in DCP's own process, which waited for the lease this
+    # process holds (70 s), then failed blaming "another party" and
+    # advising to break the lease. Now it fails at once, naming the
+    # executor, saves nothing, and the default executor saves on.
+    root = str(tmp_path / "run")
+    err = torchrun(1, "process", root)
+    assert "rank 0 refused PROCESS" in err, err
+    assert [i.step for i in ckpt.open(root).list()] == [1, 2]
+
+
 def small_state(v):
     g = torch.Generator().manual_seed(v)
     return {"w": torch.randn(4, 3, generator=g),
