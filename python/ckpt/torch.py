@@ -504,9 +504,13 @@ class _LoadPlan:
         error raised on every rank (with transactional=False the tensors
         are written already and cannot be)."""
         undo = []
-        staged.swap()
-        error = None
+        error, swapped = None, False
         try:
+            # In the try: a swap that raises (having put back what it
+            # exchanged) is agreed on as any failure here, so that the
+            # other ranks do not wait for this one.
+            staged.swap()
+            swapped = True
             staged.replace(undo)
             for step in self.after:
                 step(undo)
@@ -529,7 +533,8 @@ class _LoadPlan:
                 + " (that rank's error says why)")
         if not transactional:
             raise error
-        staged.swap()
+        if swapped:
+            staged.swap()
         problems = []
         for u in reversed(undo):
             try:
