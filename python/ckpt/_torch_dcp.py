@@ -252,13 +252,23 @@ class _Storage:
                             reading)
 
     def close(self):
-        """Lets go of the managers of this object's roots (a URL's manager
-        gives the root's lease back once nothing else holds it)."""
+        """Closes the managers of this object's roots, as
+        ckpt.torch.close(root) does: a save in flight ends first, and each
+        root's lease goes back at once, whatever still refers to the
+        manager (a failed save's traceback, kept by its future, does). The
+        next call on a root opens it again."""
         self._here.mgr = self._here.desc = None
         with _lock:
-            for url in set(self._roots_used):
-                _managers.pop(_roots.key(url), None)
-        gc.collect()
+            held = [_managers.pop(_roots.key(url), None)
+                    for url in set(self._roots_used)]
+        first = None
+        for mgr, _ in filter(None, held):
+            try:
+                mgr.close()
+            except _errors.Error as e:
+                first = first or e
+        if first is not None:
+            raise first
 
 
 class _Call(threading.local):

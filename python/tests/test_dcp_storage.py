@@ -409,6 +409,29 @@ def test_a_state_that_does_not_fit_a_dcp_step_is_no_missing_checkpoint(
     same({k: v for k, v in state.items() if k != "extra"}, small_state(0))
 
 
+@one_process
+def test_close_gives_the_lease_back_whatever_still_holds_the_manager(
+        tmp_path):
+    # close() only dropped the writer's manager from the cache: a failed
+    # save's traceback (kept by its future) still held it, with the root's
+    # lease, and the next writer of the root waited lease_wait_seconds.
+    root = str(tmp_path / "run")
+    writer = ct.StorageWriter(root)
+    dcp.save(small_state(1), storage_writer=writer)
+    future = dcp.async_save({"c": torch.zeros(2, dtype=torch.complex64)},
+                            storage_writer=writer)
+    with pytest.raises(BaseException, match="complex64"):
+        future.result()
+    writer.close()
+    with ckpt.open(root, lease_wait_seconds=0) as mgr:  # held: it raises
+        mgr.save(5, {"w": torch.ones(2)})
+    again = ct.StorageWriter(root)
+    dcp.save(small_state(2), storage_writer=again)
+    assert again.last_step == 6
+    again.close()
+    del future
+
+
 def _load_all(reader, keys=None):
     """What DCP's planner for an empty state loads from `reader` (as its
     format_utils.dcp_to_torch_save does), nested by DCP's planner_data."""
