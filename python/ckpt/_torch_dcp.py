@@ -51,7 +51,6 @@ planner_data is kept beside the entries (ckpt._dcp_planner), no tree of
 the state: ckpt.open(root).load() splits DCP's names at their dots.
 """
 
-import gc
 import io
 import math
 import os
@@ -130,10 +129,13 @@ def _default_group():
 def _manager_for(url, options, communicator, reading=False):
     """The cached manager of `url` for these options and communicator
     (None: every rank of an initialized default process group, else this
-    process alone); a cached one of other options or another group is let
-    go first, so that it gives the root's lease back. For `reading`, any
-    manager of the communicator serves (loads take no lease, and no
-    option of a manager changes what they read)."""
+    process alone); a cached one of other options or another group is
+    closed first, so that it gives the root's lease back now, whatever
+    still refers to it (an AsyncSave handle of ckpt.torch.async_save
+    does): a failure of its saves that nothing raised becomes a warning,
+    as for a manager dropped unclosed. For `reading`, any manager of the
+    communicator serves (loads take no lease, and no option of a manager
+    changes what they read)."""
     key = (communicator if communicator is not None else _default_group(),
            repr(sorted(options.items())))
     with _lock:
@@ -143,8 +145,12 @@ def _manager_for(url, options, communicator, reading=False):
             return held[0]
         if held is not None:
             del _managers[_roots.key(url)]
-            del held
-            gc.collect()
+            try:
+                held[0].close()
+            except _errors.Error as e:
+                warnings.warn(f"ckpt.torch: closing the manager of {url} "
+                              f"for one of other options: {e}",
+                              RuntimeWarning, stacklevel=3)
         comm = communicator
         if comm is None and key[0] is not None:
             comm = _torch_dist.torch_communicator()

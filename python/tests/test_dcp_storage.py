@@ -432,6 +432,22 @@ def test_close_gives_the_lease_back_whatever_still_holds_the_manager(
     del future
 
 
+@one_process
+def test_a_writer_of_other_options_takes_the_root_from_ct_at_once(tmp_path):
+    # The manager of ct.async_save, which its handle refers to, was only
+    # dropped from the cache when a writer of other options took the root:
+    # it kept the lease, and the writer waited lease_wait_seconds for it.
+    root = str(tmp_path / "run")
+    handle = ct.async_save(small_state(1), root, 1)
+    handle.wait()
+    writer = ct.StorageWriter(root, keep_last=2, lease_wait_seconds=0)
+    dcp.save(small_state(2), storage_writer=writer)
+    assert writer.last_step == 2
+    same(loaded(ct.StorageReader(root)), small_state(2))
+    writer.close()
+    del handle
+
+
 def _load_all(reader, keys=None):
     """What DCP's planner for an empty state loads from `reader` (as its
     format_utils.dcp_to_torch_save does), nested by DCP's planner_data."""
