@@ -53,9 +53,9 @@ import sys
 
 import torch
 
-from ckpt import _errors, _manager, _tree, _values
+from ckpt import _dcp_planner, _errors, _manager, _tree, _values
 from ckpt._consolidate import _fsync_dir
-from ckpt._torch_dcp import PLANNER_DATA_ENTRY, _torch_dtype
+from ckpt._torch_dcp import _torch_dtype
 
 try:
     from torch.distributed.checkpoint import filesystem as _fs
@@ -423,20 +423,6 @@ def _assemble(files, metadata, fqn, md, path):
     return out
 
 
-def _planner_data(metadata, names, path):
-    """DCP's planner_data as JSON-able lists, only for names the step has."""
-    data = getattr(metadata, "planner_data", None)
-    if not isinstance(data, dict):
-        return None
-    out = {}
-    for name, keys in data.items():
-        if name in names and isinstance(keys, (tuple, list)) and all(
-                isinstance(k, (str, int)) and not isinstance(k, bool)
-                for k in keys):
-            out[name] = list(keys)
-    return out or None
-
-
 def import_dcp(directory, root, step, *, epoch=None, catalog=None):
     """Saves DCP checkpoint `directory` as step `step` of ckpt root `root`
     (created if missing) and returns a dict of what it did. Everything is
@@ -464,11 +450,9 @@ def import_dcp(directory, root, step, *, epoch=None, catalog=None):
             entries.append((fqn, *_values.encode(fqn, value), None))
     finally:
         files.close()
-    planner = _planner_data(metadata, {e[0] for e in entries}, path)
-    if planner is not None:
-        text = json.dumps(planner, sort_keys=True).encode()
-        entries.append((PLANNER_DATA_ENTRY,
-                        *_values.encode(PLANNER_DATA_ENTRY, text), None))
+    entries += [e for e in [_dcp_planner.entry(
+        getattr(metadata, "planner_data", None), {e[0] for e in entries})]
+        if e is not None]
     # The save creates a missing root (create's default): an import is meant
     # to start one, so the warning create=True gives a job is not wanted.
     mgr = _manager.CheckpointManager(
@@ -513,8 +497,10 @@ def export_dcp(root, step, directory, *, force=False):
         where = f"export of step {step} of {mgr.url}"
         wanted, left_out, planner = [], [], None
         for e in desc.entries:
-            if e.name == PLANNER_DATA_ENTRY and e.kind == "blob":
-                planner = e
+            if e.name == _tree.DCP_PLANNER_ENTRY:
+                # A blob where an older `ckpt import-dcp` kept it: read
+                # below; the metadata entry is in `desc` itself.
+                planner = e if e.kind == "blob" else None
             elif e.owner != -1 or e.name == _tree.TREE_ENTRY:
                 left_out.append(e.name)
             elif e.kind == "blob" or (e.kind == "tensor" and _torch_dtype(e)):
@@ -567,10 +553,10 @@ def export_dcp(root, step, directory, *, force=False):
             os.fsync(out.fileno())
         os.replace(tmp_data, data_path)
         names = set(state_md)
-        planner_data = {n: tuple(k) for n, k in (planner or {}).items()
-                        if n in names}
-        for n in names - set(planner_data):
-            planner_data[n] = (n,)
+        planner_data = _dcp_planner.planner_data(desc, names)
+        if isinstance(planner, dict):
+            planner_data.update({n: tuple(k) for n, k in planner.items()
+                                 if n in names})
         metadata = _md.Metadata(
             state_dict_metadata=state_md, planner_data=planner_data,
             storage_data=storage,

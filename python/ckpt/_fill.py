@@ -6,6 +6,21 @@ state once every entry has been read.
 from ckpt import _errors, _tree, _values
 
 
+def _refuse_unwritable(name, value):
+    """Refuses, before anything is read, a tensor that torch lets no copy
+    write, whose hand-over would fail with the load half done: an
+    inference tensor (made under torch.inference_mode()) outside inference
+    mode, which torch's own load_state_dict() refuses too."""
+    torch = _values._loaded_torch()
+    if torch is not None and isinstance(value, torch.Tensor) and \
+            value.is_inference() and not torch.is_inference_mode_enabled():
+        raise _errors.InvalidArgument(
+            f"entry {name!r}: an inference tensor (made under "
+            f"torch.inference_mode()), which torch lets nothing write "
+            f"outside inference mode; load inside torch.inference_mode(), "
+            f"or into a normal tensor (.clone())")
+
+
 def _fill_targets(state, stored, fresh=False, own_memory=frozenset(),
                   memory=None):
     """How `state` receives a checkpoint: (entries for the library,
@@ -41,6 +56,7 @@ def _fill_targets(state, stored, fresh=False, own_memory=frozenset(),
                              _tree.assign(state, path, a[()]))
             continue
         if into:
+            _refuse_unwritable(name, value)
             target = _values.fresh_target(name, value, dtype, lease)
         else:
             target = _values.fill_target(name, value, dtype)
@@ -74,15 +90,20 @@ def stage_into(m, url, state, desc, strict, transactional,
     if strict:
         wanted = {name for name, _, _ in _tree.flatten(state)[0]}
         extra = [n for n in stored
-                 if n not in wanted and n != _tree.TREE_ENTRY]
+                 if n not in wanted and n not in _tree.PACKAGE_ENTRIES]
         if extra:
             raise _errors.InvalidArgument(
                 f"strict load of step {step}: the state has no "
                 f"entry {extra[0]!r} ({len(extra)} missing)")
     in_library = in_library and transactional
-    entries, finishers, paths, fresh = _fill_targets(
-        state, stored, transactional and not in_library, own_memory, memory)
     where = f"load_into step {step} in {url}"
+    try:
+        entries, finishers, paths, fresh = _fill_targets(
+            state, stored, transactional and not in_library, own_memory,
+            memory)
+    except _errors.InvalidArgument as e:  # a target that cannot take it
+        raise _errors.InvalidArgument(
+            f"load step {step} from {url}: {e}") from None
     if in_library:
         for name, kind, _, _, _ in entries:
             e = stored.get(name)
@@ -138,10 +159,17 @@ class _Staged:
         """Exchanges the loaded arrays with the state's: a second call
         puts the state's own bytes back. The second goes in the reverse
         order, so that it undoes the first also where two of the state's
-        tensors share memory (tied weights)."""
-        scratch = {}
-        for f in self.fresh:
-            f.swap(scratch)
+        tensors share memory (tied weights). One that raises (a tensor
+        torch lets no copy write) first puts back those it exchanged."""
+        scratch, done = {}, []
+        try:
+            for f in self.fresh:
+                f.swap(scratch)
+                done.append(f)
+        except BaseException:
+            for f in reversed(done):
+                f.swap(scratch)
+            raise
         self.fresh.reverse()
 
     def replace(self, undo):

@@ -39,6 +39,7 @@ def restore_step(mgr, step, target):
     # Rank-local entries (another job's ckpt.RankLocal values): left out.
     omitted = {e.name for e in desc.entries if e.owner != -1}
     tree = stored.pop(_tree.TREE_ENTRY, None)
+    stored.pop(_tree.DCP_PLANNER_ENTRY, None)  # DCP's, not a leaf
     if target is None:
         wanted = {name: None for name in stored}
     else:

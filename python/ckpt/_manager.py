@@ -420,6 +420,8 @@ class CheckpointManager:
                     for name, kind, dtype, value in entries:
                         if name == _tree.TREE_ENTRY and kind == "metadata":
                             tree = value
+                        elif name in _tree.PACKAGE_ENTRIES:
+                            continue  # DCP's planner data: not a value
                         elif kind == "tensor" and device is not None:
                             values[name] = value  # a torch tensor, on device
                         elif kind == "tensor":

@@ -46,25 +46,23 @@ every rank fail with its error, and nothing is committed.
 Limits: every rank of the communicator (by default the whole default
 process group) takes part in each call, so DCP's process_group is the
 default one; a rank writes at most one box of each tensor; the dtypes are
-ckpt's; dcp.async_save runs with its default thread executor. No tree of
-the state is stored (DCP's planner keeps its own structure), so
-ckpt.open(root).load() splits DCP's names at their dots.
+ckpt's; dcp.async_save runs with its default thread executor. DCP's
+planner_data is kept beside the entries (ckpt._dcp_planner), no tree of
+the state: ckpt.open(root).load() splits DCP's names at their dots.
 """
 
-import gc
 import io
 import math
 import os
 import re
-import sys
 import threading
 import warnings
 
 import torch
 import torch.distributed as dist
 
-from ckpt import (_dtypes, _errors, _manager, _options, _roots, _torch_dist,
-                  _tree, _values)
+from ckpt import (_dcp_calls, _dcp_planner, _dtypes, _errors, _manager,
+                  _options, _roots, _torch_dist, _tree, _values)
 
 try:
     from torch.distributed.checkpoint import metadata as _md
@@ -79,9 +77,6 @@ except ImportError as _e:  # a PyTorch without DCP: the classes say so
     _MISSING = f"{type(_e).__name__}: {_e}"
 
 __all__ = ["StorageReader", "StorageWriter"]
-
-# Where `ckpt import-dcp` keeps DCP's planner_data (ckpt._dcp_files).
-PLANNER_DATA_ENTRY = "__dcp_planner_data__"
 
 # "ROOT@STEP": the step is the decimal digits after the last "@".
 _ROOT_AT_STEP = re.compile(r"(.*)@([0-9]+)", re.S)
@@ -134,10 +129,13 @@ def _default_group():
 def _manager_for(url, options, communicator, reading=False):
     """The cached manager of `url` for these options and communicator
     (None: every rank of an initialized default process group, else this
-    process alone); a cached one of other options or another group is let
-    go first, so that it gives the root's lease back. For `reading`, any
-    manager of the communicator serves (loads take no lease, and no
-    option of a manager changes what they read)."""
+    process alone); a cached one of other options or another group is
+    closed first, so that it gives the root's lease back now, whatever
+    still refers to it (an AsyncSave handle of ckpt.torch.async_save
+    does): a failure of its saves that nothing raised becomes a warning,
+    as for a manager dropped unclosed. For `reading`, any manager of the
+    communicator serves (loads take no lease, and no option of a manager
+    changes what they read)."""
     key = (communicator if communicator is not None else _default_group(),
            repr(sorted(options.items())))
     with _lock:
@@ -147,8 +145,12 @@ def _manager_for(url, options, communicator, reading=False):
             return held[0]
         if held is not None:
             del _managers[_roots.key(url)]
-            del held
-            gc.collect()
+            try:
+                held[0].close()
+            except _errors.Error as e:
+                warnings.warn(f"ckpt.torch: closing the manager of {url} "
+                              f"for one of other options: {e}",
+                              RuntimeWarning, stacklevel=3)
         comm = communicator
         if comm is None and key[0] is not None:
             comm = _torch_dist.torch_communicator()
@@ -219,7 +221,7 @@ class _Storage:
         """The root (and "@STEP") of the call set up or about to be."""
         root, step = self._here.pending
         if (root is None and step is None) or \
-                _dcp_call_named_an_id() is False:
+                _dcp_calls.named_an_id() is False:
             root, step = self._here.call or self._last_call
         return _show_id(root or self.url, step)
 
@@ -241,7 +243,7 @@ class _Storage:
         here = self._here
         root, step = here.pending
         here.pending = (None, None)
-        if _dcp_call_named_an_id() is False:
+        if _dcp_calls.named_an_id() is False:
             # Left by a call that failed before it took it (a Stateful's
             # state_dict() that raised): not this call's.
             root, step = None, None
@@ -256,13 +258,23 @@ class _Storage:
                             reading)
 
     def close(self):
-        """Lets go of the managers of this object's roots (a URL's manager
-        gives the root's lease back once nothing else holds it)."""
+        """Closes the managers of this object's roots, as
+        ckpt.torch.close(root) does: a save in flight ends first, and each
+        root's lease goes back at once, whatever still refers to the
+        manager (a failed save's traceback, kept by its future, does). The
+        next call on a root opens it again."""
         self._here.mgr = self._here.desc = None
         with _lock:
-            for url in set(self._roots_used):
-                _managers.pop(_roots.key(url), None)
-        gc.collect()
+            held = [_managers.pop(_roots.key(url), None)
+                    for url in set(self._roots_used)]
+        first = None
+        for mgr, _ in filter(None, held):
+            try:
+                mgr.close()
+            except _errors.Error as e:
+                first = first or e
+        if first is not None:
+            raise first
 
 
 class _Call(threading.local):
@@ -272,28 +284,6 @@ class _Call(threading.local):
     pending = (None, None)
     call = None
     mgr = desc = None
-
-
-# The calls that pass a checkpoint_id to a storage's reset(): (module,
-# function) of dcp.save (dcp.async_save calls it on its thread) and
-# dcp.load.
-_DCP_CALLS = {("torch.distributed.checkpoint.state_dict_saver", "save"),
-              ("torch.distributed.checkpoint.state_dict_loader", "load")}
-
-
-def _dcp_call_named_an_id():
-    """Whether the dcp.save or dcp.load on this thread's stack was given a
-    checkpoint_id, or None where none is. DCP calls reset() only for a
-    checkpoint_id, so that of a call that failed before it set up its
-    storage would otherwise pass to the next call, which names none."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        code = frame.f_code
-        if (frame.f_globals.get("__name__"), code.co_name) in _DCP_CALLS \
-                and "checkpoint_id" in code.co_varnames:
-            return frame.f_locals.get("checkpoint_id") is not None
-        frame = frame.f_back
-    return None
 
 
 class StorageWriter(_Storage, _WriterBase):
@@ -321,6 +311,7 @@ class StorageWriter(_Storage, _WriterBase):
     def set_up_storage_writer(self, is_coordinator, *args, **kwargs):
         # Opening here, inside DCP's planning step, lets DCP report a root
         # that cannot be opened on every rank before any rank writes.
+        _dcp_calls.refuse_a_background_process(self.url)
         url, _ = self._take()
         self._here.mgr = self._open(url)
 
@@ -345,6 +336,7 @@ class StorageWriter(_Storage, _WriterBase):
         # save's error, so that every rank fails with it together.
         try:
             entries, results = _entries(plan, planner)
+            entries += _dcp_planner.saved_entries(mgr.rank, plan, planner)
         except Exception as e:  # noqa: BLE001 - reported to every rank
             if mgr.world_size == 1:
                 raise
@@ -544,8 +536,7 @@ def _metadata(desc, checkpoint_id):
     """DCP's Metadata of a ckpt checkpoint description."""
     out = {}
     for e in desc.entries:
-        if e.owner != -1 or e.name in (_tree.TREE_ENTRY,
-                                        PLANNER_DATA_ENTRY):
+        if e.owner != -1 or e.name in _tree.PACKAGE_ENTRIES:
             continue  # rank-local values and ckpt's own entries are not DCP's
         dtype = _torch_dtype(e)
         if e.kind == "tensor" and dtype is not None:
@@ -558,6 +549,7 @@ def _metadata(desc, checkpoint_id):
         elif e.kind == "blob":
             out[e.name] = _md.BytesStorageMetadata()
     return _md.Metadata(state_dict_metadata=out,
+                        planner_data=_dcp_planner.planner_data(desc, out),
                         storage_meta=_md.StorageMeta(
                             checkpoint_id=checkpoint_id))
 

@@ -27,6 +27,13 @@ from ckpt import _errors
 
 TREE_ENTRY = "__python_tree__"
 TREE_VERSION = 1
+# How DCP's flat names map to its nested keys (its Metadata.planner_data),
+# which ckpt.torch.StorageWriter and `ckpt import-dcp` record beside a
+# step's entries for StorageReader to hand back to DCP.
+DCP_PLANNER_ENTRY = "__dcp_planner_data__"
+# The package's own entries: never a value of the state, so loads leave
+# them out and strict loads do not ask the state for them.
+PACKAGE_ENTRIES = frozenset((TREE_ENTRY, DCP_PLANNER_ENTRY))
 
 # The library refuses a metadata entry whose JSON nests a value inside more
 # than this many arrays and objects (its JSON parser reads 64 levels; the
@@ -148,9 +155,9 @@ def _check_key(key, path):
 
 def _leaf(value, path, leaves, seen):
     name = ".".join(map(str, path))
-    if name == TREE_ENTRY:
+    if name in PACKAGE_ENTRIES:
         raise _errors.InvalidArgument(
-            f"entry name {TREE_ENTRY!r} is reserved by ckpt")
+            f"entry name {name!r} is reserved by ckpt")
     if name in seen:
         raise _errors.InvalidArgument(
             f"{_show(seen[name])} and {_show(path)} both make the entry name "

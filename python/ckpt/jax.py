@@ -283,6 +283,49 @@ class CheckpointManager:
         restore() skips it with a RuntimeWarning."""
         return [info.step for info in self._mgr.list()]
 
+    def best_step(self):
+        """Orbax's best_step: the step whose `best_metric` (a key of
+        save()'s metrics) is best, lower unless best_higher_is_better, the
+        newer of equals; None while no committed step has that metric.
+        Without best_metric, latest_step(), as Orbax without best_fn."""
+        metric = self._mgr._options["best_metric"]
+        if not metric:
+            return self.latest_step()
+        higher = self._mgr._options["best_higher_is_better"]
+        scored = [(info.metrics[metric], info.step)
+                  for info in self._mgr.list()
+                  if metric in (info.metrics or {})]
+        if not scored:
+            return None
+        return max(scored, key=lambda s: (s[0] if higher else -s[0],
+                                          s[1]))[1]
+
+    def metrics(self, step):
+        """Orbax's metrics(step): the metrics save() recorded for `step`
+        (a dict of str to float), or None where it recorded none."""
+        step = self._step_of(step, "metrics")
+        for info in self._mgr.list():
+            if info.step == step:
+                return dict(info.metrics) if info.metrics else None
+        raise _errors.NotFound(f"metrics({step}) of {self.url}: step "
+                               f"{step} is not a committed checkpoint")
+
+    def delete(self, step):
+        """Orbax's delete(step): deletes committed step `step` (waiting
+        for the save in flight first); ckpt.FailedPrecondition for a step
+        that a kept incremental step depends on."""
+        step = self._step_of(step, "delete")
+        self._mgr.wait()
+        self._mgr.delete(step)
+        self._has_steps = None
+
+    def reload(self):
+        """Orbax's reload(): forgets what this object knows of the root's
+        steps (whether it has any, for save_interval_steps), so that steps
+        another process saved or deleted count; every other call reads
+        the root anew already."""
+        self._has_steps = None
+
     def wait_until_finished(self):
         """Waits for the asynchronous saves started so far and raises the
         first one's error."""

@@ -49,6 +49,7 @@ import os
 import threading
 import uuid
 import warnings
+import weakref
 
 import ckpt
 from ckpt import _errors, _lightning_state, _options
@@ -235,8 +236,8 @@ class CheckpointIO(_LightningCheckpointIO):
             with self._lock:
                 managers, self._managers = self._managers, {}
                 self._swept.clear()
-            for mgr in managers.values():
-                _close(mgr)
+            for root, mgr in managers.items():
+                _let_go(self, root, mgr)
         self._raise_failure()
 
     # The work, on the caller's thread or the writer's.
@@ -288,8 +289,8 @@ class CheckpointIO(_LightningCheckpointIO):
 
     def _manager(self, root):
         mgr = self._managers.get(root)
-        if mgr is None:
-            mgr = self._managers[root] = ckpt.open(root, **self._options)
+        if mgr is None or mgr.closed:
+            mgr = self._managers[root] = _manager_of(self, root)
         return mgr
 
     def _writer(self, root):
@@ -352,6 +353,49 @@ class CheckpointIO(_LightningCheckpointIO):
         if self._errors:
             error, self._errors = self._errors[0], []
             raise error
+
+
+# root -> (manager, its options, the plug-ins using it): the plug-ins of a
+# process share one manager of a root. A manager holds the root's lease
+# between saves, so that a second one waited lease_wait_seconds and failed
+# where a plug-in was not torn down when another saved into its root: a
+# Fabric's (Fabric never calls teardown()), a Trainer's saving after fit,
+# a notebook's cell run again with a new Trainer.
+_shared = {}
+_shared_lock = threading.Lock()
+
+
+def _manager_of(plugin, root):
+    """The manager of `root` for `plugin`: the shared one, or, where a
+    plug-in in use holds one of other options, one of its own."""
+    options = plugin._options
+    key = repr(sorted(options.items()))
+    with _shared_lock:
+        held = _shared.get(root)
+        if held is not None and held[1] != key and len(held[2]) > 0:
+            return ckpt.open(root, **options)
+        if held is not None and (held[0].closed or held[1] != key):
+            del _shared[root]
+            _close(held[0])  # nobody uses it: its lease goes now
+            held = None
+        if held is None:
+            held = _shared[root] = (ckpt.open(root, **options), key,
+                                    weakref.WeakSet())
+        held[2].add(plugin)
+        return held[0]
+
+
+def _let_go(plugin, root, mgr):
+    """`plugin` is done with `mgr`: closed once no plug-in uses it (its
+    lease goes with it)."""
+    with _shared_lock:
+        held = _shared.get(root)
+        if held is not None and held[0] is mgr:
+            held[2].discard(plugin)
+            if len(held[2]) > 0:
+                return
+            del _shared[root]
+    _close(mgr)
 
 
 def load(path, map_location=CPU, weights_only=None, **options):

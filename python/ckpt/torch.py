@@ -473,7 +473,7 @@ class _LoadPlan:
                 f"{self.where}: the checkpoint has no entry {missing[0]!r} "
                 f"of the state ({len(missing)} missing: a different model "
                 f"or state?); nothing was changed")
-        extra = sorted(set(self.stored) - names - {_tree.TREE_ENTRY})
+        extra = sorted(set(self.stored) - names - _tree.PACKAGE_ENTRIES)
         if self.strict and extra:
             raise _errors.InvalidArgument(
                 f"{self.where}: strict load: the state has no entry "
@@ -503,9 +503,13 @@ class _LoadPlan:
         error raised on every rank (with transactional=False the tensors
         are written already and cannot be)."""
         undo = []
-        staged.swap()
-        error = None
+        error, swapped = None, False
         try:
+            # In the try: a swap that raises (having put back what it
+            # exchanged) is agreed on as any failure here, so that the
+            # other ranks do not wait for this one.
+            staged.swap()
+            swapped = True
             staged.replace(undo)
             for step in self.after:
                 step(undo)
@@ -528,7 +532,8 @@ class _LoadPlan:
                 + " (that rank's error says why)")
         if not transactional:
             raise error
-        staged.swap()
+        if swapped:
+            staged.swap()
         problems = []
         for u in reversed(undo):
             try:

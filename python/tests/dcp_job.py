@@ -19,6 +19,10 @@ ckpt.torch.StorageWriter and StorageReader.
                      (test_dcp_files.py imports it into ckpt)
   fsload DIR V       dcp.load with DCP's own FileSystemReader (of what
                      `ckpt export --format dcp` wrote): state(V) bit for bit
+  process ROOT       dcp.save (step 1), then dcp.async_save with
+                     AsyncCheckpointerType.PROCESS, which must fail at once
+                     naming it (it prints "rank R refused PROCESS") and save
+                     nothing, then the default dcp.async_save (step 2)
 
 The state: a replicated tensor (which DCP has one rank write whole), a
 DTensor of 7 rows sharded with Shard(0) on a 1-d mesh (uneven at 2 and 3
@@ -170,6 +174,31 @@ def fsload(directory, rank, mesh, v):
     check(rank, got, state(v, mesh), f"FileSystemReader load of {directory}")
 
 
+def process(root, rank):
+    import time
+    from torch.distributed.checkpoint.state_dict_saver import \
+        AsyncCheckpointerType
+    writer = ct.StorageWriter(root)
+    dcp.save({"w": torch.ones(3)}, storage_writer=writer)  # holds the lease
+    started = time.monotonic()
+    try:
+        dcp.async_save({"w": torch.zeros(3)}, storage_writer=writer,
+                       async_checkpointer_type=AsyncCheckpointerType.PROCESS
+                       ).result()
+    except BaseException as e:  # noqa: B036 - DCP's CheckpointException is one
+        took = time.monotonic() - started
+        # Not after the lease wait (70 s by default), blaming the lease.
+        if "AsyncCheckpointerType.PROCESS" not in str(e) or took > 50:
+            fail(rank, f"after {took:.0f} s: {e}")
+        print(f"rank {rank} refused PROCESS", file=sys.stderr, flush=True)
+    else:
+        fail(rank, "dcp.async_save in DCP's background process saved")
+    dcp.async_save({"w": torch.full((3,), 2.0)}, storage_writer=writer
+                   ).result()
+    if writer.last_step != 2:
+        fail(rank, f"the next dcp.async_save wrote step {writer.last_step}")
+
+
 def main():
     dist.init_process_group("gloo")
     rank, size = dist.get_rank(), dist.get_world_size()
@@ -191,6 +220,8 @@ def main():
         elif op == "fsload":
             fsload(root, rank, mesh, int(args[0]))
             args = args[1:]
+        elif op == "process":
+            process(root, rank)
         else:
             fail(rank, f"unknown operation {op}")
         print(f"rank {rank} ok {op}", file=sys.stderr, flush=True)

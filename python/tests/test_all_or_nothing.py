@@ -147,6 +147,52 @@ def test_a_raising_load_state_dict_is_undone(root):
     assert torch.equal(state["zlast"].value, torch.zeros(2))
 
 
+def test_an_inference_tensor_is_named_before_anything_is_read(root):
+    # Handing the bytes over to an inference tensor outside inference mode
+    # raised torch's RuntimeError after the tensors before it had been
+    # written: the load was half done.
+    saved = saved_state(1)
+    saved["zlast"] = torch.ones(2)
+    ct.save(saved, root, 1)
+    state = new_state()
+    with torch.inference_mode():
+        state["zlast"] = torch.zeros(2)
+    before = snapshot(state)
+    with pytest.raises(ckpt.InvalidArgument,
+                       match=f"load step 1 from {root}: entry 'zlast': an "
+                             f"inference tensor .*torch.inference_mode"):
+        ct.load(state, root, 1)
+    assert_unchanged(state, before)
+    assert not state["optim"].state
+    with torch.inference_mode():  # where torch lets it be written
+        ct.load({"zlast": state["zlast"]}, root, 1)
+    assert torch.equal(state["zlast"], torch.ones(2))
+
+
+class Unwritable(torch.Tensor):
+    """A tensor whose in-place copies raise, as torch raises for tensors it
+    lets nothing write."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func is torch.Tensor.copy_ and isinstance(args[0], Unwritable):
+            raise RuntimeError("this tensor refuses writes")
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def test_a_hand_over_that_raises_puts_back_what_it_exchanged(root):
+    saved = saved_state(1)
+    saved["zlast"] = torch.ones(2)
+    ct.save(saved, root, 1)
+    state = new_state()
+    state["zlast"] = torch.zeros(2).as_subclass(Unwritable)
+    before = snapshot(state)
+    with pytest.raises(RuntimeError, match="refuses writes"):
+        ct.load(state, root, 1)
+    assert_unchanged(state, before)
+    assert not state["optim"].state
+
+
 def test_a_whole_load_loads_everything(root):
     saved = saved_state(1)
     ct.save(saved, root, 1)

@@ -113,6 +113,18 @@ def test_dcp_save_at_2_ranks_loads_at_3_and_a_flipped_byte_changes_nothing(
         assert rc == 1 and "checksum mismatch" in out, out
 
 
+def test_dcps_background_process_is_refused_at_once(tmp_path):
+    # dcp.async_save(async_checkpointer_type=PROCESS) saves a pickled copy
+    # of the writer in DCP's own process, which waited for the lease this
+    # process holds (70 s), then failed blaming "another party" and
+    # advising to break the lease. Now it fails at once, naming the
+    # executor, saves nothing, and the default executor saves on.
+    root = str(tmp_path / "run")
+    err = torchrun(1, "process", root)
+    assert "rank 0 refused PROCESS" in err, err
+    assert [i.step for i in ckpt.open(root).list()] == [1, 2]
+
+
 def small_state(v):
     g = torch.Generator().manual_seed(v)
     return {"w": torch.randn(4, 3, generator=g),
@@ -395,6 +407,99 @@ def test_a_state_that_does_not_fit_a_dcp_step_is_no_missing_checkpoint(
                              rf"no entry 'extra'.*nothing was changed"):
         ct.load(state, root)
     same({k: v for k, v in state.items() if k != "extra"}, small_state(0))
+
+
+@one_process
+def test_close_gives_the_lease_back_whatever_still_holds_the_manager(
+        tmp_path):
+    # close() only dropped the writer's manager from the cache: a failed
+    # save's traceback (kept by its future) still held it, with the root's
+    # lease, and the next writer of the root waited lease_wait_seconds.
+    root = str(tmp_path / "run")
+    writer = ct.StorageWriter(root)
+    dcp.save(small_state(1), storage_writer=writer)
+    future = dcp.async_save({"c": torch.zeros(2, dtype=torch.complex64)},
+                            storage_writer=writer)
+    with pytest.raises(BaseException, match="complex64"):
+        future.result()
+    writer.close()
+    with ckpt.open(root, lease_wait_seconds=0) as mgr:  # held: it raises
+        mgr.save(5, {"w": torch.ones(2)})
+    again = ct.StorageWriter(root)
+    dcp.save(small_state(2), storage_writer=again)
+    assert again.last_step == 6
+    again.close()
+    del future
+
+
+@one_process
+def test_a_writer_of_other_options_takes_the_root_from_ct_at_once(tmp_path):
+    # The manager of ct.async_save, which its handle refers to, was only
+    # dropped from the cache when a writer of other options took the root:
+    # it kept the lease, and the writer waited lease_wait_seconds for it.
+    root = str(tmp_path / "run")
+    handle = ct.async_save(small_state(1), root, 1)
+    handle.wait()
+    writer = ct.StorageWriter(root, keep_last=2, lease_wait_seconds=0)
+    dcp.save(small_state(2), storage_writer=writer)
+    assert writer.last_step == 2
+    same(loaded(ct.StorageReader(root)), small_state(2))
+    writer.close()
+    del handle
+
+
+def _load_all(reader, keys=None):
+    """What DCP's planner for an empty state loads from `reader` (as its
+    format_utils.dcp_to_torch_save does), nested by DCP's planner_data."""
+    from torch.distributed.checkpoint.default_planner import \
+        _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.state_dict_loader import \
+        _load_state_dict
+    state = {}
+    _load_state_dict(state, storage_reader=reader, no_dist=True,
+                     planner=_EmptyStateDictLoadPlanner(keys=keys))
+    return state
+
+
+@one_process
+def test_dcps_planner_data_goes_along_for_its_planner_of_an_empty_state(
+        tmp_path):
+    # DCP's planners of an empty state rebuild the nesting from the
+    # Metadata's planner_data, and with keys= index it for every name: a
+    # root that gave none made them fail (AttributeError on None).
+    sd = {"model": {"layer.0": {"w": torch.arange(6.0).reshape(2, 3)},
+                    "blocks": [torch.ones(2), torch.zeros(1)]},
+          "optim": {"param_groups": [{"lr": 0.1, "params": [0]}]},
+          "epoch": 4}
+    dcp.save(sd, storage_writer=dcp.FileSystemWriter(str(tmp_path / "fs")))
+    root = str(tmp_path / "run")
+    dcp.save(sd, storage_writer=ct.StorageWriter(root))
+    ct.import_dcp(str(tmp_path / "fs"), str(tmp_path / "imported"), 1)
+    want = _load_all(dcp.FileSystemReader(str(tmp_path / "fs")))
+    assert want["model"]["blocks"][0].tolist() == [1.0, 1.0]
+    for where in (root, str(tmp_path / "imported")):
+        got = _load_all(ct.StorageReader(where))
+        assert repr(got) == repr(want), where
+        assert repr(_load_all(ct.StorageReader(where), keys={"model"})) == \
+            repr({"model": want["model"]}), where
+    # The mapping is the package's own entry: no value of the state, so
+    # ckpt's own loads neither return it nor ask a strict state for it.
+    assert "__dcp_planner_data__" not in ckpt.open(root).load()
+    dcp.save({"model": sd["model"]},  # tensors only
+             storage_writer=ct.StorageWriter(root))
+    state = {"model": {"layer.0": {"w": torch.zeros(2, 3)},
+                       "blocks": [torch.zeros(2), torch.ones(1)]}}
+    ct.load(state, root, strict=True)
+    ckpt.open(root).load_into(state, strict=True)
+    assert torch.equal(state["model"]["layer.0"]["w"],
+                       sd["model"]["layer.0"]["w"])
+    # A step without a recorded mapping (ckpt.torch.save's) is described
+    # by its names split at their dots, as ckpt.open(root).load() nests it.
+    ct.save({"model": {"w": torch.ones(2)}}, str(tmp_path / "ct"), 1)
+    got = _load_all(ct.StorageReader(str(tmp_path / "ct")), keys={"model"})
+    assert list(got) == ["model"] and torch.equal(got["model"]["w"],
+                                                  torch.ones(2))
+    ct.close()
 
 
 @pytest.fixture

@@ -361,6 +361,42 @@ def test_an_asynchronous_failure_is_raised_by_the_next_call(tmp_path):
     assert_same(plugin.load_checkpoint(tmp_path / "ok" / "a.ckpt"), state)
 
 
+def test_plugins_of_one_process_share_its_managers(tmp_path):
+    # Fabric never calls teardown(): its plug-in kept its manager of the
+    # root, with the lease, and the plug-in of a second Fabric (a script
+    # run again in one process, a notebook cell) waited lease_wait_seconds
+    # for it, then failed.
+    from lightning.fabric import Fabric
+    path = str(tmp_path / "c.ckpt")
+    fabrics = []  # every one of them alive, as in a notebook
+    for step in (1, 2, 3):
+        plugin = ckpt.lightning.CheckpointIO(lease_wait_seconds=0)
+        fabrics.append(Fabric(accelerator="cpu", devices=1,
+                              plugins=[plugin]))
+        model = fabrics[-1].setup_module(torch.nn.Linear(2, 1))
+        if step > 1:
+            state = {"model": model, "step": 0}
+            fabrics[-1].load(path, state)
+            assert state["step"] == step - 1
+        fabrics[-1].save(path, {"model": model, "step": step})
+    assert ckpt.lightning.load(path)["step"] == 3
+    # One torn down closes nothing the others use; the last one closes it,
+    # giving the lease back to another manager.
+    for fabric in fabrics:
+        fabric.strategy.checkpoint_io.teardown()
+    with ckpt.open(tmp_path, lease_wait_seconds=0) as mgr:
+        mgr.save(100, {"w": np.ones(2)})
+    # A plug-in of other options, while one is in use, has its own.
+    first = ckpt.lightning.CheckpointIO()
+    first.save_checkpoint({"w": torch.ones(2)}, tmp_path / "d.ckpt")
+    other = ckpt.lightning.CheckpointIO(chunk_size=1 << 16)
+    assert other.load_checkpoint(tmp_path / "d.ckpt")["w"].tolist() == \
+        [1.0, 1.0]
+    other.teardown()
+    first.save_checkpoint({"w": torch.zeros(2)}, tmp_path / "d.ckpt")
+    first.teardown()
+
+
 @pytest.fixture
 def cuda():
     if not torch.cuda.is_available():

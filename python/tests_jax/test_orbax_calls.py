@@ -104,3 +104,41 @@ def test_orbax_options_name_what_ckpt_jax_takes(root):
             cj.CheckpointManager(root, **{name: 3})
     with pytest.raises(TypeError, match="did you mean 'keep_last'"):
         cj.CheckpointManager(root, keep_lst=3)
+
+
+def test_best_step_metrics_delete_and_reload_as_orbax_has_them(root,
+                                                               tmp_path):
+    """Orbax's best_step(), metrics(step), delete(step) and reload() were
+    AttributeErrors: a loop that keeps the best steps by a metric and
+    restores the best one, run on Orbax itself and on ckpt.jax."""
+    import orbax.checkpoint as ocp
+
+    orbax = ocp.CheckpointManager(
+        str(tmp_path / "orbax"), options=ocp.CheckpointManagerOptions(
+            max_to_keep=2, best_fn=lambda m: m["loss"], best_mode="min",
+            enable_async_checkpointing=False))
+    ours = cj.CheckpointManager(root, keep_best=2, best_metric="loss")
+    for mgr in (orbax, ours):
+        assert mgr.best_step() is None
+        for step, loss in ((1, 0.5), (2, 0.1), (3, 0.9), (4, 0.3), (5, 0.1)):
+            mgr.save(step, args=ocp.args.StandardSave(
+                {"w": jnp.full(2, step)}), metrics={"loss": loss})
+        mgr.wait_until_finished()
+    for mgr in (orbax, ours):
+        assert list(mgr.all_steps()) == [2, 5]
+        assert mgr.best_step() == 5  # the newer of two equal losses
+        assert mgr.metrics(2) == {"loss": 0.1}
+        assert int(mgr.restore(mgr.best_step())["w"][0]) == 5
+        mgr.delete(5)
+        mgr.reload()
+        assert list(mgr.all_steps()) == [2] and mgr.best_step() == 2
+    with pytest.raises(TypeError, match="delete\\(2.0\\)"):
+        ours.delete(2.0)
+    ours.close()
+    orbax.close()
+    # Without a metric, the newest step, as Orbax without best_fn.
+    with cj.CheckpointManager(str(tmp_path / "plain"),
+                              async_save=False) as mgr:
+        mgr.save(3, {"w": 1})
+        mgr.save(7, {"w": 2})
+        assert mgr.best_step() == 7 and mgr.metrics(7) is None
