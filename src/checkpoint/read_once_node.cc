@@ -1,6 +1,7 @@
 #include "checkpoint/read_once_node.h"
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -193,6 +194,10 @@ Status ExchangeByNode(Communicator& comm, const std::vector<int>& node,
   const std::string what =
       "read once: within the node of rank " + std::to_string(leader);
   if (me == leader) {
+    // Where the leader's time goes (CKPT_LOG=info): the node's ranks
+    // reading, the memory's pages, the ring, the copies.
+    using Clock = std::chrono::steady_clock;
+    std::vector<Clock::time_point> at = {Clock::now()};
     if (memory != nullptr &&
         memory->Lock(kReading, /*exclusive=*/true, /*wait=*/true)) {
       memory->Unlock(kReading);
@@ -205,6 +210,7 @@ Status ExchangeByNode(Communicator& comm, const std::vector<int>& node,
     // The pages the leader writes (received, or copied to other places).
     // No room for them, though there was when the memory was made: every
     // rank fails, as it would for a lost message.
+    at.push_back(Clock::now());
     if (memory != nullptr) {
       if (Status room = memory->WaitReserved(); !room.ok()) {
         const Status out = room.WithContext(what);
@@ -212,10 +218,26 @@ Status ExchangeByNode(Communicator& comm, const std::vector<int>& node,
         return out;
       }
     }
+    at.push_back(Clock::now());
     if (!ring.empty()) {
       CKPT_RETURN_IF_ERROR(RingEach(comm, everyone, ring, mover));
     }
+    at.push_back(Clock::now());
     copies();
+    at.push_back(Clock::now());
+    if (LogEnabled(LogLevel::kInfo)) {
+      std::string took;
+      const char* phase[] = {"waiting for the node's reads",
+                             "waiting for the pages", "on the ring",
+                             "copying within the node's memory"};
+      for (size_t i = 1; i < at.size(); ++i) {
+        took += (i > 1 ? ", " : "") +
+                std::to_string(
+                    std::chrono::duration<double>(at[i] - at[i - 1]).count()) +
+                " s " + phase[i - 1];
+      }
+      LogInfo(what + ": the leader's time: " + took);
+    }
     const std::string held = EncodeReadOnceBatch(Holding(all, mover), {});
     if (memory != nullptr) memory->Unlock(kLeaderBusy);
     for (size_t i = 1; i < node.size(); ++i) {

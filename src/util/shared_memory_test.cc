@@ -163,6 +163,37 @@ TEST(SharedMemoryFileTest, TheBackgroundReservationTakesEveryPage) {
   EXPECT_GE(Taken(*gone), kBig);
 }
 
+TEST(SharedMemoryFileTest, TheBackgroundReservationKeepsWhatRanksWrote) {
+  // The node's ranks write their parts (each reserved first) while the
+  // leader's background reservation takes and makes every page: what they
+  // wrote stays, before and after, and the rest reads as zeros.
+  constexpr uint64_t kBig = uint64_t{24} << 20;
+  auto made = SharedMemoryFile::Create(kBig);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  auto opened = SharedMemoryFile::Open(made->Invitation(), kBig);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  void* p = ::mmap(nullptr, kBig, PROT_READ | PROT_WRITE, MAP_SHARED,
+                   opened->fd(), 0);
+  ASSERT_NE(p, MAP_FAILED);
+  char* rank = static_cast<char*>(p);
+  const auto write = [&](uint64_t at) {
+    ASSERT_TRUE(opened->Reserve(at, uint64_t{1} << 20).ok());
+    std::memset(rank + at, 0x5a, uint64_t{1} << 20);
+  };
+  write(uint64_t{3} << 20);
+  made->ReserveAllInBackground();
+  write(uint64_t{17} << 20);
+  ASSERT_TRUE(made->WaitReserved().ok());
+  EXPECT_GE(Taken(*made), kBig);
+  for (uint64_t at = 0; at < kBig; at += 4096) {
+    const uint64_t mib = at >> 20;
+    const char want = mib == 3 || mib == 17 ? 0x5a : 0;
+    ASSERT_EQ(rank[at], want) << "byte " << at;
+    ASSERT_EQ(rank[at + 4095], want) << "byte " << at + 4095;
+  }
+  ::munmap(p, kBig);
+}
+
 // In this process (a child's): a mount namespace of its own with a
 // /dev/shm of 4 MiB. Only system calls, so that a child of a threaded
 // process may call it.
