@@ -386,8 +386,6 @@ int Jobs(const Args& a, Bed& bed, Measured& m) {
   // and in a fixed order the default always followed `off`, which frees
   // the most. --no-twins: one uncounted load before all.
   if (!a.twins && !uncounted("warm-up", Cases().front(), "on")) return 1;
-  // The time of the twin before each measured load, which says how far
-  // two identical jobs land apart on this machine.
   for (const Case& c : Cases()) {
     // The modes take turns, so that whatever else the machine does
     // weighs on both alike.
@@ -396,6 +394,7 @@ int Jobs(const Args& a, Bed& bed, Measured& m) {
         const std::string label = std::string(c.name) + "-" + mode +
                                   (a.runs > 1 ? "-" + std::to_string(run) : "");
         if (a.twins) {
+          // Its time says how far two identical jobs land apart here.
           const std::optional<json> twin = uncounted(label + "-twin", c, mode);
           if (!twin) return 1;
           m.twin[std::string(c.name) + "/" + mode].push_back(
